@@ -1,0 +1,286 @@
+//! Command-line interface: argument parsing and the `pair` / `devices` commands.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{default_data_dir, Config, ConfigError};
+use crate::control::{self, ControlRequest, ControlResponse, Reached};
+use crate::hub::new_device;
+use crate::store::{Device, DeviceOrigin, Store};
+
+#[derive(Parser, Debug)]
+#[command(name = "iris-gateway", version, about = "Connects the Iris chat app to your Hermes agent")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the gateway (the default when no command is given).
+    Run(RunArgs),
+    /// Mint a pairing token for one new device and print what the app needs.
+    Pair(PairArgs),
+    /// List paired devices, or revoke one.
+    Devices(DevicesArgs),
+    /// A terminal client: chat with the agent through the gateway.
+    Chat(crate::chat::ChatArgs),
+}
+
+#[derive(Args, Debug, Default)]
+pub struct RunArgs {
+    /// TOML config file (see docs/configuration.md).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on, e.g. 0.0.0.0:8765.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Agent backend.
+    #[arg(long, value_parser = ["demo"])]
+    pub agent: Option<String>,
+    /// Milliseconds between the demo agent's streamed steps (0 = as fast as possible).
+    #[arg(long)]
+    pub demo_pace_ms: Option<u64>,
+    /// Override limits.max_frame_bytes.
+    #[arg(long)]
+    pub max_frame_bytes: Option<usize>,
+    /// Override limits.max_text_bytes.
+    #[arg(long)]
+    pub max_text_bytes: Option<usize>,
+    /// Override store.outbox_retain_frames.
+    #[arg(long)]
+    pub outbox_retain_frames: Option<u64>,
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+impl RunArgs {
+    /// Defaults, then the file, then flags.
+    pub fn resolve(&self) -> Result<(Config, PathBuf), ConfigError> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = &self.data_dir {
+            config.data_dir = Some(v.clone());
+        }
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = &self.agent {
+            config.agent = v.clone();
+        }
+        if let Some(v) = self.demo_pace_ms {
+            config.demo.pace_ms = v;
+        }
+        if let Some(v) = self.max_frame_bytes {
+            config.limits.max_frame_bytes = v;
+        }
+        if let Some(v) = self.max_text_bytes {
+            config.limits.max_text_bytes = v;
+        }
+        if let Some(v) = self.outbox_retain_frames {
+            config.store.outbox_retain_frames = v;
+        }
+        if let Some(v) = &self.log_level {
+            config.log_level = v.clone();
+        }
+        config.validate()?;
+        let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
+        Ok((config, dir))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct PairArgs {
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// A name to recognise the device by in `iris-gateway devices`.
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// The address the gateway listens on, for the URL (when the gateway is not running).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Print one line of JSON: {"token", "url", "device_id"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DevicesArgs {
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: Option<DevicesAction>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DevicesAction {
+    /// Revoke a device: its token stops working and its open connection is closed.
+    Revoke { device_id: String },
+}
+
+/// The WebSocket URL a phone should use for a gateway bound to `addr`. An unspecified bind
+/// address (0.0.0.0) is replaced by this machine's first LAN address.
+pub fn pairing_url(addr: SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        lan_address().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    } else {
+        addr.ip()
+    };
+    match ip {
+        IpAddr::V6(v6) => format!("ws://[{v6}]:{}", addr.port()),
+        IpAddr::V4(v4) => format!("ws://{v4}:{}", addr.port()),
+    }
+}
+
+fn lan_address() -> Option<IpAddr> {
+    let ifaces = if_addrs::get_if_addrs().ok()?;
+    ifaces
+        .iter()
+        .filter(|i| !i.is_loopback())
+        .map(|i| i.ip())
+        .find(|ip| ip.is_ipv4())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("cannot talk to the running gateway: {0}")]
+    Control(#[from] std::io::Error),
+    #[error("the gateway refused: {0}")]
+    Refused(String),
+    #[error("no device `{0}`")]
+    NoSuchDevice(String),
+}
+
+/// Credentials for one device, as printed by `pair`.
+pub struct Paired {
+    pub device_id: String,
+    pub token: String,
+    pub url: String,
+}
+
+/// Mints a device through the running gateway, or directly in the store when none runs.
+pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<Paired, CliError> {
+    let req = ControlRequest::Pair { name: name.to_owned() };
+    match control::request(data_dir, &req)? {
+        Reached::Answer(ControlResponse::Paired { device_id, token, url }) => Ok(Paired { device_id, token, url }),
+        Reached::Answer(ControlResponse::Error { message }) => Err(CliError::Refused(message)),
+        Reached::Answer(other) => Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+        Reached::NotRunning => {
+            let store = open_offline(data_dir)?;
+            let (device, token) = new_device(name, DeviceOrigin::Pair);
+            store.add_device(&device)?;
+            store.sync_blocking()?;
+            let listen = listen.unwrap_or(Config::default().listen);
+            Ok(Paired {
+                device_id: device.device_id,
+                token,
+                url: pairing_url(listen),
+            })
+        }
+    }
+}
+
+fn open_offline(data_dir: &Path) -> Result<Store, CliError> {
+    Ok(Store::open(data_dir, 1 << 20, Duration::from_secs(5))?)
+}
+
+pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
+    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let paired = pair(&dir, &args.name, args.listen)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "token": paired.token, "url": paired.url, "device_id": paired.device_id })
+        );
+    } else {
+        println!("Paired device {}.", paired.device_id);
+        println!("In the Iris app, add a gateway with:");
+        println!("  URL:   {}", paired.url);
+        println!("  Token: {}", paired.token);
+        println!("The token is shown only now; revoke it with: iris-gateway devices revoke {}", paired.device_id);
+    }
+    Ok(())
+}
+
+pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {
+    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    match args.action {
+        None => {
+            let devices = match control::request(&dir, &ControlRequest::Devices)? {
+                Reached::Answer(ControlResponse::Devices { devices }) => devices,
+                Reached::Answer(ControlResponse::Error { message }) => return Err(CliError::Refused(message)),
+                Reached::Answer(other) => return Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+                Reached::NotRunning => open_offline(&dir)?.devices()?,
+            };
+            print_devices(&devices, args.json);
+            Ok(())
+        }
+        Some(DevicesAction::Revoke { device_id }) => {
+            let existed = match control::request(&dir, &ControlRequest::Revoke { device_id: device_id.clone() })? {
+                Reached::Answer(ControlResponse::Revoked { existed }) => existed,
+                Reached::Answer(ControlResponse::Error { message }) => return Err(CliError::Refused(message)),
+                Reached::Answer(other) => return Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+                Reached::NotRunning => {
+                    let store = open_offline(&dir)?;
+                    let existed = store.remove_device(&device_id)?;
+                    store.sync_blocking()?;
+                    existed
+                }
+            };
+            if !existed {
+                return Err(CliError::NoSuchDevice(device_id));
+            }
+            if args.json {
+                println!("{}", serde_json::json!({ "revoked": device_id }));
+            } else {
+                println!("Revoked {device_id}.");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_devices(devices: &[Device], json: bool) {
+    if json {
+        let list: Vec<_> = devices
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "device_id": d.device_id, "name": d.name, "origin": d.origin,
+                    "created_ms": d.created_ms, "last_seen_ms": d.last_seen_ms,
+                    "app_device_id": d.app_device_id,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(list));
+        return;
+    }
+    if devices.is_empty() {
+        println!("No devices are paired. Pair one with: iris-gateway pair --name NAME");
+        return;
+    }
+    println!("{:<32} {:<24} {:<8} LAST SEEN", "DEVICE", "NAME", "ORIGIN");
+    for d in devices {
+        let seen = match d.last_seen_ms {
+            Some(ms) => format!("{}s ago", (crate::ids::now_ms() - ms).max(0) / 1000),
+            None => "never".into(),
+        };
+        let origin = match d.origin {
+            DeviceOrigin::Pair => "pair",
+            DeviceOrigin::Startup => "startup",
+        };
+        println!("{:<32} {:<24} {:<8} {}", d.device_id, d.name, origin, seen);
+    }
+}

@@ -1,0 +1,204 @@
+//! Configuration: the TOML file, its defaults, and every input limit in one place.
+//!
+//! Precedence is flags > config file > embedded defaults, so `iris-gateway run` with nothing
+//! else works out of the box and a systemd unit can pin everything in `/etc`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The port the app expects a gateway on when the user types only a host name.
+pub const DEFAULT_PORT: u16 = 8765;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid setting `{key}`: {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+/// The whole configuration after defaults, file and flags are merged.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the WebSocket listens; `0.0.0.0` makes the gateway reachable on the LAN.
+    pub listen: SocketAddr,
+    /// The store, control socket and the local chat client's credentials live here.
+    pub data_dir: Option<PathBuf>,
+    /// Agent backend: `demo` (built in, no network).
+    pub agent: String,
+    /// `error`, `warn`, `info`, `debug` or `trace`; `RUST_LOG` overrides it.
+    pub log_level: String,
+    pub demo: DemoConfig,
+    pub store: StoreConfig,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoConfig {
+    /// Milliseconds between streamed steps of a demo turn; 0 streams as fast as possible.
+    pub pace_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// sled's page cache. sled defaults to 1 GiB, far beyond a Pi's budget; a small cache costs
+    /// a little read latency on cold history pages and nothing on the write path.
+    pub cache_bytes: u64,
+    /// How many outbox frames `sync` can replay; older frames are pruned (history keeps them).
+    pub outbox_retain_frames: u64,
+}
+
+/// Every input limit, with its default. Documented in docs/limits.md; the names are the config
+/// keys under `[limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest JSON text frame read from a socket. Larger frames are not buffered: the socket
+    /// gets an `error` and a policy close (1009).
+    pub max_frame_bytes: usize,
+    /// Longest `message.send` text (UTF-8 bytes).
+    pub max_text_bytes: usize,
+    /// Longest channel or device name (characters).
+    pub max_name_chars: usize,
+    /// Largest decoded `channel.icon` image.
+    pub max_icon_bytes: usize,
+    /// Turns waiting behind a running turn in one lane before `rate_limited`.
+    pub lane_queue_depth: usize,
+    /// Turns running at once across all lanes; more wait their turn.
+    pub max_running_turns: usize,
+    /// Sustained frames per second one connection may send...
+    pub frames_per_second: u32,
+    /// ...and the burst above that rate it may use.
+    pub frame_burst: u32,
+    /// Failed hellos from one IP address per minute before `rate_limited`.
+    pub bad_hellos_per_minute: u32,
+    /// Open WebSocket connections; more are refused with close code 1013.
+    pub max_connections: usize,
+    /// Seconds a new socket has to send a good `hello`.
+    pub hello_timeout_secs: u64,
+    /// `history` page size when the request does not say...
+    pub history_default: usize,
+    /// ...and the most one page returns.
+    pub history_max: usize,
+    /// Channels (including threads) in the directory.
+    pub max_channels: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            data_dir: None,
+            agent: "demo".into(),
+            log_level: "info".into(),
+            demo: DemoConfig::default(),
+            store: StoreConfig::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig { pace_ms: 60 }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            cache_bytes: 1 << 20,
+            outbox_retain_frames: 20_000,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: 1 << 20,
+            max_text_bytes: 256 << 10,
+            max_name_chars: 100,
+            max_icon_bytes: 512 << 10,
+            lane_queue_depth: 8,
+            max_running_turns: 4,
+            frames_per_second: 20,
+            frame_burst: 60,
+            bad_hellos_per_minute: 5,
+            max_connections: 64,
+            hello_timeout_secs: 10,
+            history_default: 50,
+            history_max: 200,
+            max_channels: 500,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; unknown keys are errors so a typo never silently keeps a default.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Refuses settings that would make the gateway unusable rather than failing later.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        let checks: [(&'static str, bool, &str); 7] = [
+            ("limits.max_frame_bytes", l.max_frame_bytes >= 4096, "must be at least 4096"),
+            ("limits.max_text_bytes", l.max_text_bytes >= 1 && l.max_text_bytes < l.max_frame_bytes, "must be between 1 and max_frame_bytes"),
+            ("limits.history_max", l.history_max >= 1 && l.history_default <= l.history_max, "history_default must be between 1 and history_max"),
+            ("limits.max_running_turns", l.max_running_turns >= 1, "must be at least 1"),
+            ("limits.frames_per_second", l.frames_per_second >= 1 && l.frame_burst >= 1, "rate and burst must be at least 1"),
+            ("store.outbox_retain_frames", self.store.outbox_retain_frames >= 100, "must be at least 100"),
+            ("agent", self.agent == "demo", "the only agent backend in this build is `demo`"),
+        ];
+        for (key, ok, why) in checks {
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    key,
+                    why: why.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where state lives when neither flag nor file says: systemd's `StateDirectory` when run as a
+/// service, else the user's XDG data dir, so `run` and `pair` agree without being told.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("STATE_DIRECTORY") {
+        // systemd may pass several colon-separated directories; the first is ours.
+        let first = dir.to_string_lossy().split(':').next().unwrap_or("").to_owned();
+        if !first.is_empty() {
+            return PathBuf::from(first);
+        }
+    }
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("iris-gateway");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join(".local/share/iris-gateway");
+    }
+    PathBuf::from("iris-data")
+}

@@ -1,0 +1,466 @@
+//! One WebSocket connection: handshake, the hello gate, reading with limits, writing from a
+//! bounded queue. Knows nothing about channels or agents; it hands decoded frames to the hub.
+//!
+//! Each socket gets two local tasks: this one reads (and awaits the hub's handling of each
+//! request in order), a writer drains the `Outlet`'s queue. The hub only ever pushes to an
+//! outlet, so a slow phone can never stall the hub or another phone.
+
+mod queue;
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+use tracing::{debug, info, warn};
+
+pub use queue::{OutQueue, Outbound, Pushed};
+
+use crate::hub::Hub;
+use crate::protocol::{decode_request, Delivery, ErrorCode, Frame, Request};
+
+/// tungstenite's own buffers; its 128 KiB defaults would cost ~13 MB for 100 idle phones.
+const SOCKET_BUFFER_BYTES: usize = 4096;
+/// How long a closing connection may take to flush what it still has queued.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Identifies a live connection inside the hub.
+pub type ConnId = u64;
+
+/// Whether outboxed frames published by the hub go into this connection's queue (`Live`) or are
+/// left for the running `sync` replay to read from the store (`CatchingUp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Live,
+    CatchingUp,
+}
+
+/// Why and how a connection ends, as its close frame will say.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    pub code: CloseCode,
+    pub reason: &'static str,
+    /// Send what is queued first (shutdown, revocation) or drop it (a reader too slow to drain).
+    pub drain: bool,
+}
+
+/// The hub's handle on a connection: where frames for it go.
+pub struct Outlet {
+    pub conn_id: ConnId,
+    pub device_id: String,
+    queue: RefCell<OutQueue>,
+    mode: Cell<Mode>,
+    closing: RefCell<Option<Closing>>,
+    /// Wakes the writer: something was queued or closing was requested.
+    wake: Notify,
+    /// Wakes the reader (and a writer stuck on a stalled socket) when closing is requested.
+    closed: Notify,
+}
+
+impl Outlet {
+    fn new(conn_id: ConnId, device_id: String) -> Outlet {
+        Outlet {
+            conn_id,
+            device_id,
+            queue: RefCell::new(OutQueue::default()),
+            mode: Cell::new(Mode::Live),
+            closing: RefCell::new(None),
+            wake: Notify::new(),
+            closed: Notify::new(),
+        }
+    }
+
+    /// Queues one encoded frame. A queue that cannot take a never-dropped frame closes the
+    /// connection (the device will `sync`), rather than losing the frame.
+    pub fn push(&self, text: &Utf8Bytes, delivery: Delivery, key: Option<u64>) {
+        if self.is_closing() {
+            return;
+        }
+        let pushed = self.queue.borrow_mut().push_frame(text.clone(), delivery, key);
+        self.after_push(pushed);
+    }
+
+    pub fn push_frame(&self, frame: &Frame) {
+        let text = encode_text(frame.encode());
+        self.push(&text, frame.delivery(), None);
+    }
+
+    pub fn push_replay(&self, cursor: u64, id: Option<i64>) {
+        self.mode.set(Mode::CatchingUp);
+        let pushed = self.queue.borrow_mut().push(Outbound::Replay { cursor, id });
+        self.after_push(pushed);
+    }
+
+    fn after_push(&self, pushed: Pushed) {
+        match pushed {
+            Pushed::Queued | Pushed::Coalesced => self.wake.notify_one(),
+            Pushed::Overflow => {
+                warn!(conn = self.conn_id, device = %self.device_id, "device is not reading fast enough; disconnecting it (it will catch up with sync)");
+                self.close(Closing {
+                    code: CloseCode::Again,
+                    reason: "too slow: reconnect and sync",
+                    drain: false,
+                });
+            }
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode.get()
+    }
+
+    pub fn set_live(&self) {
+        self.mode.set(Mode::Live);
+    }
+
+    pub fn coalesced(&self) -> u64 {
+        self.queue.borrow().coalesced
+    }
+
+    /// Asks the writer to close the socket; the first reason wins.
+    pub fn close(&self, closing: Closing) {
+        let mut c = self.closing.borrow_mut();
+        if c.is_none() {
+            *c = Some(closing);
+        }
+        drop(c);
+        self.wake.notify_one();
+        self.closed.notify_waiters();
+    }
+
+    /// Resolves once closing has been requested.
+    pub async fn wait_closing(&self) {
+        loop {
+            let notified = self.closed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closing() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn must_abort(&self) -> bool {
+        matches!(&*self.closing.borrow(), Some(c) if !c.drain)
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.borrow().is_some()
+    }
+}
+
+/// Turns an encoded frame into the WebSocket text type once, so fan-out shares one buffer.
+pub fn encode_text(bytes: Bytes) -> Utf8Bytes {
+    Utf8Bytes::try_from(bytes).expect("serde_json writes UTF-8")
+}
+
+fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .max_write_buffer_size(SOCKET_BUFFER_BYTES + max_frame_bytes + 1024)
+        .max_message_size(Some(max_frame_bytes))
+        .max_frame_size(Some(max_frame_bytes))
+}
+
+/// Serves one accepted TCP connection until it closes.
+pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    let limits = hub.limits().clone();
+    let hello_timeout = Duration::from_secs(limits.hello_timeout_secs);
+    let handshake = tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config(limits.max_frame_bytes)));
+    let mut ws = match tokio::time::timeout(hello_timeout, handshake).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            debug!(%peer, "websocket handshake failed: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let Some(outlet) = hello_gate(&hub, &mut ws, peer, hello_timeout).await else {
+        return;
+    };
+    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device connected");
+    let (sink, stream) = ws.split();
+    let writer = tokio::task::spawn_local(write_loop(hub.clone(), outlet.clone(), sink));
+    read_loop(&hub, &outlet, stream).await;
+    hub.detach(outlet.conn_id);
+    outlet.close(Closing {
+        code: CloseCode::Normal,
+        reason: "bye",
+        drain: true,
+    });
+    let mut writer = writer;
+    if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer).await.is_err() {
+        debug!(conn = outlet.conn_id, "writer did not finish in time");
+        writer.abort();
+    }
+    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device disconnected");
+}
+
+/// Nothing but an `error` reaches a socket before a good hello.
+async fn hello_gate(
+    hub: &Rc<Hub>,
+    ws: &mut WebSocketStream<TcpStream>,
+    peer: SocketAddr,
+    timeout: Duration,
+) -> Option<Rc<Outlet>> {
+    let refuse = |id, code, msg: String| Frame::error(id, code, msg).encode();
+    let first = match tokio::time::timeout(timeout, ws.next()).await {
+        Ok(Some(Ok(Message::Text(t)))) => t,
+        Ok(Some(Ok(Message::Binary(_)))) => {
+            let e = refuse(None, ErrorCode::Auth, "send a hello frame first".into());
+            close_with(ws, e, CloseCode::Policy, "hello required").await;
+            return None;
+        }
+        Ok(Some(Err(WsError::Capacity(_)))) => {
+            let e = refuse(None, ErrorCode::Unsupported, "frame too large".into());
+            close_with(ws, e, CloseCode::Size, "frame too large").await;
+            return None;
+        }
+        Ok(_) => return None,
+        Err(_) => {
+            let e = refuse(None, ErrorCode::Auth, "no hello within the time limit".into());
+            close_with(ws, e, CloseCode::Policy, "hello timeout").await;
+            return None;
+        }
+    };
+    let frame = match decode_request(first.as_str()) {
+        Ok(f) => f,
+        Err(e) => {
+            let bytes = refuse(e.id, e.code, e.message);
+            close_with(ws, bytes, CloseCode::Policy, "bad hello").await;
+            return None;
+        }
+    };
+    let Request::Hello(hello) = &frame.request else {
+        let e = refuse(frame.id, ErrorCode::Auth, "send a hello frame first".into());
+        close_with(ws, e, CloseCode::Policy, "hello required").await;
+        return None;
+    };
+    match hub.authenticate(hello, peer.ip()) {
+        Ok(device) => {
+            let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
+            hub.attach(&outlet, frame.id);
+            Some(outlet)
+        }
+        Err((code, message)) => {
+            info!(%peer, "hello refused: {message}");
+            let e = refuse(frame.id, code, message);
+            close_with(ws, e, CloseCode::Policy, "hello refused").await;
+            None
+        }
+    }
+}
+
+async fn close_with(ws: &mut WebSocketStream<TcpStream>, frame: Bytes, code: CloseCode, reason: &'static str) {
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        ws.send(Message::Text(encode_text(frame))).await?;
+        ws.close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+        .await
+    })
+    .await;
+}
+
+type WsStream = futures_util::stream::SplitStream<WebSocketStream<TcpStream>>;
+type WsSink = futures_util::stream::SplitSink<WebSocketStream<TcpStream>, Message>;
+
+/// A per-connection token bucket: the `frames_per_second` / `frame_burst` limits.
+struct RateLimit {
+    tokens: f64,
+    last: tokio::time::Instant,
+    rate: f64,
+    burst: f64,
+}
+
+impl RateLimit {
+    fn allow(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let elapsed = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
+    let limits = hub.limits().clone();
+    let mut rate = RateLimit {
+        tokens: limits.frame_burst as f64,
+        last: tokio::time::Instant::now(),
+        rate: limits.frames_per_second as f64,
+        burst: limits.frame_burst as f64,
+    };
+    loop {
+        let next = tokio::select! {
+            m = stream.next() => m,
+            _ = outlet.wait_closing() => return,
+        };
+        let msg = match next {
+            Some(Ok(m)) => m,
+            Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size }))) => {
+                outlet.push_frame(&Frame::error(
+                    None,
+                    ErrorCode::Unsupported,
+                    format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
+                ));
+                outlet.close(Closing {
+                    code: CloseCode::Size,
+                    reason: "frame too large",
+                    drain: true,
+                });
+                return;
+            }
+            Some(Err(e)) => {
+                debug!(conn = outlet.conn_id, "read error: {e}");
+                return;
+            }
+            None => return,
+        };
+        match msg {
+            Message::Text(text) => {
+                if !rate.allow() {
+                    outlet.push_frame(&Frame::error(
+                        request_id_of(text.as_str()),
+                        ErrorCode::RateLimited,
+                        format!(
+                            "more than {} frames per second (burst {}); this frame was not processed, retry it later",
+                            limits.frames_per_second, limits.frame_burst
+                        ),
+                    ));
+                    continue;
+                }
+                match decode_request(text.as_str()) {
+                    Ok(frame) => hub.handle(outlet, frame).await,
+                    Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
+                }
+            }
+            Message::Binary(_) => outlet.push_frame(&Frame::error(
+                None,
+                ErrorCode::Unsupported,
+                "binary frames carry media, which this build does not support yet",
+            )),
+            Message::Close(_) => return,
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+        }
+    }
+}
+
+/// Best effort id for an error about a frame that was not decoded (rate limiting).
+fn request_id_of(text: &str) -> Option<i64> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        id: Option<i64>,
+    }
+    serde_json_core::from_str::<IdOnly>(text).ok().and_then(|(v, _)| v.id)
+}
+
+async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
+    loop {
+        if outlet.must_abort() {
+            break;
+        }
+        let item = outlet.queue.borrow_mut().pop();
+        match item {
+            Some(Outbound::Frame { text, .. }) => {
+                if send_or_abort(&outlet, &mut sink, Message::Text(text)).await.is_err() {
+                    return;
+                }
+            }
+            Some(Outbound::Replay { cursor, id }) => {
+                if replay(&hub, &outlet, &mut sink, cursor, id).await.is_err() {
+                    return;
+                }
+            }
+            None => {
+                if outlet.is_closing() {
+                    break;
+                }
+                outlet.wake.notified().await;
+            }
+        }
+    }
+    let closing = outlet.closing.borrow().clone();
+    if let Some(c) = closing {
+        let _ = tokio::time::timeout(
+            DRAIN_TIMEOUT,
+            sink.send(Message::Close(Some(CloseFrame {
+                code: c.code,
+                reason: c.reason.into(),
+            }))),
+        )
+        .await;
+    }
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, sink.close()).await;
+}
+
+/// Sends one message unless the connection is told to close without draining meanwhile (a
+/// stalled reader would otherwise hold this task in `send` forever).
+async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Result<(), ()> {
+    let send = sink.send(msg);
+    tokio::pin!(send);
+    loop {
+        tokio::select! {
+            r = &mut send => return r.map_err(|_| ()),
+            _ = outlet.wait_closing() => {
+                if outlet.must_abort() {
+                    return Err(());
+                }
+                // A draining close still lets this send finish, within the drain timeout.
+                return match tokio::time::timeout(DRAIN_TIMEOUT, &mut send).await {
+                    Ok(r) => r.map_err(|_| ()),
+                    Err(_) => Err(()),
+                };
+            }
+        }
+    }
+}
+
+/// `sync`: streams outboxed frames after `cursor` straight from the store (not through the
+/// queue, so a long catch-up costs no memory), then `sync.done`, then switches the connection
+/// back to live delivery. Reading the head and switching happen with no await in between, so
+/// every frame is delivered exactly once: by this replay or by live fan-out.
+async fn replay(hub: &Hub, outlet: &Outlet, sink: &mut WsSink, cursor: u64, id: Option<i64>) -> Result<(), ()> {
+    const CHUNK: usize = 64;
+    let mut next = cursor;
+    loop {
+        let head = hub.published_head();
+        let batch = match hub.store().outbox_range(next, head, CHUNK) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!("sync replay failed: {e}");
+                outlet.set_live();
+                let f = Frame::error(id, ErrorCode::Internal, format!("sync failed: {e}"));
+                return send_or_abort(outlet, sink, Message::Text(encode_text(f.encode()))).await;
+            }
+        };
+        if batch.is_empty() {
+            outlet.set_live();
+            let done = Frame::sync_done(id, head).encode();
+            return send_or_abort(outlet, sink, Message::Text(encode_text(done))).await;
+        }
+        for (c, bytes) in batch {
+            let text = encode_text(crate::protocol::with_cursor(&bytes, c));
+            send_or_abort(outlet, sink, Message::Text(text)).await?;
+            next = c;
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Channel directory requests: create, rename, default, favorite, icon, automation, delete.
+//!
+//! Each change is committed with its broadcast frame (`channel.created`, `channel.renamed`,
+//! `channel.deleted`), so every device sees it, and a device that was away replays it on `sync`.
+//! The requester gets the same frame carrying its request id.
+
+use std::rc::Rc;
+
+use base64::Engine;
+
+use super::{Hub, Origin, Refusal};
+use crate::connection::ConnId;
+use crate::ids;
+use crate::protocol::{
+    is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, ErrorCode, Frame,
+    Lane, Request,
+};
+use crate::store::Change;
+
+pub async fn handle(
+    hub: &Rc<Hub>,
+    conn: ConnId,
+    id: Option<i64>,
+    target: Option<String>,
+    request: Request,
+) -> Result<(), Refusal> {
+    if let Request::ChannelCreate(c) = request {
+        return create(hub, conn, id, target, c).await;
+    }
+    let target = target.ok_or_else(|| {
+        (
+            ErrorCode::NotFound,
+            "this request needs the channel's chat_id in the envelope".to_owned(),
+        )
+    })?;
+    let mut entry = hub.channel(&target)?;
+    match request {
+        Request::ChannelRename { name } => {
+            entry.name = valid_name(hub, &name)?;
+            save(hub, conn, id, vec![entry]).await
+        }
+        Request::ChannelFavorite { on } => {
+            entry.favorite = on;
+            save(hub, conn, id, vec![entry]).await
+        }
+        Request::ChannelIcon(icon) => {
+            set_icon(hub, &mut entry, icon)?;
+            save(hub, conn, id, vec![entry]).await
+        }
+        Request::ChannelSetAutomation { on } => {
+            if entry.is_default {
+                return Err((
+                    ErrorCode::NotFound,
+                    "the default channel cannot be an automation channel".into(),
+                ));
+            }
+            if entry.is_thread() {
+                return Err((
+                    ErrorCode::Unsupported,
+                    "a thread cannot be an automation channel; mark its parent channel".into(),
+                ));
+            }
+            entry.automation = on;
+            save(hub, conn, id, vec![entry]).await
+        }
+        Request::ChannelSetDefault => set_default(hub, conn, id, entry).await,
+        Request::ChannelDelete => delete(hub, conn, id, entry).await,
+        _ => unreachable!("hub routes only channel requests here"),
+    }
+}
+
+fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
+    let name = name.trim();
+    let max = hub.limits().max_name_chars;
+    if name.is_empty() {
+        return Err((ErrorCode::Unsupported, "a channel name cannot be empty".into()));
+    }
+    if name.chars().count() > max {
+        return Err((
+            ErrorCode::Unsupported,
+            format!("a channel name is at most {max} characters (limits.max_name_chars)"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err((
+            ErrorCode::Unsupported,
+            "a channel name cannot contain control characters".into(),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
+    if let Some(icon) = &req.icon {
+        let max = hub.limits().max_icon_bytes;
+        // Base64 is 4/3 of the bytes: refuse before decoding anything oversized.
+        if icon.len() > max / 3 * 4 + 4 {
+            return Err((
+                ErrorCode::Unsupported,
+                format!("the icon is over {max} bytes (limits.max_icon_bytes)"),
+            ));
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(icon.trim())
+            .map_err(|e| (ErrorCode::Unsupported, format!("the icon is not valid base64: {e}")))?;
+        let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
+        let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
+        if !(is_png || is_jpeg) {
+            return Err((
+                ErrorCode::Unsupported,
+                "the icon must be a PNG or JPEG image".into(),
+            ));
+        }
+    }
+    if let Some(color) = &req.color {
+        let ok = color.len() == 7
+            && color.starts_with('#')
+            && color[1..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !ok {
+            return Err((
+                ErrorCode::Unsupported,
+                format!("color must look like #RRGGBB (got `{}`)", color.chars().take(16).collect::<String>()),
+            ));
+        }
+    }
+    entry.icon = req.icon;
+    entry.color = req.color;
+    Ok(())
+}
+
+/// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
+async fn save(hub: &Hub, conn: ConnId, id: Option<i64>, entries: Vec<Channel>) -> Result<(), Refusal> {
+    let mut changes = Vec::new();
+    for e in &entries {
+        changes.push(Change::PutChannel(e.clone()));
+        changes.push(Change::Outbox(Frame::channel_entry("channel.renamed", e).encode()));
+    }
+    let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
+    commit(hub, conn, changes, reply).await
+}
+
+async fn commit(hub: &Hub, conn: ConnId, changes: Vec<Change>, reply: Frame) -> Result<(), Refusal> {
+    hub.commit(
+        changes,
+        Some(Origin {
+            conn,
+            before: None,
+            reply: Some((0, reply)),
+        }),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| (ErrorCode::Internal, e.0))
+}
+
+async fn create(
+    hub: &Hub,
+    conn: ConnId,
+    id: Option<i64>,
+    envelope_chat: Option<String>,
+    req: ChannelCreate,
+) -> Result<(), Refusal> {
+    let name = valid_name(hub, &req.name)?;
+    let all = hub.store.channels().map_err(super::internal)?;
+    let max = hub.limits().max_channels;
+    if all.len() >= max {
+        return Err((
+            ErrorCode::RateLimited,
+            format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first"),
+        ));
+    }
+    let wants_thread = req.kind == Some(CreateKind::Thread) || req.parent_chat_id.is_some();
+    let entry = if wants_thread {
+        let parent_id = req.parent_chat_id.or(envelope_chat).ok_or_else(|| {
+            (
+                ErrorCode::NotFound,
+                "a thread needs parent_chat_id (the channel it belongs to)".to_owned(),
+            )
+        })?;
+        if !is_valid_id(&parent_id) {
+            return Err((ErrorCode::NotFound, format!("no channel `{}`", parent_id.chars().take(64).collect::<String>())));
+        }
+        let parent = hub.channel(&parent_id)?;
+        if parent.is_thread() {
+            return Err((
+                ErrorCode::Unsupported,
+                "threads cannot nest: use the parent channel as parent_chat_id".into(),
+            ));
+        }
+        if parent.automation {
+            return Err((
+                ErrorCode::Unsupported,
+                "an automation channel has no threads".into(),
+            ));
+        }
+        new_thread(&parent_id, name, false)
+    } else {
+        Channel {
+            chat_id: ids::time_ordered("chan"),
+            name,
+            kind: ChannelKind::Channel,
+            parent_chat_id: None,
+            is_default: false,
+            archived: false,
+            auto: false,
+            favorite: false,
+            icon: None,
+            color: None,
+            automation: false,
+        }
+    };
+    let changes = vec![
+        Change::PutChannel(entry.clone()),
+        Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),
+    ];
+    let reply = Frame::channel_entry("channel.created", &entry).reply_to(id);
+    commit(hub, conn, changes, reply).await
+}
+
+/// A new thread entry under `parent` (`auto` for threads the gateway mints for a message).
+pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
+    Channel {
+        chat_id: ids::time_ordered("thr"),
+        name,
+        kind: ChannelKind::Thread,
+        parent_chat_id: Some(parent.to_owned()),
+        is_default: false,
+        archived: false,
+        auto,
+        favorite: false,
+        icon: None,
+        color: None,
+        automation: false,
+    }
+}
+
+/// Moves the default mark: the old default becomes a plain channel in the same commit, so
+/// there is exactly one default at every instant a device or a crash could observe.
+async fn set_default(hub: &Hub, conn: ConnId, id: Option<i64>, mut entry: Channel) -> Result<(), Refusal> {
+    if entry.is_thread() {
+        return Err((ErrorCode::Unsupported, "a thread cannot be the default channel".into()));
+    }
+    if entry.automation {
+        return Err((
+            ErrorCode::Unsupported,
+            "an automation channel cannot be the default; turn automation off first".into(),
+        ));
+    }
+    let mut entries = Vec::new();
+    if !entry.is_default {
+        let old = hub
+            .store
+            .channels()
+            .map_err(super::internal)?
+            .into_iter()
+            .find(|c| c.is_default);
+        entry.is_default = true;
+        entry.kind = ChannelKind::Default;
+        entries.push(entry);
+        if let Some(mut old) = old {
+            old.is_default = false;
+            old.kind = ChannelKind::Channel;
+            entries.push(old);
+        }
+    } else {
+        entries.push(entry);
+    }
+    save(hub, conn, id, entries).await
+}
+
+/// Deletes a channel with its threads (or one thread) and their history.
+async fn delete(hub: &Rc<Hub>, conn: ConnId, id: Option<i64>, entry: Channel) -> Result<(), Refusal> {
+    if entry.is_default {
+        return Err((
+            ErrorCode::Unsupported,
+            "the default channel cannot be deleted; make another channel the default first".into(),
+        ));
+    }
+    let mut doomed: Vec<Channel> = Vec::new();
+    if !entry.is_thread() {
+        doomed.extend(
+            hub.store
+                .channels()
+                .map_err(super::internal)?
+                .into_iter()
+                .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str())),
+        );
+    }
+    doomed.push(entry.clone());
+    let mut changes = Vec::new();
+    for c in &doomed {
+        changes.push(Change::DeleteChannel(c.chat_id.clone()));
+        changes.push(Change::Outbox(Frame::channel_deleted(&c.chat_id).encode()));
+    }
+    let reply_at = doomed.len() - 1;
+    hub.commit(
+        changes,
+        Some(Origin {
+            conn,
+            before: None,
+            reply: Some((reply_at, Frame::channel_deleted(&entry.chat_id).reply_to(id))),
+        }),
+    )
+    .await
+    .map_err(|e| (ErrorCode::Internal, e.0))?;
+    // History goes after the directory entry: a crash in between leaves orphaned messages that
+    // no request can reach, and the next delete of the same id (idempotent) would finish it.
+    let (chat, thread) = match &entry.parent_chat_id {
+        Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
+        _ => (entry.chat_id.as_str(), None),
+    };
+    if let Err(e) = hub.store.purge_history(chat, thread) {
+        tracing::warn!("could not purge the history of {}: {e}", entry.chat_id);
+    }
+    hub.forget_lanes(|lane: &Lane| lane.chat_id == chat && (thread.is_none() || lane.thread() == thread));
+    Ok(())
+}

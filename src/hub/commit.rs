@@ -1,0 +1,139 @@
+//! The committer: the one path by which durable changes reach devices.
+//!
+//! Requests queue their changes here. The committer applies everything queued as one group,
+//! fsyncs once for the whole group (group commit: a burst of messages costs one SD-card flush,
+//! not one each), and only then publishes the group's outbox frames to every device, in cursor
+//! order. So a frame a device has seen is always on disk, and every device sees frames in the
+//! order of their cursors.
+
+use std::rc::Rc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tracing::warn;
+
+use super::Hub;
+use crate::connection::{encode_text, ConnId, Mode};
+use crate::protocol::Frame;
+use crate::store::Change;
+
+/// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
+pub const QUEUE_DEPTH: usize = 256;
+/// Most jobs folded into one fsync.
+const MAX_GROUP: usize = 64;
+
+/// The storage error a requester is told about.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct CommitError(pub String);
+
+/// How the requesting connection is answered, next to the broadcast.
+pub struct Origin {
+    pub conn: ConnId,
+    /// Sent to the requester just before the first broadcast frame (e.g. `read.receipt`).
+    pub before: Option<Frame>,
+    /// Sent to the requester instead of the broadcast frame at this index (the same frame
+    /// carrying the request's `id`).
+    pub reply: Option<(usize, Frame)>,
+}
+
+pub struct CommitJob {
+    changes: Vec<Change>,
+    origin: Option<Origin>,
+    done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
+}
+
+impl Hub {
+    /// Makes `changes` durable, publishes their outbox frames, and returns their cursors.
+    pub async fn commit(&self, changes: Vec<Change>, origin: Option<Origin>) -> Result<Vec<u64>, CommitError> {
+        let (done, rx) = oneshot::channel();
+        self.committer
+            .send(CommitJob {
+                changes,
+                origin,
+                done,
+            })
+            .await
+            .map_err(|_| CommitError("the gateway is shutting down".into()))?;
+        rx.await
+            .map_err(|_| CommitError("the gateway is shutting down".into()))?
+    }
+
+    /// Fans one durable outbox frame out. Devices replaying the outbox (`sync`) skip it: their
+    /// replay reads it from the store. The requester always gets its answer.
+    fn publish(&self, cursor: u64, text: &Utf8Bytes, delivery_for_origin: Option<(ConnId, &Frame)>) {
+        let outlets: Vec<_> = {
+            let mut st = self.state.borrow_mut();
+            st.published_head = cursor;
+            st.outlets.values().cloned().collect()
+        };
+        let delivery = crate::protocol::Delivery::NeverDropped;
+        for o in outlets {
+            match delivery_for_origin {
+                Some((conn, reply)) if conn == o.conn_id => o.push_frame(reply),
+                _ if o.mode() == Mode::Live => o.push(text, delivery, None),
+                _ => {}
+            }
+        }
+    }
+}
+
+pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
+    let retain = hub.config.store.outbox_retain_frames;
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let applied: Vec<_> = group.iter().map(|j| hub.store.commit(&j.changes)).collect();
+        let synced = hub.store.sync().await;
+        match &synced {
+            Ok(()) => hub.set_storage_error(None),
+            Err(e) => {
+                warn!("storage flush failed: {e}");
+                hub.set_storage_error(Some(e.to_string()));
+            }
+        }
+        for (job, result) in group.into_iter().zip(applied) {
+            let result = match (result, &synced) {
+                (Ok(cursors), Ok(())) => Ok(cursors),
+                (Err(e), _) => Err(CommitError(format!("storage error: {e}"))),
+                (_, Err(e)) => Err(CommitError(format!("storage error: {e}"))),
+            };
+            if let Ok(cursors) = &result {
+                publish_job(&hub, &job, cursors);
+            }
+            let _ = job.done.send(result);
+        }
+        if let Err(e) = hub.store.prune_outbox(retain) {
+            warn!("outbox pruning failed: {e}");
+        }
+    }
+}
+
+fn publish_job(hub: &Hub, job: &CommitJob, cursors: &[u64]) {
+    let origin_outlet = job
+        .origin
+        .as_ref()
+        .and_then(|o| hub.state.borrow().outlets.get(&o.conn).cloned());
+    if let (Some(o), Some(outlet)) = (&job.origin, &origin_outlet) {
+        if let Some(before) = &o.before {
+            outlet.push_frame(before);
+        }
+    }
+    let frames = job.changes.iter().filter_map(|c| match c {
+        Change::Outbox(bytes) => Some(bytes),
+        _ => None,
+    });
+    for (i, (bytes, cursor)) in frames.zip(cursors).enumerate() {
+        let text = encode_text(bytes.clone());
+        let reply = job.origin.as_ref().and_then(|o| match &o.reply {
+            Some((idx, frame)) if *idx == i => Some((o.conn, frame)),
+            _ => None,
+        });
+        hub.publish(*cursor, &text, reply);
+    }
+}

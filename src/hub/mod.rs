@@ -1,0 +1,490 @@
+//! The hub: the single owner of live state (connected devices, lanes, running turns).
+//!
+//! It turns decoded requests into store changes and fan-out. Everything that must survive goes
+//! through the committer (`commit.rs`) first, which makes it durable and only then publishes it,
+//! in cursor order, to every connected device. Ephemeral frames (typing, streaming updates) are
+//! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
+//! `RefCell` that is never borrowed across an `.await`.
+
+mod channels;
+mod commit;
+mod turns;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, Semaphore};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tracing::{info, warn};
+
+pub use commit::{CommitError, Origin};
+
+use crate::agent::Agent;
+use crate::config::{Config, Limits};
+use crate::connection::{encode_text, Closing, ConnId, Outlet};
+use crate::ids;
+use crate::protocol::{
+    Channel, ErrorCode, Frame, HealthState, Hello, HistoryRequest, Lane, Request, RequestFrame,
+    ServerCaps, TodoItem,
+};
+use crate::store::{Device, DeviceOrigin, Store, StoreError, DEFAULT_CHAT_ID};
+
+/// A refusal to send back as an `error` frame.
+pub type Refusal = (ErrorCode, String);
+
+/// Failed hellos remembered per source address (oldest forgotten first when full).
+const BAD_HELLO_TABLE: usize = 32;
+const BAD_HELLO_WINDOW: Duration = Duration::from_secs(60);
+
+/// Per-lane live state: the running turn's queue and the lane's current todo list.
+#[derive(Default)]
+struct LaneState {
+    running: bool,
+    queue: std::collections::VecDeque<turns::QueuedTurn>,
+    todos: Vec<TodoItem>,
+}
+
+struct State {
+    outlets: HashMap<ConnId, Rc<Outlet>>,
+    lanes: HashMap<Lane, LaneState>,
+    /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
+    published_head: u64,
+    next_conn_id: ConnId,
+    bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
+    storage_error: Option<String>,
+    shutting_down: bool,
+}
+
+pub struct Hub {
+    store: Store,
+    config: Config,
+    agent: Rc<dyn Agent>,
+    state: RefCell<State>,
+    committer: mpsc::Sender<commit::CommitJob>,
+    turn_slots: Semaphore,
+}
+
+impl Hub {
+    /// Builds the hub and starts its committer task (must be called inside a `LocalSet`).
+    pub fn start(store: Store, config: Config, agent: Rc<dyn Agent>) -> Result<Rc<Hub>, StoreError> {
+        let head = store.cursor_head()?;
+        let mut lanes: HashMap<Lane, LaneState> = HashMap::new();
+        for (lane, todos) in store.all_todos()? {
+            lanes.entry(lane).or_default().todos = todos;
+        }
+        let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
+        let hub = Rc::new(Hub {
+            turn_slots: Semaphore::new(config.limits.max_running_turns),
+            store,
+            config,
+            agent,
+            state: RefCell::new(State {
+                outlets: HashMap::new(),
+                lanes,
+                published_head: head,
+                next_conn_id: 1,
+                bad_hellos: heapless::LinearMap::new(),
+                storage_error: None,
+                shutting_down: false,
+            }),
+            committer: tx,
+        });
+        tokio::task::spawn_local(commit::run(hub.clone(), rx));
+        Ok(hub)
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn published_head(&self) -> u64 {
+        self.state.borrow().published_head
+    }
+
+    pub fn next_conn_id(&self) -> ConnId {
+        let mut st = self.state.borrow_mut();
+        st.next_conn_id += 1;
+        st.next_conn_id
+    }
+
+    /// Sockets currently open past the hello gate.
+    pub fn connected(&self) -> usize {
+        self.state.borrow().outlets.len()
+    }
+
+    /// The one health state: drives `status` frames (and, with the board, the LED).
+    pub fn health(&self) -> HealthState {
+        let st = self.state.borrow();
+        if st.shutting_down {
+            HealthState::Restarting
+        } else if st.storage_error.is_some() {
+            HealthState::Degraded
+        } else {
+            HealthState::Online
+        }
+    }
+
+    fn caps(&self) -> ServerCaps {
+        ServerCaps {
+            streaming: true,
+            reasoning: true,
+            tools: true,
+            media: false,
+            search: false,
+            push: "none",
+            push_ntfy_server: String::new(),
+            pickers: false,
+        }
+    }
+
+    /// Checks a hello's token. Repeated failures from one address are refused before the token
+    /// is even looked at, so guessing tokens is slow.
+    pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
+        let limit = self.config.limits.bad_hellos_per_minute;
+        {
+            let st = self.state.borrow();
+            if let Some((count, since)) = st.bad_hellos.get(&ip) {
+                if *count >= limit && since.elapsed() < BAD_HELLO_WINDOW {
+                    return Err((
+                        ErrorCode::RateLimited,
+                        format!("too many failed hellos from this address ({limit} per minute); wait a minute"),
+                    ));
+                }
+            }
+        }
+        if self.state.borrow().shutting_down {
+            return Err((ErrorCode::Internal, "the gateway is restarting".into()));
+        }
+        let found = if hello.token.len() <= 256 {
+            self.store
+                .device_by_token_hash(&ids::token_hash(&hello.token))
+                .map_err(|e| (ErrorCode::Internal, e.to_string()))?
+        } else {
+            None
+        };
+        let Some(mut device) = found else {
+            self.note_bad_hello(ip);
+            return Err((
+                ErrorCode::Auth,
+                "unknown or revoked token: pair this device again (iris-gateway pair)".into(),
+            ));
+        };
+        device.last_seen_ms = Some(ids::now_ms());
+        if let Some(app_id) = hello.device_id.as_deref().filter(|s| s.len() <= 128) {
+            device.app_device_id = Some(app_id.to_owned());
+        }
+        if device.name.is_empty() {
+            if let Some(name) = hello.device_name.as_deref() {
+                device.name = name.chars().take(self.config.limits.max_name_chars).collect();
+            }
+        }
+        if let Some(t) = hello.fcm_token.as_deref().filter(|s| s.len() <= 4096) {
+            device.fcm_token = Some(t.to_owned());
+        }
+        if let Some(t) = hello.ntfy_topic.as_deref().filter(|s| s.len() <= 256) {
+            device.ntfy_topic = Some(t.to_owned());
+        }
+        if let Err(e) = self.store.update_device(&device) {
+            warn!("could not record the device's hello: {e}");
+        }
+        self.state.borrow_mut().bad_hellos.remove(&ip);
+        Ok(device)
+    }
+
+    fn note_bad_hello(&self, ip: IpAddr) {
+        let mut st = self.state.borrow_mut();
+        let table = &mut st.bad_hellos;
+        if let Some((count, since)) = table.get_mut(&ip) {
+            if since.elapsed() >= BAD_HELLO_WINDOW {
+                *count = 0;
+                *since = Instant::now();
+            }
+            *count += 1;
+            return;
+        }
+        if table.len() == BAD_HELLO_TABLE {
+            let oldest = table
+                .iter()
+                .min_by_key(|(_, (_, since))| *since)
+                .map(|(ip, _)| *ip);
+            if let Some(old) = oldest {
+                table.remove(&old);
+            }
+        }
+        let _ = table.insert(ip, (1, Instant::now()));
+    }
+
+    /// Registers an authenticated connection and queues its greeting: `hello.ack`, `status`,
+    /// then the todo snapshot of every lane that has one. Done without an await, so the
+    /// `sync_cursor` it reports is exactly where live delivery to this device starts.
+    pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
+        let channels = self.store.channels().unwrap_or_default();
+        let device = self.store.device(&outlet.device_id).ok().flatten();
+        let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
+        let health = self.health();
+        let mut st = self.state.borrow_mut();
+        outlet.push_frame(&Frame::hello_ack(
+            hello_id,
+            &self.caps(),
+            st.published_head,
+            last_pushed,
+            &channels,
+        ));
+        outlet.push_frame(&Frame::status(health));
+        for (lane, ls) in st.lanes.iter() {
+            if !ls.todos.is_empty() {
+                outlet.push_frame(&Frame::todo_update(&ls.todos).in_lane(&lane.chat_id, lane.thread()));
+            }
+        }
+        st.outlets.insert(outlet.conn_id, outlet.clone());
+    }
+
+    pub fn detach(&self, conn_id: ConnId) {
+        self.state.borrow_mut().outlets.remove(&conn_id);
+    }
+
+    /// Sends a live-only frame to every connected device, encoded once.
+    pub fn broadcast(&self, frame: &Frame, coalesce_key: Option<u64>) {
+        let text = encode_text(frame.encode());
+        let delivery = frame.delivery();
+        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
+        for o in outlets {
+            o.push(&text, delivery, coalesce_key);
+        }
+    }
+
+    fn set_storage_error(&self, error: Option<String>) {
+        let before = self.health();
+        self.state.borrow_mut().storage_error = error;
+        let after = self.health();
+        if before != after {
+            match after {
+                HealthState::Degraded => warn!("gateway degraded: storage is failing"),
+                _ => info!("gateway back online"),
+            }
+            self.broadcast(&Frame::status(after), None);
+        }
+    }
+
+    /// Routes one decoded request from an authenticated connection.
+    pub async fn handle(self: &Rc<Self>, outlet: &Rc<Outlet>, frame: RequestFrame) {
+        let id = frame.id;
+        let result: Result<(), Refusal> = match frame.request {
+            Request::Hello(_) => Err((
+                ErrorCode::Unsupported,
+                "this connection already said hello".into(),
+            )),
+            Request::Ping { ts } => {
+                outlet.push_frame(&Frame::pong(id, ts.unwrap_or_else(ids::now_ms)));
+                Ok(())
+            }
+            Request::Sync { cursor } => {
+                outlet.push_replay(cursor.max(0) as u64, id);
+                Ok(())
+            }
+            Request::History(h) => self.history(outlet, &frame.chat_id, &frame.thread_id, id, h),
+            Request::MessageSend(m) => {
+                turns::send_message(self, outlet, frame.chat_id, frame.thread_id, id, m).await
+            }
+            Request::ChannelList => self.store.channels().map_err(internal).map(|channels| {
+                outlet.push_frame(&Frame::channel_list(id, &channels));
+            }),
+            Request::Unimplemented(kind) => Err((
+                ErrorCode::Unsupported,
+                format!("`{kind}` is not supported by this gateway yet (see hello.ack server_caps)"),
+            )),
+            other => {
+                let target = frame.thread_id.or(frame.chat_id);
+                channels::handle(self, outlet.conn_id, id, target, other).await
+            }
+        };
+        if let Err((code, message)) = result {
+            outlet.push_frame(&Frame::error(id, code, message));
+        }
+    }
+
+    fn history(
+        &self,
+        outlet: &Outlet,
+        chat_id: &Option<String>,
+        thread_id: &Option<String>,
+        id: Option<i64>,
+        req: HistoryRequest,
+    ) -> Result<(), Refusal> {
+        let (lane, _) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        let limits = &self.config.limits;
+        let limit = match req.limit {
+            None => limits.history_default,
+            Some(n) if n >= 1 => (n as usize).min(limits.history_max),
+            Some(n) => {
+                return Err((
+                    ErrorCode::Unsupported,
+                    format!("history limit must be at least 1 (got {n})"),
+                ))
+            }
+        };
+        let page = self
+            .store
+            .history_page(&lane, req.before_message_id.as_deref(), limit)
+            .map_err(internal)?
+            .ok_or_else(|| {
+                (
+                    ErrorCode::NotFound,
+                    format!(
+                        "before_message_id `{}` is not a message of {lane}",
+                        req.before_message_id.as_deref().unwrap_or("")
+                    ),
+                )
+            })?;
+        let oldest = page.messages.first().map(|m| m.message_id.as_str());
+        outlet.push_frame(
+            &Frame::history(id, &page.messages, page.has_more, oldest)
+                .in_lane(&lane.chat_id, lane.thread()),
+        );
+        Ok(())
+    }
+
+    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
+    ///
+    /// The addressing rule: a thread's frames carry `chat_id` = its parent channel and
+    /// `thread_id` = the thread's own id. For convenience a thread's own id alone in `chat_id`
+    /// is accepted too and means the same lane. No `chat_id` means the default channel.
+    pub fn resolve_lane(&self, chat_id: Option<&str>, thread_id: Option<&str>) -> Result<(Lane, Channel), Refusal> {
+        let default_id;
+        let chat_id = match chat_id {
+            Some(c) => c,
+            None => {
+                default_id = self.default_channel_id();
+                default_id.as_str()
+            }
+        };
+        let entry = self.channel(chat_id)?;
+        if entry.is_thread() {
+            if thread_id.is_some() {
+                return Err((
+                    ErrorCode::NotFound,
+                    format!("`{chat_id}` is a thread; use its parent as chat_id"),
+                ));
+            }
+            let parent = entry.parent_chat_id.clone().unwrap_or_default();
+            let root = self.channel(&parent)?;
+            return Ok((Lane::new(&parent, Some(chat_id)), root));
+        }
+        if let Some(t) = thread_id {
+            let thread = self.channel(t)?;
+            if !thread.is_thread() || thread.parent_chat_id.as_deref() != Some(chat_id) {
+                return Err((
+                    ErrorCode::NotFound,
+                    format!("no thread `{t}` in channel `{chat_id}`"),
+                ));
+            }
+        }
+        Ok((Lane::new(chat_id, thread_id), entry))
+    }
+
+    fn channel(&self, chat_id: &str) -> Result<Channel, Refusal> {
+        self.store
+            .channel(chat_id)
+            .map_err(internal)?
+            .ok_or_else(|| (ErrorCode::NotFound, format!("no channel `{chat_id}`")))
+    }
+
+    fn default_channel_id(&self) -> String {
+        self.store
+            .channels()
+            .ok()
+            .and_then(|all| all.into_iter().find(|c| c.is_default))
+            .map(|c| c.chat_id)
+            .unwrap_or_else(|| DEFAULT_CHAT_ID.to_owned())
+    }
+
+    /// Mints a device and its token (the `pair` command, through the control socket).
+    pub async fn pair(&self, name: &str) -> Result<(Device, String), StoreError> {
+        let (device, token) = new_device(name, DeviceOrigin::Pair);
+        self.store.add_device(&device)?;
+        self.store.sync().await?;
+        info!(device = %device.device_id, name = %device.name, "paired a new device");
+        Ok((device, token))
+    }
+
+    /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
+    pub async fn revoke(&self, device_id: &str) -> Result<bool, StoreError> {
+        let existed = self.store.remove_device(device_id)?;
+        self.store.sync().await?;
+        let outlets: Vec<Rc<Outlet>> = self
+            .state
+            .borrow()
+            .outlets
+            .values()
+            .filter(|o| o.device_id == device_id)
+            .cloned()
+            .collect();
+        for o in outlets {
+            o.push_frame(&Frame::error(None, ErrorCode::Auth, "this device was revoked"));
+            o.close(Closing {
+                code: CloseCode::Policy,
+                reason: "device revoked",
+                drain: true,
+            });
+        }
+        if existed {
+            info!(device = %device_id, "revoked a device");
+        }
+        Ok(existed)
+    }
+
+    /// The shutdown path: tell every device the gateway is restarting, then close them all.
+    pub fn begin_shutdown(&self) {
+        self.state.borrow_mut().shutting_down = true;
+        self.broadcast(&Frame::status(HealthState::Restarting), None);
+        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
+        for o in outlets {
+            o.close(Closing {
+                code: CloseCode::Restart,
+                reason: "gateway restarting",
+                drain: true,
+            });
+        }
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.state.borrow().shutting_down
+    }
+}
+
+/// A new device record and the token that authenticates it (returned once, never stored).
+pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
+    let token = ids::pairing_token();
+    let device = Device {
+        device_id: ids::time_ordered("dev"),
+        name: name.chars().take(100).collect(),
+        origin,
+        created_ms: ids::now_ms(),
+        last_seen_ms: None,
+        app_device_id: None,
+        last_pushed_cursor: 0,
+        fcm_token: None,
+        ntfy_topic: None,
+        token_hash: ids::token_hash(&token),
+    };
+    (device, token)
+}
+
+fn internal(e: impl std::fmt::Display) -> Refusal {
+    (ErrorCode::Internal, format!("storage error: {e}"))
+}
+
+/// Coalescing key for a streamed frame: same kind, same message, same tool → same key.
+fn coalesce_key(kind: &str, message_id: &str, index: i64) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (kind, message_id, index).hash(&mut h);
+    h.finish()
+}

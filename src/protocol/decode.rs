@@ -1,0 +1,431 @@
+//! App→server frame decoding.
+//!
+//! Two steps, on purpose. The envelope header (`v`, `type`, `id`, `chat_id`, `thread_id`) is
+//! read with serde-json-core into borrowed, fixed-size fields: no heap allocation, so junk, wrong
+//! versions and unknown types are refused before the gateway spends memory on them. Only a frame
+//! that names a known type gets its payload decoded, with serde_json, into an owned typed request
+//! (payloads hold arbitrary objects and long escaped text that a no-alloc decoder cannot own).
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::{is_valid_id, ErrorCode, PROTOCOL_VERSION};
+
+/// Deepest JSON nesting accepted. serde-json-core recurses without a limit, so a frame of a
+/// million `[` would overflow the stack; no v1 frame nests deeper than a handful of levels.
+const MAX_NESTING: usize = 32;
+
+/// Why a frame was refused, with the request id to echo when the header was readable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DecodeError {
+    pub id: Option<i64>,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl DecodeError {
+    fn new(id: Option<i64>, code: ErrorCode, message: impl Into<String>) -> Self {
+        DecodeError {
+            id,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A decoded app→server frame: the envelope fields the hub routes on plus the typed payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestFrame {
+    pub id: Option<i64>,
+    pub chat_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub request: Request,
+}
+
+/// Every app→server frame of v1. Frames whose feature this build does not implement yet decode
+/// to `Unimplemented`, so the app gets an honest `unsupported` instead of a parse error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Hello(Hello),
+    Ping { ts: Option<i64> },
+    MessageSend(MessageSend),
+    ChannelCreate(ChannelCreate),
+    ChannelRename { name: String },
+    ChannelSetDefault,
+    ChannelFavorite { on: bool },
+    ChannelIcon(ChannelIcon),
+    ChannelSetAutomation { on: bool },
+    ChannelDelete,
+    ChannelList,
+    Sync { cursor: i64 },
+    History(HistoryRequest),
+    Unimplemented(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Hello {
+    pub token: String,
+    #[serde(default)]
+    pub device_id: Option<String>,
+    #[serde(default)]
+    pub device_name: Option<String>,
+    #[serde(default)]
+    pub fcm_token: Option<String>,
+    #[serde(default)]
+    pub ntfy_topic: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MessageSend {
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    #[serde(default)]
+    pub media_refs: Vec<String>,
+    #[serde(default)]
+    pub auto_thread: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ChannelCreate {
+    pub name: String,
+    #[serde(default)]
+    pub kind: Option<CreateKind>,
+    #[serde(default)]
+    pub parent_chat_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateKind {
+    Channel,
+    Thread,
+}
+
+/// Omitting a field and sending `null` both clear it, as the schema says.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ChannelIcon {
+    #[serde(default)]
+    pub icon: Option<String>,
+    #[serde(default)]
+    pub color: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HistoryRequest {
+    #[serde(default)]
+    pub before_message_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    v: Option<i64>,
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a str>,
+    id: Option<i64>,
+    #[serde(borrow)]
+    chat_id: Option<&'a str>,
+    #[serde(borrow)]
+    thread_id: Option<&'a str>,
+}
+
+/// Decodes one text frame. Every refusal carries a message that names the offending field.
+pub fn decode_request(text: &str) -> Result<RequestFrame, DecodeError> {
+    check_nesting(text.as_bytes())?;
+    let header = read_header(text)?;
+    let id = header.id;
+    match header.v {
+        Some(PROTOCOL_VERSION) => {}
+        Some(other) => {
+            return Err(DecodeError::new(
+                id,
+                ErrorCode::Unsupported,
+                format!("protocol version {other} is not supported; this gateway speaks v1"),
+            ))
+        }
+        None => {
+            return Err(DecodeError::new(
+                id,
+                ErrorCode::Unsupported,
+                "missing envelope field `v` (must be 1)",
+            ))
+        }
+    }
+    let kind = header.kind.ok_or_else(|| {
+        DecodeError::new(id, ErrorCode::Unsupported, "missing envelope field `type`")
+    })?;
+    let chat_id = scope_id(id, "chat_id", header.chat_id)?;
+    let thread_id = scope_id(id, "thread_id", header.thread_id)?;
+    let request = decode_payload(id, kind, text)?;
+    Ok(RequestFrame {
+        id,
+        chat_id,
+        thread_id,
+        request,
+    })
+}
+
+fn read_header(text: &str) -> Result<Header<'_>, DecodeError> {
+    match serde_json_core::from_str::<Header<'_>>(text) {
+        Ok((header, used)) if text[used..].trim().is_empty() => Ok(header),
+        // The fast path failed; find out why with the full parser so the message is useful.
+        _ => Err(describe_bad_envelope(text)),
+    }
+}
+
+fn describe_bad_envelope(text: &str) -> DecodeError {
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return DecodeError::new(
+                None,
+                ErrorCode::Unsupported,
+                format!("malformed JSON: {e}"),
+            )
+        }
+    };
+    let Some(obj) = value.as_object() else {
+        return DecodeError::new(None, ErrorCode::Unsupported, "a frame must be a JSON object");
+    };
+    let id = obj.get("id").and_then(|v| v.as_i64());
+    for (field, want) in [
+        ("v", "an integer"),
+        ("id", "an integer"),
+        ("type", "a string"),
+        ("chat_id", "a string"),
+        ("thread_id", "a string"),
+    ] {
+        let Some(v) = obj.get(field) else { continue };
+        let ok = match want {
+            "an integer" => v.is_i64(),
+            _ => v.is_string() || (v.is_null() && field.ends_with("_id")),
+        };
+        if !ok {
+            return DecodeError::new(
+                id,
+                ErrorCode::Unsupported,
+                format!("envelope field `{field}` must be {want}"),
+            );
+        }
+    }
+    DecodeError::new(id, ErrorCode::Unsupported, "malformed envelope")
+}
+
+fn scope_id(id: Option<i64>, field: &str, value: Option<&str>) -> Result<Option<String>, DecodeError> {
+    match value {
+        None => Ok(None),
+        Some(v) if is_valid_id(v) => Ok(Some(v.to_owned())),
+        Some(_) => Err(DecodeError::new(
+            id,
+            ErrorCode::Unsupported,
+            format!("envelope field `{field}` must be 1-64 characters of [A-Za-z0-9_.:-]"),
+        )),
+    }
+}
+
+fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, DecodeError> {
+    Ok(match kind {
+        "hello" => Request::Hello(payload(id, kind, text)?),
+        "ping" => {
+            #[derive(Deserialize)]
+            struct Ping {
+                ts: Option<i64>,
+            }
+            Request::Ping {
+                ts: payload::<Ping>(id, kind, text)?.ts,
+            }
+        }
+        "message.send" => Request::MessageSend(payload(id, kind, text)?),
+        "channel.create" => Request::ChannelCreate(payload(id, kind, text)?),
+        "channel.rename" => {
+            #[derive(Deserialize)]
+            struct Rename {
+                name: String,
+            }
+            Request::ChannelRename {
+                name: payload::<Rename>(id, kind, text)?.name,
+            }
+        }
+        "channel.set_default" => Request::ChannelSetDefault,
+        "channel.favorite" => Request::ChannelFavorite {
+            on: payload::<Toggle>(id, kind, text)?.on,
+        },
+        "channel.icon" => Request::ChannelIcon(payload(id, kind, text)?),
+        "channel.set_automation" => Request::ChannelSetAutomation {
+            on: payload::<Toggle>(id, kind, text)?.on,
+        },
+        "channel.delete" => Request::ChannelDelete,
+        "channel.list" => Request::ChannelList,
+        "sync" => {
+            #[derive(Deserialize)]
+            struct Sync {
+                #[serde(default)]
+                cursor: i64,
+            }
+            Request::Sync {
+                cursor: payload::<Sync>(id, kind, text)?.cursor,
+            }
+        }
+        "history" => Request::History(payload(id, kind, text)?),
+        "commands.catalog" => Request::Unimplemented("commands.catalog"),
+        "search" => Request::Unimplemented("search"),
+        "message.delete" => Request::Unimplemented("message.delete"),
+        "media.upload.start" => Request::Unimplemented("media.upload.start"),
+        "media.upload.end" => Request::Unimplemented("media.upload.end"),
+        "media.pull" => Request::Unimplemented("media.pull"),
+        "fcm.register" => Request::Unimplemented("fcm.register"),
+        "picker.select" => Request::Unimplemented("picker.select"),
+        other => {
+            let shown: String = other.chars().take(40).collect();
+            return Err(DecodeError::new(
+                id,
+                ErrorCode::Unsupported,
+                format!("unknown frame type `{shown}`"),
+            ));
+        }
+    })
+}
+
+#[derive(Deserialize)]
+struct Toggle {
+    on: bool,
+}
+
+/// Decodes `payload` of a known frame type; a missing payload reads as `{}` so frames whose
+/// fields are all optional may omit it.
+fn payload<T: DeserializeOwned>(id: Option<i64>, kind: &str, text: &str) -> Result<T, DecodeError> {
+    #[derive(Deserialize)]
+    struct Outer<T> {
+        payload: Option<T>,
+    }
+    let outer: Outer<T> = serde_json::from_str(text).map_err(|e| {
+        DecodeError::new(
+            id,
+            ErrorCode::Unsupported,
+            format!("bad `{kind}` payload: {}", strip_position(&e)),
+        )
+    })?;
+    match outer.payload {
+        Some(p) => Ok(p),
+        None => serde_json::from_str("{}").map_err(|e| {
+            DecodeError::new(
+                id,
+                ErrorCode::Unsupported,
+                format!("`{kind}` needs a payload: {}", strip_position(&e)),
+            )
+        }),
+    }
+}
+
+/// serde_json appends "at line 1 column N", which means nothing to an app developer looking at
+/// one frame; the field name and expected type are the useful part.
+fn strip_position(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.find(" at line ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+fn check_nesting(bytes: &[u8]) -> Result<(), DecodeError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(DecodeError::new(
+                        None,
+                        ErrorCode::Unsupported,
+                        format!("frame nests deeper than {MAX_NESTING} levels"),
+                    ));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> DecodeError {
+        decode_request(text).expect_err("must be refused")
+    }
+
+    #[test]
+    fn decodes_a_hello_with_envelope_fields() {
+        let f = decode_request(
+            r#"{"v":1,"type":"hello","id":7,"payload":{"token":"t\"x","device_id":"d1","caps":{"media":true}}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.id, Some(7));
+        let Request::Hello(h) = f.request else { panic!() };
+        assert_eq!(h.token, "t\"x");
+        assert_eq!(h.device_id.as_deref(), Some("d1"));
+    }
+
+    #[test]
+    fn scopes_and_payload_of_message_send() {
+        let f = decode_request(
+            r#"{"v":1,"type":"message.send","id":3,"chat_id":"chan_1","thread_id":"thr_2","payload":{"text":"hi","auto_thread":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.chat_id.as_deref(), Some("chan_1"));
+        assert_eq!(f.thread_id.as_deref(), Some("thr_2"));
+        assert!(matches!(f.request, Request::MessageSend(MessageSend { auto_thread: true, .. })));
+    }
+
+    #[test]
+    fn refuses_wrong_version_with_the_id_echoed() {
+        let e = err(r#"{"v":2,"type":"ping","id":9}"#);
+        assert_eq!((e.id, e.code), (Some(9), ErrorCode::Unsupported));
+        assert!(e.message.contains("version 2"));
+    }
+
+    #[test]
+    fn names_the_mistyped_field() {
+        let e = err(r#"{"v":1,"type":"ping","id":"nine"}"#);
+        assert!(e.message.contains("`id`"), "{}", e.message);
+        let e = err(r#"{"v":1,"type":"channel.favorite","id":4,"payload":{"on":"yes"}}"#);
+        assert_eq!(e.id, Some(4));
+        assert!(e.message.contains("channel.favorite"), "{}", e.message);
+    }
+
+    #[test]
+    fn refuses_junk_unknown_types_and_bad_ids() {
+        assert!(err("not json").message.contains("malformed JSON"));
+        assert!(err("[1,2]").message.contains("object"));
+        assert!(err(r#"{"v":1,"type":"teleport","id":1}"#).message.contains("unknown frame type"));
+        assert!(err(r#"{"v":1,"type":"ping","chat_id":"a b"}"#).message.contains("chat_id"));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_recursion() {
+        let deep = format!(r#"{{"v":1,"type":"ping","payload":{{"x":{}}}}}"#, "[".repeat(100_000));
+        assert!(err(&deep).message.contains("nests deeper"));
+    }
+
+    #[test]
+    fn planned_features_decode_as_unimplemented() {
+        let f = decode_request(r#"{"v":1,"type":"search","id":1,"payload":{"query":"x"}}"#).unwrap();
+        assert_eq!(f.request, Request::Unimplemented("search"));
+    }
+}

@@ -1,0 +1,137 @@
+//! `iris-gateway run`: open the store, start the hub, listen, and shut down gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{error, info, warn};
+
+use crate::agent::{Agent, DemoAgent};
+use crate::config::Config;
+use crate::connection;
+use crate::control;
+use crate::hub::{new_device, Hub};
+use crate::store::{DeviceOrigin, Store};
+
+/// How long shutdown waits for devices to receive `status{restarting}` and the close frame.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// How long `run` waits for a `pair` command that holds the store briefly.
+const STORE_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot create the control socket in {dir}: {source}")]
+    Control {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("could not close interrupted turns: {0}")]
+    Recover(String),
+}
+
+/// Runs the gateway until SIGTERM or SIGINT.
+pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
+    let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
+    info!(data_dir = %data_dir.display(), cursor = store.cursor_head()?, "store open");
+    let agent: Rc<dyn Agent> = Rc::new(DemoAgent::new(config.demo.pace_ms));
+    info!(agent = agent.name(), "agent backend ready");
+    let listen = config.listen;
+    let hub = Hub::start(store.clone(), config, agent)?;
+    let closed = hub
+        .close_interrupted_turns()
+        .await
+        .map_err(|e| RunError::Recover(e.0))?;
+    if closed > 0 {
+        warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
+    }
+
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| RunError::Listen { addr: listen, source })?;
+    let local = listener.local_addr().map_err(|source| RunError::Listen { addr: listen, source })?;
+    let url = crate::cli::pairing_url(local);
+    let control = control::bind(&data_dir).map_err(|source| RunError::Control {
+        dir: data_dir.clone(),
+        source,
+    })?;
+    tokio::task::spawn_local(control::serve(control, hub.clone(), url.clone()));
+
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    // Tests and scripts wait for this exact line on stdout.
+    println!("listening on ws://{local}");
+    print_pairing_hint(&store, &url);
+    info!(%local, "gateway online");
+
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if hub.connected() >= hub.limits().max_connections {
+                    warn!(%peer, "refusing a connection: limits.max_connections reached");
+                    drop(tcp);
+                    continue;
+                }
+                tokio::task::spawn_local(connection::serve(hub.clone(), tcp, peer));
+            }
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+        }
+    }
+
+    info!("shutting down: telling devices the gateway is restarting");
+    drop(listener);
+    hub.begin_shutdown();
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    while hub.connected() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(control::socket_path(&data_dir));
+    if let Err(e) = store.sync_blocking() {
+        error!("final flush failed: {e}");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.
+/// Earlier unused start-up codes are replaced, so only the latest printed one works.
+fn print_pairing_hint(store: &Store, url: &str) {
+    let devices = store.devices().unwrap_or_default();
+    if devices.iter().any(|d| d.last_seen_ms.is_some()) {
+        println!("pair another device with: iris-gateway pair --name NAME");
+        return;
+    }
+    for stale in devices.iter().filter(|d| d.origin == DeviceOrigin::Startup) {
+        let _ = store.remove_device(&stale.device_id);
+    }
+    let (device, token) = new_device("first device", DeviceOrigin::Startup);
+    if let Err(e) = store.add_device(&device).and_then(|_| store.sync_blocking()) {
+        warn!("could not mint a pairing code: {e}");
+        return;
+    }
+    println!("no device is paired yet; enter this in the Iris app:");
+    println!("  url:   {url}");
+    println!("  token: {token}");
+    println!("or try it from a terminal: iris-gateway chat");
+}

@@ -1,0 +1,94 @@
+//! Paired devices and their credentials.
+//!
+//! Only a SHA-256 of each token is stored (`tokens`: hash → device id), so a copied SD card does
+//! not leak working credentials. Device records (`devices`: device id → JSON) hold what `devices`
+//! lists and what push needs later.
+
+use serde::{Deserialize, Serialize};
+
+use super::{from_json, to_json, Result, Store};
+
+/// Why a device record exists: minted by `pair`, or the code printed when a gateway with no
+/// devices starts (replaced at each start until a device uses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceOrigin {
+    Pair,
+    Startup,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    pub device_id: String,
+    pub name: String,
+    pub origin: DeviceOrigin,
+    pub created_ms: i64,
+    /// Set at the first good hello; `None` means the token was never used.
+    #[serde(default)]
+    pub last_seen_ms: Option<i64>,
+    /// The id the app reports for itself in `hello` (informational).
+    #[serde(default)]
+    pub app_device_id: Option<String>,
+    /// Highest outbox cursor delivered to this device by push (0 = never).
+    #[serde(default)]
+    pub last_pushed_cursor: u64,
+    #[serde(default)]
+    pub fcm_token: Option<String>,
+    #[serde(default)]
+    pub ntfy_topic: Option<String>,
+    #[serde(default)]
+    pub token_hash: Vec<u8>,
+}
+
+impl Store {
+    /// Stores a new device with its token hash; durable when this returns.
+    pub fn add_device(&self, device: &Device) -> Result<()> {
+        self.devices
+            .insert(device.device_id.as_bytes(), to_json(device))?;
+        self.tokens
+            .insert(device.token_hash.as_slice(), device.device_id.as_bytes())?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn device_by_token_hash(&self, hash: &[u8]) -> Result<Option<Device>> {
+        let Some(id) = self.tokens.get(hash)? else {
+            return Ok(None);
+        };
+        self.device(std::str::from_utf8(&id).unwrap_or(""))
+    }
+
+    pub fn device(&self, device_id: &str) -> Result<Option<Device>> {
+        match self.devices.get(device_id.as_bytes())? {
+            Some(v) => Ok(Some(from_json(&v, "device")?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn devices(&self) -> Result<Vec<Device>> {
+        self.devices
+            .iter()
+            .values()
+            .map(|v| from_json(&v?, "device"))
+            .collect()
+    }
+
+    /// Updates a device record (last seen, push target). Left to sled's periodic flush: losing
+    /// a last-seen time to a power cut is harmless, and it saves an fsync per connect.
+    pub fn update_device(&self, device: &Device) -> Result<()> {
+        self.devices
+            .insert(device.device_id.as_bytes(), to_json(device))?;
+        Ok(())
+    }
+
+    /// Removes a device and its token; durable when this returns. `false` if it did not exist.
+    pub fn remove_device(&self, device_id: &str) -> Result<bool> {
+        let Some(d) = self.device(device_id)? else {
+            return Ok(false);
+        };
+        self.tokens.remove(d.token_hash.as_slice())?;
+        self.devices.remove(device_id.as_bytes())?;
+        self.db.flush()?;
+        Ok(true)
+    }
+}

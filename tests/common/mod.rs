@@ -1,0 +1,983 @@
+//! Shared integration-test harness: strict wire-schema validators derived from
+//! `protocol/wire-v1.schema.json`, a gateway process wrapper, and a WebSocket client that checks
+//! every frame the gateway sends against the schema.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Map, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub const SCHEMA_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/protocol/wire-v1.schema.json");
+pub const BIN: &str = env!("CARGO_BIN_EXE_iris-gateway");
+
+// ---------------------------------------------------------------------------------------------
+// Schema
+// ---------------------------------------------------------------------------------------------
+
+/// Strict per-frame validators for both directions, plus the reliability lists.
+pub struct Schema {
+    server: BTreeMap<String, jsonschema::Validator>,
+    client: BTreeMap<String, jsonschema::Validator>,
+    never_dropped: Vec<String>,
+    coalescable: Vec<String>,
+}
+
+impl Schema {
+    /// Parses the protocol file once per test binary; every caller shares the validators.
+    pub fn load() -> &'static Schema {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        SCHEMA.get_or_init(|| {
+            let text = std::fs::read_to_string(SCHEMA_PATH)
+                .unwrap_or_else(|e| panic!("cannot read {SCHEMA_PATH}: {e}"));
+            let doc: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{SCHEMA_PATH} is not JSON: {e}"));
+            Schema::from_document(&doc)
+        })
+    }
+
+    /// Builds the validators from an already parsed protocol description.
+    pub fn from_document(doc: &Value) -> Schema {
+        let mut definitions = doc.get("definitions").cloned().unwrap_or_else(|| json!({}));
+        for def in definitions
+            .as_object_mut()
+            .expect("`definitions` must be an object")
+            .values_mut()
+        {
+            make_strict(def);
+        }
+        let envelope = doc
+            .pointer("/envelope/properties")
+            .and_then(Value::as_object)
+            .expect("`envelope.properties` missing");
+
+        let build = |direction: &str| -> BTreeMap<String, jsonschema::Validator> {
+            let frames = doc
+                .pointer(&format!("/frame_types/{direction}"))
+                .and_then(Value::as_object)
+                .unwrap_or_else(|| panic!("`frame_types.{direction}` missing"));
+            frames
+                .iter()
+                .map(|(name, frame)| {
+                    let schema = frame_schema(name, frame, envelope, &definitions);
+                    let validator = jsonschema::draft7::new(&schema).unwrap_or_else(|e| {
+                        panic!("derived schema for {direction} `{name}` does not compile: {e}\n{schema:#}")
+                    });
+                    (name.clone(), validator)
+                })
+                .collect()
+        };
+
+        let strings = |pointer: &str| -> Vec<String> {
+            doc.pointer(pointer)
+                .and_then(Value::as_array)
+                .unwrap_or_else(|| panic!("`{pointer}` missing"))
+                .iter()
+                .map(|s| {
+                    s.as_str()
+                        .expect("reliability entries are strings")
+                        .to_owned()
+                })
+                .collect()
+        };
+
+        Schema {
+            server: build("server_to_app"),
+            client: build("app_to_server"),
+            never_dropped: strings("/reliability/never_dropped"),
+            coalescable: strings("/reliability/coalescable_under_backpressure"),
+        }
+    }
+
+    pub fn validate_server_frame(&self, frame: &Value) -> Result<(), String> {
+        validate_with(&self.server, "server→app", frame)
+    }
+
+    pub fn validate_client_frame(&self, frame: &Value) -> Result<(), String> {
+        validate_with(&self.client, "app→server", frame)
+    }
+
+    /// Entries as written in the file; may contain globs such as `channel.*`
+    /// (see [`Schema::is_never_dropped`]).
+    pub fn never_dropped(&self) -> Vec<String> {
+        self.never_dropped.clone()
+    }
+
+    pub fn coalescable(&self) -> Vec<String> {
+        self.coalescable.clone()
+    }
+
+    /// Resolves the `prefix.*` globs the file uses in `never_dropped`.
+    pub fn is_never_dropped(&self, frame_type: &str) -> bool {
+        self.never_dropped
+            .iter()
+            .any(|p| glob_matches(p, frame_type))
+    }
+
+    pub fn is_coalescable(&self, frame_type: &str) -> bool {
+        self.coalescable.iter().any(|p| glob_matches(p, frame_type))
+    }
+
+    pub fn server_frame_names(&self) -> Vec<String> {
+        self.server.keys().cloned().collect()
+    }
+
+    pub fn client_frame_names(&self) -> Vec<String> {
+        self.client.keys().cloned().collect()
+    }
+}
+
+/// `prefix.*` globs as used in `reliability`; anything else must match exactly.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+fn validate_with(
+    validators: &BTreeMap<String, jsonschema::Validator>,
+    direction: &str,
+    frame: &Value,
+) -> Result<(), String> {
+    let Some(frame_type) = frame.get("type").and_then(Value::as_str) else {
+        return Err(format!("{direction} frame has no string `type`: {frame}"));
+    };
+    let Some(validator) = validators.get(frame_type) else {
+        return Err(format!(
+            "unknown {direction} frame type `{frame_type}`: {frame}"
+        ));
+    };
+    let violations: Vec<String> = validator
+        .iter_errors(frame)
+        .map(|e| {
+            let at = e.instance_path.to_string();
+            let at = if at.is_empty() { "/".to_owned() } else { at };
+            format!("  at {at}: {e}")
+        })
+        .collect();
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{direction} `{frame_type}` frame violates wire-v1 schema:\n{}\nframe: {frame}",
+            violations.join("\n")
+        ))
+    }
+}
+
+/// The file describes payloads as bare property maps (or a `$ref` to a definition); turn one frame
+/// into a closed draft-07 schema so an extra or misspelled field anywhere is caught.
+fn frame_schema(
+    name: &str,
+    frame: &Value,
+    envelope: &Map<String, Value>,
+    definitions: &Value,
+) -> Value {
+    let payload_desc = frame
+        .get("payload")
+        .unwrap_or_else(|| panic!("frame `{name}` has no payload description"));
+    let payload = if let Some(reference) = payload_desc.get("$ref").and_then(Value::as_str) {
+        let def = reference
+            .strip_prefix("#/definitions/")
+            .unwrap_or_else(|| panic!("frame `{name}`: unsupported payload $ref {reference}"));
+        definitions
+            .get(def)
+            .cloned()
+            .unwrap_or_else(|| panic!("frame `{name}`: unknown definition {reference}"))
+    } else {
+        let mut payload = json!({
+            "type": "object",
+            "properties": payload_desc.clone(),
+        });
+        make_strict(&mut payload);
+        payload
+    };
+
+    let mut properties = envelope.clone();
+    properties.insert("type".into(), json!({ "type": "string", "const": name }));
+    properties.insert("payload".into(), payload);
+    let mut schema = json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "required": ["v", "type"],
+        "properties": properties,
+        "definitions": definitions.clone(),
+    });
+    make_strict(&mut schema);
+    schema
+}
+
+/// Closes every object schema that lists `properties`; objects described without `properties`
+/// (e.g. `tool.start.args`) are free-form by design and stay open.
+fn make_strict(schema: &mut Value) {
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+        for sub in props.values_mut() {
+            make_strict(sub);
+        }
+        obj.entry("additionalProperties")
+            .or_insert(Value::Bool(false));
+    }
+    match obj.get_mut("items") {
+        Some(Value::Array(items)) => items.iter_mut().for_each(make_strict),
+        Some(items) => make_strict(items),
+        None => {}
+    }
+    if let Some(defs) = obj.get_mut("definitions").and_then(Value::as_object_mut) {
+        defs.values_mut().for_each(make_strict);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(list)) = obj.get_mut(key) {
+            list.iter_mut().for_each(make_strict);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway process
+// ---------------------------------------------------------------------------------------------
+
+const TAIL_LINES: usize = 200;
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+pub fn temp_data_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("iris-gw-test-")
+        .tempdir()
+        .expect("create temp data dir")
+}
+
+/// Echo child output live with `IRIS_TEST_ECHO=1` when a failure needs the full log.
+fn echo_enabled() -> bool {
+    std::env::var_os("IRIS_TEST_ECHO").is_some_and(|v| v != "0")
+}
+
+/// Reads lines until EOF so the child never blocks on a full pipe; keeps a bounded tail for
+/// panic messages and optionally forwards each line to `tx`.
+fn drain_lines<R: Read + Send + 'static>(
+    reader: R,
+    tail: Tail,
+    label: &'static str,
+    tx: Option<mpsc::Sender<String>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(reader);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&buf).trim_end().to_owned();
+            if echo_enabled() {
+                eprintln!("[gateway {label}] {line}");
+            }
+            {
+                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line.clone());
+            }
+            if let Some(tx) = &tx {
+                // The receiver goes away once the listening line is found; later lines only
+                // need to be drained.
+                let _ = tx.send(line);
+            }
+        }
+    })
+}
+
+fn tail_text(tail: &Tail) -> String {
+    let tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+    tail.iter().cloned().collect::<Vec<_>>().join("\n")
+}
+
+/// A running `iris-gateway run` child process.
+pub struct Gateway {
+    child: Child,
+    exit: Option<ExitStatus>,
+    pub data_dir: PathBuf,
+    pub url: String,
+    pub addr: SocketAddr,
+    stdout_tail: Tail,
+    stderr_tail: Tail,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Starts the gateway on an ephemeral loopback port with demo pacing off. `--listen` and
+    /// `--demo-pace-ms` in `extra_args` replace those defaults (e.g. to restart on the same port).
+    pub fn start(data_dir: &Path, extra_args: &[&str]) -> Gateway {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run").arg("--data-dir").arg(data_dir);
+        if !extra_args.iter().any(|a| a.starts_with("--listen")) {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        if !extra_args.iter().any(|a| a.starts_with("--demo-pace-ms")) {
+            cmd.args(["--demo-pace-ms", "0"]);
+        }
+        cmd.args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+
+        let stdout_tail: Tail = Arc::default();
+        let stderr_tail: Tail = Arc::default();
+        let (tx, rx) = mpsc::channel();
+        let readers = vec![
+            drain_lines(
+                child.stdout.take().expect("piped stdout"),
+                stdout_tail.clone(),
+                "stdout",
+                Some(tx),
+            ),
+            drain_lines(
+                child.stderr.take().expect("piped stderr"),
+                stderr_tail.clone(),
+                "stderr",
+                None,
+            ),
+        ];
+        let mut gw = Gateway {
+            child,
+            exit: None,
+            data_dir: data_dir.to_path_buf(),
+            url: String::new(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            stdout_tail,
+            stderr_tail,
+            readers,
+        };
+
+        let deadline = Instant::now() + START_TIMEOUT;
+        let url = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(url) = parse_listening_line(&line) {
+                        break url;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    gw.kill9();
+                    panic!(
+                        "gateway did not print `listening on ws://…` within {START_TIMEOUT:?}\n{}",
+                        gw.output_tail()
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // stdout closed: the process is exiting; give stderr a moment to flush the reason.
+                    let status = gw.wait_exit(Duration::from_secs(5));
+                    gw.settle_readers();
+                    panic!(
+                        "gateway exited ({status:?}) before listening\n{}",
+                        gw.output_tail()
+                    );
+                }
+            }
+        };
+        let addr = url
+            .strip_prefix("ws://")
+            .map(|rest| rest.split('/').next().unwrap_or(rest))
+            .and_then(|hostport| hostport.parse::<SocketAddr>().ok())
+            .unwrap_or_else(|| panic!("cannot parse socket address from listening url {url:?}"));
+        assert_ne!(addr.port(), 0, "gateway reported port 0: {url}");
+        gw.url = url;
+        gw.addr = addr;
+        gw
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True until the child has exited (a zombie counts as exited once reaped here).
+    pub fn is_running(&mut self) -> bool {
+        self.poll_exit().is_none()
+    }
+
+    /// Hard crash: SIGKILL and reap.
+    pub fn kill9(&mut self) -> ExitStatus {
+        if let Some(status) = self.poll_exit() {
+            return status;
+        }
+        // ESRCH only if it exited between the poll and here; wait() below handles both.
+        let _ = self.child.kill();
+        let status = self.child.wait().expect("wait for killed gateway");
+        self.exit = Some(status);
+        self.settle_readers();
+        status
+    }
+
+    /// Graceful stop: SIGTERM, then wait up to 10 s. Panics (after SIGKILL) if it hangs.
+    pub fn sigterm(&mut self) -> ExitStatus {
+        if let Some(status) = self.poll_exit() {
+            return status;
+        }
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: plain kill(2) on our own, not yet reaped, child; no memory is involved.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(
+            rc,
+            0,
+            "kill(SIGTERM) failed: {}",
+            std::io::Error::last_os_error()
+        );
+        match self.wait_exit(Duration::from_secs(10)) {
+            Some(status) => {
+                self.settle_readers();
+                status
+            }
+            None => {
+                self.kill9();
+                panic!(
+                    "gateway did not exit within 10 s of SIGTERM\n{}",
+                    self.output_tail()
+                );
+            }
+        }
+    }
+
+    /// Waits for the child to exit by itself, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.poll_exit() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn poll_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait on gateway");
+        }
+        self.exit
+    }
+
+    /// After exit the pipes close; waiting for the readers makes the tails complete. Bounded,
+    /// because a grandchild that inherited the pipes could keep them open.
+    fn settle_readers(&self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.readers.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn stdout_tail(&self) -> String {
+        tail_text(&self.stdout_tail)
+    }
+
+    pub fn stderr_tail(&self) -> String {
+        tail_text(&self.stderr_tail)
+    }
+
+    /// Both tails, formatted for panic messages.
+    pub fn output_tail(&self) -> String {
+        format!(
+            "--- gateway stdout (tail) ---\n{}\n--- gateway stderr (tail) ---\n{}\n---",
+            self.stdout_tail(),
+            self.stderr_tail()
+        )
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // No panics here: Drop also runs while a failing test unwinds.
+        if self.exit.is_none() && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // Readers end at EOF now that the child is gone; do not join (a grandchild holding
+        // the pipe open must not hang the test).
+    }
+}
+
+/// Extracts `ws://…` from a line such as `iris-gateway listening on ws://127.0.0.1:4711`.
+fn parse_listening_line(line: &str) -> Option<String> {
+    let rest = &line[line.find("listening on ws://")? + "listening on ".len()..];
+    let url = rest.split_whitespace().next()?;
+    Some(url.trim_end_matches([',', '.', ';', ')']).to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// CLI helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the binary with `args`, bounded by a 30 s timeout.
+pub fn cli(args: &[&str]) -> Output {
+    cli_os(args)
+}
+
+/// Like [`cli`] for arguments that are paths.
+pub fn cli_os<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+    let collect = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = collect(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = collect(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait on cli") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned())
+                .collect();
+            panic!(
+                "`iris-gateway {}` did not finish within {CLI_TIMEOUT:?}",
+                shown.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Asserts success and returns stdout, with both streams in the panic message otherwise.
+pub fn cli_ok(args: &[&str]) -> String {
+    let out = cli(args);
+    assert!(
+        out.status.success(),
+        "`iris-gateway {}` failed: {}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("cli stdout is UTF-8")
+}
+
+#[derive(Debug, Clone)]
+pub struct Paired {
+    pub token: String,
+    pub url: String,
+    pub device_id: String,
+    /// The whole line, for fields beyond the three the tests rely on.
+    pub json: Value,
+}
+
+/// Pairs a device through the real `pair --json` command (works with or without a running
+/// gateway on the same data dir).
+pub fn pair(data_dir: &Path, name: &str) -> Paired {
+    let dir = data_dir.to_str().expect("data dir path is UTF-8");
+    let stdout = cli_ok(&["pair", "--data-dir", dir, "--name", name, "--json"]);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "`pair --json` must print exactly one JSON line, got:\n{stdout}"
+    );
+    let json: Value = serde_json::from_str(lines[0])
+        .unwrap_or_else(|e| panic!("`pair --json` printed invalid JSON ({e}): {}", lines[0]));
+    let field = |key: &str| -> String {
+        json.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("`pair --json` output lacks string `{key}`: {json}"))
+            .to_owned()
+    };
+    Paired {
+        token: field("token"),
+        url: field("url"),
+        device_id: field("device_id"),
+        json,
+    }
+}
+
+/// `devices --json`, parsed; the exact shape is left to the test that inspects it.
+pub fn devices_json(data_dir: &Path) -> Value {
+    let dir = data_dir.to_str().expect("data dir path is UTF-8");
+    let stdout = cli_ok(&["devices", "--data-dir", dir, "--json"]);
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("`devices --json` printed invalid JSON ({e}):\n{stdout}"))
+}
+
+pub fn revoke(data_dir: &Path, device_id: &str) {
+    let dir = data_dir.to_str().expect("data dir path is UTF-8");
+    cli_ok(&["devices", "--data-dir", dir, "revoke", device_id]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebSocket client
+// ---------------------------------------------------------------------------------------------
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const SHOWN_FRAMES: usize = 12;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    Text(Value),
+    Binary(Vec<u8>),
+    /// The close code and reason when the server sent a close frame; `None` on EOF or reset.
+    Closed(Option<(u16, String)>),
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A protocol client that validates every server text frame against the strict schema.
+pub struct Client {
+    ws: Ws,
+    /// Every text frame received, in order (each already schema-checked).
+    pub seen: Vec<Value>,
+    /// Every binary frame received, in order.
+    pub binaries: Vec<Vec<u8>>,
+    /// Set once the connection has ended: `Some(Some((code, reason)))` for a close frame.
+    pub closed: Option<Option<(u16, String)>>,
+    /// The transport error that ended the connection, if it did not end with a close frame.
+    pub last_error: Option<String>,
+    /// Bound on each recv-style call.
+    pub timeout: Duration,
+    next_id: i64,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        match Client::try_connect(url).await {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// For tests that expect the upgrade to be refused or the port to be closed.
+    pub async fn try_connect(url: &str) -> Result<Client, String> {
+        match tokio::time::timeout(DEFAULT_TIMEOUT, tokio_tungstenite::connect_async(url)).await {
+            Err(_) => Err(format!("WebSocket connect to {url} timed out")),
+            Ok(Err(e)) => Err(format!("WebSocket connect to {url} failed: {e}")),
+            Ok(Ok((ws, _response))) => Ok(Client {
+                ws,
+                seen: Vec::new(),
+                binaries: Vec::new(),
+                closed: None,
+                last_error: None,
+                timeout: DEFAULT_TIMEOUT,
+                next_id: 1,
+            }),
+        }
+    }
+
+    /// Connects, authenticates and returns the `hello.ack`; request ids continue from 2.
+    pub async fn hello(url: &str, token: &str, device_id: &str) -> (Client, Value) {
+        let mut c = Client::connect(url).await;
+        let ack = c.hello_on(token, device_id).await;
+        (c, ack)
+    }
+
+    /// Sends `hello` (id 1) on an already open connection and waits for the `hello.ack`.
+    pub async fn hello_on(&mut self, token: &str, device_id: &str) -> Value {
+        self.send(json!({
+            "v": 1,
+            "type": "hello",
+            "id": 1,
+            "payload": { "token": token, "device_id": device_id, "device_name": "iris-test" },
+        }))
+        .await;
+        self.next_id = self.next_id.max(2);
+        let reply = self
+            .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+            .await;
+        if frame_type(&reply) == "error" {
+            panic!("hello was refused: {reply}");
+        }
+        reply
+    }
+
+    /// Sends a frame after checking it against the app→server schema, so a test cannot drift
+    /// outside the protocol by accident. Use `send_raw_*` for deliberately bad input.
+    pub async fn send(&mut self, frame: Value) {
+        if let Err(e) = Schema::load().validate_client_frame(&frame) {
+            panic!("test tried to send an invalid frame:\n{e}");
+        }
+        self.send_message(Message::text(frame.to_string())).await;
+    }
+
+    pub async fn send_raw_text(&mut self, text: &str) {
+        self.send_message(Message::text(text)).await;
+    }
+
+    pub async fn send_raw_binary(&mut self, bytes: Vec<u8>) {
+        self.send_message(Message::binary(bytes)).await;
+    }
+
+    /// For sends that may legitimately fail because the server already closed.
+    pub async fn try_send_raw(&mut self, msg: Message) -> Result<(), String> {
+        match tokio::time::timeout(self.timeout, self.ws.send(msg)).await {
+            Err(_) => Err("send timed out".into()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    async fn send_message(&mut self, msg: Message) {
+        if let Err(e) = self.try_send_raw(msg).await {
+            panic!("WebSocket send failed: {e}\n{}", self.recent());
+        }
+    }
+
+    /// Sends a request with the next id and returns that id.
+    pub async fn request(
+        &mut self,
+        frame_type: &str,
+        chat_id: Option<&str>,
+        thread_id: Option<&str>,
+        payload: Value,
+    ) -> i64 {
+        let id = self.next_id();
+        let mut frame = json!({ "v": 1, "type": frame_type, "id": id, "payload": payload });
+        if let Some(chat) = chat_id {
+            frame["chat_id"] = json!(chat);
+        }
+        if let Some(thread) = thread_id {
+            frame["thread_id"] = json!(thread);
+        }
+        self.send(frame).await;
+        id
+    }
+
+    pub fn next_id(&mut self) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Next message of any kind, or `None` when `deadline` passes first. Text frames are
+    /// validated and recorded here, so no caller can skip the schema check.
+    async fn next_incoming(&mut self, deadline: tokio::time::Instant) -> Option<Incoming> {
+        if let Some(closed) = &self.closed {
+            return Some(Incoming::Closed(closed.clone()));
+        }
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Err(_) => return None,
+                Ok(msg) => msg,
+            };
+            match msg {
+                None | Some(Err(_)) => {
+                    if let Some(Err(e)) = msg {
+                        self.last_error = Some(e.to_string());
+                    }
+                    // A server close frame is remembered before the stream ends; keep it.
+                    let closed = self.closed.get_or_insert(None).clone();
+                    return Some(Incoming::Closed(closed));
+                }
+                Some(Ok(Message::Text(text))) => {
+                    let value: Value = serde_json::from_str(text.as_str()).unwrap_or_else(|e| {
+                        panic!(
+                            "server sent a text frame that is not JSON ({e}): {}",
+                            text.as_str()
+                        )
+                    });
+                    if let Err(e) = Schema::load().validate_server_frame(&value) {
+                        panic!("{e}\n{}", self.recent());
+                    }
+                    self.seen.push(value.clone());
+                    return Some(Incoming::Text(value));
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    let bytes = bytes.to_vec();
+                    self.binaries.push(bytes.clone());
+                    return Some(Incoming::Binary(bytes));
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let info = frame.map(|f| (u16::from(f.code), f.reason.as_str().to_owned()));
+                    self.closed = Some(info.clone());
+                    return Some(Incoming::Closed(info));
+                }
+                // tungstenite answers pings itself; raw frames never surface on read.
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+            }
+        }
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout
+    }
+
+    /// Next text, binary or close event, bounded by `self.timeout`.
+    pub async fn recv_any(&mut self) -> Incoming {
+        let deadline = self.deadline();
+        match self.next_incoming(deadline).await {
+            Some(incoming) => incoming,
+            None => panic!("no frame within {:?}\n{}", self.timeout, self.recent()),
+        }
+    }
+
+    /// Next text frame; binary frames in between are recorded in `binaries` and skipped.
+    pub async fn recv(&mut self) -> Value {
+        self.recv_until(|_| true).await
+    }
+
+    /// First text frame matching `pred`; frames before it are still validated and recorded.
+    pub async fn recv_until(&mut self, mut pred: impl FnMut(&Value) -> bool) -> Value {
+        let deadline = self.deadline();
+        loop {
+            match self.next_incoming(deadline).await {
+                Some(Incoming::Text(v)) if pred(&v) => return v,
+                Some(Incoming::Text(_) | Incoming::Binary(_)) => {}
+                Some(Incoming::Closed(info)) => {
+                    panic!(
+                        "connection closed ({info:?}) while waiting for a frame\n{}",
+                        self.recent()
+                    )
+                }
+                None => panic!(
+                    "no matching frame within {:?}\n{}",
+                    self.timeout,
+                    self.recent()
+                ),
+            }
+        }
+    }
+
+    pub async fn recv_type(&mut self, frame_type_wanted: &str) -> Value {
+        self.recv_until(|f| frame_type(f) == frame_type_wanted)
+            .await
+    }
+
+    /// The reply carrying request id `id` (whatever its type).
+    pub async fn recv_reply(&mut self, id: i64) -> Value {
+        self.recv_until(|f| f.get("id").and_then(Value::as_i64) == Some(id))
+            .await
+    }
+
+    /// The next `error` frame, asserting its code.
+    pub async fn expect_error(&mut self, code: &str) -> Value {
+        let err = self.recv_type("error").await;
+        let got = err.pointer("/payload/code").and_then(Value::as_str);
+        assert_eq!(
+            got,
+            Some(code),
+            "unexpected error frame: {err}\n{}",
+            self.recent()
+        );
+        err
+    }
+
+    /// Waits for the server to end the connection; frames before that are validated and
+    /// recorded. Returns the close code, or `None` on EOF/reset without a close frame.
+    pub async fn expect_closed(&mut self) -> Option<u16> {
+        let deadline = self.deadline();
+        loop {
+            match self.next_incoming(deadline).await {
+                Some(Incoming::Closed(info)) => return info.map(|(code, _)| code),
+                Some(_) => {}
+                None => panic!(
+                    "server did not close the connection within {:?}\n{}",
+                    self.timeout,
+                    self.recent()
+                ),
+            }
+        }
+    }
+
+    /// Asserts nothing (text, binary or close) arrives within `quiet`.
+    pub async fn assert_silent(&mut self, quiet: Duration) {
+        let deadline = tokio::time::Instant::now() + quiet;
+        if let Some(incoming) = self.next_incoming(deadline).await {
+            panic!(
+                "expected silence for {quiet:?}, got {incoming:?}\n{}",
+                self.recent()
+            );
+        }
+    }
+
+    /// Every text frame that arrives until the connection has been quiet for `quiet`
+    /// (bounded overall by `self.timeout`).
+    pub async fn collect_quiet(&mut self, quiet: Duration) -> Vec<Value> {
+        let overall = self.deadline();
+        let mut frames = Vec::new();
+        loop {
+            let deadline = (tokio::time::Instant::now() + quiet).min(overall);
+            match self.next_incoming(deadline).await {
+                Some(Incoming::Text(v)) => frames.push(v),
+                Some(Incoming::Binary(_)) => {}
+                Some(Incoming::Closed(_)) | None => return frames,
+            }
+        }
+    }
+
+    /// Sends a normal close and waits (bounded) for the server's answer.
+    pub async fn close(mut self) {
+        let _ = tokio::time::timeout(self.timeout, self.ws.close(None)).await;
+        let deadline = self.deadline();
+        while let Some(incoming) = self.next_incoming(deadline).await {
+            if matches!(incoming, Incoming::Closed(_)) {
+                break;
+            }
+        }
+    }
+
+    pub fn seen_types(&self) -> Vec<String> {
+        self.seen.iter().map(|f| frame_type(f).to_owned()).collect()
+    }
+
+    /// The last frames seen, for panic messages.
+    pub fn recent(&self) -> String {
+        let start = self.seen.len().saturating_sub(SHOWN_FRAMES);
+        let mut out = format!(
+            "last {} of {} frames seen ({} binary):",
+            self.seen.len() - start,
+            self.seen.len(),
+            self.binaries.len()
+        );
+        for f in &self.seen[start..] {
+            out.push_str("\n  ");
+            out.push_str(&f.to_string());
+        }
+        if let Some(closed) = &self.closed {
+            out.push_str(&format!("\n  connection closed: {closed:?}"));
+        }
+        out
+    }
+}
+
+/// `frame.type`, or "" when absent (only possible for frames that never passed validation).
+pub fn frame_type(frame: &Value) -> &str {
+    frame.get("type").and_then(Value::as_str).unwrap_or("")
+}
