@@ -82,30 +82,39 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Renders a streamed turn in a plain terminal: text grows in place by printing only what
-/// was appended since the last update.
+/// was appended since the last update; tool and todo lines interleave on their own lines.
 #[derive(Default)]
 struct Screen {
+    /// The reply text shown so far for the message being streamed.
     printed: String,
     streaming: bool,
+    /// The cursor sits after streamed text (not at the start of a line).
+    mid_line: bool,
 }
 
 impl Screen {
     fn line(&mut self, s: &str) {
-        if self.streaming && !self.printed.is_empty() {
+        if self.mid_line {
             println!();
-            self.printed.clear();
+            self.mid_line = false;
         }
         println!("{s}");
     }
 
     fn update(&mut self, text: &str) {
         if !self.streaming {
+            self.line("");
             print!("\x1b[1magent:\x1b[0m ");
             self.streaming = true;
+            self.mid_line = true;
         }
-        match text.strip_prefix(self.printed.as_str()) {
-            Some(rest) => print!("{rest}"),
-            None => print!("\n{text}"),
+        let delta = match text.strip_prefix(self.printed.as_str()) {
+            Some(rest) => rest.to_owned(),
+            None => format!("\n{text}"),
+        };
+        if !delta.is_empty() {
+            print!("{delta}");
+            self.mid_line = true;
         }
         self.printed = text.to_owned();
         let _ = std::io::stdout().flush();
@@ -113,16 +122,14 @@ impl Screen {
 
     fn stop(&mut self, frame: &Value) {
         let p = &frame["payload"];
-        let final_text = p["final_text"].as_str().unwrap_or("");
-        self.update(final_text);
-        println!();
+        self.update(p["final_text"].as_str().unwrap_or(""));
         if let Some(r) = p["reasoning"].as_str() {
-            println!("  \x1b[2mreasoning: {r}\x1b[0m");
+            self.line(&format!("  \x1b[2mreasoning: {r}\x1b[0m"));
         }
         let model = p["model"].as_str().unwrap_or("?");
         let tokens = p["tokens"].as_i64().unwrap_or(0);
         let latency = p["runtime"]["latency"].as_f64().unwrap_or(0.0);
-        println!("  \x1b[2m[{model} \u{b7} {tokens} tokens \u{b7} {latency:.1}s]\x1b[0m");
+        self.line(&format!("  \x1b[2m[{model} \u{b7} {tokens} tokens \u{b7} {latency:.1}s]\x1b[0m"));
         self.streaming = false;
         self.printed.clear();
     }
