@@ -85,7 +85,7 @@ pub struct Limits {
     pub frame_burst: u32,
     /// Failed hellos from one IP address per minute before `rate_limited`.
     pub bad_hellos_per_minute: u32,
-    /// Open WebSocket connections; more are refused with close code 1013.
+    /// Open sockets (counted from accept, before hello); more are closed at once.
     pub max_connections: usize,
     /// Seconds a new socket has to send a good `hello`.
     pub hello_timeout_secs: u64,

@@ -75,6 +75,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     print_pairing_hint(&store, &url);
     info!(%local, "gateway online");
 
+    let open_sockets = Rc::new(std::cell::Cell::new(0usize));
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -87,12 +88,18 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                         continue;
                     }
                 };
-                if hub.connected() >= hub.limits().max_connections {
+                // Counted from accept, not from hello: sockets that never say hello cost memory too.
+                if open_sockets.get() >= hub.limits().max_connections {
                     warn!(%peer, "refusing a connection: limits.max_connections reached");
                     drop(tcp);
                     continue;
                 }
-                tokio::task::spawn_local(connection::serve(hub.clone(), tcp, peer));
+                open_sockets.set(open_sockets.get() + 1);
+                let (hub, open_sockets) = (hub.clone(), open_sockets.clone());
+                tokio::task::spawn_local(async move {
+                    connection::serve(hub, tcp, peer).await;
+                    open_sockets.set(open_sockets.get() - 1);
+                });
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
