@@ -129,7 +129,9 @@ impl Screen {
         let model = p["model"].as_str().unwrap_or("?");
         let tokens = p["tokens"].as_i64().unwrap_or(0);
         let latency = p["runtime"]["latency"].as_f64().unwrap_or(0.0);
-        self.line(&format!("  \x1b[2m[{model} \u{b7} {tokens} tokens \u{b7} {latency:.1}s]\x1b[0m"));
+        self.line(&format!(
+            "  \x1b[2m[{model} \u{b7} {tokens} tokens \u{b7} {latency:.1}s]\x1b[0m"
+        ));
         self.streaming = false;
         self.printed.clear();
     }
@@ -139,7 +141,10 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let (url, token) = credentials(&args)?;
     let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
-        .map_err(|source| ChatError::Connect { url: url.clone(), source })?;
+        .map_err(|source| ChatError::Connect {
+            url: url.clone(),
+            source,
+        })?;
     let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
     ws.send(Message::text(hello.to_string())).await?;
     let ack = loop {
@@ -148,16 +153,27 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
                 let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
                 match v["type"].as_str() {
                     Some("hello.ack") => break v,
-                    Some("error") => return Err(ChatError::Refused(v["payload"]["message"].as_str().unwrap_or("").to_owned())),
+                    Some("error") => {
+                        return Err(ChatError::Refused(
+                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
+                        ))
+                    }
                     _ => {}
                 }
             }
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(e.into()),
-            None => return Err(ChatError::Refused("the gateway closed the connection".into())),
+            None => {
+                return Err(ChatError::Refused(
+                    "the gateway closed the connection".into(),
+                ))
+            }
         }
     };
-    let channels = ack["payload"]["channels"].as_array().cloned().unwrap_or_default();
+    let channels = ack["payload"]["channels"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut next_id = 2i64;
     let mut chat_id = channels
         .iter()
@@ -166,7 +182,10 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
         .unwrap_or("default")
         .to_owned();
     if let Some(wanted) = &args.channel {
-        match channels.iter().find(|c| c["chat_id"] == wanted.as_str() || c["name"] == wanted.as_str()) {
+        match channels
+            .iter()
+            .find(|c| c["chat_id"] == wanted.as_str() || c["name"] == wanted.as_str())
+        {
             Some(c) => chat_id = c["chat_id"].as_str().unwrap_or("default").to_owned(),
             None => {
                 let req = json!({"v":1,"type":"channel.create","id":next_id,"payload":{"name":wanted,"kind":"channel"}});
@@ -231,9 +250,11 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
         _ if !in_lane => {}
         "message.update" => screen.update(p["text"].as_str().unwrap_or("")),
         "message.stop" => screen.stop(frame),
-        "message" if p["role"] != "user" => {
-            screen.line(&format!("\x1b[1m{}:\x1b[0m {}", p["role"].as_str().unwrap_or(""), p["text"].as_str().unwrap_or("")))
-        }
+        "message" if p["role"] != "user" => screen.line(&format!(
+            "\x1b[1m{}:\x1b[0m {}",
+            p["role"].as_str().unwrap_or(""),
+            p["text"].as_str().unwrap_or("")
+        )),
         "commentary" => screen.line(&format!("  \u{1f4ac} {}", p["text"].as_str().unwrap_or(""))),
         "tool.start" => screen.line(&format!(
             "  {} {}: {}",
@@ -241,10 +262,17 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
             p["name"].as_str().unwrap_or(""),
             p["preview"].as_str().unwrap_or("")
         )),
-        "tool.progress" => screen.line(&format!("    \u{2026} {}", p["note"].as_str().unwrap_or(""))),
+        "tool.progress" => screen.line(&format!(
+            "    \u{2026} {}",
+            p["note"].as_str().unwrap_or("")
+        )),
         "tool.end" => screen.line(&format!(
             "    {} {} ({:.2}s)",
-            if p["ok"] == true { "\u{2713}" } else { "\u{2717}" },
+            if p["ok"] == true {
+                "\u{2713}"
+            } else {
+                "\u{2717}"
+            },
             p["output_preview"].as_str().unwrap_or(""),
             p["duration"].as_f64().unwrap_or(0.0)
         )),

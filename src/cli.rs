@@ -12,7 +12,11 @@ use crate::hub::new_device;
 use crate::store::{Device, DeviceOrigin, Store};
 
 #[derive(Parser, Debug)]
-#[command(name = "iris-gateway", version, about = "Connects the Iris chat app to your Hermes agent")]
+#[command(
+    name = "iris-gateway",
+    version,
+    about = "Connects the Iris chat app to your Hermes agent"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -172,9 +176,19 @@ pub struct Paired {
 
 /// Mints a device through the running gateway, or directly in the store when none runs.
 pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<Paired, CliError> {
-    let req = ControlRequest::Pair { name: name.to_owned() };
+    let req = ControlRequest::Pair {
+        name: name.to_owned(),
+    };
     match control::request(data_dir, &req)? {
-        Reached::Answer(ControlResponse::Paired { device_id, token, url }) => Ok(Paired { device_id, token, url }),
+        Reached::Answer(ControlResponse::Paired {
+            device_id,
+            token,
+            url,
+        }) => Ok(Paired {
+            device_id,
+            token,
+            url,
+        }),
         Reached::Answer(ControlResponse::Error { message }) => Err(CliError::Refused(message)),
         Reached::Answer(other) => Err(CliError::Refused(format!("unexpected answer {other:?}"))),
         Reached::NotRunning => {
@@ -209,7 +223,10 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
         println!("In the Iris app, add a gateway with:");
         println!("  URL:   {}", paired.url);
         println!("  Token: {}", paired.token);
-        println!("The token is shown only now; revoke it with: iris-gateway devices revoke {}", paired.device_id);
+        println!(
+            "The token is shown only now; revoke it with: iris-gateway devices revoke {}",
+            paired.device_id
+        );
     }
     Ok(())
 }
@@ -220,18 +237,31 @@ pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {
         None => {
             let devices = match control::request(&dir, &ControlRequest::Devices)? {
                 Reached::Answer(ControlResponse::Devices { devices }) => devices,
-                Reached::Answer(ControlResponse::Error { message }) => return Err(CliError::Refused(message)),
-                Reached::Answer(other) => return Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+                Reached::Answer(ControlResponse::Error { message }) => {
+                    return Err(CliError::Refused(message))
+                }
+                Reached::Answer(other) => {
+                    return Err(CliError::Refused(format!("unexpected answer {other:?}")))
+                }
                 Reached::NotRunning => open_offline(&dir)?.devices()?,
             };
             print_devices(&devices, args.json);
             Ok(())
         }
         Some(DevicesAction::Revoke { device_id }) => {
-            let existed = match control::request(&dir, &ControlRequest::Revoke { device_id: device_id.clone() })? {
+            let existed = match control::request(
+                &dir,
+                &ControlRequest::Revoke {
+                    device_id: device_id.clone(),
+                },
+            )? {
                 Reached::Answer(ControlResponse::Revoked { existed }) => existed,
-                Reached::Answer(ControlResponse::Error { message }) => return Err(CliError::Refused(message)),
-                Reached::Answer(other) => return Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+                Reached::Answer(ControlResponse::Error { message }) => {
+                    return Err(CliError::Refused(message))
+                }
+                Reached::Answer(other) => {
+                    return Err(CliError::Refused(format!("unexpected answer {other:?}")))
+                }
                 Reached::NotRunning => {
                     let store = open_offline(&dir)?;
                     let existed = store.remove_device(&device_id)?;

@@ -164,13 +164,41 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
         let checks: [(&'static str, bool, &str); 7] = [
-            ("limits.max_frame_bytes", l.max_frame_bytes >= 4096, "must be at least 4096"),
-            ("limits.max_text_bytes", l.max_text_bytes >= 1 && l.max_text_bytes < l.max_frame_bytes, "must be between 1 and max_frame_bytes"),
-            ("limits.history_max", l.history_max >= 1 && l.history_default <= l.history_max, "history_default must be between 1 and history_max"),
-            ("limits.max_running_turns", l.max_running_turns >= 1, "must be at least 1"),
-            ("limits.frames_per_second", l.frames_per_second >= 1 && l.frame_burst >= 1, "rate and burst must be at least 1"),
-            ("store.outbox_retain_frames", self.store.outbox_retain_frames >= 100, "must be at least 100"),
-            ("agent", self.agent == "demo", "the only agent backend in this build is `demo`"),
+            (
+                "limits.max_frame_bytes",
+                l.max_frame_bytes >= 4096,
+                "must be at least 4096",
+            ),
+            (
+                "limits.max_text_bytes",
+                l.max_text_bytes >= 1 && l.max_text_bytes < l.max_frame_bytes,
+                "must be between 1 and max_frame_bytes",
+            ),
+            (
+                "limits.history_max",
+                l.history_max >= 1 && l.history_default <= l.history_max,
+                "history_default must be between 1 and history_max",
+            ),
+            (
+                "limits.max_running_turns",
+                l.max_running_turns >= 1,
+                "must be at least 1",
+            ),
+            (
+                "limits.frames_per_second",
+                l.frames_per_second >= 1 && l.frame_burst >= 1,
+                "rate and burst must be at least 1",
+            ),
+            (
+                "store.outbox_retain_frames",
+                self.store.outbox_retain_frames >= 100,
+                "must be at least 100",
+            ),
+            (
+                "agent",
+                self.agent == "demo",
+                "the only agent backend in this build is `demo`",
+            ),
         ];
         for (key, ok, why) in checks {
             if !ok {
@@ -189,7 +217,12 @@ impl Config {
 pub fn default_data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("STATE_DIRECTORY") {
         // systemd may pass several colon-separated directories; the first is ours.
-        let first = dir.to_string_lossy().split(':').next().unwrap_or("").to_owned();
+        let first = dir
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_owned();
         if !first.is_empty() {
             return PathBuf::from(first);
         }

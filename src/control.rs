@@ -37,10 +37,20 @@ pub enum ControlRequest {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ControlResponse {
-    Paired { device_id: String, token: String, url: String },
-    Devices { devices: Vec<Device> },
-    Revoked { existed: bool },
-    Error { message: String },
+    Paired {
+        device_id: String,
+        token: String,
+        url: String,
+    },
+    Devices {
+        devices: Vec<Device>,
+    },
+    Revoked {
+        existed: bool,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Binds the control socket, replacing a stale one left by a crashed gateway.
@@ -86,19 +96,27 @@ async fn serve_one(stream: UnixStream, hub: &Hub, url: &str) -> std::io::Result<
                 token,
                 url: url.to_owned(),
             },
-            Err(e) => ControlResponse::Error { message: e.to_string() },
+            Err(e) => ControlResponse::Error {
+                message: e.to_string(),
+            },
         },
         Ok(ControlRequest::Devices) => match hub.store().devices() {
             Ok(devices) => ControlResponse::Devices { devices },
-            Err(e) => ControlResponse::Error { message: e.to_string() },
+            Err(e) => ControlResponse::Error {
+                message: e.to_string(),
+            },
         },
         Ok(ControlRequest::Revoke { device_id }) => match hub.revoke(&device_id).await {
             Ok(existed) => ControlResponse::Revoked { existed },
-            Err(e) => ControlResponse::Error { message: e.to_string() },
+            Err(e) => ControlResponse::Error {
+                message: e.to_string(),
+            },
         },
         Err(e) => {
             warn!("bad control request: {e}");
-            ControlResponse::Error { message: format!("bad request: {e}") }
+            ControlResponse::Error {
+                message: format!("bad request: {e}"),
+            }
         }
     };
     let mut out = serde_json::to_vec(&response).unwrap_or_default();
@@ -138,7 +156,10 @@ pub fn request(data_dir: &Path, req: &ControlRequest) -> std::io::Result<Reached
     stream.write_all(&line)?;
     let mut answer = String::new();
     std::io::BufReader::new(stream).read_line(&mut answer)?;
-    let resp = serde_json::from_str(&answer)
-        .map_err(|e| std::io::Error::other(format!("the gateway's control socket answered nonsense: {e}")))?;
+    let resp = serde_json::from_str(&answer).map_err(|e| {
+        std::io::Error::other(format!(
+            "the gateway's control socket answered nonsense: {e}"
+        ))
+    })?;
     Ok(Reached::Answer(resp))
 }

@@ -18,7 +18,11 @@ fn hex(bytes: &[u8]) -> String {
 /// A time-ordered id: `prefix_` + 12 hex digits of milliseconds + 8 random hex digits, so ids
 /// sort by creation (the channel directory relies on that) and never collide in practice.
 pub fn time_ordered(prefix: &str) -> String {
-    format!("{prefix}_{:012x}{}", now_ms().max(0), hex(&random_bytes::<4>()))
+    format!(
+        "{prefix}_{:012x}{}",
+        now_ms().max(0),
+        hex(&random_bytes::<4>())
+    )
 }
 
 /// A message id. Time-ordered for readability in logs; ordering in a lane comes from the store.

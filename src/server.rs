@@ -44,7 +44,13 @@ pub enum RunError {
 /// Runs the gateway until SIGTERM or SIGINT.
 pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
-    info!(data_dir = %data_dir.display(), cursor = store.cursor_head()?, "store open");
+    info!(
+        data_dir = %data_dir.display(),
+        cursor = store.cursor_head()?,
+        oldest_replayable = store.outbox_tail()?,
+        bytes_on_disk = store.size_on_disk()?,
+        "store open"
+    );
     let agent: Rc<dyn Agent> = Rc::new(DemoAgent::new(config.demo.pace_ms));
     info!(agent = agent.name(), "agent backend ready");
     let listen = config.listen;
@@ -59,8 +65,14 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
 
     let listener = TcpListener::bind(listen)
         .await
-        .map_err(|source| RunError::Listen { addr: listen, source })?;
-    let local = listener.local_addr().map_err(|source| RunError::Listen { addr: listen, source })?;
+        .map_err(|source| RunError::Listen {
+            addr: listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| RunError::Listen {
+        addr: listen,
+        source,
+    })?;
     let url = crate::cli::pairing_url(local);
     let control = control::bind(&data_dir).map_err(|source| RunError::Control {
         dir: data_dir.clone(),
@@ -133,7 +145,10 @@ fn print_pairing_hint(store: &Store, url: &str) {
         let _ = store.remove_device(&stale.device_id);
     }
     let (device, token) = new_device("first device", DeviceOrigin::Startup);
-    if let Err(e) = store.add_device(&device).and_then(|_| store.sync_blocking()) {
+    if let Err(e) = store
+        .add_device(&device)
+        .and_then(|_| store.sync_blocking())
+    {
         warn!("could not mint a pairing code: {e}");
         return;
     }

@@ -68,6 +68,7 @@ impl Agent for DemoAgent {
         events: mpsc::Sender<AgentEvent>,
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>> {
         Box::pin(async move {
+            tracing::debug!(lane = %turn.lane, message = %turn.user_message_id, "demo turn");
             let started = tokio::time::Instant::now();
             let pace = self.pace;
             let send = |ev: AgentEvent| {
@@ -117,11 +118,18 @@ impl Agent for DemoAgent {
             })
             .await?;
             send(AgentEvent::Todos(todos(2))).await?;
-            send(AgentEvent::Commentary("Counted; writing the reply now.".into())).await?;
+            send(AgentEvent::Commentary(
+                "Counted; writing the reply now.".into(),
+            ))
+            .await?;
             let reply = demo_reply(&turn.text);
             let mut tokens = 0i64;
             for (i, word) in reply.split(' ').enumerate() {
-                let chunk = if i == 0 { word.to_owned() } else { format!(" {word}") };
+                let chunk = if i == 0 {
+                    word.to_owned()
+                } else {
+                    format!(" {word}")
+                };
                 send(AgentEvent::Text(chunk)).await?;
                 tokens += 1;
             }
@@ -170,8 +178,18 @@ mod tests {
             .collect();
         assert_eq!(text, demo_reply("hello there world"));
         assert!(text.contains("3 words"));
-        for want in ["Reasoning", "Commentary", "ToolStart", "ToolProgress", "ToolEnd", "Todos"] {
-            assert!(events.iter().any(|e| format!("{e:?}").starts_with(want)), "no {want}");
+        for want in [
+            "Reasoning",
+            "Commentary",
+            "ToolStart",
+            "ToolProgress",
+            "ToolEnd",
+            "Todos",
+        ] {
+            assert!(
+                events.iter().any(|e| format!("{e:?}").starts_with(want)),
+                "no {want}"
+            );
         }
         assert_eq!(summary.model.as_deref(), Some(DEMO_MODEL));
     }

@@ -64,8 +64,6 @@ pub struct TurnSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("the agent is unreachable: {0}")]
-    Unreachable(String),
     #[error("the agent failed: {0}")]
     Failed(String),
 }

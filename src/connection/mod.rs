@@ -85,7 +85,10 @@ impl Outlet {
         if self.is_closing() {
             return;
         }
-        let pushed = self.queue.borrow_mut().push_frame(text.clone(), delivery, key);
+        let pushed = self
+            .queue
+            .borrow_mut()
+            .push_frame(text.clone(), delivery, key);
         self.after_push(pushed);
     }
 
@@ -96,7 +99,10 @@ impl Outlet {
 
     pub fn push_replay(&self, cursor: u64, id: Option<i64>) {
         self.mode.set(Mode::CatchingUp);
-        let pushed = self.queue.borrow_mut().push(Outbound::Replay { cursor, id });
+        let pushed = self
+            .queue
+            .borrow_mut()
+            .push(Outbound::Replay { cursor, id });
         self.after_push(pushed);
     }
 
@@ -178,7 +184,8 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
     let limits = hub.limits().clone();
     let hello_timeout = Duration::from_secs(limits.hello_timeout_secs);
-    let handshake = tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config(limits.max_frame_bytes)));
+    let handshake =
+        tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config(limits.max_frame_bytes)));
     let mut ws = match tokio::time::timeout(hello_timeout, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
@@ -201,11 +208,14 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
         drain: true,
     });
     let mut writer = writer;
-    if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer).await.is_err() {
+    if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer)
+        .await
+        .is_err()
+    {
         debug!(conn = outlet.conn_id, "writer did not finish in time");
         writer.abort();
     }
-    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device disconnected");
+    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, coalesced = outlet.coalesced(), "device disconnected");
 }
 
 /// Nothing but an `error` reaches a socket before a good hello.
@@ -230,7 +240,11 @@ async fn hello_gate(
         }
         Ok(_) => return None,
         Err(_) => {
-            let e = refuse(None, ErrorCode::Auth, "no hello within the time limit".into());
+            let e = refuse(
+                None,
+                ErrorCode::Auth,
+                "no hello within the time limit".into(),
+            );
             close_with(ws, e, CloseCode::Policy, "hello timeout").await;
             return None;
         }
@@ -263,7 +277,12 @@ async fn hello_gate(
     }
 }
 
-async fn close_with(ws: &mut WebSocketStream<TcpStream>, frame: Bytes, code: CloseCode, reason: &'static str) {
+async fn close_with(
+    ws: &mut WebSocketStream<TcpStream>,
+    frame: Bytes,
+    code: CloseCode,
+    reason: &'static str,
+) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
         ws.send(Message::Text(encode_text(frame))).await?;
         ws.close(Some(CloseFrame {
@@ -370,7 +389,9 @@ fn request_id_of(text: &str) -> Option<i64> {
     struct IdOnly {
         id: Option<i64>,
     }
-    serde_json_core::from_str::<IdOnly>(text).ok().and_then(|(v, _)| v.id)
+    serde_json_core::from_str::<IdOnly>(text)
+        .ok()
+        .and_then(|(v, _)| v.id)
 }
 
 async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
@@ -381,7 +402,10 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
         let item = outlet.queue.borrow_mut().pop();
         match item {
             Some(Outbound::Frame { text, .. }) => {
-                if send_or_abort(&outlet, &mut sink, Message::Text(text)).await.is_err() {
+                if send_or_abort(&outlet, &mut sink, Message::Text(text))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -417,18 +441,16 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
 async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Result<(), ()> {
     let send = sink.send(msg);
     tokio::pin!(send);
-    loop {
-        tokio::select! {
-            r = &mut send => return r.map_err(|_| ()),
-            _ = outlet.wait_closing() => {
-                if outlet.must_abort() {
-                    return Err(());
-                }
-                // A draining close still lets this send finish, within the drain timeout.
-                return match tokio::time::timeout(DRAIN_TIMEOUT, &mut send).await {
-                    Ok(r) => r.map_err(|_| ()),
-                    Err(_) => Err(()),
-                };
+    tokio::select! {
+        r = &mut send => r.map_err(|_| ()),
+        _ = outlet.wait_closing() => {
+            if outlet.must_abort() {
+                return Err(());
+            }
+            // A draining close still lets this send finish, within the drain timeout.
+            match tokio::time::timeout(DRAIN_TIMEOUT, &mut send).await {
+                Ok(r) => r.map_err(|_| ()),
+                Err(_) => Err(()),
             }
         }
     }
@@ -438,7 +460,13 @@ async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Resu
 /// queue, so a long catch-up costs no memory), then `sync.done`, then switches the connection
 /// back to live delivery. Reading the head and switching happen with no await in between, so
 /// every frame is delivered exactly once: by this replay or by live fan-out.
-async fn replay(hub: &Hub, outlet: &Outlet, sink: &mut WsSink, cursor: u64, id: Option<i64>) -> Result<(), ()> {
+async fn replay(
+    hub: &Hub,
+    outlet: &Outlet,
+    sink: &mut WsSink,
+    cursor: u64,
+    id: Option<i64>,
+) -> Result<(), ()> {
     const CHUNK: usize = 64;
     let mut next = cursor;
     loop {

@@ -84,10 +84,12 @@ impl OutQueue {
         self.items.pop_front()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -107,7 +109,10 @@ mod tests {
         q.push_frame(b("start"), Delivery::Ephemeral, None);
         q.push_frame(b("u1"), Delivery::Coalescable, Some(7));
         q.push_frame(b("tool"), Delivery::NeverDropped, None);
-        assert_eq!(q.push_frame(b("u2"), Delivery::Coalescable, Some(7)), Pushed::Coalesced);
+        assert_eq!(
+            q.push_frame(b("u2"), Delivery::Coalescable, Some(7)),
+            Pushed::Coalesced
+        );
         q.push_frame(b("other"), Delivery::Coalescable, Some(8));
         let order: Vec<_> = std::iter::from_fn(|| q.pop())
             .map(|o| match o {
@@ -123,12 +128,21 @@ mod tests {
     fn a_full_queue_overflows_instead_of_dropping_quietly() {
         let mut q = OutQueue::default();
         for _ in 0..QUEUE_CAPACITY {
-            assert_eq!(q.push_frame(b("m"), Delivery::NeverDropped, None), Pushed::Queued);
+            assert_eq!(
+                q.push_frame(b("m"), Delivery::NeverDropped, None),
+                Pushed::Queued
+            );
         }
         // An update with no unsent twin needs a slot of its own.
-        assert_eq!(q.push_frame(b("u"), Delivery::Coalescable, Some(1)), Pushed::Overflow);
+        assert_eq!(
+            q.push_frame(b("u"), Delivery::Coalescable, Some(1)),
+            Pushed::Overflow
+        );
         assert!(q.is_empty());
-        assert_eq!(q.push_frame(b("m"), Delivery::NeverDropped, None), Pushed::Overflow);
+        assert_eq!(
+            q.push_frame(b("m"), Delivery::NeverDropped, None),
+            Pushed::Overflow
+        );
     }
 
     #[test]
@@ -138,7 +152,10 @@ mod tests {
         for _ in 1..QUEUE_CAPACITY {
             q.push_frame(b("m"), Delivery::NeverDropped, None);
         }
-        assert_eq!(q.push_frame(b("u2"), Delivery::Coalescable, Some(1)), Pushed::Coalesced);
+        assert_eq!(
+            q.push_frame(b("u2"), Delivery::Coalescable, Some(1)),
+            Pushed::Coalesced
+        );
         assert_eq!(q.len(), QUEUE_CAPACITY);
     }
 }

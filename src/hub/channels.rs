@@ -73,7 +73,10 @@ fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
     let name = name.trim();
     let max = hub.limits().max_name_chars;
     if name.is_empty() {
-        return Err((ErrorCode::Unsupported, "a channel name cannot be empty".into()));
+        return Err((
+            ErrorCode::Unsupported,
+            "a channel name cannot be empty".into(),
+        ));
     }
     if name.chars().count() > max {
         return Err((
@@ -102,7 +105,12 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
         }
         let raw = base64::engine::general_purpose::STANDARD
             .decode(icon.trim())
-            .map_err(|e| (ErrorCode::Unsupported, format!("the icon is not valid base64: {e}")))?;
+            .map_err(|e| {
+                (
+                    ErrorCode::Unsupported,
+                    format!("the icon is not valid base64: {e}"),
+                )
+            })?;
         let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
         let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
         if !(is_png || is_jpeg) {
@@ -119,7 +127,10 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
         if !ok {
             return Err((
                 ErrorCode::Unsupported,
-                format!("color must look like #RRGGBB (got `{}`)", color.chars().take(16).collect::<String>()),
+                format!(
+                    "color must look like #RRGGBB (got `{}`)",
+                    color.chars().take(16).collect::<String>()
+                ),
             ));
         }
     }
@@ -129,17 +140,29 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
 }
 
 /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
-async fn save(hub: &Hub, conn: ConnId, id: Option<i64>, entries: Vec<Channel>) -> Result<(), Refusal> {
+async fn save(
+    hub: &Hub,
+    conn: ConnId,
+    id: Option<i64>,
+    entries: Vec<Channel>,
+) -> Result<(), Refusal> {
     let mut changes = Vec::new();
     for e in &entries {
         changes.push(Change::PutChannel(e.clone()));
-        changes.push(Change::Outbox(Frame::channel_entry("channel.renamed", e).encode()));
+        changes.push(Change::Outbox(
+            Frame::channel_entry("channel.renamed", e).encode(),
+        ));
     }
     let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
     commit(hub, conn, changes, reply).await
 }
 
-async fn commit(hub: &Hub, conn: ConnId, changes: Vec<Change>, reply: Frame) -> Result<(), Refusal> {
+async fn commit(
+    hub: &Hub,
+    conn: ConnId,
+    changes: Vec<Change>,
+    reply: Frame,
+) -> Result<(), Refusal> {
     hub.commit(
         changes,
         Some(Origin {
@@ -178,7 +201,13 @@ async fn create(
             )
         })?;
         if !is_valid_id(&parent_id) {
-            return Err((ErrorCode::NotFound, format!("no channel `{}`", parent_id.chars().take(64).collect::<String>())));
+            return Err((
+                ErrorCode::NotFound,
+                format!(
+                    "no channel `{}`",
+                    parent_id.chars().take(64).collect::<String>()
+                ),
+            ));
         }
         let parent = hub.channel(&parent_id)?;
         if parent.is_thread() {
@@ -236,9 +265,17 @@ pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
 
 /// Moves the default mark: the old default becomes a plain channel in the same commit, so
 /// there is exactly one default at every instant a device or a crash could observe.
-async fn set_default(hub: &Hub, conn: ConnId, id: Option<i64>, mut entry: Channel) -> Result<(), Refusal> {
+async fn set_default(
+    hub: &Hub,
+    conn: ConnId,
+    id: Option<i64>,
+    mut entry: Channel,
+) -> Result<(), Refusal> {
     if entry.is_thread() {
-        return Err((ErrorCode::Unsupported, "a thread cannot be the default channel".into()));
+        return Err((
+            ErrorCode::Unsupported,
+            "a thread cannot be the default channel".into(),
+        ));
     }
     if entry.automation {
         return Err((
@@ -269,7 +306,12 @@ async fn set_default(hub: &Hub, conn: ConnId, id: Option<i64>, mut entry: Channe
 }
 
 /// Deletes a channel with its threads (or one thread) and their history.
-async fn delete(hub: &Rc<Hub>, conn: ConnId, id: Option<i64>, entry: Channel) -> Result<(), Refusal> {
+async fn delete(
+    hub: &Rc<Hub>,
+    conn: ConnId,
+    id: Option<i64>,
+    entry: Channel,
+) -> Result<(), Refusal> {
     if entry.is_default {
         return Err((
             ErrorCode::Unsupported,
@@ -298,7 +340,10 @@ async fn delete(hub: &Rc<Hub>, conn: ConnId, id: Option<i64>, entry: Channel) ->
         Some(Origin {
             conn,
             before: None,
-            reply: Some((reply_at, Frame::channel_deleted(&entry.chat_id).reply_to(id))),
+            reply: Some((
+                reply_at,
+                Frame::channel_deleted(&entry.chat_id).reply_to(id),
+            )),
         }),
     )
     .await
@@ -312,6 +357,8 @@ async fn delete(hub: &Rc<Hub>, conn: ConnId, id: Option<i64>, entry: Channel) ->
     if let Err(e) = hub.store.purge_history(chat, thread) {
         tracing::warn!("could not purge the history of {}: {e}", entry.chat_id);
     }
-    hub.forget_lanes(|lane: &Lane| lane.chat_id == chat && (thread.is_none() || lane.thread() == thread));
+    hub.forget_lanes(|lane: &Lane| {
+        lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
+    });
     Ok(())
 }

@@ -45,7 +45,11 @@ pub struct CommitJob {
 
 impl Hub {
     /// Makes `changes` durable, publishes their outbox frames, and returns their cursors.
-    pub async fn commit(&self, changes: Vec<Change>, origin: Option<Origin>) -> Result<Vec<u64>, CommitError> {
+    pub async fn commit(
+        &self,
+        changes: Vec<Change>,
+        origin: Option<Origin>,
+    ) -> Result<Vec<u64>, CommitError> {
         let (done, rx) = oneshot::channel();
         self.committer
             .send(CommitJob {
@@ -61,7 +65,12 @@ impl Hub {
 
     /// Fans one durable outbox frame out. Devices replaying the outbox (`sync`) skip it: their
     /// replay reads it from the store. The requester always gets its answer.
-    fn publish(&self, cursor: u64, text: &Utf8Bytes, delivery_for_origin: Option<(ConnId, &Frame)>) {
+    fn publish(
+        &self,
+        cursor: u64,
+        text: &Utf8Bytes,
+        delivery_for_origin: Option<(ConnId, &Frame)>,
+    ) {
         let outlets: Vec<_> = {
             let mut st = self.state.borrow_mut();
             st.published_head = cursor;

@@ -70,7 +70,11 @@ pub struct Hub {
 
 impl Hub {
     /// Builds the hub and starts its committer task (must be called inside a `LocalSet`).
-    pub fn start(store: Store, config: Config, agent: Rc<dyn Agent>) -> Result<Rc<Hub>, StoreError> {
+    pub fn start(
+        store: Store,
+        config: Config,
+        agent: Rc<dyn Agent>,
+    ) -> Result<Rc<Hub>, StoreError> {
         let head = store.cursor_head()?;
         let mut lanes: HashMap<Lane, LaneState> = HashMap::new();
         for (lane, todos) in store.all_todos()? {
@@ -183,7 +187,10 @@ impl Hub {
         }
         if device.name.is_empty() {
             if let Some(name) = hello.device_name.as_deref() {
-                device.name = name.chars().take(self.config.limits.max_name_chars).collect();
+                device.name = name
+                    .chars()
+                    .take(self.config.limits.max_name_chars)
+                    .collect();
             }
         }
         if let Some(t) = hello.fcm_token.as_deref().filter(|s| s.len() <= 4096) {
@@ -241,7 +248,9 @@ impl Hub {
         outlet.push_frame(&Frame::status(health));
         for (lane, ls) in st.lanes.iter() {
             if !ls.todos.is_empty() {
-                outlet.push_frame(&Frame::todo_update(&ls.todos).in_lane(&lane.chat_id, lane.thread()));
+                outlet.push_frame(
+                    &Frame::todo_update(&ls.todos).in_lane(&lane.chat_id, lane.thread()),
+                );
             }
         }
         st.outlets.insert(outlet.conn_id, outlet.clone());
@@ -299,7 +308,9 @@ impl Hub {
             }),
             Request::Unimplemented(kind) => Err((
                 ErrorCode::Unsupported,
-                format!("`{kind}` is not supported by this gateway yet (see hello.ack server_caps)"),
+                format!(
+                    "`{kind}` is not supported by this gateway yet (see hello.ack server_caps)"
+                ),
             )),
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
@@ -336,13 +347,14 @@ impl Hub {
             .history_page(&lane, req.before_message_id.as_deref(), limit)
             .map_err(internal)?
             .ok_or_else(|| {
-                (
-                    ErrorCode::NotFound,
-                    format!(
-                        "before_message_id `{}` is not a message of {lane}",
-                        req.before_message_id.as_deref().unwrap_or("")
-                    ),
-                )
+                let before = req.before_message_id.as_deref().unwrap_or("");
+                let message = match self.store.message(before) {
+                    Ok(Some((other, _))) => {
+                        format!("before_message_id `{before}` belongs to {other}, not {lane}")
+                    }
+                    _ => format!("before_message_id `{before}`: no such message"),
+                };
+                (ErrorCode::NotFound, message)
             })?;
         let oldest = page.messages.first().map(|m| m.message_id.as_str());
         outlet.push_frame(
@@ -357,7 +369,11 @@ impl Hub {
     /// The addressing rule: a thread's frames carry `chat_id` = its parent channel and
     /// `thread_id` = the thread's own id. For convenience a thread's own id alone in `chat_id`
     /// is accepted too and means the same lane. No `chat_id` means the default channel.
-    pub fn resolve_lane(&self, chat_id: Option<&str>, thread_id: Option<&str>) -> Result<(Lane, Channel), Refusal> {
+    pub fn resolve_lane(
+        &self,
+        chat_id: Option<&str>,
+        thread_id: Option<&str>,
+    ) -> Result<(Lane, Channel), Refusal> {
         let default_id;
         let chat_id = match chat_id {
             Some(c) => c,
@@ -428,7 +444,11 @@ impl Hub {
             .cloned()
             .collect();
         for o in outlets {
-            o.push_frame(&Frame::error(None, ErrorCode::Auth, "this device was revoked"));
+            o.push_frame(&Frame::error(
+                None,
+                ErrorCode::Auth,
+                "this device was revoked",
+            ));
             o.close(Closing {
                 code: CloseCode::Policy,
                 reason: "device revoked",

@@ -16,7 +16,9 @@ use super::{channels, coalesce_key, Hub, Origin, Refusal};
 use crate::agent::{AgentEvent, TurnInput, TurnSummary};
 use crate::connection::Outlet;
 use crate::ids;
-use crate::protocol::{ErrorCode, Frame, HistoryMessage, Lane, MessageSend, Role, Runtime, TodoItem};
+use crate::protocol::{
+    ErrorCode, Frame, HistoryMessage, Lane, MessageSend, Role, Runtime, TodoItem,
+};
 use crate::store::{Change, PendingTurn};
 
 /// Longest auto-thread title derived from the first message.
@@ -53,17 +55,24 @@ pub async fn send_message(
     if !req.media_refs.is_empty() {
         return Err((
             ErrorCode::Unsupported,
-            "media attachments are not supported by this gateway yet (server_caps.media is false)".into(),
+            "media attachments are not supported by this gateway yet (server_caps.media is false)"
+                .into(),
         ));
     }
     if req.text.trim().is_empty() {
-        return Err((ErrorCode::Unsupported, "an empty message has nothing to send".into()));
+        return Err((
+            ErrorCode::Unsupported,
+            "an empty message has nothing to send".into(),
+        ));
     }
     let (mut lane, root) = hub.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
     if root.automation {
         return Err((
             ErrorCode::Unsupported,
-            format!("`{}` is an automation channel: it only receives gateway output", root.name),
+            format!(
+                "`{}` is an automation channel: it only receives gateway output",
+                root.name
+            ),
         ));
     }
     let mut changes = Vec::new();
@@ -75,7 +84,9 @@ pub async fn send_message(
         let thread = channels::new_thread(&lane.chat_id, auto_title(&req.text), true);
         lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
         changes.push(Change::PutChannel(thread.clone()));
-        changes.push(Change::Outbox(Frame::channel_entry("channel.created", &thread).encode()));
+        changes.push(Change::Outbox(
+            Frame::channel_entry("channel.created", &thread).encode(),
+        ));
     }
     {
         let st = hub.state.borrow();
@@ -103,7 +114,11 @@ pub async fn send_message(
         media: Vec::new(),
     };
     let mut echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-    if let Some(r) = req.reply_to.as_deref().filter(|r| crate::protocol::is_valid_id(r)) {
+    if let Some(r) = req
+        .reply_to
+        .as_deref()
+        .filter(|r| crate::protocol::is_valid_id(r))
+    {
         echo.payload["reply_to"] = serde_json::json!(r);
     }
     changes.push(Change::PutMessage(lane.clone(), message.clone()));
@@ -113,7 +128,8 @@ pub async fn send_message(
         lane: lane.clone(),
         text: message.text.clone(),
     }));
-    let receipt = Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
+    let receipt =
+        Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
     hub.commit(
         changes,
         Some(Origin {
@@ -199,7 +215,10 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
     let message_id = ids::message_id();
     let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
     hub.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
-    hub.broadcast(&Frame::message_start(&message_id).in_lane(chat, thread), None);
+    hub.broadcast(
+        &Frame::message_start(&message_id).in_lane(chat, thread),
+        None,
+    );
     let (tx, mut rx) = mpsc::channel(16);
     let input = TurnInput {
         lane: lane.clone(),
@@ -252,14 +271,22 @@ async fn finish_turn(
     // A lane deleted while its turn ran gets no message (its history is gone too).
     if hub.store.channel(&lane.chat_id).ok().flatten().is_some() {
         changes.push(Change::PutMessage(lane.clone(), reply.clone()));
-        changes.push(Change::Outbox(frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode()));
+        changes.push(Change::Outbox(
+            frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
+        ));
     }
     if let Err(e) = hub.commit(changes, None).await {
         warn!(%lane, "could not store the agent's reply: {e}");
     }
 }
 
-async fn apply_event(hub: &Hub, lane: &Lane, message_id: &str, acc: &mut TurnText, event: AgentEvent) {
+async fn apply_event(
+    hub: &Hub,
+    lane: &Lane,
+    message_id: &str,
+    acc: &mut TurnText,
+    event: AgentEvent,
+) {
     let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
     match event {
         AgentEvent::Text(delta) => {
@@ -268,7 +295,8 @@ async fn apply_event(hub: &Hub, lane: &Lane, message_id: &str, acc: &mut TurnTex
             }
             if acc.text.len() + delta.len() > MAX_REPLY_BYTES {
                 acc.truncated = true;
-                acc.text.push_str("\n\n[reply cut: longer than the gateway keeps]");
+                acc.text
+                    .push_str("\n\n[reply cut: longer than the gateway keeps]");
             } else {
                 acc.text.push_str(&delta);
             }
@@ -283,7 +311,10 @@ async fn apply_event(hub: &Hub, lane: &Lane, message_id: &str, acc: &mut TurnTex
             }
         }
         AgentEvent::Commentary(text) => {
-            hub.broadcast(&Frame::commentary(message_id, &text).in_lane(chat, thread), None);
+            hub.broadcast(
+                &Frame::commentary(message_id, &text).in_lane(chat, thread),
+                None,
+            );
         }
         AgentEvent::ToolStart {
             index,
@@ -310,7 +341,8 @@ async fn apply_event(hub: &Hub, lane: &Lane, message_id: &str, acc: &mut TurnTex
             output_preview,
         } => {
             let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
-            let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview).in_lane(chat, thread);
+            let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
+                .in_lane(chat, thread);
             // Never dropped, so outboxed: a device that missed the stream still learns the
             // tool's outcome on sync. The turn waits for it to be durable, keeping order.
             if let Err(e) = hub.commit(vec![Change::Outbox(f.encode())], None).await {
@@ -324,16 +356,31 @@ async fn apply_event(hub: &Hub, lane: &Lane, message_id: &str, acc: &mut TurnTex
 impl Hub {
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
     fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
-        self.broadcast(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()), None);
+        self.broadcast(
+            &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
+            None,
+        );
         if let Err(e) = self.store.put_todos(lane, &todos) {
             warn!(%lane, "could not save the todo list: {e}");
         }
-        self.state.borrow_mut().lanes.entry(lane.clone()).or_default().todos = todos;
+        self.state
+            .borrow_mut()
+            .lanes
+            .entry(lane.clone())
+            .or_default()
+            .todos = todos;
     }
 
     /// Drops live state of lanes that no longer exist (their channel was deleted).
     pub(super) fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) {
-        let lanes: Vec<Lane> = self.state.borrow().lanes.keys().filter(|l| gone(l)).cloned().collect();
+        let lanes: Vec<Lane> = self
+            .state
+            .borrow()
+            .lanes
+            .keys()
+            .filter(|l| gone(l))
+            .cloned()
+            .collect();
         for lane in lanes {
             let _ = self.store.put_todos(&lane, &[]);
             let mut st = self.state.borrow_mut();

@@ -181,15 +181,15 @@ fn describe_bad_envelope(text: &str) -> DecodeError {
     let value: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            return DecodeError::new(
-                None,
-                ErrorCode::Unsupported,
-                format!("malformed JSON: {e}"),
-            )
+            return DecodeError::new(None, ErrorCode::Unsupported, format!("malformed JSON: {e}"))
         }
     };
     let Some(obj) = value.as_object() else {
-        return DecodeError::new(None, ErrorCode::Unsupported, "a frame must be a JSON object");
+        return DecodeError::new(
+            None,
+            ErrorCode::Unsupported,
+            "a frame must be a JSON object",
+        );
     };
     let id = obj.get("id").and_then(|v| v.as_i64());
     for (field, want) in [
@@ -215,7 +215,11 @@ fn describe_bad_envelope(text: &str) -> DecodeError {
     DecodeError::new(id, ErrorCode::Unsupported, "malformed envelope")
 }
 
-fn scope_id(id: Option<i64>, field: &str, value: Option<&str>) -> Result<Option<String>, DecodeError> {
+fn scope_id(
+    id: Option<i64>,
+    field: &str,
+    value: Option<&str>,
+) -> Result<Option<String>, DecodeError> {
     match value {
         None => Ok(None),
         Some(v) if is_valid_id(v) => Ok(Some(v.to_owned())),
@@ -377,7 +381,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.id, Some(7));
-        let Request::Hello(h) = f.request else { panic!() };
+        let Request::Hello(h) = f.request else {
+            panic!()
+        };
         assert_eq!(h.token, "t\"x");
         assert_eq!(h.device_id.as_deref(), Some("d1"));
     }
@@ -390,7 +396,13 @@ mod tests {
         .unwrap();
         assert_eq!(f.chat_id.as_deref(), Some("chan_1"));
         assert_eq!(f.thread_id.as_deref(), Some("thr_2"));
-        assert!(matches!(f.request, Request::MessageSend(MessageSend { auto_thread: true, .. })));
+        assert!(matches!(
+            f.request,
+            Request::MessageSend(MessageSend {
+                auto_thread: true,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -413,19 +425,27 @@ mod tests {
     fn refuses_junk_unknown_types_and_bad_ids() {
         assert!(err("not json").message.contains("malformed JSON"));
         assert!(err("[1,2]").message.contains("object"));
-        assert!(err(r#"{"v":1,"type":"teleport","id":1}"#).message.contains("unknown frame type"));
-        assert!(err(r#"{"v":1,"type":"ping","chat_id":"a b"}"#).message.contains("chat_id"));
+        assert!(err(r#"{"v":1,"type":"teleport","id":1}"#)
+            .message
+            .contains("unknown frame type"));
+        assert!(err(r#"{"v":1,"type":"ping","chat_id":"a b"}"#)
+            .message
+            .contains("chat_id"));
     }
 
     #[test]
     fn deep_nesting_is_refused_without_recursion() {
-        let deep = format!(r#"{{"v":1,"type":"ping","payload":{{"x":{}}}}}"#, "[".repeat(100_000));
+        let deep = format!(
+            r#"{{"v":1,"type":"ping","payload":{{"x":{}}}}}"#,
+            "[".repeat(100_000)
+        );
         assert!(err(&deep).message.contains("nests deeper"));
     }
 
     #[test]
     fn planned_features_decode_as_unimplemented() {
-        let f = decode_request(r#"{"v":1,"type":"search","id":1,"payload":{"query":"x"}}"#).unwrap();
+        let f =
+            decode_request(r#"{"v":1,"type":"search","id":1,"payload":{"query":"x"}}"#).unwrap();
         assert_eq!(f.request, Request::Unimplemented("search"));
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{Channel, ErrorCode, HealthState, HistoryMessage, Runtime, ServerCaps, TodoItem};
+use super::{Channel, ErrorCode, HealthState, HistoryMessage, ServerCaps, TodoItem};
 
 /// How a frame may be treated when a device's queue is under pressure (`reliability` in the
 /// schema). The class is a property of the frame type, so it is decided here, not by callers.
@@ -128,7 +128,10 @@ impl Frame {
 
     /// `channel.created` / `channel.renamed` carry the full entry as their payload.
     pub fn channel_entry(kind: &'static str, channel: &Channel) -> Frame {
-        Frame::new(kind, serde_json::to_value(channel).expect("channel serialises"))
+        Frame::new(
+            kind,
+            serde_json::to_value(channel).expect("channel serialises"),
+        )
     }
 
     pub fn channel_deleted(chat_id: &str) -> Frame {
@@ -141,7 +144,10 @@ impl Frame {
 
     /// A final, standalone message (the user's echo, or an assistant message outside a stream).
     pub fn message(m: &HistoryMessage) -> Frame {
-        Frame::new("message", serde_json::to_value(m).expect("message serialises"))
+        Frame::new(
+            "message",
+            serde_json::to_value(m).expect("message serialises"),
+        )
     }
 
     pub fn typing(on: bool) -> Frame {
@@ -184,7 +190,13 @@ impl Frame {
         )
     }
 
-    pub fn tool_start(index: i64, name: &str, preview: &str, args: &Value, emoji: Option<&str>) -> Frame {
+    pub fn tool_start(
+        index: i64,
+        name: &str,
+        preview: &str,
+        args: &Value,
+        emoji: Option<&str>,
+    ) -> Frame {
         let mut p = json!({ "index": index, "name": name, "preview": preview, "args": args });
         if let Some(e) = emoji {
             p["emoji"] = json!(e);
@@ -199,7 +211,13 @@ impl Frame {
         )
     }
 
-    pub fn tool_end(index: i64, name: &str, ok: bool, duration: f64, output_preview: &str) -> Frame {
+    pub fn tool_end(
+        index: i64,
+        name: &str,
+        ok: bool,
+        duration: f64,
+        output_preview: &str,
+    ) -> Frame {
         Frame::new(
             "tool.end",
             json!({ "index": index, "name": name, "ok": ok, "duration": duration, "output_preview": output_preview }),
@@ -225,11 +243,6 @@ impl Frame {
             p["oldest_message_id"] = json!(o);
         }
         Frame::new("history", p).reply_to(id)
-    }
-
-    /// The footer every final assistant message carries, even when empty.
-    pub fn runtime_value(r: &Runtime) -> Value {
-        json!(r)
     }
 }
 
@@ -264,7 +277,9 @@ mod tests {
 
     #[test]
     fn encodes_the_envelope_first_and_splices_cursor() {
-        let f = Frame::typing(true).in_lane("default", Some("thr_1")).reply_to(Some(4));
+        let f = Frame::typing(true)
+            .in_lane("default", Some("thr_1"))
+            .reply_to(Some(4));
         let enc = f.encode();
         assert!(enc.starts_with(ENCODED_PREFIX));
         let replay = with_cursor(&enc, 42);

@@ -9,8 +9,8 @@ mod encode;
 mod types;
 
 pub use decode::{
-    decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest,
-    MessageSend, Request, RequestFrame,
+    decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest, MessageSend,
+    Request, RequestFrame,
 };
 pub use encode::{with_cursor, Delivery, Frame};
 pub use types::*;

@@ -135,7 +135,12 @@ mod tests {
             .unwrap();
         }
         let p1 = s.history_page(&lane, None, 3).unwrap().unwrap();
-        let ids = |p: &HistoryPage| p.messages.iter().map(|m| m.message_id.clone()).collect::<Vec<_>>();
+        let ids = |p: &HistoryPage| {
+            p.messages
+                .iter()
+                .map(|m| m.message_id.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(ids(&p1), ["m4", "m5", "m6"]);
         assert!(p1.has_more);
         let p2 = s.history_page(&lane, Some("m4"), 3).unwrap().unwrap();

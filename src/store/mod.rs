@@ -33,7 +33,9 @@ const META_CURSOR: &[u8] = b"cursor_head";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the data directory {dir} is in use by another process (is the gateway already running?)")]
+    #[error(
+        "the data directory {dir} is in use by another process (is the gateway already running?)"
+    )]
     Locked { dir: PathBuf },
     #[error("cannot open the store in {dir}: {source}. The data may be damaged: restore a backup, or move the directory aside to start fresh")]
     Open { dir: PathBuf, source: sled::Error },
@@ -85,7 +87,6 @@ pub struct Store {
     tokens: sled::Tree,
     todos: sled::Tree,
     turns: sled::Tree,
-    dir: PathBuf,
 }
 
 impl Store {
@@ -110,7 +111,9 @@ impl Store {
                 Ok(db) => break db,
                 Err(sled::Error::Io(e)) if is_lock_error(&e) => {
                     if std::time::Instant::now() >= deadline {
-                        return Err(StoreError::Locked { dir: dir.to_owned() });
+                        return Err(StoreError::Locked {
+                            dir: dir.to_owned(),
+                        });
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -134,7 +137,6 @@ impl Store {
             todos: tree("todos")?,
             turns: tree("turns")?,
             db,
-            dir: dir.to_owned(),
         };
         store.init_layout()?;
         Ok(store)
@@ -158,13 +160,13 @@ impl Store {
         Ok(())
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The last cursor assigned (0 before the first frame).
     pub fn cursor_head(&self) -> Result<u64> {
-        Ok(self.meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0))
+        Ok(self
+            .meta
+            .get(META_CURSOR)?
+            .map(|v| u64_from(&v))
+            .unwrap_or(0))
     }
 
     /// Applies `changes` atomically and returns the cursors assigned to its outbox frames, in
@@ -350,11 +352,18 @@ mod tests {
     fn replacing_a_message_keeps_its_place() {
         let (_d, s) = temp_store();
         let lane = Lane::new("default", None);
-        s.commit(&[Change::PutMessage(lane.clone(), msg("a", "1"))]).unwrap();
-        s.commit(&[Change::PutMessage(lane.clone(), msg("b", "2"))]).unwrap();
-        s.commit(&[Change::PutMessage(lane.clone(), msg("a", "1 edited"))]).unwrap();
+        s.commit(&[Change::PutMessage(lane.clone(), msg("a", "1"))])
+            .unwrap();
+        s.commit(&[Change::PutMessage(lane.clone(), msg("b", "2"))])
+            .unwrap();
+        s.commit(&[Change::PutMessage(lane.clone(), msg("a", "1 edited"))])
+            .unwrap();
         let page = s.history_page(&lane, None, 10).unwrap().unwrap();
-        let ids: Vec<_> = page.messages.iter().map(|m| m.message_id.as_str()).collect();
+        let ids: Vec<_> = page
+            .messages
+            .iter()
+            .map(|m| m.message_id.as_str())
+            .collect();
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(page.messages[0].text, "1 edited");
     }
