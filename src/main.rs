@@ -1,26 +1,11 @@
-//! iris-gateway: connects the Iris chat app on a household's phones to their Hermes agent.
-//!
-//! One process, one thread, one event loop (tokio `current_thread`). The modules follow a
-//! frame's path: `connection` (socket, limits, per-device queue) → `hub` (routing, lanes,
-//! fan-out) → `store` (sled: outbox, history, directory, devices) and `agent` (backends). The
-//! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
-
-mod agent;
-mod chat;
-mod cli;
-mod config;
-mod connection;
-mod control;
-mod hub;
-mod ids;
-mod protocol;
-mod server;
-mod store;
+//! The `iris-gateway` binary: parses the command line and starts the event loop.
+//! The gateway itself is the library next to this file (src/lib.rs).
 
 use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
-use cli::{Cli, Command, RunArgs};
+use iris_gateway::cli::{self, Cli, Command, RunArgs};
+use iris_gateway::{chat, server};
 
 fn main() -> std::process::ExitCode {
     keep_memory_small();

@@ -252,7 +252,12 @@ async fn hello_gate(
     let frame = match decode_request(first.as_str()) {
         Ok(f) => f,
         Err(e) => {
-            let bytes = refuse(e.id, e.code, e.message);
+            // Whatever the first frame got wrong, what the device lacks is a valid hello.
+            let bytes = refuse(
+                e.id,
+                ErrorCode::Auth,
+                format!("send a valid hello first: {}", e.message),
+            );
             close_with(ws, bytes, CloseCode::Policy, "bad hello").await;
             return None;
         }
@@ -354,24 +359,27 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
             }
             None => return,
         };
+        let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
+        if is_data && !rate.allow() {
+            let id = match &msg {
+                Message::Text(t) => request_id_of(t.as_str()),
+                _ => None,
+            };
+            outlet.push_frame(&Frame::error(
+                id,
+                ErrorCode::RateLimited,
+                format!(
+                    "more than {} frames per second (burst {}); this frame was not processed, retry it later",
+                    limits.frames_per_second, limits.frame_burst
+                ),
+            ));
+            continue;
+        }
         match msg {
-            Message::Text(text) => {
-                if !rate.allow() {
-                    outlet.push_frame(&Frame::error(
-                        request_id_of(text.as_str()),
-                        ErrorCode::RateLimited,
-                        format!(
-                            "more than {} frames per second (burst {}); this frame was not processed, retry it later",
-                            limits.frames_per_second, limits.frame_burst
-                        ),
-                    ));
-                    continue;
-                }
-                match decode_request(text.as_str()) {
-                    Ok(frame) => hub.handle(outlet, frame).await,
-                    Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
-                }
-            }
+            Message::Text(text) => match decode_request(text.as_str()) {
+                Ok(frame) => hub.handle(outlet, frame).await,
+                Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
+            },
             Message::Binary(_) => outlet.push_frame(&Frame::error(
                 None,
                 ErrorCode::Unsupported,

@@ -6,6 +6,8 @@
 //! that names a known type gets its payload decoded, with serde_json, into an owned typed request
 //! (payloads hold arbitrary objects and long escaped text that a no-alloc decoder cannot own).
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -121,8 +123,17 @@ pub struct HistoryRequest {
     pub limit: Option<i64>,
 }
 
-#[derive(Deserialize)]
+/// The envelope fields the hub routes on. Borrowed from the frame text on the fast path.
 struct Header<'a> {
+    v: Option<i64>,
+    kind: Option<Cow<'a, str>>,
+    id: Option<i64>,
+    chat_id: Option<Cow<'a, str>>,
+    thread_id: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawHeader<'a> {
     v: Option<i64>,
     #[serde(rename = "type", borrow)]
     kind: Option<&'a str>,
@@ -160,7 +171,7 @@ pub fn decode_request(text: &str) -> Result<RequestFrame, DecodeError> {
     })?;
     let chat_id = scope_id(id, "chat_id", header.chat_id)?;
     let thread_id = scope_id(id, "thread_id", header.thread_id)?;
-    let request = decode_payload(id, kind, text)?;
+    let request = decode_payload(id, &kind, text)?;
     Ok(RequestFrame {
         id,
         chat_id,
@@ -169,60 +180,81 @@ pub fn decode_request(text: &str) -> Result<RequestFrame, DecodeError> {
     })
 }
 
+/// The fast path borrows the header's strings as they stand in the text (serde-json-core, no
+/// allocation). A string with a JSON escape in it, or anything the fast path cannot read, goes
+/// to the full parser, which also produces the precise error message.
 fn read_header(text: &str) -> Result<Header<'_>, DecodeError> {
-    match serde_json_core::from_str::<Header<'_>>(text) {
-        Ok((header, used)) if text[used..].trim().is_empty() => Ok(header),
-        // The fast path failed; find out why with the full parser so the message is useful.
-        _ => Err(describe_bad_envelope(text)),
+    if let Ok((raw, used)) = serde_json_core::from_str::<RawHeader<'_>>(text) {
+        let escaped = [raw.kind, raw.chat_id, raw.thread_id]
+            .iter()
+            .flatten()
+            .any(|s| s.contains('\\'));
+        if text[used..].trim().is_empty() && !escaped {
+            return Ok(Header {
+                v: raw.v,
+                kind: raw.kind.map(Cow::Borrowed),
+                id: raw.id,
+                chat_id: raw.chat_id.map(Cow::Borrowed),
+                thread_id: raw.thread_id.map(Cow::Borrowed),
+            });
+        }
     }
+    header_from_value(text)
 }
 
-fn describe_bad_envelope(text: &str) -> DecodeError {
-    let value: serde_json::Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            return DecodeError::new(None, ErrorCode::Unsupported, format!("malformed JSON: {e}"))
-        }
-    };
+fn header_from_value(text: &str) -> Result<Header<'static>, DecodeError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        DecodeError::new(None, ErrorCode::Unsupported, format!("malformed JSON: {e}"))
+    })?;
     let Some(obj) = value.as_object() else {
-        return DecodeError::new(
+        return Err(DecodeError::new(
             None,
             ErrorCode::Unsupported,
             "a frame must be a JSON object",
-        );
+        ));
     };
-    let id = obj.get("id").and_then(|v| v.as_i64());
-    for (field, want) in [
-        ("v", "an integer"),
-        ("id", "an integer"),
-        ("type", "a string"),
-        ("chat_id", "a string"),
-        ("thread_id", "a string"),
-    ] {
-        let Some(v) = obj.get(field) else { continue };
-        let ok = match want {
-            "an integer" => v.is_i64(),
-            _ => v.is_string() || (v.is_null() && field.ends_with("_id")),
-        };
-        if !ok {
-            return DecodeError::new(
-                id,
-                ErrorCode::Unsupported,
-                format!("envelope field `{field}` must be {want}"),
-            );
+    let mistyped = |id, field: &str, want: &str| {
+        DecodeError::new(
+            id,
+            ErrorCode::Unsupported,
+            format!("envelope field `{field}` must be {want}"),
+        )
+    };
+    let id = match obj.get("id") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(
+            v.as_i64()
+                .ok_or_else(|| mistyped(None, "id", "an integer"))?,
+        ),
+    };
+    let v = match obj.get("v") {
+        None => None,
+        Some(v) => Some(v.as_i64().ok_or_else(|| mistyped(id, "v", "an integer"))?),
+    };
+    let string = |field: &str| -> Result<Option<Cow<'static, str>>, DecodeError> {
+        match obj.get(field) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(Cow::Owned(s.clone()))),
+            Some(_) => Err(mistyped(id, field, "a string")),
         }
-    }
-    DecodeError::new(id, ErrorCode::Unsupported, "malformed envelope")
+    };
+    Ok(Header {
+        v,
+        kind: string("type")?,
+        id,
+        chat_id: string("chat_id")?,
+        thread_id: string("thread_id")?,
+    })
 }
 
 fn scope_id(
     id: Option<i64>,
     field: &str,
-    value: Option<&str>,
+    value: Option<Cow<'_, str>>,
 ) -> Result<Option<String>, DecodeError> {
     match value {
         None => Ok(None),
-        Some(v) if is_valid_id(v) => Ok(Some(v.to_owned())),
+        Some(v) if is_valid_id(&v) => Ok(Some(v.into_owned())),
         Some(_) => Err(DecodeError::new(
             id,
             ErrorCode::Unsupported,
@@ -306,22 +338,25 @@ fn payload<T: DeserializeOwned>(id: Option<i64>, kind: &str, text: &str) -> Resu
     struct Outer<T> {
         payload: Option<T>,
     }
-    let outer: Outer<T> = serde_json::from_str(text).map_err(|e| {
-        DecodeError::new(
-            id,
-            ErrorCode::Unsupported,
-            format!("bad `{kind}` payload: {}", strip_position(&e)),
-        )
-    })?;
+    let refuse = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let field = path.strip_prefix("payload.").unwrap_or(&path).to_owned();
+        let why = strip_position(e.inner());
+        let message = if field.is_empty() || field == "." || field == "payload" {
+            format!("bad `{kind}` payload: {why}")
+        } else {
+            format!("bad `{kind}` payload field `{field}`: {why}")
+        };
+        DecodeError::new(id, ErrorCode::Unsupported, message)
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let outer: Outer<T> = serde_path_to_error::deserialize(&mut de).map_err(refuse)?;
     match outer.payload {
         Some(p) => Ok(p),
-        None => serde_json::from_str("{}").map_err(|e| {
-            DecodeError::new(
-                id,
-                ErrorCode::Unsupported,
-                format!("`{kind}` needs a payload: {}", strip_position(&e)),
-            )
-        }),
+        None => {
+            let mut empty = serde_json::Deserializer::from_str("{}");
+            serde_path_to_error::deserialize(&mut empty).map_err(refuse)
+        }
     }
 }
 
@@ -406,6 +441,14 @@ mod tests {
     }
 
     #[test]
+    fn escaped_envelope_strings_are_unescaped() {
+        let f = decode_request(r#"{"v":1,"type":"p\u0069ng","id":2,"chat_id":"defa\u0075lt"}"#)
+            .unwrap();
+        assert_eq!(f.request, Request::Ping { ts: None });
+        assert_eq!(f.chat_id.as_deref(), Some("default"));
+    }
+
+    #[test]
     fn refuses_wrong_version_with_the_id_echoed() {
         let e = err(r#"{"v":2,"type":"ping","id":9}"#);
         assert_eq!((e.id, e.code), (Some(9), ErrorCode::Unsupported));
@@ -418,7 +461,13 @@ mod tests {
         assert!(e.message.contains("`id`"), "{}", e.message);
         let e = err(r#"{"v":1,"type":"channel.favorite","id":4,"payload":{"on":"yes"}}"#);
         assert_eq!(e.id, Some(4));
-        assert!(e.message.contains("channel.favorite"), "{}", e.message);
+        assert!(
+            e.message.contains("channel.favorite") && e.message.contains("`on`"),
+            "{}",
+            e.message
+        );
+        let e = err(r#"{"v":1,"type":"hello","id":5,"payload":{}}"#);
+        assert!(e.message.contains("token"), "{}", e.message);
     }
 
     #[test]

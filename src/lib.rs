@@ -1,0 +1,18 @@
+//! iris-gateway: connects the Iris chat app on a household's phones to their Hermes agent.
+//!
+//! One process, one thread, one event loop (tokio `current_thread`). The modules follow a
+//! frame's path: `connection` (socket, limits, per-device queue) → `hub` (routing, lanes,
+//! fan-out) → `store` (sled: outbox, history, directory, devices) and `agent` (backends). The
+//! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
+
+pub mod agent;
+pub mod chat;
+pub mod cli;
+pub mod config;
+pub mod connection;
+pub mod control;
+pub mod hub;
+pub mod ids;
+pub mod protocol;
+pub mod server;
+pub mod store;
