@@ -414,12 +414,12 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
                     .await
                     .is_err()
                 {
-                    return;
+                    break;
                 }
             }
             Some(Outbound::Replay { cursor, id }) => {
                 if replay(&hub, &outlet, &mut sink, cursor, id).await.is_err() {
-                    return;
+                    break;
                 }
             }
             None => {
@@ -430,6 +430,9 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
             }
         }
     }
+    // An aborted send leaves its frame in tungstenite's buffer; the close frame queues behind
+    // it, so a device that resumes reading within the timeout still learns why (1013) instead
+    // of seeing a bare reset. A socket that failed outright has no closing reason set.
     let closing = outlet.closing.borrow().clone();
     if let Some(c) = closing {
         let _ = tokio::time::timeout(
