@@ -111,6 +111,15 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
                     format!("the icon is not valid base64: {e}"),
                 )
             })?;
+        if raw.len() > max {
+            return Err((
+                ErrorCode::Unsupported,
+                format!(
+                    "the icon is {} bytes, over {max} (limits.max_icon_bytes)",
+                    raw.len()
+                ),
+            ));
+        }
         let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
         let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
         if !(is_png || is_jpeg) {
@@ -359,6 +368,7 @@ async fn delete(
     }
     hub.forget_lanes(|lane: &Lane| {
         lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
-    });
+    })
+    .await;
     Ok(())
 }

@@ -46,6 +46,8 @@ struct LaneState {
     running: bool,
     queue: std::collections::VecDeque<turns::QueuedTurn>,
     todos: Vec<TodoItem>,
+    /// Wakes the running turn to abandon it (its lane was deleted).
+    cancel: Option<Rc<tokio::sync::Notify>>,
 }
 
 struct State {

@@ -226,16 +226,33 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         text: turn.text,
     };
     let agent = hub.agent.clone();
+    let cancel = Rc::new(tokio::sync::Notify::new());
+    hub.state
+        .borrow_mut()
+        .lanes
+        .entry(lane.clone())
+        .or_default()
+        .cancel = Some(cancel.clone());
     let mut acc = TurnText::default();
     let consume = async {
         while let Some(event) = rx.recv().await {
             apply_event(hub, lane, &message_id, &mut acc, event).await;
         }
     };
-    let (outcome, ()) = tokio::join!(agent.run_turn(input, tx), consume);
+    let outcome = tokio::select! {
+        (outcome, ()) = async { tokio::join!(agent.run_turn(input, tx), consume) } => Some(outcome),
+        _ = cancel.notified() => None,
+    };
+    if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
+        ls.cancel = None;
+    }
     let summary = match outcome {
-        Ok(s) => s,
-        Err(e) => {
+        None => {
+            info!(%lane, "turn abandoned: its conversation was deleted");
+            TurnSummary::default()
+        }
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
             warn!(%lane, "agent turn failed: {e}");
             if !acc.text.is_empty() {
                 acc.text.push_str("\n\n");
@@ -269,7 +286,7 @@ async fn finish_turn(
 ) {
     let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
     // A lane deleted while its turn ran gets no message (its history is gone too).
-    if hub.store.channel(&lane.chat_id).ok().flatten().is_some() {
+    if hub.lane_exists(lane) {
         changes.push(Change::PutMessage(lane.clone(), reply.clone()));
         changes.push(Change::Outbox(
             frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
@@ -356,6 +373,9 @@ async fn apply_event(
 impl Hub {
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
     fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
+        if !self.lane_exists(lane) {
+            return;
+        }
         self.broadcast(
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,
@@ -371,8 +391,16 @@ impl Hub {
             .todos = todos;
     }
 
-    /// Drops live state of lanes that no longer exist (their channel was deleted).
-    pub(super) fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) {
+    /// A lane is live while its channel (and thread) exist in the directory.
+    fn lane_exists(&self, lane: &Lane) -> bool {
+        let exists = |id: &str| matches!(self.store.channel(id), Ok(Some(_)));
+        exists(&lane.chat_id) && lane.thread().is_none_or(exists)
+    }
+
+    /// Drops everything live about deleted lanes: the running turn is abandoned, queued
+    /// messages are closed (they were deleted with the lane's history), the todo list goes.
+    pub(super) async fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) {
+        let mut closed = Vec::new();
         let lanes: Vec<Lane> = self
             .state
             .borrow()
@@ -386,6 +414,19 @@ impl Hub {
             let mut st = self.state.borrow_mut();
             if let Some(ls) = st.lanes.get_mut(&lane) {
                 ls.todos.clear();
+                closed.extend(
+                    ls.queue
+                        .drain(..)
+                        .map(|t| Change::EndTurn(t.user_message_id)),
+                );
+                if let Some(cancel) = &ls.cancel {
+                    cancel.notify_one();
+                }
+            }
+        }
+        if !closed.is_empty() {
+            if let Err(e) = self.commit(closed, None).await {
+                warn!("could not close the turns of a deleted lane: {e}");
             }
         }
     }
