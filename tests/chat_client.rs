@@ -11,7 +11,12 @@ use common::{Gateway, BIN};
 
 /// Runs the client with `lines` on stdin, keeping stdin open for `linger` so the reply can
 /// stream in before the client sees end-of-input and quits. Returns (exit ok, stdout).
-fn chat(data_dir: &std::path::Path, extra: &[&str], lines: &str, linger: Duration) -> (bool, String) {
+fn chat(
+    data_dir: &std::path::Path,
+    extra: &[&str],
+    lines: &str,
+    linger: Duration,
+) -> (bool, String) {
     let mut child = Command::new(BIN)
         .arg("chat")
         .arg("--data-dir")
@@ -40,7 +45,10 @@ fn chat(data_dir: &std::path::Path, extra: &[&str], lines: &str, linger: Duratio
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.success(), format!("{stdout}\n--- stderr ---\n{stderr}"))
+    (
+        out.status.success(),
+        format!("{stdout}\n--- stderr ---\n{stderr}"),
+    )
 }
 
 #[test]
@@ -48,7 +56,12 @@ fn chat_pairs_itself_renders_a_turn_and_reuses_its_token() {
     let dir = common::temp_data_dir();
     let _gw = Gateway::start(dir.path(), &["--demo-pace-ms", "1"]);
 
-    let (ok, out) = chat(dir.path(), &[], "hello there world\n", Duration::from_secs(3));
+    let (ok, out) = chat(
+        dir.path(),
+        &[],
+        "hello there world\n",
+        Duration::from_secs(3),
+    );
     assert!(ok, "chat failed:\n{out}");
     // The reply streamed and finished, with the tool call, todo list, reasoning and footer.
     assert!(out.contains("That is 3 words and 17 characters."), "{out}");
@@ -66,7 +79,12 @@ fn chat_pairs_itself_renders_a_turn_and_reuses_its_token() {
     assert_eq!(mode, 0o600, "credentials must be private");
 
     // A second run reuses the device instead of pairing a new one, and talks in a new channel.
-    let (ok, out) = chat(dir.path(), &["--channel", "Garden"], "", Duration::from_millis(800));
+    let (ok, out) = chat(
+        dir.path(),
+        &["--channel", "Garden"],
+        "",
+        Duration::from_millis(800),
+    );
     assert!(ok, "{out}");
     assert!(out.contains("[created channel Garden]"), "{out}");
     let devices = common::devices_json(dir.path());

@@ -950,7 +950,7 @@ async fn history_survives_restart() {
 #[tokio::test]
 async fn lane_queue_holds_eight_then_rate_limits() {
     let dir = common::temp_data_dir();
-    let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "20"]);
+    let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "30"]);
     let p = pair(dir.path(), "queuer");
     let (mut c, _) = connect(&gw, &p).await;
     let sent = texts("queued", 12);
