@@ -233,19 +233,7 @@ async fn create(
         }
         new_thread(&parent_id, name, false)
     } else {
-        Channel {
-            chat_id: ids::time_ordered("chan"),
-            name,
-            kind: ChannelKind::Channel,
-            parent_chat_id: None,
-            is_default: false,
-            archived: false,
-            auto: false,
-            favorite: false,
-            icon: None,
-            color: None,
-            automation: false,
-        }
+        Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
     };
     let changes = vec![
         Change::PutChannel(entry.clone()),
@@ -257,19 +245,14 @@ async fn create(
 
 /// A new thread entry under `parent` (`auto` for threads the gateway mints for a message).
 pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
-    Channel {
-        chat_id: ids::time_ordered("thr"),
+    let mut thread = Channel::new(
+        ids::time_ordered("thr"),
         name,
-        kind: ChannelKind::Thread,
-        parent_chat_id: Some(parent.to_owned()),
-        is_default: false,
-        archived: false,
-        auto,
-        favorite: false,
-        icon: None,
-        color: None,
-        automation: false,
-    }
+        ChannelKind::Thread,
+        Some(parent.to_owned()),
+    );
+    thread.auto = auto;
+    thread
 }
 
 /// Moves the default mark: the old default becomes a plain channel in the same commit, so

@@ -65,6 +65,28 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl Channel {
+    /// A plain entry: not default, not archived, no cosmetics, not automation.
+    pub fn new(
+        chat_id: String,
+        name: String,
+        kind: ChannelKind,
+        parent_chat_id: Option<String>,
+    ) -> Channel {
+        Channel {
+            chat_id,
+            name,
+            is_default: kind == ChannelKind::Default,
+            kind,
+            parent_chat_id,
+            archived: false,
+            auto: false,
+            favorite: false,
+            icon: None,
+            color: None,
+            automation: false,
+        }
+    }
+
     /// Threads are addressed through their parent; everything else is its own lane root.
     pub fn is_thread(&self) -> bool {
         self.kind == ChannelKind::Thread

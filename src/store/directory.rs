@@ -42,18 +42,13 @@ impl Store {
             self.channels.insert(c.chat_id.as_bytes(), to_json(&c))?;
         }
         if defaults.is_empty() {
-            let mut c = self.channel(DEFAULT_CHAT_ID)?.unwrap_or(Channel {
-                chat_id: DEFAULT_CHAT_ID.into(),
-                name: "General".into(),
-                kind: ChannelKind::Default,
-                parent_chat_id: None,
-                is_default: true,
-                archived: false,
-                auto: false,
-                favorite: false,
-                icon: None,
-                color: None,
-                automation: false,
+            let mut c = self.channel(DEFAULT_CHAT_ID)?.unwrap_or_else(|| {
+                Channel::new(
+                    DEFAULT_CHAT_ID.into(),
+                    "General".into(),
+                    ChannelKind::Default,
+                    None,
+                )
             });
             c.is_default = true;
             c.kind = ChannelKind::Default;
