@@ -95,6 +95,14 @@ pub struct Limits {
     pub history_max: usize,
     /// Channels (including threads) in the directory.
     pub max_channels: usize,
+    /// `search` hits when the request does not say...
+    pub search_default: usize,
+    /// ...and the most one answer returns.
+    pub search_max: usize,
+    /// Longest search query (characters).
+    pub max_query_chars: usize,
+    /// Message ids one `message.delete` may name.
+    pub max_delete_ids: usize,
 }
 
 impl Default for Config {
@@ -143,6 +151,10 @@ impl Default for Limits {
             history_default: 50,
             history_max: 200,
             max_channels: 500,
+            search_default: 20,
+            search_max: 100,
+            max_query_chars: 256,
+            max_delete_ids: 100,
         }
     }
 }

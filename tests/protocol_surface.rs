@@ -140,7 +140,7 @@ async fn good_hello_gets_ack_then_online_status_and_nothing_before() {
         payload["server_caps"],
         json!({
             "streaming": true, "reasoning": true, "tools": true,
-            "media": false, "search": false, "pickers": false,
+            "media": false, "search": true, "pickers": false,
             "push": "none", "push_ntfy_server": ""
         }),
         "server_caps differ from the contract: {ack}"
@@ -530,12 +530,6 @@ async fn unimplemented_v1_frames_are_unsupported() {
     let (mut c, _) = connect_paired(&gw, "future-app").await;
 
     let frames: &[(&str, Option<&str>, Value)] = &[
-        ("search", None, json!({ "query": "hello", "scope": "all" })),
-        (
-            "message.delete",
-            Some("default"),
-            json!({ "message_ids": ["msg_1"] }),
-        ),
         (
             "media.upload.start",
             None,

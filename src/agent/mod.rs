@@ -80,4 +80,8 @@ pub trait Agent {
         turn: TurnInput,
         events: mpsc::Sender<AgentEvent>,
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>>;
+
+    /// The user deleted these messages: a backend that keeps its own copy of the conversation
+    /// drops them, so the agent cannot recall them later. The demo keeps nothing.
+    fn forget(&self, _message_ids: &[String]) {}
 }

@@ -346,7 +346,8 @@ async fn delete(
         Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
         _ => (entry.chat_id.as_str(), None),
     };
-    if let Err(e) = hub.store.purge_history(chat, thread) {
+    let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
+    if let Err(e) = hub.store.purge_history(chat, thread, tombstone) {
         tracing::warn!("could not purge the history of {}: {e}", entry.chat_id);
     }
     hub.forget_lanes(|lane: &Lane| {

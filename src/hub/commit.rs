@@ -134,7 +134,7 @@ fn publish_job(hub: &Hub, job: &CommitJob, cursors: &[u64]) {
         }
     }
     let frames = job.changes.iter().filter_map(|c| match c {
-        Change::Outbox(bytes) => Some(bytes),
+        Change::Outbox(bytes) | Change::OutboxOf { frame: bytes, .. } => Some(bytes),
         _ => None,
     });
     for (i, (bytes, cursor)) in frames.zip(cursors).enumerate() {

@@ -8,6 +8,7 @@
 
 mod channels;
 mod commit;
+mod search;
 mod turns;
 
 use std::cell::RefCell;
@@ -144,7 +145,7 @@ impl Hub {
             reasoning: true,
             tools: true,
             media: false,
-            search: false,
+            search: true,
             push: "none",
             push_ntfy_server: String::new(),
             pickers: false,
@@ -308,6 +309,12 @@ impl Hub {
             Request::ChannelList => self.store.channels().map_err(internal).map(|channels| {
                 outlet.push_frame(&Frame::channel_list(id, &channels));
             }),
+            Request::Search(req) => {
+                search::search(self, outlet, id, (frame.chat_id, frame.thread_id), req)
+            }
+            Request::MessageDelete { message_ids } => {
+                search::delete(self, outlet, id, message_ids).await
+            }
             Request::Unimplemented(kind) => Err((
                 ErrorCode::Unsupported,
                 format!(

@@ -122,7 +122,10 @@ pub async fn send_message(
         echo.payload["reply_to"] = serde_json::json!(r);
     }
     changes.push(Change::PutMessage(lane.clone(), message.clone()));
-    changes.push(Change::Outbox(echo.encode()));
+    changes.push(Change::OutboxOf {
+        message_id: message.message_id.clone(),
+        frame: echo.encode(),
+    });
     changes.push(Change::BeginTurn(PendingTurn {
         user_message_id: message.message_id.clone(),
         lane: lane.clone(),
@@ -288,9 +291,10 @@ async fn finish_turn(
     // A lane deleted while its turn ran gets no message (its history is gone too).
     if hub.lane_exists(lane) {
         changes.push(Change::PutMessage(lane.clone(), reply.clone()));
-        changes.push(Change::Outbox(
-            frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
-        ));
+        changes.push(Change::OutboxOf {
+            message_id: reply.message_id.clone(),
+            frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
+        });
     }
     if let Err(e) = hub.commit(changes, None).await {
         warn!(%lane, "could not store the agent's reply: {e}");
@@ -362,7 +366,11 @@ async fn apply_event(
                 .in_lane(chat, thread);
             // Never dropped, so outboxed: a device that missed the stream still learns the
             // tool's outcome on sync. The turn waits for it to be durable, keeping order.
-            if let Err(e) = hub.commit(vec![Change::Outbox(f.encode())], None).await {
+            let change = Change::OutboxOf {
+                message_id: message_id.to_owned(),
+                frame: f.encode(),
+            };
+            if let Err(e) = hub.commit(vec![change], None).await {
                 warn!(%lane, "could not store tool.end: {e}");
             }
         }
@@ -389,6 +397,14 @@ impl Hub {
             .entry(lane.clone())
             .or_default()
             .todos = todos;
+    }
+
+    /// Drops queued (not yet running) turns of deleted user messages.
+    pub(super) fn drop_queued_turns(&self, user_message_ids: &[String]) {
+        for ls in self.state.borrow_mut().lanes.values_mut() {
+            ls.queue
+                .retain(|t| !user_message_ids.contains(&t.user_message_id));
+        }
     }
 
     /// A lane is live while its channel (and thread) exist in the directory.

@@ -62,7 +62,29 @@ pub enum Request {
     ChannelList,
     Sync { cursor: i64 },
     History(HistoryRequest),
+    Search(SearchRequest),
+    MessageDelete { message_ids: Vec<String> },
     Unimplemented(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SearchRequest {
+    pub query: String,
+    #[serde(default)]
+    pub scope: Option<SearchScope>,
+    #[serde(default)]
+    pub chat_id: Option<String>,
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchScope {
+    All,
+    Chat,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -308,8 +330,16 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
         }
         "history" => Request::History(payload(id, kind, text)?),
         "commands.catalog" => Request::Unimplemented("commands.catalog"),
-        "search" => Request::Unimplemented("search"),
-        "message.delete" => Request::Unimplemented("message.delete"),
+        "search" => Request::Search(payload(id, kind, text)?),
+        "message.delete" => {
+            #[derive(Deserialize)]
+            struct Delete {
+                message_ids: Vec<String>,
+            }
+            Request::MessageDelete {
+                message_ids: payload::<Delete>(id, kind, text)?.message_ids,
+            }
+        }
         "media.upload.start" => Request::Unimplemented("media.upload.start"),
         "media.upload.end" => Request::Unimplemented("media.upload.end"),
         "media.pull" => Request::Unimplemented("media.pull"),
@@ -493,8 +523,8 @@ mod tests {
 
     #[test]
     fn planned_features_decode_as_unimplemented() {
-        let f =
-            decode_request(r#"{"v":1,"type":"search","id":1,"payload":{"query":"x"}}"#).unwrap();
-        assert_eq!(f.request, Request::Unimplemented("search"));
+        let f = decode_request(r#"{"v":1,"type":"media.pull","id":1,"payload":{"media_id":"x"}}"#)
+            .unwrap();
+        assert_eq!(f.request, Request::Unimplemented("media.pull"));
     }
 }

@@ -228,6 +228,23 @@ impl Frame {
         Frame::new("todo.update", json!({ "todos": todos }))
     }
 
+    pub fn message_deleted(id: Option<i64>, message_ids: &[String]) -> Frame {
+        Frame::new("message.deleted", json!({ "message_ids": message_ids })).reply_to(id)
+    }
+
+    pub fn search_results(
+        id: Option<i64>,
+        query: &str,
+        scope: super::SearchScope,
+        hits: Value,
+    ) -> Frame {
+        Frame::new(
+            "search.results",
+            json!({ "query": query, "scope": scope, "hits": hits }),
+        )
+        .reply_to(id)
+    }
+
     pub fn sync_done(id: Option<i64>, cursor: u64) -> Frame {
         Frame::new("sync.done", json!({ "cursor": cursor })).reply_to(id)
     }

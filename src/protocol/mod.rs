@@ -10,7 +10,7 @@ mod types;
 
 pub use decode::{
     decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest, MessageSend,
-    Request, RequestFrame,
+    Request, RequestFrame, SearchRequest, SearchScope,
 };
 pub use encode::{with_cursor, Delivery, Frame};
 pub use types::*;

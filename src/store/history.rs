@@ -94,9 +94,15 @@ impl Store {
         Ok(Some((lane, from_json(&v, "history message")?)))
     }
 
-    /// Removes every message of a channel (all its lanes) or of one thread. Used when a channel
-    /// or thread is deleted; idempotent, so a crash half-way is finished by the next call.
-    pub fn purge_history(&self, chat_id: &str, thread_id: Option<&str>) -> Result<usize> {
+    /// Removes every message of a channel (all its lanes) or of one thread, with its search
+    /// postings, and turns its outbox frames into `tombstone(message_id)`. Used when a channel or
+    /// thread is deleted; idempotent, so a crash half-way is finished by the next call.
+    pub fn purge_history(
+        &self,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        tombstone: impl Fn(&str) -> bytes::Bytes,
+    ) -> Result<usize> {
         let mut prefix = chat_id.as_bytes().to_vec();
         prefix.push(0);
         if let Some(t) = thread_id {
@@ -107,7 +113,10 @@ impl Store {
         for item in self.messages.scan_prefix(&prefix) {
             let (k, v) = item?;
             if let Ok(m) = from_json::<HistoryMessage>(&v, "history message") {
-                self.message_ids.remove(m.message_id.as_bytes())?;
+                self.commit(&[super::Change::DeleteMessage {
+                    tombstone: tombstone(&m.message_id),
+                    message_id: m.message_id,
+                }])?;
             }
             self.messages.remove(k)?;
             removed += 1;
@@ -150,7 +159,8 @@ mod tests {
         assert!(!p3.has_more);
         // A thread's id is not a valid cursor in its parent's flat lane.
         assert!(s.history_page(&lane, Some("t3"), 3).unwrap().is_none());
-        assert_eq!(s.purge_history("default", Some("thr_1")).unwrap(), 7);
+        let gone = |_: &str| bytes::Bytes::from_static(b"{\"v\":1,}");
+        assert_eq!(s.purge_history("default", Some("thr_1"), gone).unwrap(), 7);
         assert!(s.message("t1").unwrap().is_none());
         assert!(s.message("m1").unwrap().is_some());
     }

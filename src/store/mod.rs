@@ -10,6 +10,7 @@ mod devices;
 mod directory;
 mod history;
 mod outbox;
+pub mod search;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +58,12 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 pub enum Change {
     /// Append an encoded frame to the outbox under the next cursor.
     Outbox(Bytes),
+    /// Append a frame that carries (part of) a message's content: deleting the message later
+    /// replaces this outbox entry with a tombstone, so no replay returns the content.
+    OutboxOf { message_id: String, frame: Bytes },
+    /// Remove a message from history, the search index and the outbox (whose entries become
+    /// `tombstone`, keeping cursors contiguous). Unknown ids are no-ops.
+    DeleteMessage { message_id: String, tombstone: Bytes },
     /// Insert or replace a message in its lane's history.
     PutMessage(Lane, HistoryMessage),
     PutChannel(Channel),
@@ -87,6 +94,8 @@ pub struct Store {
     tokens: sled::Tree,
     todos: sled::Tree,
     turns: sled::Tree,
+    search_idx: sled::Tree,
+    message_frames: sled::Tree,
 }
 
 impl Store {
@@ -136,6 +145,8 @@ impl Store {
             tokens: tree("tokens")?,
             todos: tree("todos")?,
             turns: tree("turns")?,
+            search_idx: tree("search")?,
+            message_frames: tree("message_frames")?,
             db,
         };
         store.init_layout()?;
@@ -179,8 +190,10 @@ impl Store {
             &self.message_ids,
             &self.channels,
             &self.turns,
+            &self.search_idx,
+            &self.message_frames,
         );
-        let result = trees.transaction(|(meta, outbox, messages, ids, channels, turns)| {
+        let result = trees.transaction(|(meta, outbox, messages, ids, channels, turns, search_idx, frames)| {
             let mut head = meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0);
             let mut cursors = Vec::new();
             for change in changes {
@@ -190,14 +203,54 @@ impl Store {
                         outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
                         cursors.push(head);
                     }
+                    Change::OutboxOf { message_id, frame } => {
+                        head += 1;
+                        outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
+                        cursors.push(head);
+                        let mut list = frames
+                            .get(message_id.as_bytes())?
+                            .map(|v| v.to_vec())
+                            .unwrap_or_default();
+                        list.extend_from_slice(&head.to_be_bytes());
+                        frames.insert(message_id.as_bytes(), list)?;
+                    }
                     Change::PutMessage(lane, msg) => {
                         // A message keeps its first position in the lane when replaced.
                         let key = match ids.get(msg.message_id.as_bytes())? {
-                            Some(k) => k.to_vec(),
+                            Some(k) => {
+                                if let Some(old) = messages.get(&k)? {
+                                    if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old) {
+                                        search::index_message(search_idx, &k, &old.text, true)?;
+                                    }
+                                }
+                                k.to_vec()
+                            }
                             None => history::message_key(lane, meta.generate_id()?),
                         };
                         messages.insert(key.as_slice(), to_json(msg).as_slice())?;
                         ids.insert(msg.message_id.as_bytes(), key.as_slice())?;
+                        search::index_message(search_idx, &key, &msg.text, false)?;
+                    }
+                    Change::DeleteMessage { message_id, tombstone } => {
+                        let id = message_id.as_bytes();
+                        if let Some(key) = ids.get(id)? {
+                            if let Some(old) = messages.get(&key)? {
+                                if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old) {
+                                    search::index_message(search_idx, &key, &old.text, true)?;
+                                }
+                            }
+                            messages.remove(&key)?;
+                            ids.remove(id)?;
+                        }
+                        if let Some(list) = frames.get(id)? {
+                            for c in list.chunks(8) {
+                                if outbox.get(c)?.is_some() {
+                                    outbox.insert(c, tombstone.as_ref())?;
+                                }
+                            }
+                            frames.remove(id)?;
+                        }
+                        turns.remove(id)?;
                     }
                     Change::PutChannel(ch) => {
                         channels.insert(ch.chat_id.as_bytes(), to_json(ch).as_slice())?;
