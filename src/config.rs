@@ -103,6 +103,14 @@ pub struct Limits {
     pub max_query_chars: usize,
     /// Message ids one `message.delete` may name.
     pub max_delete_ids: usize,
+    /// Largest single media file (upload or agent-produced).
+    pub max_media_bytes: u64,
+    /// Total bytes of stored media.
+    pub media_quota_bytes: u64,
+    /// Attachments one message may carry.
+    pub max_media_per_message: usize,
+    /// Seconds an upload may go without a binary frame before it is abandoned.
+    pub media_idle_timeout_secs: u64,
 }
 
 impl Default for Config {
@@ -155,6 +163,10 @@ impl Default for Limits {
             search_max: 100,
             max_query_chars: 256,
             max_delete_ids: 100,
+            max_media_bytes: 128 << 20,
+            media_quota_bytes: 2 << 30,
+            max_media_per_message: 10,
+            media_idle_timeout_secs: 60,
         }
     }
 }

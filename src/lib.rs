@@ -13,6 +13,7 @@ pub mod connection;
 pub mod control;
 pub mod hub;
 pub mod ids;
+pub mod media;
 pub mod protocol;
 pub mod server;
 pub mod store;

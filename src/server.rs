@@ -35,6 +35,11 @@ pub enum RunError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot open media storage in {dir}: {source}")]
+    Media {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error("could not close interrupted turns: {0}")]
@@ -54,7 +59,17 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     let agent: Rc<dyn Agent> = Rc::new(DemoAgent::new(config.demo.pace_ms));
     info!(agent = agent.name(), "agent backend ready");
     let listen = config.listen;
-    let hub = Hub::start(store.clone(), config, agent)?;
+    let media = crate::media::MediaFiles::open(
+        &data_dir,
+        config.limits.max_media_bytes,
+        config.limits.media_quota_bytes,
+    )
+    .map_err(|source| RunError::Media {
+        dir: data_dir.join("media"),
+        source,
+    })?;
+    info!(bytes = media.used(), "media storage open");
+    let hub = Hub::start(store.clone(), media, config, agent)?;
     let closed = hub
         .close_interrupted_turns()
         .await

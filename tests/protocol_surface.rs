@@ -140,7 +140,7 @@ async fn good_hello_gets_ack_then_online_status_and_nothing_before() {
         payload["server_caps"],
         json!({
             "streaming": true, "reasoning": true, "tools": true,
-            "media": false, "search": true, "pickers": false,
+            "media": true, "search": true, "pickers": false,
             "push": "none", "push_ntfy_server": ""
         }),
         "server_caps differ from the contract: {ack}"
@@ -530,17 +530,6 @@ async fn unimplemented_v1_frames_are_unsupported() {
     let (mut c, _) = connect_paired(&gw, "future-app").await;
 
     let frames: &[(&str, Option<&str>, Value)] = &[
-        (
-            "media.upload.start",
-            None,
-            json!({ "media_ref": "up_1", "kind": "image", "mime": "image/png", "size": 10, "filename": "a.png" }),
-        ),
-        (
-            "media.upload.end",
-            None,
-            json!({ "media_ref": "up_1", "sha256": "00" }),
-        ),
-        ("media.pull", None, json!({ "media_id": "md_1" })),
         ("commands.catalog", None, json!({})),
         ("fcm.register", None, json!({ "fcm_token": "tok" })),
         (

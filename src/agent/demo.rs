@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, TurnInput, TurnSummary};
-use crate::protocol::{Runtime, TodoItem, TodoStatus};
+use crate::protocol::{MediaRef, Runtime, TodoItem, TodoStatus};
 
 /// The model name the demo reports in footers.
 pub const DEMO_MODEL: &str = "iris-demo";
@@ -38,6 +38,20 @@ pub fn demo_reply(text: &str) -> String {
         if words == 1 { "" } else { "s" },
         if chars == 1 { "" } else { "s" },
     )
+}
+
+/// What the demo adds when a message carries files: one line per file, read from disk so the
+/// demo proves it received the bytes, not just the metadata.
+pub fn describe_media(media: &[(MediaRef, std::path::PathBuf)]) -> String {
+    let mut out = String::new();
+    for (m, path) in media {
+        let on_disk = std::fs::metadata(path).map(|md| md.len()).unwrap_or(0);
+        out.push_str(&format!(
+            "\nYou attached {} ({}, {}, {} bytes; {} bytes received).",
+            m.filename, m.kind, m.mime, m.size, on_disk
+        ));
+    }
+    out
 }
 
 fn todos(done: usize) -> Vec<TodoItem> {
@@ -122,7 +136,7 @@ impl Agent for DemoAgent {
                 "Counted; writing the reply now.".into(),
             ))
             .await?;
-            let reply = demo_reply(&turn.text);
+            let reply = format!("{}{}", demo_reply(&turn.text), describe_media(&turn.media));
             let mut tokens = 0i64;
             for (i, word) in reply.split(' ').enumerate() {
                 let chunk = if i == 0 {
@@ -132,6 +146,21 @@ impl Agent for DemoAgent {
                 };
                 send(AgentEvent::Text(chunk)).await?;
                 tokens += 1;
+            }
+            if !turn.media.is_empty() {
+                // Answer files with a file: exercises agent-sent media (media.offer) end to end.
+                let listing: String = turn
+                    .media
+                    .iter()
+                    .map(|(m, _)| format!("{}\t{}\t{}\n", m.filename, m.mime, m.size))
+                    .collect();
+                send(AgentEvent::File {
+                    filename: "received.txt".into(),
+                    mime: "text/plain".into(),
+                    kind: "document".into(),
+                    bytes: listing.into_bytes(),
+                })
+                .await?;
             }
             send(AgentEvent::Todos(todos(3))).await?;
             Ok(TurnSummary {
@@ -160,6 +189,7 @@ mod tests {
             lane: Lane::new("default", None),
             user_message_id: "m1".into(),
             text: "hello there world".into(),
+            media: Vec::new(),
         };
         let (summary, events) = tokio::join!(agent.run_turn(turn, tx), async {
             let mut v = Vec::new();

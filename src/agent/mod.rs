@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 pub use demo::DemoAgent;
 
-use crate::protocol::{Lane, Runtime, TodoItem};
+use crate::protocol::{Lane, MediaRef, Runtime, TodoItem};
 
 /// A boxed future that need not be `Send`: everything runs on one thread.
 pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -22,6 +22,8 @@ pub struct TurnInput {
     pub lane: Lane,
     pub user_message_id: String,
     pub text: String,
+    /// Files attached to the message, with where their bytes are on disk.
+    pub media: Vec<(MediaRef, std::path::PathBuf)>,
 }
 
 /// One step of a turn, as the agent reports it. The hub turns these into frames.
@@ -52,6 +54,13 @@ pub enum AgentEvent {
     },
     /// The full current todo list of this lane.
     Todos(Vec<TodoItem>),
+    /// A file the agent produced for the user (stored, then offered with `media.offer`).
+    File {
+        filename: String,
+        mime: String,
+        kind: String,
+        bytes: Vec<u8>,
+    },
 }
 
 /// How a finished turn went, for the `message.stop` footer.

@@ -6,6 +6,7 @@
 //! outlet, so a slow phone can never stall the hub or another phone.
 
 mod queue;
+mod upload;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -95,6 +96,14 @@ impl Outlet {
     pub fn push_frame(&self, frame: &Frame) {
         let text = encode_text(frame.encode());
         self.push(&text, frame.delivery(), None);
+    }
+
+    /// Queues a media pull; its binary frames go out when the writer reaches it, in order with
+    /// everything else, so a client knows the binary frames after its `media.pull` and before
+    /// the matching `media.pull.end` are that file's bytes.
+    pub fn push_pull(&self, path: std::path::PathBuf, id: Option<i64>) {
+        let pushed = self.queue.borrow_mut().push(Outbound::Pull { path, id });
+        self.after_push(pushed);
     }
 
     pub fn push_replay(&self, cursor: u64, id: Option<i64>) {
@@ -333,10 +342,22 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
         rate: limits.frames_per_second as f64,
         burst: limits.frame_burst as f64,
     };
+    let mut uploading: Option<upload::Uploading> = None;
     loop {
+        let upload_deadline = uploading.as_ref().map(|u| u.deadline);
+        let idle = async move {
+            match upload_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let next = tokio::select! {
             m = stream.next() => m,
             _ = outlet.wait_closing() => return,
+            _ = idle => {
+                upload::abandon(outlet, &mut uploading);
+                continue;
+            }
         };
         let msg = match next {
             Some(Ok(m)) => m,
@@ -359,8 +380,10 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
             }
             None => return,
         };
+        // An upload's chunks are bounded by its announced size, not by the frame rate.
+        let is_chunk = uploading.is_some() && matches!(msg, Message::Binary(_));
         let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
-        if is_data && !rate.allow() {
+        if is_data && !is_chunk && !rate.allow() {
             let id = match &msg {
                 Message::Text(t) => request_id_of(t.as_str()),
                 _ => None,
@@ -377,14 +400,18 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
         }
         match msg {
             Message::Text(text) => match decode_request(text.as_str()) {
-                Ok(frame) => hub.handle(outlet, frame).await,
+                Ok(frame) => match frame.request {
+                    Request::MediaUploadStart(start) => {
+                        upload::start(hub, outlet, &mut uploading, frame.id, start).await
+                    }
+                    Request::MediaUploadEnd { media_ref, sha256 } => {
+                        upload::end(hub, outlet, &mut uploading, frame.id, media_ref, sha256).await
+                    }
+                    _ => hub.handle(outlet, frame).await,
+                },
                 Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
             },
-            Message::Binary(_) => outlet.push_frame(&Frame::error(
-                None,
-                ErrorCode::Unsupported,
-                "binary frames carry media, which this build does not support yet",
-            )),
+            Message::Binary(bytes) => upload::chunk(outlet, &mut uploading, &bytes).await,
             Message::Close(_) => return,
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
@@ -419,6 +446,11 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
             }
             Some(Outbound::Replay { cursor, id }) => {
                 if replay(&hub, &outlet, &mut sink, cursor, id).await.is_err() {
+                    break;
+                }
+            }
+            Some(Outbound::Pull { path, id }) => {
+                if pull(&outlet, &mut sink, &path, id).await.is_err() {
                     break;
                 }
             }
@@ -465,6 +497,45 @@ async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Resu
             }
         }
     }
+}
+
+/// Bytes per binary frame of a pull: small enough to interleave nothing large, large enough
+/// that framing costs little.
+const PULL_CHUNK: usize = 64 << 10;
+
+/// Streams a media file from disk, one chunk in memory at a time, each awaiting the socket.
+async fn pull(
+    outlet: &Outlet,
+    sink: &mut WsSink,
+    path: &std::path::Path,
+    id: Option<i64>,
+) -> Result<(), ()> {
+    use tokio::io::AsyncReadExt;
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) => {
+            warn!("media file {} unreadable: {e}", path.display());
+            let end = Frame::media_pull_end(id, false).encode();
+            return send_or_abort(outlet, sink, Message::Text(encode_text(end))).await;
+        }
+    };
+    let mut ok = true;
+    loop {
+        let mut buf = vec![0u8; PULL_CHUNK];
+        let n = match file.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                warn!("media read failed: {e}");
+                ok = false;
+                break;
+            }
+        };
+        buf.truncate(n);
+        send_or_abort(outlet, sink, Message::Binary(Bytes::from(buf))).await?;
+    }
+    let end = Frame::media_pull_end(id, ok).encode();
+    send_or_abort(outlet, sink, Message::Text(encode_text(end))).await
 }
 
 /// `sync`: streams outboxed frames after `cursor` straight from the store (not through the

@@ -24,6 +24,11 @@ pub enum Outbound {
     Frame { text: Utf8Bytes, key: Option<u64> },
     /// Replay the outbox after `cursor`, then send `sync.done` answering request `id`.
     Replay { cursor: u64, id: Option<i64> },
+    /// Stream a media file as binary frames, then `media.pull.end` answering request `id`.
+    Pull {
+        path: std::path::PathBuf,
+        id: Option<i64>,
+    },
 }
 
 /// What `push` did with a frame; `Overflow` means the connection must be closed.
@@ -117,7 +122,7 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop())
             .map(|o| match o {
                 Outbound::Frame { text, .. } => text.as_str().to_owned(),
-                Outbound::Replay { .. } => "replay".into(),
+                Outbound::Replay { .. } | Outbound::Pull { .. } => "other".into(),
             })
             .collect();
         assert_eq!(order, ["start", "u2", "tool", "other"]);

@@ -347,8 +347,9 @@ async fn delete(
         _ => (entry.chat_id.as_str(), None),
     };
     let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
-    if let Err(e) = hub.store.purge_history(chat, thread, tombstone) {
-        tracing::warn!("could not purge the history of {}: {e}", entry.chat_id);
+    match hub.store.purge_history(chat, thread, tombstone) {
+        Ok((_, media)) => hub.collect_media(&media),
+        Err(e) => tracing::warn!("could not purge the history of {}: {e}", entry.chat_id),
     }
     hub.forget_lanes(|lane: &Lane| {
         lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)

@@ -28,11 +28,12 @@ use crate::agent::Agent;
 use crate::config::{Config, Limits};
 use crate::connection::{encode_text, Closing, ConnId, Outlet};
 use crate::ids;
+use crate::media::MediaFiles;
 use crate::protocol::{
     Channel, ErrorCode, Frame, HealthState, Hello, HistoryRequest, Lane, Request, RequestFrame,
     ServerCaps, TodoItem,
 };
-use crate::store::{Device, DeviceOrigin, Store, StoreError, DEFAULT_CHAT_ID};
+use crate::store::{Device, DeviceOrigin, MediaRecord, Store, StoreError, DEFAULT_CHAT_ID};
 
 /// A refusal to send back as an `error` frame.
 pub type Refusal = (ErrorCode, String);
@@ -59,11 +60,14 @@ struct State {
     next_conn_id: ConnId,
     bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
     storage_error: Option<String>,
+    /// Why media storage refuses uploads (quota or disk full), while it does.
+    media_full: Option<String>,
     shutting_down: bool,
 }
 
 pub struct Hub {
     store: Store,
+    media: MediaFiles,
     config: Config,
     agent: Rc<dyn Agent>,
     state: RefCell<State>,
@@ -75,6 +79,7 @@ impl Hub {
     /// Builds the hub and starts its committer task (must be called inside a `LocalSet`).
     pub fn start(
         store: Store,
+        media: MediaFiles,
         config: Config,
         agent: Rc<dyn Agent>,
     ) -> Result<Rc<Hub>, StoreError> {
@@ -87,6 +92,7 @@ impl Hub {
         let hub = Rc::new(Hub {
             turn_slots: Semaphore::new(config.limits.max_running_turns),
             store,
+            media,
             config,
             agent,
             state: RefCell::new(State {
@@ -96,6 +102,7 @@ impl Hub {
                 next_conn_id: 1,
                 bad_hellos: heapless::LinearMap::new(),
                 storage_error: None,
+                media_full: None,
                 shutting_down: false,
             }),
             committer: tx,
@@ -132,7 +139,7 @@ impl Hub {
         let st = self.state.borrow();
         if st.shutting_down {
             HealthState::Restarting
-        } else if st.storage_error.is_some() {
+        } else if st.storage_error.is_some() || st.media_full.is_some() {
             HealthState::Degraded
         } else {
             HealthState::Online
@@ -144,7 +151,7 @@ impl Hub {
             streaming: true,
             reasoning: true,
             tools: true,
-            media: false,
+            media: true,
             search: true,
             push: "none",
             push_ntfy_server: String::new(),
@@ -274,12 +281,21 @@ impl Hub {
     }
 
     fn set_storage_error(&self, error: Option<String>) {
+        self.update_health(|st| st.storage_error = error);
+    }
+
+    /// Media storage is full (`Some(why)`) or has room again (`None`).
+    pub fn set_media_full(&self, why: Option<String>) {
+        self.update_health(|st| st.media_full = why);
+    }
+
+    fn update_health(&self, change: impl FnOnce(&mut State)) {
         let before = self.health();
-        self.state.borrow_mut().storage_error = error;
+        change(&mut self.state.borrow_mut());
         let after = self.health();
         if before != after {
             match after {
-                HealthState::Degraded => warn!("gateway degraded: storage is failing"),
+                HealthState::Degraded => warn!("gateway degraded: storage is failing or full"),
                 _ => info!("gateway back online"),
             }
             self.broadcast(&Frame::status(after), None);
@@ -315,6 +331,24 @@ impl Hub {
             Request::MessageDelete { message_ids } => {
                 search::delete(self, outlet, id, message_ids).await
             }
+            Request::MediaPull { media_id } => match self.store.media(&media_id) {
+                Ok(Some(record)) => {
+                    outlet.push_pull(self.media.blob_path(&record.sha256), id);
+                    Ok(())
+                }
+                Ok(None) => Err((
+                    ErrorCode::NotFound,
+                    format!(
+                        "no media `{}`",
+                        media_id.chars().take(64).collect::<String>()
+                    ),
+                )),
+                Err(e) => Err(internal(e)),
+            },
+            Request::MediaUploadStart(_) | Request::MediaUploadEnd { .. } => Err((
+                ErrorCode::Unsupported,
+                "uploads are handled by the connection".into(),
+            )),
             Request::Unimplemented(kind) => Err((
                 ErrorCode::Unsupported,
                 format!(
@@ -429,6 +463,45 @@ impl Hub {
             .and_then(|all| all.into_iter().find(|c| c.is_default))
             .map(|c| c.chat_id)
             .unwrap_or_else(|| DEFAULT_CHAT_ID.to_owned())
+    }
+
+    pub fn media_files(&self) -> &MediaFiles {
+        &self.media
+    }
+
+    /// Records a verified upload under the device's ref, durably, and returns its record.
+    pub async fn finish_upload(
+        &self,
+        device_id: &str,
+        media_ref: &str,
+        start: &crate::protocol::UploadStart,
+        sha256: String,
+        size: u64,
+    ) -> Result<MediaRecord, StoreError> {
+        let record = MediaRecord {
+            media_id: ids::time_ordered("med"),
+            sha256,
+            kind: start.kind.clone(),
+            mime: start.mime.chars().take(128).collect(),
+            size,
+            filename: crate::media::clean_filename(&start.filename),
+        };
+        self.store.add_media(&record, device_id, media_ref)?;
+        self.store.sync().await?;
+        self.set_media_full(None);
+        Ok(record)
+    }
+
+    /// Deletes media that no message uses any more, and their files.
+    pub fn collect_media(&self, media_ids: &[String]) {
+        match self.store.collect_unused(media_ids) {
+            Ok(freed) => {
+                for sha in freed {
+                    self.media.remove_blob(&sha);
+                }
+            }
+            Err(e) => warn!("media clean-up failed: {e}"),
+        }
     }
 
     /// Mints a device and its token (the `pair` command, through the control socket).

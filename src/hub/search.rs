@@ -88,7 +88,12 @@ pub fn search(
             })
         })
         .collect();
-    outlet.push_frame(&Frame::search_results(id, query, scope_kind, Value::Array(hits)));
+    outlet.push_frame(&Frame::search_results(
+        id,
+        query,
+        scope_kind,
+        Value::Array(hits),
+    ));
     Ok(())
 }
 
@@ -131,6 +136,12 @@ pub async fn delete(
         .collect();
     changes.push(Change::Outbox(Frame::message_deleted(None, &ids).encode()));
     hub.drop_queued_turns(&ids);
+    // The files these messages reference, to collect once the messages are gone.
+    let media: Vec<String> = ids
+        .iter()
+        .filter_map(|m| hub.store.message(m).ok().flatten())
+        .flat_map(|(_, msg)| msg.media.into_iter().map(|r| r.media_id))
+        .collect();
     hub.commit(
         changes,
         Some(Origin {
@@ -141,6 +152,7 @@ pub async fn delete(
     )
     .await
     .map_err(|e| (ErrorCode::Internal, e.0))?;
+    hub.collect_media(&media);
     hub.agent.forget(&ids);
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::agent::{AgentEvent, TurnInput, TurnSummary};
 use crate::connection::Outlet;
 use crate::ids;
 use crate::protocol::{
-    ErrorCode, Frame, HistoryMessage, Lane, MessageSend, Role, Runtime, TodoItem,
+    ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
 };
 use crate::store::{Change, PendingTurn};
 
@@ -31,6 +31,7 @@ const MAX_REPLY_BYTES: usize = 512 << 10;
 pub struct QueuedTurn {
     pub user_message_id: String,
     pub text: String,
+    pub media: Vec<MediaRef>,
 }
 
 pub async fn send_message(
@@ -52,14 +53,8 @@ pub async fn send_message(
             ),
         ));
     }
-    if !req.media_refs.is_empty() {
-        return Err((
-            ErrorCode::Unsupported,
-            "media attachments are not supported by this gateway yet (server_caps.media is false)"
-                .into(),
-        ));
-    }
-    if req.text.trim().is_empty() {
+    let media = attachments(hub, &outlet.device_id, &req.media_refs)?;
+    if req.text.trim().is_empty() && media.is_empty() {
         return Err((
             ErrorCode::Unsupported,
             "an empty message has nothing to send".into(),
@@ -111,7 +106,7 @@ pub async fn send_message(
         tokens: None,
         runtime: None,
         ts: ids::now_ms(),
-        media: Vec::new(),
+        media,
     };
     let mut echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
     if let Some(r) = req
@@ -149,9 +144,39 @@ pub async fn send_message(
         QueuedTurn {
             user_message_id: message.message_id,
             text: message.text,
+            media: message.media,
         },
     );
     Ok(())
+}
+
+/// Resolves a device's upload refs to the stored files they name.
+fn attachments(hub: &Hub, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
+    let max = hub.limits().max_media_per_message;
+    if refs.len() > max {
+        return Err((
+            ErrorCode::Unsupported,
+            format!("at most {max} attachments per message (limits.max_media_per_message)"),
+        ));
+    }
+    let mut out = Vec::new();
+    for r in refs {
+        let record = hub
+            .store
+            .media_by_ref(device_id, r)
+            .map_err(super::internal)?
+            .ok_or_else(|| {
+                (
+                    ErrorCode::NotFound,
+                    format!(
+                        "media_ref `{}` is not an upload of this device (upload it first)",
+                        r.chars().take(64).collect::<String>()
+                    ),
+                )
+            })?;
+        out.push(record.to_ref(None));
+    }
+    Ok(out)
 }
 
 /// A thread title from the first line of a message, cut at a word boundary.
@@ -212,6 +237,8 @@ struct TurnText {
     reasoning: String,
     tool_names: HashMap<i64, String>,
     truncated: bool,
+    /// Files the agent produced, stored and offered.
+    media: Vec<MediaRef>,
 }
 
 async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
@@ -223,10 +250,19 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         None,
     );
     let (tx, mut rx) = mpsc::channel(16);
+    let media = turn
+        .media
+        .iter()
+        .filter_map(|m| {
+            let record = hub.store.media(&m.media_id).ok().flatten()?;
+            Some((m.clone(), hub.media.blob_path(&record.sha256)))
+        })
+        .collect();
     let input = TurnInput {
         lane: lane.clone(),
         user_message_id: turn.user_message_id.clone(),
         text: turn.text,
+        media,
     };
     let agent = hub.agent.clone();
     let cancel = Rc::new(tokio::sync::Notify::new());
@@ -273,7 +309,7 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         tokens: summary.tokens,
         runtime: Some(summary.runtime),
         ts: ids::now_ms(),
-        media: Vec::new(),
+        media: acc.media,
     };
     finish_turn(hub, lane, &turn.user_message_id, reply, Frame::message_stop).await;
     hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
@@ -375,6 +411,19 @@ async fn apply_event(
             }
         }
         AgentEvent::Todos(todos) => hub.set_todos(lane, todos),
+        AgentEvent::File {
+            filename,
+            mime,
+            kind,
+            bytes,
+        } => {
+            if let Some(m) = hub
+                .store_agent_file(lane, message_id, filename, mime, kind, &bytes)
+                .await
+            {
+                acc.media.push(m);
+            }
+        }
     }
 }
 
@@ -397,6 +446,56 @@ impl Hub {
             .entry(lane.clone())
             .or_default()
             .todos = todos;
+    }
+
+    /// Stores a file the agent produced and offers it to every device (outboxed with the reply,
+    /// so deleting the reply withdraws the offer too).
+    async fn store_agent_file(
+        &self,
+        lane: &Lane,
+        message_id: &str,
+        filename: String,
+        mime: String,
+        kind: String,
+        bytes: &[u8],
+    ) -> Option<MediaRef> {
+        let (sha256, size) = match self.media.store_bytes(bytes).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                warn!(%lane, "could not store a file from the agent: {e}");
+                if e.is_space() {
+                    self.set_media_full(Some(e.to_string()));
+                }
+                return None;
+            }
+        };
+        let record = crate::store::MediaRecord {
+            media_id: ids::time_ordered("med"),
+            sha256,
+            kind: if crate::media::KINDS.contains(&kind.as_str()) {
+                kind
+            } else {
+                "document".into()
+            },
+            mime,
+            size,
+            filename: crate::media::clean_filename(&filename),
+        };
+        if let Err(e) = self.store.add_media(&record, "", "") {
+            warn!(%lane, "could not record a file from the agent: {e}");
+            return None;
+        }
+        let offer = Frame::media_offer(&record.to_ref(Some(message_id)))
+            .in_lane(&lane.chat_id, lane.thread());
+        let change = Change::OutboxOf {
+            message_id: message_id.to_owned(),
+            frame: offer.encode(),
+        };
+        if let Err(e) = self.commit(vec![change], None).await {
+            warn!(%lane, "could not offer a file from the agent: {e}");
+            return None;
+        }
+        Some(record.to_ref(None))
     }
 
     /// Drops queued (not yet running) turns of deleted user messages.

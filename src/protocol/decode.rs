@@ -64,7 +64,21 @@ pub enum Request {
     History(HistoryRequest),
     Search(SearchRequest),
     MessageDelete { message_ids: Vec<String> },
+    MediaUploadStart(UploadStart),
+    MediaUploadEnd { media_ref: String, sha256: String },
+    MediaPull { media_id: String },
     Unimplemented(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct UploadStart {
+    pub media_ref: String,
+    pub kind: String,
+    #[serde(default)]
+    pub mime: String,
+    pub size: i64,
+    #[serde(default)]
+    pub filename: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -340,9 +354,28 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 message_ids: payload::<Delete>(id, kind, text)?.message_ids,
             }
         }
-        "media.upload.start" => Request::Unimplemented("media.upload.start"),
-        "media.upload.end" => Request::Unimplemented("media.upload.end"),
-        "media.pull" => Request::Unimplemented("media.pull"),
+        "media.upload.start" => Request::MediaUploadStart(payload(id, kind, text)?),
+        "media.upload.end" => {
+            #[derive(Deserialize)]
+            struct End {
+                media_ref: String,
+                sha256: String,
+            }
+            let e: End = payload(id, kind, text)?;
+            Request::MediaUploadEnd {
+                media_ref: e.media_ref,
+                sha256: e.sha256,
+            }
+        }
+        "media.pull" => {
+            #[derive(Deserialize)]
+            struct Pull {
+                media_id: String,
+            }
+            Request::MediaPull {
+                media_id: payload::<Pull>(id, kind, text)?.media_id,
+            }
+        }
         "fcm.register" => Request::Unimplemented("fcm.register"),
         "picker.select" => Request::Unimplemented("picker.select"),
         other => {
@@ -523,8 +556,9 @@ mod tests {
 
     #[test]
     fn planned_features_decode_as_unimplemented() {
-        let f = decode_request(r#"{"v":1,"type":"media.pull","id":1,"payload":{"media_id":"x"}}"#)
-            .unwrap();
-        assert_eq!(f.request, Request::Unimplemented("media.pull"));
+        let f =
+            decode_request(r#"{"v":1,"type":"fcm.register","id":1,"payload":{"fcm_token":"x"}}"#)
+                .unwrap();
+        assert_eq!(f.request, Request::Unimplemented("fcm.register"));
     }
 }

@@ -228,6 +228,26 @@ impl Frame {
         Frame::new("todo.update", json!({ "todos": todos }))
     }
 
+    pub fn media_upload_ack(id: Option<i64>, ok: bool, media_ref: &str) -> Frame {
+        Frame::new(
+            "media.upload.ack",
+            json!({ "ok": ok, "media_ref": media_ref }),
+        )
+        .reply_to(id)
+    }
+
+    pub fn media_pull_end(id: Option<i64>, ok: bool) -> Frame {
+        Frame::new("media.pull.end", json!({ "ok": ok })).reply_to(id)
+    }
+
+    /// Agent-sent media: the payload is the media_ref with `message_id` tying it to the reply.
+    pub fn media_offer(media: &super::MediaRef) -> Frame {
+        Frame::new(
+            "media.offer",
+            serde_json::to_value(media).expect("media serialises"),
+        )
+    }
+
     pub fn message_deleted(id: Option<i64>, message_ids: &[String]) -> Frame {
         Frame::new("message.deleted", json!({ "message_ids": message_ids })).reply_to(id)
     }
@@ -271,8 +291,10 @@ pub fn delivery_of(kind: &str) -> Delivery {
         | "search.results" | "error" => Delivery::NeverDropped,
         k if k.starts_with("channel.") => Delivery::NeverDropped,
         // Replies to a request are never dropped on their connection either.
-        "hello.ack" | "history" | "sync.done" | "pong" | "read.receipt" | "media.upload.ack"
-        | "media.pull.end" | "commands.catalog" | "picker.choice" => Delivery::NeverDropped,
+        "hello.ack" | "history" | "sync.done" | "pong" | "read.receipt" | "media.offer"
+        | "media.upload.ack" | "media.pull.end" | "commands.catalog" | "picker.choice" => {
+            Delivery::NeverDropped
+        }
         _ => Delivery::Ephemeral,
     }
 }

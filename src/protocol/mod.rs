@@ -10,7 +10,7 @@ mod types;
 
 pub use decode::{
     decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest, MessageSend,
-    Request, RequestFrame, SearchRequest, SearchScope,
+    Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
 };
 pub use encode::{with_cursor, Delivery, Frame};
 pub use types::*;

@@ -102,7 +102,7 @@ impl Store {
         chat_id: &str,
         thread_id: Option<&str>,
         tombstone: impl Fn(&str) -> bytes::Bytes,
-    ) -> Result<usize> {
+    ) -> Result<(usize, Vec<String>)> {
         let mut prefix = chat_id.as_bytes().to_vec();
         prefix.push(0);
         if let Some(t) = thread_id {
@@ -110,9 +110,11 @@ impl Store {
             prefix.push(0);
         }
         let mut removed = 0;
+        let mut media = Vec::new();
         for item in self.messages.scan_prefix(&prefix) {
             let (k, v) = item?;
             if let Ok(m) = from_json::<HistoryMessage>(&v, "history message") {
+                media.extend(m.media.iter().map(|r| r.media_id.clone()));
                 self.commit(&[super::Change::DeleteMessage {
                     tombstone: tombstone(&m.message_id),
                     message_id: m.message_id,
@@ -121,7 +123,7 @@ impl Store {
             self.messages.remove(k)?;
             removed += 1;
         }
-        Ok(removed)
+        Ok((removed, media))
     }
 }
 
@@ -160,7 +162,10 @@ mod tests {
         // A thread's id is not a valid cursor in its parent's flat lane.
         assert!(s.history_page(&lane, Some("t3"), 3).unwrap().is_none());
         let gone = |_: &str| bytes::Bytes::from_static(b"{\"v\":1,}");
-        assert_eq!(s.purge_history("default", Some("thr_1"), gone).unwrap(), 7);
+        assert_eq!(
+            s.purge_history("default", Some("thr_1"), gone).unwrap().0,
+            7
+        );
         assert!(s.message("t1").unwrap().is_none());
         assert!(s.message("m1").unwrap().is_some());
     }

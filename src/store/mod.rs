@@ -9,6 +9,7 @@
 mod devices;
 mod directory;
 mod history;
+mod media;
 mod outbox;
 pub mod search;
 
@@ -22,6 +23,7 @@ use sled::Transactional;
 
 pub use devices::{Device, DeviceOrigin};
 pub use directory::DEFAULT_CHAT_ID;
+pub use media::MediaRecord;
 
 use crate::protocol::{Channel, HistoryMessage, Lane, TodoItem};
 
@@ -60,10 +62,16 @@ pub enum Change {
     Outbox(Bytes),
     /// Append a frame that carries (part of) a message's content: deleting the message later
     /// replaces this outbox entry with a tombstone, so no replay returns the content.
-    OutboxOf { message_id: String, frame: Bytes },
+    OutboxOf {
+        message_id: String,
+        frame: Bytes,
+    },
     /// Remove a message from history, the search index and the outbox (whose entries become
     /// `tombstone`, keeping cursors contiguous). Unknown ids are no-ops.
-    DeleteMessage { message_id: String, tombstone: Bytes },
+    DeleteMessage {
+        message_id: String,
+        tombstone: Bytes,
+    },
     /// Insert or replace a message in its lane's history.
     PutMessage(Lane, HistoryMessage),
     PutChannel(Channel),
@@ -96,6 +104,10 @@ pub struct Store {
     turns: sled::Tree,
     search_idx: sled::Tree,
     message_frames: sled::Tree,
+    media: sled::Tree,
+    media_refs: sled::Tree,
+    media_uses: sled::Tree,
+    blobs: sled::Tree,
 }
 
 impl Store {
@@ -147,6 +159,10 @@ impl Store {
             turns: tree("turns")?,
             search_idx: tree("search")?,
             message_frames: tree("message_frames")?,
+            media: tree("media")?,
+            media_refs: tree("media_refs")?,
+            media_uses: tree("media_uses")?,
+            blobs: tree("blobs")?,
             db,
         };
         store.init_layout()?;
@@ -192,83 +208,98 @@ impl Store {
             &self.turns,
             &self.search_idx,
             &self.message_frames,
+            &self.media_uses,
         );
-        let result = trees.transaction(|(meta, outbox, messages, ids, channels, turns, search_idx, frames)| {
-            let mut head = meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0);
-            let mut cursors = Vec::new();
-            for change in changes {
-                match change {
-                    Change::Outbox(frame) => {
-                        head += 1;
-                        outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
-                        cursors.push(head);
-                    }
-                    Change::OutboxOf { message_id, frame } => {
-                        head += 1;
-                        outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
-                        cursors.push(head);
-                        let mut list = frames
-                            .get(message_id.as_bytes())?
-                            .map(|v| v.to_vec())
-                            .unwrap_or_default();
-                        list.extend_from_slice(&head.to_be_bytes());
-                        frames.insert(message_id.as_bytes(), list)?;
-                    }
-                    Change::PutMessage(lane, msg) => {
-                        // A message keeps its first position in the lane when replaced.
-                        let key = match ids.get(msg.message_id.as_bytes())? {
-                            Some(k) => {
-                                if let Some(old) = messages.get(&k)? {
-                                    if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old) {
-                                        search::index_message(search_idx, &k, &old.text, true)?;
+        let result = trees.transaction(
+            |(meta, outbox, messages, ids, channels, turns, search_idx, frames, uses)| {
+                let mut head = meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0);
+                let mut cursors = Vec::new();
+                for change in changes {
+                    match change {
+                        Change::Outbox(frame) => {
+                            head += 1;
+                            outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
+                            cursors.push(head);
+                        }
+                        Change::OutboxOf { message_id, frame } => {
+                            head += 1;
+                            outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
+                            cursors.push(head);
+                            let mut list = frames
+                                .get(message_id.as_bytes())?
+                                .map(|v| v.to_vec())
+                                .unwrap_or_default();
+                            list.extend_from_slice(&head.to_be_bytes());
+                            frames.insert(message_id.as_bytes(), list)?;
+                        }
+                        Change::PutMessage(lane, msg) => {
+                            // A message keeps its first position in the lane when replaced.
+                            let key = match ids.get(msg.message_id.as_bytes())? {
+                                Some(k) => {
+                                    if let Some(old) = messages.get(&k)? {
+                                        if let Ok(old) =
+                                            serde_json::from_slice::<HistoryMessage>(&old)
+                                        {
+                                            search::index_message(search_idx, &k, &old.text, true)?;
+                                        }
+                                    }
+                                    k.to_vec()
+                                }
+                                None => history::message_key(lane, meta.generate_id()?),
+                            };
+                            messages.insert(key.as_slice(), to_json(msg).as_slice())?;
+                            ids.insert(msg.message_id.as_bytes(), key.as_slice())?;
+                            search::index_message(search_idx, &key, &msg.text, false)?;
+                            for m in &msg.media {
+                                uses.insert(media::use_key(&m.media_id, &msg.message_id), &[])?;
+                            }
+                        }
+                        Change::DeleteMessage {
+                            message_id,
+                            tombstone,
+                        } => {
+                            let id = message_id.as_bytes();
+                            if let Some(key) = ids.get(id)? {
+                                if let Some(old) = messages.get(&key)? {
+                                    if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old)
+                                    {
+                                        search::index_message(search_idx, &key, &old.text, true)?;
+                                        for m in &old.media {
+                                            uses.remove(media::use_key(&m.media_id, message_id))?;
+                                        }
                                     }
                                 }
-                                k.to_vec()
+                                messages.remove(&key)?;
+                                ids.remove(id)?;
                             }
-                            None => history::message_key(lane, meta.generate_id()?),
-                        };
-                        messages.insert(key.as_slice(), to_json(msg).as_slice())?;
-                        ids.insert(msg.message_id.as_bytes(), key.as_slice())?;
-                        search::index_message(search_idx, &key, &msg.text, false)?;
-                    }
-                    Change::DeleteMessage { message_id, tombstone } => {
-                        let id = message_id.as_bytes();
-                        if let Some(key) = ids.get(id)? {
-                            if let Some(old) = messages.get(&key)? {
-                                if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old) {
-                                    search::index_message(search_idx, &key, &old.text, true)?;
+                            if let Some(list) = frames.get(id)? {
+                                for c in list.chunks(8) {
+                                    if outbox.get(c)?.is_some() {
+                                        outbox.insert(c, tombstone.as_ref())?;
+                                    }
                                 }
+                                frames.remove(id)?;
                             }
-                            messages.remove(&key)?;
-                            ids.remove(id)?;
+                            turns.remove(id)?;
                         }
-                        if let Some(list) = frames.get(id)? {
-                            for c in list.chunks(8) {
-                                if outbox.get(c)?.is_some() {
-                                    outbox.insert(c, tombstone.as_ref())?;
-                                }
-                            }
-                            frames.remove(id)?;
+                        Change::PutChannel(ch) => {
+                            channels.insert(ch.chat_id.as_bytes(), to_json(ch).as_slice())?;
                         }
-                        turns.remove(id)?;
-                    }
-                    Change::PutChannel(ch) => {
-                        channels.insert(ch.chat_id.as_bytes(), to_json(ch).as_slice())?;
-                    }
-                    Change::DeleteChannel(chat_id) => {
-                        channels.remove(chat_id.as_bytes())?;
-                    }
-                    Change::BeginTurn(t) => {
-                        turns.insert(t.user_message_id.as_bytes(), to_json(t).as_slice())?;
-                    }
-                    Change::EndTurn(id) => {
-                        turns.remove(id.as_bytes())?;
+                        Change::DeleteChannel(chat_id) => {
+                            channels.remove(chat_id.as_bytes())?;
+                        }
+                        Change::BeginTurn(t) => {
+                            turns.insert(t.user_message_id.as_bytes(), to_json(t).as_slice())?;
+                        }
+                        Change::EndTurn(id) => {
+                            turns.remove(id.as_bytes())?;
+                        }
                     }
                 }
-            }
-            meta.insert(META_CURSOR, &head.to_be_bytes())?;
-            Ok::<_, ConflictableTransactionError<StoreError>>(cursors)
-        });
+                meta.insert(META_CURSOR, &head.to_be_bytes())?;
+                Ok::<_, ConflictableTransactionError<StoreError>>(cursors)
+            },
+        );
         match result {
             Ok(c) => Ok(c),
             Err(TransactionError::Abort(e)) => Err(e),

@@ -33,7 +33,11 @@ pub fn terms(text: &str) -> BTreeSet<String> {
         if word.is_empty() {
             continue;
         }
-        let term: String = word.chars().flat_map(char::to_lowercase).take(MAX_TERM_CHARS).collect();
+        let term: String = word
+            .chars()
+            .flat_map(char::to_lowercase)
+            .take(MAX_TERM_CHARS)
+            .collect();
         out.insert(term);
         if out.len() >= MAX_TERMS_PER_MESSAGE {
             break;
@@ -90,7 +94,10 @@ fn split_message_key(key: &[u8]) -> (&[u8], u64) {
 pub enum Scope {
     All,
     /// One channel (all its lanes), or one thread of it.
-    Chat { chat_id: String, thread_id: Option<String> },
+    Chat {
+        chat_id: String,
+        thread_id: Option<String>,
+    },
 }
 
 impl Scope {
@@ -233,7 +240,11 @@ pub fn snippet(text: &str, words: &[String]) -> String {
             at = offset;
             break;
         }
-        offset += word.len() + text[offset + word.len()..].chars().next().map_or(0, char::len_utf8);
+        offset += word.len()
+            + text[offset + word.len()..]
+                .chars()
+                .next()
+                .map_or(0, char::len_utf8);
     }
     let before: Vec<char> = text[..at].chars().rev().take(SNIPPET_CONTEXT + 1).collect();
     let after: Vec<char> = text[at..].chars().take(SNIPPET_CONTEXT * 2 + 1).collect();
@@ -267,13 +278,33 @@ mod tests {
         let (_d, s) = temp_store();
         let a = Lane::new("default", None);
         let b = Lane::new("chan_b", Some("thr_1"));
-        s.commit(&[Change::PutMessage(a.clone(), msg("m1", "I planted zucchini"))]).unwrap();
-        s.commit(&[Change::PutMessage(b.clone(), msg("m2", "The zucchini's leaves"))]).unwrap();
-        s.commit(&[Change::PutMessage(a.clone(), msg("m3", "zucchinis everywhere, help"))]).unwrap();
-        s.commit(&[Change::PutMessage(a.clone(), msg("m4", "tomatoes only"))]).unwrap();
-        let ids = |hits: Vec<Hit>| hits.into_iter().map(|h| h.message.message_id).collect::<Vec<_>>();
+        s.commit(&[Change::PutMessage(
+            a.clone(),
+            msg("m1", "I planted zucchini"),
+        )])
+        .unwrap();
+        s.commit(&[Change::PutMessage(
+            b.clone(),
+            msg("m2", "The zucchini's leaves"),
+        )])
+        .unwrap();
+        s.commit(&[Change::PutMessage(
+            a.clone(),
+            msg("m3", "zucchinis everywhere, help"),
+        )])
+        .unwrap();
+        s.commit(&[Change::PutMessage(a.clone(), msg("m4", "tomatoes only"))])
+            .unwrap();
+        let ids = |hits: Vec<Hit>| {
+            hits.into_iter()
+                .map(|h| h.message.message_id)
+                .collect::<Vec<_>>()
+        };
         let q = query_terms("Zucchini");
-        assert_eq!(ids(s.search(&q, &Scope::All, 10).unwrap()), ["m3", "m2", "m1"]);
+        assert_eq!(
+            ids(s.search(&q, &Scope::All, 10).unwrap()),
+            ["m3", "m2", "m1"]
+        );
         assert_eq!(ids(s.search(&q, &Scope::All, 2).unwrap()), ["m3", "m2"]);
         let chat = Scope::Chat {
             chat_id: "default".into(),
@@ -286,23 +317,51 @@ mod tests {
         };
         assert_eq!(ids(s.search(&q, &thread, 10).unwrap()), ["m2"]);
         // Every word must match.
-        assert_eq!(ids(s.search(&query_terms("zucc help"), &Scope::All, 10).unwrap()), ["m3"]);
-        assert!(s.search(&query_terms("pumpkin"), &Scope::All, 10).unwrap().is_empty());
+        assert_eq!(
+            ids(s
+                .search(&query_terms("zucc help"), &Scope::All, 10)
+                .unwrap()),
+            ["m3"]
+        );
+        assert!(s
+            .search(&query_terms("pumpkin"), &Scope::All, 10)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
     fn replacing_a_message_reindexes_it() {
         let (_d, s) = temp_store();
         let a = Lane::new("default", None);
-        s.commit(&[Change::PutMessage(a.clone(), msg("m1", "draft about apples"))]).unwrap();
-        s.commit(&[Change::PutMessage(a.clone(), msg("m1", "final about pears"))]).unwrap();
-        assert!(s.search(&query_terms("apples"), &Scope::All, 10).unwrap().is_empty());
-        assert_eq!(s.search(&query_terms("pears"), &Scope::All, 10).unwrap().len(), 1);
+        s.commit(&[Change::PutMessage(
+            a.clone(),
+            msg("m1", "draft about apples"),
+        )])
+        .unwrap();
+        s.commit(&[Change::PutMessage(
+            a.clone(),
+            msg("m1", "final about pears"),
+        )])
+        .unwrap();
+        assert!(s
+            .search(&query_terms("apples"), &Scope::All, 10)
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            s.search(&query_terms("pears"), &Scope::All, 10)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
     fn snippets_center_on_the_match() {
-        let long = format!("{} the zucchini grew {}", "a ".repeat(100), "b ".repeat(100));
+        let long = format!(
+            "{} the zucchini grew {}",
+            "a ".repeat(100),
+            "b ".repeat(100)
+        );
         let s = snippet(&long, &query_terms("zucchini"));
         assert!(s.starts_with('\u{2026}') && s.ends_with('\u{2026}'), "{s}");
         assert!(s.contains("the zucchini grew"), "{s}");
