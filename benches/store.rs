@@ -198,6 +198,106 @@ fn main() {
         ratio: format!("{:.2}", large.as_secs_f64() / small.as_secs_f64()),
     });
 
+    // Search at `a.history` stored messages: the index against a naive scan of every message
+    // (what the index exists to avoid), both in this run.
+    {
+        let store =
+            Store::open(&tmp.path().join("search"), 1 << 20, Duration::from_secs(1)).unwrap();
+        let vocab = [
+            "garden", "tomato", "zucchini", "forecast", "water", "reminder", "kitchen", "recipe",
+            "battery", "invoice", "holiday", "train", "meeting", "birthday", "printer", "router",
+        ];
+        let lanes = [
+            Lane::new("default", None),
+            Lane::new("chan_a", None),
+            Lane::new("chan_b", Some("thr_1")),
+        ];
+        let disk0 = store.size_on_disk().unwrap();
+        let mut batch = Vec::new();
+        for i in 0..a.history {
+            let mut m = message(i);
+            m.text = format!(
+                "{} {} {} note {i} about the {} and the {}",
+                vocab[i % 16],
+                vocab[(i / 16) % 16],
+                vocab[(i / 256) % 16],
+                vocab[(i * 7) % 16],
+                if i % 1000 == 0 {
+                    "aubergine"
+                } else {
+                    "usual things"
+                }
+            );
+            batch.push(Change::PutMessage(lanes[i % 3].clone(), m));
+            if batch.len() == 1000 {
+                store.commit(&batch).unwrap();
+                batch.clear();
+            }
+        }
+        store.commit(&batch).unwrap();
+        store.sync_blocking().unwrap();
+        let disk = store.size_on_disk().unwrap() - disk0;
+        let (postings, index_bytes) = store.search_index_size().unwrap();
+        let time = |words: &[&str]| {
+            let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+            let rounds = 50;
+            let t = Instant::now();
+            let mut hits = 0;
+            for _ in 0..rounds {
+                hits = store
+                    .search(&words, &iris_gateway::store::search::Scope::All, 20)
+                    .unwrap()
+                    .len();
+            }
+            (t.elapsed() / rounds, hits)
+        };
+        let (rare, rare_hits) = time(&["aubergine"]);
+        let (common, _) = time(&["gar", "tom"]);
+        let t = Instant::now();
+        let mut naive_hits = 0;
+        for m in store.all_messages() {
+            if m.unwrap().text.contains("aubergine") {
+                naive_hits += 1;
+            }
+        }
+        let naive = t.elapsed();
+        assert!(
+            rare_hits.min(20) == naive_hits.min(20),
+            "index and scan disagree"
+        );
+        rows.push(Row {
+            what: format!("search, rare word, {} messages", a.history),
+            value: format!("{:.2} ms", rare.as_secs_f64() * 1e3),
+            baseline: format!(
+                "{:.1} ms (scan of every message)",
+                naive.as_secs_f64() * 1e3
+            ),
+            ratio: format!("{:.4}", rare.as_secs_f64() / naive.as_secs_f64()),
+        });
+        rows.push(Row {
+            what: "search, two common prefixes".into(),
+            value: format!("{:.2} ms", common.as_secs_f64() * 1e3),
+            baseline: format!(
+                "{:.1} ms (scan of every message)",
+                naive.as_secs_f64() * 1e3
+            ),
+            ratio: format!("{:.4}", common.as_secs_f64() / naive.as_secs_f64()),
+        });
+        rows.push(Row {
+            what: "search index per message (logical key+value bytes)".into(),
+            value: format!(
+                "{} B ({:.1} postings)",
+                index_bytes / a.history as u64,
+                postings as f64 / a.history as f64
+            ),
+            baseline: format!(
+                "{} B on disk per stored message, index included",
+                disk / a.history as u64
+            ),
+            ratio: format!("{:.2}", index_bytes as f64 / disk.max(1) as f64),
+        });
+    }
+
     println!(
         "machine: {} cores, {}",
         std::thread::available_parallelism()

@@ -326,6 +326,25 @@ async fn delete(
         changes.push(Change::DeleteChannel(c.chat_id.clone()));
         changes.push(Change::Outbox(Frame::channel_deleted(&c.chat_id).encode()));
     }
+    // History goes first and the directory change after: the directory commit's fsync then
+    // covers the purge too. A crash before it leaves the channel in place, partly emptied, and
+    // deleting it again (idempotent) finishes the job; never a deleted channel whose messages
+    // come back.
+    let (chat, thread) = match &entry.parent_chat_id {
+        Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
+        _ => (entry.chat_id.as_str(), None),
+    };
+    // Stop the lanes' turns first, so no reply lands in a lane being emptied.
+    hub.forget_lanes(|lane: &Lane| {
+        lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
+    })
+    .await;
+    let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
+    let media = hub
+        .store
+        .purge_history(chat, thread, tombstone)
+        .map_err(super::internal)?
+        .1;
     let reply_at = doomed.len() - 1;
     hub.commit(
         changes,
@@ -340,20 +359,6 @@ async fn delete(
     )
     .await
     .map_err(|e| (ErrorCode::Internal, e.0))?;
-    // History goes after the directory entry: a crash in between leaves orphaned messages that
-    // no request can reach, and the next delete of the same id (idempotent) would finish it.
-    let (chat, thread) = match &entry.parent_chat_id {
-        Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
-        _ => (entry.chat_id.as_str(), None),
-    };
-    let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
-    match hub.store.purge_history(chat, thread, tombstone) {
-        Ok((_, media)) => hub.collect_media(&media),
-        Err(e) => tracing::warn!("could not purge the history of {}: {e}", entry.chat_id),
-    }
-    hub.forget_lanes(|lane: &Lane| {
-        lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
-    })
-    .await;
+    hub.collect_media(&media);
     Ok(())
 }

@@ -48,8 +48,10 @@ struct LaneState {
     running: bool,
     queue: std::collections::VecDeque<turns::QueuedTurn>,
     todos: Vec<TodoItem>,
-    /// Wakes the running turn to abandon it (its lane was deleted).
+    /// Wakes the running turn to abandon it (its lane or its reply was deleted).
     cancel: Option<Rc<tokio::sync::Notify>>,
+    /// The assistant message the running turn is streaming.
+    streaming: Option<String>,
 }
 
 struct State {

@@ -135,7 +135,7 @@ pub async fn delete(
         })
         .collect();
     changes.push(Change::Outbox(Frame::message_deleted(None, &ids).encode()));
-    hub.drop_queued_turns(&ids);
+    hub.drop_turns_of(&ids);
     // The files these messages reference, to collect once the messages are gone.
     let media: Vec<String> = ids
         .iter()

@@ -266,12 +266,12 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
     };
     let agent = hub.agent.clone();
     let cancel = Rc::new(tokio::sync::Notify::new());
-    hub.state
-        .borrow_mut()
-        .lanes
-        .entry(lane.clone())
-        .or_default()
-        .cancel = Some(cancel.clone());
+    {
+        let mut st = hub.state.borrow_mut();
+        let ls = st.lanes.entry(lane.clone()).or_default();
+        ls.cancel = Some(cancel.clone());
+        ls.streaming = Some(message_id.clone());
+    }
     let mut acc = TurnText::default();
     let consume = async {
         while let Some(event) = rx.recv().await {
@@ -284,11 +284,18 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
     };
     if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
         ls.cancel = None;
+        ls.streaming = None;
     }
     let summary = match outcome {
         None => {
-            info!(%lane, "turn abandoned: its conversation was deleted");
-            TurnSummary::default()
+            // Its conversation or its reply was deleted: keep nothing of it.
+            info!(%lane, "turn abandoned: its conversation or reply was deleted");
+            let end = vec![Change::EndTurn(turn.user_message_id.clone())];
+            if let Err(e) = hub.commit(end, None).await {
+                warn!(%lane, "could not close an abandoned turn: {e}");
+            }
+            hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            return;
         }
         Some(Ok(s)) => s,
         Some(Err(e)) => {
@@ -498,11 +505,22 @@ impl Hub {
         Some(record.to_ref(None))
     }
 
-    /// Drops queued (not yet running) turns of deleted user messages.
-    pub(super) fn drop_queued_turns(&self, user_message_ids: &[String]) {
+    /// Deleted messages take their turns with them: queued turns of deleted user messages are
+    /// dropped, and a turn whose reply is deleted while streaming is abandoned (otherwise its
+    /// end would store the deleted reply again).
+    pub(super) fn drop_turns_of(&self, message_ids: &[String]) {
         for ls in self.state.borrow_mut().lanes.values_mut() {
             ls.queue
-                .retain(|t| !user_message_ids.contains(&t.user_message_id));
+                .retain(|t| !message_ids.contains(&t.user_message_id));
+            if ls
+                .streaming
+                .as_ref()
+                .is_some_and(|m| message_ids.contains(m))
+            {
+                if let Some(cancel) = &ls.cancel {
+                    cancel.notify_one();
+                }
+            }
         }
     }
 

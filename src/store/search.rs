@@ -29,16 +29,8 @@ const SNIPPET_CONTEXT: usize = 60;
 /// "Zucchini's" gives "zucchini" and "s", so a search for "Zucchini" finds it.
 pub fn terms(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
-        if word.is_empty() {
-            continue;
-        }
-        let term: String = word
-            .chars()
-            .flat_map(char::to_lowercase)
-            .take(MAX_TERM_CHARS)
-            .collect();
-        out.insert(term);
+    for word in words(text) {
+        out.insert(word.chars().take(MAX_TERM_CHARS).collect());
         if out.len() >= MAX_TERMS_PER_MESSAGE {
             break;
         }
@@ -46,12 +38,20 @@ pub fn terms(text: &str) -> BTreeSet<String> {
     out
 }
 
-/// Query words, in the same normal form as index terms.
+/// The lowercased words of `text`, uncut.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.chars().flat_map(char::to_lowercase).collect())
+}
+
+/// Query words, lowercased like index terms but uncut: the index finds candidates by the
+/// first `MAX_TERM_CHARS` characters, the full word then decides.
 pub fn query_terms(query: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    for t in terms(query) {
-        if !seen.contains(&t) {
-            seen.push(t);
+    let mut seen: Vec<String> = Vec::new();
+    for w in words(query) {
+        if !seen.contains(&w) {
+            seen.push(w);
         }
     }
     seen
@@ -130,68 +130,89 @@ pub struct Hit {
 
 impl Store {
     /// Messages matching every query word (each as a word prefix), newest first.
-    pub fn search(&self, words: &[String], scope: &Scope, limit: usize) -> Result<Vec<Hit>> {
-        let Some(primary) = words.iter().max_by_key(|w| w.len()) else {
+    pub fn search(&self, query: &[String], scope: &Scope, limit: usize) -> Result<Vec<Hit>> {
+        let Some(primary) = query.iter().max_by_key(|w| w.len()) else {
             return Ok(Vec::new());
         };
-        let expansions = self.expand_prefix(primary)?;
-        // One newest-first cursor per expanded term, merged by sequence number.
-        let mut cursors: Vec<sled::Iter> = expansions
-            .iter()
-            .map(|t| {
-                let mut lo = t.as_bytes().to_vec();
-                lo.push(0);
-                let mut hi = t.as_bytes().to_vec();
-                hi.push(1);
-                self.search_idx.range(lo..hi)
-            })
-            .collect();
-        let mut heap = BinaryHeap::new();
-        for (i, c) in cursors.iter_mut().enumerate() {
-            if let Some(item) = c.next() {
-                let (k, v) = item?;
-                heap.push((posting_seq(&k), i, v));
-            }
-        }
+        let lookup: String = primary.chars().take(MAX_TERM_CHARS).collect();
         let mut hits = Vec::new();
         let mut seen = HashSet::new();
-        let mut scanned = 0;
-        while let Some((seq, i, lane_prefix)) = heap.pop() {
-            scanned += 1;
-            if let Some(item) = cursors[i].next() {
-                let (k, v) = item?;
-                heap.push((posting_seq(&k), i, v));
-            }
-            if !seen.insert(seq) || !scope.admits(&lane_prefix) {
-                if scanned >= MAX_POSTINGS_SCANNED {
-                    break;
-                }
-                continue;
+        let mut consider = |seq: u64, lane_prefix: &[u8]| -> Result<bool> {
+            if !seen.insert(seq) || !scope.admits(lane_prefix) {
+                return Ok(false);
             }
             let mut key = lane_prefix.to_vec();
             key.extend_from_slice(&seq.to_be_bytes());
-            if let Some(raw) = self.messages.get(&key)? {
-                let message: HistoryMessage = from_json(&raw, "history message")?;
-                let msg_terms = terms(&message.text);
-                let all_match = words
+            let Some(raw) = self.messages.get(&key)? else {
+                return Ok(false);
+            };
+            let message: HistoryMessage = from_json(&raw, "history message")?;
+            let msg_words: Vec<String> = words(&message.text).collect();
+            let all_match = query
+                .iter()
+                .all(|w| msg_words.iter().any(|t| t.starts_with(w.as_str())));
+            if all_match {
+                let lane = super::history::lane_from_prefix(lane_prefix)
+                    .unwrap_or_else(|| Lane::new("", None));
+                let snippet = snippet(&message.text, query);
+                hits.push(Hit {
+                    lane,
+                    message,
+                    snippet,
+                });
+            }
+            Ok(hits.len() >= limit)
+        };
+        match self.expand_prefix(&lookup)? {
+            Some(expansions) => {
+                // Few terms share the prefix: merge their newest-first posting lists, reading
+                // only as far as `limit` hits need.
+                let mut cursors: Vec<sled::Iter> = expansions
                     .iter()
-                    .all(|w| msg_terms.iter().any(|t| t.starts_with(w.as_str())));
-                if all_match {
-                    let lane = super::history::lane_from_prefix(&lane_prefix)
-                        .unwrap_or_else(|| Lane::new("", None));
-                    let snippet = snippet(&message.text, words);
-                    hits.push(Hit {
-                        lane,
-                        message,
-                        snippet,
-                    });
-                    if hits.len() >= limit {
+                    .map(|t| {
+                        let mut lo = t.as_bytes().to_vec();
+                        lo.push(0);
+                        let mut hi = t.as_bytes().to_vec();
+                        hi.push(1);
+                        self.search_idx.range(lo..hi)
+                    })
+                    .collect();
+                let mut heap = BinaryHeap::new();
+                for (i, c) in cursors.iter_mut().enumerate() {
+                    if let Some(item) = c.next() {
+                        let (k, v) = item?;
+                        heap.push((posting_seq(&k), i, v));
+                    }
+                }
+                let mut scanned = 0;
+                while let Some((seq, i, lane_prefix)) = heap.pop() {
+                    scanned += 1;
+                    if let Some(item) = cursors[i].next() {
+                        let (k, v) = item?;
+                        heap.push((posting_seq(&k), i, v));
+                    }
+                    if consider(seq, &lane_prefix)? || scanned >= MAX_POSTINGS_SCANNED {
                         break;
                     }
                 }
             }
-            if scanned >= MAX_POSTINGS_SCANNED {
-                break;
+            None => {
+                // A short prefix shared by many terms: gather its postings (bounded), newest first.
+                let mut postings = Vec::new();
+                for item in self
+                    .search_idx
+                    .scan_prefix(lookup.as_bytes())
+                    .take(MAX_POSTINGS_SCANNED)
+                {
+                    let (k, v) = item?;
+                    postings.push((posting_seq(&k), v));
+                }
+                postings.sort_unstable_by_key(|p| std::cmp::Reverse(p.0));
+                for (seq, lane_prefix) in postings {
+                    if consider(seq, &lane_prefix)? {
+                        break;
+                    }
+                }
             }
         }
         Ok(hits)
@@ -199,10 +220,14 @@ impl Store {
 
     /// The distinct indexed terms starting with `prefix`, skipping from one term to the next
     /// without reading their postings.
-    fn expand_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+    /// `None` when more than `MAX_EXPANSIONS` terms share the prefix.
+    fn expand_prefix(&self, prefix: &str) -> Result<Option<Vec<String>>> {
         let mut out = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
-        while out.len() < MAX_EXPANSIONS {
+        loop {
+            if out.len() == MAX_EXPANSIONS {
+                return Ok(None);
+            }
             let Some(item) = self.search_idx.range(from.as_slice()..).next() else {
                 break;
             };
@@ -216,12 +241,28 @@ impl Store {
             from.push(1);
             out.push(term);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
-    /// Index entries (postings): for the benchmark's bytes-per-message figure.
-    pub fn search_postings(&self) -> usize {
-        self.search_idx.len()
+    /// (postings, bytes of their keys and values): the index's logical size, for the
+    /// benchmark's bytes-per-message figure. Walks the whole index: not for the serving path.
+    pub fn search_index_size(&self) -> Result<(usize, u64)> {
+        let mut n = 0;
+        let mut bytes = 0u64;
+        for item in self.search_idx.iter() {
+            let (k, v) = item?;
+            n += 1;
+            bytes += (k.len() + v.len()) as u64;
+        }
+        Ok((n, bytes))
+    }
+
+    /// Every stored message, oldest lane first: only the benchmark's naive-scan baseline uses it.
+    pub fn all_messages(&self) -> impl Iterator<Item = Result<HistoryMessage>> + '_ {
+        self.messages
+            .iter()
+            .values()
+            .map(|v| from_json(&v?, "history message"))
     }
 }
 
@@ -230,14 +271,17 @@ fn posting_seq(key: &[u8]) -> u64 {
     u64::MAX - super::u64_from(&key[at..])
 }
 
-/// A short excerpt of `text` around the first word that matches a query word.
+/// A short excerpt of `text` around the first word that matches a query word: up to
+/// `SNIPPET_CONTEXT` characters on each side of it.
 pub fn snippet(text: &str, words: &[String]) -> String {
     let mut at = 0;
+    let mut word_chars = 0;
     let mut offset = 0;
     for word in text.split(|c: char| !c.is_alphanumeric()) {
         let lower: String = word.chars().flat_map(char::to_lowercase).collect();
         if !word.is_empty() && words.iter().any(|w| lower.starts_with(w.as_str())) {
             at = offset;
+            word_chars = word.chars().count();
             break;
         }
         offset += word.len()
@@ -247,14 +291,15 @@ pub fn snippet(text: &str, words: &[String]) -> String {
                 .map_or(0, char::len_utf8);
     }
     let before: Vec<char> = text[..at].chars().rev().take(SNIPPET_CONTEXT + 1).collect();
-    let after: Vec<char> = text[at..].chars().take(SNIPPET_CONTEXT * 2 + 1).collect();
+    let keep_after = word_chars + SNIPPET_CONTEXT;
+    let after: Vec<char> = text[at..].chars().take(keep_after + 1).collect();
     let mut s = String::new();
     if before.len() > SNIPPET_CONTEXT {
         s.push('\u{2026}');
     }
     s.extend(before.iter().take(SNIPPET_CONTEXT).rev());
-    s.extend(after.iter().take(SNIPPET_CONTEXT * 2));
-    if after.len() > SNIPPET_CONTEXT * 2 {
+    s.extend(after.iter().take(keep_after));
+    if after.len() > keep_after {
         s.push('\u{2026}');
     }
     s.replace(['\n', '\r'], " ")
