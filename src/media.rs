@@ -137,6 +137,24 @@ impl MediaFiles {
         up.finish(self, &sha).await
     }
 
+    /// Removes files no record points at: what a crash between storing the bytes and recording
+    /// them (or between removing a record and its file) leaves behind. Returns how many.
+    pub fn remove_orphans(
+        &self,
+        live: &std::collections::HashSet<String>,
+    ) -> std::io::Result<usize> {
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type()?.is_file() && !live.contains(&name) {
+                self.remove_blob(&name);
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Deletes a blob no record uses any more.
     pub fn remove_blob(&self, sha256: &str) {
         let path = self.blob_path(sha256);
@@ -204,6 +222,8 @@ impl Upload {
             tokio::fs::remove_file(&self.tmp).await?;
         } else {
             tokio::fs::rename(&self.tmp, &target).await?;
+            // The rename is durable only once the directory is: before the record points at it.
+            tokio::fs::File::open(&files.dir).await?.sync_all().await?;
             files.used.set(files.used.get() + self.received);
         }
         self.tmp = PathBuf::new();

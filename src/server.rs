@@ -18,6 +18,8 @@ use crate::store::{DeviceOrigin, Store};
 
 /// How long shutdown waits for devices to receive `status{restarting}` and the close frame.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Uploads no message uses are collected at start once they are this old.
+const UNUSED_UPLOAD_TTL_MS: i64 = 24 * 3600 * 1000;
 /// How long `run` waits for a `pair` command that holds the store briefly.
 const STORE_LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -68,8 +70,17 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         dir: data_dir.join("media"),
         source,
     })?;
+    let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();
+    match media.remove_orphans(&live) {
+        Ok(0) => {}
+        Ok(n) => warn!("removed {n} media file(s) no record points at (left by a crash)"),
+        Err(e) => warn!("could not check media files against the store: {e}"),
+    }
     info!(bytes = media.used(), "media storage open");
     let hub = Hub::start(store.clone(), media, config, agent)?;
+    // Uploads acked but never sent in a message would hold their quota forever.
+    let stale = store.media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
+    hub.collect_media(&stale).await;
     let closed = hub
         .close_interrupted_turns()
         .await

@@ -359,6 +359,6 @@ async fn delete(
     )
     .await
     .map_err(|e| (ErrorCode::Internal, e.0))?;
-    hub.collect_media(&media);
+    hub.collect_media(&media).await;
     Ok(())
 }

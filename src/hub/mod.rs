@@ -487,6 +487,7 @@ impl Hub {
             mime: start.mime.chars().take(128).collect(),
             size,
             filename: crate::media::clean_filename(&start.filename),
+            created_ms: ids::now_ms(),
         };
         self.store.add_media(&record, device_id, media_ref)?;
         self.store.sync().await?;
@@ -494,15 +495,22 @@ impl Hub {
         Ok(record)
     }
 
-    /// Deletes media that no message uses any more, and their files.
-    pub fn collect_media(&self, media_ids: &[String]) {
-        match self.store.collect_unused(media_ids) {
-            Ok(freed) => {
-                for sha in freed {
-                    self.media.remove_blob(&sha);
-                }
-            }
-            Err(e) => warn!("media clean-up failed: {e}"),
+    /// Deletes media that no message uses any more, and their files. The records' removal is
+    /// made durable before any file goes, so a crash can leave an orphaned file (removed at the
+    /// next start) but never a record whose bytes are gone.
+    pub async fn collect_media(&self, media_ids: &[String]) {
+        if media_ids.is_empty() {
+            return;
+        }
+        let freed = match self.store.collect_unused(media_ids) {
+            Ok(freed) => freed,
+            Err(e) => return warn!("media clean-up failed: {e}"),
+        };
+        if let Err(e) = self.store.sync().await {
+            return warn!("media clean-up not durable, files kept: {e}");
+        }
+        for sha in freed {
+            self.media.remove_blob(&sha);
         }
     }
 

@@ -152,7 +152,7 @@ pub async fn delete(
     )
     .await
     .map_err(|e| (ErrorCode::Internal, e.0))?;
-    hub.collect_media(&media);
+    hub.collect_media(&media).await;
     hub.agent.forget(&ids);
     Ok(())
 }

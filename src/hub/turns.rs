@@ -487,6 +487,7 @@ impl Hub {
             mime,
             size,
             filename: crate::media::clean_filename(&filename),
+            created_ms: ids::now_ms(),
         };
         if let Err(e) = self.store.add_media(&record, "", "") {
             warn!(%lane, "could not record a file from the agent: {e}");

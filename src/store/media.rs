@@ -24,6 +24,9 @@ pub struct MediaRecord {
     pub mime: String,
     pub size: u64,
     pub filename: String,
+    /// When the bytes were stored; unused uploads older than a day are collected at start.
+    #[serde(default)]
+    pub created_ms: i64,
 }
 
 impl MediaRecord {
@@ -111,6 +114,19 @@ impl Store {
         }
         // Device refs pointing at removed media are dropped lazily: a lookup finds no record.
         Ok(freed)
+    }
+
+    /// Media stored before `cutoff_ms` (candidates for collection if no message uses them).
+    pub fn media_older_than(&self, cutoff_ms: i64) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for item in self.media.iter() {
+            let (_, v) = item?;
+            let record: MediaRecord = from_json(&v, "media record")?;
+            if record.created_ms < cutoff_ms {
+                out.push(record.media_id);
+            }
+        }
+        Ok(out)
     }
 
     /// Every blob (sha256) with at least one record: what must stay on disk.
