@@ -61,6 +61,20 @@ pub struct RunArgs {
     pub outbox_retain_frames: Option<u64>,
     #[arg(long)]
     pub log_level: Option<String>,
+    /// Push backend for devices that are away.
+    #[arg(long, value_parser = ["none", "ntfy", "fcm"])]
+    pub push: Option<String>,
+    /// ntfy server URL (default https://ntfy.sh).
+    #[arg(long)]
+    pub ntfy_server: Option<String>,
+    /// ntfy access token (prefer --ntfy-token-file: command lines are visible to other users).
+    #[arg(long)]
+    pub ntfy_token: Option<String>,
+    #[arg(long)]
+    pub ntfy_token_file: Option<PathBuf>,
+    /// FCM service-account key file.
+    #[arg(long)]
+    pub fcm_credentials: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -93,6 +107,21 @@ impl RunArgs {
         }
         if let Some(v) = &self.log_level {
             config.log_level = v.clone();
+        }
+        if let Some(v) = &self.push {
+            config.push.backend = v.clone();
+        }
+        if let Some(v) = &self.ntfy_server {
+            config.push.ntfy_server = v.clone();
+        }
+        if let Some(v) = &self.ntfy_token {
+            config.push.ntfy_token = Some(v.clone());
+        }
+        if let Some(v) = &self.ntfy_token_file {
+            config.push.ntfy_token_file = Some(v.clone());
+        }
+        if let Some(v) = &self.fcm_credentials {
+            config.push.fcm_credentials = Some(v.clone());
         }
         config.validate()?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);

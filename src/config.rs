@@ -42,6 +42,7 @@ pub struct Config {
     pub demo: DemoConfig,
     pub store: StoreConfig,
     pub limits: Limits,
+    pub push: crate::push::PushConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -123,6 +124,7 @@ impl Default for Config {
             demo: DemoConfig::default(),
             store: StoreConfig::default(),
             limits: Limits::default(),
+            push: crate::push::PushConfig::default(),
         }
     }
 }

@@ -15,5 +15,6 @@ pub mod hub;
 pub mod ids;
 pub mod media;
 pub mod protocol;
+pub mod push;
 pub mod server;
 pub mod store;

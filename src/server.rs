@@ -42,6 +42,8 @@ pub enum RunError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    #[error("push is misconfigured: {0}")]
+    Push(crate::push::PushError),
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error("could not close interrupted turns: {0}")]
@@ -77,7 +79,18 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         Err(e) => warn!("could not check media files against the store: {e}"),
     }
     info!(bytes = media.used(), "media storage open");
-    let hub = Hub::start(store.clone(), media, config, agent)?;
+    let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
+    let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
+    let hub = Hub::start(store.clone(), media, pusher, config, agent)?;
+    {
+        let hub = hub.clone();
+        tokio::task::spawn_local(async move {
+            while let Some(outcome) = outcomes.recv().await {
+                hub.push_outcome(outcome).await;
+            }
+        });
+    }
+    hub.catch_up_pushes();
     // Uploads acked but never sent in a message would hold their quota forever.
     let stale = store.media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
     hub.collect_media(&stale).await;

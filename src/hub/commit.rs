@@ -144,5 +144,6 @@ fn publish_job(hub: &Hub, job: &CommitJob, cursors: &[u64]) {
             _ => None,
         });
         hub.publish(*cursor, &text, reply);
+        hub.push_if_away(*cursor, bytes);
     }
 }

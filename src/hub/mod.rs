@@ -8,6 +8,7 @@
 
 mod channels;
 mod commit;
+mod push;
 mod search;
 mod turns;
 
@@ -62,6 +63,8 @@ struct State {
     next_conn_id: ConnId,
     bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
     storage_error: Option<String>,
+    /// Why pushes are failing, while they are.
+    push_error: Option<String>,
     /// Why media storage refuses uploads (quota or disk full), while it does.
     media_full: Option<String>,
     shutting_down: bool,
@@ -70,6 +73,7 @@ struct State {
 pub struct Hub {
     store: Store,
     media: MediaFiles,
+    pusher: crate::push::Pusher,
     config: Config,
     agent: Rc<dyn Agent>,
     state: RefCell<State>,
@@ -82,6 +86,7 @@ impl Hub {
     pub fn start(
         store: Store,
         media: MediaFiles,
+        pusher: crate::push::Pusher,
         config: Config,
         agent: Rc<dyn Agent>,
     ) -> Result<Rc<Hub>, StoreError> {
@@ -95,6 +100,7 @@ impl Hub {
             turn_slots: Semaphore::new(config.limits.max_running_turns),
             store,
             media,
+            pusher,
             config,
             agent,
             state: RefCell::new(State {
@@ -104,6 +110,7 @@ impl Hub {
                 next_conn_id: 1,
                 bad_hellos: heapless::LinearMap::new(),
                 storage_error: None,
+                push_error: None,
                 media_full: None,
                 shutting_down: false,
             }),
@@ -141,7 +148,7 @@ impl Hub {
         let st = self.state.borrow();
         if st.shutting_down {
             HealthState::Restarting
-        } else if st.storage_error.is_some() || st.media_full.is_some() {
+        } else if st.storage_error.is_some() || st.media_full.is_some() || st.push_error.is_some() {
             HealthState::Degraded
         } else {
             HealthState::Online
@@ -155,8 +162,8 @@ impl Hub {
             tools: true,
             media: true,
             search: true,
-            push: "none",
-            push_ntfy_server: String::new(),
+            push: self.pusher.backend(),
+            push_ntfy_server: self.pusher.ntfy_server().to_owned(),
             pickers: false,
         }
     }
@@ -266,10 +273,15 @@ impl Hub {
             }
         }
         st.outlets.insert(outlet.conn_id, outlet.clone());
+        drop(st);
+        self.pusher.cancel(&outlet.device_id);
     }
 
     pub fn detach(&self, conn_id: ConnId) {
-        self.state.borrow_mut().outlets.remove(&conn_id);
+        let gone = self.state.borrow_mut().outlets.remove(&conn_id);
+        if let Some(outlet) = gone {
+            self.device_left(&outlet.device_id);
+        }
     }
 
     /// Sends a live-only frame to every connected device, encoded once.
@@ -351,6 +363,10 @@ impl Hub {
                 ErrorCode::Unsupported,
                 "uploads are handled by the connection".into(),
             )),
+            Request::FcmRegister {
+                fcm_token,
+                ntfy_topic,
+            } => self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic),
             Request::Unimplemented(kind) => Err((
                 ErrorCode::Unsupported,
                 format!(
@@ -586,6 +602,7 @@ pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
         fcm_token: None,
         ntfy_topic: None,
         token_hash: ids::token_hash(&token),
+        seen_cursor: 0,
     };
     (device, token)
 }

@@ -50,23 +50,44 @@ pub struct RequestFrame {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Hello(Hello),
-    Ping { ts: Option<i64> },
+    Ping {
+        ts: Option<i64>,
+    },
     MessageSend(MessageSend),
     ChannelCreate(ChannelCreate),
-    ChannelRename { name: String },
+    ChannelRename {
+        name: String,
+    },
     ChannelSetDefault,
-    ChannelFavorite { on: bool },
+    ChannelFavorite {
+        on: bool,
+    },
     ChannelIcon(ChannelIcon),
-    ChannelSetAutomation { on: bool },
+    ChannelSetAutomation {
+        on: bool,
+    },
     ChannelDelete,
     ChannelList,
-    Sync { cursor: i64 },
+    Sync {
+        cursor: i64,
+    },
     History(HistoryRequest),
     Search(SearchRequest),
-    MessageDelete { message_ids: Vec<String> },
+    MessageDelete {
+        message_ids: Vec<String>,
+    },
     MediaUploadStart(UploadStart),
-    MediaUploadEnd { media_ref: String, sha256: String },
-    MediaPull { media_id: String },
+    MediaUploadEnd {
+        media_ref: String,
+        sha256: String,
+    },
+    MediaPull {
+        media_id: String,
+    },
+    FcmRegister {
+        fcm_token: Option<String>,
+        ntfy_topic: Option<String>,
+    },
     Unimplemented(&'static str),
 }
 
@@ -376,7 +397,20 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 media_id: payload::<Pull>(id, kind, text)?.media_id,
             }
         }
-        "fcm.register" => Request::Unimplemented("fcm.register"),
+        "fcm.register" => {
+            #[derive(Deserialize)]
+            struct Register {
+                #[serde(default)]
+                fcm_token: Option<String>,
+                #[serde(default)]
+                ntfy_topic: Option<String>,
+            }
+            let r: Register = payload(id, kind, text)?;
+            Request::FcmRegister {
+                fcm_token: r.fcm_token,
+                ntfy_topic: r.ntfy_topic,
+            }
+        }
         "picker.select" => Request::Unimplemented("picker.select"),
         other => {
             let shown: String = other.chars().take(40).collect();
@@ -556,9 +590,10 @@ mod tests {
 
     #[test]
     fn planned_features_decode_as_unimplemented() {
-        let f =
-            decode_request(r#"{"v":1,"type":"fcm.register","id":1,"payload":{"fcm_token":"x"}}"#)
-                .unwrap();
-        assert_eq!(f.request, Request::Unimplemented("fcm.register"));
+        let f = decode_request(
+            r#"{"v":1,"type":"picker.select","id":1,"payload":{"picker_id":"x","value":"y"}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.request, Request::Unimplemented("picker.select"));
     }
 }

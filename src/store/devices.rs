@@ -38,6 +38,9 @@ pub struct Device {
     pub ntfy_topic: Option<String>,
     #[serde(default)]
     pub token_hash: Vec<u8>,
+    /// The outbox head when the device last disconnected: it saw everything up to here live.
+    #[serde(default)]
+    pub seen_cursor: u64,
 }
 
 impl Store {

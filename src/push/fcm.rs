@@ -1,0 +1,167 @@
+//! FCM HTTP v1: a service-account key signs a JWT, exchanged for an OAuth2 access token (cached
+//! until shortly before it expires), which authorises each send.
+//!
+//! The JWT is signed with ring, the crypto library rustls already links: the jsonwebtoken crate
+//! offers only aws-lc-rs (which needs cmake and clang to cross-build for ARM) or a second,
+//! RustCrypto-based RSA stack, for what is one RS256 signature an hour.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Content, Deliver, PushConfig, PushError, PushJob, Target};
+
+const SCOPE: &str = "https://www.googleapis.com/auth/firebase.messaging";
+/// Renew the access token this long before Google says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+
+#[derive(Deserialize)]
+struct ServiceAccount {
+    project_id: String,
+    client_email: String,
+    private_key: String,
+    token_uri: String,
+}
+
+pub struct Fcm {
+    agent: ureq::Agent,
+    endpoint: String,
+    account: ServiceAccount,
+    key: ring::signature::RsaKeyPair,
+    token: Option<(String, Instant)>,
+}
+
+impl Fcm {
+    pub fn new(config: &PushConfig, agent: ureq::Agent) -> Result<Fcm, PushError> {
+        let path = config
+            .fcm_credentials
+            .as_ref()
+            .ok_or(PushError::NoCredentials)?;
+        let text = std::fs::read_to_string(path).map_err(|source| PushError::Read {
+            what: "the FCM credentials",
+            path: path.clone(),
+            source,
+        })?;
+        let account: ServiceAccount = serde_json::from_str(&text)
+            .map_err(|e| PushError::Credentials(format!("not a service-account key: {e}")))?;
+        let pem = ureq::tls::PrivateKey::from_pem(account.private_key.as_bytes())
+            .map_err(|e| PushError::Credentials(format!("private_key: {e}")))?;
+        let key = ring::signature::RsaKeyPair::from_pkcs8(pem.der()).map_err(|e| {
+            PushError::Credentials(format!("private_key is not an RSA PKCS#8 key: {e}"))
+        })?;
+        Ok(Fcm {
+            agent,
+            endpoint: config.fcm_endpoint.trim_end_matches('/').to_owned(),
+            account,
+            key,
+            token: None,
+        })
+    }
+
+    /// A signed JWT asserting the service account, for the token endpoint.
+    fn assertion(&self) -> Result<String, String> {
+        let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let now = crate::ids::now_ms() / 1000;
+        let header = json!({ "alg": "RS256", "typ": "JWT" });
+        let claims = json!({
+            "iss": self.account.client_email,
+            "scope": SCOPE,
+            "aud": self.account.token_uri,
+            "iat": now,
+            "exp": now + 3600,
+        });
+        let signing_input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let rng = ring::rand::SystemRandom::new();
+        let mut sig = vec![0u8; self.key.public().modulus_len()];
+        self.key
+            .sign(
+                &ring::signature::RSA_PKCS1_SHA256,
+                &rng,
+                signing_input.as_bytes(),
+                &mut sig,
+            )
+            .map_err(|_| "signing the FCM assertion failed".to_owned())?;
+        Ok(format!("{signing_input}.{}", b64(&sig)))
+    }
+
+    fn access_token(&mut self) -> Result<String, String> {
+        if let Some((token, until)) = &self.token {
+            if Instant::now() < *until {
+                return Ok(token.clone());
+            }
+        }
+        let assertion = self.assertion()?;
+        let resp = self
+            .agent
+            .post(&self.account.token_uri)
+            .send_form([
+                ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                ("assertion", assertion.as_str()),
+            ])
+            .map_err(|e| format!("FCM token endpoint unreachable: {e}"))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(format!("FCM token endpoint answered HTTP {status}"));
+        }
+        #[derive(Deserialize)]
+        struct Token {
+            access_token: String,
+            expires_in: u64,
+        }
+        let t: Token = resp
+            .into_body()
+            .read_json()
+            .map_err(|e| format!("FCM token response unreadable: {e}"))?;
+        let until = Instant::now() + Duration::from_secs(t.expires_in).saturating_sub(TOKEN_MARGIN);
+        self.token = Some((t.access_token.clone(), until));
+        Ok(t.access_token)
+    }
+}
+
+impl Deliver for Fcm {
+    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), String> {
+        let Target::Fcm { token } = &job.target else {
+            return Err("not an FCM target".into());
+        };
+        let (title, body) = content.shape(job);
+        let access = self.access_token()?;
+        let message = json!({
+            "message": {
+                "token": token,
+                "notification": { "title": title, "body": body },
+                "data": {
+                    "chat_id": job.chat_id,
+                    "thread_id": job.thread_id.clone().unwrap_or_default(),
+                    "message_id": job.message_id,
+                    "cursor": job.cursor.to_string(),
+                },
+            }
+        });
+        let url = format!(
+            "{}/v1/projects/{}/messages:send",
+            self.endpoint, self.account.project_id
+        );
+        let resp = self
+            .agent
+            .post(&url)
+            .header("Authorization", &format!("Bearer {access}"))
+            .send_json(&message)
+            .map_err(|e| format!("FCM unreachable: {e}"))?;
+        let status = resp.status().as_u16();
+        if status == 401 {
+            // The cached token was revoked or expired early: fetch a new one next attempt.
+            self.token = None;
+        }
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(format!("FCM answered HTTP {status}"))
+        }
+    }
+}
