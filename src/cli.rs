@@ -25,7 +25,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the gateway (the default when no command is given).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Mint a pairing token for one new device and print what the app needs.
     Pair(PairArgs),
     /// List paired devices, or revoke one.

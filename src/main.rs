@@ -10,8 +10,8 @@ use iris_gateway::{chat, server};
 fn main() -> std::process::ExitCode {
     keep_memory_small();
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Run(RunArgs::default())) {
-        Command::Run(args) => run(args),
+    let result = match cli.command.unwrap_or_else(|| Command::Run(Box::default())) {
+        Command::Run(args) => run(*args),
         Command::Pair(args) => cli::run_pair(args).map_err(|e| e.to_string()),
         Command::Devices(args) => cli::run_devices(args).map_err(|e| e.to_string()),
         Command::Chat(args) => {
