@@ -531,7 +531,6 @@ async fn unimplemented_v1_frames_are_unsupported() {
 
     let frames: &[(&str, Option<&str>, Value)] = &[
         ("commands.catalog", None, json!({})),
-        ("fcm.register", None, json!({ "fcm_token": "tok" })),
         (
             "picker.select",
             Some("default"),
