@@ -309,7 +309,15 @@ impl Hub {
         let after = self.health();
         if before != after {
             match after {
-                HealthState::Degraded => warn!("gateway degraded: storage is failing or full"),
+                HealthState::Degraded => {
+                    let st = self.state.borrow();
+                    let causes: Vec<&str> = [&st.storage_error, &st.media_full, &st.push_error]
+                        .into_iter()
+                        .flatten()
+                        .map(String::as_str)
+                        .collect();
+                    warn!("gateway degraded: {}", causes.join("; "));
+                }
                 _ => info!("gateway back online"),
             }
             self.broadcast(&Frame::status(after), None);
@@ -542,6 +550,7 @@ impl Hub {
     /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
     pub async fn revoke(&self, device_id: &str) -> Result<bool, StoreError> {
         let existed = self.store.remove_device(device_id)?;
+        self.pusher.cancel(device_id);
         self.store.sync().await?;
         let outlets: Vec<Rc<Outlet>> = self
             .state

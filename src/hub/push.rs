@@ -173,12 +173,15 @@ impl Hub {
                 self.update_health(|st| st.push_error = Some(reason));
             }
             Outcome::GaveUp { device_id, reason } => {
+                // Degraded means "pushes are being retried"; nothing is now.
                 warn!(device = %device_id, "gave up a push: {reason}");
+                self.update_health(|st| st.push_error = None);
             }
         }
     }
 
     /// At start: queue the pushes still owed to away devices (the queue died with the process).
+    /// Each owed frame is offered once; `push_if_away` picks the devices it is owed to.
     pub fn catch_up_pushes(&self) {
         if self.pusher.backend() == "none" {
             return;
@@ -187,32 +190,33 @@ impl Hub {
         let Ok(devices) = self.store.devices() else {
             return;
         };
-        let mut queued = 0;
-        for d in devices {
-            if self
-                .pusher
-                .target_for(d.ntfy_topic.as_deref(), d.fcm_token.as_deref())
-                .is_none()
-            {
-                continue;
-            }
-            let from = d
-                .last_pushed_cursor
-                .max(d.seen_cursor)
-                .max(head.saturating_sub(CATCH_UP_FRAMES));
-            let Ok(frames) = self
-                .store
-                .outbox_range(from, head, CATCH_UP_FRAMES as usize)
-            else {
-                continue;
-            };
-            for (cursor, bytes) in frames {
-                self.push_if_away(cursor, &bytes);
-                queued += 1;
-            }
+        let Some(from) = devices
+            .iter()
+            .filter(|d| {
+                self.pusher
+                    .target_for(d.ntfy_topic.as_deref(), d.fcm_token.as_deref())
+                    .is_some()
+            })
+            .map(|d| d.last_pushed_cursor.max(d.seen_cursor))
+            .min()
+        else {
+            return;
+        };
+        let from = from.max(head.saturating_sub(CATCH_UP_FRAMES));
+        let Ok(frames) = self
+            .store
+            .outbox_range(from, head, CATCH_UP_FRAMES as usize)
+        else {
+            return;
+        };
+        for (cursor, bytes) in &frames {
+            self.push_if_away(*cursor, bytes);
         }
-        if queued > 0 {
-            info!("checked {queued} outbox frame(s) for pushes owed since the last run");
+        if !frames.is_empty() {
+            info!(
+                "checked {} outbox frame(s) for pushes owed since the last run",
+                frames.len()
+            );
         }
     }
 }

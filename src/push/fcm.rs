@@ -11,7 +11,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Content, Deliver, PushConfig, PushError, PushJob, Target};
+use super::{Content, Deliver, Failure, PushConfig, PushError, PushJob, Target};
 
 const SCOPE: &str = "https://www.googleapis.com/auth/firebase.messaging";
 /// Renew the access token this long before Google says it expires.
@@ -125,12 +125,15 @@ impl Fcm {
 }
 
 impl Deliver for Fcm {
-    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), String> {
+    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), Failure> {
         let Target::Fcm { token } = &job.target else {
-            return Err("not an FCM target".into());
+            return Err(Failure {
+                reason: "not an FCM target".into(),
+                permanent: true,
+            });
         };
         let (title, body) = content.shape(job);
-        let access = self.access_token()?;
+        let access = self.access_token().map_err(Failure::retry)?;
         let message = json!({
             "message": {
                 "token": token,
@@ -152,7 +155,7 @@ impl Deliver for Fcm {
             .post(&url)
             .header("Authorization", &format!("Bearer {access}"))
             .send_json(&message)
-            .map_err(|e| format!("FCM unreachable: {e}"))?;
+            .map_err(|e| Failure::retry(format!("FCM unreachable: {e}")))?;
         let status = resp.status().as_u16();
         if status == 401 {
             // The cached token was revoked or expired early: fetch a new one next attempt.
@@ -160,8 +163,11 @@ impl Deliver for Fcm {
         }
         if (200..300).contains(&status) {
             Ok(())
+        } else if status == 401 {
+            // A stale access token: worth another try with a fresh one.
+            Err(Failure::retry("FCM answered HTTP 401".into()))
         } else {
-            Err(format!("FCM answered HTTP {status}"))
+            Err(Failure::from_status("FCM", status, ""))
         }
     }
 }

@@ -182,9 +182,36 @@ impl Content {
     }
 }
 
+/// Why a delivery failed, and whether trying again can help.
+#[derive(Debug)]
+pub struct Failure {
+    pub reason: String,
+    /// The server refused this push for good (a bad target or request): no retry.
+    pub permanent: bool,
+}
+
+impl Failure {
+    fn retry(reason: String) -> Failure {
+        Failure {
+            reason,
+            permanent: false,
+        }
+    }
+
+    /// Failure for an HTTP status. 5xx, 408 and 429 are passing trouble; 401 and 403 are the
+    /// server's credentials, which an admin fixes for every device at once; any other 4xx is
+    /// about this push or this device's target, and retrying it would only hold up the others.
+    fn from_status(service: &str, status: u16, extra: &str) -> Failure {
+        Failure {
+            reason: format!("{service} answered HTTP {status}{extra}"),
+            permanent: (400..500).contains(&status) && ![401, 403, 408, 429].contains(&status),
+        }
+    }
+}
+
 /// A backend that can deliver one push (blocking; runs on the worker thread).
 trait Deliver: Send {
-    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), String>;
+    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), Failure>;
 }
 
 /// The hub's handle on the push worker.
@@ -309,7 +336,9 @@ impl Pusher {
         let Some(shared) = &self.shared else { return };
         let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
         q.jobs.retain(|j| j.device_id != device_id);
-        q.cancelled.push(device_id.to_owned());
+        if !q.cancelled.iter().any(|d| d == device_id) {
+            q.cancelled.push(device_id.to_owned());
+        }
     }
 }
 
@@ -368,9 +397,9 @@ impl Worker {
                     });
                     return;
                 }
-                Err(reason) => {
+                Err(Failure { reason, permanent }) => {
                     warn!(device = %job.device_id, "push failed: {reason}");
-                    if started.elapsed() + delay > self.give_up {
+                    if permanent || started.elapsed() + delay > self.give_up {
                         let _ = self.outcomes.send(Outcome::GaveUp {
                             device_id: job.device_id.clone(),
                             reason,
@@ -462,6 +491,16 @@ mod tests {
         assert_eq!(Content::None.shape(&j).0, "Iris");
         let many = PushJob { count: 3, ..j };
         assert_eq!(Content::Full.shape(&many).1, "3 new messages");
+    }
+
+    #[test]
+    fn only_passing_trouble_is_retried() {
+        for status in [500, 502, 503, 408, 429, 401, 403] {
+            assert!(!Failure::from_status("x", status, "").permanent, "{status}");
+        }
+        for status in [400, 404, 410, 413] {
+            assert!(Failure::from_status("x", status, "").permanent, "{status}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use base64::Engine;
 use serde_json::json;
 
-use super::{read_secret, Content, Deliver, PushConfig, PushError, PushJob, Target};
+use super::{read_secret, Content, Deliver, Failure, PushConfig, PushError, PushJob, Target};
 
 pub struct Ntfy {
     agent: ureq::Agent,
@@ -53,9 +53,12 @@ pub fn click_url(job: &PushJob) -> String {
 }
 
 impl Deliver for Ntfy {
-    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), String> {
+    fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), Failure> {
         let Target::Ntfy { topic } = &job.target else {
-            return Err("not an ntfy target".into());
+            return Err(Failure {
+                reason: "not an ntfy target".into(),
+                permanent: true,
+            });
         };
         let (title, message) = content.shape(job);
         let body = json!({
@@ -71,7 +74,7 @@ impl Deliver for Ntfy {
         }
         let resp = req
             .send_json(&body)
-            .map_err(|e| format!("ntfy at {} unreachable: {e}", self.server))?;
+            .map_err(|e| Failure::retry(format!("ntfy at {} unreachable: {e}", self.server)))?;
         let status = resp.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(());
@@ -82,7 +85,7 @@ impl Deliver for Ntfy {
             .and_then(|v| v.to_str().ok())
             .map(|v| format!(" (retry after {v} s)"))
             .unwrap_or_default();
-        Err(format!("ntfy answered HTTP {status}{retry_after}"))
+        Err(Failure::from_status("ntfy", status, &retry_after))
     }
 }
 
