@@ -71,6 +71,8 @@ struct State {
 }
 
 pub struct Hub {
+    /// The health state, for whoever shows it outside the protocol (the status LED).
+    health_tx: tokio::sync::watch::Sender<HealthState>,
     store: Store,
     media: MediaFiles,
     pusher: crate::push::Pusher,
@@ -97,6 +99,7 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
         let hub = Rc::new(Hub {
+            health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
             store,
             media,
@@ -321,7 +324,13 @@ impl Hub {
                 _ => info!("gateway back online"),
             }
             self.broadcast(&Frame::status(after), None);
+            self.health_tx.send_replace(after);
         }
+    }
+
+    /// Follows the health state: the same one `status` frames report.
+    pub fn watch_health(&self) -> tokio::sync::watch::Receiver<HealthState> {
+        self.health_tx.subscribe()
     }
 
     /// Routes one decoded request from an authenticated connection.
@@ -581,6 +590,7 @@ impl Hub {
     /// The shutdown path: tell every device the gateway is restarting, then close them all.
     pub fn begin_shutdown(&self) {
         self.state.borrow_mut().shutting_down = true;
+        self.health_tx.send_replace(HealthState::Restarting);
         self.broadcast(&Frame::status(HealthState::Restarting), None);
         let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
         for o in outlets {
