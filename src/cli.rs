@@ -32,6 +32,11 @@ pub enum Command {
     Devices(DevicesArgs),
     /// A terminal client: chat with the agent through the gateway.
     Chat(crate::chat::ChatArgs),
+    /// Print the commented default config file to stdout.
+    ///
+    /// Every setting appears, commented out at its default value, with what it does, e.g.
+    /// `iris-gateway config > /etc/iris-gateway/config.toml`.
+    Config,
 }
 
 #[derive(Args, Debug, Default)]

@@ -43,6 +43,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub limits: Limits,
     pub push: crate::push::PushConfig,
+    /// `[led]`: the status LED (see board/README.md).
+    pub led: crate::board::LedConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -125,6 +127,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             limits: Limits::default(),
             push: crate::push::PushConfig::default(),
+            led: crate::board::LedConfig::default(),
         }
     }
 }

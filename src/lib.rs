@@ -6,6 +6,7 @@
 //! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
 
 pub mod agent;
+pub mod board;
 pub mod chat;
 pub mod cli;
 pub mod config;
@@ -17,4 +18,5 @@ pub mod media;
 pub mod protocol;
 pub mod push;
 pub mod server;
+pub mod service;
 pub mod store;

@@ -5,7 +5,7 @@ use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
 use iris_gateway::cli::{self, Cli, Command, RunArgs};
-use iris_gateway::{chat, server};
+use iris_gateway::{chat, server, service};
 
 fn main() -> std::process::ExitCode {
     keep_memory_small();
@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => {
             runtime().and_then(|rt| rt.block_on(chat::run(args)).map_err(|e| e.to_string()))
         }
+        Command::Config => service::print_config_template().map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

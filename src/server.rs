@@ -10,6 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
 use crate::agent::{Agent, DemoAgent};
+use crate::board::BoardState;
 use crate::config::Config;
 use crate::connection;
 use crate::control;
@@ -52,6 +53,12 @@ pub enum RunError {
 
 /// Runs the gateway until SIGTERM or SIGINT.
 pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
+    // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
+    // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
+    let notifier = crate::service::Notifier::from_env().map(Rc::new);
+    if let Some(n) = &notifier {
+        tokio::task::spawn_local(crate::service::watchdog_task(n.clone()));
+    }
     let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -63,6 +70,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     let agent: Rc<dyn Agent> = Rc::new(DemoAgent::new(config.demo.pace_ms));
     info!(agent = agent.name(), "agent backend ready");
     let listen = config.listen;
+    let led_config = config.led.clone();
     let media = crate::media::MediaFiles::open(
         &data_dir,
         config.limits.max_media_bytes,
@@ -82,6 +90,8 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
     let hub = Hub::start(store.clone(), media, pusher, config, agent)?;
+    // The LED shows `starting` until the gateway listens, then follows the health state.
+    let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
         let hub = hub.clone();
         tokio::task::spawn_local(async move {
@@ -123,8 +133,12 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     // Tests and scripts wait for this exact line on stdout.
     println!("listening on ws://{local}");
+    led.show(hub.health().into());
     print_pairing_hint(&store, &url);
     info!(%local, "gateway online");
+    if let Some(n) = &notifier {
+        n.ready();
+    }
 
     let open_sockets = Rc::new(std::cell::Cell::new(0usize));
     loop {
@@ -158,6 +172,9 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     }
 
     info!("shutting down: telling devices the gateway is restarting");
+    if let Some(n) = &notifier {
+        n.stopping();
+    }
     drop(listener);
     hub.begin_shutdown();
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -168,6 +185,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     if let Err(e) = store.sync_blocking() {
         error!("final flush failed: {e}");
     }
+    led.stop().await;
     info!("stopped");
     Ok(())
 }

@@ -21,7 +21,64 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub const SCHEMA_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/protocol/wire-v1.schema.json");
+/// The binary Cargo built for this host. Prefer [`gateway_command`], which honours the run-time
+/// overrides below; `BIN` itself always names the host build.
 pub const BIN: &str = env!("CARGO_BIN_EXE_iris-gateway");
+
+/// Run-time override of the binary under test: a path (relative paths are taken from the crate
+/// root), e.g. `target/aarch64-unknown-linux-gnu/release/iris-gateway` (see `.ci/cross`).
+pub const BIN_ENV: &str = "IRIS_GATEWAY_BIN";
+/// Run-time command prefix for spawning the binary, split on whitespace, e.g.
+/// `qemu-aarch64 -L /usr/aarch64-linux-gnu` to run an ARM build under qemu-user.
+pub const RUNNER_ENV: &str = "IRIS_GATEWAY_RUNNER";
+
+/// The binary the harness spawns: `$IRIS_GATEWAY_BIN` when set, else [`BIN`].
+pub fn bin() -> &'static Path {
+    static RESOLVED: OnceLock<PathBuf> = OnceLock::new();
+    RESOLVED.get_or_init(|| match std::env::var_os(BIN_ENV) {
+        Some(path) if !path.is_empty() => {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+            assert!(
+                path.is_file(),
+                "{BIN_ENV}={} does not name a file",
+                path.display()
+            );
+            path
+        }
+        _ => PathBuf::from(BIN),
+    })
+}
+
+/// The `$IRIS_GATEWAY_RUNNER` prefix, split on whitespace (empty when unset).
+pub fn runner() -> &'static [String] {
+    static RUNNER: OnceLock<Vec<String>> = OnceLock::new();
+    RUNNER.get_or_init(|| {
+        std::env::var(RUNNER_ENV)
+            .map(|r| r.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    })
+}
+
+/// A `Command` for the binary under test (through the runner, if any), with no arguments yet.
+/// Killing or signalling the child reaches the gateway itself: qemu-user runs the guest in its
+/// own process and forwards signals to it.
+pub fn gateway_command() -> Command {
+    match runner().split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(bin());
+            cmd
+        }
+        None => Command::new(bin()),
+    }
+}
+
+/// How the binary under test is started, for panic messages.
+pub fn bin_display() -> String {
+    let mut words = runner().to_vec();
+    words.push(bin().display().to_string());
+    words.join(" ")
+}
 
 // ---------------------------------------------------------------------------------------------
 // Schema
@@ -328,7 +385,7 @@ impl Gateway {
     /// Starts the gateway on an ephemeral loopback port with demo pacing off. `--listen` and
     /// `--demo-pace-ms` in `extra_args` replace those defaults (e.g. to restart on the same port).
     pub fn start(data_dir: &Path, extra_args: &[&str]) -> Gateway {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = gateway_command();
         cmd.arg("run").arg("--data-dir").arg(data_dir);
         if !extra_args.iter().any(|a| a.starts_with("--listen")) {
             cmd.args(["--listen", "127.0.0.1:0"]);
@@ -342,7 +399,7 @@ impl Gateway {
             .stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin_display()));
 
         let stdout_tail: Tail = Arc::default();
         let stderr_tail: Tail = Arc::default();
@@ -539,13 +596,13 @@ pub fn cli(args: &[&str]) -> Output {
 
 /// Like [`cli`] for arguments that are paths.
 pub fn cli_os<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = gateway_command()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin_display()));
     let collect = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
