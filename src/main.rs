@@ -50,8 +50,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn init_logging(level: &str) {
     let level = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
     let filter: LevelFilter = level.parse().unwrap_or(LevelFilter::INFO);
+    // Colour only for a person at a terminal: the journal and log files get plain text.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_max_level(filter)
         .with_target(false)
         .init();
