@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{frame_type, pair, Client, Gateway, Paired};
+use common::{channel_list, connect, frame_type, pair, Client, Gateway, Paired};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -16,18 +16,6 @@ use serde_json::{json, Value};
 /// A real 1x1 PNG image.
 const TINY_PNG_B64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
-
-/// Authenticates and consumes `status` after the `hello.ack`.
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (mut c, ack) = Client::hello(&gw.url, &p.token, &p.device_id).await;
-    let status = c.recv().await;
-    assert_eq!(
-        frame_type(&status),
-        "status",
-        "expected status after hello.ack: {status}"
-    );
-    (c, ack)
-}
 
 struct Two {
     /// Kept for the restart test; dropping it removes the data directory.
@@ -109,16 +97,6 @@ async fn change_seen_by_both(
     );
     assert_eq!(on_b, without_id(&reply), "B must see the same frame as A");
     reply["payload"].clone()
-}
-
-async fn channel_list(c: &mut Client) -> Vec<Value> {
-    let id = c.request("channel.list", None, None, json!({})).await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.list", "{r}");
-    r["payload"]["channels"]
-        .as_array()
-        .expect("channels")
-        .clone()
 }
 
 fn entry<'a>(list: &'a [Value], chat_id: &str) -> Option<&'a Value> {

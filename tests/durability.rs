@@ -9,7 +9,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{frame_type, pair, temp_data_dir, Client, Gateway, Paired, Schema};
+use common::{
+    cursor_of, frame_type, hello_paired, id_of, pair, pstr, sync_cursor, temp_data_dir, Client,
+    Gateway, Schema,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::{TcpSocket, TcpStream};
@@ -32,26 +35,6 @@ const OUTBOXED: &[&str] = &[
 
 fn is_outboxed(f: &Value) -> bool {
     OUTBOXED.contains(&frame_type(f))
-}
-
-fn cursor_of(f: &Value) -> Option<u64> {
-    f.get("cursor").and_then(Value::as_u64)
-}
-
-fn id_of(f: &Value) -> Option<i64> {
-    f.get("id").and_then(Value::as_i64)
-}
-
-fn pstr<'a>(f: &'a Value, key: &str) -> &'a str {
-    f.pointer(&format!("/payload/{key}"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn sync_cursor(ack: &Value) -> u64 {
-    ack.pointer("/payload/sync_cursor")
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("hello.ack without an integer sync_cursor: {ack}"))
 }
 
 /// A frame without the per-delivery envelope fields (`cursor` on replay, `id` on the
@@ -91,10 +74,6 @@ fn assert_no_cursor(frames: &[Value], who: &str) {
             "{who}: a live frame carries `cursor`: {f}"
         );
     }
-}
-
-async fn hello(gw: &Gateway, dev: &Paired) -> (Client, Value) {
-    Client::hello(&gw.url, &dev.token, &dev.device_id).await
 }
 
 /// What a `sync` request brought back.
@@ -278,8 +257,8 @@ async fn offline_device_catches_up_with_sync() {
     let pa = pair(dir.path(), "phone A");
     let pb = pair(dir.path(), "phone B");
 
-    let (mut a, _) = hello(&gw, &pa).await;
-    let (b, ack_b) = hello(&gw, &pb).await;
+    let (mut a, _) = hello_paired(&gw, &pa).await;
+    let (b, ack_b) = hello_paired(&gw, &pb).await;
     let old = sync_cursor(&ack_b);
     let b_first_seen = b.seen.clone();
     b.close().await;
@@ -325,7 +304,7 @@ async fn offline_device_catches_up_with_sync() {
         short(&a_outboxed)
     );
 
-    let (mut b, ack_b2) = hello(&gw, &pb).await;
+    let (mut b, ack_b2) = hello_paired(&gw, &pb).await;
     let new_head = sync_cursor(&ack_b2);
     let s = sync(&mut b, old).await;
     let replay_types: Vec<&str> = s.replay.iter().map(frame_type).collect();
@@ -401,10 +380,10 @@ async fn sync_during_live_traffic() {
     let pa = pair(dir.path(), "phone A");
     let pb = pair(dir.path(), "phone B");
 
-    let (mut a, _) = hello(&gw, &pa).await;
+    let (mut a, _) = hello_paired(&gw, &pa).await;
     say(&mut a, "warm up one").await;
     say(&mut a, "warm up two").await;
-    let (mut b, _) = hello(&gw, &pb).await;
+    let (mut b, _) = hello_paired(&gw, &pb).await;
 
     for i in 0..3 {
         let id = a
@@ -748,7 +727,7 @@ async fn kill9_loses_nothing() {
     let mut promised = Promised::default();
 
     for cycle in 1..=3 {
-        let (mut a, ack) = hello(&gw, &pa).await;
+        let (mut a, ack) = hello_paired(&gw, &pa).await;
         verify_after_crash(
             &mut a,
             &ack,
@@ -812,7 +791,7 @@ async fn kill9_loses_nothing() {
         drop(a);
         gw = Gateway::start(dir.path(), &[]);
     }
-    let (mut a, ack) = hello(&gw, &pa).await;
+    let (mut a, ack) = hello_paired(&gw, &pa).await;
     verify_after_crash(&mut a, &ack, &promised, "after the last kill", &gw).await;
 }
 
@@ -859,7 +838,7 @@ async fn kill9_during_channel_changes() {
     let mut defaults_allowed: BTreeSet<String> = BTreeSet::from(["default".to_owned()]);
 
     for cycle in 1..=3 {
-        let (mut a, _) = hello(&gw, &pa).await;
+        let (mut a, _) = hello_paired(&gw, &pa).await;
         let known: Vec<String> = names.keys().cloned().collect();
         let mut ops: Vec<DirOp> = Vec::new();
         for i in 0..CREATES {
@@ -966,7 +945,7 @@ async fn kill9_during_channel_changes() {
         }
 
         gw = Gateway::start(dir.path(), &[]);
-        let (mut a, ack) = hello(&gw, &pa).await;
+        let (mut a, ack) = hello_paired(&gw, &pa).await;
         let channels = ack
             .pointer("/payload/channels")
             .and_then(Value::as_array)
@@ -1052,8 +1031,8 @@ async fn sigterm_sends_restarting() {
     let gw = Gateway::start(dir.path(), &[]);
     let pa = pair(dir.path(), "phone A");
     let pb = pair(dir.path(), "phone B");
-    let (mut a, _) = hello(&gw, &pa).await;
-    let (mut b, _) = hello(&gw, &pb).await;
+    let (mut a, _) = hello_paired(&gw, &pa).await;
+    let (mut b, _) = hello_paired(&gw, &pb).await;
     let said = say(&mut a, "remember me across a restart").await;
     let id = a
         .request(
@@ -1097,7 +1076,7 @@ async fn sigterm_sends_restarting() {
     drop(gw);
 
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut a, ack) = hello(&gw, &pa).await;
+    let (mut a, ack) = hello_paired(&gw, &pa).await;
     let channels = ack
         .pointer("/payload/channels")
         .cloned()
@@ -1217,7 +1196,7 @@ async fn stalled_reader_stays_bounded_and_loses_nothing() {
     };
     let s_cursor = sync_cursor(&s_ack);
 
-    let (mut a, _) = hello(&gw, &pa).await;
+    let (mut a, _) = hello_paired(&gw, &pa).await;
     let a_from = a.seen.len();
     let (rss_before, hwm_before) = rss_kib(gw.pid());
     // ~16 KB per message: with loopback's send buffer able to grow to 4 MiB (tcp_wmem), ~2 KB
@@ -1301,7 +1280,7 @@ async fn stalled_reader_stays_bounded_and_loses_nothing() {
     let slow_logged = gw.stderr_tail().contains("not reading fast enough");
     eprintln!("stalled reader: gateway logged the slow-reader disconnect: {slow_logged}");
 
-    let (mut s2, _) = hello(&gw, &ps).await;
+    let (mut s2, _) = hello_paired(&gw, &ps).await;
     let synced = sync(&mut s2, s_cursor).await;
     let cursors = synced.cursors();
     assert_contiguous(
@@ -1343,7 +1322,7 @@ async fn outbox_retention() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--outbox-retain-frames", "100"]);
     let pa = pair(dir.path(), "phone A");
-    let (mut a, ack) = hello(&gw, &pa).await;
+    let (mut a, ack) = hello_paired(&gw, &pa).await;
     assert_eq!(sync_cursor(&ack), 0);
     for i in 0..MESSAGES {
         say(&mut a, &format!("retention {i:02}")).await;
@@ -1381,7 +1360,7 @@ async fn cursors_increase_across_restarts() {
     let dir = temp_data_dir();
     let mut gw = Gateway::start(dir.path(), &[]);
     let pa = pair(dir.path(), "phone A");
-    let (mut a, _) = hello(&gw, &pa).await;
+    let (mut a, _) = hello_paired(&gw, &pa).await;
     say(&mut a, "before the restart").await;
     let head = sync(&mut a, 0).await.done_cursor();
     assert_eq!(head, 3);
@@ -1390,7 +1369,7 @@ async fn cursors_increase_across_restarts() {
     drop(a);
 
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut a, ack) = hello(&gw, &pa).await;
+    let (mut a, ack) = hello_paired(&gw, &pa).await;
     assert_eq!(sync_cursor(&ack), head, "a clean restart keeps the head");
     let said = say(&mut a, "after the restart").await;
     let s = sync(&mut a, head).await;

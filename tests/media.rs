@@ -11,7 +11,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{frame_type, pair, temp_data_dir, Client, Gateway, Incoming, Paired};
+use common::{
+    connect_until_status, cursor_of, dump, frame_type, id_of, pair, pstr, temp_data_dir,
+    typing_off, Client, Gateway, Incoming, Paired,
+};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -45,28 +48,6 @@ fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-fn pstr<'a>(f: &'a Value, key: &str) -> &'a str {
-    f.pointer(&format!("/payload/{key}"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn id_of(f: &Value) -> Option<i64> {
-    f.get("id").and_then(Value::as_i64)
-}
-
-fn cursor_of(f: &Value) -> Option<u64> {
-    f.get("cursor").and_then(Value::as_u64)
-}
-
-fn dump(frames: &[Value]) -> String {
-    frames
-        .iter()
-        .map(|f| format!("  {f}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// A data dir, an optional config file (in its own dir) and the gateway running on them.
@@ -115,8 +96,7 @@ fn config_file(dir: &Path, limits: &str) -> PathBuf {
 /// Authenticates and consumes the greeting up to `status`; returns the hello.ack and the
 /// state the greeting reported.
 async fn connect_state(gw: &Gateway, p: &Paired) -> (Client, Value, String) {
-    let (mut c, ack) = Client::hello(&gw.url, &p.token, &p.device_id).await;
-    let status = c.recv_type("status").await;
+    let (c, ack, status) = connect_until_status(gw, p).await;
     let state = pstr(&status, "state").to_owned();
     (c, ack, state)
 }
@@ -347,10 +327,6 @@ struct Turn {
     echo: Value,
     stop: Value,
     offers: Vec<Value>,
-}
-
-fn typing_off(f: &Value) -> bool {
-    frame_type(f) == "typing" && f["payload"]["on"] == json!(false)
 }
 
 /// Sends `message.send{text, media_refs}` and returns the reply to it (receipt or error).

@@ -6,35 +6,20 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::{frame_type, pair, Client, Gateway, Paired};
+use common::{
+    channel_list, connect_with_status, demo_reply, dump, frame_type, pair, typing_off, Client,
+    Gateway, Paired,
+};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
 // Local helpers
 // ---------------------------------------------------------------------------------------------
 
-/// The demo agent's reply as the behaviour contract words it.
-fn demo_reply(text: &str) -> String {
-    let words = text.split_whitespace().count();
-    let chars = text.chars().count();
-    let quoted: String = text.chars().take(200).collect();
-    format!(
-        "You said: \u{201c}{quoted}\u{201d}. That is {words} word{} and {chars} character{}. I am the demo agent; connect a Hermes agent for real answers.",
-        if words == 1 { "" } else { "s" },
-        if chars == 1 { "" } else { "s" },
-    )
-}
-
 /// Authenticates and consumes the greeting up to and including `status` (fresh gateways have
 /// no todo snapshots). Returns the client and its `hello.ack`.
 async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (mut c, ack) = Client::hello(&gw.url, &p.token, &p.device_id).await;
-    let status = c.recv().await;
-    assert_eq!(
-        frame_type(&status),
-        "status",
-        "expected status after hello.ack: {status}"
-    );
+    let (c, ack, status) = connect_with_status(gw, p).await;
     assert_eq!(status["payload"]["state"], "online", "{status}");
     (c, ack)
 }
@@ -61,10 +46,6 @@ async fn two_devices(extra: &[&str]) -> Two {
         a,
         b,
     }
-}
-
-fn typing_off(f: &Value) -> bool {
-    frame_type(f) == "typing" && f["payload"]["on"] == json!(false)
 }
 
 /// Every frame up to and including the next `typing{on:false}`.
@@ -100,14 +81,6 @@ fn collapsed_types(frames: &[Value]) -> Vec<String> {
     out
 }
 
-fn dump(frames: &[Value]) -> String {
-    frames
-        .iter()
-        .map(|f| format!("  {f}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 async fn create_channel(c: &mut Client, name: &str) -> String {
     let id = c
         .request(
@@ -140,16 +113,6 @@ async fn create_thread(c: &mut Client, parent: &str, name: &str) -> String {
         .as_str()
         .expect("chat_id")
         .to_owned()
-}
-
-async fn channel_list(c: &mut Client) -> Vec<Value> {
-    let id = c.request("channel.list", None, None, json!({})).await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.list", "{r}");
-    r["payload"]["channels"]
-        .as_array()
-        .expect("channels")
-        .clone()
 }
 
 /// A `history` request; returns the reply frame (history or error).

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{frame_type, pair, Client, Gateway, Paired};
+use common::{demo_reply, frame_type, pair, typing_off, Client, Gateway, Paired};
 use serde_json::{json, Value};
 
 /// How long a push may take to arrive (retries included).
@@ -375,18 +375,6 @@ fn click_cursor(push: &Value) -> u64 {
 // Gateway helpers
 // ---------------------------------------------------------------------------------------------
 
-/// The demo agent's reply as the behaviour contract words it.
-fn demo_reply(text: &str) -> String {
-    let words = text.split_whitespace().count();
-    let chars = text.chars().count();
-    let quoted: String = text.chars().take(200).collect();
-    format!(
-        "You said: \u{201c}{quoted}\u{201d}. That is {words} word{} and {chars} character{}. I am the demo agent; connect a Hermes agent for real answers.",
-        if words == 1 { "" } else { "s" },
-        if chars == 1 { "" } else { "s" },
-    )
-}
-
 /// The first `n` characters, plus "…" when something was cut.
 fn cut(s: &str, n: usize) -> String {
     let mut out: String = s.chars().take(n).collect();
@@ -482,10 +470,6 @@ async fn visit_with_topic(gw: &Gateway, p: &Paired, topic: &str) -> Value {
     let (c, ack) = connect_with(gw, p, json!({ "ntfy_topic": topic })).await;
     c.close().await;
     ack
-}
-
-fn typing_off(f: &Value) -> bool {
-    frame_type(f) == "typing" && f["payload"]["on"] == json!(false)
 }
 
 struct Turn {

@@ -9,46 +9,20 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{frame_type, pair, temp_data_dir, Client, Gateway, Paired};
+use common::{
+    connect_until_status, cursor_of, dump, frame_type, id_of, pair, pstr, sync_cursor,
+    temp_data_dir, Client, Gateway, Paired,
+};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
 // Local helpers
 // ---------------------------------------------------------------------------------------------
 
-fn pstr<'a>(f: &'a Value, key: &str) -> &'a str {
-    f.pointer(&format!("/payload/{key}"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn id_of(f: &Value) -> Option<i64> {
-    f.get("id").and_then(Value::as_i64)
-}
-
-fn cursor_of(f: &Value) -> Option<u64> {
-    f.get("cursor").and_then(Value::as_u64)
-}
-
-fn sync_cursor(ack: &Value) -> u64 {
-    ack.pointer("/payload/sync_cursor")
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("hello.ack without an integer sync_cursor: {ack}"))
-}
-
-fn dump(frames: &[Value]) -> String {
-    frames
-        .iter()
-        .map(|f| format!("  {f}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Authenticates and consumes the greeting up to and including `status`. Later greeting frames
 /// (todo snapshots) are skipped by the reply-matching helpers.
 async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (mut c, ack) = Client::hello(&gw.url, &p.token, &p.device_id).await;
-    let status = c.recv_type("status").await;
+    let (c, ack, status) = connect_until_status(gw, p).await;
     assert_eq!(status["payload"]["state"], "online", "{status}");
     (c, ack)
 }

@@ -1038,3 +1038,98 @@ impl Client {
 pub fn frame_type(frame: &Value) -> &str {
     frame.get("type").and_then(Value::as_str).unwrap_or("")
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shared test helpers (identical copies used to live in several test files)
+// ---------------------------------------------------------------------------------------------
+
+/// `payload.<key>` as a string, or "" when absent: terse field access for assertions.
+pub fn pstr<'a>(f: &'a Value, key: &str) -> &'a str {
+    f.pointer(&format!("/payload/{key}"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The envelope `id` (request id echoed on replies), if any.
+pub fn id_of(f: &Value) -> Option<i64> {
+    f.get("id").and_then(Value::as_i64)
+}
+
+/// The envelope `cursor` (present on outbox replay only), if any.
+pub fn cursor_of(f: &Value) -> Option<u64> {
+    f.get("cursor").and_then(Value::as_u64)
+}
+
+/// `hello.ack`'s `sync_cursor`, which every ack must carry.
+pub fn sync_cursor(ack: &Value) -> u64 {
+    ack.pointer("/payload/sync_cursor")
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("hello.ack without an integer sync_cursor: {ack}"))
+}
+
+/// Frames one per line, indented, for panic messages.
+pub fn dump(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .map(|f| format!("  {f}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `typing{on:false}`: the frame that ends a turn.
+pub fn typing_off(f: &Value) -> bool {
+    frame_type(f) == "typing" && f["payload"]["on"] == json!(false)
+}
+
+/// Hello as a paired device; returns the client and `hello.ack`, the greeting left unread.
+pub async fn hello_paired(gw: &Gateway, p: &Paired) -> (Client, Value) {
+    Client::hello(&gw.url, &p.token, &p.device_id).await
+}
+
+/// Hello as a paired device with `status` required as the very next frame: (client, ack, status).
+pub async fn connect_with_status(gw: &Gateway, p: &Paired) -> (Client, Value, Value) {
+    let (mut c, ack) = hello_paired(gw, p).await;
+    let status = c.recv().await;
+    assert_eq!(
+        frame_type(&status),
+        "status",
+        "expected status after hello.ack: {status}"
+    );
+    (c, ack, status)
+}
+
+/// As [`connect_with_status`], without the `status` frame.
+pub async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
+    let (c, ack, _status) = connect_with_status(gw, p).await;
+    (c, ack)
+}
+
+/// Hello as a paired device, then skip ahead to the greeting's `status`: (client, ack, status).
+pub async fn connect_until_status(gw: &Gateway, p: &Paired) -> (Client, Value, Value) {
+    let (mut c, ack) = hello_paired(gw, p).await;
+    let status = c.recv_type("status").await;
+    (c, ack, status)
+}
+
+/// `channel.list` round trip; returns the directory's entries.
+pub async fn channel_list(c: &mut Client) -> Vec<Value> {
+    let id = c.request("channel.list", None, None, json!({})).await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "channel.list", "{r}");
+    r["payload"]["channels"]
+        .as_array()
+        .expect("channels")
+        .clone()
+}
+
+/// The demo agent's reply as the behaviour contract words it.
+pub fn demo_reply(text: &str) -> String {
+    let words = text.split_whitespace().count();
+    let chars = text.chars().count();
+    let quoted: String = text.chars().take(200).collect();
+    format!(
+        "You said: \u{201c}{quoted}\u{201d}. That is {words} word{} and {chars} character{}. I am the demo agent; connect a Hermes agent for real answers.",
+        if words == 1 { "" } else { "s" },
+        if chars == 1 { "" } else { "s" },
+    )
+}
