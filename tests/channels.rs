@@ -1074,12 +1074,7 @@ async fn directory_survives_restart() {
     } = t;
     a.close().await;
     b.close().await;
-    let status = gw.sigterm();
-    assert!(
-        status.success(),
-        "SIGTERM exit: {status:?}\n{}",
-        gw.output_tail()
-    );
+    gw.stop_ok();
     drop(gw);
 
     let gw = Gateway::start(dir.path(), &[]);

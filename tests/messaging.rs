@@ -7,8 +7,8 @@ mod common;
 use std::collections::HashSet;
 
 use common::{
-    channel_list, connect_with_status, demo_reply, dump, frame_type, pair, typing_off, Client,
-    Gateway, Paired,
+    channel_list, connect_with_status, create_channel, create_thread, demo_reply, dump, frame_type,
+    pair, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -79,40 +79,6 @@ fn collapsed_types(frames: &[Value]) -> Vec<String> {
         out.push(t);
     }
     out
-}
-
-async fn create_channel(c: &mut Client, name: &str) -> String {
-    let id = c
-        .request(
-            "channel.create",
-            None,
-            None,
-            json!({ "name": name, "kind": "channel" }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.created", "{r}");
-    r["payload"]["chat_id"]
-        .as_str()
-        .expect("chat_id")
-        .to_owned()
-}
-
-async fn create_thread(c: &mut Client, parent: &str, name: &str) -> String {
-    let id = c
-        .request(
-            "channel.create",
-            None,
-            None,
-            json!({ "name": name, "kind": "thread", "parent_chat_id": parent }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.created", "{r}");
-    r["payload"]["chat_id"]
-        .as_str()
-        .expect("chat_id")
-        .to_owned()
 }
 
 /// A `history` request; returns the reply frame (history or error).
@@ -872,12 +838,7 @@ async fn history_survives_restart() {
     let got: Vec<String> = before_chan.iter().rev().flat_map(history_ids).collect();
     assert_eq!(got, expected_chan);
 
-    let status = gw.sigterm();
-    assert!(
-        status.success(),
-        "SIGTERM exit: {status:?}\n{}",
-        gw.output_tail()
-    );
+    gw.stop_ok();
     drop(gw);
     let gw = Gateway::start(dir.path(), &[]);
     let (mut c, _) = connect(&gw, &p).await;

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{
-    connect_until_status, cursor_of, dump, frame_type, id_of, pair, pstr, sync_cursor,
-    temp_data_dir, Client, Gateway, Paired,
+    connect_until_status, create_channel, create_thread, cursor_of, dump, frame_type, id_of, pair,
+    pstr, sync_cursor, temp_data_dir, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -140,34 +140,6 @@ fn assert_error(reply: &Value, id: i64, code: &str, what: &str) {
         "{what}: error must echo the id: {reply}"
     );
     assert_eq!(pstr(reply, "code"), code, "{what}: {reply}");
-}
-
-async fn create_channel(c: &mut Client, name: &str) -> String {
-    let id = c
-        .request(
-            "channel.create",
-            None,
-            None,
-            json!({ "name": name, "kind": "channel" }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.created", "{r}");
-    pstr(&r, "chat_id").to_owned()
-}
-
-async fn create_thread(c: &mut Client, parent: &str, name: &str) -> String {
-    let id = c
-        .request(
-            "channel.create",
-            None,
-            None,
-            json!({ "name": name, "kind": "thread", "parent_chat_id": parent }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "channel.created", "{r}");
-    pstr(&r, "chat_id").to_owned()
 }
 
 /// `message.delete`; returns (request id, reply).
@@ -922,12 +894,7 @@ async fn deletion_survives_sigterm_restart() {
     let keep = say(&mut c, None, None, "harmless walnut note").await;
     let gone = say(&mut c, None, None, "secret mango recipe").await;
     delete_ok(&mut c, &[&gone.user, &gone.assistant]).await;
-    let status = gw.sigterm();
-    assert!(
-        status.success(),
-        "SIGTERM exit: {status:?}\n{}",
-        gw.output_tail()
-    );
+    gw.stop_ok();
     drop(c);
 
     let gw = Gateway::start(dir.path(), &[]);

@@ -490,6 +490,16 @@ impl Gateway {
     }
 
     /// Graceful stop: SIGTERM, then wait up to 10 s. Panics (after SIGKILL) if it hangs.
+    /// SIGTERM, and the gateway must exit cleanly (a restart test's first half).
+    pub fn stop_ok(&mut self) {
+        let status = self.sigterm();
+        assert!(
+            status.success(),
+            "SIGTERM exit: {status:?}\n{}",
+            self.output_tail()
+        );
+    }
+
     pub fn sigterm(&mut self) -> ExitStatus {
         if let Some(status) = self.poll_exit() {
             return status;
@@ -1132,4 +1142,30 @@ pub fn demo_reply(text: &str) -> String {
         if words == 1 { "" } else { "s" },
         if chars == 1 { "" } else { "s" },
     )
+}
+
+/// Creates a channel (or, with a parent, a thread) and returns its chat id; the reply must be
+/// `channel.created` carrying one.
+async fn create_entry(c: &mut Client, payload: Value) -> String {
+    let id = c.request("channel.create", None, None, payload).await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "channel.created", "{r}");
+    r["payload"]["chat_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("channel.created without chat_id: {r}"))
+        .to_owned()
+}
+
+/// `channel.create` of a plain channel.
+pub async fn create_channel(c: &mut Client, name: &str) -> String {
+    create_entry(c, serde_json::json!({ "name": name, "kind": "channel" })).await
+}
+
+/// `channel.create` of a thread under `parent`.
+pub async fn create_thread(c: &mut Client, parent: &str, name: &str) -> String {
+    create_entry(
+        c,
+        serde_json::json!({ "name": name, "kind": "thread", "parent_chat_id": parent }),
+    )
+    .await
 }
