@@ -60,8 +60,16 @@ pub struct MediaFiles {
 }
 
 impl MediaFiles {
-    /// Opens the media directory, discarding any upload a crash left half-written.
-    pub fn open(data_dir: &Path, max_size: u64, quota: u64) -> std::io::Result<MediaFiles> {
+    /// Opens the media directory, discarding any upload a crash left half-written and, when
+    /// `live` (the blobs the store has records for) is given, any file no record points at: what
+    /// a crash between storing bytes and recording them, or between removing a record and its
+    /// file, leaves behind. One pass over the directory also sums what the quota counts.
+    pub fn open(
+        data_dir: &Path,
+        max_size: u64,
+        quota: u64,
+        live: Option<&std::collections::HashSet<String>>,
+    ) -> std::io::Result<MediaFiles> {
         let dir = data_dir.join("media");
         let tmp = dir.join("tmp");
         if tmp.exists() {
@@ -69,11 +77,22 @@ impl MediaFiles {
         }
         std::fs::create_dir_all(&tmp)?;
         let mut used = 0;
+        let mut orphans = 0;
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
-            if entry.file_type()?.is_file() {
+            if !entry.file_type()?.is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if live.is_some_and(|live| !live.contains(&name)) {
+                std::fs::remove_file(entry.path())?;
+                orphans += 1;
+            } else {
                 used += entry.metadata()?.len();
             }
+        }
+        if orphans > 0 {
+            tracing::warn!("removed {orphans} media file(s) no record points at (left by a crash)");
         }
         Ok(MediaFiles {
             dir,
@@ -135,24 +154,6 @@ impl MediaFiles {
         up.write(bytes).await?;
         let sha = hex(&Sha256::digest(bytes));
         up.finish(self, &sha).await
-    }
-
-    /// Removes files no record points at: what a crash between storing the bytes and recording
-    /// them (or between removing a record and its file) leaves behind. Returns how many.
-    pub fn remove_orphans(
-        &self,
-        live: &std::collections::HashSet<String>,
-    ) -> std::io::Result<usize> {
-        let mut removed = 0;
-        for entry in std::fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type()?.is_file() && !live.contains(&name) {
-                self.remove_blob(&name);
-                removed += 1;
-            }
-        }
-        Ok(removed)
     }
 
     /// Deletes a blob no record uses any more.
@@ -264,7 +265,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn upload_checks_length_and_checksum_and_dedupes() {
         let dir = tempfile::tempdir().unwrap();
-        let files = MediaFiles::open(dir.path(), 1 << 20, 10 << 20).unwrap();
+        let files = MediaFiles::open(dir.path(), 1 << 20, 10 << 20, None).unwrap();
         let data = b"hello media";
         let sha = hex(&Sha256::digest(data));
         let mut up = files.begin(data.len() as u64).await.unwrap();
@@ -309,7 +310,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn limits_refuse_before_any_byte_is_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let files = MediaFiles::open(dir.path(), 100, 150).unwrap();
+        let files = MediaFiles::open(dir.path(), 100, 150, None).unwrap();
         assert!(matches!(
             files.begin(101).await,
             Err(MediaError::TooLarge { .. })

@@ -71,21 +71,17 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     info!(agent = agent.name(), "agent backend ready");
     let listen = config.listen;
     let led_config = config.led.clone();
+    let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();
     let media = crate::media::MediaFiles::open(
         &data_dir,
         config.limits.max_media_bytes,
         config.limits.media_quota_bytes,
+        Some(&live),
     )
     .map_err(|source| RunError::Media {
         dir: data_dir.join("media"),
         source,
     })?;
-    let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();
-    match media.remove_orphans(&live) {
-        Ok(0) => {}
-        Ok(n) => warn!("removed {n} media file(s) no record points at (left by a crash)"),
-        Err(e) => warn!("could not check media files against the store: {e}"),
-    }
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;

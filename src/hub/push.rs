@@ -17,6 +17,21 @@ use crate::push::{Outcome, PushJob};
 /// How far back a restart looks for pushes still owed to each away device.
 const CATCH_UP_FRAMES: u64 = 200;
 
+/// Whether a frame's type can be pushed, read without allocating (serde-json-core, borrowed):
+/// most outboxed frames (echoes, tool.end, directory changes) are not, and need no full parse.
+fn may_push(encoded: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<&'a str>,
+    }
+    match serde_json_core::from_slice::<Kind<'_>>(encoded) {
+        Ok((k, _)) => matches!(k.kind, Some("message.stop" | "message" | "notification")),
+        // Not readable by the fast path: let the full parser decide.
+        Err(_) => true,
+    }
+}
+
 /// What a pushable frame says: (chat_id, thread_id, message_id, body).
 fn pushable(frame: &Value) -> Option<(String, Option<String>, String, String)> {
     let p = &frame["payload"];
@@ -39,7 +54,7 @@ fn pushable(frame: &Value) -> Option<(String, Option<String>, String, String)> {
 impl Hub {
     /// Called for every published outbox frame: queues pushes for away devices.
     pub(super) fn push_if_away(&self, cursor: u64, encoded: &[u8]) {
-        if self.pusher.backend() == "none" {
+        if self.pusher.backend() == "none" || !may_push(encoded) {
             return;
         }
         let Ok(frame) = serde_json::from_slice::<Value>(encoded) else {
@@ -218,5 +233,36 @@ impl Hub {
                 frames.len()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_push;
+    use crate::protocol::{Frame, HistoryMessage, Role};
+
+    #[test]
+    fn only_pushable_kinds_get_a_full_parse() {
+        let m = HistoryMessage {
+            message_id: "m".into(),
+            role: Role::User,
+            text: "a \"quoted\" line\n".into(),
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: 1,
+            media: vec![],
+        };
+        assert!(may_push(&Frame::message_stop(&m).encode()));
+        assert!(may_push(
+            &Frame::message(&m).in_lane("c", Some("t")).encode()
+        ));
+        assert!(!may_push(
+            &Frame::tool_end(0, "x", true, 0.1, "out").encode()
+        ));
+        assert!(!may_push(
+            &Frame::channel_deleted("c").reply_to(Some(3)).encode()
+        ));
     }
 }
