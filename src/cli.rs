@@ -49,9 +49,21 @@ pub struct RunArgs {
     /// Address to listen on, e.g. 0.0.0.0:8765.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Agent backend.
-    #[arg(long, value_parser = ["demo"])]
+    /// Agent backend: the built-in demo, a Hermes Agent, or any OpenAI-compatible server.
+    #[arg(long, value_parser = ["demo", "hermes", "openai"])]
     pub agent: Option<String>,
+    /// The agent's base URL (Hermes: http://HOST:8642; openai: http://HOST:PORT/v1).
+    #[arg(long)]
+    pub agent_url: Option<String>,
+    /// The agent's API key (prefer --agent-key-file: command lines are visible to other users).
+    #[arg(long)]
+    pub agent_key: Option<String>,
+    /// A file whose first line is the agent's API key.
+    #[arg(long)]
+    pub agent_key_file: Option<PathBuf>,
+    /// Model to ask the agent for.
+    #[arg(long)]
+    pub agent_model: Option<String>,
     /// Milliseconds between the demo agent's streamed steps (0 = as fast as possible).
     #[arg(long)]
     pub demo_pace_ms: Option<u64>,
@@ -96,7 +108,20 @@ impl RunArgs {
             config.listen = v;
         }
         if let Some(v) = &self.agent {
-            config.agent = v.clone();
+            config.agent.backend = v.clone();
+        }
+        if let Some(v) = &self.agent_url {
+            config.agent.url = v.clone();
+        }
+        if let Some(v) = &self.agent_key {
+            config.agent.key = crate::config::Secret(v.clone());
+            config.agent.key_file = None;
+        }
+        if let Some(v) = &self.agent_key_file {
+            config.agent.key_file = Some(v.clone());
+        }
+        if let Some(v) = &self.agent_model {
+            config.agent.model = v.clone();
         }
         if let Some(v) = self.demo_pace_ms {
             config.demo.pace_ms = v;

@@ -35,8 +35,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The store, control socket and the local chat client's credentials live here.
     pub data_dir: Option<PathBuf>,
-    /// Agent backend: `demo` (built in, no network).
-    pub agent: String,
+    /// `[agent]`: which backend answers messages, and how to reach it.
+    pub agent: AgentConfig,
     /// `error`, `warn`, `info`, `debug` or `trace`; `RUST_LOG` overrides it.
     pub log_level: String,
     pub demo: DemoConfig,
@@ -45,6 +45,139 @@ pub struct Config {
     pub push: crate::push::PushConfig,
     /// `[led]`: the status LED (see board/README.md).
     pub led: crate::board::LedConfig,
+    /// `[[cron]]`: prompts the agent answers on a schedule, posted into automation channels.
+    pub cron: Vec<CronJob>,
+    /// `[[webhook]]`: HTTP endpoints that post into automation channels.
+    pub webhook: Vec<WebhookConfig>,
+}
+
+/// A secret read from the config (an API key, a webhook token). Its `Debug` never shows it,
+/// so a logged config cannot leak it.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"<redacted>\"" })
+    }
+}
+
+/// The agent backend. `demo` needs nothing; `hermes` and `openai` are reached over HTTP with
+/// blocking `ureq` calls on worker threads (one per running turn), so the event loop never waits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// `demo`, `hermes` (a Hermes Agent's API server) or `openai` (any `/v1/chat/completions`).
+    pub backend: String,
+    /// Base URL. Empty means the backend's usual local address: `http://127.0.0.1:8642` for
+    /// Hermes, `http://127.0.0.1:8080/v1` (llama.cpp's server) for `openai`.
+    pub url: String,
+    /// Bearer key (Hermes' `API_SERVER_KEY`). Prefer `key_file`: a config file is often shared.
+    pub key: Secret,
+    /// A file whose first line is the key.
+    pub key_file: Option<PathBuf>,
+    /// Model to ask for. Empty: Hermes uses its own default; `openai` asks the server's
+    /// `/v1/models` and takes the first. `/model` changes it at run time.
+    pub model: String,
+    /// `openai` only: the system prompt sent first in every request.
+    pub system_prompt: String,
+    /// `openai` only: how many earlier messages of the conversation are sent with a new one.
+    pub history_messages: usize,
+    /// Seconds to wait for a TCP connection to the agent.
+    pub connect_timeout_secs: u64,
+    /// Seconds a turn's stream may stay silent (Hermes sends a keep-alive every 30 s) before
+    /// the turn is failed as stopped mid-answer.
+    pub idle_timeout_secs: u64,
+    /// Longest a single turn may run, in seconds; then it is stopped and failed.
+    pub turn_timeout_secs: u64,
+    /// Seconds a message waits for an unreachable agent (status `degraded`) before it is
+    /// answered with a failure. It was never handed to the agent, so waiting is safe.
+    pub unreachable_wait_secs: u64,
+    /// Seconds between health checks of the agent while it is reachable; while it is not, it
+    /// is checked every second or two.
+    pub probe_interval_secs: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            backend: "demo".into(),
+            url: String::new(),
+            key: Secret::default(),
+            key_file: None,
+            model: String::new(),
+            system_prompt: "You are a helpful assistant, answering in a chat app.".into(),
+            history_messages: 40,
+            connect_timeout_secs: 5,
+            idle_timeout_secs: 90,
+            turn_timeout_secs: 900,
+            unreachable_wait_secs: 300,
+            probe_interval_secs: 30,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// The base URL in use: the configured one or the backend's default, without a trailing `/`.
+    pub fn base_url(&self) -> String {
+        let url = match (self.url.trim(), self.backend.as_str()) {
+            ("", "hermes") => "http://127.0.0.1:8642",
+            ("", "openai") => "http://127.0.0.1:8080/v1",
+            (url, _) => url,
+        };
+        url.trim_end_matches('/').to_owned()
+    }
+
+    /// The key: `key_file` if set (first line), else `key`.
+    pub fn resolve_key(&self) -> Result<Secret, ConfigError> {
+        match &self.key_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map(|text| Secret(text.lines().next().unwrap_or("").trim().to_owned()))
+                .map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }),
+            None => Ok(self.key.clone()),
+        }
+    }
+}
+
+/// A scheduled prompt: at each `schedule` instant the agent answers `prompt` and the answer is
+/// posted (role `cron`) into the automation channel named `channel`, created if missing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CronJob {
+    /// Channel name (created as an automation channel if no channel has this name).
+    pub channel: String,
+    /// Cron expression with seconds, local time: `sec min hour day-of-month month day-of-week`,
+    /// e.g. `0 30 7 * * *` for 07:30 every day.
+    pub schedule: String,
+    pub prompt: String,
+}
+
+/// An HTTP endpoint, `POST /hooks/<name>` with `Authorization: Bearer <token>`, whose body is
+/// posted into the automation channel named `channel` (created if missing).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The URL path segment: letters, digits, `-` and `_`.
+    pub name: String,
+    pub channel: String,
+    /// At least 16 characters. Prefer `token_file`.
+    #[serde(default)]
+    pub token: Secret,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -114,6 +247,10 @@ pub struct Limits {
     pub max_media_per_message: usize,
     /// Seconds an upload may go without a binary frame before it is abandoned.
     pub media_idle_timeout_secs: u64,
+    /// Largest webhook request body.
+    pub max_webhook_bytes: usize,
+    /// Webhook requests per minute, over all webhooks; more get 429.
+    pub webhooks_per_minute: u32,
 }
 
 impl Default for Config {
@@ -121,13 +258,15 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
             data_dir: None,
-            agent: "demo".into(),
+            agent: AgentConfig::default(),
             log_level: "info".into(),
             demo: DemoConfig::default(),
             store: StoreConfig::default(),
             limits: Limits::default(),
             push: crate::push::PushConfig::default(),
             led: crate::board::LedConfig::default(),
+            cron: Vec::new(),
+            webhook: Vec::new(),
         }
     }
 }
@@ -172,6 +311,8 @@ impl Default for Limits {
             media_quota_bytes: 2 << 30,
             max_media_per_message: 10,
             media_idle_timeout_secs: 60,
+            max_webhook_bytes: 64 << 10,
+            webhooks_per_minute: 60,
         }
     }
 }
@@ -192,7 +333,7 @@ impl Config {
     /// Refuses settings that would make the gateway unusable rather than failing later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 7] = [
+        let checks: [(&'static str, bool, &str); 8] = [
             (
                 "limits.max_frame_bytes",
                 l.max_frame_bytes >= 4096,
@@ -225,9 +366,16 @@ impl Config {
                 "must be at least 100",
             ),
             (
-                "agent",
-                self.agent == "demo",
-                "the only agent backend in this build is `demo`",
+                "agent.backend",
+                matches!(self.agent.backend.as_str(), "demo" | "hermes" | "openai"),
+                "must be `demo`, `hermes` or `openai`",
+            ),
+            (
+                "agent.turn_timeout_secs",
+                self.agent.turn_timeout_secs >= 1
+                    && self.agent.idle_timeout_secs >= 1
+                    && self.agent.connect_timeout_secs >= 1,
+                "timeouts must be at least 1 second",
             ),
         ];
         for (key, ok, why) in checks {
@@ -235,6 +383,53 @@ impl Config {
                 return Err(ConfigError::Invalid {
                     key,
                     why: why.to_owned(),
+                });
+            }
+        }
+        for job in &self.cron {
+            if let Err(e) = job.schedule.parse::<cron::Schedule>() {
+                return Err(ConfigError::Invalid {
+                    key: "cron.schedule",
+                    why: format!("`{}`: {e} (use `sec min hour day month weekday`)", job.schedule),
+                });
+            }
+            if job.channel.trim().is_empty() || job.prompt.trim().is_empty() {
+                return Err(ConfigError::Invalid {
+                    key: "cron",
+                    why: "every [[cron]] needs a channel and a prompt".into(),
+                });
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for hook in &self.webhook {
+            let good_name = !hook.name.is_empty()
+                && hook.name.len() <= 64
+                && hook
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !good_name || !names.insert(hook.name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    key: "webhook.name",
+                    why: format!(
+                        "`{}` must be unique, 1-64 letters, digits, `-` or `_`",
+                        hook.name
+                    ),
+                });
+            }
+            if hook.channel.trim().is_empty() {
+                return Err(ConfigError::Invalid {
+                    key: "webhook.channel",
+                    why: format!("webhook `{}` needs a channel", hook.name),
+                });
+            }
+            if hook.token_file.is_none() && hook.token.0.chars().count() < 16 {
+                return Err(ConfigError::Invalid {
+                    key: "webhook.token",
+                    why: format!(
+                        "webhook `{}` needs a token of at least 16 characters (or token_file)",
+                        hook.name
+                    ),
                 });
             }
         }

@@ -1,7 +1,14 @@
 //! Agent backends behind one trait. A backend turns a user message into a stream of events;
 //! it never sees frames, sockets or the store, so a new backend is one file.
+//!
+//! The network backends (`hermes`, `openai`) speak HTTP with blocking `ureq` on a worker thread
+//! per running turn (`http.rs`), and hand events back over a channel: the event loop never
+//! blocks, and at most `limits.max_running_turns` threads exist.
 
 mod demo;
+mod hermes;
+mod http;
+mod openai;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,8 +17,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 pub use demo::DemoAgent;
+pub use hermes::HermesAgent;
+pub use openai::OpenAiAgent;
 
-use crate::protocol::{Lane, MediaRef, Runtime, TodoItem};
+use crate::protocol::{Lane, MediaRef, Role, Runtime, TodoItem};
 
 /// A boxed future that need not be `Send`: everything runs on one thread.
 pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -24,6 +33,32 @@ pub struct TurnInput {
     pub text: String,
     /// Files attached to the message, with where their bytes are on disk.
     pub media: Vec<(MediaRef, std::path::PathBuf)>,
+    /// The lane's conversation at the agent (a Hermes session id). Stable until `/new`.
+    pub session: String,
+    /// Earlier messages of this conversation, oldest first, for backends that keep no history
+    /// of their own (`wants_history`); empty otherwise.
+    pub history: Vec<PastMessage>,
+    /// The user's `/reasoning`, `/fast` and `/model` choices.
+    pub settings: AgentSettings,
+}
+
+/// One earlier message, as a backend that keeps no history needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastMessage {
+    pub role: Role,
+    pub text: String,
+}
+
+/// Choices the user makes with slash commands; they apply to every lane and survive restarts.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct AgentSettings {
+    /// Reasoning effort: `none`, `low`, `medium`, `high`; `None` leaves the agent's default.
+    pub reasoning: Option<String>,
+    /// Ask for the provider's fast (priority) tier.
+    pub fast: bool,
+    /// Model override; `None` uses the configured or default model.
+    pub model: Option<String>,
 }
 
 /// One step of a turn, as the agent reports it. The hub turns these into frames.
@@ -71,16 +106,85 @@ pub struct TurnSummary {
     pub runtime: Runtime,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Why a turn (or a probe) failed. The variant decides what the hub does next: only failures
+/// that happened *before* the agent accepted the message may be retried, so a message is
+/// handed over at most once.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AgentError {
+    /// No connection (refused, unreachable, DNS, connect timeout): the message was not handed
+    /// over. The hub waits for the agent and tries again.
+    #[error("the agent is unreachable: {0}")]
+    Unreachable(String),
+    /// The agent refused the key (401/403). Not retried: a person must fix the configuration.
+    #[error("the agent refused the gateway's key ({0}); check agent.key")]
+    Unauthorized(String),
+    /// The agent asked us to come back later (429, or 503) without taking the message.
+    #[error("the agent is busy: {why}")]
+    Busy {
+        retry_after: Option<std::time::Duration>,
+        why: String,
+    },
+    /// The agent took the message, then the stream ended before the turn did.
+    #[error("the agent stopped mid-answer: {0}")]
+    Interrupted(String),
+    /// The turn ran past `agent.turn_timeout_secs` and was stopped.
+    #[error("the agent took longer than {0} seconds and was stopped")]
+    TimedOut(u64),
+    /// The agent answered with an error of its own.
     #[error("the agent failed: {0}")]
     Failed(String),
+}
+
+impl AgentError {
+    /// The message never reached the agent, so trying again cannot answer it twice.
+    pub fn not_handed_over(&self) -> bool {
+        matches!(self, AgentError::Unreachable(_) | AgentError::Busy { .. })
+    }
+
+    /// The agent as a whole is not usable (the gateway reports `degraded` until a probe
+    /// succeeds), as opposed to one turn going wrong.
+    pub fn agent_is_down(&self) -> bool {
+        matches!(
+            self,
+            AgentError::Unreachable(_) | AgentError::Unauthorized(_) | AgentError::Interrupted(_)
+        )
+    }
 }
 
 /// An agent backend.
 pub trait Agent {
     /// Short name for logs and `/status`.
     fn name(&self) -> &'static str;
+
+    /// Where the agent is, for `/status` (never includes a key).
+    fn describe(&self) -> String {
+        self.name().to_owned()
+    }
+
+    /// Whether `TurnInput::history` must be filled: true for backends that keep no history.
+    fn wants_history(&self) -> bool {
+        false
+    }
+
+    /// Checks the agent is reachable and accepts our key, without starting a turn.
+    fn probe(&self) -> LocalBoxFuture<'_, Result<(), AgentError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Models the user may pick with `/model`; empty when the backend cannot switch.
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// After a restart, what the agent itself stored as its answer to an interrupted turn
+    /// (the turn is never sent again). `None` when the backend keeps nothing or found nothing.
+    fn recover<'a>(
+        &'a self,
+        _session: &'a str,
+        _user_text: &'a str,
+    ) -> LocalBoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
 
     /// Runs one turn, sending events as they happen. Returns when the turn is over; dropping
     /// the returned future abandons the turn.

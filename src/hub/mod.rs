@@ -6,7 +6,9 @@
 //! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
 //! `RefCell` that is never borrowed across an `.await`.
 
+mod automation;
 mod channels;
+mod commands;
 mod commit;
 mod push;
 mod search;
@@ -167,7 +169,7 @@ impl Hub {
             search: true,
             push: self.pusher.backend(),
             push_ntfy_server: self.pusher.ntfy_server().to_owned(),
-            pickers: false,
+            pickers: true,
         }
     }
 
@@ -384,12 +386,13 @@ impl Hub {
                 fcm_token,
                 ntfy_topic,
             } => self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic),
-            Request::Unimplemented(kind) => Err((
-                ErrorCode::Unsupported,
-                format!(
-                    "`{kind}` is not supported by this gateway yet (see hello.ack server_caps)"
-                ),
-            )),
+            Request::CommandsCatalog => {
+                outlet.push_frame(&Frame::commands_catalog(id, commands::catalog(self)));
+                Ok(())
+            }
+            Request::PickerSelect { picker_id, value } => {
+                commands::picker_select(self, outlet, &picker_id, &value).await
+            }
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
                 channels::handle(self, outlet.conn_id, id, target, other).await

@@ -150,6 +150,21 @@ pub async fn send_message(
     Ok(())
 }
 
+/// Queues a gateway-originated prompt (a cron job) in an automation lane. Its answer is stored
+/// with role `cron` and announced with a `notification{kind:cron}` titled `title`.
+pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, title: String) {
+    let _ = title;
+    enqueue_turn(
+        hub,
+        lane,
+        QueuedTurn {
+            user_message_id: ids::time_ordered("cron"),
+            text: prompt,
+            media: Vec::new(),
+        },
+    );
+}
+
 /// Resolves a device's upload refs to the stored files they name.
 fn attachments(hub: &Hub, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
     let max = hub.limits().max_media_per_message;
@@ -263,6 +278,9 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         user_message_id: turn.user_message_id.clone(),
         text: turn.text,
         media,
+        session: String::new(),
+        history: Vec::new(),
+        settings: Default::default(),
     };
     let agent = hub.agent.clone();
     let cancel = Rc::new(tokio::sync::Notify::new());

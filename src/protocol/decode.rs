@@ -45,8 +45,7 @@ pub struct RequestFrame {
     pub request: Request,
 }
 
-/// Every app→server frame of v1. Frames whose feature this build does not implement yet decode
-/// to `Unimplemented`, so the app gets an honest `unsupported` instead of a parse error.
+/// Every app→server frame of v1.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Hello(Hello),
@@ -88,7 +87,11 @@ pub enum Request {
         fcm_token: Option<String>,
         ntfy_topic: Option<String>,
     },
-    Unimplemented(&'static str),
+    CommandsCatalog,
+    PickerSelect {
+        picker_id: String,
+        value: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -364,7 +367,7 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             }
         }
         "history" => Request::History(payload(id, kind, text)?),
-        "commands.catalog" => Request::Unimplemented("commands.catalog"),
+        "commands.catalog" => Request::CommandsCatalog,
         "search" => Request::Search(payload(id, kind, text)?),
         "message.delete" => {
             #[derive(Deserialize)]
@@ -411,7 +414,18 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 ntfy_topic: r.ntfy_topic,
             }
         }
-        "picker.select" => Request::Unimplemented("picker.select"),
+        "picker.select" => {
+            #[derive(Deserialize)]
+            struct Select {
+                picker_id: String,
+                value: String,
+            }
+            let s: Select = payload(id, kind, text)?;
+            Request::PickerSelect {
+                picker_id: s.picker_id,
+                value: s.value,
+            }
+        }
         other => {
             let shown: String = other.chars().take(40).collect();
             return Err(DecodeError::new(
@@ -594,6 +608,12 @@ mod tests {
             r#"{"v":1,"type":"picker.select","id":1,"payload":{"picker_id":"x","value":"y"}}"#,
         )
         .unwrap();
-        assert_eq!(f.request, Request::Unimplemented("picker.select"));
+        assert_eq!(
+            f.request,
+            Request::PickerSelect {
+                picker_id: "x".into(),
+                value: "y".into()
+            }
+        );
     }
 }

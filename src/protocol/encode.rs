@@ -224,6 +224,27 @@ impl Frame {
         )
     }
 
+    /// A gateway notice for the phone's notification shade (`kind` from the schema's enum).
+    pub fn notification(kind: &str, title: &str, body: &str, ts: i64) -> Frame {
+        Frame::new(
+            "notification",
+            json!({ "kind": kind, "title": title, "body": body, "ts": ts }),
+        )
+    }
+
+    /// The answer to `commands.catalog`: `commands` is the list of catalog entries.
+    pub fn commands_catalog(id: Option<i64>, commands: Value) -> Frame {
+        Frame::new("commands.catalog", json!({ "commands": commands })).reply_to(id)
+    }
+
+    /// A finite-choice prompt; `choices` holds `{value, label, is_current}` objects.
+    pub fn picker_choice(picker_id: &str, title: &str, choices: Value) -> Frame {
+        Frame::new(
+            "picker.choice",
+            json!({ "picker_id": picker_id, "title": title, "choices": choices }),
+        )
+    }
+
     pub fn todo_update(todos: &[TodoItem]) -> Frame {
         Frame::new("todo.update", json!({ "todos": todos }))
     }

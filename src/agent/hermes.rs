@@ -1,0 +1,2 @@
+//! hermes
+pub struct HermesAgent;

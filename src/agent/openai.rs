@@ -1,0 +1,2 @@
+//! openai
+pub struct OpenAiAgent;

@@ -1,0 +1,1 @@
+//! Automation channels: scheduled prompts (cron) and webhooks post gateway output into them.
