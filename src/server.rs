@@ -9,7 +9,6 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
-use crate::agent::{Agent, DemoAgent};
 use crate::board::BoardState;
 use crate::config::Config;
 use crate::connection;
@@ -43,6 +42,8 @@ pub enum RunError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    #[error("the agent is misconfigured: {0}")]
+    Agent(crate::config::ConfigError),
     #[error("push is misconfigured: {0}")]
     Push(crate::push::PushError),
     #[error("cannot install signal handlers: {0}")]
@@ -67,8 +68,8 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         bytes_on_disk = store.size_on_disk()?,
         "store open"
     );
-    let agent: Rc<dyn Agent> = Rc::new(DemoAgent::new(config.demo.pace_ms));
-    info!(agent = agent.name(), "agent backend ready");
+    let agent = crate::agent::from_config(&config).map_err(RunError::Agent)?;
+    info!(agent = %agent.describe(), "agent backend ready");
     let listen = config.listen;
     let led_config = config.led.clone();
     let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();

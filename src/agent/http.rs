@@ -1,1 +1,370 @@
-//! http
+//! HTTP plumbing shared by the network backends: one `ureq` client per backend, blocking calls
+//! run on a worker thread (`off_loop`), Server-Sent Events read line by line, and HTTP failures
+//! sorted into `AgentError`s by whether the agent can have seen the message.
+//!
+//! Why blocking `ureq` on threads rather than an async client: the design keeps one small
+//! dependency for all outgoing HTTP (push uses it too), and a Pi runs a handful of turns at
+//! once at most (`limits.max_running_turns` threads). The price is that a stopped turn's thread
+//! notices only at the stream's next line (a chunk, or Hermes' keep-alive every 30 s); the
+//! gateway does not wait for it: the turn is over for the user at once.
+
+use std::io::{BufRead, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::AgentError;
+use crate::config::{AgentConfig, Secret};
+
+/// Longest single SSE line kept; a longer one is cut (a runaway server cannot fill memory).
+const MAX_SSE_LINE: usize = 1 << 20;
+/// Largest plain JSON response read (model lists, transcripts).
+const MAX_JSON_BYTES: u64 = 8 << 20;
+/// Plain JSON calls (probes, transcripts) must answer within this.
+const JSON_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One agent server: its base URL, key and HTTP client.
+#[derive(Clone)]
+pub struct Endpoint {
+    http: ureq::Agent,
+    base: String,
+    key: Secret,
+}
+
+/// One Server-Sent Event: its `event:` name (empty for plain `data:` events) and its data.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+/// Assembles SSE events from lines (the `text/event-stream` format: `event:`, `data:`
+/// (joined by newlines), comments starting with `:`, a blank line ends an event).
+#[derive(Default)]
+pub struct SseParser {
+    current: SseEvent,
+    has_data: bool,
+}
+
+impl SseParser {
+    /// Feeds one line (without its line ending); returns an event when the line completes one.
+    pub fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            let done = std::mem::take(&mut self.current);
+            return std::mem::take(&mut self.has_data).then_some(done);
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.current.event = value.to_owned(),
+            "data" => {
+                if self.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+/// Set when the turn that started a worker is over (stopped, timed out, abandoned): the worker
+/// stops reading, which closes the connection, which tells the agent to stop.
+#[derive(Clone, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Sets the flag when dropped: dropping a turn's future stops its worker.
+struct StopOnDrop(StopFlag);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0 .0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs blocking work on a thread of its own and awaits its result without blocking the event
+/// loop. Dropping the returned future sets the work's `StopFlag`.
+pub async fn off_loop<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce(StopFlag) -> T + Send + 'static,
+) -> Result<T, AgentError> {
+    let stop = StopFlag::default();
+    let _guard = StopOnDrop(stop.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let _ = tx.send(work(stop));
+        })
+        .map_err(|e| AgentError::Failed(format!("cannot start a worker thread: {e}")))?;
+    rx.await
+        .map_err(|_| AgentError::Failed("the agent worker thread died".into()))
+}
+
+impl Endpoint {
+    pub fn new(config: &AgentConfig, key: Secret) -> Endpoint {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(config.connect_timeout_secs)))
+            // Silence longer than this ends a stream: the agent or the network is gone.
+            .timeout_per_read(Some(Duration::from_secs(config.idle_timeout_secs)))
+            // A backstop: the hub stops a turn at `turn_timeout_secs` on its own.
+            .timeout_global(Some(Duration::from_secs(config.turn_timeout_secs + 30)))
+            .max_idle_connections(4)
+            .tls_config(crate::push::system_tls())
+            .user_agent(concat!("iris-gateway/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Endpoint {
+            http,
+            base: config.base_url(),
+            key,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn auth(&self) -> Option<String> {
+        (!self.key.is_empty()).then(|| format!("Bearer {}", self.key.expose()))
+    }
+
+    /// GET returning JSON. Blocking: call it inside `off_loop`.
+    pub fn get_json(&self, path: &str) -> Result<Value, AgentError> {
+        let mut req = self
+            .http
+            .get(self.url(path))
+            .config()
+            .timeout_global(Some(JSON_CALL_TIMEOUT))
+            .build();
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| before_answer(&e))?;
+        json_body(resp)
+    }
+
+    /// POST a JSON body, returning JSON. Blocking: call it inside `off_loop`.
+    pub fn post_json(&self, path: &str, body: &Value) -> Result<Value, AgentError> {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .config()
+            .timeout_global(Some(JSON_CALL_TIMEOUT))
+            .build();
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.send_json(body).map_err(|e| before_answer(&e))?;
+        json_body(resp)
+    }
+
+    /// POSTs a JSON body and reads the answer as Server-Sent Events, calling `on_event` for
+    /// each until it returns `false`, the stream ends, or `stop` is set. Blocking: call it
+    /// inside `off_loop`. Errors before the first byte of the answer mean the agent did not
+    /// take the message (retryable ones are `Unreachable`/`Busy`); errors after it are
+    /// `Interrupted`.
+    pub fn post_sse(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+        stop: &StopFlag,
+        mut on_event: impl FnMut(SseEvent) -> bool,
+    ) -> Result<(), AgentError> {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .header("Accept", "text/event-stream");
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send_json(body).map_err(|e| before_answer(&e))?;
+        let status = resp.status().as_u16();
+        if status != 200 {
+            return Err(status_error(status, resp));
+        }
+        let reader = resp.into_body().into_reader();
+        let mut reader = std::io::BufReader::with_capacity(8 << 10, reader);
+        let mut parser = SseParser::default();
+        let mut line = Vec::new();
+        loop {
+            if stop.is_set() {
+                return Ok(());
+            }
+            line.clear();
+            let n = (&mut reader)
+                .take(MAX_SSE_LINE as u64)
+                .read_until(b'\n', &mut line)
+                .map_err(|e| AgentError::Interrupted(io_reason(&e)))?;
+            if n == 0 {
+                // The end of the stream: a last event without its blank line still counts.
+                if let Some(ev) = parser.line("") {
+                    on_event(ev);
+                }
+                return Ok(());
+            }
+            if line.len() >= MAX_SSE_LINE && !line.ends_with(b"\n") {
+                // An over-long line: skip the rest of it.
+                let mut sink = Vec::new();
+                let _ = reader.read_until(b'\n', &mut sink);
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if let Some(ev) = parser.line(text) {
+                if !on_event(ev) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// A non-2xx answer, sorted by what the gateway should do about it.
+fn status_error(status: u16, resp: ureq::http::Response<ureq::Body>) -> AgentError {
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let detail = error_detail(resp);
+    let why = if detail.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {detail}")
+    };
+    match status {
+        401 | 403 => AgentError::Unauthorized(why),
+        429 | 503 => AgentError::Busy { retry_after, why },
+        _ => AgentError::Failed(why),
+    }
+}
+
+/// The `error.message` of an OpenAI-style error body, or the start of the body.
+fn error_detail(resp: ureq::http::Response<ureq::Body>) -> String {
+    let text = resp
+        .into_body()
+        .with_config()
+        .limit(64 << 10)
+        .read_to_string()
+        .unwrap_or_default();
+    let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("error"))
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let detail = message.unwrap_or(text);
+    detail.trim().chars().take(300).collect()
+}
+
+fn json_body(resp: ureq::http::Response<ureq::Body>) -> Result<Value, AgentError> {
+    let status = resp.status().as_u16();
+    if !(200..300).contains(&status) {
+        return Err(status_error(status, resp));
+    }
+    resp.into_body()
+        .with_config()
+        .limit(MAX_JSON_BYTES)
+        .read_json()
+        .map_err(|e| AgentError::Failed(format!("unreadable answer: {e}")))
+}
+
+/// A transport failure before any answer: was the agent reachable at all?
+fn before_answer(e: &ureq::Error) -> AgentError {
+    use ureq::Error as E;
+    match e {
+        E::HostNotFound | E::ConnectionFailed => AgentError::Unreachable(e.to_string()),
+        E::Timeout(t) => match t {
+            ureq::Timeout::Resolve | ureq::Timeout::Connect => {
+                AgentError::Unreachable(format!("no connection within the timeout ({t:?})"))
+            }
+            _ => AgentError::Failed(format!("no answer in time ({t:?})")),
+        },
+        E::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::HostUnreachable
+            | std::io::ErrorKind::NetworkUnreachable
+            | std::io::ErrorKind::AddrNotAvailable
+            | std::io::ErrorKind::NotFound => AgentError::Unreachable(io_reason(io)),
+            // Reset or closed while sending: the agent may have read the request.
+            _ => AgentError::Interrupted(io_reason(io)),
+        },
+        other => AgentError::Failed(other.to_string()),
+    }
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            "the stream went silent past agent.idle_timeout_secs".into()
+        }
+        std::io::ErrorKind::UnexpectedEof => "the connection closed mid-stream".into(),
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Vec<SseEvent> {
+        let mut p = SseParser::default();
+        text.lines().filter_map(|l| p.line(l)).collect()
+    }
+
+    #[test]
+    fn sse_events_are_assembled_from_lines() {
+        let evs = parse(
+            "data: {\"a\":1}\n\n: keepalive\n\nevent: hermes.tool.progress\ndata: {\"b\":2}\n\ndata: x\ndata: y\n\n",
+        );
+        assert_eq!(
+            evs,
+            vec![
+                SseEvent {
+                    event: String::new(),
+                    data: "{\"a\":1}".into()
+                },
+                SseEvent {
+                    event: "hermes.tool.progress".into(),
+                    data: "{\"b\":2}".into()
+                },
+                SseEvent {
+                    event: String::new(),
+                    data: "x\ny".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_and_empty_events_yield_nothing() {
+        assert!(parse(": ping\n\n\n\nevent: only-a-name\n\n").is_empty());
+    }
+}

@@ -22,6 +22,18 @@ pub use openai::OpenAiAgent;
 
 use crate::protocol::{Lane, MediaRef, Role, Runtime, TodoItem};
 
+/// The backend the configuration names.
+pub fn from_config(
+    config: &crate::config::Config,
+) -> Result<std::rc::Rc<dyn Agent>, crate::config::ConfigError> {
+    let a = &config.agent;
+    Ok(match a.backend.as_str() {
+        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?)),
+        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?)),
+        _ => std::rc::Rc::new(DemoAgent::new(config.demo.pace_ms)),
+    })
+}
+
 /// A boxed future that need not be `Send`: everything runs on one thread.
 pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -96,6 +108,17 @@ pub enum AgentEvent {
         kind: String,
         bytes: Vec<u8>,
     },
+}
+
+/// What the agent's own store says about a turn a restart interrupted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recovery {
+    /// The agent finished it: here is the answer it stored.
+    Answered(String),
+    /// The agent has no record of the message: it is safe to send it now (once).
+    NeverReceived,
+    /// Cannot tell (no store, unreachable, or the answer was cut off): fail it clearly.
+    Unknown,
 }
 
 /// How a finished turn went, for the `message.stop` footer.
@@ -176,14 +199,14 @@ pub trait Agent {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    /// After a restart, what the agent itself stored as its answer to an interrupted turn
-    /// (the turn is never sent again). `None` when the backend keeps nothing or found nothing.
+    /// After a restart, what became of a turn the gateway never finished: the agent's own
+    /// store may hold its answer, or show it never received the message. Never resends.
     fn recover<'a>(
         &'a self,
         _session: &'a str,
         _user_text: &'a str,
-    ) -> LocalBoxFuture<'a, Option<String>> {
-        Box::pin(async { None })
+    ) -> LocalBoxFuture<'a, Recovery> {
+        Box::pin(async { Recovery::Unknown })
     }
 
     /// Runs one turn, sending events as they happen. Returns when the turn is over; dropping

@@ -432,6 +432,17 @@ fn jitter(d: Duration) -> Duration {
 
 /// One HTTP client for the worker: rustls with ring, the system CA file when present.
 fn http_agent() -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .http_status_as_error(false)
+        .tls_config(system_tls())
+        .build();
+    config.into()
+}
+
+/// rustls (ring) trusting the system's CA file when there is one, else the bundled roots.
+/// Shared by every outgoing HTTPS client (push, agent backends).
+pub(crate) fn system_tls() -> ureq::tls::TlsConfig {
     use ureq::tls::{parse_pem, PemItem, RootCerts, TlsConfig};
     let mut tls = TlsConfig::builder();
     if let Ok(pem) = std::fs::read(SYSTEM_CA_FILE) {
@@ -445,12 +456,7 @@ fn http_agent() -> ureq::Agent {
             tls = tls.root_certs(RootCerts::new_with_certs(&certs));
         }
     }
-    let config = ureq::Agent::config_builder()
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .http_status_as_error(false)
-        .tls_config(tls.build())
-        .build();
-    config.into()
+    tls.build()
 }
 
 /// Reads a secret from a file, trimmed (so `echo TOKEN > file` works).

@@ -12,6 +12,8 @@ mod history;
 mod media;
 mod outbox;
 pub mod search;
+mod sessions;
+pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -101,6 +103,8 @@ pub struct Store {
     devices: sled::Tree,
     tokens: sled::Tree,
     todos: sled::Tree,
+    /// Lane → its conversation at the agent (`sessions.rs`).
+    sessions: sled::Tree,
     turns: sled::Tree,
     search_idx: sled::Tree,
     message_frames: sled::Tree,
@@ -156,6 +160,7 @@ impl Store {
             devices: tree("devices")?,
             tokens: tree("tokens")?,
             todos: tree("todos")?,
+            sessions: tree("sessions")?,
             turns: tree("turns")?,
             search_idx: tree("search")?,
             message_frames: tree("message_frames")?,

@@ -1,0 +1,50 @@
+//! The agent side of each lane: which conversation (a Hermes session) it continues, and the
+//! user's slash-command choices. Small records, written when they change and flushed at once:
+//! losing one to a power cut would silently start a fresh conversation.
+
+use serde::{Deserialize, Serialize};
+
+use super::history::lane_prefix;
+use super::{from_json, to_json, Result, Store};
+use crate::agent::AgentSettings;
+use crate::protocol::Lane;
+
+const META_AGENT_SETTINGS: &[u8] = b"agent_settings";
+
+/// A lane's conversation at the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSession {
+    /// Sent as `X-Hermes-Session-Id`; path-safe (`iris-` and hex).
+    pub session_id: String,
+    /// When it began (epoch ms): backends that keep no history get the messages since then.
+    pub started_ms: i64,
+}
+
+impl Store {
+    pub fn agent_session(&self, lane: &Lane) -> Result<Option<AgentSession>> {
+        match self.sessions.get(lane_prefix(lane))? {
+            Some(v) => Ok(Some(from_json(&v, "agent session")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records the lane's (new) conversation, durably before it is used.
+    pub async fn put_agent_session(&self, lane: &Lane, session: &AgentSession) -> Result<()> {
+        self.sessions.insert(lane_prefix(lane), to_json(session))?;
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    pub fn agent_settings(&self) -> Result<AgentSettings> {
+        match self.meta.get(META_AGENT_SETTINGS)? {
+            Some(v) => from_json(&v, "agent settings"),
+            None => Ok(AgentSettings::default()),
+        }
+    }
+
+    pub async fn put_agent_settings(&self, settings: &AgentSettings) -> Result<()> {
+        self.meta.insert(META_AGENT_SETTINGS, to_json(settings))?;
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
