@@ -68,7 +68,11 @@ impl Secret {
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"<redacted>\"" })
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "\"<redacted>\""
+        })
     }
 }
 
@@ -390,7 +394,10 @@ impl Config {
             if let Err(e) = job.schedule.parse::<cron::Schedule>() {
                 return Err(ConfigError::Invalid {
                     key: "cron.schedule",
-                    why: format!("`{}`: {e} (use `sec min hour day month weekday`)", job.schedule),
+                    why: format!(
+                        "`{}`: {e} (use `sec min hour day month weekday`)",
+                        job.schedule
+                    ),
                 });
             }
             if job.channel.trim().is_empty() || job.prompt.trim().is_empty() {
