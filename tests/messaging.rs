@@ -590,12 +590,13 @@ async fn auto_thread_ignored_for_slash_text_and_other_channels() {
     t.b.recv_type("channel.created").await;
     let before = channel_list(&mut t.a).await;
 
-    // A slash command in the default flat lane stays there.
+    // Slash text in the default flat lane stays there (one the gateway does not know goes to
+    // the agent as typed, so it gets a turn).
     t.a.request(
         "message.send",
         Some("default"),
         None,
-        json!({ "text": "/help me", "auto_thread": true }),
+        json!({ "text": "/weather today", "auto_thread": true }),
     )
     .await;
     let fa = frames_until_typing_off(&mut t.a).await;

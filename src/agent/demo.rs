@@ -190,6 +190,9 @@ mod tests {
             user_message_id: "m1".into(),
             text: "hello there world".into(),
             media: Vec::new(),
+            session: "s".into(),
+            history: Vec::new(),
+            settings: Default::default(),
         };
         let (summary, events) = tokio::join!(agent.run_turn(turn, tx), async {
             let mut v = Vec::new();

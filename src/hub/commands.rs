@@ -1,21 +1,481 @@
-//! Slash commands and pickers.
+//! Slash commands the gateway answers itself, and the pickers some of them open.
+//!
+//! A command arrives as an ordinary `message.send` whose text starts with a known `/name`: the
+//! message is stored and echoed like any other (every device sees what was asked), then the
+//! gateway answers with a `system` message in the same chat. It is never sent to the agent.
+//! Unknown slash text is not a command here: it goes to the agent as typed, so the agent's
+//! own commands keep working.
+//!
+//! Finite choices (`/reasoning`, `/fast`, `/model` without an argument) open a picker: an
+//! outboxed `picker.choice`, answered by `picker.select`. Pending pickers live in memory only
+//! (the schema says a restart expires them); unknown or expired ids are a no-op.
 
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use tracing::warn;
 
 use super::{Hub, Refusal};
+use crate::agent::AgentSettings;
 use crate::connection::Outlet;
+use crate::ids;
+use crate::protocol::{Frame, HistoryMessage, Lane, Role};
+use crate::store::Change;
 
-pub fn catalog(_hub: &Hub) -> Value {
-    Value::Array(Vec::new())
+/// Pickers waiting for an answer; the oldest is forgotten beyond this.
+const MAX_PENDING_PICKERS: usize = 32;
+/// A picker not answered within this is forgotten.
+const PICKER_TTL: Duration = Duration::from_secs(15 * 60);
+/// The reasoning efforts offered (`default` leaves the agent's own setting).
+const REASONING_LEVELS: [&str; 5] = ["default", "none", "low", "medium", "high"];
+
+/// A command the gateway answers itself.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    New,
+    Stop,
+    Help,
+    Status,
+    Reasoning(Option<String>),
+    Fast(Option<String>),
+    Model(Option<String>),
 }
 
+/// One catalog entry: the single source for `commands.catalog`, `/help` and parsing.
+struct Spec {
+    name: &'static str,
+    aliases: &'static [&'static str],
+    args_hint: &'static str,
+    category: &'static str,
+    description: &'static str,
+    /// Only listed when the agent offers a model choice.
+    needs_models: bool,
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        name: "/new",
+        aliases: &["/reset"],
+        args_hint: "",
+        category: "Session",
+        description:
+            "Start a fresh conversation in this chat (the agent forgets the earlier messages)",
+        needs_models: false,
+    },
+    Spec {
+        name: "/stop",
+        aliases: &[],
+        args_hint: "",
+        category: "Session",
+        description: "Stop the agent's answer that is running in this chat",
+        needs_models: false,
+    },
+    Spec {
+        name: "/reasoning",
+        aliases: &[],
+        args_hint: "[default|none|low|medium|high]",
+        category: "Configuration",
+        description: "How hard the model thinks before answering",
+        needs_models: false,
+    },
+    Spec {
+        name: "/fast",
+        aliases: &[],
+        args_hint: "[on|off]",
+        category: "Configuration",
+        description: "Ask the provider for its fast (priority) tier",
+        needs_models: false,
+    },
+    Spec {
+        name: "/model",
+        aliases: &[],
+        args_hint: "[name]",
+        category: "Configuration",
+        description: "Choose the model the agent uses",
+        needs_models: true,
+    },
+    Spec {
+        name: "/status",
+        aliases: &[],
+        args_hint: "",
+        category: "Info",
+        description: "Gateway, agent, storage and push health",
+        needs_models: false,
+    },
+    Spec {
+        name: "/help",
+        aliases: &[],
+        args_hint: "",
+        category: "Info",
+        description: "What the commands do; other /commands go to the agent as typed",
+        needs_models: false,
+    },
+];
+
+/// A picker waiting for `picker.select`.
+pub struct Picker {
+    lane: Lane,
+    setting: Setting,
+    created: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Setting {
+    Reasoning,
+    Fast,
+    Model,
+}
+
+/// The command in `text`, if it starts with one the gateway knows.
+pub fn parse(text: &str) -> Option<Command> {
+    let text = text.trim();
+    let rest = text.strip_prefix('/')?;
+    let (word, arg) = match rest.split_once(char::is_whitespace) {
+        Some((w, a)) => (w, a.trim()),
+        None => (rest, ""),
+    };
+    let name = format!("/{}", word.to_ascii_lowercase());
+    let spec = SPECS
+        .iter()
+        .find(|s| s.name == name || s.aliases.contains(&name.as_str()))?;
+    let arg = (!arg.is_empty()).then(|| arg.to_owned());
+    Some(match spec.name {
+        "/new" => Command::New,
+        "/stop" => Command::Stop,
+        "/help" => Command::Help,
+        "/status" => Command::Status,
+        "/reasoning" => Command::Reasoning(arg.map(|a| a.to_ascii_lowercase())),
+        "/fast" => Command::Fast(arg.map(|a| a.to_ascii_lowercase())),
+        _ => Command::Model(arg),
+    })
+}
+
+/// The catalog for the app's `/` drawer.
+pub fn catalog(hub: &Hub) -> Value {
+    let can_pick_model = hub.agent.name() != "demo";
+    Value::Array(
+        SPECS
+            .iter()
+            .filter(|s| can_pick_model || !s.needs_models)
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "description": s.description,
+                    "args_hint": s.args_hint,
+                    "category": s.category,
+                    "aliases": s.aliases,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Runs a command sent in `lane` and posts the gateway's answer there.
+pub async fn execute(hub: &Rc<Hub>, lane: &Lane, command: Command) {
+    let answer = match command {
+        Command::New => {
+            hub.new_lane_session(lane).await;
+            hub.clear_todos(lane);
+            "Started a new conversation: the agent will not see the earlier messages of this chat."
+                .to_owned()
+        }
+        Command::Stop => {
+            let abort = hub
+                .state
+                .borrow()
+                .lanes
+                .get(lane)
+                .and_then(|ls| ls.abort.clone());
+            match abort {
+                Some(a) => {
+                    a.stop();
+                    "Stopped the agent's answer.".to_owned()
+                }
+                None => "Nothing is running in this chat.".to_owned(),
+            }
+        }
+        Command::Help => help_text(hub),
+        Command::Status => status_text(hub),
+        Command::Reasoning(None) => return open_picker(hub, lane, Setting::Reasoning).await,
+        Command::Fast(None) => return open_picker(hub, lane, Setting::Fast).await,
+        Command::Model(None) => return open_picker(hub, lane, Setting::Model).await,
+        Command::Reasoning(Some(v)) => apply(hub, Setting::Reasoning, &v).await,
+        Command::Fast(Some(v)) => apply(hub, Setting::Fast, &v).await,
+        Command::Model(Some(v)) => apply(hub, Setting::Model, &v).await,
+    };
+    post_system(hub, lane, answer).await;
+}
+
+/// Answers a picker. Unknown or expired ids are a no-op, as the schema says.
 pub async fn picker_select(
-    _hub: &Rc<Hub>,
+    hub: &Rc<Hub>,
     _outlet: &Rc<Outlet>,
-    _picker_id: &str,
-    _value: &str,
+    picker_id: &str,
+    value: &str,
 ) -> Result<(), Refusal> {
+    let picker = {
+        let mut st = hub.state.borrow_mut();
+        st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+        st.pickers.remove(picker_id)
+    };
+    if let Some(p) = picker {
+        if hub.lane_exists(&p.lane) {
+            let answer = apply(hub, p.setting, value).await;
+            post_system(hub, &p.lane, answer).await;
+        }
+    }
     Ok(())
+}
+
+/// Changes one setting from a command argument or a picker value; returns what to tell the user.
+async fn apply(hub: &Hub, setting: Setting, value: &str) -> String {
+    let value = value.trim();
+    let mut settings = hub.state.borrow().agent_settings.clone();
+    let answer = match setting {
+        Setting::Reasoning => {
+            let v = value.to_ascii_lowercase();
+            if !REASONING_LEVELS.contains(&v.as_str()) {
+                return format!(
+                    "`{}` is not a reasoning level; choose one of: {}.",
+                    shorten(value),
+                    REASONING_LEVELS.join(", ")
+                );
+            }
+            settings.reasoning = (v != "default").then(|| v.clone());
+            format!("Reasoning effort: {v}.")
+        }
+        Setting::Fast => {
+            let on = match value.to_ascii_lowercase().as_str() {
+                "on" | "true" | "yes" | "1" => true,
+                "off" | "false" | "no" | "0" => false,
+                _ => return format!("`{}`: say `/fast on` or `/fast off`.", shorten(value)),
+            };
+            settings.fast = on;
+            format!("Fast mode {}.", if on { "on" } else { "off" })
+        }
+        Setting::Model => {
+            let models = match hub.agent.models().await {
+                Ok(m) if !m.is_empty() => m,
+                Ok(_) => return "This agent does not offer a choice of model.".into(),
+                Err(e) => return format!("Could not ask the agent for its models: {e}."),
+            };
+            if value.eq_ignore_ascii_case("default") {
+                settings.model = None;
+                "Model: the agent's default.".to_owned()
+            } else if models.iter().any(|m| m == value) {
+                settings.model = Some(value.to_owned());
+                format!("Model: {value}.")
+            } else {
+                return format!(
+                    "The agent has no model `{}`; it offers: {}.",
+                    shorten(value),
+                    models.join(", ")
+                );
+            }
+        }
+    };
+    if let Err(e) = hub.store.put_agent_settings(&settings).await {
+        warn!("could not store the agent settings: {e}");
+        return format!("Could not save the setting: {e}.");
+    }
+    hub.state.borrow_mut().agent_settings = settings;
+    answer
+}
+
+/// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
+async fn open_picker(hub: &Rc<Hub>, lane: &Lane, setting: Setting) {
+    let current = hub.state.borrow().agent_settings.clone();
+    let (title, choices) = match setting {
+        Setting::Reasoning => (
+            "Reasoning effort",
+            REASONING_LEVELS
+                .iter()
+                .map(|l| {
+                    let is_current = current.reasoning.as_deref().unwrap_or("default") == *l;
+                    (l.to_string(), capitalised(l), is_current)
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Setting::Fast => (
+            "Fast mode",
+            vec![
+                ("on".into(), "On".into(), current.fast),
+                ("off".into(), "Off".into(), !current.fast),
+            ],
+        ),
+        Setting::Model => {
+            let models = match hub.agent.models().await {
+                Ok(m) if !m.is_empty() => m,
+                Ok(_) => {
+                    let text = "This agent does not offer a choice of model.".to_owned();
+                    return post_system(hub, lane, text).await;
+                }
+                Err(e) => {
+                    let text = format!("Could not ask the agent for its models: {e}.");
+                    return post_system(hub, lane, text).await;
+                }
+            };
+            let mut choices = vec![(
+                "default".to_owned(),
+                "Agent default".to_owned(),
+                current.model.is_none(),
+            )];
+            choices.extend(models.into_iter().take(30).map(|m| {
+                let is_current = current.model.as_deref() == Some(m.as_str());
+                (m.clone(), m, is_current)
+            }));
+            ("Model", choices)
+        }
+    };
+    let picker_id = ids::time_ordered("pk");
+    let choices: Vec<Value> = choices
+        .into_iter()
+        .map(|(value, label, is_current)| {
+            json!({ "value": value, "label": label, "is_current": is_current })
+        })
+        .collect();
+    let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
+        .in_lane(&lane.chat_id, lane.thread());
+    {
+        let mut st = hub.state.borrow_mut();
+        st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+        if st.pickers.len() >= MAX_PENDING_PICKERS {
+            let oldest = st
+                .pickers
+                .iter()
+                .min_by_key(|(_, p)| p.created)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                st.pickers.remove(&k);
+            }
+        }
+        st.pickers.insert(
+            picker_id,
+            Picker {
+                lane: lane.clone(),
+                setting,
+                created: Instant::now(),
+            },
+        );
+    }
+    if let Err(e) = hub.commit(vec![Change::Outbox(frame.encode())], None).await {
+        warn!(%lane, "could not send a picker: {e}");
+    }
+}
+
+/// Posts the gateway's answer as a `system` message in `lane`.
+async fn post_system(hub: &Hub, lane: &Lane, text: String) {
+    let message = HistoryMessage {
+        message_id: ids::message_id(),
+        role: Role::System,
+        text,
+        reasoning: None,
+        model: None,
+        tokens: None,
+        runtime: None,
+        ts: ids::now_ms(),
+        media: Vec::new(),
+    };
+    let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
+    let changes = vec![
+        Change::PutMessage(lane.clone(), message.clone()),
+        Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: frame.encode(),
+        },
+    ];
+    if let Err(e) = hub.commit(changes, None).await {
+        warn!(%lane, "could not post the gateway's answer: {e}");
+    }
+}
+
+fn help_text(hub: &Hub) -> String {
+    let can_pick_model = hub.agent.name() != "demo";
+    let mut out = String::from("Commands the gateway answers:");
+    for s in SPECS.iter().filter(|s| can_pick_model || !s.needs_models) {
+        out.push_str(&format!("\n{} {}", s.name, s.args_hint));
+        let out_len = out.trim_end().len();
+        out.truncate(out_len);
+        if !s.aliases.is_empty() {
+            out.push_str(&format!(" (also {})", s.aliases.join(", ")));
+        }
+        out.push_str(&format!(" \u{2014} {}", s.description));
+    }
+    out.push_str("\nAnything else starting with / is sent to the agent as typed.");
+    out
+}
+
+fn status_text(hub: &Hub) -> String {
+    let causes = hub.health_causes();
+    let gateway = if causes.is_empty() {
+        "online".to_owned()
+    } else {
+        format!("degraded ({})", causes.join("; "))
+    };
+    let up = hub.started.elapsed().as_secs();
+    let agent_state = match &hub.state.borrow().agent_error {
+        Some(e) => format!("not usable: {e}"),
+        None => "reachable".to_owned(),
+    };
+    let settings: AgentSettings = hub.state.borrow().agent_settings.clone();
+    let storage = match hub.store.size_on_disk() {
+        Ok(bytes) => format!(
+            "{:.1} MB on disk, {} outbox frames",
+            bytes as f64 / 1e6,
+            hub.published_head()
+        ),
+        Err(e) => format!("unreadable: {e}"),
+    };
+    let push = match hub.state.borrow().push_error.as_ref() {
+        Some(e) => format!("{}, failing: {e}", hub.pusher.backend()),
+        None => hub.pusher.backend().to_owned(),
+    };
+    format!(
+        "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
+        up / 3600,
+        (up % 3600) / 60,
+        hub.connected(),
+        hub.agent.describe(),
+        settings.reasoning.as_deref().unwrap_or("default"),
+        if settings.fast { "on" } else { "off" },
+        settings.model.as_deref().unwrap_or("default"),
+        push,
+    )
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_commands_parse_and_others_pass_through() {
+        assert_eq!(parse("/new"), Some(Command::New));
+        assert_eq!(parse("  /RESET  "), Some(Command::New));
+        assert_eq!(
+            parse("/reasoning high"),
+            Some(Command::Reasoning(Some("high".into())))
+        );
+        assert_eq!(parse("/fast"), Some(Command::Fast(None)));
+        assert_eq!(
+            parse("/model mock-large"),
+            Some(Command::Model(Some("mock-large".into())))
+        );
+        assert_eq!(parse("/skills list"), None);
+        assert_eq!(parse("hello /new"), None);
+        assert_eq!(parse("/"), None);
+        assert_eq!(parse("/newer"), None);
+    }
 }

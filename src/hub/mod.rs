@@ -51,8 +51,8 @@ struct LaneState {
     running: bool,
     queue: std::collections::VecDeque<turns::QueuedTurn>,
     todos: Vec<TodoItem>,
-    /// Wakes the running turn to abandon it (its lane or its reply was deleted).
-    cancel: Option<Rc<tokio::sync::Notify>>,
+    /// Ends the running turn early: `/stop`, or its lane or reply was deleted.
+    abort: Option<Rc<turns::Abort>>,
     /// The assistant message the running turn is streaming.
     streaming: Option<String>,
 }
@@ -69,6 +69,12 @@ struct State {
     push_error: Option<String>,
     /// Why media storage refuses uploads (quota or disk full), while it does.
     media_full: Option<String>,
+    /// Why the agent is unusable (unreachable, key refused), while it is.
+    agent_error: Option<String>,
+    /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
+    pickers: HashMap<String, commands::Picker>,
+    /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
+    agent_settings: crate::agent::AgentSettings,
     shutting_down: bool,
 }
 
@@ -83,6 +89,11 @@ pub struct Hub {
     state: RefCell<State>,
     committer: mpsc::Sender<commit::CommitJob>,
     turn_slots: Semaphore,
+    /// Wakes the agent monitor for an immediate check (a turn just failed to reach it)...
+    agent_check: tokio::sync::Notify,
+    /// ...and it wakes turns waiting for the agent when it is back.
+    agent_back: tokio::sync::Notify,
+    started: Instant,
 }
 
 impl Hub {
@@ -100,6 +111,7 @@ impl Hub {
             lanes.entry(lane).or_default().todos = todos;
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
+        let agent_settings = store.agent_settings()?;
         let hub = Rc::new(Hub {
             health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
@@ -117,11 +129,20 @@ impl Hub {
                 storage_error: None,
                 push_error: None,
                 media_full: None,
+                agent_error: None,
+                pickers: HashMap::new(),
+                agent_settings,
                 shutting_down: false,
             }),
             committer: tx,
+            agent_check: tokio::sync::Notify::new(),
+            agent_back: tokio::sync::Notify::new(),
+            started: Instant::now(),
         });
         tokio::task::spawn_local(commit::run(hub.clone(), rx));
+        if hub.agent.name() != "demo" {
+            tokio::task::spawn_local(turns::agent_monitor(hub.clone()));
+        }
         Ok(hub)
     }
 
@@ -153,7 +174,11 @@ impl Hub {
         let st = self.state.borrow();
         if st.shutting_down {
             HealthState::Restarting
-        } else if st.storage_error.is_some() || st.media_full.is_some() || st.push_error.is_some() {
+        } else if st.storage_error.is_some()
+            || st.media_full.is_some()
+            || st.push_error.is_some()
+            || st.agent_error.is_some()
+        {
             HealthState::Degraded
         } else {
             HealthState::Online
@@ -303,6 +328,21 @@ impl Hub {
         self.update_health(|st| st.storage_error = error);
     }
 
+    /// What is wrong while the gateway is degraded, for `/status`.
+    fn health_causes(&self) -> Vec<String> {
+        let st = self.state.borrow();
+        [
+            &st.storage_error,
+            &st.media_full,
+            &st.push_error,
+            &st.agent_error,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+    }
+
     /// Media storage is full (`Some(why)`) or has room again (`None`).
     pub fn set_media_full(&self, why: Option<String>) {
         self.update_health(|st| st.media_full = why);
@@ -316,11 +356,16 @@ impl Hub {
             match after {
                 HealthState::Degraded => {
                     let st = self.state.borrow();
-                    let causes: Vec<&str> = [&st.storage_error, &st.media_full, &st.push_error]
-                        .into_iter()
-                        .flatten()
-                        .map(String::as_str)
-                        .collect();
+                    let causes: Vec<&str> = [
+                        &st.storage_error,
+                        &st.media_full,
+                        &st.push_error,
+                        &st.agent_error,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect();
                     warn!("gateway degraded: {}", causes.join("; "));
                 }
                 _ => info!("gateway back online"),

@@ -13,25 +13,47 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::{channels, coalesce_key, Hub, Origin, Refusal};
-use crate::agent::{AgentEvent, TurnInput, TurnSummary};
+use crate::agent::{AgentError, AgentEvent, PastMessage, Recovery, TurnInput, TurnSummary};
 use crate::connection::Outlet;
 use crate::ids;
 use crate::protocol::{
     ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
 };
-use crate::store::{Change, PendingTurn};
+use crate::store::{AgentSession, Change, PendingTurn};
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
 /// Longest assistant reply kept; a runaway agent is cut off here so frames stay under limits.
 const MAX_REPLY_BYTES: usize = 512 << 10;
 
-/// A stored user message waiting for its turn.
+/// A stored user message (or a cron prompt) waiting for its turn.
 #[derive(Debug, Clone)]
 pub struct QueuedTurn {
     pub user_message_id: String,
     pub text: String,
     pub media: Vec<MediaRef>,
+    /// `Some(title)` for a gateway-originated prompt in an automation channel: its answer is
+    /// stored with role `cron` and announced by a `notification` with this title.
+    pub automation: Option<String>,
+}
+
+/// Ends a running turn early. `stop` (from `/stop`) keeps what was streamed so far as the
+/// answer; otherwise the turn is abandoned without a trace (its lane or reply was deleted).
+#[derive(Default)]
+pub struct Abort {
+    notify: tokio::sync::Notify,
+    stop: std::cell::Cell<bool>,
+}
+
+impl Abort {
+    pub fn stop(&self) {
+        self.stop.set(true);
+        self.notify.notify_one();
+    }
+
+    pub fn abandon(&self) {
+        self.notify.notify_one();
+    }
 }
 
 pub async fn send_message(
@@ -70,6 +92,7 @@ pub async fn send_message(
             ),
         ));
     }
+    let command = super::commands::parse(&req.text);
     let mut changes = Vec::new();
     let wants_thread = req.auto_thread
         && root.is_default
@@ -83,7 +106,7 @@ pub async fn send_message(
             Frame::channel_entry("channel.created", &thread).encode(),
         ));
     }
-    {
+    if command.is_none() {
         let st = hub.state.borrow();
         if let Some(ls) = st.lanes.get(&lane) {
             if ls.running && ls.queue.len() >= limits.lane_queue_depth {
@@ -121,11 +144,13 @@ pub async fn send_message(
         message_id: message.message_id.clone(),
         frame: echo.encode(),
     });
-    changes.push(Change::BeginTurn(PendingTurn {
-        user_message_id: message.message_id.clone(),
-        lane: lane.clone(),
-        text: message.text.clone(),
-    }));
+    if command.is_none() {
+        changes.push(Change::BeginTurn(PendingTurn {
+            user_message_id: message.message_id.clone(),
+            lane: lane.clone(),
+            text: message.text.clone(),
+        }));
+    }
     let receipt =
         Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
     hub.commit(
@@ -138,6 +163,11 @@ pub async fn send_message(
     )
     .await
     .map_err(|e| (ErrorCode::Internal, e.0))?;
+    if let Some(command) = command {
+        // Answered by the gateway itself, never sent to the agent.
+        super::commands::execute(hub, &lane, command).await;
+        return Ok(());
+    }
     enqueue_turn(
         hub,
         lane,
@@ -145,6 +175,7 @@ pub async fn send_message(
             user_message_id: message.message_id,
             text: message.text,
             media: message.media,
+            automation: None,
         },
     );
     Ok(())
@@ -153,7 +184,6 @@ pub async fn send_message(
 /// Queues a gateway-originated prompt (a cron job) in an automation lane. Its answer is stored
 /// with role `cron` and announced with a `notification{kind:cron}` titled `title`.
 pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, title: String) {
-    let _ = title;
     enqueue_turn(
         hub,
         lane,
@@ -161,6 +191,7 @@ pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, titl
             user_message_id: ids::time_ordered("cron"),
             text: prompt,
             media: Vec::new(),
+            automation: Some(title),
         },
     );
 }
@@ -249,6 +280,10 @@ async fn lane_runner(hub: Rc<Hub>, lane: Lane) {
 #[derive(Default)]
 struct TurnText {
     text: String,
+    /// Where the current stretch of text began: text streamed before a tool call is the
+    /// agent commenting on what it is about to do, so it becomes `commentary` and the answer
+    /// restarts here.
+    segment_start: usize,
     reasoning: String,
     tool_names: HashMap<i64, String>,
     truncated: bool,
@@ -256,15 +291,28 @@ struct TurnText {
     media: Vec<MediaRef>,
 }
 
+/// How one attempt to run a turn ended.
+enum Attempt {
+    Done(Result<TurnSummary, AgentError>),
+    /// `/stop`: keep what was streamed.
+    Stopped,
+    /// The lane or the reply was deleted: keep nothing.
+    Abandoned,
+}
+
+/// A gap long enough between tries that a flapping agent is not hammered, short enough that
+/// a message is answered soon after the agent is back.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
     let message_id = ids::message_id();
     let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+    let started = tokio::time::Instant::now();
     hub.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
     hub.broadcast(
         &Frame::message_start(&message_id).in_lane(chat, thread),
         None,
     );
-    let (tx, mut rx) = mpsc::channel(16);
     let media = turn
         .media
         .iter()
@@ -273,80 +321,201 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
             Some((m.clone(), hub.media.blob_path(&record.sha256)))
         })
         .collect();
+    let session = hub.lane_session(lane).await;
     let input = TurnInput {
         lane: lane.clone(),
         user_message_id: turn.user_message_id.clone(),
-        text: turn.text,
+        text: turn.text.clone(),
         media,
-        session: String::new(),
-        history: Vec::new(),
-        settings: Default::default(),
+        history: hub.past_messages(lane, &session, &turn.user_message_id),
+        session: session.session_id,
+        settings: hub.state.borrow().agent_settings.clone(),
     };
-    let agent = hub.agent.clone();
-    let cancel = Rc::new(tokio::sync::Notify::new());
+    let abort = Rc::new(Abort::default());
     {
         let mut st = hub.state.borrow_mut();
         let ls = st.lanes.entry(lane.clone()).or_default();
-        ls.cancel = Some(cancel.clone());
+        ls.abort = Some(abort.clone());
         ls.streaming = Some(message_id.clone());
     }
+    let agent_config = &hub.config.agent;
+    let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
+    let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
     let mut acc = TurnText::default();
-    let consume = async {
-        while let Some(event) = rx.recv().await {
-            apply_event(hub, lane, &message_id, &mut acc, event).await;
+    let mut told_waiting = false;
+    let outcome = loop {
+        let attempt =
+            attempt_turn(hub, lane, &message_id, &mut acc, &input, &abort, turn_limit).await;
+        let Attempt::Done(Err(e)) = &attempt else {
+            break attempt;
+        };
+        if e.agent_is_down() {
+            hub.agent_unusable(e);
+        }
+        let waited = started.elapsed();
+        if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
+            break attempt;
+        }
+        // Never reached the agent: safe to wait for it and try again.
+        if !told_waiting {
+            told_waiting = true;
+            let note =
+                format!("{e}. Your message is kept and will be answered when the agent is back.");
+            hub.broadcast(
+                &Frame::commentary(&message_id, &note).in_lane(chat, thread),
+                None,
+            );
+        }
+        let pause = match e {
+            AgentError::Busy {
+                retry_after: Some(d),
+                ..
+            } => *d,
+            _ => RETRY_PAUSE,
+        }
+        .min(wait_limit.saturating_sub(waited))
+        .max(std::time::Duration::from_millis(100));
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = hub.agent_back.notified() => {}
+            _ = abort.notify.notified() => break if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
+        }
+        if hub.is_shutting_down() {
+            break Attempt::Abandoned;
         }
     };
-    let outcome = tokio::select! {
-        (outcome, ()) = async { tokio::join!(agent.run_turn(input, tx), consume) } => Some(outcome),
-        _ = cancel.notified() => None,
-    };
     if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
-        ls.cancel = None;
+        ls.abort = None;
         ls.streaming = None;
     }
     let summary = match outcome {
-        None => {
-            // Its conversation or its reply was deleted: keep nothing of it.
-            info!(%lane, "turn abandoned: its conversation or reply was deleted");
-            let end = vec![Change::EndTurn(turn.user_message_id.clone())];
-            if let Err(e) = hub.commit(end, None).await {
-                warn!(%lane, "could not close an abandoned turn: {e}");
+        Attempt::Abandoned => {
+            // Its conversation or its reply was deleted (or the gateway is stopping, and the
+            // next start settles it): keep nothing of it.
+            info!(%lane, "turn abandoned");
+            if !hub.is_shutting_down() {
+                let end = vec![Change::EndTurn(turn.user_message_id.clone())];
+                if let Err(e) = hub.commit(end, None).await {
+                    warn!(%lane, "could not close an abandoned turn: {e}");
+                }
             }
             hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
             return;
         }
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
+        Attempt::Stopped => {
+            info!(%lane, "turn stopped by /stop");
+            if !acc.text.is_empty() {
+                acc.text.push_str("\n\n");
+            }
+            acc.text.push_str("\u{23f9}\u{fe0f} Stopped.");
+            TurnSummary::default()
+        }
+        Attempt::Done(Ok(s)) => {
+            hub.agent_usable();
+            s
+        }
+        Attempt::Done(Err(e)) => {
             warn!(%lane, "agent turn failed: {e}");
             if !acc.text.is_empty() {
                 acc.text.push_str("\n\n");
             }
-            acc.text.push_str(&format!("\u{26a0}\u{fe0f} {e}"));
+            acc.text
+                .push_str(&format!("\u{26a0}\u{fe0f} {}", failure_text(&e)));
             TurnSummary::default()
         }
     };
+    let model = summary.model.as_deref().map(bare_model);
+    let runtime = Runtime {
+        model: model.clone(),
+        latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
+        ..summary.runtime
+    };
     let reply = HistoryMessage {
         message_id: message_id.clone(),
-        role: Role::Assistant,
+        role: if turn.automation.is_some() {
+            Role::Cron
+        } else {
+            Role::Assistant
+        },
         text: acc.text,
         reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
-        model: summary.model,
+        model,
         tokens: summary.tokens,
-        runtime: Some(summary.runtime),
+        runtime: Some(runtime),
         ts: ids::now_ms(),
         media: acc.media,
     };
-    finish_turn(hub, lane, &turn.user_message_id, reply, Frame::message_stop).await;
+    let notice = turn.automation.as_deref().map(|title| {
+        let body: String = reply.text.chars().take(200).collect();
+        Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
+    });
+    finish_turn(
+        hub,
+        lane,
+        &turn.user_message_id,
+        reply,
+        Frame::message_stop,
+        notice,
+    )
+    .await;
     hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
 }
 
-/// Commits a turn's final message and closes its pending record, in one transaction.
+/// One try at a turn: runs the agent and applies its events until it ends, the time limit
+/// passes, or the turn is stopped.
+async fn attempt_turn(
+    hub: &Rc<Hub>,
+    lane: &Lane,
+    message_id: &str,
+    acc: &mut TurnText,
+    input: &TurnInput,
+    abort: &Abort,
+    limit: std::time::Duration,
+) -> Attempt {
+    let (tx, mut rx) = mpsc::channel(16);
+    let agent = hub.agent.clone();
+    let run = agent.run_turn(input.clone(), tx);
+    let consume = async {
+        while let Some(event) = rx.recv().await {
+            apply_event(hub, lane, message_id, acc, event).await;
+        }
+    };
+    let both = async { tokio::join!(run, consume).0 };
+    tokio::select! {
+        done = tokio::time::timeout(limit, both) => Attempt::Done(
+            done.unwrap_or(Err(AgentError::TimedOut(limit.as_secs())))
+        ),
+        _ = abort.notify.notified() => if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
+    }
+}
+
+/// What the user reads when a turn fails: what happened, and what to do about it.
+fn failure_text(e: &AgentError) -> String {
+    match e {
+        AgentError::Unreachable(_) | AgentError::Busy { .. } => format!(
+            "{e}. The gateway waited agent.unreachable_wait_secs for it; send the message again once it is back."
+        ),
+        AgentError::Interrupted(_) => format!(
+            "{e}. The answer above may be incomplete; the agent was not asked again."
+        ),
+        _ => e.to_string(),
+    }
+}
+
+/// `openai/gpt-5.4` → `gpt-5.4`: the app shows bare model names.
+fn bare_model(model: &str) -> String {
+    model.rsplit('/').next().unwrap_or(model).to_owned()
+}
+
+/// Commits a turn's final message (and its notification, for automation turns) and closes
+/// its pending record, in one transaction.
 async fn finish_turn(
     hub: &Hub,
     lane: &Lane,
     user_message_id: &str,
     reply: HistoryMessage,
     frame: fn(&HistoryMessage) -> Frame,
+    notice: Option<Frame>,
 ) {
     let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
     // A lane deleted while its turn ran gets no message (its history is gone too).
@@ -356,6 +525,12 @@ async fn finish_turn(
             message_id: reply.message_id.clone(),
             frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
         });
+        if let Some(n) = notice {
+            changes.push(Change::OutboxOf {
+                message_id: reply.message_id.clone(),
+                frame: n.encode(),
+            });
+        }
     }
     if let Err(e) = hub.commit(changes, None).await {
         warn!(%lane, "could not store the agent's reply: {e}");
@@ -405,6 +580,20 @@ async fn apply_event(
             args,
             emoji,
         } => {
+            // Text streamed since the last tool was the agent saying what it is about to do.
+            let said = acc.text[acc.segment_start..].trim().to_owned();
+            if !said.is_empty() && !acc.truncated {
+                acc.text.truncate(acc.segment_start);
+                hub.broadcast(
+                    &Frame::commentary(message_id, &said).in_lane(chat, thread),
+                    None,
+                );
+                hub.broadcast(
+                    &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
+                    Some(coalesce_key("message.update", message_id, 0)),
+                );
+            }
+            acc.segment_start = acc.text.len();
             let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
             acc.tool_names.insert(index, name);
             hub.broadcast(&f.in_lane(chat, thread), None);
@@ -453,6 +642,19 @@ async fn apply_event(
 }
 
 impl Hub {
+    /// A fresh conversation has no plan yet.
+    pub(super) fn clear_todos(&self, lane: &Lane) {
+        let had = self
+            .state
+            .borrow()
+            .lanes
+            .get(lane)
+            .is_some_and(|ls| !ls.todos.is_empty());
+        if had {
+            self.set_todos(lane, Vec::new());
+        }
+    }
+
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
     fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
         if !self.lane_exists(lane) {
@@ -536,15 +738,15 @@ impl Hub {
                 .as_ref()
                 .is_some_and(|m| message_ids.contains(m))
             {
-                if let Some(cancel) = &ls.cancel {
-                    cancel.notify_one();
+                if let Some(abort) = &ls.abort {
+                    abort.abandon();
                 }
             }
         }
     }
 
     /// A lane is live while its channel (and thread) exist in the directory.
-    fn lane_exists(&self, lane: &Lane) -> bool {
+    pub(super) fn lane_exists(&self, lane: &Lane) -> bool {
         let exists = |id: &str| matches!(self.store.channel(id), Ok(Some(_)));
         exists(&lane.chat_id) && lane.thread().is_none_or(exists)
     }
@@ -563,6 +765,7 @@ impl Hub {
             .collect();
         for lane in lanes {
             let _ = self.store.put_todos(&lane, &[]);
+            let _ = self.store.remove_agent_session(&lane);
             let mut st = self.state.borrow_mut();
             if let Some(ls) = st.lanes.get_mut(&lane) {
                 ls.todos.clear();
@@ -571,8 +774,8 @@ impl Hub {
                         .drain(..)
                         .map(|t| Change::EndTurn(t.user_message_id)),
                 );
-                if let Some(cancel) = &ls.cancel {
-                    cancel.notify_one();
+                if let Some(abort) = &ls.abort {
+                    abort.abandon();
                 }
             }
         }
@@ -583,20 +786,56 @@ impl Hub {
         }
     }
 
-    /// Answers user messages whose turns a previous run never finished (power cut, kill -9):
-    /// each gets an assistant message saying so, rather than silence. Runs before listening.
-    pub async fn close_interrupted_turns(&self) -> Result<usize, super::CommitError> {
+    /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
+    /// before listening. Nothing is ever sent to the agent twice: where the agent's own store
+    /// has the answer, that answer is delivered; where it shows the message never arrived, the
+    /// message is queued now (its first and only delivery); otherwise the user is told.
+    pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, super::CommitError> {
         let pending = self
             .store
             .pending_turns()
             .map_err(|e| super::CommitError(e.to_string()))?;
         let count = pending.len();
+        let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
         for p in pending {
-            info!(lane = %p.lane, message = %p.user_message_id, "closing a turn interrupted by a restart");
+            let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+                Some(session) if tokio::time::Instant::now() < deadline => {
+                    let ask = self.agent.recover(&session.session_id, &p.text);
+                    tokio::time::timeout_at(deadline, ask)
+                        .await
+                        .unwrap_or(Recovery::Unknown)
+                }
+                _ => Recovery::Unknown,
+            };
+            info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
+            let text = match recovery {
+                Recovery::NeverReceived => {
+                    let media = self
+                        .store
+                        .message(&p.user_message_id)
+                        .ok()
+                        .flatten()
+                        .map(|(_, m)| m.media)
+                        .unwrap_or_default();
+                    enqueue_turn(
+                        self,
+                        p.lane.clone(),
+                        QueuedTurn {
+                            user_message_id: p.user_message_id,
+                            text: p.text,
+                            media,
+                            automation: None,
+                        },
+                    );
+                    continue;
+                }
+                Recovery::Answered(text) => text,
+                Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+            };
             let reply = HistoryMessage {
                 message_id: ids::message_id(),
                 role: Role::Assistant,
-                text: "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+                text,
                 reasoning: None,
                 model: None,
                 tokens: None,
@@ -604,9 +843,121 @@ impl Hub {
                 ts: ids::now_ms(),
                 media: Vec::new(),
             };
-            finish_turn(self, &p.lane, &p.user_message_id, reply, Frame::message).await;
+            finish_turn(
+                self,
+                &p.lane,
+                &p.user_message_id,
+                reply,
+                Frame::message,
+                None,
+            )
+            .await;
         }
         Ok(count)
+    }
+
+    /// The lane's conversation at the agent, started (and stored) on first use.
+    async fn lane_session(&self, lane: &Lane) -> AgentSession {
+        if let Ok(Some(s)) = self.store.agent_session(lane) {
+            return s;
+        }
+        self.new_lane_session(lane).await
+    }
+
+    /// Starts a fresh conversation for the lane (first use, `/new`).
+    pub(super) async fn new_lane_session(&self, lane: &Lane) -> AgentSession {
+        let session = AgentSession {
+            session_id: ids::time_ordered("iris"),
+            started_ms: ids::now_ms(),
+        };
+        if let Err(e) = self.store.put_agent_session(lane, &session).await {
+            warn!(%lane, "could not store the lane's agent session: {e}");
+        }
+        session
+    }
+
+    /// The lane's messages since its conversation began, for backends that keep no history:
+    /// the user's and the agent's words only (no gateway notices, no slash commands).
+    fn past_messages(
+        &self,
+        lane: &Lane,
+        session: &AgentSession,
+        current: &str,
+    ) -> Vec<PastMessage> {
+        if !self.agent.wants_history() {
+            return Vec::new();
+        }
+        let limit = self.config.agent.history_messages;
+        let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
+            return Vec::new();
+        };
+        let mut past: Vec<PastMessage> = page
+            .messages
+            .into_iter()
+            .filter(|m| m.ts >= session.started_ms && m.message_id != current)
+            .filter(|m| match m.role {
+                Role::User => super::commands::parse(&m.text).is_none(),
+                Role::Assistant => true,
+                Role::System | Role::Cron => false,
+            })
+            .map(|m| PastMessage {
+                role: m.role,
+                text: m.text,
+            })
+            .collect();
+        let skip = past.len().saturating_sub(limit);
+        past.drain(..skip);
+        past
+    }
+
+    /// A turn found the agent unusable: report `degraded` and have the monitor watch for its
+    /// return.
+    fn agent_unusable(&self, e: &AgentError) {
+        self.update_health(|st| st.agent_error = Some(e.to_string()));
+        self.agent_check.notify_one();
+    }
+
+    fn agent_usable(&self) {
+        if self.state.borrow().agent_error.is_some() {
+            self.update_health(|st| st.agent_error = None);
+            self.agent_back.notify_waiters();
+        }
+    }
+}
+
+/// The longest start-up spends asking the agent about interrupted turns.
+const RECOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Watches the agent: every `agent.probe_interval_secs` while it is usable, every second while
+/// it is not, and at once when a turn could not reach it. Drives the `degraded` state and wakes
+/// turns waiting for the agent.
+pub(super) async fn agent_monitor(hub: Rc<Hub>) {
+    let calm = std::time::Duration::from_secs(hub.config.agent.probe_interval_secs.max(1));
+    let mut first = true;
+    while !hub.is_shutting_down() {
+        if !first {
+            let down = hub.state.borrow().agent_error.is_some();
+            let pause = if down {
+                std::time::Duration::from_secs(1)
+            } else {
+                calm
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = hub.agent_check.notified() => {}
+            }
+        }
+        first = false;
+        match hub.agent.probe().await {
+            Ok(()) => hub.agent_usable(),
+            Err(e) if e.agent_is_down() => {
+                if hub.state.borrow().agent_error.is_none() {
+                    warn!("agent check failed: {e}");
+                }
+                hub.update_health(|st| st.agent_error = Some(e.to_string()));
+            }
+            Err(e) => tracing::debug!("agent check: {e}"),
+        }
     }
 }
 

@@ -35,6 +35,12 @@ impl Store {
         Ok(())
     }
 
+    /// The lane was deleted: its conversation goes with it.
+    pub fn remove_agent_session(&self, lane: &Lane) -> Result<()> {
+        self.sessions.remove(lane_prefix(lane))?;
+        Ok(())
+    }
+
     pub fn agent_settings(&self) -> Result<AgentSettings> {
         match self.meta.get(META_AGENT_SETTINGS)? {
             Some(v) => from_json(&v, "agent settings"),
