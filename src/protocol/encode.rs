@@ -297,6 +297,15 @@ impl Frame {
         oldest_message_id: Option<&str>,
     ) -> Frame {
         let mut p = json!({ "messages": messages, "has_more": has_more });
+        // v1's `history` knows only `user` and `assistant`: the gateway's own notices and
+        // automation posts (`system`, `cron` in live `message` frames) page in as `assistant`.
+        if let Some(list) = p["messages"].as_array_mut() {
+            for m in list {
+                if m["role"] != "user" {
+                    m["role"] = json!("assistant");
+                }
+            }
+        }
         if let Some(o) = oldest_message_id {
             p["oldest_message_id"] = json!(o);
         }
