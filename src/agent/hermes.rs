@@ -8,8 +8,7 @@
 //! completes the backend reads the session's transcript (`GET /api/sessions/{id}/messages`),
 //! and after the turn the session object (`GET /api/sessions/{id}`) for the real model and cost.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,8 +30,6 @@ pub struct HermesAgent {
     endpoint: Endpoint,
     /// Model to ask for; empty leaves Hermes' configured default.
     model: String,
-    /// Sessions known to exist at Hermes (created by this process or found to exist).
-    sessions: Arc<Mutex<HashSet<String>>>,
 }
 
 impl HermesAgent {
@@ -40,7 +37,6 @@ impl HermesAgent {
         HermesAgent {
             endpoint: Endpoint::new(config, key),
             model: config.model.trim().to_owned(),
-            sessions: Arc::default(),
         }
     }
 }
@@ -56,37 +52,12 @@ struct RunningTool {
 struct TurnWorker {
     ep: Endpoint,
     session: String,
-    sessions: Arc<Mutex<HashSet<String>>>,
     events: mpsc::Sender<AgentEvent>,
 }
 
 impl TurnWorker {
     fn send(&self, e: AgentEvent) -> bool {
         self.events.blocking_send(e).is_ok()
-    }
-
-    /// Makes sure the lane's session exists at Hermes, so its transcript and session object
-    /// can be read. A session that already exists is fine.
-    fn ensure_session(&self) -> Result<(), AgentError> {
-        if self
-            .sessions
-            .lock()
-            .is_ok_and(|s| s.contains(&self.session))
-        {
-            return Ok(());
-        }
-        match self
-            .ep
-            .post_json("/api/sessions", &json!({ "id": self.session }))
-        {
-            Ok(_) => {}
-            Err(AgentError::Failed(why)) if why.starts_with("HTTP 409") => {}
-            Err(e) => return Err(e),
-        }
-        if let Ok(mut s) = self.sessions.lock() {
-            s.insert(self.session.clone());
-        }
-        Ok(())
     }
 
     fn transcript(&self) -> Option<Vec<Value>> {
@@ -114,6 +85,30 @@ impl TurnWorker {
             }
         }
         None
+    }
+
+    /// The stream carries no reasoning; the transcript has it on the turn's assistant rows.
+    fn send_reasoning(&self) {
+        let Some(messages) = self.transcript() else {
+            return;
+        };
+        let since = messages
+            .iter()
+            .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .map_or(0, |i| i + 1);
+        let reasoning: Vec<&str> = messages[since..]
+            .iter()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+            .filter_map(|m| {
+                m.get("reasoning")
+                    .or_else(|| m.get("reasoning_content"))
+                    .and_then(Value::as_str)
+            })
+            .filter(|r| !r.trim().is_empty())
+            .collect();
+        if !reasoning.is_empty() {
+            self.send(AgentEvent::Reasoning(reasoning.join("\n\n")));
+        }
     }
 
     /// Cost and model from the session object after the turn.
@@ -211,7 +206,7 @@ fn run_stream(
     body: &Value,
     stop: &super::http::StopFlag,
 ) -> Result<TurnSummary, AgentError> {
-    w.ensure_session()?;
+    // Hermes creates the session on first use and loads its history itself.
     let mut summary = TurnSummary::default();
     let mut tools: HashMap<String, RunningTool> = HashMap::new();
     let mut next_index = 0i64;
@@ -309,11 +304,13 @@ fn run_stream(
             "the stream ended before the answer did".into(),
         ));
     }
+    w.send_reasoning();
     w.session_footer(&mut summary);
     Ok(summary)
 }
 
-/// What a transcript says about `user_text`, the last message a restart interrupted.
+/// What a transcript says about `user_text`, the last message a restart interrupted. Hermes
+/// stores a partial answer (no `finish_reason`) when the stream to the gateway broke.
 fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
     let text_of = |m: &Value| match m.get("content") {
         Some(Value::String(s)) => s.trim().to_owned(),
@@ -331,14 +328,19 @@ fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
     else {
         return Recovery::NeverReceived;
     };
-    let answer = messages[asked + 1..].iter().rev().find(|m| {
-        role_of(m) == "assistant"
-            && !text_of(m).is_empty()
-            && m.get("tool_calls")
-                .is_none_or(|c| c.is_null() || c.as_array().is_some_and(|a| a.is_empty()))
-    });
-    match answer {
-        Some(m) => Recovery::Answered(text_of(m)),
+    let last = messages[asked + 1..]
+        .iter()
+        .rev()
+        .find(|m| role_of(m) == "assistant" && !text_of(m).is_empty());
+    match last {
+        Some(m) => {
+            let finished = m.get("finish_reason").and_then(Value::as_str);
+            if matches!(finished, Some("stop" | "length")) {
+                Recovery::Answered(text_of(m))
+            } else {
+                Recovery::Partial(text_of(m))
+            }
+        }
         None => Recovery::Unknown,
     }
 }
@@ -350,6 +352,11 @@ impl Agent for HermesAgent {
 
     fn describe(&self) -> String {
         format!("Hermes Agent at {}", self.endpoint.base())
+    }
+
+    fn choices_note(&self) -> Option<&'static str> {
+        // Its API server reads only `messages`, `stream` and `model` from a request.
+        Some("Hermes takes reasoning effort and speed from its own config.yaml (agent.reasoning_effort), not per message: the choice is kept here but Hermes does not see it.")
     }
 
     fn probe(&self) -> LocalBoxFuture<'_, Result<(), AgentError>> {
@@ -417,7 +424,6 @@ impl Agent for HermesAgent {
         let worker = TurnWorker {
             ep: self.endpoint.clone(),
             session: turn.session.clone(),
-            sessions: self.sessions.clone(),
             events,
         };
         Box::pin(async move {

@@ -165,21 +165,6 @@ impl Endpoint {
         json_body(resp)
     }
 
-    /// POST a JSON body, returning JSON. Blocking: call it inside `off_loop`.
-    pub fn post_json(&self, path: &str, body: &Value) -> Result<Value, AgentError> {
-        let mut req = self
-            .http
-            .post(self.url(path))
-            .config()
-            .timeout_global(Some(JSON_CALL_TIMEOUT))
-            .build();
-        if let Some(a) = self.auth() {
-            req = req.header("Authorization", a);
-        }
-        let resp = req.send_json(body).map_err(|e| before_answer(&e))?;
-        json_body(resp)
-    }
-
     /// POSTs a JSON body and reads the answer as Server-Sent Events, calling `on_event` for
     /// each until it returns `false`, the stream ends, or `stop` is set. Blocking: call it
     /// inside `off_loop`. Errors before the first byte of the answer mean the agent did not

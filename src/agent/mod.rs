@@ -115,6 +115,8 @@ pub enum AgentEvent {
 pub enum Recovery {
     /// The agent finished it: here is the answer it stored.
     Answered(String),
+    /// The agent stored only the start of an answer (the stream broke mid-turn).
+    Partial(String),
     /// The agent has no record of the message: it is safe to send it now (once).
     NeverReceived,
     /// Cannot tell (no store, unreachable, or the answer was cut off): fail it clearly.
@@ -192,6 +194,12 @@ pub trait Agent {
     /// Checks the agent is reachable and accepts our key, without starting a turn.
     fn probe(&self) -> LocalBoxFuture<'_, Result<(), AgentError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// Set when the backend cannot apply `/reasoning` and `/fast` per message: what to tell
+    /// the user instead (the choice is still kept).
+    fn choices_note(&self) -> Option<&'static str> {
+        None
     }
 
     /// Models the user may pick with `/model`; empty when the backend cannot switch.

@@ -175,7 +175,7 @@ pub fn catalog(hub: &Hub) -> Value {
 pub async fn execute(hub: &Rc<Hub>, lane: &Lane, command: Command) {
     let answer = match command {
         Command::New => {
-            hub.new_lane_session(lane).await;
+            hub.new_lane_session(lane, ids::now_ms()).await;
             hub.clear_todos(lane);
             "Started a new conversation: the agent will not see the earlier messages of this chat."
                 .to_owned()
@@ -243,7 +243,7 @@ async fn apply(hub: &Hub, setting: Setting, value: &str) -> String {
                 );
             }
             settings.reasoning = (v != "default").then(|| v.clone());
-            format!("Reasoning effort: {v}.")
+            with_note(hub, format!("Reasoning effort: {v}."))
         }
         Setting::Fast => {
             let on = match value.to_ascii_lowercase().as_str() {
@@ -252,7 +252,7 @@ async fn apply(hub: &Hub, setting: Setting, value: &str) -> String {
                 _ => return format!("`{}`: say `/fast on` or `/fast off`.", shorten(value)),
             };
             settings.fast = on;
-            format!("Fast mode {}.", if on { "on" } else { "off" })
+            with_note(hub, format!("Fast mode {}.", if on { "on" } else { "off" }))
         }
         Setting::Model => {
             let models = match hub.agent.models().await {
@@ -442,6 +442,14 @@ fn status_text(hub: &Hub) -> String {
         settings.model.as_deref().unwrap_or("default"),
         push,
     )
+}
+
+/// Adds the backend's caveat, when it cannot apply these choices per message.
+fn with_note(hub: &Hub, answer: String) -> String {
+    match hub.agent.choices_note() {
+        Some(note) => format!("{answer} {note}"),
+        None => answer,
+    }
 }
 
 fn capitalised(s: &str) -> String {

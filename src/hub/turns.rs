@@ -550,6 +550,15 @@ async fn apply_event(
             if acc.truncated {
                 return;
             }
+            // A stretch after a tool starts fresh: no blank lines carried over from the split.
+            let delta = if acc.text.len() == acc.segment_start {
+                delta.trim_start().to_owned()
+            } else {
+                delta
+            };
+            if delta.is_empty() {
+                return;
+            }
             if acc.text.len() + delta.len() > MAX_REPLY_BYTES {
                 acc.truncated = true;
                 acc.text
@@ -830,6 +839,7 @@ impl Hub {
                     continue;
                 }
                 Recovery::Answered(text) => text,
+                Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
                 Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
             };
             let reply = HistoryMessage {
@@ -861,14 +871,16 @@ impl Hub {
         if let Ok(Some(s)) = self.store.agent_session(lane) {
             return s;
         }
-        self.new_lane_session(lane).await
+        // The first conversation covers the lane's whole history (including the message
+        // that is starting it).
+        self.new_lane_session(lane, 0).await
     }
 
-    /// Starts a fresh conversation for the lane (first use, `/new`).
-    pub(super) async fn new_lane_session(&self, lane: &Lane) -> AgentSession {
+    /// Starts a fresh conversation for the lane: on first use, or from now on (`/new`).
+    pub(super) async fn new_lane_session(&self, lane: &Lane, started_ms: i64) -> AgentSession {
         let session = AgentSession {
             session_id: ids::time_ordered("iris"),
-            started_ms: ids::now_ms(),
+            started_ms,
         };
         if let Err(e) = self.store.put_agent_session(lane, &session).await {
             warn!(%lane, "could not store the lane's agent session: {e}");

@@ -3,6 +3,8 @@
 //! every frame the gateway sends against the schema.
 #![allow(dead_code)]
 
+pub mod peers;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};

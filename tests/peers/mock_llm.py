@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Scripted OpenAI-compatible mock LLM for integration tests (stdlib only).
+
+    python3 mock_llm.py --port 0 [--log FILE]
+
+Binds 127.0.0.1 (port 0 = ephemeral), prints `listening <port>` as its first stdout line, and
+exits as soon as its stdin closes, so a killed test never leaves it behind (keep stdin open:
+pipe it from the parent, or `sleep infinity | python3 mock_llm.py` by hand).
+
+GET  /v1/models            -> mock-model, mock-large
+POST /v1/chat/completions  -> the body is appended as one JSON line to --log, then the reply is
+scripted by the LAST role=user message (text parts of list content are joined):
+
+  [[tool]]     no tool result after that user message yet: "Let me plan this." plus a call to
+               `todo` ({"todos": [...2 items...]}), finish_reason "tool_calls"; once a tool
+               result follows it: "The plan is ready." (finish "stop")
+  [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
+  [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
+  [[fail500]]  HTTP 500 with an OpenAI error body
+  otherwise    "Echo: <last>. I have seen <N> earlier user messages; the first was: <first|none>."
+               (N counts the role=user messages before the last one: proves history reaches the
+               model). Auxiliary calls (titles, summaries, ...) get the echo too.
+
+Both "stream": true (SSE chat.completion.chunk objects, then `data: [DONE]`) and plain
+chat.completion replies are supported; the final chunk carries finish_reason and usage.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TODOS = {
+    "todos": [
+        {"id": "1", "content": "Boil water", "status": "in_progress"},
+        {"id": "2", "content": "Steep tea", "status": "pending"},
+    ]
+}
+LOG_LOCK = threading.Lock()
+
+
+def text_of(content):
+    """Text of a message content: a string, or a list of parts ({"type":"text","text":...})."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") if isinstance(p, dict) else str(p) for p in content
+        )
+    return ""
+
+
+def script(messages):
+    """The reply for a conversation: a list of events ("content"|"reasoning"|"tool", value),
+    the finish_reason, and the per-event delay in seconds."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        return [("content", "Echo: nothing.")], "stop", 0
+    last = users[-1]
+    text = text_of(messages[last].get("content")).strip()
+    if "[[tool]]" in text:
+        if any(m.get("role") == "tool" for m in messages[last + 1 :]):
+            return [("content", "The plan is"), ("content", " ready.")], "stop", 0
+        return [("content", "Let me "), ("content", "plan this."), ("tool", TODOS)], "tool_calls", 0
+    if "[[reason]]" in text:
+        events = [("reasoning", "Thinking about"), ("reasoning", " the question.")]
+        return events + [("content", "Reasoned "), ("content", "answer.")], "stop", 0
+    if "[[slow]]" in text:
+        return [("content", f"word{i}" if i == 1 else f" word{i}") for i in range(1, 81)], "stop", 0.25
+    earlier = [text_of(messages[i].get("content")).strip() for i in users[:-1]]
+    first = earlier[0] if earlier else "none"
+    reply = f"Echo: {text}. I have seen {len(earlier)} earlier user messages; the first was: {first}."
+    third = max(1, len(reply) // 3)
+    return [("content", reply[i : i + third]) for i in range(0, len(reply), third)], "stop", 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "mock-llm/1"
+
+    def log_message(self, fmt, *args):  # one short stderr line per request, for diagnostics
+        sys.stderr.write(f"mock_llm: {time.time():.3f} {fmt % args}\n")
+
+    def send_json(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.split("?")[0].rstrip("/") == "/v1/models":
+            models = [{"id": m, "object": "model", "owned_by": "mock"} for m in ("mock-model", "mock-large")]
+            self.send_json(200, {"object": "list", "data": models})
+        else:
+            self.send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            self.send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        try:
+            req = json.loads(body)
+        except ValueError:
+            self.send_json(400, {"error": {"message": "bad JSON", "type": "invalid_request_error"}})
+            return
+        if self.server.log_path:
+            with LOG_LOCK, open(self.server.log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(req) + "\n")
+        messages = req.get("messages") or []
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        if "[[fail500]]" in text_of(last_user.get("content")):
+            err = {"message": "mock failure", "type": "server_error", "param": None, "code": "mock_fail"}
+            self.send_json(500, {"error": err})
+            return
+        events, finish, delay = script(messages)
+        model = req.get("model") or "mock-model"
+        try:
+            if req.get("stream"):
+                self.stream(model, events, finish, delay)
+            else:
+                self.complete(model, events, finish)
+        except (BrokenPipeError, ConnectionResetError):
+            sys.stderr.write(f"mock_llm: client went away at {time.time():.3f}\n")
+            self.close_connection = True
+
+    def complete(self, model, events, finish):
+        msg = {"role": "assistant", "content": "".join(v for k, v in events if k == "content")}
+        reasoning = "".join(v for k, v in events if k == "reasoning")
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        calls = [tool_call(v) for k, v in events if k == "tool"]
+        if calls:
+            msg["tool_calls"] = calls
+        out = envelope(model, "chat.completion")
+        out["choices"] = [{"index": 0, "message": msg, "finish_reason": finish}]
+        out["usage"] = usage(events)
+        self.send_json(200, out)
+
+    def stream(self, model, events, finish, delay):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        base = envelope(model, "chat.completion.chunk")  # one id for the whole stream
+
+        def send(delta, finish_reason=None, **extra):
+            chunk = dict(base)
+            chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+            chunk.update(extra)
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+
+        send({"role": "assistant", "content": ""})
+        for kind, value in events:
+            if delay:
+                time.sleep(delay)
+            if kind == "content":
+                send({"content": value})
+            elif kind == "reasoning":
+                send({"reasoning_content": value})
+            else:  # a tool call, streamed the OpenAI way: header, then the arguments in pieces
+                call = tool_call(value)
+                args = call["function"]["arguments"]
+                head = {"index": 0, "id": call["id"], "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""}}
+                send({"tool_calls": [head]})
+                for i in range(0, len(args), 40):
+                    send({"tool_calls": [{"index": 0, "function": {"arguments": args[i : i + 40]}}]})
+        send({}, finish, usage=usage(events))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def tool_call(args):
+    return {"id": "call_mock_todo_1", "type": "function",
+            "function": {"name": "todo", "arguments": json.dumps(args)}}
+
+
+def envelope(model, obj):
+    return {"id": f"chatcmpl-mock{time.time_ns()}", "object": obj, "created": int(time.time()), "model": model}
+
+
+def usage(events):
+    completion = sum(len(str(v).split()) for _, v in events)
+    return {"prompt_tokens": 100, "completion_tokens": completion, "total_tokens": 100 + completion}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--log", default=None)
+    args = ap.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    server.log_path = args.log
+    print(f"listening {server.server_address[1]}", flush=True)
+
+    def watch_stdin():
+        while sys.stdin.buffer.read(4096):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
