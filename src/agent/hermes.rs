@@ -326,7 +326,7 @@ fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
         .iter()
         .rposition(|m| role_of(m) == "user" && text_of(m) == user_text.trim())
     else {
-        return Recovery::NeverReceived;
+        return Recovery::Unknown;
     };
     let last = messages[asked + 1..]
         .iter()
@@ -390,10 +390,6 @@ impl Agent for HermesAgent {
                             .cloned()
                             .unwrap_or_default();
                         recovery_from(&messages, &user_text)
-                    }
-                    // No such session: it was never created, so never sent to.
-                    Err(AgentError::Failed(why)) if why.starts_with("HTTP 404") => {
-                        Recovery::NeverReceived
                     }
                     Err(_) => Recovery::Unknown,
                 }
@@ -470,6 +466,6 @@ mod tests {
             recovery_from(std::slice::from_ref(&q), "hi"),
             Recovery::Unknown
         );
-        assert_eq!(recovery_from(&[q], "other"), Recovery::NeverReceived);
+        assert_eq!(recovery_from(&[q], "other"), Recovery::Unknown);
     }
 }

@@ -117,9 +117,9 @@ pub enum Recovery {
     Answered(String),
     /// The agent stored only the start of an answer (the stream broke mid-turn).
     Partial(String),
-    /// The agent has no record of the message: it is safe to send it now (once).
-    NeverReceived,
-    /// Cannot tell (no store, unreachable, or the answer was cut off): fail it clearly.
+    /// Nothing usable (no store, unreachable, or no answer stored yet): fail it clearly.
+    /// An absent message is not proof it never arrived (Hermes stores a turn when it ends),
+    /// so nothing is ever sent again.
     Unknown,
 }
 
@@ -208,7 +208,7 @@ pub trait Agent {
     }
 
     /// After a restart, what became of a turn the gateway never finished: the agent's own
-    /// store may hold its answer, or show it never received the message. Never resends.
+    /// store may hold its answer. Never resends.
     fn recover<'a>(
         &'a self,
         _session: &'a str,

@@ -797,8 +797,7 @@ impl Hub {
 
     /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
     /// before listening. Nothing is ever sent to the agent twice: where the agent's own store
-    /// has the answer, that answer is delivered; where it shows the message never arrived, the
-    /// message is queued now (its first and only delivery); otherwise the user is told.
+    /// has the answer (or its start), that is delivered; otherwise the user is told.
     pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, super::CommitError> {
         let pending = self
             .store
@@ -818,26 +817,6 @@ impl Hub {
             };
             info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
             let text = match recovery {
-                Recovery::NeverReceived => {
-                    let media = self
-                        .store
-                        .message(&p.user_message_id)
-                        .ok()
-                        .flatten()
-                        .map(|(_, m)| m.media)
-                        .unwrap_or_default();
-                    enqueue_turn(
-                        self,
-                        p.lane.clone(),
-                        QueuedTurn {
-                            user_message_id: p.user_message_id,
-                            text: p.text,
-                            media,
-                            automation: None,
-                        },
-                    );
-                    continue;
-                }
                 Recovery::Answered(text) => text,
                 Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
                 Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),

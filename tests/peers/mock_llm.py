@@ -17,6 +17,8 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
   [[fail500]]  HTTP 500 with an OpenAI error body
+  (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
+  unanswered user message into the next one)
   otherwise    "Echo: <last>. I have seen <N> earlier user messages; the first was: <first|none>."
                (N counts the role=user messages before the last one: proves history reaches the
                model). Auxiliary calls (titles, summaries, ...) get the echo too.
@@ -61,14 +63,17 @@ def script(messages):
         return [("content", "Echo: nothing.")], "stop", 0
     last = users[-1]
     text = text_of(messages[last].get("content")).strip()
-    if "[[tool]]" in text:
+    # Hermes merges an unanswered user message into the next one ("A\n\nB"): the script
+    # follows the newest part, the echo shows the whole.
+    newest = text.split("\n\n")[-1]
+    if "[[tool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", "The plan is"), ("content", " ready.")], "stop", 0
         return [("content", "Let me "), ("content", "plan this."), ("tool", TODOS)], "tool_calls", 0
-    if "[[reason]]" in text:
+    if "[[reason]]" in newest:
         events = [("reasoning", "Thinking about"), ("reasoning", " the question.")]
         return events + [("content", "Reasoned "), ("content", "answer.")], "stop", 0
-    if "[[slow]]" in text:
+    if "[[slow]]" in newest:
         return [("content", f"word{i}" if i == 1 else f" word{i}") for i in range(1, 81)], "stop", 0.25
     earlier = [text_of(messages[i].get("content")).strip() for i in users[:-1]]
     first = earlier[0] if earlier else "none"

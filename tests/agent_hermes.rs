@@ -1,0 +1,352 @@
+//! The Hermes backend against a real Hermes Agent (PyPI `hermes-agent`, see tests/common/peers.rs)
+//! on loopback, whose LLM is the scripted mock: a plain turn and session continuity, a tool call
+//! with its todo list, reasoning, `/new`, `/stop`, Hermes killed mid-turn, and the gateway killed
+//! mid-turn (the message is never handed to Hermes twice).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::peers::{Hermes, MockLlm};
+use common::{
+    connect_until_status, frame_type, pair, pstr, temp_data_dir, typing_off, Client, Gateway,
+    Paired,
+};
+use serde_json::{json, Value};
+
+struct Rig {
+    llm: MockLlm,
+    hermes: Hermes,
+    dir: tempfile::TempDir,
+    gw: Gateway,
+    p: Paired,
+}
+
+fn gateway_for(dir: &std::path::Path, hermes: &Hermes, extra: &[&str]) -> Gateway {
+    let url = hermes.url();
+    let mut args = vec![
+        "--agent",
+        "hermes",
+        "--agent-url",
+        &url,
+        "--agent-key",
+        &hermes.key,
+    ];
+    args.extend_from_slice(extra);
+    Gateway::start(dir, &args)
+}
+
+fn rig() -> Rig {
+    let llm = MockLlm::start();
+    let hermes = Hermes::start(&llm);
+    let dir = temp_data_dir();
+    let gw = gateway_for(dir.path(), &hermes, &[]);
+    let p = pair(dir.path(), "phone");
+    Rig {
+        llm,
+        hermes,
+        dir,
+        gw,
+        p,
+    }
+}
+
+async fn connect(gw: &Gateway, p: &Paired) -> Client {
+    let (mut c, _, status) = connect_until_status(gw, p).await;
+    if status["payload"]["state"] != "online" {
+        c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
+            .await;
+    }
+    c
+}
+
+/// Sends `text` and returns every frame of the turn, through `typing{on:false}`.
+async fn turn(c: &mut Client, text: &str) -> Vec<Value> {
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": text }),
+    )
+    .await;
+    let mut frames = Vec::new();
+    loop {
+        let f = c.recv().await;
+        let done = typing_off(&f);
+        frames.push(f);
+        if done {
+            return frames;
+        }
+    }
+}
+
+fn find<'a>(frames: &'a [Value], kind: &str) -> &'a Value {
+    frames
+        .iter()
+        .find(|f| frame_type(f) == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {}", common::dump(frames)))
+}
+
+/// Requests whose newest user message is `text`: how often it was handed to the model.
+fn times_asked(llm: &MockLlm, text: &str) -> usize {
+    llm.requests()
+        .iter()
+        .filter(|r| {
+            r["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str())
+                .is_some_and(|t| t.contains(text))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
+    let r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+
+    let first = turn(&mut c, "Hello Hermes").await;
+    let stop = find(&first, "message.stop");
+    assert_eq!(
+        pstr(stop, "final_text"),
+        "Echo: Hello Hermes. I have seen 0 earlier user messages; the first was: none.",
+        "{}",
+        r.hermes.log_tail()
+    );
+    // The real model comes from Hermes' session object, not the echoed request.
+    assert_eq!(pstr(stop, "model"), "mock-model", "{stop}");
+    assert_eq!(stop["payload"]["runtime"]["model"], "mock-model");
+    assert!(
+        stop["payload"]["tokens"].as_i64().unwrap_or(0) > 0,
+        "{stop}"
+    );
+    assert!(
+        stop["payload"]["runtime"]["latency"]
+            .as_f64()
+            .unwrap_or(-1.0)
+            >= 0.0
+    );
+    assert!(first.iter().any(|f| frame_type(f) == "message.update"));
+
+    // Hermes keeps the conversation: the second answer shows it saw the first.
+    let second = turn(&mut c, "And now?").await;
+    assert_eq!(
+        pstr(find(&second, "message.stop"), "final_text"),
+        "Echo: And now?. I have seen 1 earlier user messages; the first was: Hello Hermes."
+    );
+
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "/new" }),
+    )
+    .await;
+    c.recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
+        .await;
+    let third = turn(&mut c, "Fresh?").await;
+    assert_eq!(
+        pstr(find(&third, "message.stop"), "final_text"),
+        "Echo: Fresh?. I have seen 0 earlier user messages; the first was: none."
+    );
+    // Each message reached the model once (Hermes loads history itself).
+    for text in ["Hello Hermes", "And now?", "Fresh?"] {
+        assert_eq!(times_asked(&r.llm, text), 1, "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
+    let r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+    let frames = turn(&mut c, "[[tool]] plan my tea").await;
+
+    // Text before the tool call is commentary, not part of the answer.
+    let commentary = find(&frames, "commentary");
+    assert_eq!(pstr(commentary, "text"), "Let me plan this.");
+    let start = find(&frames, "tool.start");
+    assert_eq!(pstr(start, "name"), "todo");
+    assert_eq!(pstr(start, "emoji"), "\u{1f4cb}");
+    assert!(pstr(start, "preview").contains("2 task"), "{start}");
+    let todo = find(&frames, "todo.update");
+    let todos = todo["payload"]["todos"].as_array().unwrap();
+    let items: Vec<(&str, &str)> = todos
+        .iter()
+        .map(|t| {
+            (
+                t["content"].as_str().unwrap(),
+                t["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items,
+        [("Boil water", "in_progress"), ("Steep tea", "pending")]
+    );
+    let end = find(&frames, "tool.end");
+    assert_eq!(end["payload"]["ok"], true, "{end}");
+    assert_eq!(end["payload"]["index"], start["payload"]["index"]);
+    assert!(pstr(end, "output_preview").contains("Boil water"), "{end}");
+    let stop = find(&frames, "message.stop");
+    assert_eq!(pstr(stop, "final_text"), "The plan is ready.");
+    let order: Vec<&str> = frames.iter().map(frame_type).collect();
+    let pos = |k: &str| order.iter().position(|t| *t == k).unwrap();
+    assert!(pos("commentary") < pos("tool.start"), "{order:?}");
+    assert!(pos("tool.start") < pos("todo.update"), "{order:?}");
+    assert!(pos("todo.update") < pos("message.stop"), "{order:?}");
+
+    // The list is a snapshot after hello for a device that connects later.
+    let other = pair(r.dir.path(), "tablet");
+    let (mut t, _) = common::hello_paired(&r.gw, &other).await;
+    let snapshot = t.recv_type("todo.update").await;
+    assert_eq!(snapshot["payload"]["todos"], todo["payload"]["todos"]);
+}
+
+#[tokio::test]
+async fn reasoning_comes_from_the_transcript() {
+    let r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+    let frames = turn(&mut c, "[[reason]] why").await;
+    let stop = find(&frames, "message.stop");
+    assert_eq!(pstr(stop, "final_text"), "Reasoned answer.");
+    assert_eq!(pstr(stop, "reasoning"), "Thinking about the question.");
+}
+
+#[tokio::test]
+async fn stop_aborts_the_running_turn_at_hermes() {
+    let r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "[[slow]] count" }),
+    )
+    .await;
+    c.recv_type("message.update").await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "/stop" }),
+    )
+    .await;
+    let stop = c.recv_type("message.stop").await;
+    let text = pstr(&stop, "final_text");
+    assert!(
+        text.starts_with("word1") && text.ends_with("Stopped."),
+        "{stop}"
+    );
+    assert!(!text.contains("word80"), "{stop}");
+    // Hermes stops reading the model soon after: the mock sees its client go.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !r.llm.stderr().contains("client went away") {
+        assert!(
+            Instant::now() < deadline,
+            "Hermes kept streaming after /stop\n{}",
+            r.llm.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.recv_until(typing_off).await;
+    let next = turn(&mut c, "still there?").await;
+    assert!(
+        pstr(find(&next, "message.stop"), "final_text").starts_with("Echo: still there?"),
+        "{}",
+        common::dump(&next)
+    );
+}
+
+#[tokio::test]
+async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
+    let mut r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "[[slow]] long story" }),
+    )
+    .await;
+    c.recv_type("message.update").await;
+    r.hermes.kill();
+    // The turn ends clearly, and the gateway reports the agent's absence (in either order).
+    let mut stop = None;
+    let mut degraded = false;
+    while stop.is_none() || !degraded {
+        let f = c
+            .recv_until(|f| matches!(frame_type(f), "message.stop" | "status"))
+            .await;
+        match frame_type(&f) {
+            "status" => degraded |= f["payload"]["state"] == "degraded",
+            _ => stop = Some(f),
+        }
+    }
+    let stop = stop.unwrap();
+    let text = pstr(&stop, "final_text");
+    assert!(text.contains("the agent stopped mid-answer"), "{stop}");
+    assert!(text.contains("was not asked again"), "{stop}");
+
+    r.hermes.restart();
+    let online = c.recv_type("status").await;
+    assert_eq!(online["payload"]["state"], "online", "{online}");
+    let next = turn(&mut c, "back?").await;
+    // Hermes died before storing an answer, so its session ends with the unanswered message,
+    // which Hermes itself merges into the next one (the gateway sent it once).
+    assert!(
+        pstr(find(&next, "message.stop"), "final_text")
+            .starts_with("Echo: [[slow]] long story\n\nback?."),
+        "{}",
+        common::dump(&next)
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
+    let mut r = rig();
+    let mut c = connect(&r.gw, &r.p).await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "[[slow]] interrupted tale" }),
+    )
+    .await;
+    c.recv_type("read.receipt").await;
+    c.recv_type("message.update").await;
+    let addr = r.gw.addr.to_string();
+    r.gw.kill9();
+    drop(c);
+    // Hermes notices the closed stream and keeps the partial answer in its session.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gw = gateway_for(r.dir.path(), &r.hermes, &["--listen", &addr]);
+    let mut c = connect(&gw, &r.p).await;
+    let id = c
+        .request("history", Some("default"), None, json!({ "limit": 10 }))
+        .await;
+    let h = c.recv_reply(id).await;
+    let messages = h["payload"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{h}\n{}", gw.output_tail());
+    // Either what Hermes had stored of its answer, marked as cut short, or a plain notice:
+    // never silence, never a second run.
+    let answer = messages[1]["text"].as_str().unwrap_or("");
+    assert!(
+        (answer.starts_with("word1")
+            && answer.contains("The gateway restarted while the agent was answering"))
+            || answer.contains("The gateway restarted before the agent answered"),
+        "{h}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(times_asked(&r.llm, "interrupted tale"), 1);
+
+    // The conversation goes on in the same session (which saw the interrupted message).
+    let next = turn(&mut c, "after the restart").await;
+    assert!(
+        pstr(find(&next, "message.stop"), "final_text").starts_with(
+            "Echo: after the restart. I have seen 1 earlier user messages; the first was: [[slow]] interrupted tale."
+        ),
+        "{}",
+        common::dump(&next)
+    );
+}
