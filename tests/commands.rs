@@ -13,7 +13,12 @@ use serde_json::{json, Value};
 /// answer (inclusive).
 async fn command(c: &mut Client, text: &str) -> Vec<Value> {
     let id = c
-        .request("message.send", Some("default"), None, json!({ "text": text }))
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            json!({ "text": text }),
+        )
         .await;
     let mut frames = Vec::new();
     loop {
@@ -70,7 +75,10 @@ async fn the_catalog_lists_the_gateway_commands() {
         assert!(!field(c, "category").is_empty(), "{c}");
     }
     let reasoning = commands.iter().find(|c| c["name"] == "/reasoning").unwrap();
-    assert!(field(reasoning, "args_hint").contains("high"), "{reasoning}");
+    assert!(
+        field(reasoning, "args_hint").contains("high"),
+        "{reasoning}"
+    );
 }
 
 #[tokio::test]
@@ -96,7 +104,10 @@ async fn commands_are_answered_by_the_gateway_and_never_reach_the_agent() {
     let status = system_text(&command(&mut c, "/status").await);
     assert!(status.contains("Gateway: online"), "{status}");
     assert!(status.contains("Agent: demo"), "{status}");
-    assert!(status.contains("Storage:") && status.contains("Push: none"), "{status}");
+    assert!(
+        status.contains("Storage:") && status.contains("Push: none"),
+        "{status}"
+    );
     assert!(status.contains("1 device(s) connected"), "{status}");
 
     let new = system_text(&command(&mut c, "/reset").await);
@@ -118,7 +129,16 @@ async fn commands_are_answered_by_the_gateway_and_never_reach_the_agent() {
     // (v1 `history` has only user/assistant roles: the gateway's answers page in as assistant.)
     assert_eq!(
         roles,
-        ["user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"],
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ],
         "{h}"
     );
 }
@@ -199,7 +219,10 @@ async fn a_picker_sets_a_choice_and_answers_in_its_chat() {
     let bad = system_text(&command(&mut c, "/reasoning extreme").await);
     assert!(bad.contains("not a reasoning level"), "{bad}");
     let model = system_text(&command(&mut c, "/model big").await);
-    assert!(model.contains("does not offer a choice of model"), "{model}");
+    assert!(
+        model.contains("does not offer a choice of model"),
+        "{model}"
+    );
     let status = system_text(&command(&mut c, "/status").await);
     assert!(status.contains("reasoning high, fast on"), "{status}");
 }
@@ -247,7 +270,10 @@ async fn pickers_are_outboxed_and_expire_on_restart() {
     .await;
     c.assert_silent(Duration::from_millis(600)).await;
     let status = system_text(&command(&mut c, "/status").await);
-    assert!(status.contains("fast off"), "the expired picker changed nothing: {status}");
+    assert!(
+        status.contains("fast off"),
+        "the expired picker changed nothing: {status}"
+    );
 }
 
 #[tokio::test]
@@ -274,7 +300,10 @@ async fn stop_ends_the_running_turn_and_keeps_what_was_said() {
     };
     let text = pstr(&stop, "final_text");
     assert!(text.ends_with("Stopped."), "{stop}");
-    assert!(!text.contains("demo agent; connect"), "the reply was cut short: {stop}");
+    assert!(
+        !text.contains("demo agent; connect"),
+        "the reply was cut short: {stop}"
+    );
     c.recv_until(typing_off).await;
 
     // The lane is free again: the next message gets a whole answer.
