@@ -350,3 +350,35 @@ async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
         common::dump(&next)
     );
 }
+
+#[tokio::test]
+async fn a_wrong_key_is_reported_not_retried() {
+    let llm = MockLlm::start();
+    let hermes = Hermes::start(&llm);
+    let dir = temp_data_dir();
+    let url = hermes.url();
+    let gw = Gateway::start(
+        dir.path(),
+        &[
+            "--agent",
+            "hermes",
+            "--agent-url",
+            &url,
+            "--agent-key",
+            "not-the-key-at-all",
+        ],
+    );
+    let p = pair(dir.path(), "phone");
+    let (mut c, _, status) = connect_until_status(&gw, &p).await;
+    if status["payload"]["state"] == "online" {
+        let s = c.recv_type("status").await;
+        assert_eq!(s["payload"]["state"], "degraded", "{s}");
+    }
+    let frames = turn(&mut c, "hello?").await;
+    let text = pstr(find(&frames, "message.stop"), "final_text").to_owned();
+    assert!(text.contains("refused the gateway's key"), "{text}");
+    assert!(text.contains("agent.key"), "{text}");
+    assert!(llm.requests().is_empty(), "nothing reached the model");
+    // The key never appears in the gateway's logs.
+    assert!(!gw.output_tail().contains("not-the-key-at-all"));
+}

@@ -270,3 +270,65 @@ async fn a_server_that_never_returns_gets_a_clear_failure() {
     assert!(text.contains("the agent is unreachable"), "{stop}");
     assert!(text.contains("send the message again"), "{stop}");
 }
+
+#[tokio::test]
+async fn a_busy_server_is_asked_again_after_retry_after() {
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    let gw = start_gateway(dir.path(), &llm.url(), &[]);
+    let p = pair(dir.path(), "phone");
+    let mut c = connect(&gw, &p).await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "[[busy]] hello" }),
+    )
+    .await;
+    let note = c.recv_type("commentary").await;
+    assert!(pstr(&note, "text").contains("busy"), "{note}");
+    let stop = c.recv_type("message.stop").await;
+    assert!(
+        pstr(&stop, "final_text").starts_with("Echo: [[busy]] hello."),
+        "{stop}"
+    );
+    // Refused once (429, not taken), then answered once.
+    let asked = llm
+        .requests()
+        .iter()
+        .filter(|r| user_texts(r).last().is_some_and(|t| t == "[[busy]] hello"))
+        .count();
+    assert_eq!(asked, 2);
+}
+
+#[tokio::test]
+async fn a_turn_past_the_time_limit_is_stopped_and_says_so() {
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nbackend = \"openai\"\nurl = \"{}\"\nturn_timeout_secs = 1\n",
+            llm.url()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
+    let p = pair(&data, "phone");
+    let mut c = connect(&gw, &p).await;
+    let stop = ask(&mut c, "[[slow]] go on").await;
+    let text = pstr(&stop, "final_text");
+    assert!(text.starts_with("word1"), "{stop}");
+    assert!(
+        text.contains("took longer than 1 seconds and was stopped"),
+        "{stop}"
+    );
+    // The stream to the server is closed, so it stops generating.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !llm.stderr().contains("client went away") {
+        assert!(std::time::Instant::now() < deadline, "{}", llm.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

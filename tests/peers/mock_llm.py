@@ -17,6 +17,7 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
   [[fail500]]  HTTP 500 with an OpenAI error body
+  [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
   otherwise    "Echo: <last>. I have seen <N> earlier user messages; the first was: <first|none>."
@@ -42,6 +43,7 @@ TODOS = {
     ]
 }
 LOG_LOCK = threading.Lock()
+BUSY_SEEN = set()
 
 
 def text_of(content):
@@ -119,10 +121,24 @@ class Handler(BaseHTTPRequestHandler):
                 f.write(json.dumps(req) + "\n")
         messages = req.get("messages") or []
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-        if "[[fail500]]" in text_of(last_user.get("content")):
+        last_text = text_of(last_user.get("content"))
+        if "[[fail500]]" in last_text:
             err = {"message": "mock failure", "type": "server_error", "param": None, "code": "mock_fail"}
             self.send_json(500, {"error": err})
             return
+        if "[[busy]]" in last_text:
+            with LOG_LOCK:
+                first_time = last_text not in BUSY_SEEN
+                BUSY_SEEN.add(last_text)
+            if first_time:
+                data = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode()
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
         events, finish, delay = script(messages)
         model = req.get("model") or "mock-model"
         try:
