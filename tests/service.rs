@@ -95,7 +95,14 @@ fn template_keys(template: &str) -> BTreeSet<String> {
     let mut section = String::new();
     let mut keys = BTreeSet::new();
     for line in template.lines() {
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+        // Lists of tables (`[[cron]]`) have no default entries: the template shows each as a
+        // commented example block, which names the setting.
+        if let Some(name) = line
+            .strip_prefix("# [[")
+            .and_then(|l| l.strip_suffix("]]"))
+        {
+            keys.insert(name.to_owned());
+        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             section = format!("{name}.");
         } else if let Some(key) = key_line(line) {
             let full = format!("{section}{key}");
