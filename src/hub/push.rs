@@ -1,7 +1,8 @@
 //! Deciding what to push, to whom, and recording what was delivered.
 //!
-//! Pushed: final assistant messages (`message.stop`), standalone non-user `message`s (automation
-//! output, the gateway's own notices) and `notification` frames. Never streaming frames, tool
+//! Pushed: final assistant messages (`message.stop`), standalone assistant and cron `message`s
+//! (automation output, restart notices) and `notification` frames; not `system` messages (the
+//! gateway's answers to slash commands, which someone is looking at). Never streaming frames, tool
 //! frames, typing, or user messages. Only to devices with a push target and no open connection.
 //! A device's `seen_cursor` (the head when it last disconnected) and `last_pushed_cursor` (the
 //! last frame pushed to it) bound what is still owed, so a restart catches up on pushes it
@@ -37,7 +38,10 @@ fn pushable(frame: &Value) -> Option<(String, Option<String>, String, String)> {
     let p = &frame["payload"];
     let body = match frame["type"].as_str()? {
         "message.stop" => p["final_text"].as_str()?.to_owned(),
-        "message" if p["role"] != "user" => p["text"].as_str()?.to_owned(),
+        // Not the user's own words, nor the gateway's answers to a command someone just typed.
+        "message" if p["role"] != "user" && p["role"] != "system" => {
+            p["text"].as_str()?.to_owned()
+        }
         "notification" => {
             let title = p["title"].as_str().unwrap_or("");
             let body = p["body"].as_str().unwrap_or("");
