@@ -50,6 +50,8 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("could not close interrupted turns: {0}")]
     Recover(String),
+    #[error("cannot start automation: {0}")]
+    Automation(String),
 }
 
 /// Runs the gateway until SIGTERM or SIGINT.
@@ -108,6 +110,8 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
+    // Automation channels exist (and the cron task runs) before any device can look.
+    hub.start_automation().await.map_err(RunError::Automation)?;
 
     let listener = TcpListener::bind(listen)
         .await
@@ -158,6 +162,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                 }
                 open_sockets.set(open_sockets.get() + 1);
                 let (hub, open_sockets) = (hub.clone(), open_sockets.clone());
+                // One HTTP connection: a WebSocket upgrade becomes a device session, or a webhook.
                 tokio::task::spawn_local(async move {
                     connection::serve(hub, tcp, peer).await;
                     open_sockets.set(open_sockets.get() - 1);

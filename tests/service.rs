@@ -97,10 +97,7 @@ fn template_keys(template: &str) -> BTreeSet<String> {
     for line in template.lines() {
         // Lists of tables (`[[cron]]`) have no default entries: the template shows each as a
         // commented example block, which names the setting.
-        if let Some(name) = line
-            .strip_prefix("# [[")
-            .and_then(|l| l.strip_suffix("]]"))
-        {
+        if let Some(name) = line.strip_prefix("# [[").and_then(|l| l.strip_suffix("]]")) {
             keys.insert(name.to_owned());
         } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             section = format!("{name}.");

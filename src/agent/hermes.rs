@@ -254,9 +254,9 @@ fn run_stream(
                         }
                     }
                     let ok = status == "completed"
-                        && !serde_json::from_str::<Value>(output)
+                        && serde_json::from_str::<Value>(output)
                             .ok()
-                            .is_some_and(|v| v.get("error").is_some_and(|e| !e.is_null()));
+                            .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
                     return w.send(AgentEvent::ToolEnd {
                         index: tool.index,
                         ok,
@@ -457,10 +457,15 @@ mod tests {
     #[test]
     fn recovery_reads_the_transcript() {
         let q = json!({"role": "user", "content": "hi"});
-        let a = json!({"role": "assistant", "content": "hello"});
+        let a = json!({"role": "assistant", "content": "hello", "finish_reason": "stop"});
+        let cut = json!({"role": "assistant", "content": "hel", "finish_reason": null});
         assert_eq!(
             recovery_from(&[q.clone(), a], "hi"),
             Recovery::Answered("hello".into())
+        );
+        assert_eq!(
+            recovery_from(&[q.clone(), cut], "hi"),
+            Recovery::Partial("hel".into())
         );
         assert_eq!(
             recovery_from(std::slice::from_ref(&q), "hi"),

@@ -1,10 +1,12 @@
-//! One WebSocket connection: handshake, the hello gate, reading with limits, writing from a
-//! bounded queue. Knows nothing about channels or agents; it hands decoded frames to the hub.
+//! One WebSocket connection: the hello gate, reading with limits, writing from a bounded queue.
+//! Knows nothing about channels or agents; it hands decoded frames to the hub. The HTTP front
+//! (`http.rs`) accepts the socket and performs the upgrade; everything after it is here.
 //!
 //! Each socket gets two local tasks: this one reads (and awaits the hub's handling of each
 //! request in order), a writer drains the `Outlet`'s queue. The hub only ever pushes to an
 //! outlet, so a slow phone can never stall the hub or another phone.
 
+pub mod http;
 mod queue;
 mod upload;
 
@@ -15,7 +17,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -24,6 +25,7 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info, warn};
 
+pub use http::serve;
 pub use queue::{OutQueue, Outbound, Pushed};
 
 use crate::hub::Hub;
@@ -188,22 +190,13 @@ fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
         .max_frame_size(Some(max_frame_bytes))
 }
 
-/// Serves one accepted TCP connection until it closes.
-pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
-    let _ = tcp.set_nodelay(true);
-    let limits = hub.limits().clone();
-    let hello_timeout = Duration::from_secs(limits.hello_timeout_secs);
-    let handshake =
-        tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config(limits.max_frame_bytes)));
-    let mut ws = match tokio::time::timeout(hello_timeout, handshake).await {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(e)) => {
-            debug!(%peer, "websocket handshake failed: {e}");
-            return;
-        }
-        Err(_) => return,
-    };
-    let Some(outlet) = hello_gate(&hub, &mut ws, peer, hello_timeout).await else {
+/// The WebSocket a device session runs on: a socket the HTTP front upgraded.
+type Ws = WebSocketStream<http::Io>;
+
+/// Runs one device session on an upgraded socket until it closes. `deadline` is when the
+/// connection's hello time (`limits.hello_timeout_secs`, counted from accept) runs out.
+async fn session(hub: Rc<Hub>, mut ws: Ws, peer: SocketAddr, deadline: tokio::time::Instant) {
+    let Some(outlet) = hello_gate(&hub, &mut ws, peer, deadline).await else {
         return;
     };
     info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device connected");
@@ -230,12 +223,12 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
 /// Nothing but an `error` reaches a socket before a good hello.
 async fn hello_gate(
     hub: &Rc<Hub>,
-    ws: &mut WebSocketStream<TcpStream>,
+    ws: &mut Ws,
     peer: SocketAddr,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
 ) -> Option<Rc<Outlet>> {
     let refuse = |id, code, msg: String| Frame::error(id, code, msg).encode();
-    let first = match tokio::time::timeout(timeout, ws.next()).await {
+    let first = match tokio::time::timeout_at(deadline, ws.next()).await {
         Ok(Some(Ok(Message::Text(t)))) => t,
         Ok(Some(Ok(Message::Binary(_)))) => {
             let e = refuse(None, ErrorCode::Auth, "send a hello frame first".into());
@@ -291,12 +284,7 @@ async fn hello_gate(
     }
 }
 
-async fn close_with(
-    ws: &mut WebSocketStream<TcpStream>,
-    frame: Bytes,
-    code: CloseCode,
-    reason: &'static str,
-) {
+async fn close_with(ws: &mut Ws, frame: Bytes, code: CloseCode, reason: &'static str) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
         ws.send(Message::Text(encode_text(frame))).await?;
         ws.close(Some(CloseFrame {
@@ -308,8 +296,8 @@ async fn close_with(
     .await;
 }
 
-type WsStream = futures_util::stream::SplitStream<WebSocketStream<TcpStream>>;
-type WsSink = futures_util::stream::SplitSink<WebSocketStream<TcpStream>, Message>;
+type WsStream = futures_util::stream::SplitStream<Ws>;
+type WsSink = futures_util::stream::SplitSink<Ws, Message>;
 
 /// A per-connection token bucket: the `frames_per_second` / `frame_burst` limits.
 struct RateLimit {

@@ -1,1 +1,531 @@
 //! Automation channels: scheduled prompts (cron) and webhooks post gateway output into them.
+//!
+//! At start ([`Hub::start_automation`]) every channel a `[[cron]]` or `[[webhook]]` names is
+//! looked up by its exact name among the root channels: created as an automation channel if
+//! missing, marked as one if it is not (announced like `channel.set_automation`), and refused if
+//! it is the default channel. The same lookup runs again before each post, so a channel a user
+//! deleted comes back on the next post.
+//!
+//! A webhook's text becomes a stored message (role `cron`) with its `message` frame and a
+//! `notification{kind:cron}`, committed together: durable before any device sees them, and
+//! pushed to away devices like any other message. A cron job's prompt is queued as an agent
+//! turn in its channel's lane (`turns::enqueue_automation` stores the answer).
+//!
+//! The cron task sleeps until the earliest due job, never more than [`MAX_CRON_SLEEP`], and
+//! checks the wall clock at each wake-up. A Pi has no real-time clock: its clock jumps when NTP
+//! syncs after boot. A jump (the wall clock moving more than [`CLOCK_STEP`] away from the
+//! monotonic clock) reschedules every job from the new time without firing, so no backlog of
+//! missed runs is ever replayed; a job due in normal time fires once, and its next run is
+//! computed from then.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Local, TimeDelta};
+use tracing::{info, warn};
+
+use super::{CommitError, Hub};
+use crate::connection::http::HookError;
+use crate::ids;
+use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
+use crate::store::Change;
+
+/// Shortest webhook token accepted (config validation checks inline tokens; files are checked
+/// when they are read, at start).
+const MIN_TOKEN_CHARS: usize = 16;
+/// The longest the cron task sleeps before looking at the wall clock again.
+pub const MAX_CRON_SLEEP: Duration = Duration::from_secs(30);
+/// A difference between wall-clock and monotonic time this large is a clock step, not drift.
+pub const CLOCK_STEP: Duration = Duration::from_secs(60);
+/// A notification carries this much of a webhook's text.
+const NOTIFICATION_BODY_CHARS: usize = 200;
+/// Longest notification title taken from a webhook's JSON `title`.
+const MAX_TITLE_CHARS: usize = 200;
+/// The rate window of `limits.webhooks_per_minute`.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// A configured webhook, with its token kept only as a SHA-256 digest.
+struct Hook {
+    name: String,
+    channel: String,
+    digest: Vec<u8>,
+}
+
+/// The hub's automation state (`Hub::automation`).
+#[derive(Default)]
+pub(super) struct Automation {
+    hooks: Vec<Hook>,
+    /// When the webhook requests admitted within the last minute arrived, oldest first.
+    admitted: VecDeque<Instant>,
+    /// Held while an automation channel is looked up and maybe created, so two posts arriving
+    /// together cannot both create it.
+    directory: Rc<tokio::sync::Mutex<()>>,
+}
+
+/// A scheduled prompt, parsed.
+struct Job {
+    /// How logs and errors name it: `[[cron]] #1 (0 30 7 * * *)`.
+    label: String,
+    channel: String,
+    schedule: cron::Schedule,
+    prompt: String,
+}
+
+impl Hub {
+    /// Prepares automation before the gateway listens: reads the webhook tokens, makes sure every
+    /// channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel, and starts the
+    /// cron task. An error names the config entry; the gateway must not start with it.
+    pub async fn start_automation(self: &Rc<Self>) -> Result<(), String> {
+        let mut hooks = Vec::new();
+        for hook in &self.config.webhook {
+            let label = format!("[[webhook]] `{}`", hook.name);
+            let token = match &hook.token_file {
+                Some(path) => std::fs::read_to_string(path)
+                    .map(|t| t.lines().next().unwrap_or("").trim().to_owned())
+                    .map_err(|e| {
+                        format!("{label}: cannot read token_file {}: {e}", path.display())
+                    })?,
+                None => hook.token.expose().to_owned(),
+            };
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(format!(
+                    "{label}: the token must be at least {MIN_TOKEN_CHARS} characters"
+                ));
+            }
+            hooks.push(Hook {
+                name: hook.name.clone(),
+                channel: hook.channel.trim().to_owned(),
+                digest: ids::token_hash(&token),
+            });
+        }
+        let mut jobs = Vec::new();
+        for (i, job) in self.config.cron.iter().enumerate() {
+            let label = format!("[[cron]] #{} ({})", i + 1, job.schedule);
+            let schedule = job
+                .schedule
+                .parse::<cron::Schedule>()
+                .map_err(|e| format!("{label}: {e}"))?;
+            jobs.push(Job {
+                label,
+                channel: job.channel.trim().to_owned(),
+                schedule,
+                prompt: job.prompt.clone(),
+            });
+        }
+        let wanted: Vec<(&str, String)> = jobs
+            .iter()
+            .map(|j| (j.channel.as_str(), j.label.clone()))
+            .chain(
+                hooks
+                    .iter()
+                    .map(|h| (h.channel.as_str(), format!("[[webhook]] `{}`", h.name))),
+            )
+            .collect();
+        for (channel, origin) in &wanted {
+            self.automation_channel(channel, origin).await?;
+        }
+        let (hook_count, job_count) = (hooks.len(), jobs.len());
+        self.automation.borrow_mut().hooks = hooks;
+        if !jobs.is_empty() {
+            tokio::task::spawn_local(cron_loop(self.clone(), jobs));
+        }
+        if hook_count + job_count > 0 {
+            info!(
+                webhooks = hook_count,
+                cron_jobs = job_count,
+                "automation ready"
+            );
+        }
+        Ok(())
+    }
+
+    /// The root channel named `name`, made an automation channel: created if missing (announced
+    /// with `channel.created`), marked if not yet (announced with `channel.renamed`, as
+    /// `channel.set_automation` does). The default channel is refused. `origin` names the config
+    /// entry in logs and errors.
+    pub(super) async fn automation_channel(
+        &self,
+        name: &str,
+        origin: &str,
+    ) -> Result<Channel, String> {
+        let max_chars = self.config.limits.max_name_chars;
+        if name.is_empty() || name.chars().count() > max_chars || name.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "{origin}: the channel name `{name}` must be 1 to {max_chars} characters (limits.max_name_chars), without control characters"
+            ));
+        }
+        let lock = self.automation.borrow().directory.clone();
+        let _held = lock.lock().await;
+        let all = self
+            .store
+            .channels()
+            .map_err(|e| format!("cannot read the channel directory: {e}"))?;
+        let found = all
+            .iter()
+            .find(|c| !c.is_thread() && c.name == name)
+            .cloned();
+        let (entry, frame) = match found {
+            Some(c) if c.is_default => {
+                return Err(format!(
+                    "{origin} posts into `{name}`, which is the default channel; automation channels only receive gateway output, so name another channel (or make another channel the default first)"
+                ))
+            }
+            Some(c) if c.automation => return Ok(c),
+            Some(mut c) => {
+                c.automation = true;
+                info!(channel = %c.chat_id, "marked `{name}` as an automation channel for {origin}");
+                (c, "channel.renamed")
+            }
+            None => {
+                let max = self.config.limits.max_channels;
+                if all.len() >= max {
+                    return Err(format!(
+                        "{origin}: cannot create the channel `{name}`: the directory is full ({max} channels and threads, limits.max_channels)"
+                    ));
+                }
+                let mut c = Channel::new(
+                    ids::time_ordered("chan"),
+                    name.to_owned(),
+                    ChannelKind::Channel,
+                    None,
+                );
+                c.automation = true;
+                info!(channel = %c.chat_id, "created the automation channel `{name}` for {origin}");
+                (c, "channel.created")
+            }
+        };
+        let changes = vec![
+            Change::PutChannel(entry.clone()),
+            Change::Outbox(Frame::channel_entry(frame, &entry).encode()),
+        ];
+        self.commit(changes, None)
+            .await
+            .map_err(|e| format!("{origin}: could not save the channel `{name}`: {e}"))?;
+        Ok(entry)
+    }
+
+    /// Admits a webhook request before its body is read: the hook exists (404), the bearer
+    /// token matches (401, compared as SHA-256 digests in constant time), the announced length
+    /// fits `limits.max_webhook_bytes` (413), and the rate is under
+    /// `limits.webhooks_per_minute` over all hooks (429; only authorised requests count).
+    /// Returns the channel name the hook posts into.
+    pub fn webhook_admit(
+        &self,
+        name: &str,
+        authorization: Option<&str>,
+        announced_bytes: u64,
+    ) -> Result<String, HookError> {
+        let limits = &self.config.limits;
+        {
+            let mut a = self.automation.borrow_mut();
+            let hook = a
+                .hooks
+                .iter()
+                .find(|h| h.name == name)
+                .ok_or(HookError::NotFound)?;
+            let presented = authorization
+                .and_then(bearer_token)
+                .ok_or(HookError::Unauthorized)?;
+            if !same_bytes(&ids::token_hash(presented), &hook.digest) {
+                return Err(HookError::Unauthorized);
+            }
+            let channel = hook.channel.clone();
+            if announced_bytes > limits.max_webhook_bytes as u64 {
+                return Err(HookError::TooLarge(format!(
+                    "the body is {announced_bytes} bytes; the limit is {} (limits.max_webhook_bytes)",
+                    limits.max_webhook_bytes
+                )));
+            }
+            let now = Instant::now();
+            while a
+                .admitted
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
+            {
+                a.admitted.pop_front();
+            }
+            if a.admitted.len() >= limits.webhooks_per_minute as usize {
+                let wait = a
+                    .admitted
+                    .front()
+                    .map_or(RATE_WINDOW, |t| RATE_WINDOW - now.duration_since(*t));
+                return Err(HookError::RateLimited {
+                    retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+                });
+            }
+            a.admitted.push_back(now);
+            Ok(channel)
+        }
+    }
+
+    /// Posts an admitted webhook's body into its channel: JSON `{"text", "title"?}` when the
+    /// content type is `application/json`, else the body as UTF-8 text. Returns the message id
+    /// once the message and its notification are durable (and published).
+    pub async fn post_webhook(
+        &self,
+        hook: &str,
+        channel: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<String, HookError> {
+        let (title, text) = parse_webhook_body(content_type, body)?;
+        if text.trim().is_empty() {
+            return Err(HookError::BadRequest(
+                "the text is empty: nothing to post".into(),
+            ));
+        }
+        let max = self.config.limits.max_text_bytes;
+        if text.len() > max {
+            return Err(HookError::TooLarge(format!(
+                "the text is {} bytes; the limit is {max} (limits.max_text_bytes)",
+                text.len()
+            )));
+        }
+        let entry = self
+            .automation_channel(channel, &format!("[[webhook]] `{hook}`"))
+            .await
+            .map_err(HookError::Unavailable)?;
+        let title = title
+            .as_deref()
+            .map(|t| t.lines().next().unwrap_or("").trim())
+            .filter(|t| !t.is_empty())
+            .map(|t| t.chars().take(MAX_TITLE_CHARS).collect::<String>())
+            .unwrap_or_else(|| entry.name.clone());
+        self.post_automation(&entry, &title, text)
+            .await
+            .map_err(|e| HookError::Unavailable(format!("could not store the message: {e}")))
+    }
+
+    /// Stores `text` as a message with role `cron` in `channel`'s lane, with its `message`
+    /// frame and a `notification{kind:cron, title}`, in one commit (deleting the message later
+    /// withdraws both frames). Returns the message id.
+    pub(super) async fn post_automation(
+        &self,
+        channel: &Channel,
+        title: &str,
+        text: String,
+    ) -> Result<String, CommitError> {
+        let lane = Lane::new(&channel.chat_id, None);
+        let message = super::gateway_message(Role::Cron, text);
+        let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
+        let notification = Frame::notification("cron", title, &body, message.ts)
+            .in_lane(&lane.chat_id, None)
+            .encode();
+        let changes = vec![
+            Change::PutMessage(lane.clone(), message.clone()),
+            Change::OutboxOf {
+                message_id: message.message_id.clone(),
+                frame: Frame::message(&message)
+                    .in_lane(&lane.chat_id, None)
+                    .encode(),
+            },
+            Change::OutboxOf {
+                message_id: message.message_id.clone(),
+                frame: notification,
+            },
+        ];
+        self.commit(changes, None).await?;
+        Ok(message.message_id)
+    }
+
+    /// Nothing is running or queued in `lane`.
+    fn lane_idle(&self, lane: &Lane) -> bool {
+        self.state
+            .borrow()
+            .lanes
+            .get(lane)
+            .is_none_or(|ls| !ls.running && ls.queue.is_empty())
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Equal lengths and bytes, in time independent of where they differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A webhook body as (title, text).
+fn parse_webhook_body(
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<(Option<String>, String), HookError> {
+    let is_json = content_type.is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("application/json")
+    });
+    if is_json {
+        #[derive(serde::Deserialize)]
+        struct Posted {
+            text: String,
+            #[serde(default)]
+            title: Option<String>,
+        }
+        let posted: Posted = serde_json::from_slice(body).map_err(|e| {
+            HookError::BadRequest(format!(
+                "a JSON body must be {{\"text\": \"…\", \"title\": \"… (optional)\"}}: {e}"
+            ))
+        })?;
+        Ok((posted.title, posted.text))
+    } else {
+        let text = std::str::from_utf8(body).map_err(|_| {
+            HookError::BadRequest(
+                "the body is not UTF-8 text (send text, or JSON with Content-Type: application/json)"
+                    .into(),
+            )
+        })?;
+        Ok((None, text.to_owned()))
+    }
+}
+
+/// The next run of `schedule` strictly after `now`.
+fn next_run(schedule: &cron::Schedule, now: &DateTime<Local>) -> Option<DateTime<Local>> {
+    schedule.after(now).next()
+}
+
+/// Whether the wall clock moved by more than [`CLOCK_STEP`] beyond the monotonic time elapsed.
+fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
+    let monotonic = TimeDelta::from_std(monotonic).unwrap_or(TimeDelta::MAX);
+    let step = TimeDelta::from_std(CLOCK_STEP).unwrap_or(TimeDelta::MAX);
+    (wall - monotonic).abs() > step
+}
+
+/// The one cron task: fires due jobs, skips a job whose previous run is still queued or
+/// running, and stops when the gateway shuts down.
+async fn cron_loop(hub: Rc<Hub>, jobs: Vec<Job>) {
+    let mut last = (Local::now(), Instant::now());
+    let mut next: Vec<Option<DateTime<Local>>> = jobs
+        .iter()
+        .map(|j| next_run(&j.schedule, &last.0))
+        .collect();
+    // The lane of each job's last run, until that lane has been seen idle. Only cron runs turns
+    // in automation lanes, so a job whose lane is busy may still have its run queued; a job
+    // sharing a busy channel with another job is skipped too (conservatively).
+    let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
+    loop {
+        if hub.is_shutting_down() {
+            return;
+        }
+        let now = (Local::now(), Instant::now());
+        if clock_stepped(now.0 - last.0, now.1.duration_since(last.1)) {
+            warn!(
+                "the clock jumped by {} s; cron jobs are rescheduled from the new time",
+                ((now.0 - last.0).num_seconds() - now.1.duration_since(last.1).as_secs() as i64)
+            );
+            next = jobs.iter().map(|j| next_run(&j.schedule, &now.0)).collect();
+        }
+        last = now;
+        for p in pending.iter_mut() {
+            if p.as_ref().is_some_and(|lane| hub.lane_idle(lane)) {
+                *p = None;
+            }
+        }
+        for (i, job) in jobs.iter().enumerate() {
+            if next[i].is_none_or(|at| at > now.0) {
+                continue;
+            }
+            next[i] = next_run(&job.schedule, &now.0);
+            if pending[i].is_some() {
+                info!(job = %job.label, "skipping a run: the previous one is still queued or running");
+                continue;
+            }
+            match hub.automation_channel(&job.channel, &job.label).await {
+                Ok(channel) => {
+                    let lane = Lane::new(&channel.chat_id, None);
+                    info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
+                    super::turns::enqueue_automation(
+                        &hub,
+                        lane.clone(),
+                        job.prompt.clone(),
+                        channel.name.clone(),
+                    );
+                    pending[i] = Some(lane);
+                }
+                Err(e) => warn!(job = %job.label, "cron run skipped: {e}"),
+            }
+        }
+        let earliest = next.iter().flatten().min().copied();
+        let wait = earliest
+            .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(MAX_CRON_SLEEP)
+            .min(MAX_CRON_SLEEP);
+        tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_header() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+    }
+
+    #[test]
+    fn digests_compare_by_content() {
+        assert!(same_bytes(b"abc", b"abc"));
+        assert!(!same_bytes(b"abc", b"abd"));
+        assert!(!same_bytes(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn bodies_are_json_or_text() {
+        let json = Some("application/json; charset=utf-8");
+        assert_eq!(
+            parse_webhook_body(json, br#"{"text":"hi","title":"T"}"#),
+            Ok((Some("T".into()), "hi".into()))
+        );
+        assert_eq!(
+            parse_webhook_body(json, br#"{"text":"hi","extra":1}"#),
+            Ok((None, "hi".into()))
+        );
+        assert!(matches!(
+            parse_webhook_body(json, br#"{"title":"T"}"#),
+            Err(HookError::BadRequest(_))
+        ));
+        assert_eq!(
+            parse_webhook_body(Some("text/plain"), "héllo".as_bytes()),
+            Ok((None, "héllo".into()))
+        );
+        assert_eq!(
+            parse_webhook_body(None, br#"{"text":"raw"}"#),
+            Ok((None, r#"{"text":"raw"}"#.into()))
+        );
+        assert!(matches!(
+            parse_webhook_body(None, &[0xff, 0xfe]),
+            Err(HookError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn clock_steps_are_told_from_elapsed_time() {
+        let secs = TimeDelta::seconds;
+        assert!(!clock_stepped(secs(30), Duration::from_secs(30)));
+        assert!(!clock_stepped(secs(31), Duration::from_secs(30)));
+        assert!(clock_stepped(secs(3600), Duration::from_secs(30)));
+        assert!(clock_stepped(secs(-3600), Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn the_next_run_is_after_now_and_never_a_backlog() {
+        let schedule: cron::Schedule = "0 30 7 * * *".parse().expect("schedule");
+        let now = Local::now();
+        let next = next_run(&schedule, &now).expect("a next run");
+        assert!(next > now && next - now <= TimeDelta::days(1) + TimeDelta::hours(1));
+    }
+}

@@ -20,7 +20,7 @@ use super::{Hub, Refusal};
 use crate::agent::AgentSettings;
 use crate::connection::Outlet;
 use crate::ids;
-use crate::protocol::{Frame, HistoryMessage, Lane, Role};
+use crate::protocol::{Frame, Lane, Role};
 use crate::store::Change;
 
 /// Pickers waiting for an answer; the oldest is forgotten beyond this.
@@ -366,17 +366,7 @@ async fn open_picker(hub: &Rc<Hub>, lane: &Lane, setting: Setting) {
 
 /// Posts the gateway's answer as a `system` message in `lane`.
 async fn post_system(hub: &Hub, lane: &Lane, text: String) {
-    let message = HistoryMessage {
-        message_id: ids::message_id(),
-        role: Role::System,
-        text,
-        reasoning: None,
-        model: None,
-        tokens: None,
-        runtime: None,
-        ts: ids::now_ms(),
-        media: Vec::new(),
-    };
+    let message = super::gateway_message(Role::System, text);
     let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
     let changes = vec![
         Change::PutMessage(lane.clone(), message.clone()),

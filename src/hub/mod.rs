@@ -94,6 +94,8 @@ pub struct Hub {
     /// ...and it wakes turns waiting for the agent when it is back.
     agent_back: tokio::sync::Notify,
     started: Instant,
+    /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
+    automation: RefCell<automation::Automation>,
 }
 
 impl Hub {
@@ -138,6 +140,7 @@ impl Hub {
             agent_check: tokio::sync::Notify::new(),
             agent_back: tokio::sync::Notify::new(),
             started: Instant::now(),
+            automation: RefCell::default(),
         });
         tokio::task::spawn_local(commit::run(hub.clone(), rx));
         if hub.agent.name() != "demo" {
@@ -672,6 +675,22 @@ pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
         seen_cursor: 0,
     };
     (device, token)
+}
+
+/// A message the gateway itself writes (command answers, automation posts, restart notices):
+/// no model, no footer data, stamped now.
+fn gateway_message(role: crate::protocol::Role, text: String) -> crate::protocol::HistoryMessage {
+    crate::protocol::HistoryMessage {
+        message_id: ids::message_id(),
+        role,
+        text,
+        reasoning: None,
+        model: None,
+        tokens: None,
+        runtime: None,
+        ts: ids::now_ms(),
+        media: Vec::new(),
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> Refusal {

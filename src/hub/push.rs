@@ -39,9 +39,10 @@ fn pushable(frame: &Value) -> Option<(String, Option<String>, String, String)> {
     let body = match frame["type"].as_str()? {
         "message.stop" => p["final_text"].as_str()?.to_owned(),
         // Not the user's own words, nor the gateway's answers to a command someone just typed.
-        "message" if p["role"] != "user" && p["role"] != "system" => {
-            p["text"].as_str()?.to_owned()
-        }
+        "message" if p["role"] != "user" && p["role"] != "system" => p["text"].as_str()?.to_owned(),
+        // An automation post is pushed once, as its message (titled with the channel); the
+        // notification beside it would make the phone ring twice.
+        "notification" if p["kind"] == "cron" => return None,
         "notification" => {
             let title = p["title"].as_str().unwrap_or("");
             let body = p["body"].as_str().unwrap_or("");

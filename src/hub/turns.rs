@@ -308,6 +308,15 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
     let message_id = ids::message_id();
     let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
     let started = tokio::time::Instant::now();
+    // Registered before the first await, so a `/stop` or a deletion of the reply that arrives
+    // while the turn is still getting ready is not missed.
+    let abort = Rc::new(Abort::default());
+    {
+        let mut st = hub.state.borrow_mut();
+        let ls = st.lanes.entry(lane.clone()).or_default();
+        ls.abort = Some(abort.clone());
+        ls.streaming = Some(message_id.clone());
+    }
     hub.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
     hub.broadcast(
         &Frame::message_start(&message_id).in_lane(chat, thread),
@@ -331,13 +340,6 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         session: session.session_id,
         settings: hub.state.borrow().agent_settings.clone(),
     };
-    let abort = Rc::new(Abort::default());
-    {
-        let mut st = hub.state.borrow_mut();
-        let ls = st.lanes.entry(lane.clone()).or_default();
-        ls.abort = Some(abort.clone());
-        ls.streaming = Some(message_id.clone());
-    }
     let agent_config = &hub.config.agent;
     let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
     let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
@@ -822,15 +824,8 @@ impl Hub {
                 Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
             };
             let reply = HistoryMessage {
-                message_id: ids::message_id(),
-                role: Role::Assistant,
-                text,
-                reasoning: None,
-                model: None,
-                tokens: None,
                 runtime: Some(Runtime::default()),
-                ts: ids::now_ms(),
-                media: Vec::new(),
+                ..super::gateway_message(Role::Assistant, text)
             };
             finish_turn(
                 self,
