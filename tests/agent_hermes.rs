@@ -36,6 +36,19 @@ fn gateway_for(dir: &std::path::Path, hermes: &Hermes, extra: &[&str]) -> Gatewa
     Gateway::start(dir, &args)
 }
 
+/// One Hermes at a time: each is a ~100 MB Python process whose first turn takes seconds of
+/// CPU, and CI machines have two cores; in parallel they starve each other past any sane bound.
+static ONE_HERMES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_HERMES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Hermes' first turn after a start loads its tool registry: allow for a slow machine.
+const HERMES_TURN_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn rig() -> Rig {
     let llm = MockLlm::start();
     let hermes = Hermes::start(&llm);
@@ -53,6 +66,7 @@ fn rig() -> Rig {
 
 async fn connect(gw: &Gateway, p: &Paired) -> Client {
     let (mut c, _, status) = connect_until_status(gw, p).await;
+    c.timeout = HERMES_TURN_TIMEOUT;
     if status["payload"]["state"] != "online" {
         c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
             .await;
@@ -103,6 +117,7 @@ fn times_asked(llm: &MockLlm, text: &str) -> usize {
 
 #[tokio::test]
 async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
+    let _one = one_at_a_time();
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
 
@@ -158,6 +173,7 @@ async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
 
 #[tokio::test]
 async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
+    let _one = one_at_a_time();
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     let frames = turn(&mut c, "[[tool]] plan my tea").await;
@@ -205,6 +221,7 @@ async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
 
 #[tokio::test]
 async fn reasoning_comes_from_the_transcript() {
+    let _one = one_at_a_time();
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     let frames = turn(&mut c, "[[reason]] why").await;
@@ -215,6 +232,7 @@ async fn reasoning_comes_from_the_transcript() {
 
 #[tokio::test]
 async fn stop_aborts_the_running_turn_at_hermes() {
+    let _one = one_at_a_time();
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -260,6 +278,7 @@ async fn stop_aborts_the_running_turn_at_hermes() {
 
 #[tokio::test]
 async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
+    let _one = one_at_a_time();
     let mut r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -304,6 +323,7 @@ async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
 
 #[tokio::test]
 async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
+    let _one = one_at_a_time();
     let mut r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -353,6 +373,7 @@ async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
 
 #[tokio::test]
 async fn a_wrong_key_is_reported_not_retried() {
+    let _one = one_at_a_time();
     let llm = MockLlm::start();
     let hermes = Hermes::start(&llm);
     let dir = temp_data_dir();
@@ -370,6 +391,7 @@ async fn a_wrong_key_is_reported_not_retried() {
     );
     let p = pair(dir.path(), "phone");
     let (mut c, _, status) = connect_until_status(&gw, &p).await;
+    c.timeout = HERMES_TURN_TIMEOUT;
     if status["payload"]["state"] == "online" {
         let s = c.recv_type("status").await;
         assert_eq!(s["payload"]["state"], "degraded", "{s}");
