@@ -1,0 +1,792 @@
+//! End-to-end benchmarks of the real binary on loopback, each beside a baseline measured in the
+//! same run (these machines are noisy; ratios travel, seconds do not):
+//!
+//! - turn fan-out to 1, 10 and 50 devices, with a scripted agent that streams as fast as it can
+//!   (an OpenAI-compatible SSE server in this process stamping every chunk with its send time):
+//!   frames per second delivered and p50/p99 latency from the agent emitting a chunk to a device
+//!   receiving the update that carries it; baseline: a bare tokio-tungstenite broadcast of the
+//!   same frames to the same number of clients (the stack's limit);
+//! - a stalled device among 10: the gateway's peak RSS beside the same run without it, and how
+//!   many `message.update` frames were coalesced for it;
+//! - `sync` replay of 10,000 frames, against the bare stack sending the same frames;
+//! - a `history` page at 100,000 stored messages against one at 2,000;
+//! - cold start to listening with 100,000 stored messages against an empty store;
+//! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
+//! - release binary sizes, and the 10-device fan-out of the aarch64 binary under qemu-user when
+//!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it).
+//!
+//! `cargo bench --bench gateway` (Markdown on stdout; `benches/regenerate` writes
+//! docs/benchmarks.md). `-- --quick` for a smoke run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use iris_gateway::hub::new_device;
+use iris_gateway::protocol::{Frame, HistoryMessage, Lane, Role};
+use iris_gateway::store::{Change, DeviceOrigin, Store};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+
+type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+/// Chunks one scripted turn streams.
+const CHUNKS_PER_TURN: usize = 200;
+
+struct Opts {
+    quick: bool,
+}
+
+/// One row of the report.
+struct Row {
+    what: String,
+    value: String,
+    baseline: String,
+    ratio: String,
+}
+
+fn row(what: impl Into<String>, value: String, baseline: String, ratio: f64) -> Row {
+    Row {
+        what: what.into(),
+        value,
+        baseline,
+        ratio: format!("{ratio:.3}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gateway process
+// ---------------------------------------------------------------------------------------------
+
+/// The binary under test: `IRIS_GATEWAY_BIN` (with `IRIS_GATEWAY_RUNNER`, e.g. qemu) or this
+/// build's release binary.
+fn gateway_command(bin: Option<(&Path, &[&str])>) -> Command {
+    match bin {
+        Some((path, runner)) if !runner.is_empty() => {
+            let mut c = Command::new(runner[0]);
+            c.args(&runner[1..]).arg(path);
+            c
+        }
+        Some((path, _)) => Command::new(path),
+        None => Command::new(env!("CARGO_BIN_EXE_iris-gateway")),
+    }
+}
+
+struct Gateway {
+    child: Child,
+    url: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Gateway {
+    fn start(dir: &Path, config: &str, bin: Option<(&Path, &[&str])>) -> (Gateway, Duration) {
+        let config_path = dir.join("bench.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let t = Instant::now();
+        let mut child = gateway_command(bin)
+            .args(["run", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--config")
+            .arg(&config_path)
+            .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the gateway");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let url = loop {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!("the gateway exited before listening:\n{err}\nconfig:\n{config}");
+            }
+            if let Some(u) = line.trim().strip_prefix("listening on ") {
+                if u.starts_with("ws://") {
+                    break u.to_owned();
+                }
+            }
+        };
+        let started = t.elapsed();
+        std::thread::spawn(move || for _ in out.lines() {});
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if l.contains("coalesced=") {
+                    sink.lock().unwrap().push_str(&l);
+                    sink.lock().unwrap().push('\n');
+                }
+            }
+        });
+        (
+            Gateway {
+                child,
+                url,
+                stderr,
+            },
+            started,
+        )
+    }
+
+    fn status_kb(&self, key: &str) -> u64 {
+        status_kb(self.child.id(), key)
+    }
+
+    fn stop(mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A `/proc/PID/status` figure in kB (`VmRSS`, `VmHWM`). Under qemu-user the process is qemu.
+fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim_start_matches(':').trim().split(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The config every run uses: room for 500 devices, no rate limits in the way.
+fn config(agent_url: Option<&str>) -> String {
+    let template = Command::new(env!("CARGO_BIN_EXE_iris-gateway"))
+        .arg("config")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut limits = String::from(
+        "[limits]\nmax_connections = 1000\nframes_per_second = 100000\nframe_burst = 100000\nlane_queue_depth = 64\n",
+    );
+    // Keys other work may add; set them only when this build knows them.
+    if template.contains("#max_connections_per_ip") {
+        limits.push_str("max_connections_per_ip = 1000\n");
+    }
+    let agent = match agent_url {
+        Some(url) => format!("[agent]\nbackend = \"openai\"\nurl = \"{url}\"\nmodel = \"bench\"\n"),
+        None => "[demo]\npace_ms = 0\n".to_owned(),
+    };
+    format!("{agent}{limits}")
+}
+
+/// Pairs `n` devices straight in the store (before the gateway opens it): (device_id, token).
+fn pair_devices(dir: &Path, n: usize) -> Vec<(String, String)> {
+    let store = Store::open(&dir.join("data"), 1 << 20, Duration::from_secs(5)).unwrap();
+    let out = (0..n)
+        .map(|i| {
+            let (device, token) = new_device(&format!("bench-{i}"), DeviceOrigin::Pair);
+            store.add_device(&device).unwrap();
+            (device.device_id, token)
+        })
+        .collect();
+    store.sync_blocking().unwrap();
+    out
+}
+
+/// Stores `n` messages in the default channel (and their outbox frames), 500 per fsync.
+fn prefill(dir: &Path, n: usize) {
+    let store = Store::open(&dir.join("data"), 1 << 20, Duration::from_secs(5)).unwrap();
+    let lane = Lane::new("default", None);
+    for i in 0..n {
+        let m = HistoryMessage {
+            message_id: format!("msg_{i:016x}"),
+            role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+            text: format!("stored message {i}: the tomatoes want water at eight, and the forecast says rain"),
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: 1_760_000_000_000 + i as i64,
+            media: Vec::new(),
+        };
+        let frame = Frame::message(&m).in_lane("default", None).encode();
+        store
+            .commit(&[Change::PutMessage(lane.clone(), m), Change::Outbox(frame)])
+            .unwrap();
+        if i % 500 == 499 {
+            store.sync_blocking().unwrap();
+        }
+    }
+    store.sync_blocking().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+// ---------------------------------------------------------------------------------------------
+
+async fn connect(url: &str, recv_buffer: Option<u32>) -> Ws {
+    let addr: std::net::SocketAddr = url.trim_start_matches("ws://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(b) = recv_buffer {
+        socket.set_recv_buffer_size(b).unwrap();
+    }
+    let tcp = socket.connect(addr).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(url, tcp).await.unwrap();
+    ws
+}
+
+async fn recv_json(ws: &mut Ws) -> Value {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("connection ended: {other:?}"),
+        }
+    }
+}
+
+async fn hello(url: &str, device: &(String, String), recv_buffer: Option<u32>) -> Ws {
+    let mut ws = connect(url, recv_buffer).await;
+    let hello = json!({"v": 1, "type": "hello", "id": 1, "payload": {
+        "token": device.1, "device_id": device.0, "device_name": "bench" }});
+    ws.send(Message::text(hello.to_string())).await.unwrap();
+    loop {
+        let f = recv_json(&mut ws).await;
+        match f["type"].as_str() {
+            Some("hello.ack") => return ws,
+            Some("error") => panic!("hello refused: {f}"),
+            _ => {}
+        }
+    }
+}
+
+/// Microseconds since the bench started: the stamp both sides of a latency read.
+fn now_us(epoch: Instant) -> u64 {
+    epoch.elapsed().as_micros() as u64
+}
+
+/// Latencies of every stamped update a device sees, until it has seen `stops` message.stops.
+async fn watch_turns(mut ws: Ws, stops: usize, epoch: Instant) -> (Vec<u64>, usize) {
+    let mut lat = Vec::new();
+    let mut frames = 0;
+    let mut seen = 0;
+    while seen < stops {
+        let f = recv_json(&mut ws).await;
+        frames += 1;
+        match f["type"].as_str() {
+            Some("message.update") => {
+                let text = f["payload"]["text"].as_str().unwrap_or("");
+                if let Some(stamp) = text.rsplit(' ').next().and_then(|s| s.parse::<u64>().ok()) {
+                    lat.push(now_us(epoch).saturating_sub(stamp));
+                }
+            }
+            Some("message.stop") => seen += 1,
+            _ => {}
+        }
+    }
+    (lat, frames)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scripted agent: an OpenAI-compatible server streaming stamped chunks as fast as it can
+// ---------------------------------------------------------------------------------------------
+
+async fn scripted_agent(epoch: Instant) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::task::spawn_local(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::task::spawn_local(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Head, then as much body as Content-Length says.
+                let (head_end, len) = loop {
+                    let n = tcp.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                    if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&req[..i]).to_ascii_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break (i + 4, len);
+                    }
+                };
+                while req.len() < head_end + len {
+                    let n = tcp.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                }
+                if req.starts_with(b"GET") {
+                    let body = r#"{"data":[{"id":"bench"}]}"#;
+                    let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    let _ = tcp.write_all(reply.as_bytes()).await;
+                    return;
+                }
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                    .await;
+                for _ in 0..CHUNKS_PER_TURN {
+                    let chunk = json!({"choices": [{"delta": {"content": format!(" {}", now_us(epoch))}}]});
+                    if tcp.write_all(format!("data: {chunk}\n\n").as_bytes()).await.is_err() {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": CHUNKS_PER_TURN}});
+                let _ = tcp.write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fan-out
+// ---------------------------------------------------------------------------------------------
+
+struct FanOut {
+    frames_per_sec: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+/// `turns` turns sent by device 0, watched by `devices` devices (the sender included).
+async fn gateway_fan_out(devices: usize, turns: usize, bin: Option<(&Path, &[&str])>, epoch: Instant) -> FanOut {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = pair_devices(tmp.path(), devices);
+    let agent = scripted_agent(epoch).await;
+    let (gw, _) = Gateway::start(tmp.path(), &config(Some(&agent)), bin);
+    let mut watchers = Vec::new();
+    let mut sender = None;
+    for (i, d) in ids.iter().enumerate() {
+        let ws = hello(&gw.url, d, None).await;
+        if i == 0 {
+            sender = Some(ws);
+        } else {
+            watchers.push(ws);
+        }
+    }
+    let (mut tx, rx) = sender.unwrap().split();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for ws in watchers {
+        tasks.push(tokio::task::spawn_local(watch_turns(ws, turns, epoch)));
+    }
+    // The sender sends its turns back to back (they queue in the lane) and watches too.
+    for i in 0..turns {
+        let m = json!({"v":1,"type":"message.send","id": 10 + i,"chat_id":"default","payload":{"text": format!("turn {i}")}});
+        tx.send(Message::text(m.to_string())).await.unwrap();
+    }
+    let own = tx.reunite(rx).unwrap();
+    tasks.push(tokio::task::spawn_local(watch_turns(own, turns, epoch)));
+    let mut lat = Vec::new();
+    let mut frames = 0;
+    for task in tasks {
+        let (l, f) = task.await.unwrap();
+        lat.extend(l);
+        frames += f;
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    gw.stop();
+    FanOut {
+        frames_per_sec: frames as f64 / elapsed,
+        p50_us: percentile(&mut lat, 0.5),
+        p99_us: percentile(&mut lat, 0.99),
+    }
+}
+
+/// The same frames through a bare tokio-tungstenite broadcast server on its own thread.
+async fn bare_fan_out(devices: usize, turns: usize, epoch: Instant) -> FanOut {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            let mut clients = Vec::new();
+            for _ in 0..devices {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let _ = tcp.set_nodelay(true);
+                clients.push(tokio_tungstenite::accept_async(tcp).await.unwrap());
+            }
+            for turn in 0..turns {
+                let mut text = String::new();
+                for _ in 0..CHUNKS_PER_TURN {
+                    text.push_str(&format!(" {}", now_us(epoch)));
+                    let f = json!({"v":1,"type":"message.update","chat_id":"default","payload":{"message_id": format!("msg_{turn}"),"text": text}}).to_string();
+                    for c in clients.iter_mut() {
+                        c.send(Message::text(f.clone())).await.unwrap();
+                    }
+                }
+                let stop = json!({"v":1,"type":"message.stop","payload":{"message_id": format!("msg_{turn}"),"final_text": text}}).to_string();
+                for c in clients.iter_mut() {
+                    c.send(Message::text(stop.clone())).await.unwrap();
+                }
+            }
+            for c in clients.iter_mut() {
+                let _ = c.close(None).await;
+            }
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    let url = format!("ws://{addr}");
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..devices {
+        let ws = connect(&url, None).await;
+        tasks.push(tokio::task::spawn_local(watch_turns(ws, turns, epoch)));
+    }
+    let mut lat = Vec::new();
+    let mut frames = 0;
+    for task in tasks {
+        let (l, f) = task.await.unwrap();
+        lat.extend(l);
+        frames += f;
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    server.join().unwrap();
+    FanOut {
+        frames_per_sec: frames as f64 / elapsed,
+        p50_us: percentile(&mut lat, 0.5),
+        p99_us: percentile(&mut lat, 0.99),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The other figures
+// ---------------------------------------------------------------------------------------------
+
+/// Peak RSS with 10 devices watching `turns` turns, one of which (when `stalled`) never reads;
+/// and the coalesced count the gateway logs for it.
+async fn stalled_run(stalled: bool, turns: usize, epoch: Instant) -> (u64, u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = pair_devices(tmp.path(), 10);
+    let agent = scripted_agent(epoch).await;
+    let (gw, _) = Gateway::start(tmp.path(), &config(Some(&agent)), None);
+    let mut watchers = Vec::new();
+    let mut stuck = None;
+    for (i, d) in ids.iter().enumerate() {
+        if stalled && i == 9 {
+            // A 4 KiB receive buffer it never drains: the gateway's queue for it fills.
+            stuck = Some(hello(&gw.url, d, Some(4096)).await);
+        } else {
+            watchers.push(hello(&gw.url, d, None).await);
+        }
+    }
+    let mut sender = watchers.remove(0);
+    for i in 0..turns {
+        let m = json!({"v":1,"type":"message.send","id": 10 + i,"chat_id":"default","payload":{"text": format!("turn {i}")}});
+        sender.send(Message::text(m.to_string())).await.unwrap();
+    }
+    let mut tasks = vec![tokio::task::spawn_local(watch_turns(sender, turns, epoch))];
+    for ws in watchers {
+        tasks.push(tokio::task::spawn_local(watch_turns(ws, turns, epoch)));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let peak = gw.status_kb("VmHWM");
+    drop(stuck);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let coalesced = gw
+        .stderr
+        .lock()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split("coalesced=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    gw.stop();
+    (peak, coalesced)
+}
+
+/// Time to replay `n` stored frames with `sync{cursor:0}`, through the gateway.
+async fn gateway_sync(n: usize) -> Duration {
+    let tmp = tempfile::tempdir().unwrap();
+    prefill(tmp.path(), n);
+    let ids = pair_devices(tmp.path(), 1);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let mut ws = hello(&gw.url, &ids[0], None).await;
+    let t = Instant::now();
+    ws.send(Message::text(json!({"v":1,"type":"sync","id":2,"payload":{"cursor":0}}).to_string()))
+        .await
+        .unwrap();
+    let mut replayed = 0;
+    loop {
+        let f = recv_json(&mut ws).await;
+        if f["type"] == "sync.done" {
+            break;
+        }
+        if f.get("cursor").is_some() {
+            replayed += 1;
+        }
+    }
+    let d = t.elapsed();
+    assert!(replayed >= n, "replayed {replayed} of {n}");
+    gw.stop();
+    d
+}
+
+/// The same number of frames of the same size through the bare stack.
+async fn bare_sync(n: usize) -> Duration {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::from_std(listener.into_std().unwrap()).unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            let _ = ws.next().await;
+            for i in 0..n {
+                let f = json!({"v":1,"type":"message","chat_id":"default","cursor": i + 1,"payload":{"message_id": format!("msg_{i:016x}"),"role":"user","text": format!("stored message {i}: the tomatoes want water at eight, and the forecast says rain"),"ts": 1_760_000_000_000u64 + i as u64,"media":[]}});
+                ws.send(Message::text(f.to_string())).await.unwrap();
+            }
+            ws.send(Message::text(json!({"v":1,"type":"sync.done","id":2,"payload":{"cursor": n}}).to_string())).await.unwrap();
+            let _ = ws.close(None).await;
+        });
+    });
+    let mut ws = connect(&url, None).await;
+    let t = Instant::now();
+    ws.send(Message::text("{}")).await.unwrap();
+    loop {
+        if recv_json(&mut ws).await["type"] == "sync.done" {
+            break;
+        }
+    }
+    let d = t.elapsed();
+    server.join().unwrap();
+    d
+}
+
+/// Median time of `reps` `history` pages of 50 with `stored` messages, and the cold start time.
+async fn history_and_start(stored: usize, reps: usize) -> (Duration, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    prefill(tmp.path(), stored);
+    let ids = pair_devices(tmp.path(), 1);
+    let mut starts = Vec::new();
+    for _ in 0..2 {
+        let (gw, started) = Gateway::start(tmp.path(), &config(None), None);
+        starts.push(started);
+        gw.stop();
+    }
+    let (gw, started) = Gateway::start(tmp.path(), &config(None), None);
+    starts.push(started);
+    let mut ws = hello(&gw.url, &ids[0], None).await;
+    let mut times = Vec::new();
+    for i in 0..reps {
+        let t = Instant::now();
+        ws.send(Message::text(json!({"v":1,"type":"history","id": 100 + i,"chat_id":"default","payload":{"limit":50}}).to_string()))
+            .await
+            .unwrap();
+        loop {
+            if recv_json(&mut ws).await["type"] == "history" {
+                break;
+            }
+        }
+        times.push(t.elapsed());
+    }
+    gw.stop();
+    times.sort();
+    starts.sort();
+    (times[times.len() / 2], starts[starts.len() / 2])
+}
+
+/// Idle RSS, and RSS with `n` idle devices connected (kB).
+async fn rss_with_devices(counts: &[usize]) -> (u64, Vec<(usize, u64)>) {
+    let max = counts.iter().copied().max().unwrap_or(0);
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = pair_devices(tmp.path(), max);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = gw.status_kb("VmRSS");
+    let mut open = Vec::new();
+    let mut out = Vec::new();
+    for &n in counts {
+        while open.len() < n {
+            open.push(hello(&gw.url, &ids[open.len()], None).await);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        out.push((n, gw.status_kb("VmRSS")));
+    }
+    drop(open);
+    gw.stop();
+    (idle, out)
+}
+
+/// Stripped release binaries: this build's, and the ARM builds benches/regenerate names.
+fn binary_sizes() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let native = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
+    let arm = |var: &str| std::env::var_os(var).map(PathBuf::from);
+    for (name, path) in [
+        (format!("{} (this build)", std::env::consts::ARCH), Some(native)),
+        ("aarch64".to_owned(), arm("IRIS_BENCH_AARCH64")),
+        ("armv7".to_owned(), arm("IRIS_BENCH_ARMV7")),
+    ] {
+        if let Some(m) = path.and_then(|p| std::fs::metadata(p).ok()) {
+            out.push((name, m.len()));
+        }
+    }
+    out
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    format!("{} ({}), {cores} cores", std::env::consts::ARCH, cpu)
+}
+
+fn print(title: &str, rows: &[Row]) {
+    println!("\n### {title}\n");
+    println!("| figure | value | baseline (same run) | ratio |");
+    println!("|---|---|---|---|");
+    for r in rows {
+        println!("| {} | {} | {} | {} |", r.what, r.value, r.baseline, r.ratio);
+    }
+}
+
+fn main() {
+    let opts = Opts {
+        quick: std::env::args().any(|a| a == "--quick"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, run(opts));
+}
+
+async fn run(opts: Opts) {
+    let epoch = Instant::now();
+    let turns = if opts.quick { 2 } else { 10 };
+    println!("## Gateway end to end ({})", machine());
+
+    let mut rows = Vec::new();
+    let fanouts: &[usize] = if opts.quick { &[1, 10] } else { &[1, 10, 50] };
+    for &n in fanouts {
+        let g = gateway_fan_out(n, turns, None, epoch).await;
+        let b = bare_fan_out(n, turns, epoch).await;
+        rows.push(row(
+            format!("fan-out to {n} device(s): frames/s delivered"),
+            format!("{:.0}", g.frames_per_sec),
+            format!("{:.0} (bare tokio-tungstenite broadcast)", b.frames_per_sec),
+            g.frames_per_sec / b.frames_per_sec,
+        ));
+        rows.push(row(
+            format!("fan-out to {n} device(s): latency p50 / p99, agent chunk → device"),
+            format!("{:.2} / {:.2} ms", g.p50_us as f64 / 1e3, g.p99_us as f64 / 1e3),
+            format!("{:.2} / {:.2} ms", b.p50_us as f64 / 1e3, b.p99_us as f64 / 1e3),
+            g.p99_us as f64 / b.p99_us.max(1) as f64,
+        ));
+    }
+    // The aarch64 figure needs a build of this very source: benches/regenerate makes one with
+    // .ci/cross's toolchain and names it here (a binary lying around may be stale).
+    if let Some(aarch64) = std::env::var_os("IRIS_BENCH_AARCH64").map(PathBuf::from) {
+        let runner: &[&str] = &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"];
+        let g = gateway_fan_out(10, turns, Some((&aarch64, runner)), epoch).await;
+        let b = bare_fan_out(10, turns, epoch).await;
+        rows.push(row(
+            "fan-out to 10 devices, aarch64 binary under qemu-user: frames/s",
+            format!("{:.0}", g.frames_per_sec),
+            format!("{:.0} (bare broadcast, native)", b.frames_per_sec),
+            g.frames_per_sec / b.frames_per_sec,
+        ));
+    }
+    print("Turn fan-out (scripted agent streaming as fast as it can, 200 chunks a turn)", &rows);
+
+    let mut rows = Vec::new();
+    let (calm_peak, _) = stalled_run(false, turns, epoch).await;
+    let (stalled_peak, coalesced) = stalled_run(true, turns, epoch).await;
+    rows.push(row(
+        "peak RSS, 10 devices, one stalled (4 KiB receive buffer, never read)",
+        format!("{:.1} MiB", stalled_peak as f64 / 1024.0),
+        format!("{:.1} MiB (10 devices, none stalled)", calm_peak as f64 / 1024.0),
+        stalled_peak as f64 / calm_peak.max(1) as f64,
+    ));
+    rows.push(Row {
+        what: "message.update frames coalesced for the stalled device".into(),
+        value: coalesced.to_string(),
+        baseline: format!("{} streamed per device", turns * CHUNKS_PER_TURN),
+        ratio: format!("{:.3}", coalesced as f64 / (turns * CHUNKS_PER_TURN) as f64),
+    });
+    print("A stalled device", &rows);
+
+    let mut rows = Vec::new();
+    let n = if opts.quick { 1000 } else { 10_000 };
+    let g = gateway_sync(n).await;
+    let b = bare_sync(n).await;
+    rows.push(row(
+        format!("sync replay of {n} frames"),
+        format!("{:.0} ms", g.as_secs_f64() * 1e3),
+        format!("{:.0} ms (bare stack, same frames)", b.as_secs_f64() * 1e3),
+        g.as_secs_f64() / b.as_secs_f64(),
+    ));
+    let (big, small) = if opts.quick { (10_000, 2_000) } else { (100_000, 2_000) };
+    let (h_big, start_big) = history_and_start(big, 20).await;
+    let (h_small, _) = history_and_start(small, 20).await;
+    let (_, start_empty) = history_and_start(0, 1).await;
+    rows.push(row(
+        format!("history page of 50 at {big} stored messages (median of 20, over the socket)"),
+        format!("{:.2} ms", h_big.as_secs_f64() * 1e3),
+        format!("{:.2} ms at {small} stored", h_small.as_secs_f64() * 1e3),
+        h_big.as_secs_f64() / h_small.as_secs_f64(),
+    ));
+    rows.push(row(
+        format!("cold start to listening with {big} stored messages (median of 3)"),
+        format!("{:.0} ms", start_big.as_secs_f64() * 1e3),
+        format!("{:.0} ms (empty store)", start_empty.as_secs_f64() * 1e3),
+        start_big.as_secs_f64() / start_empty.as_secs_f64(),
+    ));
+    print("Catching up and starting", &rows);
+
+    let mut rows = Vec::new();
+    let counts: &[usize] = if opts.quick { &[20] } else { &[100, 500] };
+    let (idle, with) = rss_with_devices(counts).await;
+    rows.push(Row {
+        what: "idle RSS (no device)".into(),
+        value: format!("{:.1} MiB", idle as f64 / 1024.0),
+        baseline: "—".into(),
+        ratio: "—".into(),
+    });
+    for (n, rss) in with {
+        let per = rss.saturating_sub(idle) as f64 / n as f64;
+        rows.push(row(
+            format!("RSS per connected idle device, {n} devices"),
+            format!("{per:.1} KiB"),
+            format!("{:.1} MiB idle RSS", idle as f64 / 1024.0),
+            per / idle.max(1) as f64,
+        ));
+    }
+    print("Memory", &rows);
+
+    println!("\n### Release binaries (stripped)\n");
+    println!("| target | bytes |");
+    println!("|---|---|");
+    for (name, size) in binary_sizes() {
+        println!("| {name} | {size} |");
+    }
+}
