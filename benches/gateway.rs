@@ -129,14 +129,7 @@ impl Gateway {
                 }
             }
         });
-        (
-            Gateway {
-                child,
-                url,
-                stderr,
-            },
-            started,
-        )
+        (Gateway { child, url, stderr }, started)
     }
 
     fn status_kb(&self, key: &str) -> u64 {
@@ -157,7 +150,14 @@ fn status_kb(pid: u32, key: &str) -> u64 {
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim_start_matches(':').trim().split(' ').next()?.parse().ok())
+        .and_then(|v| {
+            v.trim_start_matches(':')
+                .trim()
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -203,8 +203,14 @@ fn prefill(dir: &Path, n: usize) {
     for i in 0..n {
         let m = HistoryMessage {
             message_id: format!("msg_{i:016x}"),
-            role: if i % 2 == 0 { Role::User } else { Role::Assistant },
-            text: format!("stored message {i}: the tomatoes want water at eight, and the forecast says rain"),
+            role: if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            },
+            text: format!(
+                "stored message {i}: the tomatoes want water at eight, and the forecast says rain"
+            ),
             reasoning: None,
             model: None,
             tokens: None,
@@ -347,14 +353,21 @@ async fn scripted_agent(epoch: Instant) -> String {
                     .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
                     .await;
                 for _ in 0..CHUNKS_PER_TURN {
-                    let chunk = json!({"choices": [{"delta": {"content": format!(" {}", now_us(epoch))}}]});
-                    if tcp.write_all(format!("data: {chunk}\n\n").as_bytes()).await.is_err() {
+                    let chunk =
+                        json!({"choices": [{"delta": {"content": format!(" {}", now_us(epoch))}}]});
+                    if tcp
+                        .write_all(format!("data: {chunk}\n\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     tokio::task::yield_now().await;
                 }
                 let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": CHUNKS_PER_TURN}});
-                let _ = tcp.write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes()).await;
+                let _ = tcp
+                    .write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes())
+                    .await;
             });
         }
     });
@@ -372,7 +385,12 @@ struct FanOut {
 }
 
 /// `turns` turns sent by device 0, watched by `devices` devices (the sender included).
-async fn gateway_fan_out(devices: usize, turns: usize, bin: Option<(&Path, &[&str])>, epoch: Instant) -> FanOut {
+async fn gateway_fan_out(
+    devices: usize,
+    turns: usize,
+    bin: Option<(&Path, &[&str])>,
+    epoch: Instant,
+) -> FanOut {
     let tmp = tempfile::tempdir().unwrap();
     let ids = pair_devices(tmp.path(), devices);
     let agent = scripted_agent(epoch).await;
@@ -420,7 +438,10 @@ async fn gateway_fan_out(devices: usize, turns: usize, bin: Option<(&Path, &[&st
 async fn bare_fan_out(devices: usize, turns: usize, epoch: Instant) -> FanOut {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             addr_tx.send(listener.local_addr().unwrap()).unwrap();
@@ -514,7 +535,14 @@ async fn stalled_run(stalled: bool, turns: usize, epoch: Instant) -> (u64, u64) 
         .lock()
         .unwrap()
         .lines()
-        .filter_map(|l| l.split("coalesced=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("coalesced=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .max()
         .unwrap_or(0);
     gw.stop();
@@ -529,9 +557,11 @@ async fn gateway_sync(n: usize) -> Duration {
     let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
     let mut ws = hello(&gw.url, &ids[0], None).await;
     let t = Instant::now();
-    ws.send(Message::text(json!({"v":1,"type":"sync","id":2,"payload":{"cursor":0}}).to_string()))
-        .await
-        .unwrap();
+    ws.send(Message::text(
+        json!({"v":1,"type":"sync","id":2,"payload":{"cursor":0}}).to_string(),
+    ))
+    .await
+    .unwrap();
     let mut replayed = 0;
     loop {
         let f = recv_json(&mut ws).await;
@@ -553,7 +583,10 @@ async fn bare_sync(n: usize) -> Duration {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
     let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let listener = TcpListener::from_std(listener.into_std().unwrap()).unwrap();
             let (tcp, _) = listener.accept().await.unwrap();
@@ -641,7 +674,10 @@ fn binary_sizes() -> Vec<(String, u64)> {
     let native = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
     let arm = |var: &str| std::env::var_os(var).map(PathBuf::from);
     for (name, path) in [
-        (format!("{} (this build)", std::env::consts::ARCH), Some(native)),
+        (
+            format!("{} (this build)", std::env::consts::ARCH),
+            Some(native),
+        ),
         ("aarch64".to_owned(), arm("IRIS_BENCH_AARCH64")),
         ("armv7".to_owned(), arm("IRIS_BENCH_ARMV7")),
     ] {
@@ -656,9 +692,14 @@ fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     format!("{} ({}), {cores} cores", std::env::consts::ARCH, cpu)
 }
 
@@ -667,7 +708,10 @@ fn print(title: &str, rows: &[Row]) {
     println!("| figure | value | baseline (same run) | ratio |");
     println!("|---|---|---|---|");
     for r in rows {
-        println!("| {} | {} | {} | {} |", r.what, r.value, r.baseline, r.ratio);
+        println!(
+            "| {} | {} | {} | {} |",
+            r.what, r.value, r.baseline, r.ratio
+        );
     }
 }
 
@@ -675,7 +719,10 @@ fn main() {
     let opts = Opts {
         quick: std::env::args().any(|a| a == "--quick"),
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, run(opts));
 }
@@ -698,8 +745,16 @@ async fn run(opts: Opts) {
         ));
         rows.push(row(
             format!("fan-out to {n} device(s): latency p50 / p99, agent chunk → device"),
-            format!("{:.2} / {:.2} ms", g.p50_us as f64 / 1e3, g.p99_us as f64 / 1e3),
-            format!("{:.2} / {:.2} ms", b.p50_us as f64 / 1e3, b.p99_us as f64 / 1e3),
+            format!(
+                "{:.2} / {:.2} ms",
+                g.p50_us as f64 / 1e3,
+                g.p99_us as f64 / 1e3
+            ),
+            format!(
+                "{:.2} / {:.2} ms",
+                b.p50_us as f64 / 1e3,
+                b.p99_us as f64 / 1e3
+            ),
             g.p99_us as f64 / b.p99_us.max(1) as f64,
         ));
     }
@@ -716,7 +771,10 @@ async fn run(opts: Opts) {
             g.frames_per_sec / b.frames_per_sec,
         ));
     }
-    print("Turn fan-out (scripted agent streaming as fast as it can, 200 chunks a turn)", &rows);
+    print(
+        "Turn fan-out (scripted agent streaming as fast as it can, 200 chunks a turn)",
+        &rows,
+    );
 
     let mut rows = Vec::new();
     let (calm_peak, _) = stalled_run(false, turns, epoch).await;
@@ -724,7 +782,10 @@ async fn run(opts: Opts) {
     rows.push(row(
         "peak RSS, 10 devices, one stalled (4 KiB receive buffer, never read)",
         format!("{:.1} MiB", stalled_peak as f64 / 1024.0),
-        format!("{:.1} MiB (10 devices, none stalled)", calm_peak as f64 / 1024.0),
+        format!(
+            "{:.1} MiB (10 devices, none stalled)",
+            calm_peak as f64 / 1024.0
+        ),
         stalled_peak as f64 / calm_peak.max(1) as f64,
     ));
     rows.push(Row {
@@ -745,7 +806,11 @@ async fn run(opts: Opts) {
         format!("{:.0} ms (bare stack, same frames)", b.as_secs_f64() * 1e3),
         g.as_secs_f64() / b.as_secs_f64(),
     ));
-    let (big, small) = if opts.quick { (10_000, 2_000) } else { (100_000, 2_000) };
+    let (big, small) = if opts.quick {
+        (10_000, 2_000)
+    } else {
+        (100_000, 2_000)
+    };
     let (h_big, start_big) = history_and_start(big, 20).await;
     let (h_small, _) = history_and_start(small, 20).await;
     let (_, start_empty) = history_and_start(0, 1).await;

@@ -38,13 +38,7 @@ fn gateway_for(dir: &std::path::Path, hermes: &Hermes, extra: &[&str]) -> Gatewa
 
 /// One Hermes at a time: each is a ~100 MB Python process whose first turn takes seconds of
 /// CPU, and CI machines have two cores; in parallel they starve each other past any sane bound.
-static ONE_HERMES: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_HERMES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+static ONE_HERMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Hermes' first turn after a start loads its tool registry: allow for a slow machine.
 const HERMES_TURN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -117,7 +111,7 @@ fn times_asked(llm: &MockLlm, text: &str) -> usize {
 
 #[tokio::test]
 async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
 
@@ -173,7 +167,7 @@ async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
 
 #[tokio::test]
 async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     let frames = turn(&mut c, "[[tool]] plan my tea").await;
@@ -221,7 +215,7 @@ async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
 
 #[tokio::test]
 async fn reasoning_comes_from_the_transcript() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     let frames = turn(&mut c, "[[reason]] why").await;
@@ -232,7 +226,7 @@ async fn reasoning_comes_from_the_transcript() {
 
 #[tokio::test]
 async fn stop_aborts_the_running_turn_at_hermes() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -278,7 +272,7 @@ async fn stop_aborts_the_running_turn_at_hermes() {
 
 #[tokio::test]
 async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let mut r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -323,7 +317,7 @@ async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
 
 #[tokio::test]
 async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let mut r = rig();
     let mut c = connect(&r.gw, &r.p).await;
     c.request(
@@ -373,7 +367,7 @@ async fn a_gateway_killed_mid_turn_never_hands_the_message_over_twice() {
 
 #[tokio::test]
 async fn a_wrong_key_is_reported_not_retried() {
-    let _one = one_at_a_time();
+    let _one = ONE_HERMES.lock().await;
     let llm = MockLlm::start();
     let hermes = Hermes::start(&llm);
     let dir = temp_data_dir();
