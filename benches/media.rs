@@ -62,7 +62,13 @@ fn main() {
     let config = tmp.path().join("config.toml");
     std::fs::write(
         &config,
-        format!("[limits]\nmax_media_bytes = {}\n", size + (1 << 20)),
+        // The per-connection byte rate (8 MiB/s by default) would measure itself, not the path.
+        format!(
+            "[limits]\nmax_media_bytes = {}\nbytes_per_second = {}\nbyte_burst = {}\n",
+            size + (1 << 20),
+            1u64 << 40,
+            1u64 << 40
+        ),
     )
     .unwrap();
     let mut child = Command::new(BIN)

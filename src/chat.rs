@@ -21,6 +21,10 @@ pub struct ChatArgs {
     pub url: Option<String>,
     #[arg(long, requires = "url")]
     pub token: Option<String>,
+    /// For a wss:// URL: the SHA-256 fingerprint of the gateway's TLS certificate, as
+    /// `iris-gateway pair` prints it (the connection fails unless the certificate matches).
+    #[arg(long, requires = "url")]
+    pub fingerprint: Option<String>,
     /// The data dir of a gateway on this machine (default: the gateway's default).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -42,6 +46,8 @@ pub enum ChatError {
     Socket(#[from] tokio_tungstenite::tungstenite::Error),
     #[error("the gateway refused: {0}")]
     Refused(String),
+    #[error("cannot connect to {url}: {why}")]
+    Tls { url: String, why: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -51,23 +57,111 @@ fn credentials_path(data_dir: &Path) -> PathBuf {
     data_dir.join("chat-client.json")
 }
 
-fn credentials(args: &ChatArgs) -> Result<(String, String), ChatError> {
+/// Where and how to connect: the URL, the token and, for `wss://`, the pinned fingerprint.
+struct Credentials {
+    url: String,
+    token: String,
+    fingerprint: Option<String>,
+}
+
+/// From the saved file or a fresh pairing: TLS (pinned) whenever the gateway offers it.
+fn from_saved(v: &Value) -> Option<Credentials> {
+    let token = v["token"].as_str()?.to_owned();
+    if let (Some(url), Some(fp)) = (v["tls_url"].as_str(), v["tls_fingerprint"].as_str()) {
+        return Some(Credentials {
+            url: url.to_owned(),
+            token,
+            fingerprint: Some(fp.to_owned()),
+        });
+    }
+    Some(Credentials {
+        url: v["url"].as_str()?.to_owned(),
+        token,
+        fingerprint: None,
+    })
+}
+
+fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
     if let (Some(url), Some(token)) = (&args.url, &args.token) {
-        return Ok((url.clone(), token.clone()));
+        return Ok(Credentials {
+            url: url.clone(),
+            token: token.clone(),
+            fingerprint: args.fingerprint.clone(),
+        });
     }
     let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let path = credentials_path(&dir);
     if let Ok(text) = std::fs::read_to_string(&path) {
-        if let Ok(v) = serde_json::from_str::<Value>(&text) {
-            if let (Some(u), Some(t)) = (v["url"].as_str(), v["token"].as_str()) {
-                return Ok((u.to_owned(), t.to_owned()));
-            }
+        if let Some(creds) = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| from_saved(&v))
+        {
+            return Ok(creds);
         }
     }
     let paired = crate::cli::pair(&dir, "terminal chat", None)?;
-    let saved = json!({ "url": paired.url, "token": paired.token, "device_id": paired.device_id });
+    let mut saved =
+        json!({ "url": paired.url, "token": paired.token, "device_id": paired.device_id });
+    if let Some(t) = &paired.tls {
+        saved["tls_url"] = t.url.clone().into();
+        saved["tls_fingerprint"] = t.fingerprint.clone().into();
+    }
     write_private(&path, saved.to_string().as_bytes())?;
-    Ok((paired.url, paired.token))
+    Ok(from_saved(&saved).expect("just written"))
+}
+
+/// A byte stream the WebSocket runs on: TCP, or TLS over TCP.
+trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
+
+type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Transport>>;
+
+/// Opens the WebSocket: plain for `ws://`, TLS accepting only the pinned certificate for `wss://`.
+async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
+    let url = creds.url.as_str();
+    let fail = |why: String| ChatError::Tls {
+        url: url.to_owned(),
+        why,
+    };
+    let uri: tokio_tungstenite::tungstenite::http::Uri =
+        url.parse().map_err(|e| fail(format!("not a URL: {e}")))?;
+    let secure = match uri.scheme_str() {
+        Some("wss") => true,
+        Some("ws") => false,
+        _ => return Err(fail("the URL must start with ws:// or wss://".into())),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| fail("the URL has no host".into()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let stream: Box<dyn Transport> = if secure {
+        let fingerprint = creds.fingerprint.as_deref().ok_or_else(|| {
+            fail("a wss:// URL needs --fingerprint (iris-gateway pair prints it)".into())
+        })?;
+        let config = crate::tls::pinned_client_config(fingerprint).map_err(fail)?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| fail(format!("bad host name: {e}")))?;
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        Box::new(
+            connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| fail(format!("TLS: {e}")))?,
+        )
+    } else {
+        Box::new(tcp)
+    };
+    let (ws, _) = tokio_tungstenite::client_async(url, stream)
+        .await
+        .map_err(|source| ChatError::Connect {
+            url: url.to_owned(),
+            source,
+        })?;
+    Ok(ws)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -138,19 +232,15 @@ impl Screen {
 }
 
 pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
-    let (url, token) = credentials(&args)?;
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .map_err(|source| ChatError::Connect {
-            url: url.clone(),
-            source,
-        })?;
+    let creds = credentials(&args)?;
+    let mut ws = connect(&creds).await?;
+    let (url, token) = (creds.url, creds.token);
     let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
     ws.send(Message::text(hello.to_string())).await?;
     let ack = loop {
         match ws.next().await {
             Some(Ok(Message::Text(t))) => {
-                let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
                 match v["type"].as_str() {
                     Some("hello.ack") => break v,
                     Some("error") => {
@@ -222,7 +312,7 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
                     Some(Err(e)) => return Err(e.into()),
                     None => break,
                 };
-                let frame: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+                let frame = printable(serde_json::from_str(text.as_str()).unwrap_or(Value::Null));
                 if frame["type"] == "channel.created" && chat_id.is_empty() && frame.get("id").is_some() {
                     chat_id = frame["payload"]["chat_id"].as_str().unwrap_or("default").to_owned();
                     screen.line(&format!("[created channel {}]", frame["payload"]["name"].as_str().unwrap_or("")));
@@ -234,6 +324,23 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     }
     let _ = ws.close(None).await;
     Ok(())
+}
+
+/// What the gateway relays (an agent's words, tool names and previews, channel names) must not
+/// drive the terminal: control characters other than newline and tab (escape sequences can
+/// rewrite the screen, the window title or the clipboard) are shown as U+FFFD.
+fn printable(v: Value) -> Value {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    match v {
+        Value::String(s) if s.chars().any(bad) => Value::String(
+            s.chars()
+                .map(|c| if bad(c) { '\u{fffd}' } else { c })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(printable).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, printable(v))).collect()),
+        v => v,
+    }
 }
 
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
@@ -296,5 +403,23 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
             screen.line(&format!("  \x1b[2mtodo: {}\x1b[0m", items.join("  ")));
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relayed_text_cannot_send_terminal_escapes() {
+        let frame = json!({"payload": {"text": "hi\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}2J\nok\tthere",
+                                      "todos": [{"content": "\u{1b}[31mred"}]}});
+        let clean = printable(frame);
+        let text = clean["payload"]["text"].as_str().unwrap();
+        assert_eq!(
+            text,
+            "hi\u{fffd}]52;c;ZXZpbA==\u{fffd}\u{fffd}2J\nok\tthere"
+        );
+        assert_eq!(clean["payload"]["todos"][0]["content"], "\u{fffd}[31mred");
     }
 }

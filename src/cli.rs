@@ -32,6 +32,11 @@ pub enum Command {
     Devices(DevicesArgs),
     /// A terminal client: chat with the agent through the gateway.
     Chat(crate::chat::ChatArgs),
+    /// Write a backup of the store and media to FILE (while the gateway runs, or not).
+    Backup(crate::backup::BackupArgs),
+    /// Replace the store and media with a backup (the gateway must be stopped; the current
+    /// store is moved aside, not deleted).
+    Restore(crate::backup::RestoreArgs),
     /// Print the commented default config file to stdout.
     ///
     /// Every setting appears, commented out at its default value, with what it does, e.g.
@@ -231,6 +236,8 @@ pub struct Paired {
     pub device_id: String,
     pub token: String,
     pub url: String,
+    /// The `wss://` URL and the certificate fingerprint to pin, when TLS is on.
+    pub tls: Option<crate::tls::Advert>,
 }
 
 /// Mints a device through the running gateway, or directly in the store when none runs.
@@ -243,10 +250,12 @@ pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<P
             device_id,
             token,
             url,
+            tls,
         }) => Ok(Paired {
             device_id,
             token,
             url,
+            tls,
         }),
         Reached::Answer(ControlResponse::Error { message }) => Err(CliError::Refused(message)),
         Reached::Answer(other) => Err(CliError::Refused(format!("unexpected answer {other:?}"))),
@@ -256,10 +265,17 @@ pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<P
             store.add_device(&device)?;
             store.sync_blocking()?;
             let listen = listen.unwrap_or(Config::default().listen);
+            // What the gateway served when it last ran (nothing if it never ran).
+            let tls = crate::tls::last_served(data_dir, listen);
+            let url = match &tls {
+                Some(t) if !t.allow_plain => t.url.clone(),
+                _ => pairing_url(listen),
+            };
             Ok(Paired {
                 device_id: device.device_id,
                 token,
-                url: pairing_url(listen),
+                url,
+                tls,
             })
         }
     }
@@ -273,15 +289,21 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
     let paired = pair(&dir, &args.name, args.listen)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({ "token": paired.token, "url": paired.url, "device_id": paired.device_id })
-        );
+        let mut out = serde_json::json!({ "token": paired.token, "url": paired.url, "device_id": paired.device_id });
+        if let Some(t) = &paired.tls {
+            out["tls_url"] = t.url.clone().into();
+            out["tls_fingerprint"] = t.fingerprint.clone().into();
+        }
+        println!("{out}");
     } else {
         println!("Paired device {}.", paired.device_id);
         println!("In the Iris app, add a gateway with:");
         println!("  URL:   {}", paired.url);
         println!("  Token: {}", paired.token);
+        if let Some(t) = &paired.tls {
+            println!("  TLS:   {} with certificate SHA-256", t.url);
+            println!("         {}", t.fingerprint);
+        }
         println!(
             "The token is shown only now; revoke it with: iris-gateway devices revoke {}",
             paired.device_id

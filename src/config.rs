@@ -42,6 +42,8 @@ pub struct Config {
     pub demo: DemoConfig,
     pub store: StoreConfig,
     pub limits: Limits,
+    /// `[tls]`: `wss://` on the listen port, beside or instead of plain `ws://`.
+    pub tls: TlsConfig,
     pub push: crate::push::PushConfig,
     /// `[led]`: the status LED (see board/README.md).
     pub led: crate::board::LedConfig,
@@ -201,6 +203,33 @@ pub struct StoreConfig {
     pub outbox_retain_frames: u64,
 }
 
+/// TLS on the listen port (docs/security.md). TLS and plain connections share the port: the
+/// first byte of a connection tells them apart.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Serve `wss://` (TLS) on the listen port.
+    pub enabled: bool,
+    /// Also serve plain `ws://` (unencrypted) on the same port; `false` refuses it with 426.
+    pub allow_plain: bool,
+    /// PEM certificate chain (leaf first) to serve instead of the self-signed one the gateway
+    /// makes in `DATA_DIR/tls`. Needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            enabled: true,
+            allow_plain: true,
+            cert_file: None,
+            key_file: None,
+        }
+    }
+}
+
 /// Every input limit, with its default. Documented in docs/limits.md; the names are the config
 /// keys under `[limits]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -223,10 +252,16 @@ pub struct Limits {
     pub frames_per_second: u32,
     /// ...and the burst above that rate it may use.
     pub frame_burst: u32,
+    /// Sustained bytes per second (text and binary frames) one connection may send...
+    pub bytes_per_second: u64,
+    /// ...and the burst above that rate it may use.
+    pub byte_burst: u64,
     /// Failed hellos from one IP address per minute before `rate_limited`.
     pub bad_hellos_per_minute: u32,
     /// Open sockets (counted from accept, before hello); more are closed at once.
     pub max_connections: usize,
+    /// Open sockets from one IP address (IPv6: one /64); more from it are closed at once.
+    pub max_connections_per_ip: usize,
     /// Seconds a new socket has to send a good `hello`.
     pub hello_timeout_secs: u64,
     /// `history` page size when the request does not say...
@@ -267,6 +302,7 @@ impl Default for Config {
             demo: DemoConfig::default(),
             store: StoreConfig::default(),
             limits: Limits::default(),
+            tls: TlsConfig::default(),
             push: crate::push::PushConfig::default(),
             led: crate::board::LedConfig::default(),
             cron: Vec::new(),
@@ -301,8 +337,11 @@ impl Default for Limits {
             max_running_turns: 4,
             frames_per_second: 20,
             frame_burst: 60,
+            bytes_per_second: 8 << 20,
+            byte_burst: 16 << 20,
             bad_hellos_per_minute: 5,
             max_connections: 64,
+            max_connections_per_ip: 16,
             hello_timeout_secs: 10,
             history_default: 50,
             history_max: 200,
@@ -337,7 +376,7 @@ impl Config {
     /// Refuses settings that would make the gateway unusable rather than failing later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 8] = [
+        let checks: [(&'static str, bool, &str); 11] = [
             (
                 "limits.max_frame_bytes",
                 l.max_frame_bytes >= 4096,
@@ -365,6 +404,21 @@ impl Config {
                 "rate and burst must be at least 1",
             ),
             (
+                "limits.byte_burst",
+                l.bytes_per_second >= 1 && l.byte_burst >= l.max_frame_bytes as u64,
+                "bytes_per_second must be at least 1 and byte_burst at least max_frame_bytes",
+            ),
+            (
+                "limits.max_connections_per_ip",
+                l.max_connections_per_ip >= 1,
+                "must be at least 1",
+            ),
+            (
+                "tls.allow_plain",
+                self.tls.enabled || self.tls.allow_plain,
+                "with TLS off, plain connections are all there is: allow_plain must stay true",
+            ),
+            (
                 "store.outbox_retain_frames",
                 self.store.outbox_retain_frames >= 100,
                 "must be at least 100",
@@ -389,6 +443,13 @@ impl Config {
                     why: why.to_owned(),
                 });
             }
+        }
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "tls.cert_file",
+                why: "cert_file and key_file go together (neither: a self-signed certificate)"
+                    .into(),
+            });
         }
         for job in &self.cron {
             if let Err(e) = job.schedule.parse::<cron::Schedule>() {

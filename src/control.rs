@@ -32,6 +32,7 @@ pub enum ControlRequest {
     Pair { name: String },
     Devices,
     Revoke { device_id: String },
+    Backup,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -41,6 +42,9 @@ pub enum ControlResponse {
         device_id: String,
         token: String,
         url: String,
+        /// `wss://` URL and certificate fingerprint, when TLS is on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls: Option<crate::tls::Advert>,
     },
     Devices {
         devices: Vec<Device>,
@@ -67,34 +71,56 @@ pub fn bind(data_dir: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves control requests until the listener is dropped.
-pub async fn serve(listener: UnixListener, hub: Rc<Hub>, url: String) {
+pub async fn serve(
+    listener: UnixListener,
+    hub: Rc<Hub>,
+    url: String,
+    tls: Option<crate::tls::Advert>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let hub = hub.clone();
         let url = url.clone();
+        let tls = tls.clone();
         tokio::task::spawn_local(async move {
-            if let Err(e) = serve_one(stream, &hub, &url).await {
+            if let Err(e) = serve_one(stream, &hub, &url, tls).await {
                 debug!("control request failed: {e}");
             }
         });
     }
 }
 
-async fn serve_one(stream: UnixStream, hub: &Hub, url: &str) -> std::io::Result<()> {
+async fn serve_one(
+    stream: UnixStream,
+    hub: &Hub,
+    url: &str,
+    tls: Option<crate::tls::Advert>,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_LINE as u64));
     tokio::time::timeout(CLIENT_TIMEOUT, reader.read_line(&mut line))
         .await
         .map_err(|_| std::io::Error::other("control client too slow"))??;
-    let response = match serde_json::from_str::<ControlRequest>(&line) {
+    let request = serde_json::from_str::<ControlRequest>(&line);
+    // Answered with the backup stream itself (or an `Error` line): see `backup.rs`.
+    if let Ok(ControlRequest::Backup) = request {
+        let stream = reader
+            .into_inner()
+            .into_inner()
+            .reunite(write)
+            .map_err(std::io::Error::other)?;
+        return crate::backup::serve(hub, stream).await;
+    }
+    let response = match request {
         Ok(ControlRequest::Pair { name }) => match hub.pair(&name).await {
             Ok((device, token)) => ControlResponse::Paired {
                 device_id: device.device_id,
                 token,
                 url: url.to_owned(),
+                tls,
             },
             Err(e) => ControlResponse::Error {
                 message: e.to_string(),
@@ -112,6 +138,7 @@ async fn serve_one(stream: UnixStream, hub: &Hub, url: &str) -> std::io::Result<
                 message: e.to_string(),
             },
         },
+        Ok(ControlRequest::Backup) => unreachable!("answered above"),
         Err(e) => {
             warn!("bad control request: {e}");
             ControlResponse::Error {

@@ -6,6 +6,7 @@
 //! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
 
 pub mod agent;
+pub mod backup;
 pub mod board;
 pub mod chat;
 pub mod cli;
@@ -20,3 +21,4 @@ pub mod push;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod tls;

@@ -5,7 +5,7 @@ use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
 use iris_gateway::cli::{self, Cli, Command, RunArgs};
-use iris_gateway::{chat, server, service};
+use iris_gateway::{backup, chat, server, service, store};
 
 fn main() -> std::process::ExitCode {
     keep_memory_small();
@@ -18,6 +18,8 @@ fn main() -> std::process::ExitCode {
             runtime().and_then(|rt| rt.block_on(chat::run(args)).map_err(|e| e.to_string()))
         }
         Command::Config => service::print_config_template().map_err(|e| e.to_string()),
+        Command::Backup(args) => backup::run_backup(args).map_err(|e| e.to_string()),
+        Command::Restore(args) => backup::run_restore(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -35,7 +37,15 @@ fn run(args: RunArgs) -> Result<(), String> {
     let local = tokio::task::LocalSet::new();
     local
         .block_on(&rt, server::run(config, data_dir))
-        .map_err(|e| e.to_string())
+        .map_err(|e| {
+            // A damaged store: its own status, on which systemd does not restart (every try
+            // would fail the same way, and copy the store first).
+            if let server::RunError::Store(store::StoreError::Damaged { .. }) = &e {
+                eprintln!("iris-gateway: {e}");
+                std::process::exit(store::EXIT_DAMAGED.into());
+            }
+            e.to_string()
+        })
 }
 
 /// The single-threaded runtime everything runs on: no worker threads to pay for on a Pi.

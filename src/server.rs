@@ -46,6 +46,8 @@ pub enum RunError {
     Agent(crate::config::ConfigError),
     #[error("push is misconfigured: {0}")]
     Push(crate::push::PushError),
+    #[error("TLS is misconfigured: {0}")]
+    Tls(crate::tls::TlsError),
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error("could not close interrupted turns: {0}")]
@@ -74,6 +76,9 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     info!(agent = %agent.describe(), "agent backend ready");
     let listen = config.listen;
     let led_config = config.led.clone();
+    let tls = crate::tls::setup(&config.tls, &data_dir)
+        .map_err(RunError::Tls)?
+        .map(Rc::new);
     let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();
     let media = crate::media::MediaFiles::open(
         &data_dir,
@@ -123,25 +128,41 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         addr: listen,
         source,
     })?;
-    let url = crate::cli::pairing_url(local);
+    let (url, tls_advert) = crate::tls::pairing(tls.as_deref(), local, &data_dir);
     let control = control::bind(&data_dir).map_err(|source| RunError::Control {
         dir: data_dir.clone(),
         source,
     })?;
-    tokio::task::spawn_local(control::serve(control, hub.clone(), url.clone()));
+    tokio::task::spawn_local(control::serve(
+        control,
+        hub.clone(),
+        url.clone(),
+        tls_advert.clone(),
+    ));
 
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     // Tests and scripts wait for this exact line on stdout.
     println!("listening on ws://{local}");
+    if let Some(t) = &tls {
+        let plain = if t.allow_plain {
+            ""
+        } else {
+            "; plain ws:// is refused"
+        };
+        let fp = &t.fingerprint;
+        println!("listening on wss://{local} (same port; certificate SHA-256 {fp}{plain})");
+    }
     led.show(hub.health().into());
-    print_pairing_hint(&store, &url);
+    print_pairing_hint(&store, &data_dir, &url, tls_advert.as_ref());
     info!(%local, "gateway online");
     if let Some(n) = &notifier {
         n.ready();
     }
 
-    let open_sockets = Rc::new(std::cell::Cell::new(0usize));
+    let limits = hub.limits();
+    let admission =
+        connection::Admission::new(limits.max_connections, limits.max_connections_per_ip);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -155,17 +176,16 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                     }
                 };
                 // Counted from accept, not from hello: sockets that never say hello cost memory too.
-                if open_sockets.get() >= hub.limits().max_connections {
-                    warn!(%peer, "refusing a connection: limits.max_connections reached");
+                // Over a limit (in all, or from this address), the socket is closed unread.
+                let Some(admitted) = admission.admit(peer.ip()) else {
                     drop(tcp);
                     continue;
-                }
-                open_sockets.set(open_sockets.get() + 1);
-                let (hub, open_sockets) = (hub.clone(), open_sockets.clone());
+                };
+                let (hub, tls) = (hub.clone(), tls.clone());
                 // One HTTP connection: a WebSocket upgrade becomes a device session, or a webhook.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer).await;
-                    open_sockets.set(open_sockets.get() - 1);
+                    connection::serve(hub, tcp, peer, tls).await;
+                    drop(admitted);
                 });
             }
             _ = sigterm.recv() => break,
@@ -193,11 +213,24 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
 }
 
 /// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.
-/// Earlier unused start-up codes are replaced, so only the latest printed one works.
-fn print_pairing_hint(store: &Store, url: &str) {
+/// Earlier unused start-up codes are replaced, so only the latest printed one works. Not when
+/// stdout is the journal: the first device would keep that token for good, and the journal
+/// keeps it readable (by the `adm` group too) long after.
+fn print_pairing_hint(
+    store: &Store,
+    data_dir: &std::path::Path,
+    url: &str,
+    tls: Option<&crate::tls::Advert>,
+) {
     let devices = store.devices().unwrap_or_default();
     if devices.iter().any(|d| d.last_seen_ms.is_some()) {
         println!("pair another device with: iris-gateway pair --name NAME");
+        return;
+    }
+    if crate::service::stdout_is_journal() {
+        let dir = data_dir.display();
+        println!("no device is paired yet; pair one with: sudo -u iris-gateway iris-gateway pair --data-dir {dir} --name NAME");
+        println!("(tokens are never written to the journal)");
         return;
     }
     for stale in devices.iter().filter(|d| d.origin == DeviceOrigin::Startup) {
@@ -214,5 +247,9 @@ fn print_pairing_hint(store: &Store, url: &str) {
     println!("no device is paired yet; enter this in the Iris app:");
     println!("  url:   {url}");
     println!("  token: {token}");
+    if let Some(t) = tls {
+        println!("  TLS:   {} with certificate SHA-256", t.url);
+        println!("         {}", t.fingerprint);
+    }
     println!("or try it from a terminal: iris-gateway chat");
 }

@@ -33,6 +33,31 @@ pub fn print_config_template() -> std::io::Result<()> {
     out.flush()
 }
 
+/// Whether stdout is the journal (systemd's `StandardOutput=journal`): `JOURNAL_STREAM` names
+/// the device and inode of the stream systemd connected, and it must be our fd 1 itself, not
+/// one a parent was given (systemd.exec(5)). Secrets must not be printed there: the journal is
+/// kept long after and read by the `adm` and `systemd-journal` groups.
+pub fn stdout_is_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = stream.to_str().and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    // fstat of a duplicate of fd 1: same device and inode.
+    let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
 /// Shortest ping period, so that an absurd `WATCHDOG_USEC` cannot turn the watchdog task into
 /// a busy loop.
 const MIN_PING_PERIOD: Duration = Duration::from_millis(10);

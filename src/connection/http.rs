@@ -6,10 +6,14 @@
 //!   rate), then posted into its automation channel by the hub (hub/automation.rs).
 //! - Anything else gets a short plain-text answer: `426` for a browser's `GET /`, else 404/405.
 //!
-//! Bounds: the request head is at most [`MAX_HEAD_BYTES`]; the request (head and, for a webhook,
-//! body) and then the WebSocket `hello` must all arrive within `limits.hello_timeout_secs` of
-//! accept; a webhook body is at most `limits.max_webhook_bytes`. Every answer except `101`
-//! closes the connection, so one connection carries one request.
+//! TLS shares the port (`crate::tls`): a connection whose first byte is a TLS handshake record
+//! is handed to rustls first, then served exactly like a plain one. With `[tls] allow_plain =
+//! false`, every plain request is answered `426` (use `wss://`/`https://`) and nothing else.
+//!
+//! Bounds: the request head is at most [`MAX_HEAD_BYTES`]; the TLS handshake, the request (head
+//! and, for a webhook, body) and then the WebSocket `hello` must all arrive within
+//! `limits.hello_timeout_secs` of accept; a webhook body is at most `limits.max_webhook_bytes`.
+//! Every answer except `101` closes the connection, so one connection carries one request.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -35,6 +39,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info};
 
 use crate::hub::Hub;
+use crate::tls::{Tls, HANDSHAKE_RECORD};
 
 /// The upgraded socket a device session runs on.
 pub type Io = TokioIo<hyper::upgrade::Upgraded>;
@@ -89,10 +94,59 @@ impl HookError {
     }
 }
 
+/// How a connection reached the HTTP front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Tls,
+    Plain,
+    /// Plain, while `[tls] allow_plain = false`: every request is answered 426.
+    PlainRefused,
+}
+
 /// Serves one accepted TCP connection until it closes: one HTTP request, or a WebSocket
-/// session after an upgrade.
-pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
+/// session after an upgrade. With `tls`, a connection that starts with a TLS handshake is
+/// decrypted first.
+pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr, tls: Option<Rc<Tls>>) {
     let _ = tcp.set_nodelay(true);
+    let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
+    let deadline = Instant::now() + hello_timeout;
+    let Some(tls) = tls else {
+        return serve_http(hub, TokioIo::new(tcp), peer, deadline, Transport::Plain).await;
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        Ok(_) => return,
+        Err(_) => return debug!(%peer, "nothing sent within limits.hello_timeout_secs; closed"),
+    }
+    if first[0] != HANDSHAKE_RECORD {
+        let transport = if tls.allow_plain {
+            Transport::Plain
+        } else {
+            Transport::PlainRefused
+        };
+        return serve_http(hub, TokioIo::new(tcp), peer, deadline, transport).await;
+    }
+    match tokio::time::timeout_at(deadline, tls.acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => {
+            serve_http(hub, TokioIo::new(stream), peer, deadline, Transport::Tls).await
+        }
+        Ok(Err(e)) => debug!(%peer, "TLS handshake failed: {e}"),
+        Err(_) => {
+            debug!(%peer, "TLS handshake not complete within limits.hello_timeout_secs; closed")
+        }
+    }
+}
+
+async fn serve_http<I>(
+    hub: Rc<Hub>,
+    io: I,
+    peer: SocketAddr,
+    deadline: Instant,
+    transport: Transport,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let (hello_timeout, max_frame_bytes) = {
         let limits = hub.limits();
         (
@@ -100,20 +154,24 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
             limits.max_frame_bytes,
         )
     };
-    let deadline = Instant::now() + hello_timeout;
     let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
     let service = {
         let (hub, upgrade) = (hub.clone(), upgrade.clone());
         service_fn(move |req| {
             let (hub, upgrade) = (hub.clone(), upgrade.clone());
-            async move { Ok::<_, Infallible>(route(&hub, req, &upgrade, peer).await) }
+            async move {
+                if transport == Transport::PlainRefused {
+                    return Ok::<_, Infallible>(tls_required(peer));
+                }
+                Ok::<_, Infallible>(route(&hub, req, &upgrade, peer).await)
+            }
         })
     };
     let connection = http1::Builder::new()
         .max_buf_size(MAX_HEAD_BYTES)
         .timer(TokioTimer::new())
         .header_read_timeout(hello_timeout)
-        .serve_connection(TokioIo::new(tcp), service)
+        .serve_connection(io, service)
         .with_upgrades();
     match tokio::time::timeout_at(deadline, connection).await {
         Ok(Ok(())) => {}
@@ -136,6 +194,21 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr) {
     )
     .await;
     super::session(hub, ws, peer, deadline).await;
+}
+
+/// The answer to any plain request while `[tls] allow_plain = false`.
+fn tls_required(peer: SocketAddr) -> Reply {
+    debug!(%peer, "plain connection refused: tls.allow_plain is false");
+    let mut reply = text(
+        StatusCode::UPGRADE_REQUIRED,
+        "This Iris gateway accepts only TLS: connect with wss:// (webhooks: https://) and pin \
+         the certificate fingerprint `iris-gateway pair` prints ([tls] allow_plain = false).\n",
+    );
+    reply.headers_mut().insert(
+        header::UPGRADE,
+        HeaderValue::from_static("TLS/1.3, TLS/1.2"),
+    );
+    reply
 }
 
 async fn route(

@@ -6,6 +6,7 @@
 //! request in order), a writer drains the `Outlet`'s queue. The hub only ever pushes to an
 //! outlet, so a slow phone can never stall the hub or another phone.
 
+mod admit;
 pub mod http;
 mod queue;
 mod upload;
@@ -25,8 +26,9 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info, warn};
 
+pub use admit::{address_key, Admission, Admitted};
 pub use http::serve;
-pub use queue::{OutQueue, Outbound, Pushed};
+pub use queue::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
 
 use crate::hub::Hub;
 use crate::protocol::{decode_request, Delivery, ErrorCode, Frame, Request};
@@ -299,7 +301,8 @@ async fn close_with(ws: &mut Ws, frame: Bytes, code: CloseCode, reason: &'static
 type WsStream = futures_util::stream::SplitStream<Ws>;
 type WsSink = futures_util::stream::SplitSink<Ws, Message>;
 
-/// A per-connection token bucket: the `frames_per_second` / `frame_burst` limits.
+/// A per-connection token bucket: `frames_per_second` / `frame_burst`, and
+/// `bytes_per_second` / `byte_burst`. Starts full.
 struct RateLimit {
     tokens: f64,
     last: tokio::time::Instant,
@@ -308,28 +311,72 @@ struct RateLimit {
 }
 
 impl RateLimit {
-    fn allow(&mut self) -> bool {
+    fn new(rate: f64, burst: f64) -> RateLimit {
+        RateLimit {
+            tokens: burst,
+            last: tokio::time::Instant::now(),
+            rate,
+            burst,
+        }
+    }
+
+    fn refill(&mut self) {
         let now = tokio::time::Instant::now();
         let elapsed = now.duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+    }
+
+    /// Takes `n` tokens if there are that many.
+    fn take(&mut self, n: f64) -> bool {
+        self.refill();
+        if self.tokens >= n {
+            self.tokens -= n;
             true
         } else {
             false
         }
     }
+
+    fn allow(&mut self) -> bool {
+        self.take(1.0)
+    }
+
+    /// How long until the bucket holds `n` tokens (capped at the burst).
+    fn wait_for(&mut self, n: f64) -> Duration {
+        self.refill();
+        let missing = n.min(self.burst) - self.tokens;
+        if missing <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(missing / self.rate)
+        }
+    }
+
+    /// Takes `n` tokens whatever the balance (it may go below zero: later frames wait).
+    fn spend(&mut self, n: f64) {
+        self.refill();
+        self.tokens -= n;
+    }
+}
+
+/// Payload bytes of a data frame, for the byte rate (control frames are not counted).
+fn data_bytes(msg: &Message) -> usize {
+    match msg {
+        Message::Text(t) => t.len(),
+        Message::Binary(b) => b.len(),
+        _ => 0,
+    }
 }
 
 async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
     let limits = hub.limits().clone();
-    let mut rate = RateLimit {
-        tokens: limits.frame_burst as f64,
-        last: tokio::time::Instant::now(),
-        rate: limits.frames_per_second as f64,
-        burst: limits.frame_burst as f64,
-    };
+    let mut rate = RateLimit::new(limits.frames_per_second as f64, limits.frame_burst as f64);
+    let (byte_rate, byte_burst) = (limits.bytes_per_second as f64, limits.byte_burst as f64);
+    let mut bytes = RateLimit::new(byte_rate, byte_burst);
+    // Bytes sent after being refused, allowed at the same rate; a connection that goes past
+    // that keeps flooding whatever it is told, and is closed.
+    let mut refused = RateLimit::new(byte_rate, byte_burst);
     let mut uploading: Option<upload::Uploading> = None;
     loop {
         let upload_deadline = uploading.as_ref().map(|u| u.deadline);
@@ -382,6 +429,50 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                 format!(
                     "more than {} frames per second (burst {}); this frame was not processed, retry it later",
                     limits.frames_per_second, limits.frame_burst
+                ),
+            ));
+            continue;
+        }
+        // The byte rate. An upload chunk is never refused (that would ruin the upload): it is
+        // taken later instead, so TCP slows the phone down, keeping `max_frame_bytes` of the
+        // budget free for requests sent meanwhile. Other frames over the budget are refused.
+        let size = data_bytes(&msg) as f64;
+        if is_chunk {
+            let wait = bytes.wait_for(size + limits.max_frame_bytes as f64);
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = outlet.wait_closing() => return,
+                }
+            }
+            bytes.spend(size);
+        } else if is_data && !bytes.take(size) {
+            let id = match &msg {
+                Message::Text(t) => request_id_of(t.as_str()),
+                _ => None,
+            };
+            if !refused.take(size) {
+                outlet.push_frame(&Frame::error(
+                    id,
+                    ErrorCode::RateLimited,
+                    format!(
+                        "still sending more than {} bytes per second (burst {}) after being refused; closing",
+                        limits.bytes_per_second, limits.byte_burst
+                    ),
+                ));
+                outlet.close(Closing {
+                    code: CloseCode::Policy,
+                    reason: "rate limited",
+                    drain: true,
+                });
+                return;
+            }
+            outlet.push_frame(&Frame::error(
+                id,
+                ErrorCode::RateLimited,
+                format!(
+                    "more than {} bytes per second (burst {}, limits.bytes_per_second); this frame was not processed, retry it later",
+                    limits.bytes_per_second, limits.byte_burst
                 ),
             ));
             continue;

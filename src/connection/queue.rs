@@ -52,6 +52,10 @@ impl OutQueue {
         if self.overflowed {
             return Pushed::Overflow;
         }
+        // Only a coalescable frame keeps its key: a never-dropped or ephemeral frame pushed with
+        // one (the API allows it) must not be replaced later by an update with the same key,
+        // which would lose it silently (found by tests/queue_properties.rs).
+        let key = key.filter(|_| delivery == Delivery::Coalescable);
         if let (Delivery::Coalescable, Some(k)) = (delivery, key) {
             for item in self.items.iter_mut() {
                 if let Outbound::Frame {
@@ -89,12 +93,11 @@ impl OutQueue {
         self.items.pop_front()
     }
 
-    #[cfg(test)]
+    /// Items waiting (at most [`QUEUE_CAPACITY`]).
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

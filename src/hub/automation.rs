@@ -352,8 +352,8 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A webhook body as (title, text).
-fn parse_webhook_body(
+/// A webhook body as (title, text). Public for fuzz/fuzz_targets/webhook_body.rs.
+pub fn parse_webhook_body(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Result<(Option<String>, String), HookError> {
@@ -371,11 +371,14 @@ fn parse_webhook_body(
             #[serde(default)]
             title: Option<String>,
         }
-        let posted: Posted = serde_json::from_slice(body).map_err(|e| {
-            HookError::BadRequest(format!(
-                "a JSON body must be {{\"text\": \"…\", \"title\": \"… (optional)\"}}: {e}"
-            ))
-        })?;
+        let shape = "a JSON body must be {\"text\": \"…\", \"title\": \"… (optional)\"}";
+        // serde reads a struct from an array too (`["hi","T"]` as text and title); only the
+        // documented object is accepted (found by fuzz/webhook_body).
+        if !body.trim_ascii_start().starts_with(b"{") {
+            return Err(HookError::BadRequest(format!("{shape}: not an object")));
+        }
+        let posted: Posted = serde_json::from_slice(body)
+            .map_err(|e| HookError::BadRequest(format!("{shape}: {e}")))?;
         Ok((posted.title, posted.text))
     } else {
         let text = std::str::from_utf8(body).map_err(|_| {
@@ -506,6 +509,10 @@ mod tests {
             parse_webhook_body(None, br#"{"text":"raw"}"#),
             Ok((None, r#"{"text":"raw"}"#.into()))
         );
+        assert!(matches!(
+            parse_webhook_body(json, br#"["hi","T"]"#),
+            Err(HookError::BadRequest(_))
+        ));
         assert!(matches!(
             parse_webhook_body(None, &[0xff, 0xfe]),
             Err(HookError::BadRequest(_))

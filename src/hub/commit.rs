@@ -99,12 +99,23 @@ pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
         }
         let applied: Vec<_> = group.iter().map(|j| hub.store.commit(&j.changes)).collect();
         let synced = hub.store.sync().await;
-        match &synced {
-            Ok(()) => hub.set_storage_error(None),
-            Err(e) => {
-                warn!("storage flush failed: {e}");
+        // A full or read-only disk refuses a commit before its flush (`Store::writable`), so
+        // the health follows the commits' results too, not only the flush's: clearing it on a
+        // flush that had nothing to write would report `online` while every write is refused.
+        let failure = match &synced {
+            Err(e) => Some(e),
+            Ok(()) => applied
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .find(|e| e.is_storage_failure()),
+        };
+        match failure {
+            Some(e) => {
+                warn!("storage write failed: {e}");
                 hub.set_storage_error(Some(e.to_string()));
             }
+            None if applied.iter().any(Result::is_ok) => hub.set_storage_error(None),
+            None => {}
         }
         for (job, result) in group.into_iter().zip(applied) {
             let result = match (result, &synced) {
@@ -118,7 +129,9 @@ pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
             let _ = job.done.send(result);
         }
         if let Err(e) = hub.store.prune_outbox(retain) {
-            warn!("outbox pruning failed: {e}");
+            if !e.is_storage_failure() {
+                warn!("outbox pruning failed: {e}");
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ mod commands;
 mod commit;
 mod push;
 mod search;
+mod storage;
 mod turns;
 
 use std::cell::RefCell;
@@ -25,6 +26,8 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::{info, warn};
 
+/// For the fuzz targets: the webhook body parser is pure.
+pub use automation::parse_webhook_body;
 pub use commit::{CommitError, Origin};
 
 use crate::agent::Agent;
@@ -65,6 +68,8 @@ struct State {
     next_conn_id: ConnId,
     bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
     storage_error: Option<String>,
+    /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
+    unsettled: Vec<Vec<crate::store::Change>>,
     /// Why pushes are failing, while they are.
     push_error: Option<String>,
     /// Why media storage refuses uploads (quota or disk full), while it does.
@@ -96,6 +101,25 @@ pub struct Hub {
     started: Instant,
     /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
     automation: RefCell<automation::Automation>,
+    /// Backups streaming media right now (`hold_media_files`), and the files whose removal
+    /// waits for them.
+    media_holds: std::cell::Cell<usize>,
+    deferred_blobs: RefCell<Vec<String>>,
+}
+
+/// While alive, media files are not deleted (a backup is reading them); see `collect_media`.
+pub struct MediaHold<'a>(&'a Hub);
+
+impl Drop for MediaHold<'_> {
+    fn drop(&mut self) {
+        let hub = self.0;
+        hub.media_holds.set(hub.media_holds.get() - 1);
+        if hub.media_holds.get() == 0 {
+            for sha in std::mem::take(&mut *hub.deferred_blobs.borrow_mut()) {
+                hub.media.remove_blob(&sha);
+            }
+        }
+    }
 }
 
 impl Hub {
@@ -129,6 +153,7 @@ impl Hub {
                 next_conn_id: 1,
                 bad_hellos: heapless::LinearMap::new(),
                 storage_error: None,
+                unsettled: Vec::new(),
                 push_error: None,
                 media_full: None,
                 agent_error: None,
@@ -141,8 +166,11 @@ impl Hub {
             agent_back: tokio::sync::Notify::new(),
             started: Instant::now(),
             automation: RefCell::default(),
+            media_holds: std::cell::Cell::new(0),
+            deferred_blobs: RefCell::default(),
         });
         tokio::task::spawn_local(commit::run(hub.clone(), rx));
+        tokio::task::spawn_local(storage::monitor(hub.clone()));
         if hub.agent.name() != "demo" {
             tokio::task::spawn_local(turns::agent_monitor(hub.clone()));
         }
@@ -201,9 +229,15 @@ impl Hub {
         }
     }
 
-    /// Checks a hello's token. Repeated failures from one address are refused before the token
-    /// is even looked at, so guessing tokens is slow.
+    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64) are refused
+    /// before the token is even looked at, so guessing tokens is slow.
+    ///
+    /// The token is found by its SHA-256 (the `tokens` tree's key), never compared itself: how
+    /// long the lookup takes depends only on the hash of what was presented, and learning how
+    /// many leading bytes of that hash match a stored one tells nothing about any token (it
+    /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
     pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
+        let ip = crate::connection::address_key(ip);
         let limit = self.config.limits.bad_hellos_per_minute;
         {
             let st = self.state.borrow();
@@ -593,9 +627,20 @@ impl Hub {
         if let Err(e) = self.store.sync().await {
             return warn!("media clean-up not durable, files kept: {e}");
         }
+        if self.media_holds.get() > 0 {
+            // A backup is streaming media: the files go when it is done.
+            self.deferred_blobs.borrow_mut().extend(freed);
+            return;
+        }
         for sha in freed {
             self.media.remove_blob(&sha);
         }
+    }
+
+    /// Keeps every media file on disk until the returned hold is dropped (`backup`).
+    pub fn hold_media_files(&self) -> MediaHold<'_> {
+        self.media_holds.set(self.media_holds.get() + 1);
+        MediaHold(self)
     }
 
     /// Mints a device and its token (the `pair` command, through the control socket).

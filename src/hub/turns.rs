@@ -534,8 +534,12 @@ async fn finish_turn(
             });
         }
     }
-    if let Err(e) = hub.commit(changes, None).await {
+    if let Err(e) = hub.commit(changes.clone(), None).await {
         warn!(%lane, "could not store the agent's reply: {e}");
+        // The disk filled (or failed) while the turn ran: the user's message is stored and
+        // waits for this answer. Keep it and store it once the disk works again
+        // (`storage::monitor`), rather than leave the message unanswered until a restart.
+        hub.keep_unsettled(changes);
     }
 }
 

@@ -262,17 +262,22 @@ fn read_header(text: &str) -> Result<Header<'_>, DecodeError> {
     header_from_value(text)
 }
 
+/// The full parser's header. It reads only the five envelope fields and skips everything else
+/// unbuilt (`IgnoredAny`), like the fast path: parsing the whole frame into a `serde_json::Value`
+/// here cost up to ~50 bytes of memory per byte of frame (a 1 MiB frame of `0,0,0,…` with an
+/// escape in its `type`, before any hello: found by fuzz/decode_frame's allocation bound).
 fn header_from_value(text: &str) -> Result<Header<'static>, DecodeError> {
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        DecodeError::new(None, ErrorCode::Unsupported, format!("malformed JSON: {e}"))
-    })?;
-    let Some(obj) = value.as_object() else {
-        return Err(DecodeError::new(
-            None,
-            ErrorCode::Unsupported,
-            "a frame must be a JSON object",
-        ));
-    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let env = Envelope::deserialize(&mut de)
+        .and_then(|env| de.end().map(|()| env))
+        .map_err(|e| {
+            let message = if e.classify() == serde_json::error::Category::Data {
+                "a frame must be a JSON object".to_owned()
+            } else {
+                format!("malformed JSON: {e}")
+            };
+            DecodeError::new(None, ErrorCode::Unsupported, message)
+        })?;
     let mistyped = |id, field: &str, want: &str| {
         DecodeError::new(
             id,
@@ -280,31 +285,132 @@ fn header_from_value(text: &str) -> Result<Header<'static>, DecodeError> {
             format!("envelope field `{field}` must be {want}"),
         )
     };
-    let id = match obj.get("id") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => Some(
-            v.as_i64()
-                .ok_or_else(|| mistyped(None, "id", "an integer"))?,
-        ),
+    let id = match env.id {
+        None | Some(Field::Null) => None,
+        Some(Field::Int(i)) => Some(i),
+        Some(_) => return Err(mistyped(None, "id", "an integer")),
     };
-    let v = match obj.get("v") {
+    let v = match env.v {
         None => None,
-        Some(v) => Some(v.as_i64().ok_or_else(|| mistyped(id, "v", "an integer"))?),
+        Some(Field::Int(v)) => Some(v),
+        Some(_) => return Err(mistyped(id, "v", "an integer")),
     };
-    let string = |field: &str| -> Result<Option<Cow<'static, str>>, DecodeError> {
-        match obj.get(field) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) => Ok(Some(Cow::Owned(s.clone()))),
-            Some(_) => Err(mistyped(id, field, "a string")),
-        }
+    let string = |field: &str, value: Option<Field>| match value {
+        None | Some(Field::Null) => Ok(None),
+        Some(Field::Str(s)) => Ok(Some(Cow::Owned(s))),
+        Some(_) => Err(mistyped(id, field, "a string")),
     };
     Ok(Header {
         v,
-        kind: string("type")?,
+        kind: string("type", env.kind)?,
         id,
-        chat_id: string("chat_id")?,
-        thread_id: string("thread_id")?,
+        chat_id: string("chat_id", env.chat_id)?,
+        thread_id: string("thread_id", env.thread_id)?,
     })
+}
+
+/// The envelope fields of a frame object (absent: `None`; a repeated key: the last wins).
+#[derive(Default)]
+struct Envelope {
+    v: Option<Field>,
+    kind: Option<Field>,
+    id: Option<Field>,
+    chat_id: Option<Field>,
+    thread_id: Option<Field>,
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Envelope;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a frame object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Envelope, A::Error> {
+                let mut env = Envelope::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        "v" => &mut env.v,
+                        "type" => &mut env.kind,
+                        "id" => &mut env.id,
+                        "chat_id" => &mut env.chat_id,
+                        "thread_id" => &mut env.thread_id,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(env)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// One envelope field's value: what the header needs to know of it, nothing more (an array or
+/// object given for a field is skipped, not built).
+enum Field {
+    Null,
+    Int(i64),
+    Str(String),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> serde::de::Visitor<'de> for Any {
+            type Value = Field;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Field, E> {
+                Ok(Field::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Field, E> {
+                Ok(Field::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Field, E> {
+                Ok(i64::try_from(v).map_or(Field::Other, Field::Int))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Field, E> {
+                Ok(Field::Str(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Field, E> {
+                Ok(Field::Str(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Field, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Field, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(Any)
+    }
 }
 
 fn scope_id(
@@ -346,7 +452,13 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 name: payload::<Rename>(id, kind, text)?.name,
             }
         }
-        "channel.set_default" => Request::ChannelSetDefault,
+        // Frames without payload fields are still read through serde_json once: the header
+        // decoder (serde-json-core) skips unknown fields leniently, so raw control characters or
+        // junk values in them would otherwise be accepted (found by fuzz/decode_frame).
+        "channel.set_default" => {
+            well_formed(id, kind, text)?;
+            Request::ChannelSetDefault
+        }
         "channel.favorite" => Request::ChannelFavorite {
             on: payload::<Toggle>(id, kind, text)?.on,
         },
@@ -354,8 +466,14 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
         "channel.set_automation" => Request::ChannelSetAutomation {
             on: payload::<Toggle>(id, kind, text)?.on,
         },
-        "channel.delete" => Request::ChannelDelete,
-        "channel.list" => Request::ChannelList,
+        "channel.delete" => {
+            well_formed(id, kind, text)?;
+            Request::ChannelDelete
+        }
+        "channel.list" => {
+            well_formed(id, kind, text)?;
+            Request::ChannelList
+        }
         "sync" => {
             #[derive(Deserialize)]
             struct Sync {
@@ -367,7 +485,10 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             }
         }
         "history" => Request::History(payload(id, kind, text)?),
-        "commands.catalog" => Request::CommandsCatalog,
+        "commands.catalog" => {
+            well_formed(id, kind, text)?;
+            Request::CommandsCatalog
+        }
         "search" => Request::Search(payload(id, kind, text)?),
         "message.delete" => {
             #[derive(Deserialize)]
@@ -435,6 +556,11 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             ));
         }
     })
+}
+
+/// Checks the whole frame is well-formed JSON, allocating nothing (every value is skipped).
+fn well_formed(id: Option<i64>, kind: &str, text: &str) -> Result<(), DecodeError> {
+    payload::<serde::de::IgnoredAny>(id, kind, text).map(drop)
 }
 
 #[derive(Deserialize)]
@@ -560,6 +686,31 @@ mod tests {
     }
 
     #[test]
+    fn the_full_parser_reads_only_the_envelope() {
+        // An escape sends the header to the full parser; fields it does not need are skipped.
+        let big = format!(
+            r#"{{"v":1,"type":"p\u0069ng","id":5,"x":[{}],"y":{{"a":[{{}}]}},"ts":true}}"#,
+            vec!["0"; 1000].join(",")
+        );
+        let f = decode_request(&big).unwrap();
+        assert_eq!((f.id, f.request), (Some(5), Request::Ping { ts: None }));
+        // A repeated key: the last one counts, as before.
+        let f = decode_request(r#"{"v":1,"type":"p\u0069ng","id":1,"id":2}"#).unwrap();
+        assert_eq!(f.id, Some(2));
+        let e = err(r#"{"v":1,"type":"p\u0069ng","id":[1]}"#);
+        assert!(e.message.contains("`id`"), "{}", e.message);
+        let e = err(r#"{"v":null,"type":"p\u0069ng","id":3}"#);
+        assert_eq!(e.id, Some(3));
+        assert!(e.message.contains("`v`"), "{}", e.message);
+        let e = err(r#"{"v":1,"type":"p\u0069ng","chat_id":7}"#);
+        assert!(e.message.contains("`chat_id`"), "{}", e.message);
+        assert!(err(r#""p\u0069ng""#).message.contains("object"));
+        assert!(err(r#"{"v":1,"type":"p\u0069ng"} x"#)
+            .message
+            .contains("malformed JSON"));
+    }
+
+    #[test]
     fn refuses_wrong_version_with_the_id_echoed() {
         let e = err(r#"{"v":2,"type":"ping","id":9}"#);
         assert_eq!((e.id, e.code), (Some(9), ErrorCode::Unsupported));
@@ -591,6 +742,19 @@ mod tests {
         assert!(err(r#"{"v":1,"type":"ping","chat_id":"a b"}"#)
             .message
             .contains("chat_id"));
+    }
+
+    #[test]
+    fn junk_in_frames_without_payload_is_refused() {
+        // Inputs fuzz/decode_frame found accepted: a raw control character, a bare word.
+        let e = err("{\"v\":1,\"type\":\"channel.list\",\"x\u{13}\":1}");
+        assert_eq!(e.code, ErrorCode::Unsupported);
+        err(r#"{"v":1,"type":"channel.delete","id":7,"x":[#msg]}"#);
+        assert_eq!(
+            decode_request(r#"{"v":1,"type":"channel.list","id":3,"x":{"y":[1,"\n"]}}"#)
+                .map(|f| f.request),
+            Ok(Request::ChannelList)
+        );
     }
 
     #[test]

@@ -44,32 +44,36 @@ pub struct Device {
 }
 
 impl Store {
-    /// Stores a new device with its token hash; durable when this returns.
+    /// Stores a new device with its token hash; durable after the next `sync` (callers sync
+    /// before showing the token: a blocking flush here would stall the event loop).
     pub fn add_device(&self, device: &Device) -> Result<()> {
-        self.devices
+        self.writable()?;
+        self.t()?
+            .devices
             .insert(device.device_id.as_bytes(), to_json(device))?;
-        self.tokens
+        self.t()?
+            .tokens
             .insert(device.token_hash.as_slice(), device.device_id.as_bytes())?;
-        self.db.flush()?;
         Ok(())
     }
 
     pub fn device_by_token_hash(&self, hash: &[u8]) -> Result<Option<Device>> {
-        let Some(id) = self.tokens.get(hash)? else {
+        let Some(id) = self.t()?.tokens.get(hash)? else {
             return Ok(None);
         };
         self.device(std::str::from_utf8(&id).unwrap_or(""))
     }
 
     pub fn device(&self, device_id: &str) -> Result<Option<Device>> {
-        match self.devices.get(device_id.as_bytes())? {
+        match self.t()?.devices.get(device_id.as_bytes())? {
             Some(v) => Ok(Some(from_json(&v, "device")?)),
             None => Ok(None),
         }
     }
 
     pub fn devices(&self) -> Result<Vec<Device>> {
-        self.devices
+        self.t()?
+            .devices
             .iter()
             .values()
             .map(|v| from_json(&v?, "device"))
@@ -79,19 +83,22 @@ impl Store {
     /// Updates a device record (last seen, push target). Left to sled's periodic flush: losing
     /// a last-seen time to a power cut is harmless, and it saves an fsync per connect.
     pub fn update_device(&self, device: &Device) -> Result<()> {
-        self.devices
+        self.writable()?;
+        self.t()?
+            .devices
             .insert(device.device_id.as_bytes(), to_json(device))?;
         Ok(())
     }
 
-    /// Removes a device and its token; durable when this returns. `false` if it did not exist.
+    /// Removes a device and its token; durable after the next `sync`. `false` if it did not
+    /// exist.
     pub fn remove_device(&self, device_id: &str) -> Result<bool> {
         let Some(d) = self.device(device_id)? else {
             return Ok(false);
         };
-        self.tokens.remove(d.token_hash.as_slice())?;
-        self.devices.remove(device_id.as_bytes())?;
-        self.db.flush()?;
+        self.writable()?;
+        self.t()?.tokens.remove(d.token_hash.as_slice())?;
+        self.t()?.devices.remove(device_id.as_bytes())?;
         Ok(true)
     }
 }

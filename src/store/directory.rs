@@ -12,7 +12,7 @@ impl Store {
     /// minted time-ordered, so key order is creation order).
     pub fn channels(&self) -> Result<Vec<Channel>> {
         let mut out = Vec::new();
-        for item in self.channels.iter() {
+        for item in self.t()?.channels.iter() {
             let (_, v) = item?;
             out.push(from_json::<Channel>(&v, "channel")?);
         }
@@ -21,7 +21,7 @@ impl Store {
     }
 
     pub fn channel(&self, chat_id: &str) -> Result<Option<Channel>> {
-        match self.channels.get(chat_id.as_bytes())? {
+        match self.t()?.channels.get(chat_id.as_bytes())? {
             Some(v) => Ok(Some(from_json(&v, "channel")?)),
             None => Ok(None),
         }
@@ -35,11 +35,13 @@ impl Store {
         if defaults.len() == 1 {
             return Ok(());
         }
+        self.writable()?;
+        let t = self.t()?;
         for extra in defaults.iter().skip(1) {
             let mut c = (*extra).clone();
             c.is_default = false;
             c.kind = ChannelKind::Channel;
-            self.channels.insert(c.chat_id.as_bytes(), to_json(&c))?;
+            t.channels.insert(c.chat_id.as_bytes(), to_json(&c))?;
         }
         if defaults.is_empty() {
             let mut c = self.channel(DEFAULT_CHAT_ID)?.unwrap_or_else(|| {
@@ -53,7 +55,7 @@ impl Store {
             c.is_default = true;
             c.kind = ChannelKind::Default;
             c.automation = false;
-            self.channels.insert(c.chat_id.as_bytes(), to_json(&c))?;
+            t.channels.insert(c.chat_id.as_bytes(), to_json(&c))?;
         }
         Ok(())
     }

@@ -51,7 +51,7 @@ impl Store {
     ) -> Result<Option<HistoryPage>> {
         let prefix = lane_prefix(lane);
         let upper = match before {
-            Some(id) => match self.message_ids.get(id.as_bytes())? {
+            Some(id) => match self.t()?.message_ids.get(id.as_bytes())? {
                 Some(key) if key.starts_with(&prefix) => key.to_vec(),
                 _ => return Ok(None),
             },
@@ -64,6 +64,7 @@ impl Store {
         };
         let mut newest_first = Vec::with_capacity(limit + 1);
         for item in self
+            .t()?
             .messages
             .range(prefix.as_slice()..upper.as_slice())
             .rev()
@@ -83,10 +84,10 @@ impl Store {
 
     /// The stored message with this id, if any (used to tell "unknown" from "other lane").
     pub fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        let Some(key) = self.message_ids.get(message_id.as_bytes())? else {
+        let Some(key) = self.t()?.message_ids.get(message_id.as_bytes())? else {
             return Ok(None);
         };
-        let Some(v) = self.messages.get(&key)? else {
+        let Some(v) = self.t()?.messages.get(&key)? else {
             return Ok(None);
         };
         let lane_len = key.len().saturating_sub(8);
@@ -109,9 +110,11 @@ impl Store {
             prefix.extend_from_slice(t.as_bytes());
             prefix.push(0);
         }
+        self.writable()?;
         let mut removed = 0;
         let mut media = Vec::new();
-        for item in self.messages.scan_prefix(&prefix) {
+        let t = self.t()?;
+        for item in t.messages.scan_prefix(&prefix) {
             let (k, v) = item?;
             if let Ok(m) = from_json::<HistoryMessage>(&v, "history message") {
                 media.extend(m.media.iter().map(|r| r.media_id.clone()));
@@ -120,7 +123,7 @@ impl Store {
                     message_id: m.message_id,
                 }])?;
             }
-            self.messages.remove(k)?;
+            t.messages.remove(k)?;
             removed += 1;
         }
         Ok((removed, media))

@@ -54,24 +54,29 @@ pub(super) fn use_key(media_id: &str, message_id: &str) -> Vec<u8> {
 impl Store {
     /// Records a finished upload under the device's ref; durable when this returns.
     pub fn add_media(&self, record: &MediaRecord, device_id: &str, media_ref: &str) -> Result<()> {
+        self.writable()?;
         let count = self
+            .t()?
             .blobs
             .get(record.sha256.as_bytes())?
             .map(|v| super::u64_from(&v))
             .unwrap_or(0);
-        self.blobs
+        self.t()?
+            .blobs
             .insert(record.sha256.as_bytes(), &(count + 1).to_be_bytes())?;
-        self.media
+        self.t()?
+            .media
             .insert(record.media_id.as_bytes(), to_json(record))?;
         if !device_id.is_empty() {
-            self.media_refs
+            self.t()?
+                .media_refs
                 .insert(ref_key(device_id, media_ref), record.media_id.as_bytes())?;
         }
         Ok(())
     }
 
     pub fn media(&self, media_id: &str) -> Result<Option<MediaRecord>> {
-        match self.media.get(media_id.as_bytes())? {
+        match self.t()?.media.get(media_id.as_bytes())? {
             Some(v) => Ok(Some(from_json(&v, "media record")?)),
             None => Ok(None),
         }
@@ -79,7 +84,7 @@ impl Store {
 
     /// The media a device uploaded under `media_ref`.
     pub fn media_by_ref(&self, device_id: &str, media_ref: &str) -> Result<Option<MediaRecord>> {
-        match self.media_refs.get(ref_key(device_id, media_ref))? {
+        match self.t()?.media_refs.get(ref_key(device_id, media_ref))? {
             Some(id) => self.media(&String::from_utf8_lossy(&id)),
             None => Ok(None),
         }
@@ -88,27 +93,30 @@ impl Store {
     /// Removes media that no message uses any more among `candidates`; returns the sha256 of
     /// every blob that no record shares any longer (its file can go).
     pub fn collect_unused(&self, candidates: &[String]) -> Result<Vec<String>> {
+        self.writable()?;
         let mut freed = Vec::new();
         for media_id in candidates {
             let mut prefix = media_id.as_bytes().to_vec();
             prefix.push(0);
-            if self.media_uses.scan_prefix(&prefix).next().is_some() {
+            if self.t()?.media_uses.scan_prefix(&prefix).next().is_some() {
                 continue;
             }
             let Some(record) = self.media(media_id)? else {
                 continue;
             };
-            self.media.remove(media_id.as_bytes())?;
+            self.t()?.media.remove(media_id.as_bytes())?;
             let count = self
+                .t()?
                 .blobs
                 .get(record.sha256.as_bytes())?
                 .map(|v| super::u64_from(&v))
                 .unwrap_or(1);
             if count <= 1 {
-                self.blobs.remove(record.sha256.as_bytes())?;
+                self.t()?.blobs.remove(record.sha256.as_bytes())?;
                 freed.push(record.sha256);
             } else {
-                self.blobs
+                self.t()?
+                    .blobs
                     .insert(record.sha256.as_bytes(), &(count - 1).to_be_bytes())?;
             }
         }
@@ -119,7 +127,7 @@ impl Store {
     /// Media stored before `cutoff_ms` (candidates for collection if no message uses them).
     pub fn media_older_than(&self, cutoff_ms: i64) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for item in self.media.iter() {
+        for item in self.t()?.media.iter() {
             let (_, v) = item?;
             let record: MediaRecord = from_json(&v, "media record")?;
             if record.created_ms < cutoff_ms {
@@ -131,7 +139,8 @@ impl Store {
 
     /// Every blob (sha256) with at least one record: what must stay on disk.
     pub fn live_blobs(&self) -> Result<Vec<String>> {
-        self.blobs
+        self.t()?
+            .blobs
             .iter()
             .keys()
             .map(|k| Ok(String::from_utf8_lossy(&k?).into_owned()))

@@ -6,6 +6,8 @@
 //! everything written so far durable (an fsync of sled's log) and is what the hub awaits before it
 //! tells any device about a change.
 
+pub mod backup;
+mod check;
 mod devices;
 mod directory;
 mod history;
@@ -16,6 +18,8 @@ mod sessions;
 pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +27,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+pub use check::{EXIT_DAMAGED, WITNESS_FILE};
 pub use devices::{Device, DeviceOrigin};
 pub use directory::DEFAULT_CHAT_ID;
 pub use media::MediaRecord;
@@ -44,8 +49,27 @@ pub enum StoreError {
     Locked { dir: PathBuf },
     #[error("cannot open the store in {dir}: {source}. The data may be damaged: restore a backup, or move the directory aside to start fresh")]
     Open { dir: PathBuf, source: sled::Error },
+    /// Found at open: the files are damaged or older than the store last seen. Nothing was
+    /// changed on disk (see `check.rs`).
+    #[error("{}", check::damaged_message(.dir, .detail))]
+    Damaged { dir: PathBuf, detail: String },
+    /// The disk is (nearly) full: refused before sled is asked to write (`Store::writable`), or
+    /// sled's write failed with ENOSPC.
+    #[error("the data disk is full ({detail}); nothing new can be saved until space is freed: delete messages with media, or remove other files from that disk")]
+    Full { detail: String },
+    #[error("the data disk is read-only ({detail}); nothing new can be saved. The SD card may be failing: make a backup now (iris-gateway backup FILE) and check the card")]
+    ReadOnly { detail: String },
+    /// sled can no longer complete a flush after a failed write and cannot be closed either
+    /// (`Store::reopen`): only a restart of the process reopens the store.
+    #[error(
+        "the storage engine cannot resume after the disk failure without a restart of the gateway"
+    )]
+    Stuck,
+    /// Reopening after a storage failure failed: nothing can be read or written until it works.
+    #[error("the store is closed after a storage failure and could not be reopened yet: {0}")]
+    Closed(String),
     #[error("storage error: {0}")]
-    Sled(#[from] sled::Error),
+    Sled(sled::Error),
     #[error("stored record is damaged ({what}): {source}")]
     Corrupt {
         what: &'static str,
@@ -53,6 +77,46 @@ pub enum StoreError {
     },
     #[error("store layout version {found} is newer than this build understands ({LAYOUT_VERSION}); upgrade iris-gateway")]
     TooNew { found: u64 },
+}
+
+impl From<sled::Error> for StoreError {
+    /// A full or read-only disk gets its own message: that is what the user must act on.
+    fn from(e: sled::Error) -> StoreError {
+        match &e {
+            sled::Error::Io(io) => classify_io(io).unwrap_or(StoreError::Sled(e)),
+            _ => StoreError::Sled(e),
+        }
+    }
+}
+
+/// `Full` or `ReadOnly` for the I/O errors that mean so (sled keeps the kind, not the errno,
+/// when it repeats a stored error).
+fn classify_io(io: &std::io::Error) -> Option<StoreError> {
+    use std::io::ErrorKind;
+    let detail = io.to_string();
+    match (io.kind(), io.raw_os_error()) {
+        (ErrorKind::StorageFull | ErrorKind::QuotaExceeded, _) => Some(StoreError::Full { detail }),
+        (_, Some(libc::ENOSPC | libc::EDQUOT)) => Some(StoreError::Full { detail }),
+        (ErrorKind::ReadOnlyFilesystem, _) | (_, Some(libc::EROFS)) => {
+            Some(StoreError::ReadOnly { detail })
+        }
+        _ => None,
+    }
+}
+
+impl StoreError {
+    /// The storage itself failed (as opposed to a bad record or a refused request): the
+    /// gateway reports `degraded` until it works again.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full { .. }
+                | StoreError::ReadOnly { .. }
+                | StoreError::Closed(_)
+                | StoreError::Stuck
+                | StoreError::Sled(sled::Error::Io(_))
+        )
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -83,6 +147,21 @@ pub enum Change {
     EndTurn(String),
 }
 
+impl Change {
+    /// Roughly what the change writes (its value sizes), for the free-space check.
+    fn approx_bytes(&self) -> u64 {
+        let n = match self {
+            Change::Outbox(f) | Change::OutboxOf { frame: f, .. } => f.len(),
+            Change::PutMessage(_, m) => m.text.len() * 2 + 512,
+            Change::PutChannel(c) => to_json(c).len(),
+            Change::BeginTurn(t) => t.text.len() + 128,
+            Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
+            Change::DeleteChannel(_) | Change::EndTurn(_) => 64,
+        };
+        n as u64
+    }
+}
+
 /// A user message whose agent turn has not finished yet.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct PendingTurn {
@@ -91,10 +170,13 @@ pub struct PendingTurn {
     pub text: String,
 }
 
-/// The sled database and its trees.
-#[derive(Clone)]
-pub struct Store {
+/// The sled database and its trees. Replaced as a whole when the store is reopened after a
+/// storage failure (sled refuses every write once one of its own writes failed).
+struct Trees {
     db: sled::Db,
+    /// sled's log file and the directory of its files for large values, fsynced by `sync`.
+    db_file: std::fs::File,
+    blobs_dir: PathBuf,
     meta: sled::Tree,
     outbox: sled::Tree,
     messages: sled::Tree,
@@ -114,68 +196,308 @@ pub struct Store {
     blobs: sled::Tree,
 }
 
+/// The store: cheap to clone, every clone sees the same (possibly reopened) database.
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    cache_bytes: u64,
+    /// `None` only while a reopen is under way or after one failed.
+    trees: RwLock<Option<Arc<Trees>>>,
+    /// Why the last reopen failed, for `StoreError::Closed`.
+    closed_why: std::sync::Mutex<String>,
+    /// A sled write or flush failed: sled has stopped writing (or can no longer complete a
+    /// flush) and only a reopen, or a restart, resumes. Also keeps what the failure was.
+    failed: AtomicBool,
+    failure: std::sync::Mutex<Option<StoreError>>,
+    /// sled's files for large values already fsynced (`fsync_files`).
+    synced_blobs: std::sync::Mutex<std::collections::HashSet<std::ffi::OsString>>,
+    /// Free bytes the data disk must keep before the store writes (`writable`).
+    reserve: u64,
+    witness: check::WitnessClock,
+}
+
+/// Free space below which the store refuses to write, so sled never meets a full disk halfway
+/// through its log (after which it stops writing until reopened). Overridable for tests with
+/// `IRIS_GATEWAY_STORE_RESERVE_BYTES` (0 lets sled itself run into the full disk).
+pub const STORE_RESERVE_BYTES: u64 = 8 << 20;
+const RESERVE_ENV: &str = "IRIS_GATEWAY_STORE_RESERVE_BYTES";
+
 impl Store {
     /// Opens (or creates) the store, waiting up to `lock_wait` for another process (a short-lived
     /// `pair` command) to let go of sled's lock.
+    ///
+    /// A store that was used before is checked first (`check.rs`): its files must be there, sled
+    /// must open them without failing, every record must read back, and the cursor head must not
+    /// be below the one last recorded beside it. If not, this returns `Damaged` and leaves every
+    /// file as it was: it never resets or discards what is there.
     pub fn open(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
             dir: dir.to_owned(),
             source: e.into(),
         })?;
-        let deadline = std::time::Instant::now() + lock_wait;
-        let db = loop {
-            let attempt = sled::Config::new()
-                .path(dir.join("db"))
-                .cache_capacity(cache_bytes)
-                // The hub fsyncs explicitly before anything is announced; the background flush
-                // only bounds what a crash can lose of writes nobody was told about.
-                .flush_every_ms(Some(1000))
-                .mode(sled::Mode::LowSpace)
-                .open();
-            match attempt {
-                Ok(db) => break db,
-                Err(sled::Error::Io(e)) if is_lock_error(&e) => {
-                    if std::time::Instant::now() >= deadline {
-                        return Err(StoreError::Locked {
-                            dir: dir.to_owned(),
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(source) => {
-                    return Err(StoreError::Open {
-                        dir: dir.to_owned(),
-                        source,
-                    })
-                }
-            }
+        let _open_lock = check::open_lock(dir, lock_wait)?;
+        let witness = check::before_open(dir)?;
+        let safety =
+            check::SafetyCopy::take(dir, witness.as_ref()).map_err(|e| StoreError::Open {
+                dir: dir.to_owned(),
+                source: sled::Error::Io(e),
+            })?;
+        let opened = {
+            // sled 0.34 panics on some damaged files, at open or when a damaged page is first
+            // read: the guard turns that into the "damaged store" message and exit status 1
+            // (after putting the safety copy back).
+            let _guard = check::PanicGuard::new(dir, safety.as_ref());
+            open_trees(dir, cache_bytes, lock_wait).and_then(|trees| {
+                check::after_open(dir, &trees, witness.as_ref())?;
+                Ok(trees)
+            })
         };
-        let tree = |name: &str| db.open_tree(name);
+        let trees = match (opened, safety) {
+            (Ok(trees), safety) => {
+                if let Some(s) = safety {
+                    s.discard().map_err(|e| StoreError::Open {
+                        dir: dir.to_owned(),
+                        source: sled::Error::Io(e),
+                    })?;
+                }
+                trees
+            }
+            // sled did not get the files (another process holds them): nothing to put back,
+            // and putting it back would overwrite that process's files.
+            (Err(e @ StoreError::Locked { .. }), Some(s)) => {
+                let _ = s.discard();
+                return Err(e);
+            }
+            (Err(e), Some(s)) => {
+                // Closes sled's files (the error dropped everything opened) before they are
+                // put back as they were.
+                return Err(match s.restore(dir) {
+                    Ok(()) => e,
+                    Err(io) => StoreError::Damaged {
+                        dir: dir.to_owned(),
+                        detail: format!("{e}; and the copy of its files taken before opening could not be put back ({io}): it is in {}", dir.join(".open-check").display()),
+                    },
+                });
+            }
+            (Err(e), None) => return Err(e),
+        };
+        let reserve = std::env::var(RESERVE_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STORE_RESERVE_BYTES);
         let store = Store {
-            meta: tree("meta")?,
-            outbox: tree("outbox")?,
-            messages: tree("messages")?,
-            message_ids: tree("message_ids")?,
-            channels: tree("channels")?,
-            devices: tree("devices")?,
-            tokens: tree("tokens")?,
-            todos: tree("todos")?,
-            sessions: tree("sessions")?,
-            turns: tree("turns")?,
-            search_idx: tree("search")?,
-            message_frames: tree("message_frames")?,
-            media: tree("media")?,
-            media_refs: tree("media_refs")?,
-            media_uses: tree("media_uses")?,
-            blobs: tree("blobs")?,
-            db,
+            shared: Arc::new(Shared {
+                dir: dir.to_owned(),
+                cache_bytes,
+                trees: RwLock::new(Some(Arc::new(trees))),
+                closed_why: Default::default(),
+                failed: AtomicBool::new(false),
+                failure: Default::default(),
+                synced_blobs: Default::default(),
+                reserve,
+                witness: check::WitnessClock::default(),
+            }),
         };
         store.init_layout()?;
+        store.record_witness();
         Ok(store)
     }
 
+    /// The current database, or `Closed` while it is being reopened.
+    fn t(&self) -> Result<Arc<Trees>> {
+        let guard = self
+            .shared
+            .trees
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*guard {
+            Some(t) => Ok(t.clone()),
+            None => Err(StoreError::Closed(
+                self.shared
+                    .closed_why
+                    .lock()
+                    .map(|w| w.clone())
+                    .unwrap_or_default(),
+            )),
+        }
+    }
+
+    /// The data directory this store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Refuses writes while the data disk is read-only or has less than the reserve free, or
+    /// after sled failed to write: checked (one `statvfs`) before anything is handed to sled,
+    /// so in the usual case sled never meets a full disk and writes resume by themselves once
+    /// space returns.
+    pub fn writable(&self) -> Result<()> {
+        self.writable_for(0)
+    }
+
+    /// As `writable`, for a write of about `bytes`: sled writes values over 128 KiB to files
+    /// of their own, and one of those failing leaves sled unable to complete any flush (see
+    /// `reopen`), so the room for them is checked too.
+    fn writable_for(&self, bytes: u64) -> Result<()> {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Err(self.failure());
+        }
+        self.disk_ok(bytes)
+    }
+
+    /// Whether the disk (not sled) could take a write of `bytes` now: not read-only, and the
+    /// reserve plus twice the write free.
+    pub fn disk_ok(&self, bytes: u64) -> Result<()> {
+        let st = statvfs(&self.shared.dir)?;
+        if st.read_only {
+            return Err(StoreError::ReadOnly {
+                detail: format!(
+                    "{} is on a read-only file system",
+                    self.shared.dir.display()
+                ),
+            });
+        }
+        // A reserve of 0 (the test knob) lets sled itself run into the full disk.
+        let reserve = self.shared.reserve;
+        if reserve > 0 && st.available < reserve.saturating_add(bytes.saturating_mul(2)) {
+            return Err(StoreError::Full {
+                detail: format!(
+                    "{} free in {}; the gateway keeps {} free for its store",
+                    human_bytes(st.available),
+                    self.shared.dir.display(),
+                    human_bytes(reserve)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// True once a write or flush failed inside sled: it refuses every write from then on, and
+    /// only `reopen` (when the disk works again) resumes.
+    pub fn needs_reopen(&self) -> bool {
+        self.shared.failed.load(Ordering::SeqCst) || self.t().is_err()
+    }
+
+    /// What the failure that stopped sled was (full, read-only, other), as an error to report.
+    fn failure(&self) -> StoreError {
+        let saved = self.shared.failure.lock().ok();
+        match saved.as_deref() {
+            Some(Some(StoreError::Full { detail })) => StoreError::Full {
+                detail: detail.clone(),
+            },
+            Some(Some(StoreError::ReadOnly { detail })) => StoreError::ReadOnly {
+                detail: detail.clone(),
+            },
+            Some(Some(other)) => {
+                StoreError::Closed(format!("a write to the store failed: {other}"))
+            }
+            _ => StoreError::Closed("a write to the store failed".into()),
+        }
+    }
+
+    /// Notes a failed sled write or flush (sled has stopped writing).
+    fn note_failure<T>(&self, r: std::result::Result<T, sled::Error>) -> Result<T> {
+        r.map_err(|e| {
+            let is_io = matches!(e, sled::Error::Io(_));
+            let e = StoreError::from(e);
+            if is_io {
+                if let Ok(mut saved) = self.shared.failure.lock() {
+                    if saved.is_none() {
+                        *saved = Some(match &e {
+                            StoreError::Full { detail } => StoreError::Full {
+                                detail: detail.clone(),
+                            },
+                            StoreError::ReadOnly { detail } => StoreError::ReadOnly {
+                                detail: detail.clone(),
+                            },
+                            other => StoreError::Closed(other.to_string()),
+                        });
+                    }
+                }
+                self.shared.failed.store(true, Ordering::SeqCst);
+            }
+            e
+        })
+    }
+
+    /// As `note_failure`, for the fsync that follows sled's flush: after a failed fsync the
+    /// kernel may have dropped the dirty pages, so nothing later can be trusted either.
+    fn note_io_failure<T>(&self, r: std::io::Result<T>) -> Result<T> {
+        r.map_err(sled::Error::Io)
+            .or_else(|e| self.note_failure(Err(e)))
+    }
+
+    /// Closes the database and opens it again from disk: after a storage failure, what is on
+    /// disk is what was made durable, and the new sled writes again. Whatever a failed flush
+    /// had not written is dropped, as a power cut would (nobody was told it was stored).
+    /// Waits (asynchronously) for other tasks to finish with the old database, which holds
+    /// sled's file lock until the last handle goes.
+    ///
+    /// sled 0.34 fails in two ways. Usually a failed log write makes it refuse every write
+    /// (its "global error"): then it can be closed and reopened. But when writing a large
+    /// value's own file fails, it leaks a writer on its log buffer instead: writes still seem
+    /// to work, no flush ever completes again, and closing it would wait forever for that
+    /// flush. That case is `Stuck`: only a new process can open the store again.
+    pub async fn reopen(&self) -> Result<()> {
+        if let Ok(t) = self.t() {
+            if self.shared.failed.load(Ordering::SeqCst) && poke(&t).is_ok() {
+                return Err(StoreError::Stuck);
+            }
+        }
+        let old = self
+            .shared
+            .trees
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(old) = old {
+            // Wakes any flush still waiting on the failed sled (see `sync`), so its threads
+            // let go of the database and its file lock.
+            let _ = poke(&old);
+        }
+        let dir = &self.shared.dir;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let opened = loop {
+            match open_trees(dir, self.shared.cache_bytes, Duration::ZERO) {
+                Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => break other,
+            }
+        };
+        match opened {
+            Ok(trees) => {
+                *self
+                    .shared
+                    .trees
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(trees));
+                self.shared.failed.store(false, Ordering::SeqCst);
+                if let Ok(mut saved) = self.shared.failure.lock() {
+                    *saved = None;
+                }
+                if let Ok(mut synced) = self.shared.synced_blobs.lock() {
+                    synced.clear();
+                }
+                self.record_witness();
+                Ok(())
+            }
+            Err(e) => {
+                if let Ok(mut why) = self.shared.closed_why.lock() {
+                    *why = e.to_string();
+                }
+                Err(e)
+            }
+        }
+    }
+
     fn init_layout(&self) -> Result<()> {
-        match self.meta.get(META_LAYOUT)? {
+        let t = self.t()?;
+        match t.meta.get(META_LAYOUT)? {
             Some(v) => {
                 let found = u64_from(&v);
                 if found > LAYOUT_VERSION {
@@ -183,18 +505,19 @@ impl Store {
                 }
             }
             None => {
-                self.meta
-                    .insert(META_LAYOUT, &LAYOUT_VERSION.to_be_bytes())?;
+                self.writable()?;
+                t.meta.insert(META_LAYOUT, &LAYOUT_VERSION.to_be_bytes())?;
             }
         }
         self.ensure_default_channel()?;
-        self.db.flush()?;
+        self.note_failure(t.db.flush())?;
         Ok(())
     }
 
     /// The last cursor assigned (0 before the first frame).
     pub fn cursor_head(&self) -> Result<u64> {
         Ok(self
+            .t()?
             .meta
             .get(META_CURSOR)?
             .map(|v| u64_from(&v))
@@ -204,16 +527,18 @@ impl Store {
     /// Applies `changes` atomically and returns the cursors assigned to its outbox frames, in
     /// order. Not yet durable: call `sync` before telling anyone.
     pub fn commit(&self, changes: &[Change]) -> Result<Vec<u64>> {
+        self.writable_for(changes.iter().map(Change::approx_bytes).sum())?;
+        let t = self.t()?;
         let trees = (
-            &self.meta,
-            &self.outbox,
-            &self.messages,
-            &self.message_ids,
-            &self.channels,
-            &self.turns,
-            &self.search_idx,
-            &self.message_frames,
-            &self.media_uses,
+            &t.meta,
+            &t.outbox,
+            &t.messages,
+            &t.message_ids,
+            &t.channels,
+            &t.turns,
+            &t.search_idx,
+            &t.message_frames,
+            &t.media_uses,
         );
         let result = trees.transaction(
             |(meta, outbox, messages, ids, channels, turns, search_idx, frames, uses)| {
@@ -308,38 +633,77 @@ impl Store {
         match result {
             Ok(c) => Ok(c),
             Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => Err(e.into()),
+            Err(TransactionError::Storage(e)) => self.note_failure(Err(e)),
         }
     }
 
     /// Makes every write so far durable. Runs sled's fsync on sled's own thread pool, so the
     /// event loop keeps serving while the SD card catches up.
     pub async fn sync(&self) -> Result<()> {
-        self.db.flush_async().await?;
+        let t = self.t()?;
+        if self.shared.failed.load(Ordering::SeqCst) {
+            // After a failed write no flush can succeed, and one could wait forever (see
+            // `reopen`): report the failure instead.
+            return Err(self.failure());
+        }
+        // Read before the flush: everything committed so far is covered by it.
+        let head = self.cursor_head()?;
+        let mut flush = Box::pin(t.db.flush_async());
+        let flushed = loop {
+            tokio::select! {
+                r = &mut flush => break r.map(|_| ()),
+                _ = tokio::time::sleep(FLUSH_CHECK) => {
+                    // sled 0.34 does not wake a flush waiting for a log write that failed
+                    // (its `exit_reservation` path stores the error without notifying), so
+                    // a flush after ENOSPC could wait forever and stall every commit (found
+                    // by tests/storage_faults.rs). A write attempt returns the stored error
+                    // at once and wakes the waiters; when sled is healthy it is one tiny record.
+                    if let Err(e) = poke(&t) {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        drop(flush);
+        self.note_failure(flushed)?;
+        let shared = self.shared.clone();
+        let synced = tokio::task::spawn_blocking(move || fsync_files(&t, &shared))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        self.note_io_failure(synced)?;
+        self.witness_durable(head, false);
         Ok(())
     }
 
     /// Blocking variant for shutdown and the command-line tools.
     pub fn sync_blocking(&self) -> Result<()> {
-        self.db.flush()?;
+        let t = self.t()?;
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Err(self.failure());
+        }
+        let head = self.cursor_head()?;
+        self.note_failure(t.db.flush().map(|_| ()))?;
+        self.note_io_failure(fsync_files(&t, &self.shared))?;
+        self.witness_durable(head, true);
         Ok(())
     }
 
     /// Saves a lane's todo list. Not awaited for durability: `todo.update` is ephemeral, the
     /// saved copy only lets a restarted gateway give a better snapshot than none.
     pub fn put_todos(&self, lane: &Lane, todos: &[TodoItem]) -> Result<()> {
+        self.writable()?;
         let key = history::lane_prefix(lane);
         if todos.is_empty() {
-            self.todos.remove(key)?;
+            self.t()?.todos.remove(key)?;
         } else {
-            self.todos.insert(key, to_json(&todos))?;
+            self.t()?.todos.insert(key, to_json(&todos))?;
         }
         Ok(())
     }
 
     pub fn all_todos(&self) -> Result<Vec<(Lane, Vec<TodoItem>)>> {
         let mut out = Vec::new();
-        for item in self.todos.iter() {
+        for item in self.t()?.todos.iter() {
             let (k, v) = item?;
             if let Some(lane) = history::lane_from_prefix(&k) {
                 out.push((lane, from_json(&v, "todo list")?));
@@ -350,7 +714,8 @@ impl Store {
 
     /// User messages whose turns never finished (the gateway stopped mid-turn).
     pub fn pending_turns(&self) -> Result<Vec<PendingTurn>> {
-        self.turns
+        self.t()?
+            .turns
             .iter()
             .values()
             .map(|v| from_json(&v?, "pending turn"))
@@ -359,7 +724,163 @@ impl Store {
 
     /// Bytes sled occupies on disk: tracked to watch SD-card wear and space amplification.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        Ok(self.t()?.db.size_on_disk()?)
+    }
+}
+
+/// How long a flush may take before `sync` checks that sled can still write at all.
+const FLUSH_CHECK: Duration = Duration::from_secs(2);
+const META_FLUSH_PROBE: &[u8] = b"flush_probe";
+
+/// Makes sled's flushed writes durable. sled 0.34 "flushes" with `sync_file_range` on Linux:
+/// the written pages reach the disk, but not the file's new size and extents (file system
+/// metadata) nor the drive's cache, and its files for values over 128 KiB are never fsynced;
+/// only its own flusher thread fsyncs the log, once a second. A power cut could therefore take
+/// back writes a device was told were stored: tests/storage_faults.rs found it (an ext4 error
+/// right after acknowledged writes left an empty store). fsync works on any descriptor of the
+/// file, so the store keeps its own.
+fn fsync_files(t: &Trees, shared: &Shared) -> std::io::Result<()> {
+    t.db_file.sync_all()?;
+    let mut synced = shared
+        .synced_blobs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut present = std::collections::HashSet::new();
+    let mut new = false;
+    for entry in std::fs::read_dir(&t.blobs_dir)? {
+        let name = entry?.file_name();
+        if !synced.contains(&name) {
+            match std::fs::File::open(t.blobs_dir.join(&name)) {
+                Ok(f) => f.sync_all()?,
+                // Removed by sled in the meantime (its page was rewritten).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            new = true;
+        }
+        present.insert(name);
+    }
+    if new {
+        std::fs::File::open(&t.blobs_dir)?.sync_all()?;
+    }
+    *synced = present;
+    Ok(())
+}
+
+/// One tiny write: fails at once with sled's stored error once sled has stopped writing, and
+/// then also wakes whatever waits for a log write that will never complete.
+fn poke(t: &Trees) -> std::result::Result<(), sled::Error> {
+    t.meta.insert(META_FLUSH_PROBE, &[]).map(|_| ())
+}
+
+/// Opens sled and every tree (no checks: `open` checks, `reopen` trusts what it checked).
+fn open_trees(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Trees> {
+    let deadline = std::time::Instant::now() + lock_wait;
+    let db = loop {
+        let attempt = sled_config(&dir.join("db"), cache_bytes).open();
+        match attempt {
+            Ok(db) => break db,
+            Err(sled::Error::Io(e)) if is_lock_error(&e) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(StoreError::Locked {
+                        dir: dir.to_owned(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(sled::Error::Io(e)) if classify_io(&e).is_some() => {
+                return Err(classify_io(&e).expect("classified"))
+            }
+            Err(source) => return Err(open_failure(dir, source)),
+        }
+    };
+    let tree = |name: &str| db.open_tree(name).map_err(|e| open_failure(dir, e));
+    Ok(Trees {
+        meta: tree("meta")?,
+        outbox: tree("outbox")?,
+        messages: tree("messages")?,
+        message_ids: tree("message_ids")?,
+        channels: tree("channels")?,
+        devices: tree("devices")?,
+        tokens: tree("tokens")?,
+        todos: tree("todos")?,
+        sessions: tree("sessions")?,
+        turns: tree("turns")?,
+        search_idx: tree("search")?,
+        message_frames: tree("message_frames")?,
+        media: tree("media")?,
+        media_refs: tree("media_refs")?,
+        media_uses: tree("media_uses")?,
+        blobs: tree("blobs")?,
+        db_file: std::fs::File::open(dir.join("db").join("db")).map_err(|e| StoreError::Open {
+            dir: dir.to_owned(),
+            source: e.into(),
+        })?,
+        blobs_dir: dir.join("db").join("blobs"),
+        db,
+    })
+}
+
+/// What sled refusing to open means: damage (its files do not read back), or something else
+/// (permissions, a missing directory).
+fn open_failure(dir: &Path, source: sled::Error) -> StoreError {
+    match source {
+        sled::Error::Corruption { .. }
+        | sled::Error::ReportableBug(_)
+        | sled::Error::Unsupported(_) => StoreError::Damaged {
+            dir: dir.to_owned(),
+            detail: format!("sled cannot open it ({source})"),
+        },
+        source => StoreError::Open {
+            dir: dir.to_owned(),
+            source,
+        },
+    }
+}
+
+/// The one sled configuration (also used to build a restored store).
+fn sled_config(path: &Path, cache_bytes: u64) -> sled::Config {
+    sled::Config::new()
+        .path(path)
+        .cache_capacity(cache_bytes)
+        // The hub fsyncs explicitly before anything is announced; the background flush
+        // only bounds what a crash can lose of writes nobody was told about.
+        .flush_every_ms(Some(1000))
+        .mode(sled::Mode::LowSpace)
+}
+
+struct DiskState {
+    available: u64,
+    read_only: bool,
+}
+
+fn statvfs(dir: &Path) -> Result<DiskState> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
+        StoreError::Sled(sled::Error::Unsupported(
+            "a data dir path with a NUL byte".into(),
+        ))
+    })?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a properly sized, writable struct.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(classify_io(&e).unwrap_or(StoreError::Sled(sled::Error::Io(e))));
+    }
+    Ok(DiskState {
+        available: (st.f_bavail as u64).saturating_mul(st.f_frsize as u64),
+        read_only: st.f_flag & libc::ST_RDONLY != 0,
+    })
+}
+
+/// 8 MiB, 340 KiB, 12 bytes: for messages people read.
+pub fn human_bytes(n: u64) -> String {
+    const K: u64 = 1024;
+    match n {
+        n if n >= K * K * K => format!("{:.1} GiB", n as f64 / (K * K * K) as f64),
+        n if n >= K * K => format!("{:.1} MiB", n as f64 / (K * K) as f64),
+        n if n >= K => format!("{:.1} KiB", n as f64 / K as f64),
+        n => format!("{n} bytes"),
     }
 }
 

@@ -17,7 +17,7 @@ impl Store {
         let mut out = Vec::with_capacity(max.min(64));
         let start = (after + 1).to_be_bytes();
         let end = upto.to_be_bytes();
-        for item in self.outbox.range(start..=end).take(max) {
+        for item in self.t()?.outbox.range(start..=end).take(max) {
             let (k, v) = item?;
             out.push((super::u64_from(&k), Bytes::copy_from_slice(&v)));
         }
@@ -27,6 +27,7 @@ impl Store {
     /// The oldest cursor still replayable (0 when the outbox is empty).
     pub fn outbox_tail(&self) -> Result<u64> {
         Ok(self
+            .t()?
             .outbox
             .first()?
             .map(|(k, _)| super::u64_from(&k))
@@ -37,13 +38,17 @@ impl Store {
     /// lookup of the first key. Returns how many were dropped.
     pub fn prune_outbox(&self, retain: u64) -> Result<u64> {
         let head = self.cursor_head()?;
+        let t = self.t()?;
         let keep_from = head.saturating_sub(retain) + 1;
         let mut dropped = 0;
-        while let Some((k, _)) = self.outbox.first()? {
+        while let Some((k, _)) = t.outbox.first()? {
             if super::u64_from(&k) >= keep_from {
                 break;
             }
-            self.outbox.remove(k)?;
+            if dropped == 0 {
+                self.writable()?;
+            }
+            t.outbox.remove(k)?;
             dropped += 1;
         }
         Ok(dropped)

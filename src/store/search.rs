@@ -135,6 +135,7 @@ impl Store {
             return Ok(Vec::new());
         };
         let lookup: String = primary.chars().take(MAX_TERM_CHARS).collect();
+        let trees = self.t()?;
         let mut hits = Vec::new();
         let mut seen = HashSet::new();
         let mut consider = |seq: u64, lane_prefix: &[u8]| -> Result<bool> {
@@ -143,7 +144,7 @@ impl Store {
             }
             let mut key = lane_prefix.to_vec();
             key.extend_from_slice(&seq.to_be_bytes());
-            let Some(raw) = self.messages.get(&key)? else {
+            let Some(raw) = trees.messages.get(&key)? else {
                 return Ok(false);
             };
             let message: HistoryMessage = from_json(&raw, "history message")?;
@@ -174,7 +175,7 @@ impl Store {
                         lo.push(0);
                         let mut hi = t.as_bytes().to_vec();
                         hi.push(1);
-                        self.search_idx.range(lo..hi)
+                        trees.search_idx.range(lo..hi)
                     })
                     .collect();
                 let mut heap = BinaryHeap::new();
@@ -199,7 +200,7 @@ impl Store {
             None => {
                 // A short prefix shared by many terms: gather its postings (bounded), newest first.
                 let mut postings = Vec::new();
-                for item in self
+                for item in trees
                     .search_idx
                     .scan_prefix(lookup.as_bytes())
                     .take(MAX_POSTINGS_SCANNED)
@@ -224,11 +225,12 @@ impl Store {
     fn expand_prefix(&self, prefix: &str) -> Result<Option<Vec<String>>> {
         let mut out = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
+        let t = self.t()?;
         loop {
             if out.len() == MAX_EXPANSIONS {
                 return Ok(None);
             }
-            let Some(item) = self.search_idx.range(from.as_slice()..).next() else {
+            let Some(item) = t.search_idx.range(from.as_slice()..).next() else {
                 break;
             };
             let (k, _) = item?;
@@ -249,7 +251,7 @@ impl Store {
     pub fn search_index_size(&self) -> Result<(usize, u64)> {
         let mut n = 0;
         let mut bytes = 0u64;
-        for item in self.search_idx.iter() {
+        for item in self.t()?.search_idx.iter() {
             let (k, v) = item?;
             n += 1;
             bytes += (k.len() + v.len()) as u64;
@@ -258,11 +260,16 @@ impl Store {
     }
 
     /// Every stored message, oldest lane first: only the benchmark's naive-scan baseline uses it.
-    pub fn all_messages(&self) -> impl Iterator<Item = Result<HistoryMessage>> + '_ {
-        self.messages
-            .iter()
-            .values()
-            .map(|v| from_json(&v?, "history message"))
+    pub fn all_messages(&self) -> Box<dyn Iterator<Item = Result<HistoryMessage>>> {
+        match self.t() {
+            Ok(t) => Box::new(
+                t.messages
+                    .iter()
+                    .values()
+                    .map(|v| from_json(&v?, "history message")),
+            ),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
     }
 }
 

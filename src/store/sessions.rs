@@ -22,7 +22,7 @@ pub struct AgentSession {
 
 impl Store {
     pub fn agent_session(&self, lane: &Lane) -> Result<Option<AgentSession>> {
-        match self.sessions.get(lane_prefix(lane))? {
+        match self.t()?.sessions.get(lane_prefix(lane))? {
             Some(v) => Ok(Some(from_json(&v, "agent session")?)),
             None => Ok(None),
         }
@@ -30,27 +30,34 @@ impl Store {
 
     /// Records the lane's (new) conversation, durably before it is used.
     pub async fn put_agent_session(&self, lane: &Lane, session: &AgentSession) -> Result<()> {
-        self.sessions.insert(lane_prefix(lane), to_json(session))?;
-        self.db.flush_async().await?;
+        self.writable()?;
+        self.t()?
+            .sessions
+            .insert(lane_prefix(lane), to_json(session))?;
+        self.sync().await?;
         Ok(())
     }
 
     /// The lane was deleted: its conversation goes with it.
     pub fn remove_agent_session(&self, lane: &Lane) -> Result<()> {
-        self.sessions.remove(lane_prefix(lane))?;
+        self.writable()?;
+        self.t()?.sessions.remove(lane_prefix(lane))?;
         Ok(())
     }
 
     pub fn agent_settings(&self) -> Result<AgentSettings> {
-        match self.meta.get(META_AGENT_SETTINGS)? {
+        match self.t()?.meta.get(META_AGENT_SETTINGS)? {
             Some(v) => from_json(&v, "agent settings"),
             None => Ok(AgentSettings::default()),
         }
     }
 
     pub async fn put_agent_settings(&self, settings: &AgentSettings) -> Result<()> {
-        self.meta.insert(META_AGENT_SETTINGS, to_json(settings))?;
-        self.db.flush_async().await?;
+        self.writable()?;
+        self.t()?
+            .meta
+            .insert(META_AGENT_SETTINGS, to_json(settings))?;
+        self.sync().await?;
         Ok(())
     }
 }

@@ -1,0 +1,126 @@
+//! Watching the data disk: a full or read-only disk degrades the gateway (writes are refused
+//! with an `error` frame saying so, everything already stored is still served), and it comes
+//! back by itself when the disk works again.
+//!
+//! The store refuses writes while the disk has less than its reserve free or is read-only
+//! (`Store::writable`, one `statvfs` per write), so in the usual case sled never meets the full
+//! disk. When it does anyway (the disk filled between the check and sled's write, it failed
+//! with an I/O error, or the kernel made it read-only after errors), sled stops writing for
+//! good; reads still work. Either way this monitor reports `degraded` and, once a probe file
+//! can be written and fsynced in the data dir again, reopens the store when sled had stopped
+//! (what is on disk is what was made durable) and reports `online`.
+
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use super::Hub;
+use crate::store::StoreError;
+
+/// How often the disk is looked at (one `statvfs`; a probe write only while degraded).
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+const PROBE_FILE: &str = ".write-probe";
+
+pub(super) async fn monitor(hub: Rc<Hub>) {
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        if hub.is_shutting_down() {
+            return;
+        }
+        let failing = hub.state.borrow().storage_error.is_some();
+        if !failing {
+            // Seen before any write is refused: the LED and `status` tell the household early.
+            if let Err(e) = hub.store.writable() {
+                hub.set_storage_error(Some(e.to_string()));
+            } else if hub.store.needs_reopen() {
+                hub.set_storage_error(Some(
+                    "a write to the store failed; retrying once the disk works".into(),
+                ));
+            }
+            continue;
+        }
+        if let Err(e) = hub.store.disk_ok(0) {
+            hub.set_storage_error(Some(e.to_string()));
+            continue;
+        }
+        if let Err(e) = probe_write(hub.store.dir()) {
+            hub.set_storage_error(Some(format!("the data disk does not accept writes: {e}")));
+            continue;
+        }
+        if hub.store.needs_reopen() {
+            info!("the data disk accepts writes again: reopening the store");
+            match hub.store.reopen().await {
+                Ok(()) => {}
+                Err(StoreError::Stuck) => return restart(&hub).await,
+                Err(e) => {
+                    warn!("could not reopen the store: {e}");
+                    hub.set_storage_error(Some(e.to_string()));
+                    continue;
+                }
+            }
+        }
+        hub.set_storage_error(None);
+        settle(&hub).await;
+    }
+}
+
+/// Answers kept while they could not be stored, at most this many (older ones are left to the
+/// next start, which marks their messages as interrupted).
+const MAX_UNSETTLED: usize = 64;
+
+impl Hub {
+    /// Keeps a turn's final changes that could not be stored, to store them on recovery.
+    pub(super) fn keep_unsettled(&self, changes: Vec<crate::store::Change>) {
+        let mut st = self.state.borrow_mut();
+        if st.unsettled.len() >= MAX_UNSETTLED {
+            st.unsettled.remove(0);
+        }
+        st.unsettled.push(changes);
+    }
+}
+
+/// Stores (and so delivers) the answers that finished while the disk was failing.
+async fn settle(hub: &Hub) {
+    let kept = std::mem::take(&mut hub.state.borrow_mut().unsettled);
+    if kept.is_empty() {
+        return;
+    }
+    info!(
+        "storing {} answer(s) that finished while the disk was failing",
+        kept.len()
+    );
+    for changes in kept {
+        if let Err(e) = hub.commit(changes.clone(), None).await {
+            warn!("could not store a kept answer: {e}");
+            hub.keep_unsettled(changes);
+        }
+    }
+}
+
+/// The disk works again but sled cannot resume in this process (`StoreError::Stuck`): tell
+/// the devices the gateway is restarting and exit with status 1, so that systemd
+/// (`Restart=on-failure`) starts it again; the new process opens the store from disk.
+async fn restart(hub: &Hub) {
+    error!(
+        "the data disk works again, but the storage engine cannot resume after the failure \
+         without a restart: exiting with status 1 so the service manager restarts the gateway"
+    );
+    hub.begin_shutdown();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    std::process::exit(1);
+}
+
+/// Writes, fsyncs and removes a small file: whether the disk really takes writes again.
+fn probe_write(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join(PROBE_FILE);
+    let result = (|| {
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(&[0u8; 4096])?;
+        f.sync_all()
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
+}

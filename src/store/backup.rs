@@ -1,0 +1,466 @@
+//! The backup file format, and copying the store into one and out of one.
+//!
+//! A backup is one file, written and read as a stream (integers big-endian):
+//!
+//! ```text
+//! "IRIS-GATEWAY-BACKUP\n"                       magic (20 bytes)
+//! u32 len, JSON header                          format, versions, cursor head, time, counts
+//! 'T' u16 len, tree name                        every sled tree, then its entries:
+//!   'K' u32 len, key, u32 len, value
+//! 'M' u16 len, sha256 (hex), u64 size, bytes    every media file (named by its SHA-256)
+//! 'E' 32 bytes                                  SHA-256 of everything before this 'E'
+//! ```
+//!
+//! The store part is read in one go without yielding (`export_trees`), so it is a consistent
+//! snapshot: every sled write of the gateway happens on the same thread. Media files are
+//! immutable and content-addressed, so they are streamed afterwards. The trailing checksum
+//! lets `restore` refuse a truncated or damaged file before it touches anything.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{Result, Store, StoreError, LAYOUT_VERSION};
+
+pub const MAGIC: &[u8; 20] = b"IRIS-GATEWAY-BACKUP\n";
+/// Version of the file format above (not of the store layout, which the header also carries).
+pub const FORMAT_VERSION: u32 = 1;
+/// Longest header, tree name, key and value accepted when reading (sled keeps values far below).
+const MAX_HEADER: u32 = 1 << 20;
+const MAX_VALUE: u32 = 64 << 20;
+/// Entries per sled batch when restoring.
+const BATCH: usize = 1000;
+
+/// What a backup says about itself.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Header {
+    pub format: u32,
+    pub gateway_version: String,
+    pub layout_version: u64,
+    /// The store's cursor head at the snapshot: the restored gateway continues from here.
+    pub cursor_head: u64,
+    pub created_ms: i64,
+    /// Media files listed at the snapshot, and their total size.
+    pub media_files: u64,
+    pub media_bytes: u64,
+}
+
+impl Header {
+    pub fn new(cursor_head: u64, media_files: u64, media_bytes: u64) -> Header {
+        Header {
+            format: FORMAT_VERSION,
+            gateway_version: env!("CARGO_PKG_VERSION").into(),
+            layout_version: LAYOUT_VERSION,
+            cursor_head,
+            created_ms: crate::ids::now_ms(),
+            media_files,
+            media_bytes,
+        }
+    }
+}
+
+/// Writes the format, hashing as it goes.
+pub struct BackupWriter<W: Write> {
+    out: W,
+    hash: Sha256,
+    pub bytes: u64,
+}
+
+impl<W: Write> BackupWriter<W> {
+    pub fn new(out: W, header: &Header) -> io::Result<BackupWriter<W>> {
+        let mut w = BackupWriter {
+            out,
+            hash: Sha256::new(),
+            bytes: 0,
+        };
+        w.put(MAGIC)?;
+        let json = serde_json::to_vec(header).map_err(io::Error::other)?;
+        w.put(&(json.len() as u32).to_be_bytes())?;
+        w.put(&json)?;
+        Ok(w)
+    }
+
+    fn put(&mut self, b: &[u8]) -> io::Result<()> {
+        self.hash.update(b);
+        self.bytes += b.len() as u64;
+        self.out.write_all(b)
+    }
+
+    pub fn tree(&mut self, name: &[u8]) -> io::Result<()> {
+        self.put(b"T")?;
+        self.put(&(name.len() as u16).to_be_bytes())?;
+        self.put(name)
+    }
+
+    pub fn entry(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        self.put(b"K")?;
+        self.put(&(key.len() as u32).to_be_bytes())?;
+        self.put(key)?;
+        self.put(&(value.len() as u32).to_be_bytes())?;
+        self.put(value)
+    }
+
+    /// The start of a media file; its `size` bytes follow through `media_bytes`.
+    pub fn media_start(&mut self, sha256: &str, size: u64) -> io::Result<()> {
+        self.put(b"M")?;
+        self.put(&(sha256.len() as u16).to_be_bytes())?;
+        self.put(sha256.as_bytes())?;
+        self.put(&size.to_be_bytes())
+    }
+
+    pub fn media_bytes(&mut self, chunk: &[u8]) -> io::Result<()> {
+        self.put(chunk)
+    }
+
+    /// Writes the checksum and returns the sink.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(b"E")?;
+        let digest = self.hash.clone().chain_update(b"E").finalize();
+        self.out.write_all(&digest)?;
+        self.bytes += 33;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// Hands out the sink and the hash state, to continue on another (async) writer.
+    pub fn into_parts(self) -> (W, Sha256, u64) {
+        (self.out, self.hash, self.bytes)
+    }
+
+    pub fn from_parts(out: W, hash: Sha256, bytes: u64) -> BackupWriter<W> {
+        BackupWriter { out, hash, bytes }
+    }
+}
+
+/// One element of a backup, as read.
+pub enum Item<'a> {
+    Tree(Vec<u8>),
+    Entry(Vec<u8>, Vec<u8>),
+    /// A media file: its name and a reader of exactly its bytes (read it to the end).
+    Media(String, u64, &'a mut dyn Read),
+}
+
+/// Why a file cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{0} is not an iris-gateway backup (it does not start with the backup marker)")]
+    Foreign(String),
+    #[error("{file} is damaged or incomplete: {why}; it cannot be restored (make a new backup, or use an older one)")]
+    Damaged { file: String, why: String },
+    #[error(
+        "{file} was written by a newer iris-gateway ({what}); upgrade iris-gateway to restore it"
+    )]
+    TooNew { file: String, what: String },
+    #[error("cannot read {file}: {source}")]
+    Io { file: String, source: io::Error },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Reads a backup front to back, checking its structure and (at the end) its checksum.
+pub fn read_backup(
+    file: &str,
+    input: impl Read,
+    mut visit: impl FnMut(&Header, Item<'_>) -> io::Result<()>,
+) -> std::result::Result<Header, BackupError> {
+    let damaged = |why: String| BackupError::Damaged {
+        file: file.to_owned(),
+        why,
+    };
+    let io_err = |e: io::Error| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            damaged("it ends too early (truncated)".into())
+        } else {
+            BackupError::Io {
+                file: file.to_owned(),
+                source: e,
+            }
+        }
+    };
+    let mut r = HashingReader {
+        inner: io::BufReader::with_capacity(1 << 16, input),
+        hash: Sha256::new(),
+        count: 0,
+    };
+    let mut magic = [0u8; 20];
+    let got = read_up_to(&mut r, &mut magic).map_err(io_err)?;
+    if got < magic.len() || &magic != MAGIC {
+        return Err(BackupError::Foreign(file.to_owned()));
+    }
+    let len = r.u32().map_err(io_err)?;
+    if len > MAX_HEADER {
+        return Err(damaged(format!("its header claims {len} bytes")));
+    }
+    let header: Header = serde_json::from_slice(&r.take_vec(len as usize).map_err(io_err)?)
+        .map_err(|e| damaged(format!("its header is not readable ({e})")))?;
+    if header.format > FORMAT_VERSION {
+        return Err(BackupError::TooNew {
+            file: file.to_owned(),
+            what: format!("backup format {}", header.format),
+        });
+    }
+    if header.layout_version > LAYOUT_VERSION {
+        return Err(BackupError::TooNew {
+            file: file.to_owned(),
+            what: format!("store layout {}", header.layout_version),
+        });
+    }
+    let mut in_tree = false;
+    loop {
+        let tag = r.take_vec(1).map_err(io_err)?[0];
+        match tag {
+            b'T' => {
+                let n = r.u16().map_err(io_err)?;
+                let name = r.take_vec(n as usize).map_err(io_err)?;
+                in_tree = true;
+                visit(&header, Item::Tree(name)).map_err(io_err)?;
+            }
+            b'K' if in_tree => {
+                let kl = r.u32().map_err(io_err)?;
+                if kl > MAX_VALUE {
+                    return Err(damaged(format!("a key claims {kl} bytes")));
+                }
+                let k = r.take_vec(kl as usize).map_err(io_err)?;
+                let vl = r.u32().map_err(io_err)?;
+                if vl > MAX_VALUE {
+                    return Err(damaged(format!("a value claims {vl} bytes")));
+                }
+                let v = r.take_vec(vl as usize).map_err(io_err)?;
+                visit(&header, Item::Entry(k, v)).map_err(io_err)?;
+            }
+            b'M' => {
+                in_tree = false;
+                let n = r.u16().map_err(io_err)?;
+                let name = String::from_utf8(r.take_vec(n as usize).map_err(io_err)?)
+                    .map_err(|_| damaged("a media name is not text".into()))?;
+                if name.len() != 64 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(damaged(format!("a media file is named {name:?}")));
+                }
+                let size = r.u64().map_err(io_err)?;
+                let mut body = (&mut r).take(size);
+                visit(&header, Item::Media(name, size, &mut body)).map_err(io_err)?;
+                // Whatever the visitor did not read is still part of the checksum.
+                io::copy(&mut body, &mut io::sink()).map_err(io_err)?;
+                if body.limit() != 0 {
+                    return Err(damaged("it ends inside a media file (truncated)".into()));
+                }
+            }
+            b'E' => {
+                let expected = r.hash.clone().finalize();
+                let mut digest = [0u8; 32];
+                r.inner.read_exact(&mut digest).map_err(io_err)?;
+                if digest[..] != expected[..] {
+                    return Err(damaged("its checksum does not match its content".into()));
+                }
+                let mut extra = [0u8; 1];
+                if r.inner.read(&mut extra).map_err(io_err)? != 0 {
+                    return Err(damaged("there are bytes after its end marker".into()));
+                }
+                return Ok(header);
+            }
+            other => {
+                return Err(damaged(format!(
+                    "an unexpected record (tag {other:#04x}) after {} bytes",
+                    r.count - 1
+                )))
+            }
+        }
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+struct HashingReader<R: Read> {
+    inner: io::BufReader<R>,
+    hash: Sha256,
+    count: u64,
+}
+
+impl<R: Read> HashingReader<R> {
+    fn take_vec(&mut self, n: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; n];
+        self.read_exact(&mut v)?;
+        Ok(v)
+    }
+    fn u16(&mut self) -> io::Result<u16> {
+        let mut b = [0u8; 2];
+        self.read_exact(&mut b)?;
+        Ok(u16::from_be_bytes(b))
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.read_exact(&mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.read_exact(&mut b)?;
+        Ok(u64::from_be_bytes(b))
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+impl Store {
+    /// Writes every tree, entry by entry, without yielding: a consistent snapshot. Returns the
+    /// number of entries.
+    pub fn export_trees<W: Write>(&self, w: &mut BackupWriter<W>) -> Result<u64> {
+        let t = self.t()?;
+        let mut entries = 0;
+        for name in t.db.tree_names() {
+            let tree = t.db.open_tree(&name)?;
+            w.tree(&name).map_err(io_store)?;
+            for item in tree.iter() {
+                let (k, v) = item?;
+                w.entry(&k, &v).map_err(io_store)?;
+                entries += 1;
+            }
+        }
+        Ok(entries)
+    }
+}
+
+fn io_store(e: io::Error) -> StoreError {
+    StoreError::Sled(sled::Error::Io(e))
+}
+
+/// Builds a store from a backup in `dir` (which must not hold one): sled trees from the
+/// backup's entries, media files (each checked against its SHA-256) into `dir/media`. Returns
+/// the header and the names of media files whose bytes did not match their name (left out).
+pub fn restore_into(
+    file: &str,
+    input: impl Read,
+    dir: &Path,
+) -> std::result::Result<(Header, Vec<String>), BackupError> {
+    let db_path = dir.join("db");
+    if db_path.exists() {
+        return Err(BackupError::Io {
+            file: db_path.display().to_string(),
+            source: io::Error::new(io::ErrorKind::AlreadyExists, "a store is already there"),
+        });
+    }
+    let media_dir = dir.join("media");
+    std::fs::create_dir_all(media_dir.join("tmp")).map_err(|source| BackupError::Io {
+        file: media_dir.display().to_string(),
+        source,
+    })?;
+    let db = super::sled_config(&db_path, 1 << 20)
+        .open()
+        .map_err(StoreError::from)?;
+    let mut tree: Option<sled::Tree> = None;
+    let mut batch = sled::Batch::default();
+    let mut batched = 0;
+    let mut bad_media = Vec::new();
+    let flush_batch = |tree: &Option<sled::Tree>, batch: &mut sled::Batch, n: &mut usize| {
+        if let Some(t) = tree {
+            t.apply_batch(std::mem::take(batch))
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        *n = 0;
+        io::Result::Ok(())
+    };
+    let header = read_backup(file, input, |_, item| {
+        match item {
+            Item::Tree(name) => {
+                flush_batch(&tree, &mut batch, &mut batched)?;
+                tree = Some(
+                    db.open_tree(&name)
+                        .map_err(|e| io::Error::other(e.to_string()))?,
+                );
+            }
+            Item::Entry(k, v) => {
+                batch.insert(k, v);
+                batched += 1;
+                if batched >= BATCH {
+                    flush_batch(&tree, &mut batch, &mut batched)?;
+                }
+            }
+            Item::Media(name, _size, body) => {
+                flush_batch(&tree, &mut batch, &mut batched)?;
+                tree = None;
+                let tmp = media_dir.join("tmp").join(&name);
+                let mut out = std::fs::File::create(&tmp)?;
+                let mut hash = Sha256::new();
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    let n = body.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    hash.update(&buf[..n]);
+                    out.write_all(&buf[..n])?;
+                }
+                out.sync_all()?;
+                let actual = hex(&hash.finalize());
+                if actual == name {
+                    std::fs::rename(&tmp, media_dir.join(&name))?;
+                } else {
+                    std::fs::remove_file(&tmp)?;
+                    bad_media.push(name);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    flush_batch(&tree, &mut batch, &mut batched).map_err(|source| BackupError::Io {
+        file: db_path.display().to_string(),
+        source,
+    })?;
+    db.flush().map_err(StoreError::from)?;
+    drop(db);
+    let _ = std::fs::remove_dir(media_dir.join("tmp"));
+    Ok((header, bad_media))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_or_foreign_file_is_refused() {
+        let mut buf = Vec::new();
+        let mut w = BackupWriter::new(&mut buf, &Header::new(7, 0, 0)).unwrap();
+        w.tree(b"meta").unwrap();
+        w.entry(b"k", b"v").unwrap();
+        w.finish().unwrap();
+        let ok = read_backup("b", buf.as_slice(), |_, _| Ok(())).unwrap();
+        assert_eq!(ok.cursor_head, 7);
+        let mut flipped = buf.clone();
+        let at = flipped.len() - 40;
+        flipped[at] ^= 1;
+        assert!(matches!(
+            read_backup("b", flipped.as_slice(), |_, _| Ok(())),
+            Err(BackupError::Damaged { .. })
+        ));
+        assert!(matches!(
+            read_backup("b", &buf[..buf.len() - 5], |_, _| Ok(())),
+            Err(BackupError::Damaged { .. })
+        ));
+        assert!(matches!(
+            read_backup("b", &b"hello world, not a backup"[..], |_, _| Ok(())),
+            Err(BackupError::Foreign(_))
+        ));
+    }
+}

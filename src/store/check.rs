@@ -1,0 +1,571 @@
+//! Checks at open: a damaged store is refused, never silently reset or cut short.
+//!
+//! sled recovers from a torn log tail (what a power cut leaves) by discarding it, and when its
+//! snapshot file is gone it rebuilds from the log, discarding whatever it cannot read: on a
+//! damaged SD card that silently loses history, or all of it (measured: a log cut in half with
+//! the snapshot gone opened as an empty database). On other damage sled 0.34 returns an error,
+//! often only when the damaged page is first read, or panics. So, before the gateway uses a store
+//! that was used before:
+//!
+//! 1. `before_open`, without sled: the files sled needs are there and not empty, including its
+//!    snapshot once one was seen. The witness (`DATA_DIR/store-witness.json`, written atomically
+//!    beside the store after each open, every 30 s while cursors advance, and at shutdown)
+//!    records the highest cursor known durable and whether sled had a snapshot.
+//! 2. sled opens the files; a panic inside sled is caught by `PanicGuard` and reported as damage.
+//! 3. `after_open`: every record of every tree is read back, the layout record is there, and
+//!    the cursor head is not below the witness's.
+//!
+//! A failure is `StoreError::Damaged`, whose message says what is wrong and how to restore a
+//! backup; nothing was written to the store by then.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Result, Store, StoreError, Trees, META_CURSOR, META_LAYOUT};
+
+pub const WITNESS_FILE: &str = "store-witness.json";
+/// Exit status of `run` when the store is damaged (EX_DATAERR): the systemd unit does not
+/// restart on it (`RestartPreventExitStatus=65`), since every attempt would fail the same way.
+pub const EXIT_DAMAGED: u8 = 65;
+/// A store opened and read back in full this recently is not copied again before opening: a
+/// service manager restarting a gateway that fails after its store opened (a bad agent setting)
+/// would otherwise copy the store every few seconds.
+const RECHECK_AFTER_MS: i64 = 10 * 60 * 1000;
+/// How often the witness follows the head while cursors advance.
+const WITNESS_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Witness {
+    /// The highest cursor known to be durable in the store when this was written.
+    cursor_head: u64,
+    /// sled had a snapshot file (`db/snap.*`) by then: from then on a missing one is damage.
+    snapshot: bool,
+    updated_ms: i64,
+    /// When the store last opened and read back in full (`RECHECK_AFTER_MS`).
+    #[serde(default)]
+    checked_ms: i64,
+    #[serde(default)]
+    about: String,
+}
+
+/// What the witness last said, so it is rewritten only when there is news.
+#[derive(Default)]
+pub(super) struct WitnessClock {
+    last: Mutex<Option<(Instant, u64, bool)>>,
+    checked_ms: std::sync::atomic::AtomicI64,
+}
+
+/// The user-facing text of `StoreError::Damaged`.
+pub fn damaged_message(dir: &Path, detail: &str) -> String {
+    format!(
+        "the store in {db} is damaged: {detail}. Nothing was changed or removed. To recover, \
+         restore your latest backup with `iris-gateway restore FILE --data-dir {dir}` (backups \
+         are made with `iris-gateway backup FILE`; restore keeps the damaged files aside). \
+         Without a backup, move {dir} aside (keep it) to start with an empty store",
+        db = dir.join("db").display(),
+        dir = dir.display(),
+    )
+}
+
+fn damaged(dir: &Path, detail: impl Into<String>) -> StoreError {
+    StoreError::Damaged {
+        dir: dir.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+fn witness_path(dir: &Path) -> PathBuf {
+    dir.join(WITNESS_FILE)
+}
+
+/// Whether sled has a snapshot file in its directory (it writes one at every open that
+/// recovers a log, renaming it into place, so one is always there once a store was reopened).
+fn has_snapshot(db_dir: &Path) -> bool {
+    std::fs::read_dir(db_dir)
+        .map(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("snap.") && !name.ends_with(".generating")
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Step 1: the files are there. `None` for a store never opened by a gateway that writes
+/// witnesses (a fresh data dir, or one from an older version).
+pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
+    let path = witness_path(dir);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(damaged(
+                dir,
+                format!("{} cannot be read ({e})", path.display()),
+            ))
+        }
+    };
+    let witness: Witness = serde_json::from_slice(&text).map_err(|e| {
+        damaged(
+            dir,
+            format!(
+                "{} is unreadable ({e}); if the store itself is fine, delete that file and start again",
+                path.display()
+            ),
+        )
+    })?;
+    let db_dir = dir.join("db");
+    let seen = format!("the store last held cursor {}", witness.cursor_head);
+    if !db_dir.is_dir() {
+        return Err(damaged(
+            dir,
+            format!("{} is missing ({seen})", db_dir.display()),
+        ));
+    }
+    // Not `conf`: sled writes it without an fsync (a power cut soon after the first start can
+    // leave it empty) and rewrites it from its defaults, which are the only ones used here.
+    let log = db_dir.join("db");
+    match std::fs::metadata(&log) {
+        Ok(m) if m.len() > 0 => {}
+        Ok(_) => return Err(damaged(dir, format!("{} is empty ({seen})", log.display()))),
+        Err(_) => {
+            return Err(damaged(
+                dir,
+                format!("{} is missing ({seen})", log.display()),
+            ))
+        }
+    }
+    if witness.snapshot && !has_snapshot(&db_dir) {
+        return Err(damaged(
+            dir,
+            format!(
+                "sled's snapshot file ({}/snap.*) is missing; without it sled would rebuild the \
+                 store from its log and silently drop what it cannot read",
+                db_dir.display()
+            ),
+        ));
+    }
+    Ok(Some(witness))
+}
+
+/// Step 3: every record reads back and nothing is missing at the end.
+pub(super) fn after_open(dir: &Path, t: &Trees, witness: Option<&Witness>) -> Result<()> {
+    for name in t.db.tree_names() {
+        let tree = t.db.open_tree(&name).map_err(|e| {
+            damaged(
+                dir,
+                format!(
+                    "tree `{}` cannot be opened: {e}",
+                    String::from_utf8_lossy(&name)
+                ),
+            )
+        })?;
+        for item in tree.iter() {
+            if let Err(e) = item {
+                return Err(damaged(
+                    dir,
+                    format!(
+                        "tree `{}` cannot be read back: {e}",
+                        String::from_utf8_lossy(&name)
+                    ),
+                ));
+            }
+        }
+    }
+    let meta_err = |e: sled::Error| damaged(dir, format!("the meta tree cannot be read: {e}"));
+    let head = t
+        .meta
+        .get(META_CURSOR)
+        .map_err(meta_err)?
+        .map(|v| super::u64_from(&v))
+        .unwrap_or(0);
+    if let Some(last) = t.outbox.last().map_err(meta_err)? {
+        let last = super::u64_from(&last.0);
+        if last > head {
+            return Err(damaged(
+                dir,
+                format!("the outbox holds cursor {last}, beyond the recorded head {head}"),
+            ));
+        }
+    }
+    let Some(w) = witness else {
+        return Ok(());
+    };
+    if t.meta.get(META_LAYOUT).map_err(meta_err)?.is_none() {
+        return Err(damaged(
+            dir,
+            format!(
+                "it has lost its layout record (it looks empty, but held cursor {})",
+                w.cursor_head
+            ),
+        ));
+    }
+    if head < w.cursor_head {
+        return Err(damaged(
+            dir,
+            format!(
+                "its last cursor is {head}, but cursor {} was durable when {} was written: the \
+                 newest part of the store is missing (if you put older files back on purpose, \
+                 delete that file and start again)",
+                w.cursor_head,
+                witness_path(dir).display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Records the store as it is on disk now (just opened or reopened: everything is durable).
+    pub(super) fn record_witness(&self) {
+        self.shared
+            .witness
+            .checked_ms
+            .store(crate::ids::now_ms(), std::sync::atomic::Ordering::SeqCst);
+        let snapshot = has_snapshot(&self.shared.dir.join("db"));
+        if let Ok(head) = self.cursor_head() {
+            self.write_witness(head, snapshot);
+        }
+    }
+
+    /// After a flush made everything up to `head` durable: follows the head every
+    /// `WITNESS_EVERY` (or now, with `force`).
+    pub(super) fn witness_durable(&self, head: u64, force: bool) {
+        let (due, snapshot) = {
+            let last = self.shared.witness.last.lock().ok();
+            match last.as_deref().copied().flatten() {
+                Some((at, h, snap)) => {
+                    (h != head && (force || at.elapsed() >= WITNESS_EVERY), snap)
+                }
+                None => (true, false),
+            }
+        };
+        if due {
+            self.write_witness(head, snapshot);
+        }
+    }
+
+    fn write_witness(&self, head: u64, snapshot: bool) {
+        let w = Witness {
+            cursor_head: head,
+            snapshot,
+            updated_ms: crate::ids::now_ms(),
+            checked_ms: self
+                .shared
+                .witness
+                .checked_ms
+                .load(std::sync::atomic::Ordering::SeqCst),
+            about:
+                "written by iris-gateway to detect a damaged store at start; see docs/storage.md"
+                    .into(),
+        };
+        let path = witness_path(&self.shared.dir);
+        let text = serde_json::to_vec_pretty(&w).expect("witness serialises");
+        match write_atomically(&path, &text) {
+            Ok(()) => {
+                if let Ok(mut last) = self.shared.witness.last.lock() {
+                    *last = Some((Instant::now(), head, snapshot));
+                }
+            }
+            // An older witness stays valid (it is below the durable head); only refusals of a
+            // full or read-only disk are expected here.
+            Err(e) => tracing::debug!("could not update {}: {e}", path.display()),
+        }
+    }
+}
+
+/// Writes `path` so that it holds either its old or its new content after a crash: a
+/// temporary file beside it, fsynced, renamed over it, and the directory fsynced.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// While alive, a panic on this thread or one of sled's own threads is reported as a damaged
+/// store and ends the process with status 1: sled 0.34 panics on some damaged files, and the
+/// release build aborts on panics (no unwinding to catch), so the message has to be printed
+/// from the panic hook. Nothing has been written by then.
+pub(super) struct PanicGuard;
+
+/// The store being opened, the opening thread, and the safety copy to put back on a panic.
+type Opening = (PathBuf, std::thread::ThreadId, Option<PathBuf>);
+static OPENING: Mutex<Option<Opening>> = Mutex::new(None);
+
+impl PanicGuard {
+    pub(super) fn new(dir: &Path, safety: Option<&SafetyCopy>) -> PanicGuard {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let opening = OPENING
+                    .lock()
+                    .map(|o| o.clone())
+                    .unwrap_or_else(|p| p.into_inner().clone());
+                if let Some((dir, opener, safety)) = opening {
+                    let me = std::thread::current();
+                    let sled_thread = me.name().is_some_and(|n| n.contains("sled"));
+                    if me.id() == opener || sled_thread {
+                        let what = info
+                            .payload()
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        let at = info
+                            .location()
+                            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+                            .unwrap_or_default();
+                        let mut detail =
+                            format!("the storage engine failed while reading it: {what}{at}");
+                        if let Some(root) = safety {
+                            if let Err(e) = SafetyCopy::put_back(&dir, &root) {
+                                detail.push_str(&format!(
+                                    "; the copy of its files taken before opening could not be \
+                                     put back ({e}): it is in {}",
+                                    root.display()
+                                ));
+                            }
+                        }
+                        eprintln!("iris-gateway: {}", damaged_message(&dir, &detail));
+                        std::process::exit(EXIT_DAMAGED.into());
+                    }
+                }
+                previous(info);
+            }));
+        });
+        if let Ok(mut o) = OPENING.lock() {
+            *o = Some((
+                dir.to_owned(),
+                std::thread::current().id(),
+                safety.map(|s| s.root.clone()),
+            ));
+        }
+        PanicGuard
+    }
+}
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if let Ok(mut o) = OPENING.lock() {
+            *o = None;
+        }
+    }
+}
+
+/// A copy of sled's files taken before sled opens them, put back if the open fails.
+///
+/// sled "repairs" what it cannot read while it opens: it overwrites the rest of a segment
+/// after the first unreadable record, blanks later segments and deletes its files for large
+/// values past that point, and only then, sometimes, reports an error (measured: one flipped
+/// byte near the start of the log had 205 KB of it overwritten before the open failed). After
+/// a crash that is how it drops a torn, unacknowledged tail; on a damaged card it destroys
+/// what a careful recovery could still read. So a store that was used before is copied first
+/// (`DATA_DIR/.open-check/`; large-value files are hard links, which cost nothing), and if the
+/// open or the checks after it fail, the copy is put back: the damaged files are left exactly
+/// as they were. On success the copy is deleted. It costs one copy of the log per start (on a
+/// Pi's SD card about 2 s per 50 MB); when the disk has no room for it, the store opens
+/// without one and says so in the log.
+pub(super) struct SafetyCopy {
+    root: PathBuf,
+}
+
+const SAFETY_DIR: &str = ".open-check";
+const SAFETY_COMPLETE: &str = "complete";
+
+impl SafetyCopy {
+    /// Takes the copy, or `None` for a new store (nothing to protect), a store another process
+    /// has open (sled will say so; nothing here may touch its files), or when it does not fit.
+    /// The caller holds the open lock (`open_lock`).
+    pub(super) fn take(
+        dir: &Path,
+        witness: Option<&Witness>,
+    ) -> std::io::Result<Option<SafetyCopy>> {
+        let db_dir = dir.join("db");
+        let root = dir.join(SAFETY_DIR);
+        if in_use(&db_dir.join("db")) {
+            return Ok(None);
+        }
+        Self::recover_leftover(dir, &root)?;
+        if witness.is_some_and(|w| crate::ids::now_ms() - w.checked_ms < RECHECK_AFTER_MS) {
+            tracing::debug!("the store was read back in full minutes ago: no copy before opening");
+            return Ok(None);
+        }
+        let size = match std::fs::metadata(db_dir.join("db")) {
+            Ok(m) if m.len() > 0 => m.len(),
+            _ => return Ok(None),
+        };
+        if let Ok(st) = super::statvfs(dir) {
+            if st.available < size.saturating_add(super::STORE_RESERVE_BYTES) {
+                tracing::warn!(
+                    "not enough free space for a copy of the store before opening it ({} needed): \
+                     opening without one, so a damaged store may be changed by the attempt",
+                    super::human_bytes(size)
+                );
+                return Ok(None);
+            }
+        }
+        let copied = (|| {
+            std::fs::create_dir_all(root.join("db"))?;
+            copy_tree(&db_dir, &root.join("db"))?;
+            std::fs::File::create(root.join(SAFETY_COMPLETE))?;
+            std::io::Result::Ok(())
+        })();
+        if let Err(e) = copied {
+            let _ = std::fs::remove_dir_all(&root);
+            return Err(e);
+        }
+        Ok(Some(SafetyCopy { root }))
+    }
+
+    /// The open succeeded: the copy goes. Its "complete" mark first, and durably: a complete
+    /// copy left behind would be put back at the next start, undoing everything written since.
+    pub(super) fn discard(self) -> std::io::Result<()> {
+        std::fs::remove_file(self.root.join(SAFETY_COMPLETE))?;
+        std::fs::File::open(&self.root)?.sync_all()?;
+        if let Err(e) = std::fs::remove_dir_all(&self.root) {
+            // Harmless now: an incomplete copy is simply removed at the next start.
+            tracing::warn!("could not remove {}: {e}", self.root.display());
+        }
+        Ok(())
+    }
+
+    /// The open failed: every file of `db/` is put back as it was.
+    pub(super) fn restore(self, dir: &Path) -> std::io::Result<()> {
+        Self::put_back(dir, &self.root)
+    }
+
+    fn put_back(dir: &Path, root: &Path) -> std::io::Result<()> {
+        let db_dir = dir.join("db");
+        let saved_db = root.join("db");
+        // Files sled created while opening (a new snapshot, say) go; saved ones come back.
+        remove_files_not_in(&db_dir, &saved_db)?;
+        move_tree(&saved_db, &db_dir)?;
+        std::fs::File::open(&db_dir)?.sync_all()?;
+        std::fs::remove_dir_all(root)
+    }
+
+    /// A copy left by an open that was cut short (power cut, kill): a complete one is the
+    /// state before that open and is put back; an incomplete one was taken before sled was
+    /// given the files, which are therefore untouched.
+    fn recover_leftover(dir: &Path, root: &Path) -> std::io::Result<()> {
+        if !root.exists() {
+            return Ok(());
+        }
+        if root.join(SAFETY_COMPLETE).exists() {
+            tracing::warn!(
+                "an earlier start was interrupted while opening the store: putting back the copy \
+                 of its files taken before that"
+            );
+            Self::put_back(dir, root)
+        } else {
+            std::fs::remove_dir_all(root)
+        }
+    }
+}
+
+/// Whether another process has sled's lock on this log file (it has the store open).
+fn in_use(log: &Path) -> bool {
+    use fs2::FileExt;
+    match std::fs::OpenOptions::new().read(true).write(true).open(log) {
+        // Dropping the file releases the probe's own lock at once.
+        Ok(f) => f.try_lock_exclusive().is_err(),
+        Err(_) => false,
+    }
+}
+
+/// Serializes the opening of one data dir between processes (a gateway starting while an
+/// offline `pair` runs, say): the safety copy and its putting back must never run while
+/// another process is half-way through opening the same store. Held until the open is done.
+pub(super) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
+    use fs2::FileExt;
+    let path = dir.join(".open-check.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::Open {
+            dir: dir.to_owned(),
+            source: e.into(),
+        })?;
+    let deadline = Instant::now() + wait;
+    while f.try_lock_exclusive().is_err() {
+        if Instant::now() >= deadline {
+            return Err(StoreError::Locked {
+                dir: dir.to_owned(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(f)
+}
+
+/// Copies a directory tree: files of sled's `blobs/` are hard-linked (sled never rewrites one,
+/// it only deletes them), the others copied and fsynced.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            if from.file_name().is_some_and(|n| n == "blobs") {
+                std::fs::hard_link(entry.path(), &target)?;
+            } else {
+                std::fs::copy(entry.path(), &target)?;
+                std::fs::File::open(&target)?.sync_all()?;
+            }
+        }
+    }
+    std::fs::File::open(to)?.sync_all()
+}
+
+fn remove_files_not_in(current: &Path, saved: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(current)? {
+        let entry = entry?;
+        let twin = saved.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            if twin.is_dir() {
+                remove_files_not_in(&entry.path(), &twin)?;
+            }
+        } else if !twin.exists() {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn move_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            move_tree(&entry.path(), &target)?;
+            std::fs::File::open(&target)?.sync_all()?;
+        } else {
+            std::fs::rename(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,450 @@
+//! `iris-gateway backup FILE` and `restore FILE`, end to end with the real binary: a backup
+//! taken while the gateway runs under light load (through the control socket) and one taken
+//! while it is stopped both restore into a data dir whose gateway then has the same history,
+//! channels, devices, cursor and media; damaged, truncated and foreign files are refused before
+//! anything is touched, and so is a restore while the gateway runs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{
+    cli_os, create_channel, create_thread, frame_type, hello_paired, id_of, pair, pstr, Client,
+    Gateway, Paired,
+};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+fn sha_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn run_cli(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = cli_os(args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn backup(file: &Path, data: &Path) -> String {
+    let (ok, out, err) = run_cli(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup failed:\n{out}\n{err}");
+    out
+}
+
+fn restore(file: &Path, data: &Path) -> (bool, String, String) {
+    run_cli(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ])
+}
+
+/// Sends a message and waits for its receipt and answer, retrying on the frame rate limit.
+async fn say(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) {
+    loop {
+        let id = c
+            .request("message.send", chat, thread, json!({ "text": text }))
+            .await;
+        let r = c.recv_reply(id).await;
+        if pstr(&r, "code") == "rate_limited" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            continue;
+        }
+        assert_eq!(frame_type(&r), "read.receipt", "{r}");
+        c.recv_type("message.stop").await;
+        return;
+    }
+}
+
+async fn upload(c: &mut Client, media_ref: &str, data: &[u8]) -> String {
+    let start = c
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({ "media_ref": media_ref, "kind": "image", "mime": "image/png", "size": data.len(), "filename": "garden.png" }),
+        )
+        .await;
+    for piece in data.chunks(64 * 1024) {
+        c.send_raw_binary(piece.to_vec()).await;
+    }
+    let end = c
+        .request(
+            "media.upload.end",
+            None,
+            None,
+            json!({ "media_ref": media_ref, "sha256": sha_hex(data) }),
+        )
+        .await;
+    let ack = c.recv_reply(end).await;
+    assert!(
+        c.seen.iter().all(|f| id_of(f) != Some(start)),
+        "upload refused: {}",
+        c.recent()
+    );
+    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+    let id = c
+        .request(
+            "message.send",
+            None,
+            None,
+            json!({ "text": "a photo of the garden", "media_refs": [media_ref] }),
+        )
+        .await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "read.receipt", "{r}");
+    let user = pstr(&r, "message_id").to_owned();
+    let echo = c
+        .recv_until(|f| frame_type(f) == "message" && pstr(f, "message_id") == user)
+        .await;
+    c.recv_type("message.stop").await;
+    echo["payload"]["media"][0]["media_id"]
+        .as_str()
+        .expect("media id")
+        .to_owned()
+}
+
+async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
+    let rid = c
+        .request("media.pull", None, None, json!({ "media_id": media_id }))
+        .await;
+    let mut bytes = Vec::new();
+    loop {
+        match c.recv_any().await {
+            common::Incoming::Binary(b) => bytes.extend(b),
+            common::Incoming::Text(f) if id_of(&f) == Some(rid) => {
+                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
+                return bytes;
+            }
+            common::Incoming::Text(_) => {}
+            other => panic!("pull: {other:?}"),
+        }
+    }
+}
+
+/// Everything a device can see of a gateway: directory, every lane's history, the outbox.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    head: u64,
+    channels: Vec<Value>,
+    history: BTreeMap<String, Vec<Value>>,
+    outbox: Vec<Value>,
+}
+
+async fn look(gw: &Gateway, p: &Paired) -> Seen {
+    let (mut c, ack) = hello_paired(gw, p).await;
+    let head = common::sync_cursor(&ack);
+    let channels = common::channel_list(&mut c).await;
+    let mut history = BTreeMap::new();
+    for ch in &channels {
+        let chat = ch["chat_id"].as_str().unwrap().to_owned();
+        let (lane_chat, lane_thread) = match ch["parent_chat_id"].as_str() {
+            Some(parent) => (parent.to_owned(), Some(chat.clone())),
+            None => (chat.clone(), None),
+        };
+        let id = c
+            .request(
+                "history",
+                Some(&lane_chat),
+                lane_thread.as_deref(),
+                json!({ "limit": 200 }),
+            )
+            .await;
+        let r = c.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "history", "{r}");
+        history.insert(chat, r["payload"]["messages"].as_array().unwrap().clone());
+    }
+    let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
+    let mut outbox = Vec::new();
+    loop {
+        let f = c.recv().await;
+        if id_of(&f) == Some(id) {
+            assert_eq!(f["payload"]["cursor"].as_u64(), Some(head), "{f}");
+            break;
+        }
+        if f.get("cursor").is_some() {
+            outbox.push(f);
+        }
+    }
+    c.close().await;
+    Seen {
+        head,
+        channels,
+        history,
+        outbox,
+    }
+}
+
+fn devices(data: &Path) -> Value {
+    let mut d = common::devices_json(data);
+    // Connecting updates last-seen times; compare who is paired.
+    for dev in d.as_array_mut().unwrap() {
+        dev.as_object_mut().unwrap().remove("last_seen_ms");
+    }
+    d
+}
+
+/// A gateway with channels, a thread, messages, a media file, and two paired devices.
+async fn populated(data: &Path) -> (Gateway, Paired, Paired, String, Vec<u8>) {
+    let gw = Gateway::start(data, &[]);
+    let pa = pair(data, "phone A");
+    let pb = pair(data, "tablet B");
+    let (mut a, _) = hello_paired(&gw, &pa).await;
+    let garden = create_channel(&mut a, "Garden").await;
+    let plans = create_thread(&mut a, &garden, "Plans").await;
+    for i in 0..5 {
+        say(&mut a, None, None, &format!("default lane note {i}")).await;
+        say(&mut a, Some(&garden), None, &format!("garden note {i}")).await;
+        say(&mut a, Some(&garden), Some(&plans), &format!("plan {i}")).await;
+    }
+    let photo: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let media_id = upload(&mut a, "photo-1", &photo).await;
+    a.close().await;
+    (gw, pa, pb, media_id, photo)
+}
+
+#[tokio::test]
+async fn a_backup_taken_under_load_restores_the_same_gateway() {
+    let src = common::temp_data_dir();
+    let (gw, pa, pb, media_id, photo) = populated(src.path()).await;
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("iris.backup");
+
+    // Light load while the backup runs: B keeps sending.
+    let (mut b, _) = hello_paired(&gw, &pb).await;
+    let load = async {
+        for i in 0.. {
+            say(&mut b, None, None, &format!("sent during the backup {i}")).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let file2 = file.clone();
+    let src_path = src.path().to_owned();
+    let made = tokio::task::spawn_blocking(move || backup(&file2, &src_path));
+    let printed = tokio::select! {
+        _ = load => unreachable!(),
+        done = made => done.unwrap(),
+    };
+    eprintln!("{printed}");
+    assert!(printed.contains("from the running gateway"), "{printed}");
+    assert!(!printed.contains(" 0 media file(s)"), "{printed}");
+    assert!(!out_dir.path().join("iris.backup.partial").exists());
+    b.close().await;
+    let live = look(&gw, &pa).await;
+
+    let dst = common::temp_data_dir();
+    let (ok, out, err) = restore(&file, dst.path());
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    eprintln!("{out}");
+    let restored_gw = Gateway::start(dst.path(), &[]);
+    let mut restored = look(&restored_gw, &pa).await;
+    // A turn may have been running at the snapshot: the restored gateway starts by marking its
+    // message interrupted, as after any stop. Those notices are the restored gateway's own.
+    let notice = |m: &Value| {
+        m["text"]
+            .as_str()
+            .or_else(|| m["payload"]["text"].as_str())
+            .is_some_and(|t| t.contains("The gateway restarted before the agent answered"))
+    };
+    let notices = restored.outbox.iter().filter(|f| notice(f)).count();
+    restored.outbox.retain(|f| !notice(f));
+    for msgs in restored.history.values_mut() {
+        msgs.retain(|m| !notice(m));
+    }
+    eprintln!("{notices} turn(s) were running at the snapshot");
+    restored.head -= notices as u64;
+    // The backup is a snapshot from during the load: the restored gateway has exactly the
+    // state of some moment: the same directory, a prefix of the outbox, and each lane's history
+    // the messages the outbox had by then.
+    assert_eq!(restored.channels, live.channels);
+    assert!(
+        restored.head <= live.head && restored.head >= 3 * 15,
+        "head {} vs {}",
+        restored.head,
+        live.head
+    );
+    assert_eq!(
+        restored.outbox[..],
+        live.outbox[..restored.outbox.len()],
+        "the outbox up to the backup's head"
+    );
+    assert_eq!(
+        restored.outbox.last().and_then(common::cursor_of),
+        Some(restored.head)
+    );
+    for (chat, msgs) in &restored.history {
+        let all = &live.history[chat];
+        assert_eq!(
+            &all[..msgs.len()],
+            &msgs[..],
+            "history of {chat}: a prefix of the live one"
+        );
+    }
+    // Every message the restored outbox carries is in the restored history, and vice versa.
+    let in_history: std::collections::BTreeSet<&str> = restored
+        .history
+        .values()
+        .flatten()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    for f in restored
+        .outbox
+        .iter()
+        .filter(|f| matches!(frame_type(f), "message" | "message.stop"))
+    {
+        assert!(
+            in_history.contains(pstr(f, "message_id")),
+            "{f} not in the restored history"
+        );
+    }
+    assert_eq!(devices(dst.path()), devices(src.path()));
+    let (mut c, _) = hello_paired(&restored_gw, &pb).await;
+    assert_eq!(
+        pull(&mut c, &media_id).await,
+        photo,
+        "the restored media file"
+    );
+    // And the restored gateway carries on from its head.
+    say(&mut c, None, None, "after the restore").await;
+    let after = look(&restored_gw, &pa).await;
+    assert_eq!(
+        after.outbox[0].get("cursor"),
+        restored.outbox[0].get("cursor")
+    );
+    assert!(after.head > restored.head);
+}
+
+#[tokio::test]
+async fn a_backup_of_a_stopped_gateway_restores_over_another_store() {
+    let src = common::temp_data_dir();
+    let (mut gw, pa, _pb, media_id, photo) = populated(src.path()).await;
+    let before = look(&gw, &pa).await;
+    gw.stop_ok();
+    drop(gw);
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("iris.backup");
+    let printed = backup(&file, src.path());
+    assert!(printed.contains("the gateway was not running"), "{printed}");
+
+    // The destination has a store of its own: it is moved aside, not deleted.
+    let dst = common::temp_data_dir();
+    let mut other = Gateway::start(dst.path(), &[]);
+    let po = pair(dst.path(), "another phone");
+    let (mut c, _) = hello_paired(&other, &po).await;
+    say(&mut c, None, None, "the other store's only message").await;
+    c.close().await;
+    other.stop_ok();
+    drop(other);
+    let (ok, out, err) = restore(&file, dst.path());
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    assert!(out.contains("was moved to"), "{out}");
+    let aside: Vec<_> = std::fs::read_dir(dst.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("before-restore-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "the previous store is kept aside");
+    assert!(aside[0].path().join("db/db").exists());
+
+    let gw = Gateway::start(dst.path(), &[]);
+    let after = look(&gw, &pa).await;
+    assert_eq!(
+        after, before,
+        "the restored gateway shows exactly what the original did"
+    );
+    let (mut c, _) = hello_paired(&gw, &pa).await;
+    assert_eq!(pull(&mut c, &media_id).await, photo);
+    // The other store's device is not paired with the restored one.
+    let mut x = Client::connect(&gw.url).await;
+    x.send(json!({
+        "v": 1, "type": "hello", "id": 1,
+        "payload": { "token": po.token, "device_id": po.device_id, "device_name": "x" },
+    }))
+    .await;
+    let r = x
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(pstr(&r, "code"), "auth", "{r}");
+}
+
+#[tokio::test]
+async fn damaged_foreign_and_untimely_restores_are_refused() {
+    let src = common::temp_data_dir();
+    let (gw, _pa, _pb, _m, _p) = populated(src.path()).await;
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("iris.backup");
+    backup(&file, src.path());
+    let good = std::fs::read(&file).unwrap();
+
+    // While the gateway runs on the data dir.
+    let (ok, _, err) = restore(&file, src.path());
+    assert!(!ok);
+    assert!(
+        err.contains("a gateway is running") && err.contains("stop it first"),
+        "{err}"
+    );
+    drop(gw);
+
+    let dst = common::temp_data_dir();
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = Vec::new();
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    cases.push(("a flipped byte", flipped, "is damaged or incomplete"));
+    cases.push((
+        "cut short",
+        good[..good.len() * 2 / 3].to_vec(),
+        "is damaged or incomplete",
+    ));
+    cases.push((
+        "missing its last byte",
+        good[..good.len() - 1].to_vec(),
+        "is damaged or incomplete",
+    ));
+    cases.push((
+        "not a backup",
+        b"hello, this is a text file\n".to_vec(),
+        "is not an iris-gateway backup",
+    ));
+    cases.push(("empty", Vec::new(), "is not an iris-gateway backup"));
+    for (case, bytes, words) in cases {
+        let bad = out_dir.path().join("bad.backup");
+        std::fs::write(&bad, &bytes).unwrap();
+        let (ok, out, err) = restore(&bad, dst.path());
+        assert!(!ok, "{case}: restored anyway:\n{out}");
+        assert!(err.contains(words), "{case}: {err}");
+        let left: Vec<_> = std::fs::read_dir(dst.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{case}: the data dir was touched: {left:?}"
+        );
+        eprintln!("{case}: {}", err.trim());
+    }
+    // The good one still works there.
+    let (ok, out, err) = restore(&file, dst.path());
+    assert!(ok, "{out}\n{err}");
+}
