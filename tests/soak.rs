@@ -225,7 +225,7 @@ impl Device {
                     stats.sent.fetch_add(1, Relaxed);
                     pending.insert(id, "message.send");
                 }
-                if self.rng.next() % 4 == 0 {
+                if self.rng.next().is_multiple_of(4) {
                     let payload = json!({ "limit": 20 });
                     if let Some(id) = request(&mut c, "history", Some(&self.channel), payload).await
                     {
@@ -291,15 +291,11 @@ impl Device {
                     pending.remove(&i);
                 }
             }
-            "read.receipt" => {
-                if id.is_some_and(|i| pending.remove(&i) == Some("message.send")) {
-                    stats.acked.fetch_add(1, Relaxed);
-                }
+            "read.receipt" if id.is_some_and(|i| pending.remove(&i) == Some("message.send")) => {
+                stats.acked.fetch_add(1, Relaxed);
             }
-            "history" => {
-                if id.is_some_and(|i| pending.remove(&i).is_some()) {
-                    stats.histories.fetch_add(1, Relaxed);
-                }
+            "history" if id.is_some_and(|i| pending.remove(&i).is_some()) => {
+                stats.histories.fetch_add(1, Relaxed);
             }
             _ => {}
         }
