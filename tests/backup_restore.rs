@@ -170,7 +170,7 @@ async fn look(gw: &Gateway, p: &Paired) -> Seen {
         history.insert(chat, r["payload"]["messages"].as_array().unwrap().clone());
     }
     let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
-    let mut head = 0;
+    let head: u64;
     let mut outbox = Vec::new();
     loop {
         let f = c.recv().await;
