@@ -97,6 +97,9 @@ pub struct RunArgs {
     /// FCM service-account key file.
     #[arg(long)]
     pub fcm_credentials: Option<PathBuf>,
+    /// Do not advertise the gateway on the LAN (mDNS); sets discovery.enabled = false.
+    #[arg(long)]
+    pub no_discovery: bool,
 }
 
 impl RunArgs {
@@ -158,6 +161,9 @@ impl RunArgs {
         if let Some(v) = &self.fcm_credentials {
             config.push.fcm_credentials = Some(v.clone());
         }
+        if self.no_discovery {
+            config.discovery.enabled = false;
+        }
         config.validate()?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
         Ok((config, dir))
@@ -174,9 +180,17 @@ pub struct PairArgs {
     /// The address the gateway listens on, for the URL (when the gateway is not running).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Print one line of JSON: {"token", "url", "device_id"}.
+    /// Print one line of JSON: {"token", "url", "device_id", "tls_url", "tls_fingerprint"},
+    /// and no QR code.
     #[arg(long)]
     pub json: bool,
+    /// Do not draw the QR code in the terminal.
+    #[arg(long)]
+    pub no_qr: bool,
+    /// Mint no token here: get a fresh one-time code for the gateway's pairing page
+    /// (http(s)://HOST:PORT/pair), to pair from a browser. Needs the gateway running.
+    #[arg(long, conflicts_with_all = ["name", "listen", "no_qr"])]
+    pub page: bool,
 }
 
 #[derive(Args, Debug)]
@@ -229,6 +243,8 @@ pub enum CliError {
     Refused(String),
     #[error("no device `{0}`")]
     NoSuchDevice(String),
+    #[error("the pairing page is served by the running gateway, and none runs from this data dir (start it, or pair here without --page)")]
+    PageNeedsGateway,
 }
 
 /// Credentials for one device, as printed by `pair`.
@@ -281,13 +297,51 @@ pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<P
     }
 }
 
+/// `pair --page`: a fresh one-time code for the running gateway's pairing page.
+fn run_pair_page(data_dir: &Path, json: bool) -> Result<(), CliError> {
+    let (code, page_url, expires_in_secs) =
+        match control::request(data_dir, &ControlRequest::PairPage)? {
+            Reached::Answer(ControlResponse::PageCode {
+                code,
+                page_url,
+                expires_in_secs,
+            }) => (code, page_url, expires_in_secs),
+            Reached::Answer(ControlResponse::Error { message }) => {
+                return Err(CliError::Refused(message))
+            }
+            Reached::Answer(other) => {
+                return Err(CliError::Refused(format!("unexpected answer {other:?}")))
+            }
+            Reached::NotRunning => return Err(CliError::PageNeedsGateway),
+        };
+    if json {
+        let out = serde_json::json!({
+            "code": code, "page_url": page_url, "expires_in_secs": expires_in_secs,
+        });
+        println!("{out}");
+    } else {
+        println!("Open {page_url} in a browser and enter the code");
+        println!("  {code}");
+        println!(
+            "It works once, for {} minutes; the page then shows the QR code to scan.",
+            crate::pairing::page::ttl_minutes(Duration::from_secs(expires_in_secs))
+        );
+    }
+    Ok(())
+}
+
 fn open_offline(data_dir: &Path) -> Result<Store, CliError> {
     Ok(Store::open(data_dir, 1 << 20, Duration::from_secs(5))?)
 }
 
 pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    if args.page {
+        return run_pair_page(&dir, args.json);
+    }
     let paired = pair(&dir, &args.name, args.listen)?;
+    let invitation =
+        crate::pairing::Invitation::new(&paired.url, &paired.token, paired.tls.as_ref());
     if args.json {
         let mut out = serde_json::json!({ "token": paired.token, "url": paired.url, "device_id": paired.device_id });
         if let Some(t) = &paired.tls {
@@ -296,8 +350,16 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
         }
         println!("{out}");
     } else {
+        // The code first, so the text the app could also take stays in view below it.
+        if !args.no_qr {
+            println!("{}", invitation.terminal_qr());
+        }
         println!("Paired device {}.", paired.device_id);
-        println!("In the Iris app, add a gateway with:");
+        if args.no_qr {
+            println!("In the Iris app, add a gateway with:");
+        } else {
+            println!("In the Iris app, scan the code above, or add a gateway with:");
+        }
         println!("  URL:   {}", paired.url);
         println!("  Token: {}", paired.token);
         if let Some(t) = &paired.tls {

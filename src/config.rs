@@ -47,6 +47,8 @@ pub struct Config {
     pub push: crate::push::PushConfig,
     /// `[led]`: the status LED (see board/README.md).
     pub led: crate::board::LedConfig,
+    /// `[discovery]`: advertising the gateway on the LAN with mDNS/DNS-SD (src/discovery.rs).
+    pub discovery: crate::discovery::DiscoveryConfig,
     /// `[[cron]]`: prompts the agent answers on a schedule, posted into automation channels.
     pub cron: Vec<CronJob>,
     /// `[[webhook]]`: HTTP endpoints that post into automation channels.
@@ -290,6 +292,11 @@ pub struct Limits {
     pub max_webhook_bytes: usize,
     /// Webhook requests per minute, over all webhooks; more get 429.
     pub webhooks_per_minute: u32,
+    /// Seconds a pairing-page code (printed at start, or by `pair --page`) stays valid; it
+    /// also dies at its first use.
+    pub pair_code_ttl_secs: u64,
+    /// Wrong pairing-page codes from one IP address per minute before HTTP 429.
+    pub pair_code_failures_per_minute: u32,
 }
 
 impl Default for Config {
@@ -305,6 +312,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             push: crate::push::PushConfig::default(),
             led: crate::board::LedConfig::default(),
+            discovery: crate::discovery::DiscoveryConfig::default(),
             cron: Vec::new(),
             webhook: Vec::new(),
         }
@@ -356,6 +364,8 @@ impl Default for Limits {
             media_idle_timeout_secs: 60,
             max_webhook_bytes: 64 << 10,
             webhooks_per_minute: 60,
+            pair_code_ttl_secs: 600,
+            pair_code_failures_per_minute: 5,
         }
     }
 }
@@ -376,7 +386,7 @@ impl Config {
     /// Refuses settings that would make the gateway unusable rather than failing later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 11] = [
+        let checks: [(&'static str, bool, &str); 12] = [
             (
                 "limits.max_frame_bytes",
                 l.max_frame_bytes >= 4096,
@@ -417,6 +427,11 @@ impl Config {
                 "tls.allow_plain",
                 self.tls.enabled || self.tls.allow_plain,
                 "with TLS off, plain connections are all there is: allow_plain must stay true",
+            ),
+            (
+                "limits.pair_code_ttl_secs",
+                l.pair_code_ttl_secs >= 1 && l.pair_code_failures_per_minute >= 1,
+                "pair_code_ttl_secs and pair_code_failures_per_minute must be at least 1",
             ),
             (
                 "store.outbox_retain_frames",

@@ -16,6 +16,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use crate::hub::Hub;
+use crate::pairing::page::PairingPage;
 use crate::store::Device;
 
 /// Longest request line accepted on the control socket.
@@ -29,10 +30,16 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ControlRequest {
-    Pair { name: String },
+    Pair {
+        name: String,
+    },
     Devices,
-    Revoke { device_id: String },
+    Revoke {
+        device_id: String,
+    },
     Backup,
+    /// A fresh one-time code for the pairing page (`pair --page`).
+    PairPage,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -51,6 +58,13 @@ pub enum ControlResponse {
     },
     Revoked {
         existed: bool,
+    },
+    PageCode {
+        /// `XXXX-XXXX`; it replaces any earlier code.
+        code: String,
+        /// Where to enter it: `http(s)://HOST:PORT/pair`.
+        page_url: String,
+        expires_in_secs: u64,
     },
     Error {
         message: String,
@@ -76,6 +90,7 @@ pub async fn serve(
     hub: Rc<Hub>,
     url: String,
     tls: Option<crate::tls::Advert>,
+    page: Rc<PairingPage>,
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -84,8 +99,9 @@ pub async fn serve(
         let hub = hub.clone();
         let url = url.clone();
         let tls = tls.clone();
+        let page = page.clone();
         tokio::task::spawn_local(async move {
-            if let Err(e) = serve_one(stream, &hub, &url, tls).await {
+            if let Err(e) = serve_one(stream, &hub, &url, tls, &page).await {
                 debug!("control request failed: {e}");
             }
         });
@@ -97,6 +113,7 @@ async fn serve_one(
     hub: &Hub,
     url: &str,
     tls: Option<crate::tls::Advert>,
+    page: &PairingPage,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
@@ -137,6 +154,11 @@ async fn serve_one(
             Err(e) => ControlResponse::Error {
                 message: e.to_string(),
             },
+        },
+        Ok(ControlRequest::PairPage) => ControlResponse::PageCode {
+            code: page.codes.mint(),
+            page_url: page.address(),
+            expires_in_secs: page.codes.ttl().as_secs(),
         },
         Ok(ControlRequest::Backup) => unreachable!("answered above"),
         Err(e) => {

@@ -14,6 +14,8 @@ use crate::config::Config;
 use crate::connection;
 use crate::control;
 use crate::hub::{new_device, Hub};
+use crate::pairing::codes::PageCodes;
+use crate::pairing::page::PairingPage;
 use crate::store::{DeviceOrigin, Store};
 
 /// How long shutdown waits for devices to receive `status{restarting}` and the close frame.
@@ -76,6 +78,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     info!(agent = %agent.describe(), "agent backend ready");
     let listen = config.listen;
     let led_config = config.led.clone();
+    let discovery = config.discovery.clone();
     let tls = crate::tls::setup(&config.tls, &data_dir)
         .map_err(RunError::Tls)?
         .map(Rc::new);
@@ -129,6 +132,14 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         source,
     })?;
     let (url, tls_advert) = crate::tls::pairing(tls.as_deref(), local, &data_dir);
+    let pairing = {
+        let limits = hub.limits();
+        let codes = PageCodes::new(
+            Duration::from_secs(limits.pair_code_ttl_secs),
+            limits.pair_code_failures_per_minute,
+        );
+        Rc::new(PairingPage::new(codes, url.clone(), tls_advert.clone()))
+    };
     let control = control::bind(&data_dir).map_err(|source| RunError::Control {
         dir: data_dir.clone(),
         source,
@@ -138,6 +149,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         hub.clone(),
         url.clone(),
         tls_advert.clone(),
+        pairing.clone(),
     ));
 
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -155,6 +167,15 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     }
     led.show(hub.health().into());
     print_pairing_hint(&store, &data_dir, &url, tls_advert.as_ref());
+    print_page_code(&pairing);
+    let advertised = crate::discovery::start(
+        &discovery,
+        local,
+        crate::discovery::Record {
+            protocol_version: crate::protocol::PROTOCOL_VERSION,
+            tls: tls_advert.as_ref(),
+        },
+    );
     info!(%local, "gateway online");
     if let Some(n) = &notifier {
         n.ready();
@@ -181,10 +202,11 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                     drop(tcp);
                     continue;
                 };
-                let (hub, tls) = (hub.clone(), tls.clone());
-                // One HTTP connection: a WebSocket upgrade becomes a device session, or a webhook.
+                let (hub, tls, pairing) = (hub.clone(), tls.clone(), pairing.clone());
+                // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
+                // or the pairing page.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer, tls).await;
+                    connection::serve(hub, tcp, peer, tls, pairing).await;
                     drop(admitted);
                 });
             }
@@ -198,10 +220,15 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         n.stopping();
     }
     drop(listener);
+    // Withdrawn while the devices are told, so browsers drop the gateway at once.
+    let withdrawn = advertised.map(|a| tokio::task::spawn_local(a.stop()));
     hub.begin_shutdown();
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
     while hub.connected() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(withdrawn) = withdrawn {
+        let _ = withdrawn.await;
     }
     let _ = std::fs::remove_file(control::socket_path(&data_dir));
     if let Err(e) = store.sync_blocking() {
@@ -252,4 +279,16 @@ fn print_pairing_hint(
         println!("         {}", t.fingerprint);
     }
     println!("or try it from a terminal: iris-gateway chat");
+}
+
+/// A one-time code for the pairing page, at every start. Unlike a token it may go to the
+/// journal: it works once, for `limits.pair_code_ttl_secs`, and is replaced by any newer one,
+/// so a reader of old logs gains nothing (docs/security.md).
+fn print_page_code(page: &PairingPage) {
+    let code = page.codes.mint();
+    let minutes = crate::pairing::page::ttl_minutes(page.codes.ttl());
+    println!(
+        "pairing page: {} code {code} (works once, for {minutes} minutes; a fresh one: iris-gateway pair --page)",
+        page.address()
+    );
 }

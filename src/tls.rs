@@ -438,7 +438,7 @@ fn subject_names() -> Vec<String> {
 }
 
 /// This machine's host name, when it is a usable DNS name.
-fn hostname() -> Option<String> {
+pub(crate) fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

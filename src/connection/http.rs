@@ -4,6 +4,7 @@
 //!   session (`super::session`): the hello gate, the read loop and the writer.
 //! - `POST /hooks/<name>` is a webhook: checked here against the HTTP contract (token, sizes,
 //!   rate), then posted into its automation channel by the hub (hub/automation.rs).
+//! - `/pair` is the pairing page (`crate::pairing::page`): a one-time code in, a QR code out.
 //! - Anything else gets a short plain-text answer: `426` for a browser's `GET /`, else 404/405.
 //!
 //! TLS shares the port (`crate::tls`): a connection whose first byte is a TLS handshake record
@@ -39,6 +40,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info};
 
 use crate::hub::Hub;
+use crate::pairing::page::{self, PairingPage};
 use crate::tls::{Tls, HANDSHAKE_RECORD};
 
 /// The upgraded socket a device session runs on.
@@ -106,12 +108,26 @@ enum Transport {
 /// Serves one accepted TCP connection until it closes: one HTTP request, or a WebSocket
 /// session after an upgrade. With `tls`, a connection that starts with a TLS handshake is
 /// decrypted first.
-pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr, tls: Option<Rc<Tls>>) {
+pub async fn serve(
+    hub: Rc<Hub>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: Option<Rc<Tls>>,
+    pairing: Rc<PairingPage>,
+) {
     let _ = tcp.set_nodelay(true);
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
     let deadline = Instant::now() + hello_timeout;
     let Some(tls) = tls else {
-        return serve_http(hub, TokioIo::new(tcp), peer, deadline, Transport::Plain).await;
+        return serve_http(
+            hub,
+            TokioIo::new(tcp),
+            peer,
+            deadline,
+            Transport::Plain,
+            pairing,
+        )
+        .await;
     };
     let mut first = [0u8; 1];
     match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
@@ -125,11 +141,19 @@ pub async fn serve(hub: Rc<Hub>, tcp: TcpStream, peer: SocketAddr, tls: Option<R
         } else {
             Transport::PlainRefused
         };
-        return serve_http(hub, TokioIo::new(tcp), peer, deadline, transport).await;
+        return serve_http(hub, TokioIo::new(tcp), peer, deadline, transport, pairing).await;
     }
     match tokio::time::timeout_at(deadline, tls.acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => {
-            serve_http(hub, TokioIo::new(stream), peer, deadline, Transport::Tls).await
+            serve_http(
+                hub,
+                TokioIo::new(stream),
+                peer,
+                deadline,
+                Transport::Tls,
+                pairing,
+            )
+            .await
         }
         Ok(Err(e)) => debug!(%peer, "TLS handshake failed: {e}"),
         Err(_) => {
@@ -144,6 +168,7 @@ async fn serve_http<I>(
     peer: SocketAddr,
     deadline: Instant,
     transport: Transport,
+    pairing: Rc<PairingPage>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -158,10 +183,14 @@ async fn serve_http<I>(
     let service = {
         let (hub, upgrade) = (hub.clone(), upgrade.clone());
         service_fn(move |req| {
-            let (hub, upgrade) = (hub.clone(), upgrade.clone());
+            let (hub, upgrade, pairing) = (hub.clone(), upgrade.clone(), pairing.clone());
             async move {
                 if transport == Transport::PlainRefused {
                     return Ok::<_, Infallible>(tls_required(peer));
+                }
+                if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
+                    let secure = transport == Transport::Tls;
+                    return Ok(page::serve(&pairing, &hub, req, peer, secure).await);
                 }
                 Ok::<_, Infallible>(route(&hub, req, &upgrade, peer).await)
             }
@@ -271,7 +300,8 @@ async fn route(
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: this port serves the Iris app's WebSocket and webhooks (POST /hooks/<name>)\n",
+            "not found: this port serves the Iris app's WebSocket, webhooks (POST /hooks/<name>) \
+             and the pairing page (/pair)\n",
         ),
     }
 }

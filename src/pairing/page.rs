@@ -1,0 +1,368 @@
+//! The pairing page, `/pair` on the gateway's port: a form asking for the one-time code the
+//! gateway prints (see [`super::codes`]), answered with the pairing QR code and the URL,
+//! fingerprint and token in text.
+//!
+//! The code goes in a POST body, so it does not sit in the address bar, the history or a
+//! proxy's log. The token is minted only once a valid code is presented, so nothing that
+//! merely reads the journal or the page's URL can pair. Every answer is `Cache-Control:
+//! no-store` and carries a Content-Security-Policy that allows nothing but the page's own
+//! inline style: no scripts, no external resources, no framing, forms posting only here.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use super::codes::{PageCodes, Refusal};
+use super::Invitation;
+use crate::hub::Hub;
+
+/// The path the page is served at.
+pub const PATH: &str = "/pair";
+/// Largest form body read: a code is 9 characters, so anything near this is not a form of ours.
+const MAX_FORM_BYTES: usize = 1024;
+/// Name given to devices paired through the page, until their app says its own.
+const DEVICE_NAME: &str = "";
+/// Side of the QR code on the page, in CSS pixels: big enough to scan from a laptop screen.
+const QR_PX: u32 = 320;
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;\
+padding:0 1rem;color:#111;background:#fff}code,input{font-family:ui-monospace,monospace}\
+code{word-break:break-all}input{font-size:1.5rem;width:10ch;letter-spacing:.1em}\
+button{font-size:1.2rem}.warn{background:#fff3cd;padding:.5rem}\
+.qr svg{width:320px;height:320px}";
+
+/// What the page needs beyond the hub: the codes, and what to put in the QR code.
+pub struct PairingPage {
+    pub codes: PageCodes,
+    /// The plain URL `pair` reports (`ws://…`, or `wss://…` when plain is refused).
+    url: String,
+    tls: Option<crate::tls::Advert>,
+}
+
+impl PairingPage {
+    pub fn new(codes: PageCodes, url: String, tls: Option<crate::tls::Advert>) -> PairingPage {
+        PairingPage { codes, url, tls }
+    }
+
+    /// Where a person opens the page: `https://` when TLS is on (the token then crosses the
+    /// LAN encrypted), else `http://`, on the address `pair` shows.
+    pub fn address(&self) -> String {
+        let base = match &self.tls {
+            Some(t) => t.url.replacen("wss://", "https://", 1),
+            None => self.url.replacen("ws://", "http://", 1),
+        };
+        format!("{base}{PATH}")
+    }
+}
+
+/// Serves one request for [`PATH`]. `secure` says whether it came over TLS.
+pub async fn serve(
+    page: &PairingPage,
+    hub: &Hub,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    secure: bool,
+) -> Response<Full<Bytes>> {
+    match *req.method() {
+        Method::GET | Method::HEAD => html(StatusCode::OK, &form_page(None, secure)),
+        Method::POST => redeem(page, hub, req, peer, secure).await,
+        _ => {
+            let mut reply = html(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &message_page("Not here", "The pairing page takes GET and POST."),
+            );
+            reply
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST"));
+            reply
+        }
+    }
+}
+
+async fn redeem(
+    page: &PairingPage,
+    hub: &Hub,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    secure: bool,
+) -> Response<Full<Bytes>> {
+    let body = match Limited::new(req.into_body(), MAX_FORM_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            return html(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &message_page("Too large", "That form is not one of this page's."),
+            )
+        }
+    };
+    let Some(code) = form_value(&body, "code") else {
+        return html(
+            StatusCode::BAD_REQUEST,
+            &form_page(Some("Enter the code the gateway printed."), secure),
+        );
+    };
+    match page.codes.redeem(&code, peer.ip()) {
+        Ok(()) => {}
+        Err(refusal) => {
+            info!(%peer, ?refusal, "pairing page: code refused");
+            return refused(refusal, secure);
+        }
+    }
+    let token = match hub.pair(DEVICE_NAME).await {
+        Ok((device, token)) => {
+            info!(%peer, device = %device.device_id, "pairing page: paired a device");
+            token
+        }
+        Err(e) => {
+            warn!("pairing page: could not pair: {e}");
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &message_page(
+                    "Could not pair",
+                    &format!(
+                        "The gateway could not store the new device ({e}). The code is used \
+                         up: get a new one with iris-gateway pair --page."
+                    ),
+                ),
+            );
+        }
+    };
+    let invitation = Invitation::new(&page.url, &token, page.tls.as_ref());
+    html(StatusCode::OK, &qr_page(&invitation, page, secure))
+}
+
+fn refused(refusal: Refusal, secure: bool) -> Response<Full<Bytes>> {
+    match refusal {
+        Refusal::Wrong => html(
+            StatusCode::FORBIDDEN,
+            &form_page(
+                Some("That code is not right. Check it against what the gateway printed."),
+                secure,
+            ),
+        ),
+        Refusal::Spent => html(
+            StatusCode::GONE,
+            &message_page(
+                "Code used up",
+                "That code was already used, has expired, or was replaced by a newer one. \
+                 Get a new one on the gateway with: iris-gateway pair --page",
+            ),
+        ),
+        Refusal::RateLimited { retry_after_secs } => {
+            let mut reply = html(
+                StatusCode::TOO_MANY_REQUESTS,
+                &message_page(
+                    "Too many tries",
+                    &format!(
+                        "Too many wrong codes from this address \
+                         (limits.pair_code_failures_per_minute). Try again in \
+                         {retry_after_secs} s."
+                    ),
+                ),
+            );
+            reply
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            reply
+        }
+    }
+}
+
+/// The value of `key` in an `application/x-www-form-urlencoded` body.
+fn form_value(body: &[u8], key: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+/// Form decoding: `+` is a space, `%XX` a byte; a broken escape is kept as typed.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    (digit as char).to_digit(16).map(|d| d as u8)
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn document(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"referrer\" content=\"no-referrer\">\
+         <title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>",
+        title = escape(title),
+    )
+}
+
+/// Said on every page that came over plain HTTP: the token would cross the LAN in clear.
+fn plain_warning(secure: bool) -> &'static str {
+    if secure {
+        ""
+    } else {
+        "<p class=\"warn\">This page came over plain HTTP: anyone on your network could read \
+         the token it shows. Prefer the <code>https://</code> address the gateway printed.</p>"
+    }
+}
+
+fn form_page(problem: Option<&str>, secure: bool) -> String {
+    let problem = problem
+        .map(|p| format!("<p class=\"warn\" role=\"alert\">{}</p>", escape(p)))
+        .unwrap_or_default();
+    document(
+        "Pair a phone with Iris",
+        &format!(
+            "<h1>Pair a phone with Iris</h1>{problem}{warning}\
+             <form method=\"post\" action=\"{PATH}\">\
+             <p><label for=\"code\">The code the gateway printed (or \
+             <code>iris-gateway pair --page</code> shows):</label></p>\
+             <p><input id=\"code\" name=\"code\" autocomplete=\"off\" autocapitalize=\"characters\" \
+             spellcheck=\"false\" maxlength=\"16\" required autofocus> \
+             <button type=\"submit\">Show the QR code</button></p></form>",
+            warning = plain_warning(secure),
+        ),
+    )
+}
+
+fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String {
+    let tls = match &page.tls {
+        Some(t) => format!(
+            "<dt>Certificate SHA-256 (pin it)</dt><dd><code>{}</code></dd>",
+            escape(&t.fingerprint)
+        ),
+        None => String::new(),
+    };
+    document(
+        "Iris pairing code",
+        &format!(
+            "<h1>Scan this with the Iris app</h1>{warning}\
+             <div class=\"qr\">{svg}</div>\
+             <dl><dt>URL</dt><dd><code>{url}</code></dd>{tls}\
+             <dt>Token (shown only now)</dt><dd><code>{token}</code></dd></dl>\
+             <p>This page is not kept: close it once the phone is paired. The device can be \
+             revoked with <code>iris-gateway devices revoke</code>.</p>",
+            warning = plain_warning(secure),
+            svg = invitation.svg_qr(QR_PX),
+            url = escape(&invitation.url),
+            token = escape(&invitation.token),
+        ),
+    )
+}
+
+fn message_page(title: &str, text: &str) -> String {
+    document(
+        title,
+        &format!("<h1>{}</h1><p>{}</p>", escape(title), escape(text)),
+    )
+}
+
+/// `'sha256-…'` of the page's only inline style, the one thing its CSP allows.
+fn style_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        let digest = Sha256::digest(STYLE.as_bytes());
+        format!(
+            "'sha256-{}'",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        )
+    })
+}
+
+fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut reply = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *reply.status_mut() = status;
+    let csp = format!(
+        "default-src 'none'; style-src {}; img-src 'none'; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+        style_hash()
+    );
+    let h = reply.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    reply
+}
+
+/// How long a fresh code lasts, in whole minutes for people (at least 1).
+pub fn ttl_minutes(ttl: Duration) -> u64 {
+    ttl.as_secs().div_ceil(60).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_values_are_decoded() {
+        assert_eq!(
+            form_value(b"x=1&code=ab%2Dcd+ef", "code").as_deref(),
+            Some("ab-cd ef")
+        );
+        assert_eq!(form_value(b"code=%zz%4", "code").as_deref(), Some("%zz%4"));
+        assert_eq!(form_value(b"other=1", "code"), None);
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
+    }
+}
