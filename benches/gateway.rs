@@ -10,13 +10,14 @@
 //!   many `message.update` frames were coalesced for it;
 //! - `sync` replay of 10,000 frames, against the bare stack sending the same frames;
 //! - a `history` page at 100,000 stored messages against one at 2,000;
-//! - cold start to listening with 100,000 stored messages against an empty store;
+//! - cold start to listening with 100,000 stored messages against an empty store, after a clean
+//!   stop and after a SIGKILL, and the idle RSS with that store;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
 //! - release binary sizes, and the 10-device fan-out of the aarch64 binary under qemu-user when
 //!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it).
 //!
 //! `cargo bench --bench gateway` (Markdown on stdout; `benches/regenerate` writes
-//! docs/benchmarks.md). `-- --quick` for a smoke run.
+//! docs/benchmarks.md). `-- --quick` for a smoke run, `-- --only catchup` for one section.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,15 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
+    /// `--only NAME`: run one section (fanout, stalled, catchup, memory, sizes), for measuring one
+    /// figure without waiting for the others.
+    only: Option<String>,
+}
+
+impl Opts {
+    fn wants(&self, section: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| o == section)
+    }
 }
 
 /// One row of the report.
@@ -140,6 +150,12 @@ impl Gateway {
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
+        let _ = self.child.wait();
+    }
+
+    /// SIGKILL: a crash or a power cut, as far as the store can tell.
+    fn kill(mut self) {
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
@@ -613,11 +629,26 @@ async fn bare_sync(n: usize) -> Duration {
     d
 }
 
-/// Median time of `reps` `history` pages of 50 with `stored` messages, and the cold start time.
-async fn history_and_start(stored: usize, reps: usize) -> (Duration, Duration) {
+/// What `history_and_start` measures on a store of a given size.
+struct AtScale {
+    /// Median of `reps` `history` pages of 50, over the socket.
+    history: Duration,
+    /// Start to listening after a clean stop (median of 3): the full read-back is skipped.
+    clean_start: Duration,
+    /// Start to listening after a SIGKILL: every record is read back (docs/storage.md).
+    crash_start: Duration,
+    /// Idle `VmRSS` (kB) once started after a clean stop.
+    idle_rss: u64,
+}
+
+async fn history_and_start(stored: usize, reps: usize) -> AtScale {
     let tmp = tempfile::tempdir().unwrap();
     prefill(tmp.path(), stored);
     let ids = pair_devices(tmp.path(), 1);
+    // The first start reads everything back (the prefill did not stop cleanly); then three
+    // clean restarts, and one after a kill.
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    gw.stop();
     let mut starts = Vec::new();
     for _ in 0..2 {
         let (gw, started) = Gateway::start(tmp.path(), &config(None), None);
@@ -626,6 +657,8 @@ async fn history_and_start(stored: usize, reps: usize) -> (Duration, Duration) {
     }
     let (gw, started) = Gateway::start(tmp.path(), &config(None), None);
     starts.push(started);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss = gw.status_kb("VmRSS");
     let mut ws = hello(&gw.url, &ids[0], None).await;
     let mut times = Vec::new();
     for i in 0..reps {
@@ -640,10 +673,18 @@ async fn history_and_start(stored: usize, reps: usize) -> (Duration, Duration) {
         }
         times.push(t.elapsed());
     }
+    drop(ws);
+    gw.kill();
+    let (gw, crash_start) = Gateway::start(tmp.path(), &config(None), None);
     gw.stop();
     times.sort();
     starts.sort();
-    (times[times.len() / 2], starts[starts.len() / 2])
+    AtScale {
+        history: times[times.len() / 2],
+        clean_start: starts[starts.len() / 2],
+        crash_start,
+        idle_rss,
+    }
 }
 
 /// Idle RSS, and RSS with `n` idle devices connected (kB).
@@ -716,8 +757,13 @@ fn print(title: &str, rows: &[Row]) {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
     let opts = Opts {
-        quick: std::env::args().any(|a| a == "--quick"),
+        quick: args.iter().any(|a| a == "--quick"),
+        only: args
+            .iter()
+            .position(|a| a == "--only")
+            .and_then(|i| args.get(i + 1).cloned()),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -732,6 +778,25 @@ async fn run(opts: Opts) {
     let turns = if opts.quick { 2 } else { 10 };
     println!("## Gateway end to end ({})", machine());
 
+    if opts.wants("fanout") {
+        fan_out_section(&opts, turns, epoch).await;
+    }
+    if opts.wants("stalled") {
+        stalled_section(turns, epoch).await;
+    }
+    if opts.wants("catchup") {
+        catch_up_section(&opts).await;
+    }
+    if opts.wants("memory") {
+        memory_section(&opts).await;
+    }
+    if opts.wants("sizes") {
+        sizes_section();
+    }
+}
+
+/// Turn fan-out against the bare broadcast, and the aarch64 build's under qemu-user.
+async fn fan_out_section(opts: &Opts, turns: usize, epoch: Instant) {
     let mut rows = Vec::new();
     let fanouts: &[usize] = if opts.quick { &[1, 10] } else { &[1, 10, 50] };
     for &n in fanouts {
@@ -775,7 +840,10 @@ async fn run(opts: Opts) {
         "Turn fan-out (scripted agent streaming as fast as it can, 200 chunks a turn)",
         &rows,
     );
+}
 
+/// Peak memory and coalescing with one device that never reads.
+async fn stalled_section(turns: usize, epoch: Instant) {
     let mut rows = Vec::new();
     let (calm_peak, _) = stalled_run(false, turns, epoch).await;
     let (stalled_peak, coalesced) = stalled_run(true, turns, epoch).await;
@@ -795,7 +863,10 @@ async fn run(opts: Opts) {
         ratio: format!("{:.3}", coalesced as f64 / (turns * CHUNKS_PER_TURN) as f64),
     });
     print("A stalled device", &rows);
+}
 
+/// Sync replay, history paging and cold start at scale.
+async fn catch_up_section(opts: &Opts) {
     let mut rows = Vec::new();
     let n = if opts.quick { 1000 } else { 10_000 };
     let g = gateway_sync(n).await;
@@ -811,23 +882,46 @@ async fn run(opts: Opts) {
     } else {
         (100_000, 2_000)
     };
-    let (h_big, start_big) = history_and_start(big, 20).await;
-    let (h_small, _) = history_and_start(small, 20).await;
-    let (_, start_empty) = history_and_start(0, 1).await;
+    let at_big = history_and_start(big, 20).await;
+    let at_small = history_and_start(small, 20).await;
+    let empty = history_and_start(0, 1).await;
     rows.push(row(
         format!("history page of 50 at {big} stored messages (median of 20, over the socket)"),
-        format!("{:.2} ms", h_big.as_secs_f64() * 1e3),
-        format!("{:.2} ms at {small} stored", h_small.as_secs_f64() * 1e3),
-        h_big.as_secs_f64() / h_small.as_secs_f64(),
+        format!("{:.2} ms", at_big.history.as_secs_f64() * 1e3),
+        format!(
+            "{:.2} ms at {small} stored",
+            at_small.history.as_secs_f64() * 1e3
+        ),
+        at_big.history.as_secs_f64() / at_small.history.as_secs_f64(),
     ));
     rows.push(row(
-        format!("cold start to listening with {big} stored messages (median of 3)"),
-        format!("{:.0} ms", start_big.as_secs_f64() * 1e3),
-        format!("{:.0} ms (empty store)", start_empty.as_secs_f64() * 1e3),
-        start_big.as_secs_f64() / start_empty.as_secs_f64(),
+        format!(
+            "cold start to listening with {big} stored messages, after a clean stop (median of 3)"
+        ),
+        format!("{:.0} ms", at_big.clean_start.as_secs_f64() * 1e3),
+        format!(
+            "{:.0} ms (empty store)",
+            empty.clean_start.as_secs_f64() * 1e3
+        ),
+        at_big.clean_start.as_secs_f64() / empty.clean_start.as_secs_f64(),
+    ));
+    rows.push(row(
+        format!("cold start to listening with {big} stored messages, after a SIGKILL (every record read back)"),
+        format!("{:.0} ms", at_big.crash_start.as_secs_f64() * 1e3),
+        format!("{:.0} ms (empty store, after a SIGKILL)", empty.crash_start.as_secs_f64() * 1e3),
+        at_big.crash_start.as_secs_f64() / empty.crash_start.as_secs_f64(),
+    ));
+    rows.push(row(
+        format!("idle RSS with {big} stored messages"),
+        format!("{:.1} MiB", at_big.idle_rss as f64 / 1024.0),
+        format!("{:.1} MiB (empty store)", empty.idle_rss as f64 / 1024.0),
+        at_big.idle_rss as f64 / empty.idle_rss.max(1) as f64,
     ));
     print("Catching up and starting", &rows);
+}
 
+/// Idle RSS and RSS per connected idle device.
+async fn memory_section(opts: &Opts) {
     let mut rows = Vec::new();
     let counts: &[usize] = if opts.quick { &[20] } else { &[100, 500] };
     let (idle, with) = rss_with_devices(counts).await;
@@ -847,7 +941,10 @@ async fn run(opts: Opts) {
         ));
     }
     print("Memory", &rows);
+}
 
+/// Stripped binary sizes.
+fn sizes_section() {
     println!("\n### Release binaries (stripped)\n");
     println!("| target | bytes |");
     println!("|---|---|");

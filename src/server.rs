@@ -231,7 +231,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         let _ = withdrawn.await;
     }
     let _ = std::fs::remove_file(control::socket_path(&data_dir));
-    if let Err(e) = store.sync_blocking() {
+    if let Err(e) = store.close_cleanly() {
         error!("final flush failed: {e}");
     }
     led.stop().await;

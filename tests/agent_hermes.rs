@@ -70,22 +70,7 @@ async fn connect(gw: &Gateway, p: &Paired) -> Client {
 
 /// Sends `text` and returns every frame of the turn, through `typing{on:false}`.
 async fn turn(c: &mut Client, text: &str) -> Vec<Value> {
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": text }),
-    )
-    .await;
-    let mut frames = Vec::new();
-    loop {
-        let f = c.recv().await;
-        let done = typing_off(&f);
-        frames.push(f);
-        if done {
-            return frames;
-        }
-    }
+    c.say(text, typing_off).await
 }
 
 fn find<'a>(frames: &'a [Value], kind: &str) -> &'a Value {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::peers::MockLlm;
 use common::{
-    connect_until_status, frame_type, pair, pstr, temp_data_dir, Client, Gateway, Paired,
+    connect_until_status, frame_type, pair, pstr, system_answer, temp_data_dir, Client, Gateway,
+    Paired,
 };
 use serde_json::{json, Value};
 
@@ -26,29 +27,17 @@ async fn connect(gw: &Gateway, p: &Paired) -> Client {
 
 /// Sends `text` in the default channel and returns the turn's `message.stop`.
 async fn ask(c: &mut Client, text: &str) -> Value {
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": text }),
-    )
-    .await;
-    c.recv_type("message.stop").await
+    let frames = c.say(text, |f| frame_type(f) == "message.stop").await;
+    frames.last().cloned().expect("message.stop")
 }
 
 /// Sends a command and returns the gateway's `system` answer.
 async fn command(c: &mut Client, text: &str) -> String {
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": text }),
-    )
-    .await;
-    let f = c
-        .recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
-        .await;
-    pstr(&f, "text").to_owned()
+    let frames = c.say(text, system_answer).await;
+    frames
+        .last()
+        .map(|f| pstr(f, "text").to_owned())
+        .unwrap_or_default()
 }
 
 fn user_texts(request: &Value) -> Vec<String> {

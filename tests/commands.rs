@@ -6,32 +6,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{connect, frame_type, pair, pstr, temp_data_dir, typing_off, Client, Gateway};
+use common::{
+    connect, frame_type, pair, pstr, system_answer, temp_data_dir, typing_off, Client, Gateway,
+};
 use serde_json::{json, Value};
 
 /// Sends `text` in the default channel and returns every frame up to the gateway's `system`
 /// answer (inclusive).
 async fn command(c: &mut Client, text: &str) -> Vec<Value> {
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text }),
-        )
-        .await;
-    let mut frames = Vec::new();
-    loop {
-        let f = c.recv().await;
-        let done = frame_type(&f) == "message" && f["payload"]["role"] == "system";
-        if frame_type(&f) == "error" {
-            panic!("`{text}` (id {id}) was refused: {f}");
-        }
-        frames.push(f);
-        if done {
-            return frames;
-        }
-    }
+    c.say(text, system_answer).await
 }
 
 fn system_text(frames: &[Value]) -> String {

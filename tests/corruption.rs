@@ -557,3 +557,54 @@ fn damage_soon_after_a_check_is_still_refused() {
     }
     assert!(!dir.join(".open-check").exists());
 }
+
+/// The full read-back (and the safety copy) is skipped after a clean stop, when a full check ran
+/// within the week, and comes back after a crash: the start that follows a SIGKILL reads every
+/// record again (docs/storage.md).
+#[test]
+fn a_crash_brings_back_the_full_check() {
+    const FULL: &str = "every record read back";
+    const SKIPPED: &str = "full read-back skipped";
+    let tmp = common::temp_data_dir();
+    let dir = tmp.path().join("data");
+    damaged_copy(&dir); // undamaged: only its last full check is made old
+                        // (what this start must log, how it ends)
+    let starts = [
+        (FULL, "an old check is redone", false),
+        (SKIPPED, "a clean stop within the week skips it", true),
+        (FULL, "a SIGKILL brings it back", false),
+    ];
+    let mut kill_before = false;
+    for (expected, why, kill) in starts {
+        let mut gw = Gateway::start(&dir, &["--demo-pace-ms", "0"]);
+        let log = open_log(&gw);
+        let other = if expected == FULL { SKIPPED } else { FULL };
+        assert!(
+            log.contains(expected) && !log.contains(other),
+            "{why} (after {}): expected `{expected}`\n{log}",
+            if kill_before {
+                "a SIGKILL"
+            } else {
+                "a clean stop"
+            }
+        );
+        if kill {
+            gw.kill9();
+        } else {
+            gw.stop_ok();
+        }
+        kill_before = kill;
+    }
+}
+
+/// The gateway's output once its store-open line is in (stderr is read by its own thread).
+fn open_log(gw: &Gateway) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = gw.output_tail();
+        if log.contains("store opened") || Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

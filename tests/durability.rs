@@ -233,17 +233,8 @@ async fn history_all(c: &mut Client) -> Vec<Value> {
 
 /// VmRSS and VmHWM of a process, in KiB.
 fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    let [rss, other] = common::proc_status_kib(pid, ["VmRSS", "VmHWM"]);
+    (rss, other)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -50,11 +50,16 @@ const FLOOD: usize = 80;
 const FLOOD_AFTER: Duration = Duration::from_secs(2);
 const FLOOD_EVERY: Duration = Duration::from_secs(15);
 
-/// Tolerances after warm-up (justified in docs/soak.md).
-/// RSS: the late window's mean may exceed the early window's by this much...
-const RSS_GROWTH_KIB: u64 = 6 * 1024;
-/// ...and no sample may exceed the warm-up's peak by more than this.
-const RSS_PEAK_SLACK_KIB: u64 = 8 * 1024;
+/// Tolerances after warm-up, on the gateway's anonymous resident memory (`RssAnon`: heap and
+/// stacks; file-backed pages are the binary's code, bounded by its size). Justified in
+/// docs/soak.md. Fixed: connection churn (80 to 100 devices connected, ~25 KiB each) and what
+/// the allocator keeps after a burst of fan-out...
+const RSS_FIXED_KIB: f64 = 4.0 * 1024.0;
+/// ...plus, per message written, what sled keeps in memory for the pages it wrote (its page
+/// table and per-page bookkeeping grow with the store, whatever `cache_bytes` says). Measured
+/// (docs/soak.md): 4.6 KiB per message over a five-minute run while the store is young, 0.6
+/// KiB per message at rest in a store of 100,000. Memory growing faster than this is a leak.
+const RSS_KIB_PER_MESSAGE: f64 = 6.0;
 /// fds: never more than the baseline plus one socket per device plus this slack...
 const FD_SLACK: usize = 16;
 /// ...and back to the baseline (within this) once every device is gone.
@@ -334,21 +339,19 @@ fn unacked(pending: &BTreeMap<i64, &'static str>) -> u64 {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: f64,
+    /// VmRSS and its anonymous part, RssAnon.
     rss_kib: u64,
+    anon_kib: u64,
     fds: usize,
     disk_bytes: u64,
     /// Messages written so far: every acknowledged user message and its answer.
     messages: u64,
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .expect("VmRSS")
+/// VmRSS and RssAnon of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let [rss, other] = common::proc_status_kib(pid, ["VmRSS", "RssAnon"]);
+    (rss, other)
 }
 
 fn fd_count(pid: u32) -> usize {
@@ -432,9 +435,11 @@ async fn a_hundred_devices_for_a_while() {
     while started.elapsed() < Duration::from_secs(secs) {
         tokio::time::sleep(every).await;
         assert!(gw.is_running(), "the gateway exited\n{}", gw.output_tail());
+        let (rss_kib, anon_kib) = rss_kib(pid);
         samples.push(Sample {
             at: started.elapsed().as_secs_f64(),
-            rss_kib: rss_kib(pid),
+            rss_kib,
+            anon_kib,
             fds: fd_count(pid),
             disk_bytes: disk_usage(dir.path()),
             messages: 2 * stats.acked.load(Relaxed),
@@ -459,23 +464,30 @@ async fn a_hundred_devices_for_a_while() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         fds_after = fd_count(pid);
     }
-    let rss_after = rss_kib(pid);
+    let (rss_after, anon_after) = rss_kib(pid);
 
     // ---- report ----
+    // Warm-up: the first quarter. The rest is split in an early and a late half, compared by
+    // their means (single samples jump with the fan-out of the moment).
     let warm = samples.len() / 4;
     let (early, late) = samples[warm..].split_at((samples.len() - warm) / 2);
-    let warm_peak = samples[..warm].iter().map(|s| s.rss_kib).max().unwrap_or(0);
-    let peak = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
-    let after_warm_peak = samples[warm..].iter().map(|s| s.rss_kib).max().unwrap_or(0);
-    let early_rss = mean(early.iter().map(|s| s.rss_kib));
-    let late_rss = mean(late.iter().map(|s| s.rss_kib));
-    let max_fds = samples.iter().map(|s| s.fds).max().unwrap_or(0);
+    let max = |xs: &[Sample], f: fn(&Sample) -> u64| xs.iter().map(f).max().unwrap_or(0);
+    let avg = |xs: &[Sample], f: fn(&Sample) -> u64| mean(xs.iter().map(f));
     let (w, last) = (samples[warm], *samples.last().expect("samples"));
+    let (early_anon, late_anon) = (avg(early, |s| s.anon_kib), avg(late, |s| s.anon_kib));
+    let between = avg(late, |s| s.messages) - avg(early, |s| s.messages);
+    let anon_allowed = RSS_FIXED_KIB + RSS_KIB_PER_MESSAGE * between;
+    let warm_peak = max(&samples[..warm], |s| s.anon_kib);
+    let after_warm_peak = max(&samples[warm..], |s| s.anon_kib);
+    let peak_allowed = warm_peak as f64
+        + RSS_FIXED_KIB
+        + RSS_KIB_PER_MESSAGE * (last.messages - w.messages) as f64;
+    let max_fds = max(&samples, |s| s.fds as u64) as usize;
     let messages = last.messages - w.messages;
     let disk_growth = last.disk_bytes.saturating_sub(w.disk_bytes);
     let per_message = disk_growth as f64 / messages.max(1) as f64;
     let s = &stats;
-    let mib = |kib: u64| kib as f64 / 1024.0;
+    let mib = |kib: f64| kib / 1024.0;
     println!(
         "== soak report: {devices} devices, {secs} s, {} samples",
         samples.len()
@@ -501,15 +513,26 @@ async fn a_hundred_devices_for_a_while() {
         s.rate_limited.load(Relaxed)
     );
     println!(
-        "RSS MiB: start {:.1}, end of warm-up {:.1}, end {:.1}, peak {:.1} (warm-up {:.1}); early/late means after warm-up {:.1}/{:.1}; after the devices left {:.1}",
-        mib(samples[0].rss_kib),
-        mib(w.rss_kib),
-        mib(last.rss_kib),
-        mib(peak),
-        mib(warm_peak),
-        early_rss / 1024.0,
-        late_rss / 1024.0,
-        mib(rss_after)
+        "VmRSS MiB: start {:.1}, end of warm-up {:.1}, end {:.1}, peak {:.1}; after the devices left {:.1}",
+        mib(samples[0].rss_kib as f64),
+        mib(w.rss_kib as f64),
+        mib(last.rss_kib as f64),
+        mib(max(&samples, |s| s.rss_kib) as f64),
+        mib(rss_after as f64)
+    );
+    println!(
+        "RssAnon MiB: start {:.1}, end of warm-up {:.1}, end {:.1}, peak {:.1} (warm-up {:.1}); after warm-up early/late means {:.2}/{:.2} ({:+.0} KiB for {between:.0} messages, {:.2} KiB each; allowed {:.0} KiB); after the devices left {:.1}",
+        mib(samples[0].anon_kib as f64),
+        mib(w.anon_kib as f64),
+        mib(last.anon_kib as f64),
+        mib(max(&samples, |s| s.anon_kib) as f64),
+        mib(warm_peak as f64),
+        mib(early_anon),
+        mib(late_anon),
+        late_anon - early_anon,
+        (late_anon - early_anon) / between.max(1.0),
+        anon_allowed,
+        mib(anon_after as f64)
     );
     println!("fds: baseline {fd_baseline}, max {max_fds}, after the devices left {fds_after}");
     println!(
@@ -519,12 +542,13 @@ async fn a_hundred_devices_for_a_while() {
         last.disk_bytes as f64 / 1048576.0,
         per_message
     );
-    println!("samples (s, RSS KiB, fds, disk KiB, messages):");
+    println!("samples (s, VmRSS KiB, RssAnon KiB, fds, disk KiB, messages):");
     for s in &samples {
         println!(
-            "  {:6.1} {:7} {:4} {:8} {:6}",
+            "  {:6.1} {:7} {:7} {:4} {:8} {:6}",
             s.at,
             s.rss_kib,
+            s.anon_kib,
             s.fds,
             s.disk_bytes / 1024,
             s.messages
@@ -559,16 +583,15 @@ async fn a_hundred_devices_for_a_while() {
         "the ping flood was never refused"
     );
     assert!(
-        late_rss <= early_rss + RSS_GROWTH_KIB as f64,
-        "RSS grew after warm-up: {:.1} MiB → {:.1} MiB",
-        early_rss / 1024.0,
-        late_rss / 1024.0
+        late_anon <= early_anon + anon_allowed,
+        "anonymous memory grew after warm-up: {:.1} MiB → {:.1} MiB over {between:.0} messages (allowed {:.0} KiB)",
+        mib(early_anon),
+        mib(late_anon),
+        anon_allowed
     );
     assert!(
-        after_warm_peak <= warm_peak + RSS_PEAK_SLACK_KIB,
-        "RSS peaked at {} KiB after warm-up, {} KiB during it",
-        after_warm_peak,
-        warm_peak
+        after_warm_peak as f64 <= peak_allowed,
+        "anonymous memory peaked at {after_warm_peak} KiB after warm-up, {warm_peak} KiB during it (allowed {peak_allowed:.0} KiB)"
     );
     assert!(
         max_fds <= fd_baseline + devices + FD_SLACK,

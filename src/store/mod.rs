@@ -241,6 +241,11 @@ impl Store {
         })?;
         let _open_lock = check::open_lock(dir, lock_wait)?;
         let witness = check::before_open(dir)?;
+        let full_check = check::Witness::wants_full_check(witness.as_ref());
+        let checked_ms = match &witness {
+            Some(w) if !full_check => w.checked_ms(),
+            _ => crate::ids::now_ms(),
+        };
         let safety =
             check::SafetyCopy::take(dir, witness.as_ref()).map_err(|e| StoreError::Open {
                 dir: dir.to_owned(),
@@ -251,8 +256,15 @@ impl Store {
             // read: the guard turns that into the "damaged store" message and exit status 1
             // (after putting the safety copy back).
             let _guard = check::PanicGuard::new(dir, safety.as_ref());
+            let started = std::time::Instant::now();
             open_trees(dir, cache_bytes, lock_wait).and_then(|trees| {
-                check::after_open(dir, &trees, witness.as_ref())?;
+                check::after_open(dir, &trees, witness.as_ref(), full_check)?;
+                let ms = started.elapsed().as_millis();
+                if full_check {
+                    tracing::info!(ms, "store opened and every record read back");
+                } else {
+                    tracing::info!(ms, "store opened after a clean stop; full read-back skipped (one ran within the week)");
+                }
                 Ok(trees)
             })
         };
@@ -303,7 +315,7 @@ impl Store {
             }),
         };
         store.init_layout()?;
-        store.record_witness();
+        store.record_witness(checked_ms);
         Ok(store)
     }
 
@@ -483,7 +495,9 @@ impl Store {
                 if let Ok(mut synced) = self.shared.synced_blobs.lock() {
                     synced.clear();
                 }
-                self.record_witness();
+                // A reopen after a write failure reads nothing back: the last full check stands.
+                let checked = self.shared.witness.checked_ms();
+                self.record_witness(checked);
                 Ok(())
             }
             Err(e) => {

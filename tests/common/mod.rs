@@ -849,6 +849,31 @@ impl Client {
         id
     }
 
+    /// Sends `text` in the default channel and returns every frame that follows, up to and
+    /// including the first that `last` accepts. An `error` answering the send fails the test.
+    pub async fn say(&mut self, text: &str, mut last: impl FnMut(&Value) -> bool) -> Vec<Value> {
+        let id = self
+            .request(
+                "message.send",
+                Some("default"),
+                None,
+                json!({ "text": text }),
+            )
+            .await;
+        let mut frames = Vec::new();
+        loop {
+            let f = self.recv().await;
+            if frame_type(&f) == "error" && f["id"] == json!(id) {
+                panic!("`{text}` (id {id}) was refused: {f}");
+            }
+            let done = last(&f);
+            frames.push(f);
+            if done {
+                return frames;
+            }
+        }
+    }
+
     pub fn next_id(&mut self) -> i64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -1086,6 +1111,25 @@ pub fn dump(frames: &[Value]) -> String {
         .map(|f| format!("  {f}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Fields of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`, `RssAnon`), in the order asked.
+pub fn proc_status_kib<const N: usize>(pid: u32, names: [&str; N]) -> [u64; N] {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
+    names.map(|name| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    })
+}
+
+/// The gateway's own answer to a command: a `message` with role `system`.
+pub fn system_answer(f: &Value) -> bool {
+    frame_type(f) == "message" && f["payload"]["role"] == "system"
 }
 
 /// `typing{on:false}`: the frame that ends a turn.
