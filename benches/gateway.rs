@@ -118,7 +118,8 @@ impl Gateway {
                 if let Some(mut e) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut err);
                 }
-                panic!("the gateway exited before listening:\n{err}\nconfig:\n{config}");
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                panic!("the gateway exited before listening ({status}):\n{err}\nconfig:\n{config}");
             }
             if let Some(u) = line.trim().strip_prefix("listening on ") {
                 if u.starts_with("ws://") {
