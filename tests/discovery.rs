@@ -313,12 +313,12 @@ fn zeroconf_python() -> PathBuf {
             venv.display()
         );
         let deadline = Instant::now() + INSTALL_TIMEOUT;
-        let result = bounded(
+        let result = common::peers::run_bounded(
             Command::new("python3").arg("-m").arg("venv").arg(&tmp),
             deadline,
         )
         .and_then(|()| {
-            bounded(
+            common::peers::run_bounded(
                 Command::new(tmp.join("bin").join("pip"))
                     .args(["install", "--disable-pip-version-check", "--quiet"])
                     .arg(format!("zeroconf=={ZEROCONF_VERSION}")),
@@ -337,26 +337,6 @@ fn zeroconf_python() -> PathBuf {
     }
     drop(lock);
     python
-}
-
-fn bounded(cmd: &mut Command, deadline: Instant) -> Result<(), String> {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{shown}: {e}"))?;
-    loop {
-        match child.try_wait().map_err(|e| format!("{shown}: {e}"))? {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{shown} failed: {status}")),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{shown} timed out"));
-            }
-            None => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
 }
 
 fn event(line: &str) -> Value {

@@ -225,7 +225,8 @@ fn install_hermes(cache: &Path, venv: &Path) -> Result<(), String> {
     result
 }
 
-fn run_bounded(cmd: &mut Command, deadline: Instant) -> Result<(), String> {
+/// Runs `cmd` to completion, killing it at `deadline`; stdin closed.
+pub fn run_bounded(cmd: &mut Command, deadline: Instant) -> Result<(), String> {
     let shown = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
