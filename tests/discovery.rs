@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -28,7 +28,6 @@ const SERVICE_TYPE: &str = "_iris-gw._tcp.local.";
 /// The gateway's and the phone's addresses on the veth link (inside the namespaces only).
 const GATEWAY_ADDR: &str = "10.231.0.1";
 const PHONE_ADDR: &str = "10.231.0.2";
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Longest wait for any one thing the test expects (a line, a resolution, a goodbye).
 const STEP: Duration = Duration::from_secs(20);
 
@@ -278,65 +277,11 @@ fn start_gateway(ns: &Netns, data_dir: &Path) -> (Proc, u16, String) {
     (gw, port, fingerprint)
 }
 
-fn cache_dir() -> PathBuf {
-    let home = std::env::var_os("HOME").expect("HOME is not set");
-    PathBuf::from(home).join(".cache").join("iris-gateway")
-}
-
-/// The venv's python with zeroconf, installed on first use (one process at a time; built
-/// aside and renamed into place, so a half-finished install is never used).
+/// The venv's python with zeroconf, installed on first use (tests/common/peers.rs).
 fn zeroconf_python() -> PathBuf {
-    let cache = cache_dir();
-    let venv = cache.join(format!("zeroconf-{ZEROCONF_VERSION}"));
-    let python = venv.join("bin").join("python");
-    if python.is_file() {
-        return python;
-    }
-    fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("cannot create {}: {e}", cache.display()));
-    let lock_path = cache.join("zeroconf.lock");
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", lock_path.display()));
-    fs2::FileExt::lock_exclusive(&lock)
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
-    if !python.is_file() {
-        let tmp = cache.join(format!(
-            "zeroconf-{ZEROCONF_VERSION}.partial-{}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&tmp);
-        eprintln!(
-            "installing python-zeroconf {ZEROCONF_VERSION} into {} (one-off, needs PyPI)...",
-            venv.display()
-        );
-        let deadline = Instant::now() + INSTALL_TIMEOUT;
-        let result = common::peers::run_bounded(
-            Command::new("python3").arg("-m").arg("venv").arg(&tmp),
-            deadline,
-        )
-        .and_then(|()| {
-            common::peers::run_bounded(
-                Command::new(tmp.join("bin").join("pip"))
-                    .args(["install", "--disable-pip-version-check", "--quiet"])
-                    .arg(format!("zeroconf=={ZEROCONF_VERSION}")),
-                deadline,
-            )
-        })
-        .and_then(|()| fs::rename(&tmp, &venv).map_err(|e| format!("rename into place: {e}")));
-        if let Err(e) = result {
-            let _ = fs::remove_dir_all(&tmp);
-            panic!(
-                "could not install python-zeroconf {ZEROCONF_VERSION} into {}: {e}\n\
-                 (needs python3 with venv and pip, and PyPI)",
-                venv.display()
-            );
-        }
-    }
-    drop(lock);
-    python
+    let zeroconf = format!("zeroconf=={ZEROCONF_VERSION}");
+    common::peers::cached_venv("zeroconf", ZEROCONF_VERSION, &[&zeroconf], "bin/python")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn event(line: &str) -> Value {

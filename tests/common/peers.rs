@@ -163,66 +163,81 @@ pub fn hermes_bin() -> PathBuf {
         );
         return bin;
     }
-    let cache = cache_dir();
-    let venv = cache.join(format!("hermes-{HERMES_VERSION}"));
-    let bin = venv.join("bin").join("hermes");
-    if bin.is_file() {
-        return bin;
+    let hermes = format!("hermes-agent=={HERMES_VERSION}");
+    match cached_venv(
+        "hermes",
+        HERMES_VERSION,
+        &[&hermes, "aiohttp"],
+        "bin/hermes",
+    ) {
+        Ok(bin) => bin,
+        Err(e) => panic!(
+            "{e}\nInstall it by hand (python3 -m venv DIR && DIR/bin/pip install \
+             hermes-agent=={HERMES_VERSION} aiohttp) and set {HERMES_BIN_ENV}=DIR/bin/hermes"
+        ),
     }
-    fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("cannot create {}: {e}", cache.display()));
-    let lock_path = cache.join("hermes.lock");
+}
+
+/// `file` (e.g. `bin/hermes`) inside a Python venv `~/.cache/iris-gateway/NAME-VERSION` with
+/// `packages` pip-installed, made on first use (needs python3 with venv and pip, and PyPI).
+/// Concurrent test binaries serialise on an exclusive lock of `NAME.lock` beside it; the venv is
+/// built in a temporary directory and renamed into place, so a half-finished one is never used.
+pub fn cached_venv(
+    name: &str,
+    version: &str,
+    packages: &[&str],
+    file: &str,
+) -> Result<PathBuf, String> {
+    let cache = cache_dir();
+    let venv = cache.join(format!("{name}-{version}"));
+    let wanted = venv.join(file);
+    if wanted.is_file() {
+        return Ok(wanted);
+    }
+    fs::create_dir_all(&cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+    let lock_path = cache.join(format!("{name}.lock"));
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", lock_path.display()));
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
     fs2::FileExt::lock_exclusive(&lock)
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
-    if !bin.is_file() {
-        if let Err(e) = install_hermes(&cache, &venv) {
-            panic!(
-                "could not install Hermes Agent {HERMES_VERSION} into {}: {e}\n\
-                 Install it by hand (python3 -m venv DIR && DIR/bin/pip install hermes-agent=={HERMES_VERSION} aiohttp) \
-                 and set {HERMES_BIN_ENV}=DIR/bin/hermes",
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+    if !wanted.is_file() {
+        let tmp = cache.join(format!("{name}-{version}.partial-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        eprintln!(
+            "installing {} into {} (one-off, needs PyPI)...",
+            packages.join(" "),
+            venv.display()
+        );
+        let deadline = Instant::now() + INSTALL_TIMEOUT;
+        let result = (|| {
+            run_bounded(
+                Command::new("python3").arg("-m").arg("venv").arg(&tmp),
+                deadline,
+            )?;
+            run_bounded(
+                Command::new(tmp.join("bin").join("pip"))
+                    .args(["install", "--disable-pip-version-check", "--quiet"])
+                    .args(packages),
+                deadline,
+            )?;
+            relocate_scripts(&tmp, &venv)?;
+            fs::rename(&tmp, &venv).map_err(|e| format!("rename into place: {e}"))
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(format!(
+                "could not install {} into {}: {e}",
+                packages.join(" "),
                 venv.display()
-            );
+            ));
         }
     }
     drop(lock);
-    bin
-}
-
-fn install_hermes(cache: &Path, venv: &Path) -> Result<(), String> {
-    let tmp = cache.join(format!(
-        "hermes-{HERMES_VERSION}.partial-{}",
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&tmp);
-    eprintln!(
-        "installing Hermes Agent {HERMES_VERSION} into {} (one-off, needs the network)...",
-        venv.display()
-    );
-    let deadline = Instant::now() + INSTALL_TIMEOUT;
-    let result = (|| {
-        run_bounded(
-            Command::new("python3").arg("-m").arg("venv").arg(&tmp),
-            deadline,
-        )?;
-        run_bounded(
-            Command::new(tmp.join("bin").join("pip"))
-                .args(["install", "--disable-pip-version-check", "--quiet"])
-                .arg(format!("hermes-agent=={HERMES_VERSION}"))
-                .arg("aiohttp"),
-            deadline,
-        )?;
-        relocate_scripts(&tmp, venv)?;
-        fs::rename(&tmp, venv).map_err(|e| format!("rename into place: {e}"))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&tmp);
-    }
-    result
+    Ok(wanted)
 }
 
 /// Runs `cmd` to completion, killing it at `deadline`; stdin closed.
