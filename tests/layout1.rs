@@ -394,3 +394,310 @@ async fn make_layout1_fixture() {
     )
     .unwrap();
 }
+
+fn expected() -> Value {
+    let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+fn unpack_fixture(into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    let status = std::process::Command::new("tar")
+        .arg("xzf")
+        .arg(fixture_dir().join("data.tar.gz"))
+        .arg("-C")
+        .arg(into)
+        .status()
+        .unwrap();
+    assert!(status.success(), "unpacking the fixture failed");
+}
+
+/// Every tree of a backup file: name → (key → value).
+type Trees = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+fn backup_trees(file: &Path) -> (iris_gateway::store::backup::Header, Trees) {
+    let mut trees: Trees = BTreeMap::new();
+    let mut current = String::new();
+    let header = iris_gateway::store::backup::read_backup(
+        &file.display().to_string(),
+        std::fs::File::open(file).unwrap(),
+        |_, item| {
+            match item {
+                iris_gateway::store::backup::Item::Tree(name) => {
+                    current = String::from_utf8_lossy(&name).into_owned();
+                    trees.entry(current.clone()).or_default();
+                }
+                iris_gateway::store::backup::Item::Entry(k, v) => {
+                    trees.get_mut(&current).unwrap().insert(k, v);
+                }
+                iris_gateway::store::backup::Item::Media(..) => {}
+            }
+            Ok(())
+        },
+    )
+    .expect("a readable backup");
+    (header, trees)
+}
+
+async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
+    let rid = c
+        .request("media.pull", None, None, json!({ "media_id": media_id }))
+        .await;
+    let mut bytes = Vec::new();
+    loop {
+        match c.recv_any().await {
+            common::Incoming::Binary(b) => bytes.extend(b),
+            common::Incoming::Text(f) if id_of(&f) == Some(rid) => {
+                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
+                return bytes;
+            }
+            common::Incoming::Text(_) => {}
+            other => panic!("pull: {other:?}"),
+        }
+    }
+}
+
+/// A gateway on a store made from the fixture (migrated, or restored from its backup) shows
+/// devices everything the layout-1 gateway showed, plus the answer to the pending turn.
+async fn check_against_fixture(data: &Path) {
+    let e = expected();
+    let view = &e["view"];
+    let mut gw = Gateway::start(data, &[]);
+    let dev = |name: &str| {
+        (
+            e["devices"][name]["token"].as_str().unwrap().to_owned(),
+            e["devices"][name]["device_id"].as_str().unwrap().to_owned(),
+        )
+    };
+    // Every device's token still works; the away phone's push position survived.
+    let (tok, id) = dev("phone");
+    let (c, _) = hello(&gw.url, &tok, &id, json!({})).await;
+    c.close().await;
+    let (tok, id) = dev("away");
+    let (c, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    c.close().await;
+    let before = &e["away_ack_before_pending"]["payload"];
+    assert!(
+        before["last_pushed_cursor"].as_u64().unwrap() > 0,
+        "the fixture has a pushed cursor"
+    );
+    assert_eq!(
+        ack["payload"]["last_pushed_cursor"], before["last_pushed_cursor"],
+        "{ack}"
+    );
+    let (tok, id) = dev("tablet");
+    let (mut t, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    let head = view["head"].as_u64().unwrap();
+    // The pending user message (head + 1) and the restart notice that answered it.
+    assert!(
+        ack["payload"]["sync_cursor"].as_u64().unwrap() > head + 1,
+        "{ack}"
+    );
+    let now = look(&mut t).await;
+    assert_eq!(now["channels"], view["channels"]);
+    assert_eq!(now["searches"], view["searches"]);
+    let kitchen = e["chats"]["kitchen"].as_str().unwrap();
+    for (chat, old) in view["history"].as_object().unwrap() {
+        let new = now["history"][chat].as_array().unwrap();
+        let old = old.as_array().unwrap();
+        if chat == kitchen {
+            assert_eq!(&new[..old.len()], &old[..], "{chat}");
+            let rest = &new[old.len()..];
+            assert_eq!(rest.len(), 2, "{rest:?}");
+            assert_eq!(rest[0]["message_id"], e["pending"], "{rest:?}");
+            assert_eq!(rest[0]["text"], "What is for dinner tonight?");
+            assert_eq!(rest[1]["role"], "assistant", "{rest:?}");
+            assert!(
+                rest[1]["text"].as_str().unwrap().contains("restart"),
+                "the pending turn is answered with the restart notice: {rest:?}"
+            );
+        } else {
+            assert_eq!(new, old, "{chat}");
+        }
+    }
+    // The deleted message stays deleted everywhere.
+    let deleted = e["deleted"].as_str().unwrap();
+    // (The demo's answer quotes it and stays: only the user's message was deleted.)
+    for messages in now["history"].as_object().unwrap().values() {
+        assert!(
+            messages
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["message_id"] != deleted),
+            "the deleted message came back"
+        );
+    }
+    assert!(now["outbox"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| frame_type(f) == "message.deleted" && f["payload"]["message_ids"][0] == deleted));
+    let old_outbox = view["outbox"].as_array().unwrap();
+    let new_outbox = now["outbox"].as_array().unwrap();
+    assert_eq!(&new_outbox[..old_outbox.len()], &old_outbox[..]);
+    // History paging by `before` works on migrated positions.
+    let garden = e["chats"]["garden"].as_str().unwrap();
+    let oldest_two = &view["history"][garden].as_array().unwrap()[..2];
+    let before = view["history"][garden].as_array().unwrap()[2]["message_id"].clone();
+    let id = t
+        .request(
+            "history",
+            Some(garden),
+            None,
+            json!({ "limit": 10, "before_message_id": before }),
+        )
+        .await;
+    let r = t.recv_reply(id).await;
+    assert_eq!(
+        r["payload"]["messages"].as_array().unwrap(),
+        oldest_two,
+        "{r}"
+    );
+    // The uploaded image still pulls, byte for byte.
+    let media_id = e["media"]["media_id"].as_str().unwrap();
+    assert_eq!(sha_hex(&pull(&mut t, media_id).await), e["media"]["sha256"]);
+    // New messages land after the old ones and are found.
+    say(
+        &mut t,
+        Some(garden),
+        None,
+        "zucchini soup after the migration",
+    )
+    .await;
+    let id = t
+        .request(
+            "search",
+            None,
+            None,
+            json!({ "query": "zucchini", "limit": 100 }),
+        )
+        .await;
+    let r = t.recv_reply(id).await;
+    let hits = r["payload"]["hits"].as_array().unwrap();
+    // The message and the demo's answer quoting it, newest first, before the old hits.
+    let old_hits = view["searches"]["zucchini"].as_array().unwrap();
+    assert_eq!(hits.len(), old_hits.len() + 2, "{r}");
+    assert_eq!(&hits[2..], &old_hits[..]);
+    assert!(hits[..2].iter().all(|h| h["snippet"]
+        .as_str()
+        .unwrap()
+        .contains("after the migration")));
+    t.close().await;
+
+    // What sled kept, compared entry by entry: a backup of the new store against the
+    // layout-1 backup of the same data dir.
+    let file = data.join("after.igb");
+    let (ok, o, err) = run_cli(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup: {o}\n{err}");
+    gw.stop_ok();
+    let (old_header, old) = backup_trees(&fixture_dir().join("backup.igb"));
+    let (new_header, new) = backup_trees(&file);
+    assert_eq!(old_header.layout_version, 1);
+    assert_eq!(new_header.layout_version, 2);
+    for tree in [
+        "sessions",
+        "tokens",
+        "channels",
+        "media",
+        "media_refs",
+        "blobs",
+    ] {
+        assert!(
+            !old[tree].is_empty() || tree == "media_refs",
+            "{tree} empty in the fixture"
+        );
+        assert_eq!(new[tree], old[tree], "tree {tree}");
+    }
+    assert_eq!(
+        new["devices"].keys().collect::<Vec<_>>(),
+        old["devices"].keys().collect::<Vec<_>>()
+    );
+    assert_eq!(old["turns"].len(), 1, "the fixture has a pending turn");
+    assert!(new["turns"].is_empty(), "the pending turn was settled");
+    // Every old message is there under the same position and with the same content.
+    for (k, v) in &old["messages"] {
+        let nv = new["messages"].get(k).unwrap_or_else(|| {
+            panic!("message {} lost", String::from_utf8_lossy(v));
+        });
+        let (a, b): (Value, Value) = (
+            serde_json::from_slice(v).unwrap(),
+            serde_json::from_slice(nv).unwrap(),
+        );
+        assert_eq!(a, b);
+    }
+    assert_eq!(new["media_uses"], old["media_uses"]);
+    assert!(!new.contains_key("search") && !new.contains_key("message_ids"));
+}
+
+#[tokio::test]
+async fn a_layout1_data_dir_is_migrated_with_everything_intact() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    unpack_fixture(&data);
+    assert!(!data.join(iris_gateway::store::HISTORY_DIR).exists());
+    check_against_fixture(&data).await;
+    assert!(data
+        .join(iris_gateway::store::HISTORY_DIR)
+        .join("history.sqlite3")
+        .is_file());
+}
+
+#[tokio::test]
+async fn a_layout1_backup_restores() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let file = fixture_dir().join("backup.igb");
+    let (ok, o, e) = run_cli(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "restore: {o}\n{e}");
+    check_against_fixture(&data).await;
+}
+
+/// A backup of a migrated (layout-2) store restores to the same thing, history and all.
+#[tokio::test]
+async fn a_layout2_backup_restores_both_engines() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    unpack_fixture(&data);
+    let mut gw = Gateway::start(&data, &[]);
+    let e = expected();
+    let tok = e["devices"]["tablet"]["token"].as_str().unwrap();
+    let id = e["devices"]["tablet"]["device_id"].as_str().unwrap();
+    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
+    say(&mut t, None, None, "one more zucchini before the backup").await;
+    let before = look(&mut t).await;
+    t.close().await;
+    gw.stop_ok();
+    let file = work.path().join("l2.igb");
+    let (ok, o, err) = run_cli(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup: {o}\n{err}");
+    let restored = work.path().join("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    let (ok, o, err) = run_cli(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        restored.as_os_str(),
+    ]);
+    assert!(ok, "restore: {o}\n{err}");
+    let gw = Gateway::start(&restored, &[]);
+    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
+    let after = look(&mut t).await;
+    assert_eq!(after, before);
+}
