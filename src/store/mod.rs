@@ -726,17 +726,24 @@ impl Store {
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         self.note_io_failure(synced)?;
         self.witness_durable(head, false);
-        self.kill_point("before-apply");
+        if self.shared.kill_at.as_deref() == Some("before-apply") {
+            self.kill_if_unapplied();
+        }
         self.apply_journal()?;
         self.maybe_checkpoint();
         Ok(())
     }
 
-    /// Test hook: `IRIS_GATEWAY_KILL_AT=before-apply` ends the process with SIGKILL at that
-    /// point (after the sled commit is durable, before the history database has it), so the
-    /// tests can prove the journal repairs it at the next start.
-    fn kill_point(&self, at: &str) {
-        if self.shared.kill_at.as_deref() == Some(at) {
+    /// Test hook: `IRIS_GATEWAY_KILL_AT=before-apply` ends the process with SIGKILL at the
+    /// first `sync` that has history changes to apply, after their sled commit is durable and
+    /// before the history database has them, so the tests can prove the journal repairs it at
+    /// the next start.
+    fn kill_if_unapplied(&self) {
+        let pending = self.t().ok().and_then(|t| {
+            let last = u64_from(&t.journal.last().ok()??.0);
+            Some(last > t.hist.applied().ok()?)
+        });
+        if pending == Some(true) {
             // SAFETY: raising a signal in our own process.
             unsafe {
                 libc::raise(libc::SIGKILL);
