@@ -696,14 +696,32 @@ fn fill(dir: &Path, n: usize) {
             batch.clear();
             store.sync_blocking().unwrap();
             store.prune_outbox(RETAIN).unwrap();
+            // The gateway checkpoints every 30 s, which bounds the journal; a fill this fast
+            // does it every batch instead.
+            if i % 20_000 < 1000 {
+                store.checkpoint_blocking().unwrap();
+            }
         }
     }
     store.commit(&batch).unwrap();
     let head = store.cursor_head().unwrap();
+    // Frames of the same size as the messages', not in history: the outbox is as full, and
+    // holds as many bytes, whatever the history.
     let mut filler = Vec::new();
-    for _ in head..RETAIN {
+    for k in head..RETAIN {
+        let m = HistoryMessage {
+            message_id: format!("msg_filler_{k:016x}"),
+            role: Role::Assistant,
+            text: scale_text(k as usize),
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: 1_760_000_000_000,
+            media: Vec::new(),
+        };
         filler.push(Change::Outbox(
-            Frame::typing(false).in_lane("default", None).encode(),
+            Frame::message(&m).in_lane("default", None).encode(),
         ));
     }
     for chunk in filler.chunks(1000) {
@@ -902,7 +920,10 @@ async fn demo_turns(ws: &mut Ws, n: usize, from: usize) -> usize {
         .await
         .unwrap();
         loop {
-            let f = recv_json(ws).await;
+            let f = tokio::time::timeout(Duration::from_secs(20), recv_json(ws))
+                .await
+                .expect("a demo turn did not end within 20 s");
+            assert_ne!(f["type"], "error", "a demo turn was refused: {f}");
             if matches!(
                 f["type"].as_str(),
                 Some("message" | "tool.end" | "message.stop")
@@ -915,6 +936,51 @@ async fn demo_turns(ws: &mut Ws, n: usize, from: usize) -> usize {
         }
     }
     outboxed
+}
+
+/// 4 KiB blocks the kernel has to write for the `pwrite64` calls in strace lines: per file, the
+/// distinct blocks dirtied between two syncs of it (fsync, fdatasync, sync_file_range), plus
+/// those still dirty at the end (written back later). `/proc/PID/io` cannot say this on a
+/// kernel with large folios (ext4 since 6.16), where it counts a whole folio each time one is
+/// dirtied again after a sync: it reported megabytes per turn here for a few dozen KB written.
+fn dirty_blocks(lines: &[&str]) -> u64 {
+    use std::collections::{BTreeSet, HashMap};
+    let mut dirty: HashMap<String, BTreeSet<u64>> = HashMap::new();
+    let mut total = 0u64;
+    for l in lines {
+        let Some(call) = l.split_once(' ').map(|(_, c)| c.trim_start()) else {
+            continue;
+        };
+        let path = || {
+            call.split_once('<')
+                .and_then(|(_, r)| r.split_once('>'))
+                .map(|(p, _)| p.to_owned())
+        };
+        if call.starts_with("pwrite64(") {
+            let Some(p) = path() else { continue };
+            // `pwrite64(fd<path>, "...", LEN, OFFSET) = N` (or `<unfinished ...>`).
+            let args = call.split(" <unfinished").next().unwrap_or(call);
+            let args = args.rsplit_once(')').map_or(args, |(a, _)| a);
+            let mut nums = args.rsplitn(3, ", ");
+            let off: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+            let len: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+            if len == 0 {
+                continue;
+            }
+            let set = dirty.entry(p).or_default();
+            for b in off / 4096..=(off + len - 1) / 4096 {
+                set.insert(b);
+            }
+        } else if call.starts_with("fsync(")
+            || call.starts_with("fdatasync(")
+            || call.starts_with("sync_file_range(")
+        {
+            if let Some(set) = path().and_then(|p| dirty.remove(&p)) {
+                total += set.len() as u64;
+            }
+        }
+    }
+    total + dirty.values().map(|s| s.len() as u64).sum::<u64>()
 }
 
 /// The gateway's own pid when it runs under a wrapper (strace): the wrapper's child.
@@ -937,7 +1003,8 @@ async fn turns_section(opts: &Opts) {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     fill(tmp.path(), 1000);
     let ids = pair_devices(tmp.path(), 1);
-    let have_strace = Command::new("strace").arg("-V").output().is_ok();
+    let have_strace = std::env::var_os("IRIS_BENCH_NO_STRACE").is_none()
+        && Command::new("strace").arg("-V").output().is_ok();
     let trace = tmp.path().join("sync-calls.txt");
     let trace_s = trace.to_string_lossy().into_owned();
     let runner: Vec<&str> = vec![
@@ -945,7 +1012,8 @@ async fn turns_section(opts: &Opts) {
         "-f",
         "-qq",
         "-e",
-        "trace=fsync,fdatasync,sync_file_range,msync",
+        "trace=fsync,fdatasync,sync_file_range,pwrite64",
+        "-y",
         "-o",
         &trace_s,
     ];
@@ -962,6 +1030,7 @@ async fn turns_section(opts: &Opts) {
     };
     let mut ws = hello(&gw.url, &ids[0], None).await;
     demo_turns(&mut ws, 5, 0).await;
+    let wa = write_bytes(pid);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let count = |what: &str| -> usize {
         std::fs::read_to_string(&trace)
@@ -971,15 +1040,34 @@ async fn turns_section(opts: &Opts) {
             .count()
     };
     let (f0, d0, r0) = (count("fsync"), count("fdatasync"), count("sync_file_range"));
+    let lines0 = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .count();
     let w0 = write_bytes(pid);
+    eprintln!("written during the 1.5 s pause: {}", w0 - wa);
     let t = Instant::now();
     let outboxed = demo_turns(&mut ws, n, 5).await;
     let elapsed = t.elapsed();
     let w1 = write_bytes(pid);
     let (f1, d1, r1) = (count("fsync"), count("fdatasync"), count("sync_file_range"));
+    let trace_text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let window: Vec<&str> = trace_text.lines().skip(lines0).collect();
+    let blocks = dirty_blocks(&window);
     drop(ws);
+    // strace ignores SIGTERM while it runs a command: stop the gateway itself; strace exits
+    // with it.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
     gw.stop();
-    let per_turn = (w1 - w0) as f64 / n as f64;
+    // With strace: the 4 KiB blocks its writes dirtied (see `dirty_blocks`); without it,
+    // `/proc/PID/io`, which overstates on kernels with large folios.
+    let per_turn = if have_strace {
+        (blocks * 4096) as f64 / n as f64
+    } else {
+        (w1 - w0) as f64 / n as f64
+    };
     let fsyncs = (f1 - f0) + (d1 - d0);
     // The plain file: the turn's outboxed frames (their encoded size, as the store keeps them)
     // appended, with one fsync per durable commit the gateway made.
@@ -1000,18 +1088,28 @@ async fn turns_section(opts: &Opts) {
         let me = std::process::id();
         let w0 = write_bytes(me);
         let chunk = vec![b'x'; (frame_bytes / commits_per_turn).max(1)];
+        // The same accounting as the gateway's: distinct 4 KiB blocks dirtied per sync.
+        let mut blocks = 0u64;
+        let mut at = 0u64;
         for _ in 0..n {
             for _ in 0..commits_per_turn {
                 f.write_all(&chunk).unwrap();
                 f.sync_data().unwrap();
+                blocks += (at + chunk.len() as u64 - 1) / 4096 - at / 4096 + 1;
+                at += chunk.len() as u64;
             }
         }
-        (write_bytes(me) - w0) as f64 / n as f64
+        if have_strace {
+            (blocks * 4096) as f64 / n as f64
+        } else {
+            (write_bytes(me) - w0) as f64 / n as f64
+        }
     };
     let mut rows = vec![row(
         format!(
-            "bytes written to the block device per demo turn ({n} turns, {:.1} ms each)",
-            elapsed.as_secs_f64() * 1e3 / n as f64
+            "bytes written to the block device per demo turn ({n} turns, {:.1} ms each; 4 KiB blocks dirtied per sync, from strace; /proc/PID/io said {:.0} B)",
+            elapsed.as_secs_f64() * 1e3 / n as f64,
+            (w1 - w0) as f64 / n as f64
         ),
         format!("{per_turn:.0} B"),
         format!(

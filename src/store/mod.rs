@@ -832,8 +832,9 @@ impl Store {
         Ok(())
     }
 
-    /// A checkpoint now, on this thread, then the journal pruned (graceful stop, tools).
-    pub(super) fn checkpoint_blocking(&self) -> Result<()> {
+    /// A checkpoint now, on this thread, then the journal pruned (graceful stop, tools and
+    /// benchmarks that fill a store without the gateway's periodic checkpoints).
+    pub fn checkpoint_blocking(&self) -> Result<()> {
         let t = self.t()?;
         if let Some(p) = t.hist.checkpoint()? {
             self.shared.durable_applied.store(p, Ordering::SeqCst);
