@@ -9,9 +9,12 @@
 //! - a stalled device among 10: the gateway's peak RSS beside the same run without it, and how
 //!   many `message.update` frames were coalesced for it;
 //! - `sync` replay of 10,000 frames, against the bare stack sending the same frames;
-//! - a `history` page at 100,000 stored messages against one at 2,000;
-//! - cold start to listening with 100,000 stored messages against an empty store, after a clean
-//!   stop and after a SIGKILL, and the idle RSS with that store;
+//! - the store at scale (`--scale N` history messages, CI-sized by default, 1,000,000 by flag)
+//!   against 1,000 messages with an equally full outbox: idle RSS after a clean stop and after a
+//!   SIGKILL, process start to `hello.ack`, `history` and `search` over the socket, data dir
+//!   bytes per message;
+//! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
+//!   against a plain file with the same frames and fdatasyncs;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
 //! - release binary sizes, and the 10-device fan-out of the aarch64 binary under qemu-user when
 //!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it).
@@ -41,7 +44,7 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
-    /// `--only NAME`: run one section (fanout, stalled, catchup, memory, sizes), for measuring one
+    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, turns, memory, sizes), for measuring one
     /// figure without waiting for the others.
     only: Option<String>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).

@@ -297,6 +297,15 @@ impl Store {
             let started = std::time::Instant::now();
             open_sled(dir, cache_bytes, lock_wait).and_then(|s| {
                 check::after_open(dir, &s, witness.as_ref(), full_check)?;
+                // Reading every record back leaves sled's pages resident beyond its cache (it
+                // measured ~11 MiB with a full outbox): closed and opened again, sled loads
+                // only what it needs.
+                let s = if full_check {
+                    drop(s);
+                    open_sled(dir, cache_bytes, lock_wait)?
+                } else {
+                    s
+                };
                 let hist = open_history(dir, &s)?;
                 let trees = Trees { s, hist };
                 let ms = started.elapsed().as_millis();

@@ -23,9 +23,9 @@ use crate::protocol::{HistoryMessage, Lane};
 
 pub const HISTORY_DIR: &str = "history";
 pub(super) const HISTORY_FILE: &str = "history.sqlite3";
-/// SQLite's page cache per connection: small on purpose (the OS page cache does the rest), so
+/// SQLite's page cache of the serving connection: small on purpose (the OS page cache does the rest), so
 /// memory does not follow history.
-const CACHE_KIB: i64 = 1024;
+const CACHE_KIB: i64 = 512;
 /// Schema version of this database (inside the store's layout 2).
 const SCHEMA: i64 = 1;
 
@@ -209,6 +209,8 @@ impl History {
         )?;
         let ckpt = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
         configure(&ckpt)?;
+        // It only copies the WAL into the database: it needs next to no cache of its own.
+        ckpt.pragma_update(None, "cache_size", -64)?;
         Ok(History {
             conn: Mutex::new(conn),
             ckpt: Mutex::new(ckpt),
