@@ -75,6 +75,9 @@ pub struct RunArgs {
     /// Override limits.max_frame_bytes.
     #[arg(long)]
     pub max_frame_bytes: Option<usize>,
+    /// Override limits.max_out_frame_bytes.
+    #[arg(long)]
+    pub max_out_frame_bytes: Option<usize>,
     /// Override limits.max_text_bytes.
     #[arg(long)]
     pub max_text_bytes: Option<usize>,
@@ -136,6 +139,9 @@ impl RunArgs {
         }
         if let Some(v) = self.max_frame_bytes {
             config.limits.max_frame_bytes = v;
+        }
+        if let Some(v) = self.max_out_frame_bytes {
+            config.limits.max_out_frame_bytes = v;
         }
         if let Some(v) = self.max_text_bytes {
             config.limits.max_text_bytes = v;

@@ -148,6 +148,76 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
     Ok(())
 }
 
+/// Encoded size of the directory as `hello.ack` and `channel.list` carry it.
+fn directory_bytes(channels: &[Channel]) -> usize {
+    serde_json::to_vec(channels).map_or(usize::MAX, |b| b.len())
+}
+
+/// The whole directory travels in one frame (`hello.ack`, `channel.list`), so a change that
+/// would grow it past `limits.max_out_frame_bytes` (less the reserve for the rest of the frame)
+/// is refused: otherwise no device could ever say hello again, and no client could undo it.
+/// Icons are what can fill it (names are at most `max_name_chars`), so the message says how
+/// much they take. A change that does not grow an over-full directory (one from before this
+/// limit) is always allowed, so it can be brought back under.
+pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refusal> {
+    let mut all = hub.store.channels().map_err(super::internal)?;
+    let before = directory_bytes(&all);
+    for c in changed {
+        match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
+            Some(e) => *e = c.clone(),
+            None => all.push(c.clone()),
+        }
+    }
+    let after = directory_bytes(&all);
+    let budget = hub.out_budget().content;
+    if after <= budget || after <= before {
+        return Ok(());
+    }
+    let icons: usize = all.iter().filter_map(|c| c.icon.as_ref()).map(String::len).sum();
+    Err((
+        ErrorCode::Unsupported,
+        format!(
+            "the channel directory would take {after} bytes; it is sent whole in hello.ack and must fit {budget} \
+             (limits.max_out_frame_bytes less {reserve} for the rest of the frame); icons take {icons} of it: \
+             use a smaller icon or clear another channel's icon",
+            reserve = crate::protocol::fit::OUT_RESERVE,
+        ),
+    ))
+}
+
+/// The directory as it is sent. One stored before the directory limit existed may be over it:
+/// the largest icons are left out of the frame (the app shows its letter avatar instead) until
+/// it fits, so a hello always works and the owner can clear an icon.
+pub(super) fn directory_for_wire(hub: &Hub, mut channels: Vec<Channel>) -> Vec<Channel> {
+    let budget = hub.out_budget().content;
+    let mut size = directory_bytes(&channels);
+    if size <= budget {
+        return channels;
+    }
+    let mut by_icon: Vec<(usize, usize)> = channels
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.icon.as_ref().map(|icon| (icon.len(), i)))
+        .collect();
+    by_icon.sort_unstable_by(|a, b| b.cmp(a));
+    let mut left_out = 0;
+    for (len, i) in by_icon {
+        if size <= budget {
+            break;
+        }
+        channels[i].icon = None;
+        size = size.saturating_sub(len);
+        left_out += 1;
+    }
+    tracing::warn!(
+        left_out,
+        bytes = size,
+        budget,
+        "the channel directory is over limits.max_out_frame_bytes: the largest icons are left out of hello.ack and channel.list; clear or shrink them"
+    );
+    channels
+}
+
 /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
 async fn save(
     hub: &Hub,
@@ -155,6 +225,7 @@ async fn save(
     id: Option<i64>,
     entries: Vec<Channel>,
 ) -> Result<(), Refusal> {
+    directory_room(hub, &entries)?;
     let mut changes = Vec::new();
     for e in &entries {
         changes.push(Change::PutChannel(e.clone()));
@@ -235,6 +306,7 @@ async fn create(
     } else {
         Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
     };
+    directory_room(hub, std::slice::from_ref(&entry))?;
     let changes = vec![
         Change::PutChannel(entry.clone()),
         Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),

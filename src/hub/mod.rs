@@ -32,6 +32,7 @@ pub use commit::{CommitError, Origin};
 
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
+use crate::protocol::fit::{self, OutBudget};
 use crate::connection::{encode_text, Closing, ConnId, Outlet};
 use crate::ids;
 use crate::media::MediaFiles;
@@ -181,6 +182,11 @@ impl Hub {
         &self.config.limits
     }
 
+    /// What each kind of outgoing content may take (`limits.max_out_frame_bytes`).
+    pub fn out_budget(&self) -> OutBudget {
+        OutBudget::new(self.config.limits.max_out_frame_bytes)
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -319,7 +325,7 @@ impl Hub {
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let channels = self.store.channels().unwrap_or_default();
+        let channels = channels::directory_for_wire(self, self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
@@ -438,6 +444,7 @@ impl Hub {
                 turns::send_message(self, outlet, frame.chat_id, frame.thread_id, id, m).await
             }
             Request::ChannelList => self.store.channels().map_err(internal).map(|channels| {
+                let channels = channels::directory_for_wire(self, channels);
                 outlet.push_frame(&Frame::channel_list(id, &channels));
             }),
             Request::Search(req) => {
@@ -519,9 +526,12 @@ impl Hub {
                 };
                 (ErrorCode::NotFound, message)
             })?;
-        let oldest = page.messages.first().map(|m| m.message_id.as_str());
+        // Bounded by bytes as well as by count: a page that would not fit one frame ends
+        // early, saying `has_more`, and the app pages on from its oldest message.
+        let (messages, cut_short) = fit::history_within(page.messages, &self.out_budget());
+        let oldest = messages.first().map(|m| m.message_id.as_str());
         outlet.push_frame(
-            &Frame::history(id, &page.messages, page.has_more, oldest)
+            &Frame::history(id, &messages, page.has_more || cut_short, oldest)
                 .in_lane(&lane.chat_id, lane.thread()),
         );
         Ok(())

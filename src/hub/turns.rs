@@ -16,6 +16,7 @@ use super::{channels, coalesce_key, Hub, Origin, Refusal};
 use crate::agent::{AgentError, AgentEvent, PastMessage, Recovery, TurnInput, TurnSummary};
 use crate::connection::Outlet;
 use crate::ids;
+use crate::protocol::fit;
 use crate::protocol::{
     ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
 };
@@ -23,8 +24,8 @@ use crate::store::{AgentSession, Change, PendingTurn};
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
-/// Longest assistant reply kept; a runaway agent is cut off here so frames stay under limits.
-const MAX_REPLY_BYTES: usize = 512 << 10;
+/// What ends a reply cut at its share of `limits.max_out_frame_bytes` (`OutBudget::text`).
+const REPLY_CUT_NOTE: &str = "\n\n[reply cut: longer than the gateway keeps]";
 
 /// A stored user message (or a cron prompt) waiting for its turn.
 #[derive(Debug, Clone)]
@@ -75,6 +76,18 @@ pub async fn send_message(
             ),
         ));
     }
+    // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
+    let escaped = fit::escaped_len(&req.text);
+    let text_budget = hub.out_budget().text;
+    if escaped > text_budget {
+        return Err((
+            ErrorCode::Unsupported,
+            format!(
+                "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
+                 frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
+            ),
+        ));
+    }
     let media = attachments(hub, &outlet.device_id, &req.media_refs)?;
     if req.text.trim().is_empty() && media.is_empty() {
         return Err((
@@ -98,8 +111,12 @@ pub async fn send_message(
         && root.is_default
         && lane.thread_id.is_none()
         && !req.text.trim_start().starts_with('/');
-    if wants_thread {
-        let thread = channels::new_thread(&lane.chat_id, auto_title(&req.text), true);
+    // A directory with no room left for another entry (its icons fill the hello.ack budget)
+    // keeps the message in the default lane rather than refusing it.
+    let thread = wants_thread
+        .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
+        .filter(|t| channels::directory_room(hub, std::slice::from_ref(t)).is_ok());
+    if let Some(thread) = thread {
         lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
         changes.push(Change::PutChannel(thread.clone()));
         changes.push(Change::Outbox(
@@ -285,6 +302,10 @@ struct TurnText {
     /// restarts here.
     segment_start: usize,
     reasoning: String,
+    /// Escaped (on-the-wire) sizes of `text` and `reasoning`: agent text is budgeted by what
+    /// it encodes to, since JSON escaping can grow it sixfold.
+    text_escaped: usize,
+    reasoning_escaped: usize,
     tool_names: HashMap<i64, String>,
     truncated: bool,
     /// Files the agent produced, stored and offered.
@@ -519,6 +540,10 @@ async fn finish_turn(
     frame: fn(&HistoryMessage) -> Frame,
     notice: Option<Frame>,
 ) {
+    // Built within budget as it streamed; this catches what was not (an error text, a
+    // partial answer recovered after a restart).
+    let mut reply = reply;
+    fit::fit_message(&mut reply, &hub.out_budget());
     let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
     // A lane deleted while its turn ran gets no message (its history is gone too).
     if hub.lane_exists(lane) {
@@ -565,12 +590,20 @@ async fn apply_event(
             if delta.is_empty() {
                 return;
             }
-            if acc.text.len() + delta.len() > MAX_REPLY_BYTES {
+            // The note always has room: the reply with its note fits `OutBudget::text`.
+            let room = hub
+                .out_budget()
+                .text
+                .saturating_sub(acc.text_escaped + fit::escaped_len(REPLY_CUT_NOTE));
+            let add = fit::escaped_len(&delta);
+            if add > room {
                 acc.truncated = true;
-                acc.text
-                    .push_str("\n\n[reply cut: longer than the gateway keeps]");
+                acc.text.push_str(fit::prefix_within(&delta, room));
+                acc.text.push_str(REPLY_CUT_NOTE);
+                acc.text_escaped = fit::escaped_len(&acc.text);
             } else {
                 acc.text.push_str(&delta);
+                acc.text_escaped += add;
             }
             hub.broadcast(
                 &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
@@ -578,11 +611,17 @@ async fn apply_event(
             );
         }
         AgentEvent::Reasoning(delta) => {
-            if acc.reasoning.len() + delta.len() <= MAX_REPLY_BYTES {
-                acc.reasoning.push_str(&delta);
-            }
+            // Reasoning past its share is left out silently: the answer is what matters.
+            let room = hub
+                .out_budget()
+                .reasoning
+                .saturating_sub(acc.reasoning_escaped);
+            let keep = fit::prefix_within(&delta, room);
+            acc.reasoning_escaped += fit::escaped_len(keep);
+            acc.reasoning.push_str(keep);
         }
-        AgentEvent::Commentary(text) => {
+        AgentEvent::Commentary(mut text) => {
+            fit::cut_in_place(&mut text, hub.out_budget().text);
             hub.broadcast(
                 &Frame::commentary(message_id, &text).in_lane(chat, thread),
                 None,
@@ -599,6 +638,7 @@ async fn apply_event(
             let said = acc.text[acc.segment_start..].trim().to_owned();
             if !said.is_empty() && !acc.truncated {
                 acc.text.truncate(acc.segment_start);
+                acc.text_escaped = fit::escaped_len(&acc.text);
                 hub.broadcast(
                     &Frame::commentary(message_id, &said).in_lane(chat, thread),
                     None,
@@ -609,11 +649,13 @@ async fn apply_event(
                 );
             }
             acc.segment_start = acc.text.len();
+            let (name, preview, args, emoji) = bounded_tool(hub, name, preview, args, emoji);
             let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
             acc.tool_names.insert(index, name);
             hub.broadcast(&f.in_lane(chat, thread), None);
         }
-        AgentEvent::ToolProgress { index, note } => {
+        AgentEvent::ToolProgress { index, mut note } => {
+            fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
             let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
             hub.broadcast(
                 &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
@@ -624,8 +666,9 @@ async fn apply_event(
             index,
             ok,
             duration_secs,
-            output_preview,
+            mut output_preview,
         } => {
+            fit::cut_in_place(&mut output_preview, fit::PREVIEW_BYTES);
             let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
             let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
                 .in_lane(chat, thread);
@@ -656,6 +699,33 @@ async fn apply_event(
     }
 }
 
+/// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a
+/// glance ([`fit::PREVIEW_BYTES`]), the name and emoji are labels, and the arguments (any JSON
+/// the agent sent) get half a frame, their longest strings cut first.
+fn bounded_tool(
+    hub: &Hub,
+    mut name: String,
+    mut preview: String,
+    mut args: serde_json::Value,
+    mut emoji: Option<String>,
+) -> (String, String, serde_json::Value, Option<String>) {
+    fit::cut_in_place(&mut name, TOOL_LABEL_BYTES);
+    fit::cut_in_place(&mut preview, fit::PREVIEW_BYTES);
+    if let Some(e) = emoji.as_mut() {
+        fit::cut_in_place(e, TOOL_LABEL_BYTES);
+    }
+    if !fit::shrink_value(&mut args, hub.out_budget().content / 2) {
+        args = serde_json::json!({});
+    }
+    (name, preview, args, emoji)
+}
+
+/// A tool's name or emoji, escaped: a label, never a page.
+const TOOL_LABEL_BYTES: usize = 256;
+
+/// Todo items the agent sends: each item a line, the list within half a frame.
+const TODO_ITEM_BYTES: usize = 1 << 10;
+
 impl Hub {
     /// A fresh conversation has no plan yet.
     pub(super) fn clear_todos(&self, lane: &Lane) {
@@ -671,10 +741,20 @@ impl Hub {
     }
 
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
-    fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
+    fn set_todos(&self, lane: &Lane, mut todos: Vec<TodoItem>) {
         if !self.lane_exists(lane) {
             return;
         }
+        // The list goes out whole in one `todo.update` (and after every hello): bounded per
+        // item and in all, the first items kept.
+        let mut used = 0;
+        let budget = self.out_budget().content / 2;
+        todos.retain_mut(|t| {
+            fit::cut_in_place(&mut t.content, TODO_ITEM_BYTES);
+            fit::cut_in_place(&mut t.id, TOOL_LABEL_BYTES);
+            used += fit::escaped_len(&t.content) + fit::escaped_len(&t.id) + 64;
+            used <= budget
+        });
         self.broadcast(
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,

@@ -743,8 +743,14 @@ pub struct Client {
     pub last_error: Option<String>,
     /// Bound on each recv-style call.
     pub timeout: Duration,
+    /// Largest text frame this client takes, like an app: the gateway's default
+    /// `limits.max_out_frame_bytes`. A bigger frame fails the test, whichever test it is.
+    pub max_frame_in: usize,
     next_id: i64,
 }
+
+/// What an app can be expected to take: the gateway's own incoming limit, 1 MiB.
+pub const APP_MAX_FRAME_BYTES: usize = 1 << 20;
 
 impl Client {
     pub async fn connect(url: &str) -> Client {
@@ -766,6 +772,7 @@ impl Client {
                 closed: None,
                 last_error: None,
                 timeout: DEFAULT_TIMEOUT,
+                max_frame_in: APP_MAX_FRAME_BYTES,
                 next_id: 1,
             }),
         }
@@ -901,6 +908,14 @@ impl Client {
                     return Some(Incoming::Closed(closed));
                 }
                 Some(Ok(Message::Text(text))) => {
+                    assert!(
+                        text.len() <= self.max_frame_in,
+                        "server sent a {}-byte frame, over the {} an app takes: {}…\n{}",
+                        text.len(),
+                        self.max_frame_in,
+                        text.as_str().chars().take(200).collect::<String>(),
+                        self.recent()
+                    );
                     let value: Value = serde_json::from_str(text.as_str()).unwrap_or_else(|e| {
                         panic!(
                             "server sent a text frame that is not JSON ({e}): {}",

@@ -17,6 +17,9 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
   [[fail500]]  HTTP 500 with an OpenAI error body
+  [[escape]]   worst-case JSON escaping: ~300 KB of reasoning and ~400 KB of content made of
+               control characters, quotes and backslashes (each escapes to 2-6 bytes), in 16 KB
+               pieces
   [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
@@ -75,6 +78,10 @@ def script(messages):
     if "[[reason]]" in newest:
         events = [("reasoning", "Thinking about"), ("reasoning", " the question.")]
         return events + [("content", "Reasoned "), ("content", "answer.")], "stop", 0
+    if "[[escape]]" in newest:
+        piece = ("\u0001\u001f\"\\\u0007" * 3200)[:16000]
+        events = [("reasoning", piece) for _ in range(19)]
+        return events + [("content", piece) for _ in range(25)], "stop", 0
     if "[[slow]]" in newest:
         return [("content", f"word{i}" if i == 1 else f" word{i}") for i in range(1, 81)], "stop", 0.25
     earlier = [text_of(messages[i].get("content")).strip() for i in users[:-1]]
