@@ -383,3 +383,134 @@ async fn search_results_of_long_words_fit() {
         assert!(h["snippet"].as_str().unwrap().len() <= 1024);
     }
 }
+
+/// The writer's safety net, frame type by frame type: each server→app frame the gateway can
+/// write, built with inputs far past every producer's budget (megabytes of control characters,
+/// tens of thousands of entries), comes out of the cut under 1 MiB and still valid by the
+/// schema. Together with the producer tests above this is the bound for every frame type;
+/// the list is checked against the schema's, so a new frame type cannot be forgotten.
+#[test]
+fn every_frame_type_is_cut_to_fit_and_stays_valid() {
+    use iris_gateway::protocol::{
+        fit, Channel, ChannelKind, ErrorCode, Frame, HealthState, HistoryMessage, MediaRef, Role,
+        Runtime, SearchScope, ServerCaps, TodoItem, TodoStatus,
+    };
+    let huge = "\u{1}\"\\x".repeat(100_000);
+    // For fields repeated in many entries: big enough together, small enough to hold.
+    let mid = "\u{1}\"\\x".repeat(1_000);
+    let media = |i: usize| MediaRef {
+        media_id: format!("med_{i}"),
+        kind: "image".into(),
+        mime: "image/png".into(),
+        size: 1,
+        filename: mid.clone(),
+        message_id: Some("msg_1".into()),
+    };
+    let message = |i: usize| HistoryMessage {
+        message_id: format!("msg_{i}"),
+        role: Role::Assistant,
+        text: if i == 1 { huge.clone() } else { mid.clone() },
+        reasoning: Some(mid.clone()),
+        model: Some(mid.clone()),
+        tokens: Some(1),
+        runtime: Some(Runtime {
+            cwd: Some(mid.clone()),
+            ..Runtime::default()
+        }),
+        ts: 1,
+        media: (0..10).map(media).collect(),
+    };
+    let mut channel = Channel::new("chan_1".into(), mid.clone(), ChannelKind::Channel, None);
+    channel.icon = Some(mid.clone());
+    let channels: Vec<Channel> = (0..500).map(|_| channel.clone()).collect();
+    let caps = ServerCaps {
+        streaming: true,
+        reasoning: true,
+        tools: true,
+        media: true,
+        search: true,
+        push: "ntfy",
+        push_ntfy_server: huge.clone(),
+        pickers: true,
+    };
+    let ids: Vec<String> = (0..100_000).map(|i| format!("msg_{i}")).collect();
+    let todos: Vec<TodoItem> = (0..20_000)
+        .map(|i| TodoItem {
+            id: format!("t{i}"),
+            content: huge[..64].to_owned(),
+            status: TodoStatus::Pending,
+        })
+        .collect();
+    let hits = Value::Array(
+        (0..1000)
+            .map(|i| json!({"message_id": format!("msg_{i}"), "chat_id": "default", "thread_id": null, "role": "user", "snippet": mid, "ts": 1}))
+            .collect(),
+    );
+    let big_args = json!({ "command": huge, "list": (0..100_000).collect::<Vec<u32>>() });
+    let catalog = Value::Array(
+        (0..50_000)
+            .map(|i| json!({"name": format!("/c{i}"), "description": "d", "args_hint": "", "category": "x"}))
+            .collect(),
+    );
+    let choices = Value::Array(
+        (0..50_000)
+            .map(|i| json!({"value": format!("v{i}"), "label": huge[..40], "is_current": false}))
+            .collect(),
+    );
+    let history: Vec<HistoryMessage> = (0..200).map(message).collect();
+    let frames = vec![
+        Frame::hello_ack(Some(1), &caps, 1, 1, &channels),
+        Frame::message(&message(1)),
+        Frame::message_start("msg_1"),
+        Frame::message_update("msg_1", &huge),
+        Frame::message_stop(&message(1)),
+        Frame::message_deleted(Some(1), &ids),
+        Frame::commentary("msg_1", &huge),
+        Frame::tool_start(0, &huge, &huge, &big_args, Some(&huge)),
+        Frame::tool_progress(0, &huge, &huge),
+        Frame::tool_end(0, &huge, true, 1.0, &huge),
+        Frame::todo_update(&todos),
+        Frame::typing(true),
+        Frame::notification("generic", &huge, &huge, 1),
+        Frame::channel_list(Some(1), &channels),
+        Frame::channel_entry("channel.created", &channel),
+        Frame::channel_entry("channel.renamed", &channel),
+        Frame::channel_deleted("chan_1"),
+        Frame::search_results(Some(1), &huge, SearchScope::All, hits),
+        Frame::media_offer(&media(1)),
+        Frame::read_receipt(Some(1), "msg_1"),
+        Frame::status(HealthState::Online),
+        Frame::error(Some(1), ErrorCode::Internal, huge.clone()),
+        Frame::pong(Some(1), 1),
+        Frame::sync_done(Some(1), 1),
+        Frame::history(Some(1), &history, true, Some("msg_0")),
+        Frame::media_pull_end(Some(1), true),
+        Frame::media_upload_ack(Some(1), true, "ref_1"),
+        Frame::commands_catalog(Some(1), catalog),
+        Frame::picker_choice("pick_1", &huge, choices),
+    ];
+    let schema = common::Schema::load();
+    let mut covered: Vec<String> = Vec::new();
+    for f in frames.iter().map(|f| f.clone().in_lane("default", None)) {
+        let encoded = f.encode();
+        let cut = fit::shrink_encoded(&encoded, APP_MAX_FRAME_BYTES)
+            .unwrap_or_else(|| panic!("{} could not be cut to fit", f.kind));
+        assert!(cut.len() <= APP_MAX_FRAME_BYTES, "{}: {}", f.kind, cut.len());
+        let v: Value = serde_json::from_slice(&cut).unwrap();
+        if let Err(e) = schema.validate_server_frame(&v) {
+            panic!("{} cut to fit is not valid: {e}", f.kind);
+        }
+        // A replayed frame carries a cursor too; it must fit just the same.
+        let replay = iris_gateway::protocol::with_cursor(&encoded, u64::MAX);
+        let cut = fit::shrink_encoded(&replay, APP_MAX_FRAME_BYTES).unwrap();
+        assert!(cut.len() <= APP_MAX_FRAME_BYTES, "{} replayed", f.kind);
+        covered.push(f.kind.to_owned());
+    }
+    let mut missing: Vec<String> = schema
+        .server_frame_names()
+        .into_iter()
+        .filter(|n| !covered.contains(n))
+        .collect();
+    missing.sort();
+    assert!(missing.is_empty(), "frame types not checked: {missing:?}");
+}

@@ -590,21 +590,14 @@ async fn apply_event(
             if delta.is_empty() {
                 return;
             }
-            // The note always has room: the reply with its note fits `OutBudget::text`.
-            let room = hub
-                .out_budget()
-                .text
-                .saturating_sub(acc.text_escaped + fit::escaped_len(REPLY_CUT_NOTE));
-            let add = fit::escaped_len(&delta);
-            if add > room {
-                acc.truncated = true;
-                acc.text.push_str(fit::prefix_within(&delta, room));
-                acc.text.push_str(REPLY_CUT_NOTE);
-                acc.text_escaped = fit::escaped_len(&acc.text);
-            } else {
-                acc.text.push_str(&delta);
-                acc.text_escaped += add;
-            }
+            let budget = hub.out_budget().text;
+            acc.truncated = fit::push_within(
+                &mut acc.text,
+                &mut acc.text_escaped,
+                &delta,
+                budget,
+                REPLY_CUT_NOTE,
+            );
             hub.broadcast(
                 &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
                 Some(coalesce_key("message.update", message_id, 0)),
@@ -612,13 +605,14 @@ async fn apply_event(
         }
         AgentEvent::Reasoning(delta) => {
             // Reasoning past its share is left out silently: the answer is what matters.
-            let room = hub
-                .out_budget()
-                .reasoning
-                .saturating_sub(acc.reasoning_escaped);
-            let keep = fit::prefix_within(&delta, room);
-            acc.reasoning_escaped += fit::escaped_len(keep);
-            acc.reasoning.push_str(keep);
+            let budget = hub.out_budget().reasoning;
+            fit::push_within(
+                &mut acc.reasoning,
+                &mut acc.reasoning_escaped,
+                &delta,
+                budget,
+                "",
+            );
         }
         AgentEvent::Commentary(mut text) => {
             fit::cut_in_place(&mut text, hub.out_budget().text);

@@ -69,9 +69,17 @@ fn escaped_char_len(c: char) -> usize {
     }
 }
 
-/// Encoded length of `s` as a JSON string's content (without the two quotes).
+/// Encoded length of `s` as a JSON string's content (without the two quotes). Counted per
+/// byte: only ASCII bytes are ever escaped, and every byte of a multi-byte character is
+/// written as it is.
 pub fn escaped_len(s: &str) -> usize {
-    s.chars().map(escaped_char_len).sum()
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t' => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// The longest prefix of `s`, on a character boundary, whose escaped length is at most `budget`.
@@ -121,6 +129,32 @@ pub fn cut_in_place(s: &mut String, budget: usize) -> bool {
     }
 }
 
+/// Appends a streamed `delta` to `text`, whose escaped length `escaped` tracks, within `budget`
+/// escaped bytes. When the delta does not fit, what fits of it is kept, then `note` (for which
+/// room is always left), and true is returned: the caller stops appending. The agent's text is
+/// budgeted as it streams, so `message.update` (which carries the whole text so far) and the
+/// final `message.stop` never outgrow their frame.
+pub fn push_within(
+    text: &mut String,
+    escaped: &mut usize,
+    delta: &str,
+    budget: usize,
+    note: &str,
+) -> bool {
+    let room = budget.saturating_sub(*escaped + escaped_len(note));
+    let add = escaped_len(delta);
+    if add <= room {
+        text.push_str(delta);
+        *escaped += add;
+        return false;
+    }
+    let keep = prefix_within(delta, room);
+    text.push_str(keep);
+    text.push_str(note);
+    *escaped += escaped_len(keep) + escaped_len(note);
+    true
+}
+
 /// Cuts a message's text and reasoning to their shares of the budget, so one message always
 /// fits one frame (`message`, `message.stop`, a history page of one). True if it was cut.
 pub fn fit_message(m: &mut HistoryMessage, budget: &OutBudget) -> bool {
@@ -164,151 +198,174 @@ pub fn history_within(
     (messages, left_out > 0)
 }
 
+/// Encoded size of a value as `serde_json` writes it compactly, without writing it.
 fn encoded_len(v: &Value) -> usize {
-    serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+    match v {
+        Value::Null => 4,
+        Value::Bool(b) => {
+            if *b {
+                4
+            } else {
+                5
+            }
+        }
+        Value::Number(n) => n.to_string().len(),
+        Value::String(s) => escaped_len(s) + 2,
+        Value::Array(items) => {
+            2 + items.iter().map(encoded_len).sum::<usize>() + items.len().saturating_sub(1)
+        }
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(k, x)| escaped_len(k) + 3 + encoded_len(x))
+                .sum::<usize>()
+                + map.len().saturating_sub(1)
+        }
+    }
 }
 
-/// Where the largest cuttable piece of a value is: a string to shorten, or a container to
-/// drop trailing elements from.
-enum Largest {
-    Str(Vec<PathStep>, usize),
-    Container(Vec<PathStep>),
-}
-
-#[derive(Clone)]
-enum PathStep {
-    Index(usize),
-    Key(String),
-}
-
-fn walk(v: &Value, path: &mut Vec<PathStep>, best_str: &mut Option<(Vec<PathStep>, usize)>) {
+/// Escaped lengths of every string long enough to be cut.
+fn cuttable_lengths(v: &Value, out: &mut Vec<usize>) {
     match v {
         Value::String(s) => {
             let len = escaped_len(s);
-            if len >= MIN_CUTTABLE && best_str.as_ref().is_none_or(|(_, b)| len > *b) {
-                *best_str = Some((path.clone(), len));
+            if len >= MIN_CUTTABLE {
+                out.push(len);
             }
         }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                path.push(PathStep::Index(i));
-                walk(item, path, best_str);
-                path.pop();
-            }
-        }
-        Value::Object(map) => {
-            for (k, item) in map {
-                path.push(PathStep::Key(k.clone()));
-                walk(item, path, best_str);
-                path.pop();
-            }
-        }
+        Value::Array(items) => items.iter().for_each(|x| cuttable_lengths(x, out)),
+        Value::Object(map) => map.values().for_each(|x| cuttable_lengths(x, out)),
         _ => {}
     }
 }
 
-/// The largest array or object below the frame's top level (the envelope and its `payload`
-/// object themselves are never emptied), by encoded size.
-fn largest_container(
-    v: &Value,
-    path: &mut Vec<PathStep>,
-    best: &mut Option<(Vec<PathStep>, usize)>,
-) {
-    let (children, is_container): (Vec<(PathStep, &Value)>, bool) = match v {
-        Value::Array(items) => (
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (PathStep::Index(i), x))
-                .collect(),
-            true,
-        ),
-        Value::Object(map) => (
-            map.iter()
-                .map(|(k, x)| (PathStep::Key(k.clone()), x))
-                .collect(),
-            true,
-        ),
-        _ => (Vec::new(), false),
-    };
-    if is_container && path.len() >= 2 && !children.is_empty() {
-        let len = encoded_len(v);
-        if best.as_ref().is_none_or(|(_, b)| len > *b) {
-            *best = Some((path.clone(), len));
+/// Cuts every cuttable string longer than `level` to `level` escaped bytes (marker included).
+fn cut_above(v: &mut Value, level: usize) {
+    match v {
+        Value::String(s) => {
+            if escaped_len(s) >= MIN_CUTTABLE {
+                cut_in_place(s, level);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|x| cut_above(x, level)),
+        Value::Object(map) => map.values_mut().for_each(|x| cut_above(x, level)),
+        _ => {}
+    }
+}
+
+/// The highest level such that cutting every string above it to it saves at least `need`
+/// bytes ("water-filling": the longest strings are cut first, all to the same length, so a
+/// frame with one huge field loses only that field's tail). `None` when even the floor does
+/// not save enough.
+fn water_level(lens: &[usize], need: usize) -> Option<usize> {
+    let floor = MIN_CUTTABLE / 4;
+    let saved = |level: usize| lens.iter().map(|l| l.saturating_sub(level)).sum::<usize>();
+    if saved(floor) < need {
+        return None;
+    }
+    let (mut lo, mut hi) = (floor, lens.iter().copied().max().unwrap_or(floor));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if saved(mid) >= need {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
     }
-    for (step, child) in children {
-        path.push(step);
-        largest_container(child, path, best);
-        path.pop();
+    Some(lo)
+}
+
+/// The largest array or object below the frame's top level (the envelope and its `payload`
+/// object are never emptied), as its path.
+fn largest_container(v: &Value, depth: usize, best: &mut Option<(usize, *const Value)>) {
+    let children: Box<dyn Iterator<Item = &Value>> = match v {
+        Value::Array(items) => Box::new(items.iter()),
+        Value::Object(map) => Box::new(map.values()),
+        _ => return,
+    };
+    let nonempty = match v {
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(map) => !map.is_empty(),
+        _ => false,
+    };
+    if depth >= 2 && nonempty {
+        let len = encoded_len(v);
+        if best.is_none_or(|(b, _)| len > b) {
+            *best = Some((len, v as *const Value));
+        }
+    }
+    for child in children {
+        largest_container(child, depth + 1, best);
     }
 }
 
-fn find_largest(v: &Value) -> Option<Largest> {
+/// Drops trailing elements of the largest nested container until `need` bytes are saved.
+fn drop_trailing(v: &mut Value, need: usize) -> bool {
     let mut best = None;
-    walk(v, &mut Vec::new(), &mut best);
-    if let Some((p, len)) = best {
-        return Some(Largest::Str(p, len));
-    }
-    let mut best = None;
-    largest_container(v, &mut Vec::new(), &mut best);
-    best.map(|(p, _)| Largest::Container(p))
+    largest_container(v, 0, &mut best);
+    let Some((_, target)) = best else {
+        return false;
+    };
+    drop_in(v, target, need)
 }
 
-fn at_path<'a>(v: &'a mut Value, path: &[PathStep]) -> Option<&'a mut Value> {
-    let mut cur = v;
-    for step in path {
-        cur = match step {
-            PathStep::Index(i) => cur.get_mut(*i)?,
-            PathStep::Key(k) => cur.get_mut(k.as_str())?,
-        };
+fn drop_in(v: &mut Value, target: *const Value, need: usize) -> bool {
+    if std::ptr::eq(v as *const Value, target) {
+        let mut saved = 0;
+        match v {
+            Value::Array(items) => {
+                while saved < need {
+                    match items.pop() {
+                        Some(x) => saved += encoded_len(&x) + 1,
+                        None => break,
+                    }
+                }
+            }
+            Value::Object(map) => {
+                while saved < need {
+                    let Some(k) = map.keys().next_back().cloned() else {
+                        break;
+                    };
+                    if let Some(x) = map.remove(&k) {
+                        saved += escaped_len(&k) + 4 + encoded_len(&x);
+                    }
+                }
+            }
+            _ => return false,
+        }
+        return true;
     }
-    Some(cur)
+    match v {
+        Value::Array(items) => items.iter_mut().any(|x| drop_in(x, target, need)),
+        Value::Object(map) => map.values_mut().any(|x| drop_in(x, target, need)),
+        _ => false,
+    }
 }
 
-/// Shrinks `v` until it encodes to at most `max` bytes: first the longest strings are cut (with
-/// a marker), then, when no long string is left, trailing elements of the largest nested array
-/// or object are dropped. Returns false if it cannot get there (a frame made of nothing but
-/// short fields, which no input within its limits can produce).
+/// Shrinks `v` until it encodes to at most `max` bytes: first the longest strings are cut
+/// (with a marker), all to one level; when cutting strings cannot save enough, trailing
+/// elements of the largest nested array or object are dropped. Returns false if it cannot get
+/// there (a frame made of nothing but short fields, which no input within its limits makes).
 pub fn shrink_value(v: &mut Value, max: usize) -> bool {
-    // Each pass removes at least the excess from one piece, so a handful of passes suffice;
-    // the bound only guards against a pathological shape.
-    for _ in 0..256 {
+    // Each pass either fits or removes a whole layer of excess; a few passes suffice, the
+    // bound only guards against a pathological shape.
+    for _ in 0..16 {
         let size = encoded_len(v);
         if size <= max {
             return true;
         }
         let excess = size - max;
-        match find_largest(v) {
-            Some(Largest::Str(path, len)) => {
-                let Some(Value::String(s)) = at_path(v, &path) else {
-                    return false;
-                };
-                // Cut the excess out of this string if it has that much; else cut it to a
-                // stub and let the next pass take the next longest.
-                let budget = len.saturating_sub(excess).max(MIN_CUTTABLE / 4);
-                let budget = budget.min(len.saturating_sub(1));
-                if !cut_in_place(s, budget) {
+        let mut lens = Vec::new();
+        cuttable_lengths(v, &mut lens);
+        match water_level(&lens, excess) {
+            Some(level) => cut_above(v, level),
+            None => {
+                cut_above(v, MIN_CUTTABLE / 4);
+                let size = encoded_len(v);
+                if size > max && !drop_trailing(v, size - max) {
                     return false;
                 }
             }
-            Some(Largest::Container(path)) => match at_path(v, &path) {
-                Some(Value::Array(items)) => {
-                    let avg = (encoded_len(&Value::Array(items.clone())) / items.len()).max(1);
-                    let drop = (excess / avg + 1).min(items.len());
-                    items.truncate(items.len() - drop);
-                }
-                Some(Value::Object(map)) => {
-                    let avg = (encoded_len(&Value::Object(map.clone())) / map.len()).max(1);
-                    let drop = (excess / avg + 1).min(map.len());
-                    let keys: Vec<String> = map.keys().rev().take(drop).cloned().collect();
-                    for k in keys {
-                        map.remove(&k);
-                    }
-                }
-                _ => return false,
-            },
-            None => return false,
         }
     }
     encoded_len(v) <= max
