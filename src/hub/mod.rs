@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -34,6 +34,7 @@ use crate::agent::Agent;
 use crate::config::{Config, Limits};
 use crate::protocol::fit::{self, OutBudget};
 use crate::connection::{encode_text, Closing, ConnId, Outlet};
+use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
 use crate::protocol::{
@@ -45,9 +46,9 @@ use crate::store::{Device, DeviceOrigin, MediaRecord, Store, StoreError, DEFAULT
 /// A refusal to send back as an `error` frame.
 pub type Refusal = (ErrorCode, String);
 
-/// Failed hellos remembered per source address (oldest forgotten first when full).
+/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
+/// count (`guessing.rs`). A household's phones fit many times over.
 const BAD_HELLO_TABLE: usize = 32;
-const BAD_HELLO_WINDOW: Duration = Duration::from_secs(60);
 
 /// Per-lane live state: the running turn's queue and the lane's current todo list.
 #[derive(Default)]
@@ -67,7 +68,7 @@ struct State {
     /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
     published_head: u64,
     next_conn_id: ConnId,
-    bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
+    bad_hellos: GuessLimiter,
     storage_error: Option<String>,
     /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
     unsettled: Vec<Vec<crate::store::Change>>,
@@ -139,6 +140,11 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
+        let bad_hellos = GuessLimiter::new(
+            config.limits.bad_hellos_per_minute,
+            BAD_HELLO_TABLE,
+            Instant::now(),
+        );
         let hub = Rc::new(Hub {
             health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
@@ -152,7 +158,7 @@ impl Hub {
                 lanes,
                 published_head: head,
                 next_conn_id: 1,
-                bad_hellos: heapless::LinearMap::new(),
+                bad_hellos,
                 storage_error: None,
                 unsettled: Vec::new(),
                 push_error: None,
@@ -235,26 +241,27 @@ impl Hub {
         }
     }
 
-    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64) are refused
-    /// before the token is even looked at, so guessing tokens is slow.
+    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64), or from a
+    /// rotation through more addresses than are counted one by one, are refused before the
+    /// token is even looked at, so guessing tokens is slow (`guessing.rs`).
     ///
     /// The token is found by its SHA-256 (the `tokens` tree's key), never compared itself: how
     /// long the lookup takes depends only on the hash of what was presented, and learning how
     /// many leading bytes of that hash match a stored one tells nothing about any token (it
     /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
     pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
-        let ip = crate::connection::address_key(ip);
         let limit = self.config.limits.bad_hellos_per_minute;
-        {
-            let st = self.state.borrow();
-            if let Some((count, since)) = st.bad_hellos.get(&ip) {
-                if *count >= limit && since.elapsed() < BAD_HELLO_WINDOW {
-                    return Err((
-                        ErrorCode::RateLimited,
-                        format!("too many failed hellos from this address ({limit} per minute); wait a minute"),
-                    ));
-                }
-            }
+        if let Err(limited) = self.state.borrow().bad_hellos.check(ip, Instant::now()) {
+            let wait = limited.retry_after.as_secs().max(1);
+            let whose = if limited.shared {
+                "from too many addresses at once"
+            } else {
+                "from this address"
+            };
+            return Err((
+                ErrorCode::RateLimited,
+                format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s"),
+            ));
         }
         if self.state.borrow().shutting_down {
             return Err((ErrorCode::Internal, "the gateway is restarting".into()));
@@ -267,7 +274,7 @@ impl Hub {
             None
         };
         let Some(mut device) = found else {
-            self.note_bad_hello(ip);
+            self.state.borrow_mut().bad_hellos.fail(ip, Instant::now());
             return Err((
                 ErrorCode::Auth,
                 "unknown or revoked token: pair this device again (iris-gateway pair)".into(),
@@ -294,31 +301,12 @@ impl Hub {
         if let Err(e) = self.store.update_device(&device) {
             warn!("could not record the device's hello: {e}");
         }
-        self.state.borrow_mut().bad_hellos.remove(&ip);
+        // Not a reset: see `guessing.rs` for why a success keeps the count.
+        self.state
+            .borrow_mut()
+            .bad_hellos
+            .succeed(ip, Instant::now());
         Ok(device)
-    }
-
-    fn note_bad_hello(&self, ip: IpAddr) {
-        let mut st = self.state.borrow_mut();
-        let table = &mut st.bad_hellos;
-        if let Some((count, since)) = table.get_mut(&ip) {
-            if since.elapsed() >= BAD_HELLO_WINDOW {
-                *count = 0;
-                *since = Instant::now();
-            }
-            *count += 1;
-            return;
-        }
-        if table.len() == BAD_HELLO_TABLE {
-            let oldest = table
-                .iter()
-                .min_by_key(|(_, (_, since))| *since)
-                .map(|(ip, _)| *ip);
-            if let Some(old) = oldest {
-                table.remove(&old);
-            }
-        }
-        let _ = table.insert(ip, (1, Instant::now()));
     }
 
     /// Registers an authenticated connection and queues its greeting: `hello.ack`, `status`,
