@@ -10,6 +10,7 @@ mod admit;
 pub mod http;
 mod queue;
 mod upload;
+mod violation;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -244,6 +245,14 @@ async fn hello_gate(
             close_with(ws, e, CloseCode::Size, "frame too large").await;
             return None;
         }
+        Ok(Some(Err(e))) => {
+            if let Some((code, reason, message)) = violation::violation(&e) {
+                info!(%peer, "closing before hello with {}: {e}", u16::from(code));
+                let e = refuse(None, ErrorCode::Unsupported, message);
+                close_with(ws, e, code, reason).await;
+            }
+            return None;
+        }
         Ok(_) => return None,
         Err(_) => {
             let e = refuse(
@@ -412,7 +421,17 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                 return;
             }
             Some(Err(e)) => {
-                debug!(conn = outlet.conn_id, "read error: {e}");
+                if let Some((code, reason, message)) = violation::violation(&e) {
+                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(code));
+                    outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
+                    outlet.close(Closing {
+                        code,
+                        reason,
+                        drain: true,
+                    });
+                } else {
+                    debug!(conn = outlet.conn_id, "read error: {e}");
+                }
                 return;
             }
             None => return,
