@@ -60,6 +60,24 @@ pub async fn handle(
                     "a thread cannot be an automation channel; mark its parent channel".into(),
                 ));
             }
+            if on && !entry.automation {
+                let threads = hub
+                    .store
+                    .channels()
+                    .map_err(super::internal)?
+                    .iter()
+                    .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str()))
+                    .count();
+                if threads > 0 {
+                    return Err((
+                        ErrorCode::Unsupported,
+                        format!(
+                            "this channel has {threads} thread(s), and an automation channel has \
+                             none: delete its threads first"
+                        ),
+                    ));
+                }
+            }
             entry.automation = on;
             save(hub, conn, id, vec![entry]).await
         }
@@ -72,10 +90,12 @@ pub async fn handle(
 fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
     let name = name.trim();
     let max = hub.limits().max_name_chars;
-    if name.is_empty() {
+    if is_blank(name) {
         return Err((
             ErrorCode::Unsupported,
-            "a channel name cannot be empty".into(),
+            "a channel name cannot be empty (spaces and invisible characters such as U+200B \
+             do not count)"
+                .into(),
         ));
     }
     if name.chars().count() > max {
@@ -91,6 +111,49 @@ fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
         ));
     }
     Ok(name.to_owned())
+}
+
+/// Nothing a person could see or select in a list: only whitespace and invisible characters.
+fn is_blank(name: &str) -> bool {
+    name.chars().all(|c| c.is_whitespace() || is_invisible(c))
+}
+
+/// Format characters (Unicode general category Cf: zero-width spaces and joiners, bidi marks
+/// and isolates, the BOM, tags) and the other default-ignorable code points (variation
+/// selectors, Hangul fillers, U+034F), none of which draws anything by itself.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c as u32,
+        // Cf, as of Unicode 15.
+        0xAD | 0x600..=0x605
+            | 0x61C
+            | 0x6DD
+            | 0x70F
+            | 0x890..=0x891
+            | 0x8E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            // Default-ignorable but not Cf; the tag and variation-selector block whole.
+            | 0x34F
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180D
+            | 0x180F
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFFA0
+            | 0xE0000..=0xE0FFF
+    )
 }
 
 fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
@@ -315,8 +378,18 @@ async fn create(
     commit(hub, conn, changes, reply).await
 }
 
+/// What an auto-thread is called when its message's first line shows nothing.
+const AUTO_THREAD_FALLBACK_NAME: &str = "Thread";
+
 /// A new thread entry under `parent` (`auto` for threads the gateway mints for a message).
 pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
+    // An auto-thread is named from a message, which may start with nothing visible; a name
+    // the lists cannot show would leave the thread unfindable.
+    let name = if is_blank(&name) {
+        AUTO_THREAD_FALLBACK_NAME.to_owned()
+    } else {
+        name
+    };
     let mut thread = Channel::new(
         ids::time_ordered("thr"),
         name,
@@ -433,4 +506,33 @@ async fn delete(
     .map_err(|e| (ErrorCode::Internal, e.0))?;
     hub.collect_media(&media).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_only_spaces_and_invisible_characters_are_blank() {
+        for name in [
+            "",
+            "   ",
+            "\u{200B}",
+            "\u{200D}\u{FEFF}\u{2060}",
+            " \u{200E}\u{200F}\u{202E}\u{2066}\u{2069} ",
+            "\u{3164}\u{FE0F}\u{E0041}",
+            "\u{00A0}\u{3000}",
+        ] {
+            assert!(is_blank(name), "{name:?}");
+        }
+        for name in ["a", "\u{200B}x\u{200B}", "👍\u{FE0F}", "日本"] {
+            assert!(!is_blank(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn an_invisible_auto_thread_name_is_replaced() {
+        assert_eq!(new_thread("c", "\u{200B}".into(), true).name, "Thread");
+        assert_eq!(new_thread("c", "Plan".into(), true).name, "Plan");
+    }
 }
