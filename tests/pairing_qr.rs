@@ -400,6 +400,55 @@ async fn the_pairing_page_answers_each_code_with_the_right_status() {
     assert_eq!(put.status, 405);
 }
 
+/// More source addresses than the page counts one by one (256) must not buy more wrong codes:
+/// before, each new address pushed the oldest out of the table and started from zero.
+#[tokio::test]
+async fn rotating_source_addresses_does_not_escape_the_page_code_limit() {
+    let dir = temp_data_dir();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[limits]\npair_code_failures_per_minute = 1\n").expect("write config");
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
+    let code = startup_page_code(&gw);
+    let from = |n: u32| format!("127.0.{}.{}", 1 + n / 250, 1 + n % 250);
+
+    // 300 addresses, one wrong code each: at most the table plus the shared overflow count
+    // (257 tries) get an answer; after that, new addresses get 429 with the code unread.
+    let (mut wrong, mut limited) = (0, 0);
+    for n in 0..300 {
+        let reply = post_code(&gw, &from(n), "ZZZZ-ZZZZ").await;
+        match reply.status {
+            403 => {
+                assert_eq!(limited, 0, "a code was checked again after the limit bit");
+                wrong += 1;
+            }
+            429 => {
+                assert!(reply.headers.contains_key("retry-after"));
+                limited += 1;
+            }
+            other => panic!("address {}: HTTP {other}: {}", from(n), reply.body),
+        }
+    }
+    assert!(
+        wrong <= 257,
+        "{wrong} wrong codes answered from rotating addresses"
+    );
+    assert!(
+        limited >= 40,
+        "only {limited} of 300 rotating addresses were limited"
+    );
+
+    // The first address was not forgotten; a new one waits too, even with the right code.
+    assert_eq!(post_code(&gw, &from(0), &code).await.status, 429);
+    let stranger = post_code(&gw, "127.0.9.9", &code).await;
+    assert_eq!(stranger.status, 429, "{}", stranger.body);
+    assert!(
+        stranger.body.contains("too many addresses"),
+        "{}",
+        stranger.body
+    );
+}
+
 #[tokio::test]
 async fn an_expired_page_code_is_gone() {
     let dir = temp_data_dir();
