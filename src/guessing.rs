@@ -1,7 +1,7 @@
 //! Failed guesses per source address, for the two doors a secret guards: the hello gate
 //! (device tokens) and the pairing page (one-time codes). See docs/security.md, "Guessing".
 //!
-//! Memory is bounded (a fixed number of addresses), but forgetting is never a way around the
+//! Memory is bounded (a fixed table of addresses), but forgetting is never a way around the
 //! limit: an address's count is dropped only once its minute is over, when it would have been
 //! reset anyway. While every slot holds a live count, the addresses without one share a single
 //! extra count with the same per-minute budget, so rotating through more addresses than the
@@ -17,7 +17,6 @@
 //!
 //! Used from the event loop only; callers wrap it in a `RefCell`.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -108,21 +107,20 @@ impl Entry {
     }
 }
 
-/// Failures per address per minute, in a table of at most `capacity` addresses.
-pub struct GuessLimiter {
+/// Failures per address per minute, in a fixed table of `N` addresses (no allocation, so the
+/// bound is the type's size).
+pub struct GuessLimiter<const N: usize> {
     per_address: u32,
-    capacity: usize,
-    entries: HashMap<IpAddr, Entry>,
+    entries: heapless::LinearMap<IpAddr, Entry, N>,
     /// Shared by every address that has no slot while the table is full of live entries.
     overflow: Count,
 }
 
-impl GuessLimiter {
-    pub fn new(per_address: u32, capacity: usize, now: Instant) -> GuessLimiter {
+impl<const N: usize> GuessLimiter<N> {
+    pub fn new(per_address: u32, now: Instant) -> GuessLimiter<N> {
         GuessLimiter {
             per_address,
-            capacity: capacity.max(1),
-            entries: HashMap::with_capacity(capacity),
+            entries: heapless::LinearMap::new(),
             overflow: Count::new(0, now),
         }
     }
@@ -158,7 +156,7 @@ impl GuessLimiter {
                 count: Count::new(1, now),
                 good_until: None,
             };
-            self.entries.insert(key, entry);
+            let _ = self.entries.insert(key, entry);
         } else {
             self.overflow.add(now);
         }
@@ -177,11 +175,11 @@ impl GuessLimiter {
                 count: Count::new(0, now),
                 good_until,
             };
-            self.entries.insert(key, entry);
+            let _ = self.entries.insert(key, entry);
         }
     }
 
-    /// Addresses remembered now (at most the capacity).
+    /// Addresses remembered now (at most `N`).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -191,14 +189,14 @@ impl GuessLimiter {
     }
 
     fn has_room(&self, now: Instant) -> bool {
-        self.entries.len() < self.capacity || self.entries.values().any(|e| e.forgettable(now))
+        self.entries.len() < N || self.entries.values().any(|e| e.forgettable(now))
     }
 
     /// Frees a slot if one can go without losing a live count. For a success, the known-good
     /// address with the oldest success may go too (it keeps no live failures): the newest
     /// successes are the phones most likely to come back.
     fn make_room(&mut self, now: Instant, for_good: bool) -> bool {
-        if self.entries.len() < self.capacity {
+        if self.entries.len() < N {
             return true;
         }
         let victim = self
@@ -238,7 +236,7 @@ mod tests {
     #[test]
     fn an_address_is_limited_by_its_own_count_for_the_minute() {
         let t0 = Instant::now();
-        let mut g = GuessLimiter::new(3, 4, t0);
+        let mut g = GuessLimiter::<4>::new(3, t0);
         for _ in 0..3 {
             assert_eq!(g.check(v4(1), t0), Ok(()));
             g.fail(v4(1), t0);
@@ -257,7 +255,7 @@ mod tests {
     #[test]
     fn a_success_does_not_reset_the_count() {
         let t0 = Instant::now();
-        let mut g = GuessLimiter::new(5, 4, t0);
+        let mut g = GuessLimiter::<4>::new(5, t0);
         // 4 bad + 1 good, repeated: the second round runs out.
         for _ in 0..4 {
             g.fail(v4(1), t0);
@@ -271,8 +269,9 @@ mod tests {
     #[test]
     fn rotating_through_more_addresses_than_the_table_holds_is_still_bounded() {
         let t0 = Instant::now();
-        let (per, cap) = (2, 8);
-        let mut g = GuessLimiter::new(per, cap, t0);
+        const CAP: usize = 8;
+        let (per, cap) = (2, CAP);
+        let mut g = GuessLimiter::<CAP>::new(per, t0);
         let mut allowed = 0;
         for _ in 0..10 {
             for n in 0..1000 {
@@ -300,7 +299,7 @@ mod tests {
     #[test]
     fn a_known_good_address_keeps_its_slot_while_strangers_share_the_overflow() {
         let t0 = Instant::now();
-        let mut g = GuessLimiter::new(2, 4, t0);
+        let mut g = GuessLimiter::<4>::new(2, t0);
         let home = v4(100);
         g.succeed(home, t0);
         for n in 0..50 {
@@ -319,7 +318,7 @@ mod tests {
     #[test]
     fn a_new_success_replaces_the_oldest_good_address_not_a_live_count() {
         let t0 = Instant::now();
-        let mut g = GuessLimiter::new(1, 2, t0);
+        let mut g = GuessLimiter::<2>::new(1, t0);
         g.fail(v4(1), t0);
         g.succeed(v4(2), t0);
         let t1 = t0 + Duration::from_secs(1);
@@ -342,7 +341,7 @@ mod tests {
             "192.168.1.10".parse::<IpAddr>().unwrap()
         );
         let t0 = Instant::now();
-        let mut g = GuessLimiter::new(1, 4, t0);
+        let mut g = GuessLimiter::<4>::new(1, t0);
         g.fail(a, t0);
         assert!(g.check(b, t0).is_err());
         assert_eq!(g.check(c, t0), Ok(()));

@@ -68,7 +68,7 @@ struct State {
     /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
     published_head: u64,
     next_conn_id: ConnId,
-    bad_hellos: GuessLimiter,
+    bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
     storage_error: Option<String>,
     /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
     unsettled: Vec<Vec<crate::store::Change>>,
@@ -140,11 +140,7 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
-        let bad_hellos = GuessLimiter::new(
-            config.limits.bad_hellos_per_minute,
-            BAD_HELLO_TABLE,
-            Instant::now(),
-        );
+        let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let hub = Rc::new(Hub {
             health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
             turn_slots: Semaphore::new(config.limits.max_running_turns),

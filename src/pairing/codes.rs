@@ -53,7 +53,7 @@ pub struct PageCodes {
 struct State {
     live: Option<(CodeDigest, Instant)>,
     spent: VecDeque<CodeDigest>,
-    failures: GuessLimiter,
+    failures: GuessLimiter<FAILURE_TABLE>,
 }
 
 impl PageCodes {
@@ -63,7 +63,7 @@ impl PageCodes {
             state: RefCell::new(State {
                 live: None,
                 spent: VecDeque::new(),
-                failures: GuessLimiter::new(failures_per_minute, FAILURE_TABLE, Instant::now()),
+                failures: GuessLimiter::new(failures_per_minute, Instant::now()),
             }),
         }
     }
