@@ -41,7 +41,9 @@ async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
 
 /// `sync` from `cursor`: every replayed frame up to `sync.done`.
 async fn sync_from(c: &mut Client, cursor: u64) -> Vec<Value> {
-    let id = c.request("sync", None, None, json!({ "cursor": cursor })).await;
+    let id = c
+        .request("sync", None, None, json!({ "cursor": cursor }))
+        .await;
     let mut frames = Vec::new();
     loop {
         let f = c.recv().await;
@@ -202,15 +204,16 @@ async fn a_lane_of_big_messages_pages_by_bytes() {
         let text = format!("{i} {}", "\"".repeat(250_000));
         ca.say(&text, common::typing_off).await;
     }
-    let id = ca.request("history", Some("default"), None, json!({})).await;
+    let id = ca
+        .request("history", Some("default"), None, json!({}))
+        .await;
     let page = ca.recv_reply(id).await;
     assert_eq!(frame_type(&page), "history", "{}", &page.to_string()[..200]);
     assert_eq!(page["payload"]["has_more"], json!(true));
     let first = page["payload"]["messages"].as_array().unwrap();
     assert!(!first.is_empty() && first.len() < 10, "{}", first.len());
     assert_eq!(
-        page["payload"]["oldest_message_id"],
-        first[0]["message_id"],
+        page["payload"]["oldest_message_id"], first[0]["message_id"],
         "the page names its oldest message"
     );
     let (all, pages) = whole_history(&mut ca, "default", None).await;
@@ -354,7 +357,10 @@ async fn an_agent_reply_of_control_characters_stays_within_frames() {
     assert_eq!(pstr(stop, "final_text"), final_text);
     let (all, _) = whole_history(&mut cb, "default", None).await;
     assert_eq!(all.len(), 2);
-    assert!(!gw.stderr_tail().contains("sent cut to fit"), "the producer cut it, not the writer");
+    assert!(
+        !gw.stderr_tail().contains("sent cut to fit"),
+        "the producer cut it, not the writer"
+    );
 }
 
 /// Search hits carry a snippet around the matching word, and a "word" can be a whole message
@@ -373,10 +379,20 @@ async fn search_results_of_long_words_fit() {
         ca.say(&word, common::typing_off).await;
     }
     let id = ca
-        .request("search", None, None, json!({ "query": "zebra", "limit": 100 }))
+        .request(
+            "search",
+            None,
+            None,
+            json!({ "query": "zebra", "limit": 100 }),
+        )
         .await;
     let r = ca.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "search.results", "{}", &r.to_string()[..200]);
+    assert_eq!(
+        frame_type(&r),
+        "search.results",
+        "{}",
+        &r.to_string()[..200]
+    );
     let hits = r["payload"]["hits"].as_array().unwrap();
     assert!(hits.len() >= 20, "{}", hits.len());
     for h in hits {
@@ -495,7 +511,12 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
         let encoded = f.encode();
         let cut = fit::shrink_encoded(&encoded, APP_MAX_FRAME_BYTES)
             .unwrap_or_else(|| panic!("{} could not be cut to fit", f.kind));
-        assert!(cut.len() <= APP_MAX_FRAME_BYTES, "{}: {}", f.kind, cut.len());
+        assert!(
+            cut.len() <= APP_MAX_FRAME_BYTES,
+            "{}: {}",
+            f.kind,
+            cut.len()
+        );
         let v: Value = serde_json::from_slice(&cut).unwrap();
         if let Err(e) = schema.validate_server_frame(&v) {
             panic!("{} cut to fit is not valid: {e}", f.kind);

@@ -236,7 +236,11 @@ pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refus
     if after <= budget || after <= before {
         return Ok(());
     }
-    let icons: usize = all.iter().filter_map(|c| c.icon.as_ref()).map(String::len).sum();
+    let icons: usize = all
+        .iter()
+        .filter_map(|c| c.icon.as_ref())
+        .map(String::len)
+        .sum();
     Err((
         ErrorCode::Unsupported,
         format!(

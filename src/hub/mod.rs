@@ -32,11 +32,11 @@ pub use commit::{CommitError, Origin};
 
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
-use crate::protocol::fit::{self, OutBudget};
 use crate::connection::{encode_text, Closing, ConnId, Outlet};
 use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
+use crate::protocol::fit::{self, OutBudget};
 use crate::protocol::{
     Channel, ErrorCode, Frame, HealthState, Hello, HistoryRequest, Lane, Request, RequestFrame,
     ServerCaps, TodoItem,
@@ -309,7 +309,8 @@ impl Hub {
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let channels = channels::directory_for_wire(self, self.store.channels().unwrap_or_default());
+        let channels =
+            channels::directory_for_wire(self, self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();

@@ -242,10 +242,8 @@ fn cuttable_lengths(v: &Value, out: &mut Vec<usize>) {
 /// Cuts every cuttable string longer than `level` to `level` escaped bytes (marker included).
 fn cut_above(v: &mut Value, level: usize) {
     match v {
-        Value::String(s) => {
-            if escaped_len(s) >= MIN_CUTTABLE {
-                cut_in_place(s, level);
-            }
+        Value::String(s) if escaped_len(s) >= MIN_CUTTABLE => {
+            cut_in_place(s, level);
         }
         Value::Array(items) => items.iter_mut().for_each(|x| cut_above(x, level)),
         Value::Object(map) => map.values_mut().for_each(|x| cut_above(x, level)),
