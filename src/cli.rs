@@ -17,9 +17,14 @@ use crate::store::{Device, DeviceOrigin, Store};
     version,
     about = "Connects the Iris chat app to your Hermes agent"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// `run` is the default command, so its flags work without naming it
+    /// (`iris-gateway --listen 127.0.0.1:9000`).
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Subcommand, Debug)]

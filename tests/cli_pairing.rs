@@ -148,8 +148,13 @@ struct BareGateway {
 
 impl BareGateway {
     fn start(data_dir: &Path) -> BareGateway {
+        BareGateway::start_with(&["run"], data_dir)
+    }
+
+    /// `command` before the flags: `["run"]`, or nothing (run is the default command).
+    fn start_with(command: &[&str], data_dir: &Path) -> BareGateway {
         let mut child = Command::new(BIN)
-            .arg("run")
+            .args(command)
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
@@ -393,6 +398,23 @@ async fn bare_run_uses_the_demo_agent() {
     assert_eq!(stop["chat_id"], "default", "{stop}");
     c.recv_until(|f| frame_type(f) == "typing" && f["payload"]["on"] == false)
         .await;
+}
+
+/// `run` is the default command, so its flags work without it (a newcomer's first try).
+#[tokio::test]
+async fn flags_without_a_command_mean_run() {
+    let dir = temp_data_dir();
+    let gw = BareGateway::start_with(&[], dir.path());
+    let p = pair(dir.path(), "flags only");
+    let c = hello_works(&gw.url, &p.token).await;
+    c.close().await;
+    // An unknown flag is still an error, not silently a run.
+    let out = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--no-such-flag"])
+        .output()
+        .expect("run the binary");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
 }
 
 /// After a crash (kill -9) the control socket file is left behind; `pair` must notice nothing

@@ -186,6 +186,34 @@ async fn the_terminal_qr_code_of_pair_decodes_to_what_pair_reports_and_pairs() {
     assert!(plain.contains("Token:"), "{plain}");
 }
 
+/// The start-up pairing code of a fresh gateway comes with its QR code, as `pair` draws it:
+/// it decodes to the printed token and URL, and that token says hello.
+#[tokio::test]
+async fn the_start_up_pairing_code_comes_with_a_qr_code_that_pairs() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stdout = loop {
+        let out = gw.stdout_tail();
+        if out.lines().any(|l| l.trim_start().starts_with("token:")) {
+            break out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no start-up code:\n{out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let after_intro = stdout
+        .split_once("no device is paired yet; scan this in the Iris app")
+        .map(|(_, rest)| rest.split_once('\n').map_or("", |(_, r)| r))
+        .unwrap_or_else(|| panic!("no start-up intro:\n{stdout}"));
+    let values = parse_uri(&decode_terminal_qr(&qr_lines(after_intro)));
+    assert_eq!(values["token"], field(&stdout, "token:"), "{values:?}");
+    assert_eq!(values["fp"].len(), 64, "{values:?}");
+    assert_hello_accepted(&gw, &values["token"]).await;
+}
+
 #[tokio::test]
 async fn without_tls_the_qr_code_carries_the_ws_url_and_no_pin() {
     let dir = temp_data_dir();
