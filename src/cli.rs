@@ -35,6 +35,9 @@ pub enum Command {
     Pair(PairArgs),
     /// List paired devices, or revoke one.
     Devices(DevicesArgs),
+    /// Health, agent, push, storage and devices of the running gateway (exit status 3 when no
+    /// gateway runs on the data dir).
+    Status(StatusArgs),
     /// A terminal client: chat with the agent through the gateway.
     Chat(crate::chat::ChatArgs),
     /// Write a backup of the store and media to FILE (while the gateway runs, or not).
@@ -383,6 +386,64 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `status` found: the gateway answered, or nothing runs on the data dir.
+pub enum StatusOutcome {
+    Running,
+    NotRunning,
+}
+
+/// Asks the running gateway for its health over the control socket. A gateway that is not
+/// running is said so plainly (with where the store is and how many devices it has), not
+/// treated as an error of the command: `StatusOutcome::NotRunning` lets the caller exit 3, as
+/// LSB status commands do.
+pub fn run_status(args: StatusArgs) -> Result<StatusOutcome, CliError> {
+    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    match control::request(&dir, &ControlRequest::Status)? {
+        Reached::Answer(ControlResponse::Status { report }) => {
+            if args.json {
+                println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            } else {
+                println!("{}", report.to_text());
+            }
+            Ok(StatusOutcome::Running)
+        }
+        Reached::Answer(ControlResponse::Error { message }) => Err(CliError::Refused(message)),
+        Reached::Answer(other) => Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+        Reached::NotRunning => {
+            // The store can be read while nothing holds it; a damaged or locked one is only
+            // mentioned, the command is about the gateway.
+            let devices = open_offline(&dir).and_then(|s| Ok(s.devices()?.len()));
+            if args.json {
+                let mut out = serde_json::json!({ "running": false, "data_dir": dir });
+                if let Ok(n) = &devices {
+                    out["devices_paired"] = (*n).into();
+                }
+                println!("{out}");
+            } else {
+                println!(
+                    "Gateway: not running (nothing answers on {})",
+                    control::socket_path(&dir).display()
+                );
+                match devices {
+                    Ok(n) => println!("Devices: {n} paired (store in {})", dir.display()),
+                    Err(e) => println!("Store:   {e}"),
+                }
+                println!("Start it with: sudo systemctl start iris-gateway (or iris-gateway run)");
+            }
+            Ok(StatusOutcome::NotRunning)
+        }
+    }
 }
 
 pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {

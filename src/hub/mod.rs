@@ -12,8 +12,11 @@ mod commands;
 mod commit;
 mod push;
 mod search;
+mod status;
 mod storage;
 mod turns;
+
+pub use status::StatusReport;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
