@@ -69,7 +69,7 @@ pub enum ControlResponse {
         expires_in_secs: u64,
     },
     Status {
-        report: crate::hub::StatusReport,
+        report: Box<crate::hub::StatusReport>,
     },
     Error {
         message: String,
@@ -166,7 +166,7 @@ async fn serve_one(
             expires_in_secs: page.codes.ttl().as_secs(),
         },
         Ok(ControlRequest::Status) => ControlResponse::Status {
-            report: hub.status_report(),
+            report: Box::new(hub.status_report()),
         },
         Ok(ControlRequest::Backup) => unreachable!("answered above"),
         Err(e) => {
