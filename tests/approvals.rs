@@ -653,3 +653,35 @@ async fn a_gateway_killed_while_an_approval_waits_re_offers_it_after_the_restart
         .count();
     assert_eq!(asked, 1, "the message was handed over again");
 }
+
+/// The gateway restarts while an approval waits and nobody answers: the restarted gateway,
+/// following the run by its status only, still closes the picker when Hermes stops waiting.
+#[tokio::test]
+async fn after_a_restart_an_unanswered_approval_still_closes_when_hermes_stops_waiting() {
+    let _one = ONE_HERMES.lock().await;
+    let mut r = rig(8);
+    let mut c = connect(&r.gw, &r.p).await;
+    let picker = ask_for_danger(&mut c, &r).await;
+    let addr = r.gw.addr.to_string();
+    r.gw.kill9();
+    drop(c);
+    let gw = gateway_for(r.dir.path(), &r.hermes, &["--listen", &addr]);
+    let mut c = connect(&gw, &r.p).await;
+    let closed = c
+        .recv_until(|f| system_answer(f) && pstr(f, "text").contains("was not approved in time"))
+        .await;
+    assert!(pstr(&closed, "text").contains(&command_of(&r)), "{closed}");
+    let answer = c.recv_type("message.stop").await;
+    assert!(
+        pstr(&answer, "final_text").starts_with("Tool said:"),
+        "{answer}\n{}",
+        gw.output_tail()
+    );
+    assert!(
+        r.victim.join("cat.jpg").exists(),
+        "an unanswered command ran"
+    );
+    let id = select(&mut c, &picker, "once").await;
+    let e = c.recv_reply(id).await;
+    assert_eq!(e["payload"]["code"], "not_found", "{e}");
+}

@@ -449,12 +449,21 @@ impl TurnWorker {
                     )))
                 }
             };
-            match state {
-                super::RunState::Active { waiting } => {
-                    if !waiting && std::mem::take(&mut p.approval_open) {
-                        self.send(AgentEvent::ApprovalExpired);
-                    }
+            let ended = matches!(
+                state,
+                super::RunState::Completed { .. } | super::RunState::Failed(_)
+            );
+            let waiting = matches!(state, super::RunState::Active { waiting: true });
+            if (ended || !waiting) && std::mem::take(&mut p.approval_open) {
+                // Between two looks the run stopped waiting (or even finished) without the
+                // gateway's answer: Hermes' timeout refused the command. (An answer the
+                // gateway gave has already closed its approval; the hub ignores this then.)
+                if !matches!(state, super::RunState::Cancelled) {
+                    self.send(AgentEvent::ApprovalExpired);
                 }
+            }
+            match state {
+                super::RunState::Active { .. } => {}
                 super::RunState::Completed { output, tokens } => {
                     if let Some(t) = tokens.filter(|t| *t > 0) {
                         summary.tokens = Some(t);
