@@ -6,6 +6,7 @@
 //! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
 //! `RefCell` that is never borrowed across an `.await`.
 
+mod approvals;
 mod automation;
 mod channels;
 mod commands;
@@ -63,6 +64,8 @@ struct LaneState {
     abort: Option<Rc<turns::Abort>>,
     /// The assistant message the running turn is streaming.
     streaming: Option<String>,
+    /// The agent's run of the running turn, once it has one (Hermes' runs API).
+    run_id: Option<String>,
 }
 
 struct State {
@@ -83,6 +86,9 @@ struct State {
     agent_error: Option<String>,
     /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
     pickers: HashMap<String, commands::Picker>,
+    /// Approvals offered and not answered yet, by picker id (also in the store: they survive
+    /// restarts, unlike the settings pickers).
+    approvals: HashMap<String, crate::store::ApprovalRecord>,
     /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
     agent_settings: crate::agent::AgentSettings,
     shutting_down: bool,
@@ -143,6 +149,11 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
+        let approvals = store
+            .approvals()?
+            .into_iter()
+            .map(|a| (a.picker_id.clone(), a))
+            .collect();
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let hub = Rc::new(Hub {
             health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
@@ -164,6 +175,7 @@ impl Hub {
                 media_full: None,
                 agent_error: None,
                 pickers: HashMap::new(),
+                approvals,
                 agent_settings,
                 shutting_down: false,
             }),
@@ -467,9 +479,24 @@ impl Hub {
                 outlet.push_frame(&Frame::commands_catalog(id, commands::catalog(self)));
                 Ok(())
             }
+            Request::PickerSelect { picker_id, value }
+                if picker_id.starts_with(approvals::PICKER_PREFIX) =>
+            {
+                approvals::select(self, outlet, &picker_id, &value).await
+            }
             Request::PickerSelect { picker_id, value } => {
                 commands::picker_select(self, outlet, &picker_id, &value).await
             }
+            Request::AgentStop => self
+                .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
+                .and_then(|(lane, _)| {
+                    // The same as `/stop` in that lane, without a command message to answer.
+                    if self.stop_lane(&lane) {
+                        Ok(())
+                    } else {
+                        Err((ErrorCode::NotFound, format!("nothing is running in {lane}")))
+                    }
+                }),
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
                 channels::handle(self, outlet.conn_id, id, target, other).await

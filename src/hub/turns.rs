@@ -13,7 +13,9 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::{channels, coalesce_key, Hub, Origin, Refusal};
-use crate::agent::{AgentError, AgentEvent, PastMessage, Recovery, TurnInput, TurnSummary};
+use crate::agent::{
+    AgentError, AgentEvent, PastMessage, Recovery, RunState, TurnInput, TurnSummary,
+};
 use crate::connection::Outlet;
 use crate::ids;
 use crate::protocol::fit;
@@ -36,6 +38,9 @@ pub struct QueuedTurn {
     /// `Some(title)` for a gateway-originated prompt in an automation channel: its answer is
     /// stored with role `cron` and announced by a `notification` with this title.
     pub automation: Option<String>,
+    /// The agent's run of this message, when a restart found it still going: followed, never
+    /// handed over again.
+    pub resume_run: Option<String>,
 }
 
 /// Ends a running turn early. `stop` (from `/stop`) keeps what was streamed so far as the
@@ -193,6 +198,7 @@ pub async fn send_message(
             text: message.text,
             media: message.media,
             automation: None,
+            resume_run: None,
         },
     );
     Ok(())
@@ -209,6 +215,7 @@ pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, titl
             text: prompt,
             media: Vec::new(),
             automation: Some(title),
+            resume_run: None,
         },
     );
 }
@@ -310,6 +317,9 @@ struct TurnText {
     truncated: bool,
     /// Files the agent produced, stored and offered.
     media: Vec<MediaRef>,
+    /// The user message this turn answers, and the agent's run of it (once it has one).
+    user_message_id: String,
+    run_id: Option<String>,
 }
 
 /// How one attempt to run a turn ended.
@@ -360,11 +370,19 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         history: hub.past_messages(lane, &session, &turn.user_message_id),
         session: session.session_id,
         settings: hub.state.borrow().agent_settings.clone(),
+        resume_run: turn.resume_run.clone(),
     };
     let agent_config = &hub.config.agent;
     let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
     let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
-    let mut acc = TurnText::default();
+    let mut acc = TurnText {
+        user_message_id: turn.user_message_id.clone(),
+        run_id: turn.resume_run.clone(),
+        ..TurnText::default()
+    };
+    if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
+        ls.run_id = turn.resume_run.clone();
+    }
     let mut told_waiting = false;
     let outcome = loop {
         let attempt =
@@ -407,9 +425,21 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
             break Attempt::Abandoned;
         }
     };
+    let outcome = match outcome {
+        // Stopping for a restart: the run goes on at the agent, and the next start follows it.
+        Attempt::Abandoned if hub.is_shutting_down() => {
+            hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            return;
+        }
+        other => other,
+    };
     if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
         ls.abort = None;
         ls.streaming = None;
+        ls.run_id = None;
+    }
+    if let Some(run_id) = acc.run_id.clone() {
+        settle_run(hub, &run_id, &outcome).await;
     }
     let summary = match outcome {
         Attempt::Abandoned => {
@@ -421,6 +451,7 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
                 if let Err(e) = hub.commit(end, None).await {
                     warn!(%lane, "could not close an abandoned turn: {e}");
                 }
+                hub.forget_run(&turn.user_message_id);
             }
             hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
             return;
@@ -481,7 +512,31 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         notice,
     )
     .await;
+    hub.forget_run(&turn.user_message_id);
     hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+}
+
+/// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
+/// its lane deleted) is stopped at the agent too, since closing its events stream does not
+/// stop it; and an approval still open for it is closed, saying why.
+async fn settle_run(hub: &Rc<Hub>, run_id: &str, outcome: &Attempt) {
+    let gave_up = matches!(
+        outcome,
+        Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
+    );
+    if gave_up {
+        let (hub2, id) = (hub.clone(), run_id.to_owned());
+        tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
+    }
+    let stopped = matches!(outcome, Attempt::Stopped);
+    hub.close_approvals_of(run_id, |command| {
+        if stopped {
+            format!("The task was stopped: Hermes did not run `{command}`.")
+        } else {
+            format!("The agent's turn ended: the approval for `{command}` is no longer open.")
+        }
+    })
+    .await;
 }
 
 /// One try at a turn: runs the agent and applies its events until it ends, the time limit
@@ -677,6 +732,31 @@ async fn apply_event(
             }
         }
         AgentEvent::Todos(todos) => hub.set_todos(lane, todos),
+        AgentEvent::RunStarted(run_id) => {
+            // Durable before anything else happens in the run: a restart must find it (to
+            // follow it, never to hand the message over again).
+            let record = crate::store::RunRecord {
+                user_message_id: acc.user_message_id.clone(),
+                lane: lane.clone(),
+                run_id: run_id.clone(),
+            };
+            if let Err(e) = hub.store.put_run(&record).await {
+                warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+            }
+            if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
+                ls.run_id = Some(run_id.clone());
+            }
+            acc.run_id = Some(run_id);
+        }
+        AgentEvent::Approval(request) => match acc.run_id.clone() {
+            Some(run_id) => hub.offer_approval(lane, &run_id, request).await,
+            None => warn!(%lane, "an approval request outside a run was ignored"),
+        },
+        AgentEvent::ApprovalExpired => {
+            if let Some(run_id) = acc.run_id.clone() {
+                hub.approval_expired(&run_id).await;
+            }
+        }
         AgentEvent::File {
             filename,
             mime,
@@ -876,8 +956,10 @@ impl Hub {
     }
 
     /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
-    /// before listening. Nothing is ever sent to the agent twice: where the agent's own store
-    /// has the answer (or its start), that is delivered; otherwise the user is told.
+    /// before listening. Nothing is ever sent to the agent twice: a turn the agent took as a
+    /// run that is still going is followed to its end (its approval, if it waits for one,
+    /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
+    /// own store has the answer (or its start), that is delivered; else the user is told.
     pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, super::CommitError> {
         let pending = self
             .store
@@ -885,21 +967,44 @@ impl Hub {
             .map_err(|e| super::CommitError(e.to_string()))?;
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
+        let mut followed = Vec::new();
         for p in pending {
-            let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
-                Some(session) if tokio::time::Instant::now() < deadline => {
-                    let ask = self.agent.recover(&session.session_id, &p.text);
-                    tokio::time::timeout_at(deadline, ask)
+            let run = self.store.run_of(&p.user_message_id).ok().flatten();
+            let state = match &run {
+                Some(r) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
                         .await
-                        .unwrap_or(Recovery::Unknown)
+                        .unwrap_or(RunState::Gone)
                 }
-                _ => Recovery::Unknown,
+                _ => RunState::Gone,
             };
-            info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
-            let text = match recovery {
-                Recovery::Answered(text) => text,
-                Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
-                Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+            info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
+            let text = match state {
+                RunState::Active { .. } => {
+                    let run_id = run.map(|r| r.run_id).unwrap_or_default();
+                    followed.push((p, run_id));
+                    continue;
+                }
+                RunState::Completed { output, .. } => output,
+                RunState::Failed(e) => format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
+                RunState::Cancelled => "\u{23f9}\u{fe0f} Stopped.".to_owned(),
+                RunState::Gone => {
+                    let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+                        Some(session) if tokio::time::Instant::now() < deadline => {
+                            let ask = self.agent.recover(&session.session_id, &p.text);
+                            tokio::time::timeout_at(deadline, ask)
+                                .await
+                                .unwrap_or(Recovery::Unknown)
+                        }
+                        _ => Recovery::Unknown,
+                    };
+                    info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
+                    match recovery {
+                        Recovery::Answered(text) => text,
+                        Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
+                        Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+                    }
+                }
             };
             let reply = HistoryMessage {
                 runtime: Some(Runtime::default()),
@@ -914,8 +1019,68 @@ impl Hub {
                 None,
             )
             .await;
+            self.forget_run(&p.user_message_id);
+        }
+        // Approvals of runs that are over can no longer be answered: close them.
+        let live: Vec<String> = followed.iter().map(|(_, r)| r.clone()).collect();
+        for run_id in self.approval_runs() {
+            if !live.contains(&run_id) {
+                self.close_approvals_of(&run_id, |command| {
+                    format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
+                })
+                .await;
+            }
+        }
+        // Runs whose turns were settled before a crash removed their records.
+        let pending: Vec<String> = followed
+            .iter()
+            .map(|(p, _)| p.user_message_id.clone())
+            .collect();
+        for r in self.store.runs().unwrap_or_default() {
+            if !pending.contains(&r.user_message_id) {
+                self.forget_run(&r.user_message_id);
+            }
+        }
+        for (p, run_id) in followed {
+            info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
+            enqueue_turn(
+                self,
+                p.lane,
+                QueuedTurn {
+                    user_message_id: p.user_message_id,
+                    text: p.text,
+                    media: Vec::new(),
+                    automation: None,
+                    resume_run: Some(run_id),
+                },
+            );
         }
         Ok(count)
+    }
+
+    /// A settled turn's run record is no longer needed.
+    fn forget_run(&self, user_message_id: &str) {
+        if let Err(e) = self.store.remove_run(user_message_id) {
+            warn!("could not forget a settled run: {e}");
+        }
+    }
+
+    /// Stops the running turn of `lane` (`/stop`, `agent.stop`, "Stop the task"); `false` when
+    /// nothing runs there.
+    pub(super) fn stop_lane(&self, lane: &Lane) -> bool {
+        let abort = self
+            .state
+            .borrow()
+            .lanes
+            .get(lane)
+            .and_then(|ls| ls.abort.clone());
+        match abort {
+            Some(a) => {
+                a.stop();
+                true
+            }
+            None => false,
+        }
     }
 
     /// The lane's conversation at the agent, started (and stored) on first use.

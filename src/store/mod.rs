@@ -6,6 +6,7 @@
 //! everything written so far durable (an fsync of sled's log) and is what the hub awaits before it
 //! tells any device about a change.
 
+mod approvals;
 pub mod backup;
 mod check;
 mod devices;
@@ -15,6 +16,7 @@ mod media;
 mod outbox;
 pub mod search;
 mod sessions;
+pub use approvals::{ApprovalRecord, RunRecord};
 pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};
