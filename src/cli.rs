@@ -17,9 +17,14 @@ use crate::store::{Device, DeviceOrigin, Store};
     version,
     about = "Connects the Iris chat app to your Hermes agent"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// `run` is the default command, so its flags work without naming it
+    /// (`iris-gateway --listen 127.0.0.1:9000`).
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -30,6 +35,9 @@ pub enum Command {
     Pair(PairArgs),
     /// List paired devices, or revoke one.
     Devices(DevicesArgs),
+    /// Health, agent, push, storage and devices of the running gateway (exit status 3 when no
+    /// gateway runs on the data dir).
+    Status(StatusArgs),
     /// A terminal client: chat with the agent through the gateway.
     Chat(crate::chat::ChatArgs),
     /// Write a backup of the store and media to FILE (while the gateway runs, or not).
@@ -75,6 +83,9 @@ pub struct RunArgs {
     /// Override limits.max_frame_bytes.
     #[arg(long)]
     pub max_frame_bytes: Option<usize>,
+    /// Override limits.max_out_frame_bytes.
+    #[arg(long)]
+    pub max_out_frame_bytes: Option<usize>,
     /// Override limits.max_text_bytes.
     #[arg(long)]
     pub max_text_bytes: Option<usize>,
@@ -136,6 +147,9 @@ impl RunArgs {
         }
         if let Some(v) = self.max_frame_bytes {
             config.limits.max_frame_bytes = v;
+        }
+        if let Some(v) = self.max_out_frame_bytes {
+            config.limits.max_out_frame_bytes = v;
         }
         if let Some(v) = self.max_text_bytes {
             config.limits.max_text_bytes = v;
@@ -372,6 +386,64 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `status` found: the gateway answered, or nothing runs on the data dir.
+pub enum StatusOutcome {
+    Running,
+    NotRunning,
+}
+
+/// Asks the running gateway for its health over the control socket. A gateway that is not
+/// running is said so plainly (with where the store is and how many devices it has), not
+/// treated as an error of the command: `StatusOutcome::NotRunning` lets the caller exit 3, as
+/// LSB status commands do.
+pub fn run_status(args: StatusArgs) -> Result<StatusOutcome, CliError> {
+    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    match control::request(&dir, &ControlRequest::Status)? {
+        Reached::Answer(ControlResponse::Status { report }) => {
+            if args.json {
+                println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            } else {
+                println!("{}", report.to_text());
+            }
+            Ok(StatusOutcome::Running)
+        }
+        Reached::Answer(ControlResponse::Error { message }) => Err(CliError::Refused(message)),
+        Reached::Answer(other) => Err(CliError::Refused(format!("unexpected answer {other:?}"))),
+        Reached::NotRunning => {
+            // The store can be read while nothing holds it; a damaged or locked one is only
+            // mentioned, the command is about the gateway.
+            let devices = open_offline(&dir).and_then(|s| Ok(s.devices()?.len()));
+            if args.json {
+                let mut out = serde_json::json!({ "running": false, "data_dir": dir });
+                if let Ok(n) = &devices {
+                    out["devices_paired"] = (*n).into();
+                }
+                println!("{out}");
+            } else {
+                println!(
+                    "Gateway: not running (nothing answers on {})",
+                    control::socket_path(&dir).display()
+                );
+                match devices {
+                    Ok(n) => println!("Devices: {n} paired (store in {})", dir.display()),
+                    Err(e) => println!("Store:   {e}"),
+                }
+                println!("Start it with: sudo systemctl start iris-gateway (or iris-gateway run)");
+            }
+            Ok(StatusOutcome::NotRunning)
+        }
+    }
 }
 
 pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {

@@ -240,6 +240,10 @@ pub struct Limits {
     /// Largest JSON text frame read from a socket. Larger frames are not buffered: the socket
     /// gets an `error` and a policy close (1009).
     pub max_frame_bytes: usize,
+    /// Largest frame the gateway writes to a socket: what an app can be expected to take. Every
+    /// outgoing frame is built to fit (directory, history pages, agent text by encoded size)
+    /// and the writer cuts anything that still does not (docs/limits.md, "Outgoing frames").
+    pub max_out_frame_bytes: usize,
     /// Longest `message.send` text (UTF-8 bytes).
     pub max_text_bytes: usize,
     /// Longest channel or device name (characters).
@@ -338,6 +342,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_frame_bytes: 1 << 20,
+            max_out_frame_bytes: 1 << 20,
             max_text_bytes: 256 << 10,
             max_name_chars: 100,
             max_icon_bytes: 512 << 10,
@@ -386,11 +391,17 @@ impl Config {
     /// Refuses settings that would make the gateway unusable rather than failing later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 12] = [
+        let checks: [(&'static str, bool, &str); 13] = [
             (
                 "limits.max_frame_bytes",
                 l.max_frame_bytes >= 4096,
                 "must be at least 4096",
+            ),
+            // Below this the outgoing shares (text, reasoning, reserve) leave no room to talk.
+            (
+                "limits.max_out_frame_bytes",
+                l.max_out_frame_bytes >= 64 << 10,
+                "must be at least 65536",
             ),
             // A text limit above what a frame can carry is harmless: the frame limit bites first.
             (

@@ -40,6 +40,8 @@ pub enum ControlRequest {
     Backup,
     /// A fresh one-time code for the pairing page (`pair --page`).
     PairPage,
+    /// Health, agent, push, storage and devices (`status`).
+    Status,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +67,9 @@ pub enum ControlResponse {
         /// Where to enter it: `http(s)://HOST:PORT/pair`.
         page_url: String,
         expires_in_secs: u64,
+    },
+    Status {
+        report: Box<crate::hub::StatusReport>,
     },
     Error {
         message: String,
@@ -159,6 +164,9 @@ async fn serve_one(
             code: page.codes.mint(),
             page_url: page.address(),
             expires_in_secs: page.codes.ttl().as_secs(),
+        },
+        Ok(ControlRequest::Status) => ControlResponse::Status {
+            report: Box::new(hub.status_report()),
         },
         Ok(ControlRequest::Backup) => unreachable!("answered above"),
         Err(e) => {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod connection;
 pub mod control;
 pub mod discovery;
+pub mod guessing;
 pub mod hub;
 pub mod ids;
 pub mod media;

@@ -10,10 +10,18 @@ use iris_gateway::{backup, chat, server, service, store};
 fn main() -> std::process::ExitCode {
     keep_memory_small();
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or_else(|| Command::Run(Box::default())) {
+    let result = match cli
+        .command
+        .unwrap_or_else(|| Command::Run(Box::new(cli.run)))
+    {
         Command::Run(args) => run(*args),
         Command::Pair(args) => cli::run_pair(args).map_err(|e| e.to_string()),
         Command::Devices(args) => cli::run_devices(args).map_err(|e| e.to_string()),
+        Command::Status(args) => match cli::run_status(args) {
+            Ok(cli::StatusOutcome::Running) => Ok(()),
+            Ok(cli::StatusOutcome::NotRunning) => return std::process::ExitCode::from(3),
+            Err(e) => Err(e.to_string()),
+        },
         Command::Chat(args) => {
             runtime().and_then(|rt| rt.block_on(chat::run(args)).map_err(|e| e.to_string()))
         }

@@ -271,7 +271,10 @@ fn print_pairing_hint(
         warn!("could not mint a pairing code: {e}");
         return;
     }
-    println!("no device is paired yet; enter this in the Iris app:");
+    // The code first, as `pair` draws it, so the text stays in view below it.
+    let invitation = crate::pairing::Invitation::new(url, &token, tls);
+    println!("no device is paired yet; scan this in the Iris app, or enter what follows it:");
+    println!("{}", invitation.terminal_qr());
     println!("  url:   {url}");
     println!("  token: {token}");
     if let Some(t) = tls {

@@ -515,6 +515,41 @@ fn the_default_channel_cannot_receive_automation() {
     );
 }
 
+/// A config entry that names an existing channel with threads is refused at start like a
+/// `channel.set_automation` on it: an automation channel has none.
+#[tokio::test]
+async fn a_channel_with_threads_cannot_become_an_automation_channel() {
+    let dir = temp_data_dir();
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let p = pair(dir.path(), "phone");
+    let (mut c, _) = common::connect(&gw, &p).await;
+    let ops = common::create_channel(&mut c, "Ops").await;
+    common::create_thread(&mut c, &ops, "Incident").await;
+    c.close().await;
+    gw.stop_ok();
+
+    let config = write_config(
+        dir.path(),
+        &format!("[[webhook]]\nname = \"door\"\nchannel = \"Ops\"\ntoken = \"{TOKEN}\"\n"),
+    );
+    let data = dir.path().to_str().expect("utf-8");
+    let out = cli(&[
+        "run",
+        "--data-dir",
+        data,
+        "--config",
+        &config,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started anyway:\n{stderr}");
+    assert!(
+        stderr.contains("[[webhook]] `door`") && stderr.contains("has threads"),
+        "the error must name the entry and why:\n{stderr}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cron
 // ---------------------------------------------------------------------------------------------

@@ -576,6 +576,125 @@ async fn rename_refusals() {
     assert_eq!(changes.len(), 1, "{changes:?}");
 }
 
+/// Names that show nothing in a list (zero-width spaces and joiners, BOM, word joiner, bidi
+/// marks and isolates, alone or with spaces) are refused like an empty name, for channels and
+/// threads, on create and on rename.
+#[tokio::test]
+async fn invisible_names_are_refused_like_empty_ones() {
+    let mut t = two_devices().await;
+    let chan = id_of(&create(&mut t, json!({ "name": "Visible", "kind": "channel" })).await);
+    let thr = id_of(
+        &create(
+            &mut t,
+            json!({ "name": "Visible thread", "kind": "thread", "parent_chat_id": chan }),
+        )
+        .await,
+    );
+    let c = &mut t.a;
+    for name in [
+        "\u{200B}",
+        " \u{200D}\u{FEFF} ",
+        "\u{2060}\u{200E}\u{200F}",
+        "\u{202E}\u{2066}\u{2069}\u{00A0}",
+    ] {
+        let errors = [
+            refused(
+                c,
+                "channel.rename",
+                Some(&chan),
+                json!({ "name": name }),
+                "unsupported",
+            )
+            .await,
+            refused(
+                c,
+                "channel.rename",
+                Some(&thr),
+                json!({ "name": name }),
+                "unsupported",
+            )
+            .await,
+            refused(
+                c,
+                "channel.create",
+                None,
+                json!({ "name": name, "kind": "channel" }),
+                "unsupported",
+            )
+            .await,
+            refused(
+                c,
+                "channel.create",
+                None,
+                json!({ "name": name, "kind": "thread", "parent_chat_id": chan }),
+                "unsupported",
+            )
+            .await,
+        ];
+        for e in errors {
+            let message = e["payload"]["message"].as_str().unwrap_or("");
+            assert!(message.contains("empty"), "{name:?}: {e}");
+        }
+    }
+    // A visible name with a zero-width joiner in it (an emoji sequence) is fine.
+    let id = c
+        .request(
+            "channel.rename",
+            Some(&chan),
+            None,
+            json!({ "name": "Family 👩\u{200D}👧" }),
+        )
+        .await;
+    assert_eq!(frame_type(&c.recv_reply(id).await), "channel.renamed");
+}
+
+/// The docs say an automation channel has no threads: marking a channel that has some is
+/// refused (and nothing changes), until its threads are gone.
+#[tokio::test]
+async fn automation_is_refused_for_a_channel_with_threads() {
+    let mut t = two_devices().await;
+    let chan = id_of(&create(&mut t, json!({ "name": "Busy", "kind": "channel" })).await);
+    let thr = id_of(
+        &create(
+            &mut t,
+            json!({ "name": "Side talk", "kind": "thread", "parent_chat_id": chan }),
+        )
+        .await,
+    );
+    let err = refused(
+        &mut t.a,
+        "channel.set_automation",
+        Some(&chan),
+        json!({ "on": true }),
+        "unsupported",
+    )
+    .await;
+    let message = err["payload"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("thread"), "{err}");
+    assert_eq!(
+        entry(&channel_list(&mut t.b).await, &chan).unwrap()["automation"],
+        false
+    );
+
+    change_seen_by_both(
+        &mut t,
+        "channel.delete",
+        Some(&thr),
+        json!({}),
+        "channel.deleted",
+    )
+    .await;
+    let on = change_seen_by_both(
+        &mut t,
+        "channel.set_automation",
+        Some(&chan),
+        json!({ "on": true }),
+        "channel.renamed",
+    )
+    .await;
+    assert_eq!(on["automation"], true, "{on}");
+}
+
 #[tokio::test]
 async fn every_change_to_an_unknown_chat_is_not_found() {
     let mut t = two_devices().await;

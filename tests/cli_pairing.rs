@@ -148,8 +148,13 @@ struct BareGateway {
 
 impl BareGateway {
     fn start(data_dir: &Path) -> BareGateway {
+        BareGateway::start_with(&["run"], data_dir)
+    }
+
+    /// `command` before the flags: `["run"]`, or nothing (run is the default command).
+    fn start_with(command: &[&str], data_dir: &Path) -> BareGateway {
         let mut child = Command::new(BIN)
-            .arg("run")
+            .args(command)
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
@@ -393,6 +398,53 @@ async fn bare_run_uses_the_demo_agent() {
     assert_eq!(stop["chat_id"], "default", "{stop}");
     c.recv_until(|f| frame_type(f) == "typing" && f["payload"]["on"] == false)
         .await;
+}
+
+/// `status` asks the running gateway (over the control socket) for health, agent, push,
+/// storage and devices; with no gateway running it says so and exits 3.
+#[tokio::test]
+async fn status_reports_the_running_gateway_and_says_when_none_runs() {
+    let dir = temp_data_dir();
+    let d = dir.path().to_str().unwrap();
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let p = pair(dir.path(), "phone");
+    let c = hello_works(&gw.url, &p.token).await;
+    let text = common::cli_ok(&["status", "--data-dir", d]);
+    assert!(text.contains("Gateway: online"), "{text}");
+    assert!(text.contains("Agent:   demo"), "{text}");
+    assert!(text.contains("connected"), "{text}");
+    assert!(!text.contains(&p.token), "no secret in the status");
+    let json: serde_json::Value =
+        serde_json::from_str(&common::cli_ok(&["status", "--data-dir", d, "--json"])).unwrap();
+    assert_eq!(json["state"], "online", "{json}");
+    assert_eq!(json["devices_connected"], 1, "{json}");
+    assert!(json["devices_paired"].as_u64().unwrap() >= 1, "{json}");
+    assert!(json["disk_free_bytes"].as_u64().unwrap() > 0, "{json}");
+    c.close().await;
+    gw.stop_ok();
+
+    let out = cli(&["status", "--data-dir", d]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Gateway: not running"), "{text}");
+    assert!(text.contains("paired"), "{text}");
+}
+
+/// `run` is the default command, so its flags work without it (a newcomer's first try).
+#[tokio::test]
+async fn flags_without_a_command_mean_run() {
+    let dir = temp_data_dir();
+    let gw = BareGateway::start_with(&[], dir.path());
+    let p = pair(dir.path(), "flags only");
+    let c = hello_works(&gw.url, &p.token).await;
+    c.close().await;
+    // An unknown flag is still an error, not silently a run.
+    let out = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--no-such-flag"])
+        .output()
+        .expect("run the binary");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
 }
 
 /// After a crash (kill -9) the control socket file is left behind; `pair` must notice nothing

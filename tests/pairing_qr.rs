@@ -186,6 +186,34 @@ async fn the_terminal_qr_code_of_pair_decodes_to_what_pair_reports_and_pairs() {
     assert!(plain.contains("Token:"), "{plain}");
 }
 
+/// The start-up pairing code of a fresh gateway comes with its QR code, as `pair` draws it:
+/// it decodes to the printed token and URL, and that token says hello.
+#[tokio::test]
+async fn the_start_up_pairing_code_comes_with_a_qr_code_that_pairs() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stdout = loop {
+        let out = gw.stdout_tail();
+        if out.lines().any(|l| l.trim_start().starts_with("token:")) {
+            break out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no start-up code:\n{out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let after_intro = stdout
+        .split_once("no device is paired yet; scan this in the Iris app")
+        .map(|(_, rest)| rest.split_once('\n').map_or("", |(_, r)| r))
+        .unwrap_or_else(|| panic!("no start-up intro:\n{stdout}"));
+    let values = parse_uri(&decode_terminal_qr(&qr_lines(after_intro)));
+    assert_eq!(values["token"], field(&stdout, "token:"), "{values:?}");
+    assert_eq!(values["fp"].len(), 64, "{values:?}");
+    assert_hello_accepted(&gw, &values["token"]).await;
+}
+
 #[tokio::test]
 async fn without_tls_the_qr_code_carries_the_ws_url_and_no_pin() {
     let dir = temp_data_dir();
@@ -398,6 +426,55 @@ async fn the_pairing_page_answers_each_code_with_the_right_status() {
     assert_eq!(missing.status, 400);
     let put = http(&gw, "127.0.0.1", "PUT", None).await;
     assert_eq!(put.status, 405);
+}
+
+/// More source addresses than the page counts one by one (256) must not buy more wrong codes:
+/// before, each new address pushed the oldest out of the table and started from zero.
+#[tokio::test]
+async fn rotating_source_addresses_does_not_escape_the_page_code_limit() {
+    let dir = temp_data_dir();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[limits]\npair_code_failures_per_minute = 1\n").expect("write config");
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
+    let code = startup_page_code(&gw);
+    let from = |n: u32| format!("127.0.{}.{}", 1 + n / 250, 1 + n % 250);
+
+    // 300 addresses, one wrong code each: at most the table plus the shared overflow count
+    // (257 tries) get an answer; after that, new addresses get 429 with the code unread.
+    let (mut wrong, mut limited) = (0, 0);
+    for n in 0..300 {
+        let reply = post_code(&gw, &from(n), "ZZZZ-ZZZZ").await;
+        match reply.status {
+            403 => {
+                assert_eq!(limited, 0, "a code was checked again after the limit bit");
+                wrong += 1;
+            }
+            429 => {
+                assert!(reply.headers.contains_key("retry-after"));
+                limited += 1;
+            }
+            other => panic!("address {}: HTTP {other}: {}", from(n), reply.body),
+        }
+    }
+    assert!(
+        wrong <= 257,
+        "{wrong} wrong codes answered from rotating addresses"
+    );
+    assert!(
+        limited >= 40,
+        "only {limited} of 300 rotating addresses were limited"
+    );
+
+    // The first address was not forgotten; a new one waits too, even with the right code.
+    assert_eq!(post_code(&gw, &from(0), &code).await.status, 429);
+    let stranger = post_code(&gw, "127.0.9.9", &code).await;
+    assert_eq!(stranger.status, 429, "{}", stranger.body);
+    assert!(
+        stranger.body.contains("too many addresses"),
+        "{}",
+        stranger.body
+    );
 }
 
 #[tokio::test]

@@ -277,6 +277,117 @@ async fn repeated_bad_hellos_are_rate_limited_even_for_a_good_token() {
     c.expect_closed().await;
 }
 
+/// A loopback address of its own for each rotation step: 127.0.<hi>.<lo>, never 127.0.0.1.
+fn loopback(n: u32) -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+        127,
+        0,
+        1 + (n / 250) as u8,
+        1 + (n % 250) as u8,
+    ))
+}
+
+/// One hello from `source` with `token`: the refusal's error code, or `None` when accepted.
+async fn hello_from(gw: &Gateway, source: std::net::IpAddr, token: &str) -> Option<String> {
+    let mut c = Client::connect_from(&gw.url, gw.addr, source).await;
+    send_hello(&mut c, 1, token).await;
+    let reply = c
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    if frame_type(&reply) == "hello.ack" {
+        c.close().await;
+        return None;
+    }
+    assert_eq!(
+        c.expect_closed().await,
+        Some(CLOSE_POLICY),
+        "{}",
+        c.recent()
+    );
+    Some(reply["payload"]["code"].as_str().unwrap_or("").to_owned())
+}
+
+/// More source addresses than the gateway counts one by one (32) must not buy more guesses:
+/// before, each new address pushed the oldest out of the table and started from zero.
+#[tokio::test]
+async fn rotating_source_addresses_does_not_escape_the_bad_hello_limit() {
+    let dir = temp_data_dir();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, "[limits]\nbad_hellos_per_minute = 1\n").expect("write config");
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
+    let good = pair(&data, "home-phone");
+    let home: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    assert_eq!(hello_from(&gw, home, &good.token).await, None);
+
+    // 48 addresses, one wrong token each: at most the table plus the shared overflow count
+    // (33 tries) get an answer about the token; after that, new addresses are refused unread.
+    let mut answered = 0;
+    let mut limited = 0;
+    for n in 0..48 {
+        match hello_from(&gw, loopback(n), &format!("iris_guess_{n}"))
+            .await
+            .as_deref()
+        {
+            Some("auth") => {
+                assert_eq!(limited, 0, "a token was checked again after the limit bit");
+                answered += 1;
+            }
+            Some("rate_limited") => limited += 1,
+            other => panic!("address {n}: {other:?}"),
+        }
+    }
+    assert!(
+        answered <= 33,
+        "{answered} guesses answered from rotating addresses"
+    );
+    assert!(
+        limited >= 15,
+        "only {limited} of 48 rotating addresses were limited"
+    );
+
+    // The first address was not forgotten, and a good token from a new address waits too.
+    assert_eq!(
+        hello_from(&gw, loopback(0), &good.token).await.as_deref(),
+        Some("rate_limited")
+    );
+    let mut stranger = Client::connect_from(&gw.url, gw.addr, loopback(200)).await;
+    send_hello(&mut stranger, 9, &good.token).await;
+    let err = stranger.recv().await;
+    assert_error(&err, "rate_limited", Some(9), &["too many addresses"]);
+    stranger.expect_closed().await;
+
+    // The address the phone got in from before is judged by its own count: it still works.
+    assert_eq!(hello_from(&gw, home, &good.token).await, None);
+}
+
+/// 4 bad + 1 good, repeated, used to be unlimited: the good hello reset the count.
+#[tokio::test]
+async fn a_good_hello_does_not_reset_the_failure_count() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let good = pair(dir.path(), "good-phone");
+    let from: std::net::IpAddr = "127.0.0.9".parse().unwrap();
+    for i in 0..4 {
+        let refused = hello_from(&gw, from, &format!("iris_wrong_{i}")).await;
+        assert_eq!(refused.as_deref(), Some("auth"), "bad hello {i}");
+    }
+    assert_eq!(hello_from(&gw, from, &good.token).await, None);
+    assert_eq!(
+        hello_from(&gw, from, "iris_wrong_4").await.as_deref(),
+        Some("auth")
+    );
+    // Five failures this minute, whatever succeeded in between.
+    assert_eq!(
+        hello_from(&gw, from, &good.token).await.as_deref(),
+        Some("rate_limited")
+    );
+    assert_eq!(
+        hello_from(&gw, from, "iris_wrong_5").await.as_deref(),
+        Some("rate_limited")
+    );
+}
+
 #[tokio::test]
 async fn non_hello_first_frame_is_refused() {
     let dir = temp_data_dir();
@@ -806,4 +917,106 @@ async fn binary_frames_count_against_the_rate_limit() {
 
     tokio::time::sleep(Duration::from_millis(1100)).await;
     ping_ok(&mut c, 9).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protocol violations: RFC 6455 close codes
+// ---------------------------------------------------------------------------------------------
+
+/// Close code for a text frame that is not UTF-8 (RFC 6455 §7.4.1).
+const CLOSE_INVALID_DATA: u16 = 1007;
+/// Close code for a WebSocket protocol error (RFC 6455 §7.4.1).
+const CLOSE_PROTOCOL: u16 = 1002;
+
+/// One client frame as bytes on the wire: `head` is the first byte (FIN, RSV1-3, opcode);
+/// masked as a client must unless `masked` is false.
+fn wire_frame(head: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    assert!(payload.len() < 126, "short frames only");
+    let key = [0x37u8, 0xfa, 0x21, 0x3d];
+    let mut out = vec![head, payload.len() as u8 | if masked { 0x80 } else { 0 }];
+    if masked {
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    } else {
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+const PING: &[u8] = br#"{"v":1,"type":"ping","id":3,"payload":{"ts":1}}"#;
+
+#[tokio::test]
+async fn protocol_violations_close_with_their_rfc_6455_codes() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let p = pair(dir.path(), "violations");
+    let cases: [(&str, Vec<u8>, u16, &[&str]); 6] = [
+        (
+            "invalid UTF-8 in a text frame",
+            wire_frame(0x81, b"{\"v\":1,\xff\xfe}", true),
+            CLOSE_INVALID_DATA,
+            &["utf-8"],
+        ),
+        (
+            "RSV1 set",
+            wire_frame(0x80 | 0x40 | 0x1, PING, true),
+            CLOSE_PROTOCOL,
+            &["reserved"],
+        ),
+        (
+            "unmasked client frame",
+            wire_frame(0x81, PING, false),
+            CLOSE_PROTOCOL,
+            &["unmasked"],
+        ),
+        (
+            "reserved data opcode",
+            wire_frame(0x83, PING, true),
+            CLOSE_PROTOCOL,
+            &["opcode", "unknown"],
+        ),
+        (
+            "reserved control opcode",
+            wire_frame(0x8B, b"", true),
+            CLOSE_PROTOCOL,
+            &["opcode", "unknown"],
+        ),
+        (
+            "stray continuation frame",
+            wire_frame(0x80, PING, true),
+            CLOSE_PROTOCOL,
+            &["continue"],
+        ),
+    ];
+    for (what, bytes, code, keywords) in cases {
+        let (mut c, _) = Client::hello(&gw.url, &p.token, "violations").await;
+        assert_eq!(frame_type(&c.recv().await), "status", "{what}");
+        ping_ok(&mut c, 2).await;
+        c.send_raw_wire(&bytes).await;
+        let err = c.recv().await;
+        assert_error(&err, "unsupported", None, keywords);
+        assert_eq!(
+            c.expect_closed().await,
+            Some(code),
+            "{what}\n{}",
+            c.recent()
+        );
+    }
+
+    // Before the hello, too: the first frame is not UTF-8.
+    let mut c = Client::connect(&gw.url).await;
+    c.send_raw_wire(&wire_frame(0x81, b"\xc3\x28", true)).await;
+    let err = c.recv().await;
+    assert_error(&err, "unsupported", None, &["utf-8"]);
+    assert_eq!(
+        c.expect_closed().await,
+        Some(CLOSE_INVALID_DATA),
+        "{}",
+        c.recent()
+    );
+
+    // None of that costs the device anything: it still connects and is served.
+    let (mut c, _) = Client::hello(&gw.url, &p.token, "violations").await;
+    assert_eq!(frame_type(&c.recv().await), "status");
+    ping_ok(&mut c, 2).await;
 }

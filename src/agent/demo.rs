@@ -193,6 +193,7 @@ mod tests {
             session: "s".into(),
             history: Vec::new(),
             settings: Default::default(),
+            resume_run: None,
         };
         let (summary, events) = tokio::join!(agent.run_turn(turn, tx), async {
             let mut v = Vec::new();

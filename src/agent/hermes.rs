@@ -1,21 +1,22 @@
-//! A Hermes Agent, through the API server of `hermes gateway run` (docs/hermes.md has the
-//! endpoint choice and the stream → frame table).
+//! A Hermes Agent, through the API server of `hermes gateway run` (docs/agents.md has the
+//! endpoint choice, the approval flow and the stream → frame table).
 //!
-//! A turn streams from `POST /v1/chat/completions` with `X-Hermes-Session-Id` set to the
-//! lane's session: Hermes loads that session's history itself, and closing this stream
-//! interrupts the agent, which is what `/stop`, the turn time limit and a deleted conversation
-//! need. That stream lacks tool arguments, tool results and the todo list, so when a tool
-//! completes the backend reads the session's transcript (`GET /api/sessions/{id}/messages`),
-//! and after the turn the session object (`GET /api/sessions/{id}`) for the real model and cost.
+//! A turn is a run (`POST /v1/runs` with the lane's `session_id`, then `GET
+//! /v1/runs/{id}/events`): the one endpoint that carries `approval.request` and can be
+//! answered (`/approval`) and stopped (`/stop`). A run does not load its session's history,
+//! so the backend sends it as `conversation_history`, read from the session's transcript
+//! (`GET /api/sessions/{id}/messages`), which is also where tool arguments, results and the
+//! todo list are read when a tool completes; after the turn the session object (`GET
+//! /api/sessions/{id}`) gives the real model and cost. A lost events stream cannot be resumed:
+//! the backend then follows the run's status (`GET /v1/runs/{id}`) to its end.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::http::{off_loop, Endpoint, SseEvent};
-use super::openai::{model_ids, read_chunk, user_text};
+use super::http::{off_loop, Endpoint};
+use super::openai::{model_ids, user_text};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::{Runtime, TodoItem, TodoStatus};
@@ -71,23 +72,8 @@ impl TurnWorker {
             .cloned()
     }
 
-    /// A completed tool's arguments and result, from the transcript (briefly retried).
-    fn tool_record(&self, call_id: &str) -> Option<(Value, String)> {
-        for attempt in 0..TRANSCRIPT_RETRIES {
-            if attempt > 0 {
-                std::thread::sleep(TRANSCRIPT_RETRY_PAUSE);
-            }
-            let Some(messages) = self.transcript() else {
-                continue;
-            };
-            if let Some(found) = find_tool_call(&messages, call_id) {
-                return Some(found);
-            }
-        }
-        None
-    }
-
-    /// The stream carries no reasoning; the transcript has it on the turn's assistant rows.
+    /// Run events carry no provider reasoning (`reasoning.available` repeats the answer's
+    /// text); the transcript has it on the turn's assistant rows.
     fn send_reasoning(&self) {
         let Some(messages) = self.transcript() else {
             return;
@@ -194,115 +180,422 @@ fn todos_from_result(output: &str) -> Option<Vec<TodoItem>> {
     )
 }
 
-/// `hermes.tool.progress` payloads.
-fn tool_progress(ev: &SseEvent) -> Option<Value> {
-    (ev.event == "hermes.tool.progress")
-        .then(|| serde_json::from_str(&ev.data).ok())
-        .flatten()
+/// The display emoji of Hermes 0.19.0's own tools (its tool registry's `emoji` field): the
+/// runs API's `tool.started` carries only the tool's name and preview, while the chat
+/// completions stream carried the emoji too.
+fn tool_emoji(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "todo" => "\u{1f4cb}",
+        "terminal" => "\u{1f4bb}",
+        "read_file" => "\u{1f4d6}",
+        "write_file" => "\u{270d}\u{fe0f}",
+        "patch" => "\u{1f527}",
+        "search_files" => "\u{1f50e}",
+        "web_search" | "session_search" => "\u{1f50d}",
+        "web_extract" => "\u{1f4c4}",
+        "execute_code" => "\u{1f40d}",
+        "memory" => "\u{1f9e0}",
+        "process" => "\u{2699}\u{fe0f}",
+        "delegate_task" => "\u{1f500}",
+        "cronjob" => "\u{23f0}",
+        "clarify" => "\u{2753}",
+        "vision_analyze" => "\u{1f441}\u{fe0f}",
+        "image_generate" => "\u{1f3a8}",
+        "skills_list" | "skill_view" => "\u{1f4da}",
+        "skill_manage" => "\u{1f4dd}",
+        "browser_navigate" => "\u{1f310}",
+        _ => return None,
+    })
 }
 
-fn run_stream(
-    w: &TurnWorker,
-    body: &Value,
-    stop: &super::http::StopFlag,
-) -> Result<TurnSummary, AgentError> {
-    // Hermes creates the session on first use and loads its history itself.
-    let mut summary = TurnSummary::default();
-    let mut tools: HashMap<String, RunningTool> = HashMap::new();
-    let mut next_index = 0i64;
-    let mut finished = false;
-    let mut failure = None;
-    let headers = [("X-Hermes-Session-Id", w.session.as_str())];
-    w.ep.post_sse("/v1/chat/completions", &headers, body, stop, |ev| {
-        if let Some(p) = tool_progress(&ev) {
-            let call_id = p.get("toolCallId").and_then(Value::as_str).unwrap_or("");
-            let name = p.get("tool").and_then(Value::as_str).unwrap_or("tool");
-            match p.get("status").and_then(Value::as_str) {
-                Some("running") => {
-                    next_index += 1;
-                    tools.insert(
-                        call_id.to_owned(),
-                        RunningTool {
-                            index: next_index,
-                            name: name.to_owned(),
-                            started: Instant::now(),
-                        },
-                    );
-                    let preview = p.get("label").and_then(Value::as_str).unwrap_or(name);
-                    return w.send(AgentEvent::ToolStart {
-                        index: next_index,
-                        name: name.to_owned(),
-                        preview: preview.to_owned(),
-                        args: json!({}),
-                        emoji: p
-                            .get("emoji")
-                            .and_then(Value::as_str)
-                            .filter(|e| !e.is_empty())
-                            .map(str::to_owned),
-                    }) && !stop.is_set();
-                }
-                Some(status) => {
-                    let Some(tool) = tools.remove(call_id) else {
-                        return true;
-                    };
-                    let duration = tool.started.elapsed().as_secs_f64();
-                    let record = w.tool_record(call_id);
-                    let output = record.as_ref().map(|r| r.1.as_str()).unwrap_or("");
-                    if tool.name == "todo" {
-                        if let Some(todos) = todos_from_result(output) {
-                            w.send(AgentEvent::Todos(todos));
-                        }
-                    }
-                    let ok = status == "completed"
-                        && serde_json::from_str::<Value>(output)
-                            .ok()
-                            .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
-                    return w.send(AgentEvent::ToolEnd {
-                        index: tool.index,
-                        ok,
-                        duration_secs: (duration * 1000.0).round() / 1000.0,
-                        output_preview: output.chars().take(OUTPUT_PREVIEW_CHARS).collect(),
-                    }) && !stop.is_set();
-                }
-                None => return true,
+/// How long between looks at a run's status when its events stream is gone.
+const POLL_PAUSE: Duration = Duration::from_secs(1);
+
+/// How a run ended, from its last event or its status.
+enum RunEnd {
+    Completed { output: String },
+    Failed(String),
+    Cancelled,
+}
+
+/// What one run's events have shown so far.
+#[derive(Default)]
+struct RunProgress {
+    /// Tools started and not completed yet, oldest first (a run's tools run one at a time,
+    /// and its events carry no call id: a completion is the oldest open tool of its name).
+    open_tools: Vec<RunningTool>,
+    /// Transcript call ids already matched to a `tool.completed`.
+    reported: Vec<String>,
+    next_index: i64,
+    /// An `approval.request` is waiting for an answer.
+    approval_open: bool,
+    streamed_text: bool,
+    end: Option<RunEnd>,
+}
+
+impl TurnWorker {
+    /// The lane's conversation so far, from its Hermes session, as `conversation_history`:
+    /// a run does not load its session's history itself. User and assistant words only
+    /// (the field is text only; tool rows would reach the model without their calls).
+    fn history(&self) -> Result<Vec<Value>, AgentError> {
+        let (status, v) = self.ep.call_json(
+            "GET",
+            &format!("/api/sessions/{}/messages", self.session),
+            None,
+        )?;
+        if status == 404 {
+            return Ok(Vec::new()); // the first turn of this session: Hermes creates it
+        }
+        if !(200..300).contains(&status) {
+            return Err(AgentError::Failed(format!(
+                "could not read the conversation's history (HTTP {status})"
+            )));
+        }
+        let rows = v
+            .get("messages")
+            .or(v.get("data"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(rows
+            .iter()
+            .filter_map(|m| {
+                let role = m.get("role").and_then(Value::as_str)?;
+                let content = m.get("content").and_then(Value::as_str)?.trim();
+                (matches!(role, "user" | "assistant") && !content.is_empty())
+                    .then(|| json!({ "role": role, "content": content }))
+            })
+            .collect())
+    }
+
+    /// The transcript's record of a completed tool: the first call of that name in this turn
+    /// (after the last user message) that has a result and was not matched before.
+    fn run_tool_record(&self, name: &str, reported: &[String]) -> Option<(String, Value, String)> {
+        for attempt in 0..TRANSCRIPT_RETRIES {
+            if attempt > 0 {
+                std::thread::sleep(TRANSCRIPT_RETRY_PAUSE);
+            }
+            let Some(messages) = self.transcript() else {
+                continue;
+            };
+            let since = messages
+                .iter()
+                .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                .map_or(0, |i| i + 1);
+            let turn = &messages[since..];
+            let found = call_ids_named(turn, name)
+                .into_iter()
+                .filter(|id| !reported.contains(id))
+                .find_map(|id| find_tool_call(turn, &id).map(|(a, o)| (id, a, o)));
+            if found.is_some() {
+                return found;
             }
         }
-        if ev.data.trim() == "[DONE]" {
-            finished = true;
-            return false;
+        None
+    }
+
+    /// Applies one run event; `false` once the run is over (or the hub went away).
+    fn run_event(&self, p: &mut RunProgress, summary: &mut TurnSummary, ev: &Value) -> bool {
+        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        match ev.get("event").and_then(Value::as_str).unwrap_or("") {
+            "message.delta" => {
+                let delta = str_of("delta");
+                if delta.is_empty() {
+                    return true;
+                }
+                p.streamed_text = true;
+                self.send(AgentEvent::Text(delta))
+            }
+            "tool.started" => {
+                p.next_index += 1;
+                let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
+                p.open_tools.push(RunningTool {
+                    index: p.next_index,
+                    name: name.to_owned(),
+                    started: Instant::now(),
+                });
+                let preview = ev
+                    .get("preview")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(name);
+                self.send(AgentEvent::ToolStart {
+                    index: p.next_index,
+                    name: name.to_owned(),
+                    preview: preview.to_owned(),
+                    args: json!({}),
+                    emoji: tool_emoji(name).map(str::to_owned),
+                })
+            }
+            "tool.completed" => {
+                if std::mem::take(&mut p.approval_open) {
+                    // The tool finished while its approval was still open: Hermes gave up
+                    // waiting (its `approvals.timeout`) and did not run the command.
+                    self.send(AgentEvent::ApprovalExpired);
+                }
+                let name = ev.get("tool").and_then(Value::as_str).unwrap_or("");
+                let Some(at) = p.open_tools.iter().position(|t| t.name == name) else {
+                    return true;
+                };
+                let tool = p.open_tools.remove(at);
+                let failed = ev.get("error").and_then(Value::as_bool).unwrap_or(false);
+                let record = self.run_tool_record(name, &p.reported);
+                let output = match &record {
+                    Some((id, _, output)) => {
+                        p.reported.push(id.clone());
+                        output.clone()
+                    }
+                    None => String::new(),
+                };
+                if name == "todo" {
+                    if let Some(todos) = todos_from_result(&output) {
+                        self.send(AgentEvent::Todos(todos));
+                    }
+                }
+                let ok = !failed
+                    && serde_json::from_str::<Value>(&output)
+                        .ok()
+                        .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
+                let duration = ev
+                    .get("duration")
+                    .and_then(Value::as_f64)
+                    .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
+                self.send(AgentEvent::ToolEnd {
+                    index: tool.index,
+                    ok,
+                    duration_secs: (duration * 1000.0).round() / 1000.0,
+                    output_preview: output.chars().take(OUTPUT_PREVIEW_CHARS).collect(),
+                })
+            }
+            "approval.request" => {
+                p.approval_open = true;
+                let choices = ev
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .map(|c| {
+                        c.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_else(|| vec!["once".to_owned(), "deny".to_owned()]);
+                let description = match str_of("description") {
+                    d if d.is_empty() => str_of("pattern_key"),
+                    d => d,
+                };
+                self.send(AgentEvent::Approval(super::ApprovalRequest {
+                    command: str_of("command"),
+                    description,
+                    choices,
+                }))
+            }
+            "approval.responded" => {
+                p.approval_open = false;
+                true
+            }
+            "run.completed" => {
+                let tokens = ev.pointer("/usage/total_tokens").and_then(Value::as_i64);
+                if let Some(t) = tokens.filter(|t| *t > 0) {
+                    summary.tokens = Some(t);
+                }
+                p.end = Some(RunEnd::Completed {
+                    output: str_of("output"),
+                });
+                false
+            }
+            "run.failed" => {
+                p.end = Some(RunEnd::Failed(str_of("error")));
+                false
+            }
+            "run.cancelled" => {
+                p.end = Some(RunEnd::Cancelled);
+                false
+            }
+            _ => true,
         }
-        let Some(chunk) = read_chunk(&ev.data) else {
-            return true;
-        };
-        if let Some(t) = chunk.total_tokens.filter(|t| *t > 0) {
-            summary.tokens = Some(t);
+    }
+
+    /// Follows a run by its status once its events stream is gone (it cannot be resumed):
+    /// until it ends, the turn is stopped, or the status cannot be read.
+    fn poll_run(
+        &self,
+        run_id: &str,
+        p: &mut RunProgress,
+        summary: &mut TurnSummary,
+        stop: &super::http::StopFlag,
+    ) -> Result<(), AgentError> {
+        loop {
+            if stop.is_set() {
+                return Ok(());
+            }
+            let state = match self
+                .ep
+                .call_json("GET", &format!("/v1/runs/{run_id}"), None)
+            {
+                Ok((200, v)) => run_state_of(&v),
+                Ok((404, _)) => {
+                    return Err(AgentError::Interrupted(
+                        "its events stream ended and Hermes no longer knows the run".into(),
+                    ))
+                }
+                Ok((status, _)) => {
+                    return Err(AgentError::Interrupted(format!(
+                        "its events stream ended and the run's status answers HTTP {status}"
+                    )))
+                }
+                Err(e) => {
+                    return Err(AgentError::Interrupted(format!(
+                        "its events stream ended and the run's status cannot be read ({e})"
+                    )))
+                }
+            };
+            let ended = matches!(
+                state,
+                super::RunState::Completed { .. } | super::RunState::Failed(_)
+            );
+            let waiting = matches!(state, super::RunState::Active { waiting: true });
+            if (ended || !waiting) && std::mem::take(&mut p.approval_open) {
+                // Between two looks the run stopped waiting (or even finished) without the
+                // gateway's answer: Hermes' timeout refused the command. (An answer the
+                // gateway gave has already closed its approval; the hub ignores this then.)
+                if !matches!(state, super::RunState::Cancelled) {
+                    self.send(AgentEvent::ApprovalExpired);
+                }
+            }
+            match state {
+                super::RunState::Active { .. } => {}
+                super::RunState::Completed { output, tokens } => {
+                    if let Some(t) = tokens.filter(|t| *t > 0) {
+                        summary.tokens = Some(t);
+                    }
+                    p.end = Some(RunEnd::Completed { output });
+                    return Ok(());
+                }
+                super::RunState::Failed(e) => {
+                    p.end = Some(RunEnd::Failed(e));
+                    return Ok(());
+                }
+                super::RunState::Cancelled => {
+                    p.end = Some(RunEnd::Cancelled);
+                    return Ok(());
+                }
+                super::RunState::Gone => unreachable!("a 200 status is never Gone"),
+            }
+            std::thread::sleep(POLL_PAUSE);
         }
-        if chunk.finish_reason.is_some() {
-            finished = true;
+    }
+}
+
+/// Ids of the calls of tool `name` in `messages`, in order.
+fn call_ids_named(messages: &[Value], name: &str) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.get("tool_calls"))
+        .filter_map(|calls| match calls {
+            Value::String(s) => serde_json::from_str::<Value>(s).ok(),
+            other => Some(other.clone()),
+        })
+        .filter_map(|calls| calls.as_array().cloned())
+        .flatten()
+        .filter(|c| c.pointer("/function/name").and_then(Value::as_str) == Some(name))
+        .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// `GET /v1/runs/{id}` → where the run is. Waiting means waiting *now*: after Hermes' approval
+/// timeout the status still says `waiting_for_approval` (nothing resets it), but its
+/// `last_event` has moved on.
+fn run_state_of(v: &Value) -> super::RunState {
+    let str_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
+    match str_of("status") {
+        "completed" => super::RunState::Completed {
+            output: str_of("output").to_owned(),
+            tokens: v.pointer("/usage/total_tokens").and_then(Value::as_i64),
+        },
+        "failed" => super::RunState::Failed(match str_of("error") {
+            "" => "the run failed".to_owned(),
+            e => e.to_owned(),
+        }),
+        "cancelled" => super::RunState::Cancelled,
+        "waiting_for_approval" => super::RunState::Active {
+            waiting: str_of("last_event") == "approval.request",
+        },
+        _ => super::RunState::Active { waiting: false },
+    }
+}
+
+/// Runs (or, after a gateway restart, follows) one turn through Hermes' runs API.
+fn run_turn_blocking(
+    w: &TurnWorker,
+    input: Option<Value>,
+    resume: Option<String>,
+    stop: &super::http::StopFlag,
+) -> Result<TurnSummary, AgentError> {
+    let mut summary = TurnSummary::default();
+    let mut p = RunProgress::default();
+    let run_id = match (resume, input) {
+        (Some(id), _) => {
+            // A restart lost the events stream: only the status can be followed, and an
+            // approval the run may wait for is the one the hub kept.
+            p.approval_open = true;
+            w.poll_run(&id, &mut p, &mut summary, stop)?;
+            id
         }
-        if let Some(e) = chunk.error.or_else(|| {
-            let v: Value = serde_json::from_str(&ev.data).ok()?;
-            v.pointer("/hermes/error")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        }) {
-            failure = Some(e);
+        (None, Some(mut body)) => {
+            body["conversation_history"] = Value::Array(w.history()?);
+            let (status, answer) = w.ep.call_json("POST", "/v1/runs", Some(&body))?;
+            if status != 202 && status != 200 {
+                let detail = answer
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                return Err(AgentError::Failed(format!("HTTP {status}: {detail}")));
+            }
+            let Some(id) = answer.get("run_id").and_then(Value::as_str) else {
+                return Err(AgentError::Failed(format!(
+                    "Hermes started a run without a run_id: {answer}"
+                )));
+            };
+            let id = id.to_owned();
+            if !w.send(AgentEvent::RunStarted(id.clone())) {
+                return Ok(summary);
+            }
+            let streamed =
+                w.ep.get_sse(
+                    &format!("/v1/runs/{id}/events"),
+                    stop,
+                    |ev| match serde_json::from_str::<Value>(&ev.data) {
+                        Ok(v) => w.run_event(&mut p, &mut summary, &v) && !stop.is_set(),
+                        Err(_) => true,
+                    },
+                );
+            if p.end.is_none() && !stop.is_set() {
+                // The stream broke (or ended early): the run goes on at Hermes.
+                if let Err(e) = &streamed {
+                    tracing::info!(run = %id, "run events stream lost ({e}); following its status");
+                }
+                w.poll_run(&id, &mut p, &mut summary, stop)?;
+            }
+            id
         }
-        match chunk.text {
-            Some(t) => w.send(AgentEvent::Text(t)) && !stop.is_set(),
-            None => true,
-        }
-    })?;
+        (None, None) => unreachable!("a turn has a body or a run to resume"),
+    };
     if stop.is_set() {
         return Ok(summary);
     }
-    if let Some(e) = failure {
-        return Err(AgentError::Failed(e));
-    }
-    if !finished {
-        return Err(AgentError::Interrupted(
-            "the stream ended before the answer did".into(),
-        ));
+    match p.end {
+        Some(RunEnd::Completed { output, .. }) => {
+            if !p.streamed_text && !output.trim().is_empty() {
+                w.send(AgentEvent::Text(output));
+            }
+        }
+        Some(RunEnd::Failed(e)) => return Err(AgentError::Failed(e)),
+        Some(RunEnd::Cancelled) => {
+            return Err(AgentError::Failed(format!(
+                "Hermes cancelled the run ({run_id})"
+            )))
+        }
+        None => return Ok(summary),
     }
     w.send_reasoning();
     w.session_footer(&mut summary);
@@ -404,9 +697,11 @@ impl Agent for HermesAgent {
         turn: TurnInput,
         events: mpsc::Sender<AgentEvent>,
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>> {
+        // `session_id` makes Hermes save the turn into the lane's session (so the transcript,
+        // the next turn's history and a restart's recovery all find it there).
         let mut body = json!({
-            "messages": [{ "role": "user", "content": user_text(&turn) }],
-            "stream": true,
+            "input": user_text(&turn),
+            "session_id": turn.session,
         });
         let model = turn
             .settings
@@ -422,9 +717,13 @@ impl Agent for HermesAgent {
             session: turn.session.clone(),
             events,
         };
+        let resume = turn.resume_run.clone();
+        let body = resume.is_none().then_some(body);
         Box::pin(async move {
-            let mut summary =
-                off_loop("agent-turn", move |stop| run_stream(&worker, &body, &stop)).await??;
+            let mut summary = off_loop("agent-turn", move |stop| {
+                run_turn_blocking(&worker, body, resume, &stop)
+            })
+            .await??;
             summary.runtime = Runtime {
                 cost: summary.runtime.cost,
                 ..Runtime::default()
@@ -432,11 +731,72 @@ impl Agent for HermesAgent {
             Ok(summary)
         })
     }
+
+    fn answer_approval<'a>(
+        &'a self,
+        run_id: &'a str,
+        choice: &'a str,
+    ) -> LocalBoxFuture<'a, Result<bool, AgentError>> {
+        let ep = self.endpoint.clone();
+        let path = format!("/v1/runs/{run_id}/approval");
+        // `all: false`: an answer resolves exactly the request the person saw, never every
+        // request of the run.
+        let body = json!({ "choice": choice, "all": false });
+        Box::pin(async move {
+            let (status, v) = off_loop("agent-approval", move |_| {
+                ep.call_json("POST", &path, Some(&body))
+            })
+            .await??;
+            match status {
+                200..=299 => Ok(v.get("resolved").and_then(Value::as_i64).unwrap_or(1) > 0),
+                404 | 409 => Ok(false),
+                _ => Err(AgentError::Failed(format!(
+                    "HTTP {status}: {}",
+                    v.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                ))),
+            }
+        })
+    }
+
+    fn stop_run<'a>(&'a self, run_id: &'a str) -> LocalBoxFuture<'a, ()> {
+        let ep = self.endpoint.clone();
+        let path = format!("/v1/runs/{run_id}/stop");
+        Box::pin(async move {
+            match off_loop("agent-stop", move |_| {
+                ep.call_json("POST", &path, Some(&json!({})))
+            })
+            .await
+            {
+                Ok(Ok((status, _))) if status < 300 || status == 404 => {}
+                Ok(Ok((status, _))) => tracing::warn!("stopping a run answered HTTP {status}"),
+                Ok(Err(e)) | Err(e) => tracing::warn!("could not stop a run: {e}"),
+            }
+        })
+    }
+
+    fn run_state<'a>(&'a self, run_id: &'a str) -> LocalBoxFuture<'a, super::RunState> {
+        let ep = self.endpoint.clone();
+        let path = format!("/v1/runs/{run_id}");
+        Box::pin(async move {
+            match off_loop("agent-run-state", move |_| ep.call_json("GET", &path, None)).await {
+                Ok(Ok((200, v))) => run_state_of(&v),
+                _ => super::RunState::Gone,
+            }
+        })
+    }
+
+    fn approvals_note(&self) -> Option<&'static str> {
+        // Hermes' API does not report `approvals.mode`; say where to look.
+        Some("Hermes does not report its approval mode through its API: check `approvals.mode` in Hermes' config.yaml (`manual` makes every flagged command wait for your answer here; the default `smart` lets the model approve its own; `off` runs everything) and keep `approvals.timeout` long enough to reach your phone (e.g. 300).")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::RunState;
 
     #[test]
     fn a_tool_call_is_found_with_its_arguments_and_result() {
@@ -452,6 +812,43 @@ mod tests {
         assert_eq!(todos.len(), 1);
         assert_eq!(todos[0].status, TodoStatus::InProgress);
         assert!(find_tool_call(&messages, "call_2").is_none());
+    }
+
+    #[test]
+    fn a_run_waits_only_while_its_approval_is_the_last_event() {
+        let waiting = json!({"status": "waiting_for_approval", "last_event": "approval.request"});
+        assert_eq!(run_state_of(&waiting), RunState::Active { waiting: true });
+        // Hermes' timeout leaves the status as it was; the next event moves on.
+        let gave_up = json!({"status": "waiting_for_approval", "last_event": "tool.completed"});
+        assert_eq!(run_state_of(&gave_up), RunState::Active { waiting: false });
+        let done = json!({"status": "completed", "output": "ok", "usage": {"total_tokens": 7}});
+        assert_eq!(
+            run_state_of(&done),
+            RunState::Completed {
+                output: "ok".into(),
+                tokens: Some(7)
+            }
+        );
+        assert_eq!(
+            run_state_of(&json!({"status": "cancelled"})),
+            RunState::Cancelled
+        );
+        assert_eq!(
+            run_state_of(&json!({"status": "failed"})),
+            RunState::Failed("the run failed".into())
+        );
+    }
+
+    #[test]
+    fn a_completed_tool_is_matched_to_the_first_unreported_call_of_its_name() {
+        let turn = vec![
+            json!({"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "terminal", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "one"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "b", "function": {"name": "terminal", "arguments": "{}"}}]}),
+        ];
+        assert_eq!(call_ids_named(&turn, "terminal"), ["a", "b"]);
+        assert!(call_ids_named(&turn, "todo").is_empty());
+        assert_eq!(tool_emoji("terminal"), Some("\u{1f4bb}"));
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl Endpoint {
         headers: &[(&str, &str)],
         body: &Value,
         stop: &StopFlag,
-        mut on_event: impl FnMut(SseEvent) -> bool,
+        on_event: impl FnMut(SseEvent) -> bool,
     ) -> Result<(), AgentError> {
         let mut req = self
             .http
@@ -189,41 +189,116 @@ impl Endpoint {
             req = req.header(*k, *v);
         }
         let resp = req.send_json(body).map_err(|e| before_answer(&e))?;
+        read_sse(resp, stop, on_event)
+    }
+
+    /// GETs a Server-Sent Events stream (Hermes' run events), like [`Endpoint::post_sse`].
+    pub fn get_sse(
+        &self,
+        path: &str,
+        stop: &StopFlag,
+        on_event: impl FnMut(SseEvent) -> bool,
+    ) -> Result<(), AgentError> {
+        let mut req = self
+            .http
+            .get(self.url(path))
+            .header("Accept", "text/event-stream");
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| before_answer(&e))?;
+        read_sse(resp, stop, on_event)
+    }
+
+    /// A JSON call whose non-2xx answers the caller sorts itself (a 409 from Hermes' approval
+    /// endpoint means "no longer open", not a failure): the status and the body (`null` when
+    /// it is not JSON). Transport failures are `AgentError`s. Blocking: call it in `off_loop`.
+    pub fn call_json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), AgentError> {
+        let url = self.url(path);
+        let auth = self.auth();
+        let resp = if method == "GET" {
+            let mut req = self
+                .http
+                .get(url)
+                .config()
+                .timeout_global(Some(JSON_CALL_TIMEOUT))
+                .build();
+            if let Some(a) = auth {
+                req = req.header("Authorization", a);
+            }
+            req.call()
+        } else {
+            let mut req = self
+                .http
+                .post(url)
+                .config()
+                .timeout_global(Some(JSON_CALL_TIMEOUT))
+                .build();
+            if let Some(a) = auth {
+                req = req.header("Authorization", a);
+            }
+            req.send_json(body.cloned().unwrap_or(Value::Null))
+        }
+        .map_err(|e| before_answer(&e))?;
         let status = resp.status().as_u16();
-        if status != 200 {
+        if matches!(status, 401 | 403 | 429 | 503) {
             return Err(status_error(status, resp));
         }
-        let reader = resp.into_body().into_reader();
-        let mut reader = std::io::BufReader::with_capacity(8 << 10, reader);
-        let mut parser = SseParser::default();
-        let mut line = Vec::new();
-        loop {
-            if stop.is_set() {
+        let text = resp
+            .into_body()
+            .with_config()
+            .limit(MAX_JSON_BYTES)
+            .read_to_string()
+            .map_err(|e| AgentError::Interrupted(format!("unreadable answer: {e}")))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+}
+
+/// Reads an SSE answer line by line (see [`Endpoint::post_sse`]).
+fn read_sse(
+    resp: ureq::http::Response<ureq::Body>,
+    stop: &StopFlag,
+    mut on_event: impl FnMut(SseEvent) -> bool,
+) -> Result<(), AgentError> {
+    let status = resp.status().as_u16();
+    if status != 200 {
+        return Err(status_error(status, resp));
+    }
+    let reader = resp.into_body().into_reader();
+    let mut reader = std::io::BufReader::with_capacity(8 << 10, reader);
+    let mut parser = SseParser::default();
+    let mut line = Vec::new();
+    loop {
+        if stop.is_set() {
+            return Ok(());
+        }
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_SSE_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| AgentError::Interrupted(io_reason(&e)))?;
+        if n == 0 {
+            // The end of the stream: a last event without its blank line still counts.
+            if let Some(ev) = parser.line("") {
+                on_event(ev);
+            }
+            return Ok(());
+        }
+        if line.len() >= MAX_SSE_LINE && !line.ends_with(b"\n") {
+            // An over-long line: skip the rest of it.
+            let mut sink = Vec::new();
+            let _ = reader.read_until(b'\n', &mut sink);
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if let Some(ev) = parser.line(text) {
+            if !on_event(ev) {
                 return Ok(());
-            }
-            line.clear();
-            let n = (&mut reader)
-                .take(MAX_SSE_LINE as u64)
-                .read_until(b'\n', &mut line)
-                .map_err(|e| AgentError::Interrupted(io_reason(&e)))?;
-            if n == 0 {
-                // The end of the stream: a last event without its blank line still counts.
-                if let Some(ev) = parser.line("") {
-                    on_event(ev);
-                }
-                return Ok(());
-            }
-            if line.len() >= MAX_SSE_LINE && !line.ends_with(b"\n") {
-                // An over-long line: skip the rest of it.
-                let mut sink = Vec::new();
-                let _ = reader.read_until(b'\n', &mut sink);
-            }
-            let text = String::from_utf8_lossy(&line);
-            let text = text.trim_end_matches(['\n', '\r']);
-            if let Some(ev) = parser.line(text) {
-                if !on_event(ev) {
-                    return Ok(());
-                }
             }
         }
     }

@@ -52,6 +52,9 @@ pub struct TurnInput {
     pub history: Vec<PastMessage>,
     /// The user's `/reasoning`, `/fast` and `/model` choices.
     pub settings: AgentSettings,
+    /// A run the agent already has (started before a gateway restart): follow it to its end
+    /// instead of handing the message over again.
+    pub resume_run: Option<String>,
 }
 
 /// One earlier message, as a backend that keeps no history needs it.
@@ -108,6 +111,42 @@ pub enum AgentEvent {
         kind: String,
         bytes: Vec<u8>,
     },
+    /// The agent took the message as this run (Hermes' runs API): from here on the run can be
+    /// answered, stopped and, after a gateway restart, found again.
+    RunStarted(String),
+    /// The run waits for a person to approve a command the agent flagged as dangerous.
+    Approval(ApprovalRequest),
+    /// The approval the run waited for is over without the gateway having answered it
+    /// (Hermes' own timeout: the command was not run). Ignored when the gateway answered.
+    ApprovalExpired,
+}
+
+/// A command the agent will only run once a person approves it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalRequest {
+    /// The command, as the agent shows it (credentials already redacted by Hermes).
+    pub command: String,
+    /// Why it is flagged ("delete in root path").
+    pub description: String,
+    /// The answers the agent accepts: a subset of `once`, `session`, `always`, `deny`.
+    pub choices: Vec<String>,
+}
+
+/// Where a run is, as the agent reports it (after a gateway restart, or a lost stream).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunState {
+    /// Still going; `waiting` while it waits for an approval.
+    Active {
+        waiting: bool,
+    },
+    Completed {
+        output: String,
+        tokens: Option<i64>,
+    },
+    Failed(String),
+    Cancelled,
+    /// The agent does not know the run (restarted, or the run is older than it keeps them).
+    Gone,
 }
 
 /// What the agent's own store says about a turn a restart interrupted.
@@ -224,6 +263,32 @@ pub trait Agent {
         turn: TurnInput,
         events: mpsc::Sender<AgentEvent>,
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>>;
+
+    /// Answers the approval a run waits for (`once`, `session`, `always` or `deny`; never all
+    /// of a run's requests at once). `Ok(false)`: the request is no longer open (answered,
+    /// timed out, or the run is over).
+    fn answer_approval<'a>(
+        &'a self,
+        _run_id: &'a str,
+        _choice: &'a str,
+    ) -> LocalBoxFuture<'a, Result<bool, AgentError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Stops a run at the agent (closing a stream does not stop a run).
+    fn stop_run<'a>(&'a self, _run_id: &'a str) -> LocalBoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Where a run is now.
+    fn run_state<'a>(&'a self, _run_id: &'a str) -> LocalBoxFuture<'a, RunState> {
+        Box::pin(async { RunState::Gone })
+    }
+
+    /// What to say about the agent's approval settings in `/status`, if anything.
+    fn approvals_note(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The user deleted these messages: a backend that keeps its own copy of the conversation
     /// drops them, so the agent cannot recall them later. The demo keeps nothing.

@@ -256,6 +256,7 @@ mod tests {
             session: "s".into(),
             history,
             settings,
+            resume_run: None,
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -16,20 +16,8 @@ use tracing::warn;
 
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// The address a per-address limit counts: IPv4 as is (also when IPv4-mapped), IPv6 by its /64,
-/// since a single host on an IPv6 LAN can use any number of addresses from its /64.
-pub fn address_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
+/// Counted as the guessing limits count addresses (IPv6 by its /64).
+pub use crate::guessing::address_key;
 
 /// Counts open sockets, in all and per address.
 pub struct Admission {
@@ -140,19 +128,5 @@ mod tests {
         drop((y, z, again));
         assert_eq!(a.open(), 0);
         assert!(a.per_address.borrow().is_empty());
-    }
-
-    #[test]
-    fn ipv6_counts_by_slash_64_and_mapped_ipv4_as_ipv4() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(address_key(a), address_key(b));
-        assert_ne!(address_key(a), address_key(c));
-        let mapped: IpAddr = "::ffff:192.168.1.10".parse().unwrap();
-        assert_eq!(
-            address_key(mapped),
-            "192.168.1.10".parse::<IpAddr>().unwrap()
-        );
     }
 }

@@ -219,7 +219,10 @@ async fn serve_http<I>(
     let ws = WebSocketStream::from_raw_socket(
         TokioIo::new(upgraded),
         Role::Server,
-        Some(super::ws_config(max_frame_bytes)),
+        Some(super::ws_config(
+            max_frame_bytes,
+            hub.limits().max_out_frame_bytes,
+        )),
     )
     .await;
     super::session(hub, ws, peer, deadline).await;

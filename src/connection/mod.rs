@@ -10,6 +10,7 @@ mod admit;
 pub mod http;
 mod queue;
 mod upload;
+mod violation;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -183,11 +184,13 @@ pub fn encode_text(bytes: Bytes) -> Utf8Bytes {
     Utf8Bytes::try_from(bytes).expect("serde_json writes UTF-8")
 }
 
-fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
+/// `max_frame_bytes` bounds what is read; the write buffer must hold the largest frame written
+/// (`max_out_frame_bytes`, which the writer enforces) plus a close frame.
+fn ws_config(max_frame_bytes: usize, max_out_frame_bytes: usize) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(SOCKET_BUFFER_BYTES)
         .write_buffer_size(0)
-        .max_write_buffer_size(SOCKET_BUFFER_BYTES + max_frame_bytes + 1024)
+        .max_write_buffer_size(SOCKET_BUFFER_BYTES + max_out_frame_bytes + 1024)
         .max_message_size(Some(max_frame_bytes))
         .max_frame_size(Some(max_frame_bytes))
 }
@@ -240,6 +243,14 @@ async fn hello_gate(
         Ok(Some(Err(WsError::Capacity(_)))) => {
             let e = refuse(None, ErrorCode::Unsupported, "frame too large".into());
             close_with(ws, e, CloseCode::Size, "frame too large").await;
+            return None;
+        }
+        Ok(Some(Err(e))) => {
+            if let Some((code, reason, message)) = violation::violation(&e) {
+                info!(%peer, "closing before hello with {}: {e}", u16::from(code));
+                let e = refuse(None, ErrorCode::Unsupported, message);
+                close_with(ws, e, code, reason).await;
+            }
             return None;
         }
         Ok(_) => return None,
@@ -410,7 +421,17 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                 return;
             }
             Some(Err(e)) => {
-                debug!(conn = outlet.conn_id, "read error: {e}");
+                if let Some((code, reason, message)) = violation::violation(&e) {
+                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(code));
+                    outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
+                    outlet.close(Closing {
+                        code,
+                        reason,
+                        drain: true,
+                    });
+                } else {
+                    debug!(conn = outlet.conn_id, "read error: {e}");
+                }
                 return;
             }
             None => return,
@@ -509,6 +530,7 @@ fn request_id_of(text: &str) -> Option<i64> {
 }
 
 async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
+    let max_out = hub.limits().max_out_frame_bytes;
     loop {
         if outlet.must_abort() {
             break;
@@ -516,15 +538,15 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
         let item = outlet.queue.borrow_mut().pop();
         match item {
             Some(Outbound::Frame { text, .. }) => {
-                if send_or_abort(&outlet, &mut sink, Message::Text(text))
-                    .await
-                    .is_err()
-                {
+                if send_text(&outlet, &mut sink, text, max_out).await.is_err() {
                     break;
                 }
             }
             Some(Outbound::Replay { cursor, id }) => {
-                if replay(&hub, &outlet, &mut sink, cursor, id).await.is_err() {
+                if replay(&hub, &outlet, &mut sink, cursor, id, max_out)
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -558,22 +580,92 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, sink.close()).await;
 }
 
+/// The `type` of an encoded frame, for log lines about it. The gateway's envelope puts `type`
+/// within the first few fields, so a 1 MB frame is not parsed to name it.
+fn frame_kind(text: &str) -> String {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end]
+        .split_once(r#""type":""#)
+        .and_then(|(_, rest)| rest.split('"').next())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// Sends one text frame within `limits.max_out_frame_bytes`. Producers build their frames to
+/// fit; a frame that still does not (stored by an older version, or a path that forgot its
+/// budget) is cut to fit here rather than sent too big, which would make the app drop the
+/// socket, and for a stored frame do so at every `sync` for ever.
+async fn send_text(
+    outlet: &Outlet,
+    sink: &mut WsSink,
+    text: Utf8Bytes,
+    max_out: usize,
+) -> Result<(), ()> {
+    if text.len() <= max_out {
+        return send_or_abort(outlet, sink, Message::Text(text)).await;
+    }
+    let kind = frame_kind(text.as_str());
+    match crate::protocol::fit::shrink_encoded(text.as_bytes(), max_out) {
+        Some(cut) => {
+            warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = text.len(), sent = cut.len(), max = max_out,
+                "frame over limits.max_out_frame_bytes: sent cut to fit");
+            send_or_abort(outlet, sink, Message::Text(encode_text(cut))).await
+        }
+        None => {
+            warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = text.len(), max = max_out,
+                "frame over limits.max_out_frame_bytes cannot be cut to fit; closing the connection");
+            outlet.close(Closing {
+                code: CloseCode::Error,
+                reason: "a frame could not be sent",
+                drain: false,
+            });
+            Err(())
+        }
+    }
+}
+
 /// Sends one message unless the connection is told to close without draining meanwhile (a
-/// stalled reader would otherwise hold this task in `send` forever).
+/// stalled reader would otherwise hold this task in `send` forever). A write that fails is
+/// never silent: a socket the peer closed is logged at debug (that is how phones leave), any
+/// other failure at warn with what and how big, and the connection closes with 1011.
 async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Result<(), ()> {
+    let (kind, size) = match &msg {
+        Message::Text(t) => (frame_kind(t.as_str()), t.len()),
+        Message::Binary(b) => ("binary".to_owned(), b.len()),
+        _ => ("control".to_owned(), 0),
+    };
     let send = sink.send(msg);
     tokio::pin!(send);
-    tokio::select! {
-        r = &mut send => r.map_err(|_| ()),
+    let result = tokio::select! {
+        r = &mut send => r,
         _ = outlet.wait_closing() => {
             if outlet.must_abort() {
                 return Err(());
             }
             // A draining close still lets this send finish, within the drain timeout.
             match tokio::time::timeout(DRAIN_TIMEOUT, &mut send).await {
-                Ok(r) => r.map_err(|_| ()),
-                Err(_) => Err(()),
+                Ok(r) => r,
+                Err(_) => return Err(()),
             }
+        }
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(e @ (WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_))) => {
+            debug!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = size, "write failed, the socket is gone: {e}");
+            Err(())
+        }
+        Err(e) => {
+            warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = size, "could not write a frame: {e}; closing the connection");
+            outlet.close(Closing {
+                code: CloseCode::Error,
+                reason: "a frame could not be sent",
+                drain: false,
+            });
+            Err(())
         }
     }
 }
@@ -627,6 +719,7 @@ async fn replay(
     sink: &mut WsSink,
     cursor: u64,
     id: Option<i64>,
+    max_out: usize,
 ) -> Result<(), ()> {
     const CHUNK: usize = 64;
     let mut next = cursor;
@@ -648,7 +741,7 @@ async fn replay(
         }
         for (c, bytes) in batch {
             let text = encode_text(crate::protocol::with_cursor(&bytes, c));
-            send_or_abort(outlet, sink, Message::Text(text)).await?;
+            send_text(outlet, sink, text, max_out).await?;
             next = c;
         }
     }

@@ -173,6 +173,13 @@ impl Hub {
                 ))
             }
             Some(c) if c.automation => return Ok(c),
+            // The same rule as `channel.set_automation`: an automation channel has no threads
+            // (its composer is hidden, so they could never be written to again).
+            Some(c) if all.iter().any(|t| t.parent_chat_id.as_deref() == Some(c.chat_id.as_str())) => {
+                return Err(format!(
+                    "{origin} posts into `{name}`, which has threads; an automation channel has none, so name another channel (or delete its threads first)"
+                ))
+            }
             Some(mut c) => {
                 c.automation = true;
                 info!(channel = %c.chat_id, "marked `{name}` as an automation channel for {origin}");

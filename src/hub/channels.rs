@@ -60,6 +60,24 @@ pub async fn handle(
                     "a thread cannot be an automation channel; mark its parent channel".into(),
                 ));
             }
+            if on && !entry.automation {
+                let threads = hub
+                    .store
+                    .channels()
+                    .map_err(super::internal)?
+                    .iter()
+                    .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str()))
+                    .count();
+                if threads > 0 {
+                    return Err((
+                        ErrorCode::Unsupported,
+                        format!(
+                            "this channel has {threads} thread(s), and an automation channel has \
+                             none: delete its threads first"
+                        ),
+                    ));
+                }
+            }
             entry.automation = on;
             save(hub, conn, id, vec![entry]).await
         }
@@ -72,10 +90,12 @@ pub async fn handle(
 fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
     let name = name.trim();
     let max = hub.limits().max_name_chars;
-    if name.is_empty() {
+    if is_blank(name) {
         return Err((
             ErrorCode::Unsupported,
-            "a channel name cannot be empty".into(),
+            "a channel name cannot be empty (spaces and invisible characters such as U+200B \
+             do not count)"
+                .into(),
         ));
     }
     if name.chars().count() > max {
@@ -91,6 +111,49 @@ fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
         ));
     }
     Ok(name.to_owned())
+}
+
+/// Nothing a person could see or select in a list: only whitespace and invisible characters.
+fn is_blank(name: &str) -> bool {
+    name.chars().all(|c| c.is_whitespace() || is_invisible(c))
+}
+
+/// Format characters (Unicode general category Cf: zero-width spaces and joiners, bidi marks
+/// and isolates, the BOM, tags) and the other default-ignorable code points (variation
+/// selectors, Hangul fillers, U+034F), none of which draws anything by itself.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c as u32,
+        // Cf, as of Unicode 15.
+        0xAD | 0x600..=0x605
+            | 0x61C
+            | 0x6DD
+            | 0x70F
+            | 0x890..=0x891
+            | 0x8E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            // Default-ignorable but not Cf; the tag and variation-selector block whole.
+            | 0x34F
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180D
+            | 0x180F
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFFA0
+            | 0xE0000..=0xE0FFF
+    )
 }
 
 fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
@@ -148,6 +211,80 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
     Ok(())
 }
 
+/// Encoded size of the directory as `hello.ack` and `channel.list` carry it.
+fn directory_bytes(channels: &[Channel]) -> usize {
+    serde_json::to_vec(channels).map_or(usize::MAX, |b| b.len())
+}
+
+/// The whole directory travels in one frame (`hello.ack`, `channel.list`), so a change that
+/// would grow it past `limits.max_out_frame_bytes` (less the reserve for the rest of the frame)
+/// is refused: otherwise no device could ever say hello again, and no client could undo it.
+/// Icons are what can fill it (names are at most `max_name_chars`), so the message says how
+/// much they take. A change that does not grow an over-full directory (one from before this
+/// limit) is always allowed, so it can be brought back under.
+pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refusal> {
+    let mut all = hub.store.channels().map_err(super::internal)?;
+    let before = directory_bytes(&all);
+    for c in changed {
+        match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
+            Some(e) => *e = c.clone(),
+            None => all.push(c.clone()),
+        }
+    }
+    let after = directory_bytes(&all);
+    let budget = hub.out_budget().content;
+    if after <= budget || after <= before {
+        return Ok(());
+    }
+    let icons: usize = all
+        .iter()
+        .filter_map(|c| c.icon.as_ref())
+        .map(String::len)
+        .sum();
+    Err((
+        ErrorCode::Unsupported,
+        format!(
+            "the channel directory would take {after} bytes; it is sent whole in hello.ack and must fit {budget} \
+             (limits.max_out_frame_bytes less {reserve} for the rest of the frame); icons take {icons} of it: \
+             use a smaller icon or clear another channel's icon",
+            reserve = crate::protocol::fit::OUT_RESERVE,
+        ),
+    ))
+}
+
+/// The directory as it is sent. One stored before the directory limit existed may be over it:
+/// the largest icons are left out of the frame (the app shows its letter avatar instead) until
+/// it fits, so a hello always works and the owner can clear an icon.
+pub(super) fn directory_for_wire(hub: &Hub, mut channels: Vec<Channel>) -> Vec<Channel> {
+    let budget = hub.out_budget().content;
+    let mut size = directory_bytes(&channels);
+    if size <= budget {
+        return channels;
+    }
+    let mut by_icon: Vec<(usize, usize)> = channels
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.icon.as_ref().map(|icon| (icon.len(), i)))
+        .collect();
+    by_icon.sort_unstable_by(|a, b| b.cmp(a));
+    let mut left_out = 0;
+    for (len, i) in by_icon {
+        if size <= budget {
+            break;
+        }
+        channels[i].icon = None;
+        size = size.saturating_sub(len);
+        left_out += 1;
+    }
+    tracing::warn!(
+        left_out,
+        bytes = size,
+        budget,
+        "the channel directory is over limits.max_out_frame_bytes: the largest icons are left out of hello.ack and channel.list; clear or shrink them"
+    );
+    channels
+}
+
 /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
 async fn save(
     hub: &Hub,
@@ -155,6 +292,7 @@ async fn save(
     id: Option<i64>,
     entries: Vec<Channel>,
 ) -> Result<(), Refusal> {
+    directory_room(hub, &entries)?;
     let mut changes = Vec::new();
     for e in &entries {
         changes.push(Change::PutChannel(e.clone()));
@@ -235,6 +373,7 @@ async fn create(
     } else {
         Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
     };
+    directory_room(hub, std::slice::from_ref(&entry))?;
     let changes = vec![
         Change::PutChannel(entry.clone()),
         Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),
@@ -243,8 +382,18 @@ async fn create(
     commit(hub, conn, changes, reply).await
 }
 
+/// What an auto-thread is called when its message's first line shows nothing.
+const AUTO_THREAD_FALLBACK_NAME: &str = "Thread";
+
 /// A new thread entry under `parent` (`auto` for threads the gateway mints for a message).
 pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
+    // An auto-thread is named from a message, which may start with nothing visible; a name
+    // the lists cannot show would leave the thread unfindable.
+    let name = if is_blank(&name) {
+        AUTO_THREAD_FALLBACK_NAME.to_owned()
+    } else {
+        name
+    };
     let mut thread = Channel::new(
         ids::time_ordered("thr"),
         name,
@@ -361,4 +510,33 @@ async fn delete(
     .map_err(|e| (ErrorCode::Internal, e.0))?;
     hub.collect_media(&media).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_only_spaces_and_invisible_characters_are_blank() {
+        for name in [
+            "",
+            "   ",
+            "\u{200B}",
+            "\u{200D}\u{FEFF}\u{2060}",
+            " \u{200E}\u{200F}\u{202E}\u{2066}\u{2069} ",
+            "\u{3164}\u{FE0F}\u{E0041}",
+            "\u{00A0}\u{3000}",
+        ] {
+            assert!(is_blank(name), "{name:?}");
+        }
+        for name in ["a", "\u{200B}x\u{200B}", "👍\u{FE0F}", "日本"] {
+            assert!(!is_blank(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn an_invisible_auto_thread_name_is_replaced() {
+        assert_eq!(new_thread("c", "\u{200B}".into(), true).name, "Thread");
+        assert_eq!(new_thread("c", "Plan".into(), true).name, "Plan");
+    }
 }

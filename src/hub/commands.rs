@@ -68,7 +68,7 @@ const SPECS: &[Spec] = &[
         aliases: &[],
         args_hint: "",
         category: "Session",
-        description: "Stop the agent's answer that is running in this chat",
+        description: "Stop the agent's answer that is running in this chat (apps can also send the frame agent.stop)",
         needs_models: false,
     },
     Spec {
@@ -181,18 +181,10 @@ pub async fn execute(hub: &Rc<Hub>, lane: &Lane, command: Command) {
                 .to_owned()
         }
         Command::Stop => {
-            let abort = hub
-                .state
-                .borrow()
-                .lanes
-                .get(lane)
-                .and_then(|ls| ls.abort.clone());
-            match abort {
-                Some(a) => {
-                    a.stop();
-                    "Stopped the agent's answer.".to_owned()
-                }
-                None => "Nothing is running in this chat.".to_owned(),
+            if hub.stop_lane(lane) {
+                "Stopped the agent's answer.".to_owned()
+            } else {
+                "Nothing is running in this chat.".to_owned()
             }
         }
         Command::Help => help_text(hub),
@@ -365,7 +357,7 @@ async fn open_picker(hub: &Rc<Hub>, lane: &Lane, setting: Setting) {
 }
 
 /// Posts the gateway's answer as a `system` message in `lane`.
-async fn post_system(hub: &Hub, lane: &Lane, text: String) {
+pub(super) async fn post_system(hub: &Hub, lane: &Lane, text: String) {
     let message = super::gateway_message(Role::System, text);
     let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
     let changes = vec![
@@ -421,8 +413,13 @@ fn status_text(hub: &Hub) -> String {
         Some(e) => format!("{}, failing: {e}", hub.pusher.backend()),
         None => hub.pusher.backend().to_owned(),
     };
+    let open = hub.state.borrow().approvals.len();
+    let approvals = match hub.agent.approvals_note() {
+        Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),
+        None => String::new(),
+    };
     format!(
-        "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
+        "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.{approvals}\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
         up / 3600,
         (up % 3600) / 60,
         hub.connected(),

@@ -6,21 +6,25 @@
 //! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
 //! `RefCell` that is never borrowed across an `.await`.
 
+mod approvals;
 mod automation;
 mod channels;
 mod commands;
 mod commit;
 mod push;
 mod search;
+mod status;
 mod storage;
 mod turns;
+
+pub use status::StatusReport;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -33,8 +37,10 @@ pub use commit::{CommitError, Origin};
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
 use crate::connection::{encode_text, Closing, ConnId, Outlet};
+use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
+use crate::protocol::fit::{self, OutBudget};
 use crate::protocol::{
     Channel, ErrorCode, Frame, HealthState, Hello, HistoryRequest, Lane, Request, RequestFrame,
     ServerCaps, TodoItem,
@@ -44,9 +50,9 @@ use crate::store::{Device, DeviceOrigin, MediaRecord, Store, StoreError, DEFAULT
 /// A refusal to send back as an `error` frame.
 pub type Refusal = (ErrorCode, String);
 
-/// Failed hellos remembered per source address (oldest forgotten first when full).
+/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
+/// count (`guessing.rs`). A household's phones fit many times over.
 const BAD_HELLO_TABLE: usize = 32;
-const BAD_HELLO_WINDOW: Duration = Duration::from_secs(60);
 
 /// Per-lane live state: the running turn's queue and the lane's current todo list.
 #[derive(Default)]
@@ -58,6 +64,8 @@ struct LaneState {
     abort: Option<Rc<turns::Abort>>,
     /// The assistant message the running turn is streaming.
     streaming: Option<String>,
+    /// The agent's run of the running turn, once it has one (Hermes' runs API).
+    run_id: Option<String>,
 }
 
 struct State {
@@ -66,7 +74,7 @@ struct State {
     /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
     published_head: u64,
     next_conn_id: ConnId,
-    bad_hellos: heapless::LinearMap<IpAddr, (u32, Instant), BAD_HELLO_TABLE>,
+    bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
     storage_error: Option<String>,
     /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
     unsettled: Vec<Vec<crate::store::Change>>,
@@ -78,6 +86,9 @@ struct State {
     agent_error: Option<String>,
     /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
     pickers: HashMap<String, commands::Picker>,
+    /// Approvals offered and not answered yet, by picker id (also in the store: they survive
+    /// restarts, unlike the settings pickers).
+    approvals: HashMap<String, crate::store::ApprovalRecord>,
     /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
     agent_settings: crate::agent::AgentSettings,
     shutting_down: bool,
@@ -138,6 +149,12 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(commit::QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
+        let approvals = store
+            .approvals()?
+            .into_iter()
+            .map(|a| (a.picker_id.clone(), a))
+            .collect();
+        let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let hub = Rc::new(Hub {
             health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
@@ -151,13 +168,14 @@ impl Hub {
                 lanes,
                 published_head: head,
                 next_conn_id: 1,
-                bad_hellos: heapless::LinearMap::new(),
+                bad_hellos,
                 storage_error: None,
                 unsettled: Vec::new(),
                 push_error: None,
                 media_full: None,
                 agent_error: None,
                 pickers: HashMap::new(),
+                approvals,
                 agent_settings,
                 shutting_down: false,
             }),
@@ -179,6 +197,11 @@ impl Hub {
 
     pub fn limits(&self) -> &Limits {
         &self.config.limits
+    }
+
+    /// What each kind of outgoing content may take (`limits.max_out_frame_bytes`).
+    pub fn out_budget(&self) -> OutBudget {
+        OutBudget::new(self.config.limits.max_out_frame_bytes)
     }
 
     pub fn store(&self) -> &Store {
@@ -229,26 +252,27 @@ impl Hub {
         }
     }
 
-    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64) are refused
-    /// before the token is even looked at, so guessing tokens is slow.
+    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64), or from a
+    /// rotation through more addresses than are counted one by one, are refused before the
+    /// token is even looked at, so guessing tokens is slow (`guessing.rs`).
     ///
     /// The token is found by its SHA-256 (the `tokens` tree's key), never compared itself: how
     /// long the lookup takes depends only on the hash of what was presented, and learning how
     /// many leading bytes of that hash match a stored one tells nothing about any token (it
     /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
     pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
-        let ip = crate::connection::address_key(ip);
         let limit = self.config.limits.bad_hellos_per_minute;
-        {
-            let st = self.state.borrow();
-            if let Some((count, since)) = st.bad_hellos.get(&ip) {
-                if *count >= limit && since.elapsed() < BAD_HELLO_WINDOW {
-                    return Err((
-                        ErrorCode::RateLimited,
-                        format!("too many failed hellos from this address ({limit} per minute); wait a minute"),
-                    ));
-                }
-            }
+        if let Err(limited) = self.state.borrow().bad_hellos.check(ip, Instant::now()) {
+            let wait = limited.retry_after.as_secs().max(1);
+            let whose = if limited.shared {
+                "from too many addresses at once"
+            } else {
+                "from this address"
+            };
+            return Err((
+                ErrorCode::RateLimited,
+                format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s"),
+            ));
         }
         if self.state.borrow().shutting_down {
             return Err((ErrorCode::Internal, "the gateway is restarting".into()));
@@ -261,7 +285,7 @@ impl Hub {
             None
         };
         let Some(mut device) = found else {
-            self.note_bad_hello(ip);
+            self.state.borrow_mut().bad_hellos.fail(ip, Instant::now());
             return Err((
                 ErrorCode::Auth,
                 "unknown or revoked token: pair this device again (iris-gateway pair)".into(),
@@ -288,38 +312,20 @@ impl Hub {
         if let Err(e) = self.store.update_device(&device) {
             warn!("could not record the device's hello: {e}");
         }
-        self.state.borrow_mut().bad_hellos.remove(&ip);
+        // Not a reset: see `guessing.rs` for why a success keeps the count.
+        self.state
+            .borrow_mut()
+            .bad_hellos
+            .succeed(ip, Instant::now());
         Ok(device)
-    }
-
-    fn note_bad_hello(&self, ip: IpAddr) {
-        let mut st = self.state.borrow_mut();
-        let table = &mut st.bad_hellos;
-        if let Some((count, since)) = table.get_mut(&ip) {
-            if since.elapsed() >= BAD_HELLO_WINDOW {
-                *count = 0;
-                *since = Instant::now();
-            }
-            *count += 1;
-            return;
-        }
-        if table.len() == BAD_HELLO_TABLE {
-            let oldest = table
-                .iter()
-                .min_by_key(|(_, (_, since))| *since)
-                .map(|(ip, _)| *ip);
-            if let Some(old) = oldest {
-                table.remove(&old);
-            }
-        }
-        let _ = table.insert(ip, (1, Instant::now()));
     }
 
     /// Registers an authenticated connection and queues its greeting: `hello.ack`, `status`,
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let channels = self.store.channels().unwrap_or_default();
+        let channels =
+            channels::directory_for_wire(self, self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
@@ -438,6 +444,7 @@ impl Hub {
                 turns::send_message(self, outlet, frame.chat_id, frame.thread_id, id, m).await
             }
             Request::ChannelList => self.store.channels().map_err(internal).map(|channels| {
+                let channels = channels::directory_for_wire(self, channels);
                 outlet.push_frame(&Frame::channel_list(id, &channels));
             }),
             Request::Search(req) => {
@@ -472,9 +479,24 @@ impl Hub {
                 outlet.push_frame(&Frame::commands_catalog(id, commands::catalog(self)));
                 Ok(())
             }
+            Request::PickerSelect { picker_id, value }
+                if picker_id.starts_with(approvals::PICKER_PREFIX) =>
+            {
+                approvals::select(self, outlet, &picker_id, &value).await
+            }
             Request::PickerSelect { picker_id, value } => {
                 commands::picker_select(self, outlet, &picker_id, &value).await
             }
+            Request::AgentStop => self
+                .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
+                .and_then(|(lane, _)| {
+                    // The same as `/stop` in that lane, without a command message to answer.
+                    if self.stop_lane(&lane) {
+                        Ok(())
+                    } else {
+                        Err((ErrorCode::NotFound, format!("nothing is running in {lane}")))
+                    }
+                }),
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
                 channels::handle(self, outlet.conn_id, id, target, other).await
@@ -519,9 +541,12 @@ impl Hub {
                 };
                 (ErrorCode::NotFound, message)
             })?;
-        let oldest = page.messages.first().map(|m| m.message_id.as_str());
+        // Bounded by bytes as well as by count: a page that would not fit one frame ends
+        // early, saying `has_more`, and the app pages on from its oldest message.
+        let (messages, cut_short) = fit::history_within(page.messages, &self.out_budget());
+        let oldest = messages.first().map(|m| m.message_id.as_str());
         outlet.push_frame(
-            &Frame::history(id, &page.messages, page.has_more, oldest)
+            &Frame::history(id, &messages, page.has_more || cut_short, oldest)
                 .in_lane(&lane.chat_id, lane.thread()),
         );
         Ok(())

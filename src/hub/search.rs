@@ -77,7 +77,10 @@ pub fn search(
         .map_err(super::internal)?;
     let hits: Vec<Value> = hits
         .into_iter()
-        .map(|h| {
+        .map(|mut h| {
+            // A snippet centres on the matching word, and a "word" can be a whole message of
+            // letters: bound it by its encoded size so 100 hits always fit one frame.
+            crate::protocol::fit::cut_in_place(&mut h.snippet, crate::protocol::fit::SNIPPET_BYTES);
             json!({
                 "message_id": h.message.message_id,
                 "chat_id": h.lane.chat_id,

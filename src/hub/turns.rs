@@ -13,9 +13,12 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::{channels, coalesce_key, Hub, Origin, Refusal};
-use crate::agent::{AgentError, AgentEvent, PastMessage, Recovery, TurnInput, TurnSummary};
+use crate::agent::{
+    AgentError, AgentEvent, PastMessage, Recovery, RunState, TurnInput, TurnSummary,
+};
 use crate::connection::Outlet;
 use crate::ids;
+use crate::protocol::fit;
 use crate::protocol::{
     ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
 };
@@ -23,8 +26,8 @@ use crate::store::{AgentSession, Change, PendingTurn};
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
-/// Longest assistant reply kept; a runaway agent is cut off here so frames stay under limits.
-const MAX_REPLY_BYTES: usize = 512 << 10;
+/// What ends a reply cut at its share of `limits.max_out_frame_bytes` (`OutBudget::text`).
+const REPLY_CUT_NOTE: &str = "\n\n[reply cut: longer than the gateway keeps]";
 
 /// A stored user message (or a cron prompt) waiting for its turn.
 #[derive(Debug, Clone)]
@@ -35,6 +38,9 @@ pub struct QueuedTurn {
     /// `Some(title)` for a gateway-originated prompt in an automation channel: its answer is
     /// stored with role `cron` and announced by a `notification` with this title.
     pub automation: Option<String>,
+    /// The agent's run of this message, when a restart found it still going: followed, never
+    /// handed over again.
+    pub resume_run: Option<String>,
 }
 
 /// Ends a running turn early. `stop` (from `/stop`) keeps what was streamed so far as the
@@ -75,6 +81,18 @@ pub async fn send_message(
             ),
         ));
     }
+    // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
+    let escaped = fit::escaped_len(&req.text);
+    let text_budget = hub.out_budget().text;
+    if escaped > text_budget {
+        return Err((
+            ErrorCode::Unsupported,
+            format!(
+                "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
+                 frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
+            ),
+        ));
+    }
     let media = attachments(hub, &outlet.device_id, &req.media_refs)?;
     if req.text.trim().is_empty() && media.is_empty() {
         return Err((
@@ -98,8 +116,12 @@ pub async fn send_message(
         && root.is_default
         && lane.thread_id.is_none()
         && !req.text.trim_start().starts_with('/');
-    if wants_thread {
-        let thread = channels::new_thread(&lane.chat_id, auto_title(&req.text), true);
+    // A directory with no room left for another entry (its icons fill the hello.ack budget)
+    // keeps the message in the default lane rather than refusing it.
+    let thread = wants_thread
+        .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
+        .filter(|t| channels::directory_room(hub, std::slice::from_ref(t)).is_ok());
+    if let Some(thread) = thread {
         lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
         changes.push(Change::PutChannel(thread.clone()));
         changes.push(Change::Outbox(
@@ -176,6 +198,7 @@ pub async fn send_message(
             text: message.text,
             media: message.media,
             automation: None,
+            resume_run: None,
         },
     );
     Ok(())
@@ -192,6 +215,7 @@ pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, titl
             text: prompt,
             media: Vec::new(),
             automation: Some(title),
+            resume_run: None,
         },
     );
 }
@@ -285,10 +309,17 @@ struct TurnText {
     /// restarts here.
     segment_start: usize,
     reasoning: String,
+    /// Escaped (on-the-wire) sizes of `text` and `reasoning`: agent text is budgeted by what
+    /// it encodes to, since JSON escaping can grow it sixfold.
+    text_escaped: usize,
+    reasoning_escaped: usize,
     tool_names: HashMap<i64, String>,
     truncated: bool,
     /// Files the agent produced, stored and offered.
     media: Vec<MediaRef>,
+    /// The user message this turn answers, and the agent's run of it (once it has one).
+    user_message_id: String,
+    run_id: Option<String>,
 }
 
 /// How one attempt to run a turn ended.
@@ -339,11 +370,19 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         history: hub.past_messages(lane, &session, &turn.user_message_id),
         session: session.session_id,
         settings: hub.state.borrow().agent_settings.clone(),
+        resume_run: turn.resume_run.clone(),
     };
     let agent_config = &hub.config.agent;
     let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
     let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
-    let mut acc = TurnText::default();
+    let mut acc = TurnText {
+        user_message_id: turn.user_message_id.clone(),
+        run_id: turn.resume_run.clone(),
+        ..TurnText::default()
+    };
+    if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
+        ls.run_id = turn.resume_run.clone();
+    }
     let mut told_waiting = false;
     let outcome = loop {
         let attempt =
@@ -386,9 +425,21 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
             break Attempt::Abandoned;
         }
     };
+    let outcome = match outcome {
+        // Stopping for a restart: the run goes on at the agent, and the next start follows it.
+        Attempt::Abandoned if hub.is_shutting_down() => {
+            hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            return;
+        }
+        other => other,
+    };
     if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
         ls.abort = None;
         ls.streaming = None;
+        ls.run_id = None;
+    }
+    if let Some(run_id) = acc.run_id.clone() {
+        settle_run(hub, &run_id, &outcome).await;
     }
     let summary = match outcome {
         Attempt::Abandoned => {
@@ -400,6 +451,7 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
                 if let Err(e) = hub.commit(end, None).await {
                     warn!(%lane, "could not close an abandoned turn: {e}");
                 }
+                hub.forget_run(&turn.user_message_id);
             }
             hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
             return;
@@ -460,7 +512,31 @@ async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
         notice,
     )
     .await;
+    hub.forget_run(&turn.user_message_id);
     hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+}
+
+/// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
+/// its lane deleted) is stopped at the agent too, since closing its events stream does not
+/// stop it; and an approval still open for it is closed, saying why.
+async fn settle_run(hub: &Rc<Hub>, run_id: &str, outcome: &Attempt) {
+    let gave_up = matches!(
+        outcome,
+        Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
+    );
+    if gave_up {
+        let (hub2, id) = (hub.clone(), run_id.to_owned());
+        tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
+    }
+    let stopped = matches!(outcome, Attempt::Stopped);
+    hub.close_approvals_of(run_id, |command| {
+        if stopped {
+            format!("The task was stopped: Hermes did not run `{command}`.")
+        } else {
+            format!("The agent's turn ended: the approval for `{command}` is no longer open.")
+        }
+    })
+    .await;
 }
 
 /// One try at a turn: runs the agent and applies its events until it ends, the time limit
@@ -519,6 +595,10 @@ async fn finish_turn(
     frame: fn(&HistoryMessage) -> Frame,
     notice: Option<Frame>,
 ) {
+    // Built within budget as it streamed; this catches what was not (an error text, a
+    // partial answer recovered after a restart).
+    let mut reply = reply;
+    fit::fit_message(&mut reply, &hub.out_budget());
     let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
     // A lane deleted while its turn ran gets no message (its history is gone too).
     if hub.lane_exists(lane) {
@@ -565,24 +645,32 @@ async fn apply_event(
             if delta.is_empty() {
                 return;
             }
-            if acc.text.len() + delta.len() > MAX_REPLY_BYTES {
-                acc.truncated = true;
-                acc.text
-                    .push_str("\n\n[reply cut: longer than the gateway keeps]");
-            } else {
-                acc.text.push_str(&delta);
-            }
+            let budget = hub.out_budget().text;
+            acc.truncated = fit::push_within(
+                &mut acc.text,
+                &mut acc.text_escaped,
+                &delta,
+                budget,
+                REPLY_CUT_NOTE,
+            );
             hub.broadcast(
                 &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
                 Some(coalesce_key("message.update", message_id, 0)),
             );
         }
         AgentEvent::Reasoning(delta) => {
-            if acc.reasoning.len() + delta.len() <= MAX_REPLY_BYTES {
-                acc.reasoning.push_str(&delta);
-            }
+            // Reasoning past its share is left out silently: the answer is what matters.
+            let budget = hub.out_budget().reasoning;
+            fit::push_within(
+                &mut acc.reasoning,
+                &mut acc.reasoning_escaped,
+                &delta,
+                budget,
+                "",
+            );
         }
-        AgentEvent::Commentary(text) => {
+        AgentEvent::Commentary(mut text) => {
+            fit::cut_in_place(&mut text, hub.out_budget().text);
             hub.broadcast(
                 &Frame::commentary(message_id, &text).in_lane(chat, thread),
                 None,
@@ -599,6 +687,7 @@ async fn apply_event(
             let said = acc.text[acc.segment_start..].trim().to_owned();
             if !said.is_empty() && !acc.truncated {
                 acc.text.truncate(acc.segment_start);
+                acc.text_escaped = fit::escaped_len(&acc.text);
                 hub.broadcast(
                     &Frame::commentary(message_id, &said).in_lane(chat, thread),
                     None,
@@ -609,11 +698,13 @@ async fn apply_event(
                 );
             }
             acc.segment_start = acc.text.len();
+            let (name, preview, args, emoji) = bounded_tool(hub, name, preview, args, emoji);
             let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
             acc.tool_names.insert(index, name);
             hub.broadcast(&f.in_lane(chat, thread), None);
         }
-        AgentEvent::ToolProgress { index, note } => {
+        AgentEvent::ToolProgress { index, mut note } => {
+            fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
             let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
             hub.broadcast(
                 &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
@@ -624,8 +715,9 @@ async fn apply_event(
             index,
             ok,
             duration_secs,
-            output_preview,
+            mut output_preview,
         } => {
+            fit::cut_in_place(&mut output_preview, fit::PREVIEW_BYTES);
             let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
             let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
                 .in_lane(chat, thread);
@@ -640,6 +732,31 @@ async fn apply_event(
             }
         }
         AgentEvent::Todos(todos) => hub.set_todos(lane, todos),
+        AgentEvent::RunStarted(run_id) => {
+            // Durable before anything else happens in the run: a restart must find it (to
+            // follow it, never to hand the message over again).
+            let record = crate::store::RunRecord {
+                user_message_id: acc.user_message_id.clone(),
+                lane: lane.clone(),
+                run_id: run_id.clone(),
+            };
+            if let Err(e) = hub.store.put_run(&record).await {
+                warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+            }
+            if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
+                ls.run_id = Some(run_id.clone());
+            }
+            acc.run_id = Some(run_id);
+        }
+        AgentEvent::Approval(request) => match acc.run_id.clone() {
+            Some(run_id) => hub.offer_approval(lane, &run_id, request).await,
+            None => warn!(%lane, "an approval request outside a run was ignored"),
+        },
+        AgentEvent::ApprovalExpired => {
+            if let Some(run_id) = acc.run_id.clone() {
+                hub.approval_expired(&run_id).await;
+            }
+        }
         AgentEvent::File {
             filename,
             mime,
@@ -656,6 +773,33 @@ async fn apply_event(
     }
 }
 
+/// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a
+/// glance ([`fit::PREVIEW_BYTES`]), the name and emoji are labels, and the arguments (any JSON
+/// the agent sent) get half a frame, their longest strings cut first.
+fn bounded_tool(
+    hub: &Hub,
+    mut name: String,
+    mut preview: String,
+    mut args: serde_json::Value,
+    mut emoji: Option<String>,
+) -> (String, String, serde_json::Value, Option<String>) {
+    fit::cut_in_place(&mut name, TOOL_LABEL_BYTES);
+    fit::cut_in_place(&mut preview, fit::PREVIEW_BYTES);
+    if let Some(e) = emoji.as_mut() {
+        fit::cut_in_place(e, TOOL_LABEL_BYTES);
+    }
+    if !fit::shrink_value(&mut args, hub.out_budget().content / 2) {
+        args = serde_json::json!({});
+    }
+    (name, preview, args, emoji)
+}
+
+/// A tool's name or emoji, escaped: a label, never a page.
+const TOOL_LABEL_BYTES: usize = 256;
+
+/// Todo items the agent sends: each item a line, the list within half a frame.
+const TODO_ITEM_BYTES: usize = 1 << 10;
+
 impl Hub {
     /// A fresh conversation has no plan yet.
     pub(super) fn clear_todos(&self, lane: &Lane) {
@@ -671,10 +815,20 @@ impl Hub {
     }
 
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
-    fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
+    fn set_todos(&self, lane: &Lane, mut todos: Vec<TodoItem>) {
         if !self.lane_exists(lane) {
             return;
         }
+        // The list goes out whole in one `todo.update` (and after every hello): bounded per
+        // item and in all, the first items kept.
+        let mut used = 0;
+        let budget = self.out_budget().content / 2;
+        todos.retain_mut(|t| {
+            fit::cut_in_place(&mut t.content, TODO_ITEM_BYTES);
+            fit::cut_in_place(&mut t.id, TOOL_LABEL_BYTES);
+            used += fit::escaped_len(&t.content) + fit::escaped_len(&t.id) + 64;
+            used <= budget
+        });
         self.broadcast(
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,
@@ -802,8 +956,10 @@ impl Hub {
     }
 
     /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
-    /// before listening. Nothing is ever sent to the agent twice: where the agent's own store
-    /// has the answer (or its start), that is delivered; otherwise the user is told.
+    /// before listening. Nothing is ever sent to the agent twice: a turn the agent took as a
+    /// run that is still going is followed to its end (its approval, if it waits for one,
+    /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
+    /// own store has the answer (or its start), that is delivered; else the user is told.
     pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, super::CommitError> {
         let pending = self
             .store
@@ -811,21 +967,44 @@ impl Hub {
             .map_err(|e| super::CommitError(e.to_string()))?;
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
+        let mut followed = Vec::new();
         for p in pending {
-            let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
-                Some(session) if tokio::time::Instant::now() < deadline => {
-                    let ask = self.agent.recover(&session.session_id, &p.text);
-                    tokio::time::timeout_at(deadline, ask)
+            let run = self.store.run_of(&p.user_message_id).ok().flatten();
+            let state = match &run {
+                Some(r) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
                         .await
-                        .unwrap_or(Recovery::Unknown)
+                        .unwrap_or(RunState::Gone)
                 }
-                _ => Recovery::Unknown,
+                _ => RunState::Gone,
             };
-            info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
-            let text = match recovery {
-                Recovery::Answered(text) => text,
-                Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
-                Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+            info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
+            let text = match state {
+                RunState::Active { .. } => {
+                    let run_id = run.map(|r| r.run_id).unwrap_or_default();
+                    followed.push((p, run_id));
+                    continue;
+                }
+                RunState::Completed { output, .. } => output,
+                RunState::Failed(e) => format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
+                RunState::Cancelled => "\u{23f9}\u{fe0f} Stopped.".to_owned(),
+                RunState::Gone => {
+                    let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+                        Some(session) if tokio::time::Instant::now() < deadline => {
+                            let ask = self.agent.recover(&session.session_id, &p.text);
+                            tokio::time::timeout_at(deadline, ask)
+                                .await
+                                .unwrap_or(Recovery::Unknown)
+                        }
+                        _ => Recovery::Unknown,
+                    };
+                    info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
+                    match recovery {
+                        Recovery::Answered(text) => text,
+                        Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
+                        Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+                    }
+                }
             };
             let reply = HistoryMessage {
                 runtime: Some(Runtime::default()),
@@ -840,8 +1019,68 @@ impl Hub {
                 None,
             )
             .await;
+            self.forget_run(&p.user_message_id);
+        }
+        // Approvals of runs that are over can no longer be answered: close them.
+        let live: Vec<String> = followed.iter().map(|(_, r)| r.clone()).collect();
+        for run_id in self.approval_runs() {
+            if !live.contains(&run_id) {
+                self.close_approvals_of(&run_id, |command| {
+                    format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
+                })
+                .await;
+            }
+        }
+        // Runs whose turns were settled before a crash removed their records.
+        let pending: Vec<String> = followed
+            .iter()
+            .map(|(p, _)| p.user_message_id.clone())
+            .collect();
+        for r in self.store.runs().unwrap_or_default() {
+            if !pending.contains(&r.user_message_id) {
+                self.forget_run(&r.user_message_id);
+            }
+        }
+        for (p, run_id) in followed {
+            info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
+            enqueue_turn(
+                self,
+                p.lane,
+                QueuedTurn {
+                    user_message_id: p.user_message_id,
+                    text: p.text,
+                    media: Vec::new(),
+                    automation: None,
+                    resume_run: Some(run_id),
+                },
+            );
         }
         Ok(count)
+    }
+
+    /// A settled turn's run record is no longer needed.
+    fn forget_run(&self, user_message_id: &str) {
+        if let Err(e) = self.store.remove_run(user_message_id) {
+            warn!("could not forget a settled run: {e}");
+        }
+    }
+
+    /// Stops the running turn of `lane` (`/stop`, `agent.stop`, "Stop the task"); `false` when
+    /// nothing runs there.
+    pub(super) fn stop_lane(&self, lane: &Lane) -> bool {
+        let abort = self
+            .state
+            .borrow()
+            .lanes
+            .get(lane)
+            .and_then(|ls| ls.abort.clone());
+        match abort {
+            Some(a) => {
+                a.stop();
+                true
+            }
+            None => false,
+        }
     }
 
     /// The lane's conversation at the agent, started (and stored) on first use.

@@ -4,27 +4,28 @@
 //! valid code. The code itself may go to the console and the journal because it is weak in
 //! every way that matters to an attacker who reads it later: one use, a few minutes
 //! (`limits.pair_code_ttl_secs`), and only the newest one works. Guessing is bounded by 40
-//! random bits and `limits.pair_code_failures_per_minute` wrong tries per address.
+//! random bits and `limits.pair_code_failures_per_minute` wrong tries per address, with a bound
+//! on all addresses together that rotating addresses cannot escape (`crate::guessing`).
 //!
 //! Only SHA-256 of the live code is kept, and a presented code is compared by digest in
 //! constant time, as webhook tokens are.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+
+use crate::guessing::GuessLimiter;
 
 /// Crockford's base 32: no I, L, O or U, so a code read off a screen cannot be mistyped into
 /// another valid one (I/L are read as 1, O as 0).
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 /// 8 characters of 5 bits: 40 random bits.
 const CODE_CHARS: usize = 8;
-/// Window of the per-address failure count.
-const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-/// Addresses whose failures are remembered; past this the oldest entry is forgotten, so a
-/// flood from many addresses cannot grow memory.
+/// Addresses whose failures are counted one by one; past them, addresses share one count, so a
+/// flood from many addresses can neither grow memory nor buy more guesses.
 const FAILURE_TABLE: usize = 256;
 /// Spent codes remembered, to tell "used or expired" (410) from "wrong" (403).
 const SPENT_KEPT: usize = 16;
@@ -38,30 +39,32 @@ pub enum Refusal {
     Wrong,
     /// 410: a code that was valid once: used, expired, or replaced by a newer one.
     Spent,
-    /// 429: too many failures from this address; retry after this many seconds.
-    RateLimited { retry_after_secs: u64 },
+    /// 429: too many failures from this address, or (`shared`) from too many addresses at
+    /// once; retry after this many seconds.
+    RateLimited { retry_after_secs: u64, shared: bool },
 }
 
 /// The live code and the failure counts; one per gateway, used from the event loop only.
 pub struct PageCodes {
     ttl: Duration,
-    failures_per_minute: u32,
     state: RefCell<State>,
 }
 
-#[derive(Default)]
 struct State {
     live: Option<(CodeDigest, Instant)>,
     spent: VecDeque<CodeDigest>,
-    failures: HashMap<IpAddr, (u32, Instant)>,
+    failures: GuessLimiter<FAILURE_TABLE>,
 }
 
 impl PageCodes {
     pub fn new(ttl: Duration, failures_per_minute: u32) -> PageCodes {
         PageCodes {
             ttl,
-            failures_per_minute,
-            state: RefCell::default(),
+            state: RefCell::new(State {
+                live: None,
+                spent: VecDeque::new(),
+                failures: GuessLimiter::new(failures_per_minute, Instant::now()),
+            }),
         }
     }
 
@@ -89,18 +92,15 @@ impl PageCodes {
 
     /// Accepts `presented` once, if it is the live code and not expired. Failures are counted
     /// per address (IPv6: per /64) and, past the limit, refused before the code is looked at.
+    /// A success keeps the count: it never buys more wrong tries.
     pub fn redeem(&self, presented: &str, ip: IpAddr) -> Result<(), Refusal> {
-        let ip = crate::connection::address_key(ip);
         let now = Instant::now();
         let mut st = self.state.borrow_mut();
-        if let Some((count, since)) = st.failures.get(&ip) {
-            let elapsed = now.duration_since(*since);
-            if *count >= self.failures_per_minute && elapsed < FAILURE_WINDOW {
-                let left = (FAILURE_WINDOW - elapsed).as_secs().max(1);
-                return Err(Refusal::RateLimited {
-                    retry_after_secs: left,
-                });
-            }
+        if let Err(limited) = st.failures.check(ip, now) {
+            return Err(Refusal::RateLimited {
+                retry_after_secs: limited.retry_after.as_secs().max(1),
+                shared: limited.shared,
+            });
         }
         let presented = normalize(presented).map(|c| digest(&c));
         let outcome = match (&presented, st.live) {
@@ -116,8 +116,9 @@ impl PageCodes {
             (Some(p), _) if st.spent.iter().any(|s| same_digest(p, s)) => Err(Refusal::Spent),
             _ => Err(Refusal::Wrong),
         };
-        if outcome.is_err() {
-            note_failure(&mut st.failures, ip, now);
+        match outcome {
+            Ok(()) => st.failures.succeed(ip, now),
+            Err(_) => st.failures.fail(ip, now),
         }
         outcome
     }
@@ -153,27 +154,6 @@ fn remember_spent(spent: &mut VecDeque<CodeDigest>, code: CodeDigest) {
         spent.pop_front();
     }
     spent.push_back(code);
-}
-
-fn note_failure(table: &mut HashMap<IpAddr, (u32, Instant)>, ip: IpAddr, now: Instant) {
-    if let Some((count, since)) = table.get_mut(&ip) {
-        if now.duration_since(*since) >= FAILURE_WINDOW {
-            *count = 0;
-            *since = now;
-        }
-        *count += 1;
-        return;
-    }
-    if table.len() >= FAILURE_TABLE {
-        let oldest = table
-            .iter()
-            .min_by_key(|(_, (_, since))| *since)
-            .map(|(ip, _)| *ip);
-        if let Some(oldest) = oldest {
-            table.remove(&oldest);
-        }
-    }
-    table.insert(ip, (1, now));
 }
 
 #[cfg(test)]

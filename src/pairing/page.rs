@@ -159,13 +159,21 @@ fn refused(refusal: Refusal, secure: bool) -> Response<Full<Bytes>> {
                  Get a new one on the gateway with: iris-gateway pair --page",
             ),
         ),
-        Refusal::RateLimited { retry_after_secs } => {
+        Refusal::RateLimited {
+            retry_after_secs,
+            shared,
+        } => {
+            let whose = if shared {
+                "from too many addresses at once"
+            } else {
+                "from this address"
+            };
             let mut reply = html(
                 StatusCode::TOO_MANY_REQUESTS,
                 &message_page(
                     "Too many tries",
                     &format!(
-                        "Too many wrong codes from this address \
+                        "Too many wrong codes {whose} \
                          (limits.pair_code_failures_per_minute). Try again in \
                          {retry_after_secs} s."
                     ),

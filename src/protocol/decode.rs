@@ -92,6 +92,10 @@ pub enum Request {
         picker_id: String,
         value: String,
     },
+    /// Stop the agent's running turn in the frame's lane (the same as `/stop`). Listed in
+    /// the schema's planned frames; accepted since approvals made stopping a waiting run
+    /// something an app wants a button for.
+    AgentStop,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -547,6 +551,10 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 value: s.value,
             }
         }
+        "agent.stop" => {
+            well_formed(id, kind, text)?;
+            Request::AgentStop
+        }
         other => {
             let shown: String = other.chars().take(40).collect();
             return Err(DecodeError::new(
@@ -764,6 +772,14 @@ mod tests {
             "[".repeat(100_000)
         );
         assert!(err(&deep).message.contains("nests deeper"));
+    }
+
+    #[test]
+    fn agent_stop_is_accepted() {
+        let f =
+            decode_request(r#"{"v":1,"type":"agent.stop","id":3,"chat_id":"default"}"#).unwrap();
+        assert_eq!(f.request, Request::AgentStop);
+        assert_eq!(f.chat_id.as_deref(), Some("default"));
     }
 
     #[test]

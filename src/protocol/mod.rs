@@ -6,6 +6,7 @@
 
 mod decode;
 mod encode;
+pub mod fit;
 mod types;
 
 pub use decode::{

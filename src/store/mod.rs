@@ -6,6 +6,7 @@
 //! everything written so far durable (an fsync of sled's log) and is what the hub awaits before it
 //! tells any device about a change.
 
+mod approvals;
 pub mod backup;
 mod check;
 mod devices;
@@ -17,6 +18,7 @@ mod outbox;
 pub mod search;
 mod sessions;
 mod sql;
+pub use approvals::{ApprovalRecord, RunRecord};
 pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};

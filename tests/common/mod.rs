@@ -749,8 +749,14 @@ pub struct Client {
     pub last_error: Option<String>,
     /// Bound on each recv-style call.
     pub timeout: Duration,
+    /// Largest text frame this client takes, like an app: the gateway's default
+    /// `limits.max_out_frame_bytes`. A bigger frame fails the test, whichever test it is.
+    pub max_frame_in: usize,
     next_id: i64,
 }
+
+/// What an app can be expected to take: the gateway's own incoming limit, 1 MiB.
+pub const APP_MAX_FRAME_BYTES: usize = 1 << 20;
 
 impl Client {
     pub async fn connect(url: &str) -> Client {
@@ -765,16 +771,58 @@ impl Client {
         match tokio::time::timeout(DEFAULT_TIMEOUT, tokio_tungstenite::connect_async(url)).await {
             Err(_) => Err(format!("WebSocket connect to {url} timed out")),
             Ok(Err(e)) => Err(format!("WebSocket connect to {url} failed: {e}")),
-            Ok(Ok((ws, _response))) => Ok(Client {
-                ws,
-                seen: Vec::new(),
-                binaries: Vec::new(),
-                closed: None,
-                last_error: None,
-                timeout: DEFAULT_TIMEOUT,
-                next_id: 1,
-            }),
+            Ok(Ok((ws, _response))) => Ok(Client::over(ws)),
         }
+    }
+
+    fn over(ws: Ws) -> Client {
+        Client {
+            ws,
+            seen: Vec::new(),
+            binaries: Vec::new(),
+            closed: None,
+            last_error: None,
+            timeout: DEFAULT_TIMEOUT,
+            max_frame_in: APP_MAX_FRAME_BYTES,
+            next_id: 1,
+        }
+    }
+
+    /// Connects from `source` (any 127.0.0.0/8 address on loopback), so a test can play
+    /// several client addresses against the per-address limits.
+    pub async fn connect_from(url: &str, addr: SocketAddr, source: std::net::IpAddr) -> Client {
+        let socket = match source {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .expect("socket");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .unwrap_or_else(|e| panic!("bind the client address {source}: {e}"));
+        let connect = async {
+            let tcp = socket.connect(addr).await.map_err(|e| e.to_string())?;
+            tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(DEFAULT_TIMEOUT, connect).await {
+            Err(_) => panic!("WebSocket connect to {url} from {source} timed out"),
+            Ok(Err(e)) => panic!("WebSocket connect to {url} from {source} failed: {e}"),
+            Ok(Ok((ws, _response))) => Client::over(ws),
+        }
+    }
+
+    /// Writes `bytes` to the socket under the WebSocket, for frames no client library would
+    /// build (bad framing, invalid UTF-8); plain `ws://` only.
+    pub async fn send_raw_wire(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        let MaybeTlsStream::Plain(tcp) = self.ws.get_mut() else {
+            panic!("send_raw_wire needs a plain ws:// connection");
+        };
+        tokio::time::timeout(self.timeout, tcp.write_all(bytes))
+            .await
+            .expect("raw write in time")
+            .expect("raw write");
     }
 
     /// Connects, authenticates and returns the `hello.ack`; request ids continue from 2.
@@ -907,6 +955,14 @@ impl Client {
                     return Some(Incoming::Closed(closed));
                 }
                 Some(Ok(Message::Text(text))) => {
+                    assert!(
+                        text.len() <= self.max_frame_in,
+                        "server sent a {}-byte frame, over the {} an app takes: {}…\n{}",
+                        text.len(),
+                        self.max_frame_in,
+                        text.as_str().chars().take(200).collect::<String>(),
+                        self.recent()
+                    );
                     let value: Value = serde_json::from_str(text.as_str()).unwrap_or_else(|e| {
                         panic!(
                             "server sent a text frame that is not JSON ({e}): {}",

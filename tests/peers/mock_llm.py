@@ -17,6 +17,12 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
   [[fail500]]  HTTP 500 with an OpenAI error body
+  [[escape]]   worst-case JSON escaping: ~300 KB of reasoning and ~400 KB of content made of
+               control characters, quotes and backslashes (each escapes to 2-6 bytes), in 16 KB
+               pieces
+  [[danger PATH]]  no tool result after that user message yet: "I will clear PATH." plus a call
+               to `terminal` with `rm -rf PATH` (a command Hermes flags: "delete in root path");
+               once a tool result follows it: "Tool said: <the first 300 chars of that result>"
   [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
@@ -71,10 +77,22 @@ def script(messages):
     if "[[tool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", "The plan is"), ("content", " ready.")], "stop", 0
-        return [("content", "Let me "), ("content", "plan this."), ("tool", TODOS)], "tool_calls", 0
+        return [("content", "Let me "), ("content", "plan this."), ("tool", ("todo", TODOS))], "tool_calls", 0
+    if "[[danger " in newest:
+        path = newest.split("[[danger ", 1)[1].split("]]", 1)[0].strip()
+        results = [m for m in messages[last + 1 :] if m.get("role") == "tool"]
+        if results:
+            said = text_of(results[-1].get("content"))[:300]
+            return [("content", "Tool said: "), ("content", said)], "stop", 0
+        call = ("terminal", {"command": f"rm -rf {path}"})
+        return [("content", f"I will clear {path}."), ("tool", call)], "tool_calls", 0
     if "[[reason]]" in newest:
         events = [("reasoning", "Thinking about"), ("reasoning", " the question.")]
         return events + [("content", "Reasoned "), ("content", "answer.")], "stop", 0
+    if "[[escape]]" in newest:
+        piece = ("\u0001\u001f\"\\\u0007" * 3200)[:16000]
+        events = [("reasoning", piece) for _ in range(19)]
+        return events + [("content", piece) for _ in range(25)], "stop", 0
     if "[[slow]]" in newest:
         return [("content", f"word{i}" if i == 1 else f" word{i}") for i in range(1, 81)], "stop", 0.25
     earlier = [text_of(messages[i].get("content")).strip() for i in users[:-1]]
@@ -200,9 +218,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def tool_call(args):
-    return {"id": "call_mock_todo_1", "type": "function",
-            "function": {"name": "todo", "arguments": json.dumps(args)}}
+def tool_call(value):
+    name, args = value
+    return {"id": f"call_mock_{name}_1", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def envelope(model, obj):

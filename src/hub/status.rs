@@ -1,0 +1,102 @@
+//! The gateway's health in one plain record: what `iris-gateway status` prints (over the control
+//! socket) and what an admin page shows. The same state drives `status` frames and the LED; this
+//! adds the causes in words and the figures behind them.
+
+use serde::{Deserialize, Serialize};
+
+use super::Hub;
+use crate::protocol::HealthState;
+
+/// A snapshot of the gateway's health and use, in plain data (serialisable for the control
+/// socket). Secrets never appear: agent and push are described by backend and address only.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StatusReport {
+    pub state: HealthState,
+    /// Each reason the gateway is degraded, in words (empty when online).
+    pub causes: Vec<String>,
+    pub version: String,
+    pub uptime_secs: u64,
+    /// The agent backend and where it is (`Hermes at http://…`), and why it is not usable.
+    pub agent: String,
+    pub agent_error: Option<String>,
+    /// `none`, `ntfy` or `fcm`, and why it is failing.
+    pub push: String,
+    pub push_error: Option<String>,
+    /// What sled reports for the store, and the newest outbox cursor.
+    pub store_bytes: Option<u64>,
+    pub cursor_head: u64,
+    pub media_bytes: u64,
+    pub media_quota_bytes: u64,
+    /// Free space on the data disk, when it can be read.
+    pub disk_free_bytes: Option<u64>,
+    pub devices_paired: usize,
+    pub devices_connected: usize,
+}
+
+impl Hub {
+    pub fn status_report(&self) -> StatusReport {
+        let st = self.state.borrow();
+        let (agent_error, push_error) = (st.agent_error.clone(), st.push_error.clone());
+        drop(st);
+        StatusReport {
+            state: self.health(),
+            causes: self.health_causes(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            agent: self.agent.describe(),
+            agent_error,
+            push: self.pusher.backend().to_owned(),
+            push_error,
+            store_bytes: self.store.size_on_disk().ok(),
+            cursor_head: self.published_head(),
+            media_bytes: self.media.used(),
+            media_quota_bytes: self.config.limits.media_quota_bytes,
+            disk_free_bytes: fs2::available_space(self.store.dir()).ok(),
+            devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
+            devices_connected: self.connected(),
+        }
+    }
+}
+
+impl StatusReport {
+    /// The report for a person at a terminal.
+    pub fn to_text(&self) -> String {
+        let human = crate::store::human_bytes;
+        let state = match self.state {
+            HealthState::Online => "online".to_owned(),
+            HealthState::Restarting => "restarting".to_owned(),
+            HealthState::Degraded => format!("degraded: {}", self.causes.join("; ")),
+        };
+        let up = self.uptime_secs;
+        let agent = match &self.agent_error {
+            Some(e) => format!("{}, not usable: {e}", self.agent),
+            None => format!("{}, reachable", self.agent),
+        };
+        let push = match &self.push_error {
+            Some(e) => format!("{}, failing: {e}", self.push),
+            None => self.push.clone(),
+        };
+        let store = self
+            .store_bytes
+            .map_or_else(|| "unreadable".to_owned(), human);
+        let free = self
+            .disk_free_bytes
+            .map_or_else(|| "unknown".to_owned(), human);
+        format!(
+            "Gateway: {state}\n\
+             Version: {}, up {}d {}h {:02}m\n\
+             Agent:   {agent}\n\
+             Push:    {push}\n\
+             Storage: store {store}, media {} of {} quota, {free} free on the data disk\n\
+             Devices: {} paired, {} connected",
+            self.version,
+            up / 86_400,
+            (up % 86_400) / 3600,
+            (up % 3600) / 60,
+            human(self.media_bytes),
+            human(self.media_quota_bytes),
+            self.devices_paired,
+            self.devices_connected,
+        )
+    }
+}
