@@ -413,7 +413,12 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
     // The switch: the current store and media aside (kept), the restored ones in.
     let aside = dir.join(format!("before-restore-{stamp}"));
     let mut moved = Vec::new();
-    for part in ["db", "media", crate::store::WITNESS_FILE] {
+    for part in [
+        "db",
+        crate::store::HISTORY_DIR,
+        "media",
+        crate::store::WITNESS_FILE,
+    ] {
         let from = dir.join(part);
         if from.exists() {
             std::fs::create_dir_all(&aside)
@@ -423,7 +428,12 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
             moved.push(part);
         }
     }
-    for part in ["db", "media", crate::store::WITNESS_FILE] {
+    for part in [
+        "db",
+        crate::store::HISTORY_DIR,
+        "media",
+        crate::store::WITNESS_FILE,
+    ] {
         let from = staging.join(part);
         if from.exists() {
             std::fs::rename(&from, dir.join(part))

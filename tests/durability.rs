@@ -1374,3 +1374,76 @@ async fn cursors_increase_across_restarts() {
     assert_eq!(pstr(&s.replay[0], "message_id"), said.user_id);
     assert_eq!(s.done_cursor(), head + 3);
 }
+
+/// Killed after a user message's sled commit (outbox echo, journal entry, pending turn) was
+/// fsynced but before the history database had it (`IRIS_GATEWAY_KILL_AT=before-apply`): the
+/// next start applies the journal, so history, search and the replay all have the message,
+/// and its turn is answered with the restart notice.
+#[tokio::test]
+async fn kill9_between_the_outbox_commit_and_the_history_apply() {
+    let dir = temp_data_dir();
+    let phone = pair(dir.path(), "phone");
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let (mut c, _) = hello_paired(&gw, &phone).await;
+    say(&mut c, "an aubergine before the kill").await;
+    c.close().await;
+    gw.stop_ok();
+
+    let mut gw =
+        Gateway::start_with_env(dir.path(), &[], &[("IRIS_GATEWAY_KILL_AT", "before-apply")]);
+    let (mut c, ack) = hello_paired(&gw, &phone).await;
+    let head_before = sync_cursor(&ack);
+    c.send(json!({ "v": 1, "type": "message.send", "id": 900, "payload": { "text": "a turnip at the kill point" } }))
+        .await;
+    let status = gw
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gateway kills itself at the hook");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "{status:?}\n{}", gw.output_tail());
+    // No receipt was sent: the kill came before the answer.
+    assert!(
+        c.seen.iter().all(|f| id_of(f) != Some(900)),
+        "{}",
+        c.recent()
+    );
+
+    let gw = Gateway::start(dir.path(), &[]);
+    let (mut c, ack) = hello_paired(&gw, &phone).await;
+    assert!(sync_cursor(&ack) > head_before, "{ack}");
+    let all = history_all(&mut c).await;
+    let texts: Vec<&str> = all.iter().map(|m| m["text"].as_str().unwrap()).collect();
+    let at = texts
+        .iter()
+        .position(|t| *t == "a turnip at the kill point")
+        .unwrap_or_else(|| panic!("the journaled message is not in history: {texts:?}"));
+    assert!(texts
+        .iter()
+        .any(|t| t.contains("aubergine before the kill")));
+    assert_eq!(all[at]["role"], "user");
+    let notice = all.get(at + 1).expect("an answer after the message");
+    assert_eq!(notice["role"], "assistant", "{notice}");
+    assert!(
+        notice["text"].as_str().unwrap().contains("restart"),
+        "{notice}"
+    );
+    let id = c
+        .request("search", None, None, json!({ "query": "turnip" }))
+        .await;
+    let r = c.recv_reply(id).await;
+    let hits = r["payload"]["hits"].as_array().unwrap();
+    assert!(
+        hits.iter()
+            .any(|h| h["message_id"] == all[at]["message_id"]),
+        "{r}"
+    );
+    let replay = sync(&mut c, head_before).await;
+    assert!(
+        replay
+            .replay
+            .iter()
+            .any(|f| frame_type(f) == "message"
+                && f["payload"]["text"] == "a turnip at the kill point"),
+        "the echo is in the outbox: {}",
+        short(&replay.replay)
+    );
+}

@@ -383,9 +383,12 @@ async fn sled_failing_on_a_full_disk_is_reopened_when_space_returns() {
             .await;
         let reply = a.recv_reply(id).await;
         if frame_type(&reply) == "read.receipt" {
-            assert!(receipted.len() < 20, "sled never ran into the full disk");
+            // With history in SQLite each message is small in sled, and a history database
+            // that meets the full disk first does not refuse the message (sled has it, the
+            // journal applies it later): more messages before sled's own log write fails.
+            assert!(receipted.len() < 400, "sled never ran into the full disk");
             receipted.push(text);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         } else {
             break reply;
         }

@@ -103,16 +103,19 @@ pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
         // the health follows the commits' results too, not only the flush's: clearing it on a
         // flush that had nothing to write would report `online` while every write is refused.
         let failure = match &synced {
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
             Ok(()) => applied
                 .iter()
                 .filter_map(|r| r.as_ref().err())
-                .find(|e| e.is_storage_failure()),
+                .find(|e| e.is_storage_failure())
+                .map(|e| e.to_string())
+                // Durable in sled, but not yet in the history database (docs/storage.md).
+                .or_else(|| hub.store.history_behind()),
         };
         match failure {
             Some(e) => {
                 warn!("storage write failed: {e}");
-                hub.set_storage_error(Some(e.to_string()));
+                hub.set_storage_error(Some(e));
             }
             None if applied.iter().any(Result::is_ok) => hub.set_storage_error(None),
             None => {}

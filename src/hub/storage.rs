@@ -38,6 +38,8 @@ pub(super) async fn monitor(hub: Rc<Hub>) {
                 hub.set_storage_error(Some(
                     "a write to the store failed; retrying once the disk works".into(),
                 ));
+            } else if let Some(why) = hub.store.history_behind() {
+                hub.set_storage_error(Some(why));
             }
             continue;
         }
@@ -60,6 +62,11 @@ pub(super) async fn monitor(hub: Rc<Hub>) {
                     continue;
                 }
             }
+        }
+        // Changes durable in sled that the history database could not take yet.
+        if let Err(e) = hub.store.retry_apply() {
+            hub.set_storage_error(Some(e.to_string()));
+            continue;
         }
         hub.set_storage_error(None);
         settle(&hub).await;

@@ -7,12 +7,19 @@
 //! u32 len, JSON header                          format, versions, cursor head, time, counts
 //! 'T' u16 len, tree name                        every sled tree, then its entries:
 //!   'K' u32 len, key, u32 len, value
+//!                                               (layout 2: then the history database as
+//!                                               trees in layout 1's format: `messages`,
+//!                                               `media_uses`, and `history_applied`)
 //! 'M' u16 len, sha256 (hex), u64 size, bytes    every media file (named by its SHA-256)
 //! 'E' 32 bytes                                  SHA-256 of everything before this 'E'
 //! ```
 //!
 //! The store part is read in one go without yielding (`export_trees`), so it is a consistent
-//! snapshot: every sled write of the gateway happens on the same thread. Media files are
+//! snapshot: every sled write of the gateway, and every change applied to the history
+//! database, happens on the same thread. The history database is read in one SQLite read
+//! transaction at that same moment; its `applied` journal position travels with it, and the
+//! journal entries after it travel in sled's `journal` tree, so the restored store applies
+//! exactly what the snapshot's history had not applied yet. Media files are
 //! immutable and content-addressed, so they are streamed afterwards. The trailing checksum
 //! lets `restore` refuse a truncated or damaged file before it touches anything.
 
@@ -32,6 +39,8 @@ const MAX_HEADER: u32 = 1 << 20;
 const MAX_VALUE: u32 = 64 << 20;
 /// Entries per sled batch when restoring.
 const BATCH: usize = 1000;
+/// History rows per SQLite transaction when restoring.
+const HISTORY_BATCH: usize = 5000;
 
 /// What a backup says about itself.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -326,6 +335,9 @@ impl Store {
         let t = self.t()?;
         let mut entries = 0;
         for name in t.db.tree_names() {
+            if HISTORY_TREES.contains(&name.as_ref()) {
+                continue;
+            }
             let tree = t.db.open_tree(&name)?;
             w.tree(&name).map_err(io_store)?;
             for item in tree.iter() {
@@ -334,7 +346,75 @@ impl Store {
                 entries += 1;
             }
         }
-        Ok(entries)
+        // The history database, as layout 1 kept it in sled: one message per entry.
+        w.tree(b"messages").map_err(io_store)?;
+        let mut uses = Vec::new();
+        let applied = t.hist.export(
+            |lane, seq, m| {
+                let key = super::history::message_key(lane, seq);
+                w.entry(&key, &super::to_json(m)).map_err(io_store)?;
+                entries += 1;
+                Ok(())
+            },
+            |media, message| {
+                uses.push([media.as_bytes(), &[0], message.as_bytes()].concat());
+                Ok(())
+            },
+        )?;
+        w.tree(b"media_uses").map_err(io_store)?;
+        for k in uses {
+            w.entry(&k, &[]).map_err(io_store)?;
+            entries += 1;
+        }
+        w.tree(APPLIED_TREE).map_err(io_store)?;
+        w.entry(b"applied", &applied.to_be_bytes())
+            .map_err(io_store)?;
+        Ok(entries + 1)
+    }
+}
+
+/// Trees of a layout-2 backup that go to the history database, not to sled.
+const HISTORY_TREES: &[&[u8]] = &[b"messages", b"media_uses", APPLIED_TREE];
+const APPLIED_TREE: &[u8] = b"history_applied";
+
+/// Rows on their way to the history database while restoring.
+#[derive(Default)]
+struct HistoryRows {
+    rows: Vec<(crate::protocol::Lane, u64, crate::protocol::HistoryMessage)>,
+    uses: Vec<(String, String)>,
+    applied: u64,
+}
+
+impl HistoryRows {
+    fn put(&mut self, tree: &[u8], k: &[u8], v: &[u8]) -> io::Result<()> {
+        let bad = |what: &str| io::Error::other(format!("a damaged {what} entry"));
+        match tree {
+            b"messages" => {
+                let (lane, seq) = super::migrate::split_key(k).ok_or_else(|| bad("message"))?;
+                let m = serde_json::from_slice(v).map_err(|_| bad("message"))?;
+                self.rows.push((lane, seq, m));
+            }
+            b"media_uses" => {
+                let mut parts = k.splitn(2, |b| *b == 0);
+                let (Some(media), Some(message)) = (parts.next(), parts.next()) else {
+                    return Err(bad("media use"));
+                };
+                self.uses.push((
+                    String::from_utf8_lossy(media).into_owned(),
+                    String::from_utf8_lossy(message).into_owned(),
+                ));
+            }
+            _ => self.applied = super::u64_from(v),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, hist: &super::sql::History) -> io::Result<()> {
+        hist.import(&self.rows, &self.uses)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.rows.clear();
+        self.uses.clear();
+        Ok(())
     }
 }
 
@@ -365,6 +445,11 @@ pub fn restore_into(
     let db = super::sled_config(&db_path, 1 << 20)
         .open()
         .map_err(StoreError::from)?;
+    // Made on the first history entry of a layout-2 backup; a layout-1 backup's history goes
+    // into sled as it was, and the store migrates it when it is first opened.
+    let mut hist: Option<super::sql::History> = None;
+    let mut hist_rows = HistoryRows::default();
+    let mut hist_tree: Option<Vec<u8>> = None;
     let mut tree: Option<sled::Tree> = None;
     let mut batch = sled::Batch::default();
     let mut batched = 0;
@@ -377,14 +462,34 @@ pub fn restore_into(
         *n = 0;
         io::Result::Ok(())
     };
-    let header = read_backup(file, input, |_, item| {
+    let header = read_backup(file, input, |header, item| {
         match item {
             Item::Tree(name) => {
                 flush_batch(&tree, &mut batch, &mut batched)?;
+                if header.layout_version >= 2 && HISTORY_TREES.contains(&name.as_slice()) {
+                    if hist.is_none() {
+                        hist = Some(
+                            super::sql::History::open(&super::sql::history_path(dir), true)
+                                .map_err(|e| io::Error::other(e.to_string()))?,
+                        );
+                    }
+                    tree = None;
+                    hist_tree = Some(name);
+                    return Ok(());
+                }
+                hist_tree = None;
                 tree = Some(
                     db.open_tree(&name)
                         .map_err(|e| io::Error::other(e.to_string()))?,
                 );
+            }
+            Item::Entry(k, v) if hist_tree.is_some() => {
+                hist_rows.put(hist_tree.as_deref().unwrap_or_default(), &k, &v)?;
+                if hist_rows.rows.len() + hist_rows.uses.len() >= HISTORY_BATCH {
+                    if let Some(h) = &hist {
+                        hist_rows.flush(h)?;
+                    }
+                }
             }
             Item::Entry(k, v) => {
                 batch.insert(k, v);
@@ -396,6 +501,7 @@ pub fn restore_into(
             Item::Media(name, _size, body) => {
                 flush_batch(&tree, &mut batch, &mut batched)?;
                 tree = None;
+                hist_tree = None;
                 let tmp = media_dir.join("tmp").join(&name);
                 let mut out = std::fs::File::create(&tmp)?;
                 let mut hash = Sha256::new();
@@ -424,6 +530,20 @@ pub fn restore_into(
         file: db_path.display().to_string(),
         source,
     })?;
+    if let Some(h) = &hist {
+        let history_file = || BackupError::Io {
+            file: super::sql::history_path(dir).display().to_string(),
+            source: io::Error::other("the restored history database cannot be made durable"),
+        };
+        hist_rows.flush(h).map_err(|source| BackupError::Io {
+            file: super::sql::history_path(dir).display().to_string(),
+            source,
+        })?;
+        h.set_applied(hist_rows.applied)?;
+        if h.checkpoint()?.is_none() {
+            return Err(history_file());
+        }
+    }
     db.flush().map_err(StoreError::from)?;
     drop(db);
     let _ = std::fs::remove_dir(media_dir.join("tmp"));

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Result, Store, StoreError, Trees, META_CURSOR, META_LAYOUT};
+use super::{Result, Sled, Store, StoreError, META_CURSOR, META_JOURNAL, META_LAYOUT};
 
 pub const WITNESS_FILE: &str = "store-witness.json";
 /// Exit status of `run` when the store is damaged (EX_DATAERR): the systemd unit does not
@@ -188,13 +188,69 @@ pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
     Ok(Some(witness))
 }
 
+/// The history database against sled's journal (bounded: a few rows of each): SQLite has run
+/// its own recovery by now, and `quick_look` read its newest messages back. Every journal
+/// position it has not applied must still be in the journal (entries are dropped only once a
+/// checkpoint made them durable in SQLite), and it cannot have applied more than sled ever
+/// journaled: either means the two were not written together (an older copy of one of them
+/// put back, or a lost file).
+pub(super) fn history(dir: &Path, s: &Sled, hist: &super::sql::History) -> Result<()> {
+    let path = super::sql::history_path(dir);
+    let applied = hist.quick_look().map_err(|why| {
+        damaged(
+            dir,
+            format!("its history database {} is damaged: {why}", path.display()),
+        )
+    })?;
+    let meta_err = |e: sled::Error| damaged(dir, format!("the meta tree cannot be read: {e}"));
+    let head = s
+        .meta
+        .get(META_JOURNAL)
+        .map_err(meta_err)?
+        .map(|v| super::u64_from(&v))
+        .unwrap_or(0);
+    if applied > head {
+        return Err(damaged(
+            dir,
+            format!(
+                "its history database {} has changes up to {applied} but the store journaled only {head}: they do not belong together",
+                path.display()
+            ),
+        ));
+    }
+    let first = s
+        .journal
+        .first()
+        .map_err(meta_err)?
+        .map(|(k, _)| super::u64_from(&k));
+    let complete = match first {
+        Some(first) => first <= applied + 1,
+        None => applied == head,
+    };
+    if !complete {
+        return Err(damaged(
+            dir,
+            format!(
+                "its history database {} is older than the store (it has changes up to {applied}, the store's journal starts at {}): messages would be missing",
+                path.display(),
+                first.map_or(head + 1, |f| f)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Step 3: every record reads back and nothing is missing at the end.
 pub(super) fn after_open(
     dir: &Path,
-    t: &Trees,
+    t: &Sled,
     witness: Option<&Witness>,
     full: bool,
 ) -> Result<()> {
+    if full && std::env::var_os("IRIS_GATEWAY_TEST_PANIC_IN_OPEN").is_some() {
+        // Test hook (tests/corruption.rs): a panic where sled's own would come from.
+        panic!("a panic raised by IRIS_GATEWAY_TEST_PANIC_IN_OPEN while reading the store back");
+    }
     let names = if full { t.db.tree_names() } else { Vec::new() };
     for name in names {
         let tree = t.db.open_tree(&name).map_err(|e| {
@@ -279,6 +335,12 @@ impl Store {
     /// The last step of a graceful stop: flushes, then marks the witness `clean`, so the next
     /// start may skip the full read-back. Nothing may write to the store after this.
     pub fn close_cleanly(&self) -> Result<()> {
+        self.sync_blocking()?;
+        // The history database fsynced too, and the journal emptied: the next start has
+        // nothing to apply.
+        if let Err(e) = self.checkpoint_blocking() {
+            tracing::warn!("history checkpoint at shutdown failed: {e}");
+        }
         self.sync_blocking()?;
         let head = self.cursor_head()?;
         let snapshot = has_snapshot(&self.shared.dir.join("db"));

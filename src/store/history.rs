@@ -1,13 +1,12 @@
 //! Per-lane message history, paged newest-first without scanning the whole store.
 //!
-//! Key: `chat_id 0x00 thread_id 0x00 seq(u64 BE)`, with an empty thread_id for a channel's flat
-//! lane. Ids cannot contain NUL (protocol::is_valid_id), so a lane's messages are exactly one key
-//! prefix and a page is one reverse range scan of `limit + 1` keys: its cost does not depend on
-//! how much history is stored. `message_ids` maps a message id back to its key.
+//! The messages live in the history database (`sql.rs`): one row each, with its lane and its
+//! position (`seq`, arrival order), and an index on (lane, seq), so a page is one index range
+//! read of `limit + 1` rows: its cost does not depend on how much history is stored.
 
 use crate::protocol::{HistoryMessage, Lane};
 
-use super::{from_json, Result, Store};
+use super::{Result, Store};
 
 /// One page of a lane's history, in chronological order.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +15,8 @@ pub struct HistoryPage {
     pub has_more: bool,
 }
 
+/// The layout-1 sled key prefix of a lane (`chat_id 0x00 thread_id 0x00`): still the key of
+/// the `todos` and `sessions` trees, and of history entries in backups.
 pub(super) fn lane_prefix(lane: &Lane) -> Vec<u8> {
     let mut k = Vec::with_capacity(lane.chat_id.len() + 24);
     k.extend_from_slice(lane.chat_id.as_bytes());
@@ -49,30 +50,15 @@ impl Store {
         before: Option<&str>,
         limit: usize,
     ) -> Result<Option<HistoryPage>> {
-        let prefix = lane_prefix(lane);
-        let upper = match before {
-            Some(id) => match self.t()?.message_ids.get(id.as_bytes())? {
-                Some(key) if key.starts_with(&prefix) => key.to_vec(),
+        let t = self.t()?;
+        let before = match before {
+            Some(id) => match t.hist.locate(id)? {
+                Some((l, seq)) if &l == lane => Some(seq),
                 _ => return Ok(None),
             },
-            None => {
-                let mut end = prefix.clone();
-                end.extend_from_slice(&u64::MAX.to_be_bytes());
-                end.push(0xff);
-                end
-            }
+            None => None,
         };
-        let mut newest_first = Vec::with_capacity(limit + 1);
-        for item in self
-            .t()?
-            .messages
-            .range(prefix.as_slice()..upper.as_slice())
-            .rev()
-            .take(limit + 1)
-        {
-            let (_, v) = item?;
-            newest_first.push(from_json::<HistoryMessage>(&v, "history message")?);
-        }
+        let mut newest_first = t.hist.page(lane, before, limit)?;
         let has_more = newest_first.len() > limit;
         newest_first.truncate(limit);
         newest_first.reverse();
@@ -84,49 +70,34 @@ impl Store {
 
     /// The stored message with this id, if any (used to tell "unknown" from "other lane").
     pub fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        let Some(key) = self.t()?.message_ids.get(message_id.as_bytes())? else {
-            return Ok(None);
-        };
-        let Some(v) = self.t()?.messages.get(&key)? else {
-            return Ok(None);
-        };
-        let lane_len = key.len().saturating_sub(8);
-        let lane = lane_from_prefix(&key[..lane_len]).unwrap_or_else(|| Lane::new("", None));
-        Ok(Some((lane, from_json(&v, "history message")?)))
+        self.t()?.hist.message(message_id)
     }
 
     /// Removes every message of a channel (all its lanes) or of one thread, with its search
-    /// postings, and turns its outbox frames into `tombstone(message_id)`. Used when a channel or
-    /// thread is deleted; idempotent, so a crash half-way is finished by the next call.
+    /// entries, and turns its outbox frames into `tombstone(message_id)`. Used when a channel or
+    /// thread is deleted; idempotent, so a crash half-way is finished by the next call. The
+    /// history database has the removal once the caller's next `sync` returns.
     pub fn purge_history(
         &self,
         chat_id: &str,
         thread_id: Option<&str>,
         tombstone: impl Fn(&str) -> bytes::Bytes,
     ) -> Result<(usize, Vec<String>)> {
-        let mut prefix = chat_id.as_bytes().to_vec();
-        prefix.push(0);
-        if let Some(t) = thread_id {
-            prefix.extend_from_slice(t.as_bytes());
-            prefix.push(0);
-        }
         self.writable()?;
-        let mut removed = 0;
+        let doomed = self.t()?.hist.lane_messages(chat_id, thread_id)?;
         let mut media = Vec::new();
-        let t = self.t()?;
-        for item in t.messages.scan_prefix(&prefix) {
-            let (k, v) = item?;
-            if let Ok(m) = from_json::<HistoryMessage>(&v, "history message") {
-                media.extend(m.media.iter().map(|r| r.media_id.clone()));
-                self.commit(&[super::Change::DeleteMessage {
-                    tombstone: tombstone(&m.message_id),
-                    message_id: m.message_id,
-                }])?;
-            }
-            t.messages.remove(k)?;
-            removed += 1;
+        for m in &doomed {
+            media.extend(m.media.iter().map(|r| r.media_id.clone()));
+            self.commit(&[super::Change::DeleteMessage {
+                tombstone: tombstone(&m.message_id),
+                message_id: m.message_id.clone(),
+            }])?;
         }
-        Ok((removed, media))
+        self.commit(&[super::Change::PurgeHistory {
+            chat_id: chat_id.to_owned(),
+            thread_id: thread_id.map(str::to_owned),
+        }])?;
+        Ok((doomed.len(), media))
     }
 }
 
@@ -148,6 +119,7 @@ mod tests {
             ])
             .unwrap();
         }
+        s.sync_blocking().unwrap();
         let p1 = s.history_page(&lane, None, 3).unwrap().unwrap();
         let ids = |p: &HistoryPage| {
             p.messages
@@ -169,6 +141,7 @@ mod tests {
             s.purge_history("default", Some("thr_1"), gone).unwrap().0,
             7
         );
+        s.sync_blocking().unwrap();
         assert!(s.message("t1").unwrap().is_none());
         assert!(s.message("m1").unwrap().is_some());
     }

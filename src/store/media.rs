@@ -3,10 +3,12 @@
 //! The bytes live in files named by their SHA-256 (see `crate::media`); sled holds:
 //! - `media`: media id → record (kind, mime, size, filename, sha256);
 //! - `media_refs`: `device_id 0x00 media_ref` → media id (a device's upload handle);
-//! - `media_uses`: `media_id 0x00 message_id` → () (which messages reference a file);
-//! - `blobs`: sha256 → how many media records share those bytes.
+//! - `blobs`: sha256 → how many media records share those bytes;
 //!
-//! A message's deletion drops its `media_uses` in the same transaction; `collect_unused` then
+//! and the history database holds `media_uses` (media id, message id): which messages
+//! reference a file, written with the message.
+//!
+//! A message's deletion drops its media uses in the same transaction; `collect_unused` then
 //! removes media no message uses any more and reports the blobs whose last record went, so the
 //! caller can delete the file.
 
@@ -45,10 +47,6 @@ impl MediaRecord {
 
 fn ref_key(device_id: &str, media_ref: &str) -> Vec<u8> {
     [device_id.as_bytes(), &[0], media_ref.as_bytes()].concat()
-}
-
-pub(super) fn use_key(media_id: &str, message_id: &str) -> Vec<u8> {
-    [media_id.as_bytes(), &[0], message_id.as_bytes()].concat()
 }
 
 impl Store {
@@ -96,9 +94,7 @@ impl Store {
         self.writable()?;
         let mut freed = Vec::new();
         for media_id in candidates {
-            let mut prefix = media_id.as_bytes().to_vec();
-            prefix.push(0);
-            if self.t()?.media_uses.scan_prefix(&prefix).next().is_some() {
+            if self.t()?.hist.is_used(media_id)? {
                 continue;
             }
             let Some(record) = self.media(media_id)? else {

@@ -13,9 +13,11 @@ mod devices;
 mod directory;
 mod history;
 mod media;
+mod migrate;
 mod outbox;
 pub mod search;
 mod sessions;
+mod sql;
 pub use approvals::{ApprovalRecord, RunRecord};
 pub use sessions::AgentSession;
 
@@ -33,15 +35,22 @@ pub use check::{EXIT_DAMAGED, WITNESS_FILE};
 pub use devices::{Device, DeviceOrigin};
 pub use directory::DEFAULT_CHAT_ID;
 pub use media::MediaRecord;
+/// The history database's directory in the data dir.
+pub use sql::HISTORY_DIR;
 
 use crate::protocol::{Channel, HistoryMessage, Lane, TodoItem};
 
-/// Layout version written at creation; a future layout change migrates from it on open.
-const LAYOUT_VERSION: u64 = 1;
+/// Layout version written at creation. 1: everything in sled (up to 0.1.0 of early 2026);
+/// 2: history, its ids, search and media uses in SQLite (`sql.rs`), the rest in sled. A
+/// layout-1 store is migrated on open (`migrate.rs`).
+const LAYOUT_VERSION: u64 = 2;
 const META_LAYOUT: &[u8] = b"layout_version";
 /// The last cursor ever assigned. Kept apart from the outbox so that pruning the outbox (or
 /// deleting from it) can never make a cursor be reused after a restart.
 const META_CURSOR: &[u8] = b"cursor_head";
+/// The last journal position assigned (`journal` tree: history changes not yet known durable
+/// in SQLite).
+const META_JOURNAL: &[u8] = b"journal_head";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -72,6 +81,8 @@ pub enum StoreError {
     Closed(String),
     #[error("storage error: {0}")]
     Sled(sled::Error),
+    #[error("history database error: {0}")]
+    History(rusqlite::Error),
     #[error("stored record is damaged ({what}): {source}")]
     Corrupt {
         what: &'static str,
@@ -117,7 +128,7 @@ impl StoreError {
                 | StoreError::Closed(_)
                 | StoreError::Stuck
                 | StoreError::Sled(sled::Error::Io(_))
-        )
+        ) || matches!(self, StoreError::History(e) if sql::is_io(e))
     }
 }
 
@@ -142,6 +153,13 @@ pub enum Change {
     },
     /// Insert or replace a message in its lane's history.
     PutMessage(Lane, HistoryMessage),
+    /// Remove every remaining message of a channel (all its lanes) or one thread from history
+    /// (after their `DeleteMessage`s, which tombstone their outbox frames): also catches a
+    /// message whose commit was still on its way to the history database.
+    PurgeHistory {
+        chat_id: String,
+        thread_id: Option<String>,
+    },
     PutChannel(Channel),
     DeleteChannel(String),
     /// Remember that a user message is waiting for its turn, so a restart can close it cleanly.
@@ -158,7 +176,7 @@ impl Change {
             Change::PutChannel(c) => to_json(c).len(),
             Change::BeginTurn(t) => t.text.len() + 128,
             Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
-            Change::DeleteChannel(_) | Change::EndTurn(_) => 64,
+            Change::DeleteChannel(_) | Change::EndTurn(_) | Change::PurgeHistory { .. } => 64,
         };
         n as u64
     }
@@ -172,17 +190,31 @@ pub struct PendingTurn {
     pub text: String,
 }
 
-/// The sled database and its trees. Replaced as a whole when the store is reopened after a
-/// storage failure (sled refuses every write once one of its own writes failed).
+/// Both engines. Replaced as a whole when the store is reopened after a storage failure (sled
+/// refuses every write once one of its own writes failed).
 struct Trees {
+    s: Sled,
+    hist: sql::History,
+}
+
+impl std::ops::Deref for Trees {
+    type Target = Sled;
+    fn deref(&self) -> &Sled {
+        &self.s
+    }
+}
+
+/// The sled database and its trees: the outbox, the journal and the small bounded records.
+struct Sled {
     db: sled::Db,
     /// sled's log file and the directory of its files for large values, fsynced by `sync`.
     db_file: std::fs::File,
     blobs_dir: PathBuf,
     meta: sled::Tree,
     outbox: sled::Tree,
-    messages: sled::Tree,
-    message_ids: sled::Tree,
+    /// Journal position (u64 BE) → a history change (`sql::Op`, JSON), written in the commit
+    /// that carries it; dropped once a checkpoint made SQLite durable past it.
+    journal: sled::Tree,
     channels: sled::Tree,
     devices: sled::Tree,
     tokens: sled::Tree,
@@ -190,11 +222,12 @@ struct Trees {
     /// Lane → its conversation at the agent (`sessions.rs`).
     sessions: sled::Tree,
     turns: sled::Tree,
-    search_idx: sled::Tree,
+    /// Message id → the cursors of its outbox frames, and cursor → message id: both only for
+    /// frames still in the outbox (pruned with it), so they stay bounded by the retention.
     message_frames: sled::Tree,
+    frame_of: sled::Tree,
     media: sled::Tree,
     media_refs: sled::Tree,
-    media_uses: sled::Tree,
     blobs: sled::Tree,
 }
 
@@ -220,6 +253,13 @@ struct Shared {
     /// Free bytes the data disk must keep before the store writes (`writable`).
     reserve: u64,
     witness: check::WitnessClock,
+    /// The journal position the last finished checkpoint made durable in SQLite.
+    durable_applied: std::sync::atomic::AtomicU64,
+    checkpointing: AtomicBool,
+    last_checkpoint: std::sync::Mutex<std::time::Instant>,
+    kill_at: Option<String>,
+    /// Why the last apply of the journal failed, until one succeeds.
+    history_behind: std::sync::Mutex<Option<String>>,
 }
 
 /// Free space below which the store refuses to write, so sled never meets a full disk halfway
@@ -259,8 +299,21 @@ impl Store {
             // (after putting the safety copy back).
             let _guard = check::PanicGuard::new(dir, safety.as_ref());
             let started = std::time::Instant::now();
-            open_trees(dir, cache_bytes, lock_wait).and_then(|trees| {
-                check::after_open(dir, &trees, witness.as_ref(), full_check)?;
+            open_sled(dir, cache_bytes, lock_wait).and_then(|s| {
+                check::after_open(dir, &s, witness.as_ref(), full_check)?;
+                // Reading every record back leaves sled's pages resident beyond its cache; closed
+                // and opened again, sled holds only what it needs. (Measured alone this did not
+                // lower the idle RSS after a crash: the memory stayed in malloc's arenas until
+                // the `malloc_trim` at the end of `open`; together they took it from 21 to
+                // 10 MiB with a full outbox.)
+                let s = if full_check {
+                    drop(s);
+                    open_sled(dir, cache_bytes, lock_wait)?
+                } else {
+                    s
+                };
+                let hist = open_history(dir, &s)?;
+                let trees = Trees { s, hist };
                 let ms = started.elapsed().as_millis();
                 if full_check {
                     tracing::info!(ms, "store opened and every record read back");
@@ -314,9 +367,24 @@ impl Store {
                 synced_blobs: Default::default(),
                 reserve,
                 witness: check::WitnessClock::default(),
+                durable_applied: Default::default(),
+                checkpointing: AtomicBool::new(false),
+                last_checkpoint: std::sync::Mutex::new(std::time::Instant::now()),
+                kill_at: std::env::var(KILL_ENV).ok(),
+                history_behind: Default::default(),
             }),
         };
         store.init_layout()?;
+        // What sled made durable before a crash but the history database lost or never got.
+        store.apply_journal()?;
+        // What opening allocated and freed (the read-back after a crash above all: ~11 MiB
+        // with a full outbox) stays in malloc's arenas; give it back, so the idle gateway is
+        // as small after a crash as after a clean stop.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free memory of glibc's allocator.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         store.record_witness(checked_ms);
         Ok(store)
     }
@@ -476,13 +544,18 @@ impl Store {
         let dir = &self.shared.dir;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let opened = loop {
-            match open_trees(dir, self.shared.cache_bytes, Duration::ZERO) {
+            match open_sled(dir, self.shared.cache_bytes, Duration::ZERO) {
                 Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 other => break other,
             }
         };
+        // What was checked at open stands: the history database is opened as it is.
+        let opened = opened.and_then(|s| {
+            let hist = open_history_file(dir, false)?;
+            Ok(Trees { s, hist })
+        });
         match opened {
             Ok(trees) => {
                 *self
@@ -548,18 +621,26 @@ impl Store {
         let trees = (
             &t.meta,
             &t.outbox,
-            &t.messages,
-            &t.message_ids,
             &t.channels,
             &t.turns,
-            &t.search_idx,
             &t.message_frames,
-            &t.media_uses,
+            &t.frame_of,
+            &t.journal,
         );
         let result = trees.transaction(
-            |(meta, outbox, messages, ids, channels, turns, search_idx, frames, uses)| {
+            |(meta, outbox, channels, turns, frames, frame_of, journal)| {
                 let mut head = meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0);
+                let mut jhead = meta.get(META_JOURNAL)?.map(|v| u64_from(&v)).unwrap_or(0);
+                let jhead_before = jhead;
                 let mut cursors = Vec::new();
+                let mut log = |op: sql::Op| -> std::result::Result<
+                    (),
+                    sled::transaction::UnabortableTransactionError,
+                > {
+                    jhead += 1;
+                    journal.insert(&jhead.to_be_bytes(), to_json(&op))?;
+                    Ok(())
+                };
                 for change in changes {
                     match change {
                         Change::Outbox(frame) => {
@@ -577,52 +658,30 @@ impl Store {
                                 .unwrap_or_default();
                             list.extend_from_slice(&head.to_be_bytes());
                             frames.insert(message_id.as_bytes(), list)?;
+                            frame_of.insert(&head.to_be_bytes(), message_id.as_bytes())?;
                         }
-                        Change::PutMessage(lane, msg) => {
-                            // A message keeps its first position in the lane when replaced.
-                            let key = match ids.get(msg.message_id.as_bytes())? {
-                                Some(k) => {
-                                    if let Some(old) = messages.get(&k)? {
-                                        if let Ok(old) =
-                                            serde_json::from_slice::<HistoryMessage>(&old)
-                                        {
-                                            search::index_message(search_idx, &k, &old.text, true)?;
-                                        }
-                                    }
-                                    k.to_vec()
-                                }
-                                None => history::message_key(lane, meta.generate_id()?),
-                            };
-                            messages.insert(key.as_slice(), to_json(msg).as_slice())?;
-                            ids.insert(msg.message_id.as_bytes(), key.as_slice())?;
-                            search::index_message(search_idx, &key, &msg.text, false)?;
-                            for m in &msg.media {
-                                uses.insert(media::use_key(&m.media_id, &msg.message_id), &[])?;
-                            }
-                        }
+                        Change::PutMessage(lane, msg) => log(sql::Op::Put {
+                            lane: lane.clone(),
+                            message: msg.clone(),
+                        })?,
+                        Change::PurgeHistory { chat_id, thread_id } => log(sql::Op::Purge {
+                            chat_id: chat_id.clone(),
+                            thread_id: thread_id.clone(),
+                        })?,
                         Change::DeleteMessage {
                             message_id,
                             tombstone,
                         } => {
                             let id = message_id.as_bytes();
-                            if let Some(key) = ids.get(id)? {
-                                if let Some(old) = messages.get(&key)? {
-                                    if let Ok(old) = serde_json::from_slice::<HistoryMessage>(&old)
-                                    {
-                                        search::index_message(search_idx, &key, &old.text, true)?;
-                                        for m in &old.media {
-                                            uses.remove(media::use_key(&m.media_id, message_id))?;
-                                        }
-                                    }
-                                }
-                                messages.remove(&key)?;
-                                ids.remove(id)?;
-                            }
+                            log(sql::Op::Delete {
+                                message_id: message_id.clone(),
+                            })?;
                             if let Some(list) = frames.get(id)? {
                                 for c in list.chunks(8) {
                                     if outbox.get(c)?.is_some() {
                                         outbox.insert(c, tombstone.as_ref())?;
                                     }
+                                    frame_of.remove(c)?;
                                 }
                                 frames.remove(id)?;
                             }
@@ -643,6 +702,9 @@ impl Store {
                     }
                 }
                 meta.insert(META_CURSOR, &head.to_be_bytes())?;
+                if jhead != jhead_before {
+                    meta.insert(META_JOURNAL, &jhead.to_be_bytes())?;
+                }
                 Ok::<_, ConflictableTransactionError<StoreError>>(cursors)
             },
         );
@@ -688,6 +750,160 @@ impl Store {
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         self.note_io_failure(synced)?;
         self.witness_durable(head, false);
+        if self.shared.kill_at.as_deref() == Some("before-apply") {
+            self.kill_if_unapplied();
+        }
+        self.apply_or_note();
+        self.maybe_checkpoint();
+        Ok(())
+    }
+
+    /// Applies the journal; a failure (the disk full under SQLite) does not fail the sync:
+    /// what sled made durable is stored, and will reach the history database when the disk
+    /// works (`retry_apply`). Until then `history_behind` says why, and the gateway reports
+    /// `degraded`.
+    fn apply_or_note(&self) {
+        let result = self.apply_journal();
+        let mut behind = self
+            .shared
+            .history_behind
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match result {
+            Ok(()) => *behind = None,
+            Err(e) => {
+                if behind.is_none() {
+                    tracing::warn!("the history database is behind the store: {e}");
+                }
+                *behind = Some(e.to_string());
+            }
+        }
+    }
+
+    /// Why the history database lacks changes that are durable in sled, if it does.
+    pub fn history_behind(&self) -> Option<String> {
+        self.shared
+            .history_behind
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Applies what the history database lacks (after a failure to): `Ok` once it has it all.
+    pub fn retry_apply(&self) -> Result<()> {
+        self.apply_or_note();
+        match self.history_behind() {
+            None => Ok(()),
+            Some(why) => Err(StoreError::Closed(why)),
+        }
+    }
+
+    /// Test hook: `IRIS_GATEWAY_KILL_AT=before-apply` ends the process with SIGKILL at the
+    /// first `sync` that has history changes to apply, after their sled commit is durable and
+    /// before the history database has them, so the tests can prove the journal repairs it at
+    /// the next start.
+    fn kill_if_unapplied(&self) {
+        let pending = self.t().ok().and_then(|t| {
+            let last = u64_from(&t.journal.last().ok()??.0);
+            Some(last > t.hist.applied().ok()?)
+        });
+        if pending == Some(true) {
+            // SAFETY: raising a signal in our own process.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Applies the journal entries the history database does not have yet, in batches of one
+    /// SQLite transaction each. Called only once they are durable in sled (`sync`, and at
+    /// open): the history database must never hold a change that sled could lose.
+    fn apply_journal(&self) -> Result<()> {
+        let t = self.t()?;
+        let Some((last, _)) = t.journal.last()? else {
+            return Ok(());
+        };
+        let last = u64_from(&last);
+        let mut applied = t.hist.applied()?;
+        while applied < last {
+            let mut batch = Vec::new();
+            for item in t
+                .journal
+                .range((applied + 1).to_be_bytes()..)
+                .take(APPLY_BATCH)
+            {
+                let (k, v) = item?;
+                batch.push((u64_from(&k), from_json::<sql::Op>(&v, "journal entry")?));
+            }
+            let Some(&(end, _)) = batch.last() else {
+                break;
+            };
+            t.hist.apply(&batch)?;
+            applied = end;
+        }
+        Ok(())
+    }
+
+    /// Drops the journal entries a finished checkpoint made durable in SQLite, and starts a
+    /// checkpoint on a worker thread when the last one is `CHECKPOINT_EVERY` old: the one
+    /// fsync of the history database, off the event loop and shared by every change since.
+    fn maybe_checkpoint(&self) {
+        let durable = self.shared.durable_applied.load(Ordering::SeqCst);
+        if durable > 0 {
+            let _ = self.prune_journal(durable);
+        }
+        let due = {
+            let last = self
+                .shared
+                .last_checkpoint
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            last.elapsed() >= CHECKPOINT_EVERY
+        };
+        if !due || self.shared.checkpointing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(t) = self.t() else {
+            self.shared.checkpointing.store(false, Ordering::SeqCst);
+            return;
+        };
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            match t.hist.checkpoint() {
+                Ok(Some(p)) => shared.durable_applied.store(p, Ordering::SeqCst),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("history checkpoint failed: {e}"),
+            }
+            *shared
+                .last_checkpoint
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
+            shared.checkpointing.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Removes journal entries up to `upto` (durable in SQLite): sled writes without a flush of
+    /// their own, since an entry that comes back after a crash is skipped as already applied.
+    fn prune_journal(&self, upto: u64) -> Result<()> {
+        let t = self.t()?;
+        while let Some((k, _)) = t.journal.first()? {
+            if u64_from(&k) > upto {
+                break;
+            }
+            self.writable()?;
+            t.journal.remove(k)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint now, on this thread, then the journal pruned (graceful stop, tools and
+    /// benchmarks that fill a store without the gateway's periodic checkpoints).
+    pub fn checkpoint_blocking(&self) -> Result<()> {
+        let t = self.t()?;
+        if let Some(p) = t.hist.checkpoint()? {
+            self.shared.durable_applied.store(p, Ordering::SeqCst);
+            self.prune_journal(p)?;
+        }
         Ok(())
     }
 
@@ -701,6 +917,7 @@ impl Store {
         self.note_failure(t.db.flush().map(|_| ()))?;
         self.note_io_failure(fsync_files(&t, &self.shared))?;
         self.witness_durable(head, true);
+        self.apply_or_note();
         Ok(())
     }
 
@@ -738,11 +955,31 @@ impl Store {
             .collect()
     }
 
-    /// Bytes sled occupies on disk: tracked to watch SD-card wear and space amplification.
+    /// Bytes the store occupies on disk (sled and the history database): tracked to watch
+    /// SD-card wear and space amplification.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.t()?.db.size_on_disk()?)
+        Ok(self.t()?.db.size_on_disk()? + self.history_bytes()?)
+    }
+
+    /// Bytes of the history database's files (database, WAL, shared memory).
+    pub fn history_bytes(&self) -> Result<u64> {
+        let dir = self.shared.dir.join(sql::HISTORY_DIR);
+        let mut total = 0;
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                total += e.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
+        Ok(total)
     }
 }
+
+/// Journal entries applied per SQLite transaction.
+const APPLY_BATCH: usize = 256;
+/// How often the history database is checkpointed (fsynced) while it changes: bounds the
+/// journal in sled and the WAL, and is the only fsync SQLite does.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
+const KILL_ENV: &str = "IRIS_GATEWAY_KILL_AT";
 
 /// How long a flush may take before `sync` checks that sled can still write at all.
 const FLUSH_CHECK: Duration = Duration::from_secs(2);
@@ -789,8 +1026,65 @@ fn poke(t: &Trees) -> std::result::Result<(), sled::Error> {
     t.meta.insert(META_FLUSH_PROBE, &[]).map(|_| ())
 }
 
+/// Opens the history database of a layout-2 store: its file must be there (`create` only for
+/// a new one). Damage SQLite reports is `Damaged`.
+fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
+    let path = sql::history_path(dir);
+    if !create && !path.exists() {
+        return Err(StoreError::Damaged {
+            dir: dir.to_owned(),
+            detail: format!("its history database {} is missing", path.display()),
+        });
+    }
+    let disk_read_only = || statvfs(dir).map(|s| s.read_only).unwrap_or(true);
+    sql::History::open(&path, create).map_err(|e| match e {
+        StoreError::History(e) if sql::is_damage(&e) => StoreError::Damaged {
+            dir: dir.to_owned(),
+            detail: format!(
+                "its history database {} cannot be read ({e})",
+                path.display()
+            ),
+        },
+        // SQLite opens a file whose header names a format it cannot write read-only.
+        StoreError::ReadOnly { detail } if !disk_read_only() => StoreError::Damaged {
+            dir: dir.to_owned(),
+            detail: format!(
+                "its history database {} cannot be written ({detail}): its header is damaged",
+                path.display()
+            ),
+        },
+        e => e,
+    })
+}
+
+/// The history database for an opened sled: made for a new store, migrated from a layout-1
+/// store, or opened and looked at (bounded: the newest messages, the journal positions).
+fn open_history(dir: &Path, s: &Sled) -> Result<sql::History> {
+    let layout = s.meta.get(META_LAYOUT)?.map(|v| u64_from(&v));
+    let hist = match layout {
+        Some(found) if found > LAYOUT_VERSION => return Err(StoreError::TooNew { found }),
+        Some(1) => migrate::from_layout1(dir, s)?,
+        None => {
+            if sql::history_path(dir).exists() {
+                return Err(StoreError::Damaged {
+                    dir: dir.to_owned(),
+                    detail: format!(
+                        "it has no layout record but a history database ({}) is there",
+                        sql::history_path(dir).display()
+                    ),
+                });
+            }
+            open_history_file(dir, true)?
+        }
+        Some(_) => open_history_file(dir, false)?,
+    };
+    check::history(dir, s, &hist)?;
+    migrate::drop_leftovers(s)?;
+    Ok(hist)
+}
+
 /// Opens sled and every tree (no checks: `open` checks, `reopen` trusts what it checked).
-fn open_trees(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Trees> {
+fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> {
     let deadline = std::time::Instant::now() + lock_wait;
     let db = loop {
         let attempt = sled_config(&dir.join("db"), cache_bytes).open();
@@ -811,22 +1105,20 @@ fn open_trees(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Trees
         }
     };
     let tree = |name: &str| db.open_tree(name).map_err(|e| open_failure(dir, e));
-    Ok(Trees {
+    Ok(Sled {
         meta: tree("meta")?,
         outbox: tree("outbox")?,
-        messages: tree("messages")?,
-        message_ids: tree("message_ids")?,
+        journal: tree("journal")?,
         channels: tree("channels")?,
         devices: tree("devices")?,
         tokens: tree("tokens")?,
         todos: tree("todos")?,
         sessions: tree("sessions")?,
         turns: tree("turns")?,
-        search_idx: tree("search")?,
         message_frames: tree("message_frames")?,
+        frame_of: tree("frame_of")?,
         media: tree("media")?,
         media_refs: tree("media_refs")?,
-        media_uses: tree("media_uses")?,
         blobs: tree("blobs")?,
         db_file: std::fs::File::open(dir.join("db").join("db")).map_err(|e| StoreError::Open {
             dir: dir.to_owned(),
@@ -984,6 +1276,14 @@ mod tests {
             .unwrap();
         s.commit(&[Change::PutMessage(lane.clone(), msg("a", "1 edited"))])
             .unwrap();
+        // Not in history until durable in sled (read-your-writes holds after `sync`).
+        assert!(s
+            .history_page(&lane, None, 10)
+            .unwrap()
+            .unwrap()
+            .messages
+            .is_empty());
+        s.sync_blocking().unwrap();
         let page = s.history_page(&lane, None, 10).unwrap().unwrap();
         let ids: Vec<_> = page
             .messages

@@ -2,7 +2,9 @@
 //!
 //! Keys are cursors as big-endian u64, so sled's key order is cursor order and a replay is one
 //! range scan. The outbox is bounded by count (`store.outbox_retain_frames`); history keeps the
-//! messages themselves, so pruning only limits how far back `sync` can replay.
+//! messages themselves, so pruning only limits how far back `sync` can replay. Pruning a frame
+//! also drops its entries in `frame_of` and `message_frames`, which therefore stay as small as
+//! the outbox.
 
 use bytes::Bytes;
 
@@ -48,7 +50,24 @@ impl Store {
             if dropped == 0 {
                 self.writable()?;
             }
-            t.outbox.remove(k)?;
+            // The frame's message loses one replayable frame to tombstone if it is deleted. The
+            // outbox entry goes last: a crash half-way leaves it, and the next prune finishes.
+            if let Some(id) = t.frame_of.remove(&k)? {
+                if let Some(list) = t.message_frames.get(&id)? {
+                    let rest: Vec<u8> = list
+                        .chunks(8)
+                        .filter(|c| *c != &k[..])
+                        .flatten()
+                        .copied()
+                        .collect();
+                    if rest.is_empty() {
+                        t.message_frames.remove(&id)?;
+                    } else {
+                        t.message_frames.insert(&id, rest)?;
+                    }
+                }
+            }
+            t.outbox.remove(&k)?;
             dropped += 1;
         }
         Ok(dropped)

@@ -28,13 +28,15 @@ impl Store {
         }
     }
 
-    /// Records the lane's (new) conversation, durably before it is used.
+    /// Records the lane's (new) conversation. Without a flush of its own: the turn that starts
+    /// it makes a durable commit before any device hears of its answer (its `tool.end` or
+    /// `message.stop`), and that fsync covers this write too. A crash before then loses only
+    /// the session id, which no device was told of; the lane's next turn starts a new one.
     pub async fn put_agent_session(&self, lane: &Lane, session: &AgentSession) -> Result<()> {
         self.writable()?;
         self.t()?
             .sessions
             .insert(lane_prefix(lane), to_json(session))?;
-        self.sync().await?;
         Ok(())
     }
 

@@ -387,7 +387,13 @@ impl Gateway {
     /// Starts the gateway on an ephemeral loopback port with demo pacing off. `--listen` and
     /// `--demo-pace-ms` in `extra_args` replace those defaults (e.g. to restart on the same port).
     pub fn start(data_dir: &Path, extra_args: &[&str]) -> Gateway {
+        Gateway::start_with_env(data_dir, extra_args, &[])
+    }
+
+    /// As `start`, with extra environment variables for the gateway (test hooks).
+    pub fn start_with_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Gateway {
         let mut cmd = gateway_command();
+        cmd.envs(env.iter().copied());
         cmd.arg("run").arg("--data-dir").arg(data_dir);
         if !extra_args.iter().any(|a| a.starts_with("--listen")) {
             cmd.args(["--listen", "127.0.0.1:0"]);

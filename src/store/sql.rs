@@ -1,0 +1,647 @@
+//! The history database: every stored message, its id, its search index (FTS5) and its media
+//! uses, in SQLite (`DATA_DIR/history/history.sqlite3`, WAL mode).
+//!
+//! Why not sled: sled 0.34 keeps per-page bookkeeping in memory for every page whatever its
+//! cache size, and its pages follow the number of keys, so memory and start-up time grew with
+//! history (docs/storage.md has the figures). SQLite keeps only its page cache in memory.
+//!
+//! SQLite is not the log of record: sled's journal is (`mod.rs`, `Store::commit`). Changes reach
+//! this database only after the sled commit that carries them was fsynced, applied in one SQLite
+//! transaction together with the journal position they reach (`meta.applied`), so applying is
+//! idempotent and needs no fsync of its own (`synchronous=NORMAL`: a power cut may roll back the
+//! newest transactions, which the journal then applies again). Checkpoints (`checkpoint`) fsync
+//! the database on a worker thread; only then are the journal entries they cover dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use super::{Result, StoreError};
+use crate::protocol::{HistoryMessage, Lane};
+
+pub const HISTORY_DIR: &str = "history";
+pub(super) const HISTORY_FILE: &str = "history.sqlite3";
+/// SQLite's page cache of the serving connection: small on purpose (the OS page cache does the rest), so
+/// memory does not follow history.
+const CACHE_KIB: i64 = 512;
+/// Schema version of this database (inside the store's layout 2).
+const SCHEMA: i64 = 1;
+
+const SCHEMA_SQL: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages(
+    seq INTEGER PRIMARY KEY,
+    message_id TEXT NOT NULL UNIQUE,
+    chat_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_lane ON messages(chat_id, thread_id, seq);
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
+    text, content='messages', content_rowid='seq',
+    tokenize='unicode61 remove_diacritics 0'
+);
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO search(rowid, text) VALUES (new.seq, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO search(search, rowid, text) VALUES ('delete', old.seq, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF text ON messages BEGIN
+    INSERT INTO search(search, rowid, text) VALUES ('delete', old.seq, old.text);
+    INSERT INTO search(rowid, text) VALUES (new.seq, new.text);
+END;
+CREATE TABLE IF NOT EXISTS media_uses(
+    media_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    PRIMARY KEY (media_id, message_id)
+) WITHOUT ROWID;
+";
+
+/// One change to history, as the journal carries it. Built and dropped one at a time, so
+/// the size difference between its variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) enum Op {
+    Put {
+        lane: Lane,
+        message: HistoryMessage,
+    },
+    Delete {
+        message_id: String,
+    },
+    /// Every message of a channel (all its lanes) or of one thread.
+    Purge {
+        chat_id: String,
+        thread_id: Option<String>,
+    },
+}
+
+/// Why SQLite failed, kept with its kind so a full or read-only disk gets its own message.
+pub(super) fn sql_error(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        match f.code {
+            ErrorCode::DiskFull => {
+                return StoreError::Full {
+                    detail: format!("the history database: {e}"),
+                }
+            }
+            ErrorCode::ReadOnly => {
+                return StoreError::ReadOnly {
+                    detail: format!("the history database: {e}"),
+                }
+            }
+            _ => {}
+        }
+    }
+    StoreError::History(e)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        sql_error(e)
+    }
+}
+
+/// Whether SQLite's error means the file itself is damaged (not a refused write).
+pub(super) fn is_damage(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase))
+}
+
+/// Whether SQLite's error is the storage failing (I/O, full, read-only), not a bad record.
+pub(super) fn is_io(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, ErrorCode::SystemIoFailure | ErrorCode::DiskFull
+            | ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::DatabaseBusy))
+}
+
+pub(super) fn history_path(dir: &Path) -> PathBuf {
+    dir.join(HISTORY_DIR).join(HISTORY_FILE)
+}
+
+/// The database, with the connection the event loop uses and one for checkpoints on a worker.
+pub(super) struct History {
+    conn: Mutex<Connection>,
+    ckpt: Mutex<Connection>,
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // 1 KiB pages (takes effect when the database is created): a message's row and index
+    // entries dirty fewer bytes per commit than with 4 KiB pages, which is what the SD card
+    // is written per message.
+    conn.pragma_update(None, "page_size", 1024)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // WAL + NORMAL: commits are not fsynced, checkpoints are (see the module comment).
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Checkpoints run on the worker thread (`checkpoint`), never inside a commit on the event loop.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
+    conn.pragma_update(None, "mmap_size", 0)?;
+    // Deleted rows are overwritten in their pages, not just unlinked.
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    conn.pragma_update(None, "journal_size_limit", 4 << 20)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(())
+}
+
+fn lane_of(chat: String, thread: String) -> Lane {
+    Lane {
+        chat_id: chat,
+        thread_id: (!thread.is_empty()).then_some(thread),
+    }
+}
+
+/// The stored body: the message without its text (kept in its own column, which search reads).
+fn body_of(m: &HistoryMessage) -> String {
+    let mut m = m.clone();
+    m.text = String::new();
+    serde_json::to_string(&m).expect("history messages serialise")
+}
+
+fn message_of(text: String, body: &str) -> Result<HistoryMessage> {
+    let mut m: HistoryMessage =
+        serde_json::from_str(body).map_err(|source| StoreError::Corrupt {
+            what: "history message",
+            source,
+        })?;
+    m.text = text;
+    Ok(m)
+}
+
+impl History {
+    /// Opens the database at `path`; `create` allows making a new one (a fresh store, a
+    /// migration, a restore), otherwise a missing file is an error.
+    pub(super) fn open(path: &Path, create: bool) -> Result<History> {
+        if create {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| StoreError::Open {
+                    dir: parent.to_owned(),
+                    source: sled::Error::Io(e),
+                })?;
+            }
+        }
+        let flags = if create {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        configure(&conn)?;
+        conn.execute_batch(SCHEMA_SQL)?;
+        // Removed messages leave nothing in the index either (FTS5 otherwise keeps a
+        // delete marker beside the old postings until the next merge).
+        conn.execute(
+            "INSERT INTO search(search, rank) VALUES ('secure-delete', 1)",
+            [],
+        )?;
+        conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1), ('applied', 0)",
+            params![SCHEMA],
+        )?;
+        let ckpt = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        configure(&ckpt)?;
+        // It only copies the WAL into the database: it needs next to no cache of its own.
+        ckpt.pragma_update(None, "cache_size", -64)?;
+        Ok(History {
+            conn: Mutex::new(conn),
+            ckpt: Mutex::new(ckpt),
+        })
+    }
+
+    fn c(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The journal position applied so far.
+    pub(super) fn applied(&self) -> Result<u64> {
+        let v: i64 =
+            self.c()
+                .query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
+                    r.get(0)
+                })?;
+        Ok(v as u64)
+    }
+
+    /// A bounded look at the database: its schema, its meta rows, and the newest messages
+    /// read back. SQLite's own recovery (of the WAL) has run by then.
+    pub(super) fn quick_look(&self) -> std::result::Result<u64, String> {
+        let c = self.c();
+        let schema: i64 = c
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| format!("its meta table cannot be read ({e})"))?;
+        if schema > SCHEMA {
+            return Err(format!(
+                "it was written by a newer iris-gateway (schema {schema})"
+            ));
+        }
+        let applied: i64 = c
+            .query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| format!("its meta table cannot be read ({e})"))?;
+        let mut stmt = c
+            .prepare("SELECT text, body FROM messages ORDER BY seq DESC LIMIT 64")
+            .map_err(|e| format!("its messages cannot be read ({e})"))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| format!("its newest messages cannot be read ({e})"))?;
+        for row in rows {
+            let (text, body) =
+                row.map_err(|e| format!("its newest messages cannot be read ({e})"))?;
+            message_of(text, &body).map_err(|e| e.to_string())?;
+        }
+        // One lookup in the index (a term nobody writes): reads its structure, not its size.
+        c.query_row(
+            "SELECT rowid FROM search WHERE search MATCH 'qqzxjqq' LIMIT 1",
+            [],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(|e| format!("its search index cannot be read ({e})"))?;
+        Ok(applied as u64)
+    }
+
+    /// Applies journal entries (position, op) in one transaction, with the new position.
+    pub(super) fn apply(&self, ops: &[(u64, Op)]) -> Result<()> {
+        let Some(last) = ops.last().map(|(p, _)| *p) else {
+            return Ok(());
+        };
+        let mut c = self.c();
+        let tx = c.transaction()?;
+        for (_, op) in ops {
+            apply_op(&tx, op)?;
+        }
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'applied'",
+            params![last as i64],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Inserts messages with their original positions (migration, restore), in one transaction.
+    pub(super) fn import(
+        &self,
+        rows: &[(Lane, u64, HistoryMessage)],
+        uses: &[(String, String)],
+    ) -> Result<()> {
+        let mut c = self.c();
+        let tx = c.transaction()?;
+        {
+            let mut ins = tx.prepare_cached(
+                "INSERT OR REPLACE INTO messages(seq, message_id, chat_id, thread_id, text, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (lane, seq, m) in rows {
+                ins.execute(params![
+                    *seq as i64,
+                    m.message_id,
+                    lane.chat_id,
+                    lane.thread_id.as_deref().unwrap_or(""),
+                    m.text,
+                    body_of(m)
+                ])?;
+            }
+            let mut use_ins =
+                tx.prepare_cached("INSERT OR IGNORE INTO media_uses VALUES (?1, ?2)")?;
+            for (media, message) in uses {
+                use_ins.execute(params![media, message])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub(super) fn set_applied(&self, applied: u64) -> Result<()> {
+        self.c().execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'applied'",
+            params![applied as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Writes everything to the database file and fsyncs it, then empties the WAL; returns the
+    /// journal position that is now durable, or `None` if a reader kept part of the WAL.
+    /// Blocking: call it from a worker thread (or at shutdown).
+    pub(super) fn checkpoint(&self) -> Result<Option<u64>> {
+        let c = self
+            .ckpt
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Read before the checkpoint: everything committed so far is covered by it.
+        let applied: i64 =
+            c.query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
+                r.get(0)
+            })?;
+        let (busy, log, done): (i64, i64, i64) =
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        Ok((busy == 0 && log == done).then_some(applied as u64))
+    }
+
+    /// Up to `limit + 1` messages of the lane before position `before`, newest first.
+    pub(super) fn page(
+        &self,
+        lane: &Lane,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<HistoryMessage>> {
+        let c = self.c();
+        let mut stmt = c.prepare_cached(
+            "SELECT text, body FROM messages WHERE chat_id = ?1 AND thread_id = ?2 AND seq < ?3
+             ORDER BY seq DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                lane.chat_id,
+                lane.thread_id.as_deref().unwrap_or(""),
+                before.map(|b| b as i64).unwrap_or(i64::MAX),
+                (limit + 1) as i64
+            ],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )?;
+        let mut out = Vec::with_capacity(limit + 1);
+        for row in rows {
+            let (text, body) = row?;
+            out.push(message_of(text, &body)?);
+        }
+        Ok(out)
+    }
+
+    /// A message's lane and position.
+    pub(super) fn locate(&self, message_id: &str) -> Result<Option<(Lane, u64)>> {
+        let c = self.c();
+        let mut stmt =
+            c.prepare_cached("SELECT chat_id, thread_id, seq FROM messages WHERE message_id = ?1")?;
+        Ok(stmt
+            .query_row(params![message_id], |r| {
+                Ok((lane_of(r.get(0)?, r.get(1)?), r.get::<_, i64>(2)? as u64))
+            })
+            .optional()?)
+    }
+
+    pub(super) fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
+        let c = self.c();
+        let mut stmt = c.prepare_cached(
+            "SELECT chat_id, thread_id, text, body FROM messages WHERE message_id = ?1",
+        )?;
+        let row = stmt
+            .query_row(params![message_id], |r| {
+                Ok((
+                    lane_of(r.get(0)?, r.get(1)?),
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .optional()?;
+        match row {
+            Some((lane, text, body)) => Ok(Some((lane, message_of(text, &body)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The ids and media of every message of a channel (all lanes) or of one thread.
+    pub(super) fn lane_messages(
+        &self,
+        chat_id: &str,
+        thread_id: Option<&str>,
+    ) -> Result<Vec<HistoryMessage>> {
+        let c = self.c();
+        let mut stmt = c.prepare_cached(
+            "SELECT text, body FROM messages WHERE chat_id = ?1 AND (?2 IS NULL OR thread_id = ?2)
+             ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![chat_id, thread_id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (text, body) = row?;
+            out.push(message_of(text, &body)?);
+        }
+        Ok(out)
+    }
+
+    /// Runs an FTS5 query newest first, handing each match to `visit` until it returns true or
+    /// `max_scanned` matches were looked at.
+    pub(super) fn search(
+        &self,
+        fts_query: &str,
+        scope: (Option<&str>, Option<&str>),
+        max_scanned: usize,
+        mut visit: impl FnMut(Lane, HistoryMessage) -> Result<bool>,
+    ) -> Result<()> {
+        let c = self.c();
+        let mut stmt = c.prepare_cached(
+            "SELECT m.chat_id, m.thread_id, m.text, m.body FROM search
+             JOIN messages m ON m.seq = search.rowid
+             WHERE search MATCH ?1 AND (?3 IS NULL OR m.chat_id = ?3)
+             AND (?4 IS NULL OR m.thread_id = ?4)
+             ORDER BY search.rowid DESC LIMIT ?2",
+        )?;
+        let mut rows = stmt.query(params![fts_query, max_scanned as i64, scope.0, scope.1])?;
+        while let Some(r) = rows.next()? {
+            let lane = lane_of(r.get(0)?, r.get(1)?);
+            let m = message_of(r.get(2)?, &r.get::<_, String>(3)?)?;
+            if visit(lane, m)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn is_used(&self, media_id: &str) -> Result<bool> {
+        let c = self.c();
+        let mut stmt = c.prepare_cached("SELECT 1 FROM media_uses WHERE media_id = ?1 LIMIT 1")?;
+        Ok(stmt.exists(params![media_id])?)
+    }
+
+    /// Every message in position order, and every media use, for a backup: read in one
+    /// transaction, so they agree with each other and with `applied`.
+    pub(super) fn export(
+        &self,
+        mut message: impl FnMut(&Lane, u64, &HistoryMessage) -> Result<()>,
+        mut media_use: impl FnMut(&str, &str) -> Result<()>,
+    ) -> Result<u64> {
+        let mut c = self.c();
+        let tx = c.transaction()?;
+        let applied: i64 =
+            tx.query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
+                r.get(0)
+            })?;
+        {
+            let mut stmt = tx
+                .prepare("SELECT chat_id, thread_id, seq, text, body FROM messages ORDER BY seq")?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let lane = lane_of(r.get(0)?, r.get(1)?);
+                let m = message_of(r.get(3)?, &r.get::<_, String>(4)?)?;
+                message(&lane, r.get::<_, i64>(2)? as u64, &m)?;
+            }
+            let mut stmt = tx.prepare("SELECT media_id, message_id FROM media_uses")?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                media_use(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?)?;
+            }
+        }
+        tx.commit()?;
+        Ok(applied as u64)
+    }
+
+    /// How many messages are stored: for the benchmarks (a full count, not for serving).
+    pub(super) fn count(&self) -> Result<u64> {
+        let n: i64 = self
+            .c()
+            .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+}
+
+fn apply_op(tx: &rusqlite::Transaction<'_>, op: &Op) -> Result<()> {
+    match op {
+        Op::Put { lane, message } => {
+            // A replaced message keeps its first position (and lane).
+            tx.prepare_cached(
+                "INSERT INTO messages(message_id, chat_id, thread_id, text, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(message_id) DO UPDATE SET text = excluded.text, body = excluded.body",
+            )?
+            .execute(params![
+                message.message_id,
+                lane.chat_id,
+                lane.thread_id.as_deref().unwrap_or(""),
+                message.text,
+                body_of(message)
+            ])?;
+            let mut uses = tx.prepare_cached("INSERT OR IGNORE INTO media_uses VALUES (?1, ?2)")?;
+            for m in &message.media {
+                uses.execute(params![m.media_id, message.message_id])?;
+            }
+        }
+        Op::Delete { message_id } => delete_one(tx, message_id)?,
+        Op::Purge { chat_id, thread_id } => {
+            let ids: Vec<String> = {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT message_id FROM messages WHERE chat_id = ?1
+                     AND (?2 IS NULL OR thread_id = ?2)",
+                )?;
+                let rows = stmt.query_map(params![chat_id, thread_id], |r| r.get(0))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            for id in ids {
+                delete_one(tx, &id)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn delete_one(tx: &rusqlite::Transaction<'_>, message_id: &str) -> Result<()> {
+    let body: Option<(String, String)> = tx
+        .prepare_cached("SELECT text, body FROM messages WHERE message_id = ?1")?
+        .query_row(params![message_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((text, body)) = body else {
+        return Ok(());
+    };
+    if let Ok(m) = message_of(text, &body) {
+        let mut del =
+            tx.prepare_cached("DELETE FROM media_uses WHERE media_id = ?1 AND message_id = ?2")?;
+        for r in &m.media {
+            del.execute(params![r.media_id, message_id])?;
+        }
+    }
+    tx.prepare_cached("DELETE FROM messages WHERE message_id = ?1")?
+        .execute(params![message_id])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Role;
+
+    fn msg(id: &str, text: &str) -> HistoryMessage {
+        HistoryMessage {
+            message_id: id.into(),
+            role: Role::User,
+            text: text.into(),
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: 1,
+            media: vec![],
+        }
+    }
+
+    /// Terms left in the index (FTS5's vocabulary), not what a query can still match.
+    fn indexed_terms(h: &History) -> Vec<String> {
+        let c = h.c();
+        c.execute_batch(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.v USING fts5vocab(main, search, 'row')",
+        )
+        .unwrap();
+        let mut stmt = c.prepare("SELECT term FROM temp.v ORDER BY term").unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    #[test]
+    fn a_deleted_message_leaves_no_term_in_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::open(&dir.path().join("h.sqlite3"), true).unwrap();
+        let lane = Lane::new("default", None);
+        h.apply(&[
+            (
+                1,
+                Op::Put {
+                    lane: lane.clone(),
+                    message: msg("a", "secret pumpkin plans"),
+                },
+            ),
+            (
+                2,
+                Op::Put {
+                    lane: lane.clone(),
+                    message: msg("b", "plain carrots"),
+                },
+            ),
+        ])
+        .unwrap();
+        assert!(indexed_terms(&h).contains(&"pumpkin".to_owned()));
+        h.apply(&[(
+            3,
+            Op::Delete {
+                message_id: "a".into(),
+            },
+        )])
+        .unwrap();
+        assert_eq!(indexed_terms(&h), ["carrots", "plain"]);
+        assert_eq!(h.applied().unwrap(), 3);
+        // Deleting what is gone is a no-op.
+        h.apply(&[(
+            3,
+            Op::Delete {
+                message_id: "a".into(),
+            },
+        )])
+        .unwrap();
+        assert!(h.message("a").unwrap().is_none());
+        assert!(h.message("b").unwrap().is_some());
+    }
+}

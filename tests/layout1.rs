@@ -1,0 +1,703 @@
+//! Stores written by layout 1 (everything in sled, up to commit 4e45748) open in this build with
+//! everything intact, and a backup made by that version restores.
+//!
+//! The fixture in `tests/fixtures/layout1/` was made with the layout-1 release binary by
+//! `make_layout1_fixture` below (run it with `IRIS_GATEWAY_BIN=PATH-TO-OLD-BINARY cargo test
+//! --test layout1 -- --ignored make_layout1_fixture`), through the real protocol:
+//! - `data.tar.gz`: the data dir, after a clean stop: three paired devices (one with an ntfy
+//!   topic whose answers were pushed, so its `last_pushed_cursor` is set), the default channel,
+//!   two more channels and a thread, history with searchable words, one deleted message, an
+//!   uploaded image used by a message, the agent sessions the turns started, and one user
+//!   message whose turn was still running when the gateway stopped (a pending turn);
+//! - `backup.igb`: `iris-gateway backup` of that data dir, made by the same binary;
+//! - `expected.json`: the tokens, and what the old binary showed over the socket (channels,
+//!   every lane's history, search hits, the whole `sync` replay, `hello.ack`) before the
+//!   pending-turn message was sent.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{cli_os, frame_type, id_of, pstr, Client, Gateway};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/layout1")
+}
+
+/// Words the searches look for, each in a known set of messages.
+const SEARCHES: &[&str] = &[
+    "zucchini",
+    "tomat",
+    "Grün",
+    "compost heap",
+    "nothing-matches",
+];
+
+fn sha_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The image the fixture uploads: deterministic bytes, so the test can check them.
+fn image() -> Vec<u8> {
+    (0..5000u32).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn run_cli(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = cli_os(args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Sends a message and waits for its receipt and the end of its demo turn; returns the user
+/// message id.
+async fn say(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) -> String {
+    loop {
+        let id = c
+            .request("message.send", chat, thread, json!({ "text": text }))
+            .await;
+        let r = c.recv_reply(id).await;
+        if pstr(&r, "code") == "rate_limited" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            continue;
+        }
+        assert_eq!(frame_type(&r), "read.receipt", "{r}");
+        c.recv_type("message.stop").await;
+        return pstr(&r, "message_id").to_owned();
+    }
+}
+
+async fn hello(url: &str, token: &str, device_id: &str, extra: Value) -> (Client, Value) {
+    let mut c = Client::connect(url).await;
+    let id = c.next_id();
+    let mut payload = json!({ "token": token, "device_id": device_id, "device_name": "iris-test" });
+    if let Value::Object(fields) = extra {
+        for (k, v) in fields {
+            payload[k] = v;
+        }
+    }
+    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": payload }))
+        .await;
+    let ack = c
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(frame_type(&ack), "hello.ack", "hello refused: {ack}");
+    (c, ack)
+}
+
+/// What a device can see: directory, every lane's history, search hits, the outbox replay.
+async fn look(c: &mut Client) -> Value {
+    c.collect_quiet(Duration::from_millis(500)).await;
+    let channels = common::channel_list(c).await;
+    let mut history = BTreeMap::new();
+    for ch in &channels {
+        let chat = ch["chat_id"].as_str().unwrap().to_owned();
+        let (lane_chat, lane_thread) = match ch["parent_chat_id"].as_str() {
+            Some(parent) => (parent.to_owned(), Some(chat.clone())),
+            None => (chat.clone(), None),
+        };
+        let id = c
+            .request(
+                "history",
+                Some(&lane_chat),
+                lane_thread.as_deref(),
+                json!({ "limit": 200 }),
+            )
+            .await;
+        let r = c.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "history", "{r}");
+        history.insert(chat, r["payload"]["messages"].clone());
+    }
+    let mut searches = BTreeMap::new();
+    for q in SEARCHES {
+        let id = c
+            .request("search", None, None, json!({ "query": q, "limit": 100 }))
+            .await;
+        let r = c.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "search.results", "{r}");
+        searches.insert(q.to_string(), r["payload"]["hits"].clone());
+    }
+    let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
+    let mut outbox = Vec::new();
+    let head = loop {
+        let f = c.recv().await;
+        if id_of(&f) == Some(id) {
+            break f["payload"]["cursor"].as_u64().expect("sync.done cursor");
+        }
+        if f.get("cursor").is_some() {
+            outbox.push(f);
+        }
+    };
+    json!({ "channels": channels, "history": history, "searches": searches, "outbox": outbox, "head": head })
+}
+
+/// A stand-in ntfy server: answers every request 200 and counts them.
+fn fake_ntfy() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Headers, then the body by Content-Length.
+                loop {
+                    let Ok(n) = s.read(&mut chunk) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let l = l.to_ascii_lowercase();
+                                l.strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                );
+            });
+        }
+    });
+    (url, count)
+}
+
+/// Makes the fixture with the binary `IRIS_GATEWAY_BIN` names (the layout-1 release).
+#[tokio::test]
+#[ignore = "makes tests/fixtures/layout1 with the layout-1 binary; run by hand"]
+async fn make_layout1_fixture() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let (ntfy, pushes) = fake_ntfy();
+    let config = work.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("[push]\nbackend = \"ntfy\"\nntfy_server = \"{ntfy}\"\nbackoff_ms = 100\nmax_backoff_secs = 1\ngive_up_secs = 600\n"),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let phone = common::pair(&data, "phone");
+    let tablet = common::pair(&data, "tablet");
+    let away = common::pair(&data, "away-phone");
+
+    let gw = Gateway::start(&data, &["--config", cfg]);
+    // The away phone registers its topic and leaves: answers from now on are pushed to it.
+    let (c, _) = hello(
+        &gw.url,
+        &away.token,
+        &away.device_id,
+        json!({ "ntfy_topic": "away-1" }),
+    )
+    .await;
+    c.close().await;
+    let (mut c, _) = hello(&gw.url, &phone.token, &phone.device_id, json!({})).await;
+    let garden = common::create_channel(&mut c, "Garden").await;
+    let kitchen = common::create_channel(&mut c, "Kitchen").await;
+    let beds = common::create_thread(&mut c, &garden, "Raised beds").await;
+    say(
+        &mut c,
+        None,
+        None,
+        "Good morning, what should I plant this week?",
+    )
+    .await;
+    say(
+        &mut c,
+        Some(&garden),
+        None,
+        "The zucchini plants are flowering",
+    )
+    .await;
+    say(&mut c, Some(&garden), None, "Tomatoes need staking soon").await;
+    say(
+        &mut c,
+        Some(&garden),
+        Some(&beds),
+        "Raised bed two gets the tomato seedlings",
+    )
+    .await;
+    say(
+        &mut c,
+        Some(&garden),
+        Some(&beds),
+        "Is the compost heap warm enough?",
+    )
+    .await;
+    say(&mut c, Some(&kitchen), None, "Grüner Tee oder Kaffee?").await;
+    let doomed = say(
+        &mut c,
+        Some(&kitchen),
+        None,
+        "zucchini bread recipe, secret one",
+    )
+    .await;
+    say(&mut c, None, None, "Remind me about the zucchini harvest").await;
+
+    // An image upload used by a message.
+    let data_bytes = image();
+    let start = c
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({ "media_ref": "garden-photo", "kind": "image", "mime": "image/png", "size": data_bytes.len(), "filename": "garden.png" }),
+        )
+        .await;
+    for piece in data_bytes.chunks(64 * 1024) {
+        c.send_raw_binary(piece.to_vec()).await;
+    }
+    let end = c
+        .request(
+            "media.upload.end",
+            None,
+            None,
+            json!({ "media_ref": "garden-photo", "sha256": sha_hex(&data_bytes) }),
+        )
+        .await;
+    let ack = c.recv_reply(end).await;
+    assert!(
+        c.seen.iter().all(|f| id_of(f) != Some(start)),
+        "{}",
+        c.recent()
+    );
+    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+    let id = c
+        .request(
+            "message.send",
+            Some(&garden),
+            None,
+            json!({ "text": "a photo of the garden", "media_refs": ["garden-photo"] }),
+        )
+        .await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "read.receipt", "{r}");
+    let photo_msg = pstr(&r, "message_id").to_owned();
+    let echo = c
+        .recv_until(|f| frame_type(f) == "message" && pstr(f, "message_id") == photo_msg)
+        .await;
+    c.recv_type("message.stop").await;
+    let media_id = echo["payload"]["media"][0]["media_id"]
+        .as_str()
+        .expect("media id")
+        .to_owned();
+
+    // One message deleted: gone from history, search and the replay (tombstone).
+    let id = c
+        .request(
+            "message.delete",
+            None,
+            None,
+            json!({ "message_ids": [doomed] }),
+        )
+        .await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "message.deleted", "{r}");
+
+    // Wait for the pushes to the away phone to be acknowledged (last_pushed_cursor stored).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while pushes.load(std::sync::atomic::Ordering::SeqCst) < 5 {
+        assert!(std::time::Instant::now() < deadline, "pushes not seen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let (mut t, tablet_ack) = hello(&gw.url, &tablet.token, &tablet.device_id, json!({})).await;
+    let view = look(&mut t).await;
+    t.close().await;
+    c.close().await;
+    let mut gw = gw;
+    gw.stop_ok();
+
+    // A turn still running when the gateway stops: the demo agent at a slow pace.
+    let gw = Gateway::start(&data, &["--config", cfg, "--demo-pace-ms", "60000"]);
+    let (mut c, away_ack) = hello(&gw.url, &away.token, &away.device_id, json!({})).await;
+    let id = c
+        .request(
+            "message.send",
+            Some(&kitchen),
+            None,
+            json!({ "text": "What is for dinner tonight?" }),
+        )
+        .await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(frame_type(&r), "read.receipt", "{r}");
+    let pending = pstr(&r, "message_id").to_owned();
+    c.recv_type("message.start").await;
+    let mut gw = gw;
+    gw.sigterm();
+
+    let out = fixture_dir();
+    std::fs::create_dir_all(&out).unwrap();
+    let backup = out.join("backup.igb");
+    let _ = std::fs::remove_file(&backup);
+    let (ok, o, e) = run_cli(&[
+        "backup".as_ref(),
+        backup.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup: {o}\n{e}");
+    // The backup command opens the store itself: pack the data dir after it, as it is left.
+    let status = std::process::Command::new("tar")
+        .arg("czf")
+        .arg(out.join("data.tar.gz"))
+        .arg("-C")
+        .arg(&data)
+        .args(["--exclude", "control.sock", "."])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let expected = json!({
+        "made_by": common::bin_display(),
+        "devices": {
+            "phone": { "token": phone.token, "device_id": phone.device_id },
+            "tablet": { "token": tablet.token, "device_id": tablet.device_id },
+            "away": { "token": away.token, "device_id": away.device_id },
+        },
+        "chats": { "garden": garden, "kitchen": kitchen, "beds": beds },
+        "deleted": doomed,
+        "media": { "media_id": media_id, "message_id": photo_msg, "sha256": sha_hex(&data_bytes) },
+        "pending": pending,
+        "tablet_ack": tablet_ack,
+        "away_ack_before_pending": away_ack,
+        "view": view,
+    });
+    std::fs::write(
+        out.join("expected.json"),
+        serde_json::to_string_pretty(&expected).unwrap(),
+    )
+    .unwrap();
+}
+
+fn expected() -> Value {
+    let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+fn unpack_fixture(into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    let status = std::process::Command::new("tar")
+        .arg("xzf")
+        .arg(fixture_dir().join("data.tar.gz"))
+        .arg("-C")
+        .arg(into)
+        .status()
+        .unwrap();
+    assert!(status.success(), "unpacking the fixture failed");
+}
+
+/// Every tree of a backup file: name → (key → value).
+type Trees = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+fn backup_trees(file: &Path) -> (iris_gateway::store::backup::Header, Trees) {
+    let mut trees: Trees = BTreeMap::new();
+    let mut current = String::new();
+    let header = iris_gateway::store::backup::read_backup(
+        &file.display().to_string(),
+        std::fs::File::open(file).unwrap(),
+        |_, item| {
+            match item {
+                iris_gateway::store::backup::Item::Tree(name) => {
+                    current = String::from_utf8_lossy(&name).into_owned();
+                    trees.entry(current.clone()).or_default();
+                }
+                iris_gateway::store::backup::Item::Entry(k, v) => {
+                    trees.get_mut(&current).unwrap().insert(k, v);
+                }
+                iris_gateway::store::backup::Item::Media(..) => {}
+            }
+            Ok(())
+        },
+    )
+    .expect("a readable backup");
+    (header, trees)
+}
+
+async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
+    let rid = c
+        .request("media.pull", None, None, json!({ "media_id": media_id }))
+        .await;
+    let mut bytes = Vec::new();
+    loop {
+        match c.recv_any().await {
+            common::Incoming::Binary(b) => bytes.extend(b),
+            common::Incoming::Text(f) if id_of(&f) == Some(rid) => {
+                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
+                return bytes;
+            }
+            common::Incoming::Text(_) => {}
+            other => panic!("pull: {other:?}"),
+        }
+    }
+}
+
+/// A gateway on a store made from the fixture (migrated, or restored from its backup) shows
+/// devices everything the layout-1 gateway showed, plus the answer to the pending turn.
+async fn check_against_fixture(data: &Path) {
+    let e = expected();
+    let view = &e["view"];
+    let mut gw = Gateway::start(data, &[]);
+    let dev = |name: &str| {
+        (
+            e["devices"][name]["token"].as_str().unwrap().to_owned(),
+            e["devices"][name]["device_id"].as_str().unwrap().to_owned(),
+        )
+    };
+    // Every device's token still works; the away phone's push position survived.
+    let (tok, id) = dev("phone");
+    let (c, _) = hello(&gw.url, &tok, &id, json!({})).await;
+    c.close().await;
+    let (tok, id) = dev("away");
+    let (c, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    c.close().await;
+    let before = &e["away_ack_before_pending"]["payload"];
+    assert!(
+        before["last_pushed_cursor"].as_u64().unwrap() > 0,
+        "the fixture has a pushed cursor"
+    );
+    assert_eq!(
+        ack["payload"]["last_pushed_cursor"], before["last_pushed_cursor"],
+        "{ack}"
+    );
+    let (tok, id) = dev("tablet");
+    let (mut t, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    let head = view["head"].as_u64().unwrap();
+    // The pending user message (head + 1) and the restart notice that answered it.
+    assert!(
+        ack["payload"]["sync_cursor"].as_u64().unwrap() > head + 1,
+        "{ack}"
+    );
+    let now = look(&mut t).await;
+    assert_eq!(now["channels"], view["channels"]);
+    assert_eq!(now["searches"], view["searches"]);
+    let kitchen = e["chats"]["kitchen"].as_str().unwrap();
+    for (chat, old) in view["history"].as_object().unwrap() {
+        let new = now["history"][chat].as_array().unwrap();
+        let old = old.as_array().unwrap();
+        if chat == kitchen {
+            assert_eq!(&new[..old.len()], &old[..], "{chat}");
+            let rest = &new[old.len()..];
+            assert_eq!(rest.len(), 2, "{rest:?}");
+            assert_eq!(rest[0]["message_id"], e["pending"], "{rest:?}");
+            assert_eq!(rest[0]["text"], "What is for dinner tonight?");
+            assert_eq!(rest[1]["role"], "assistant", "{rest:?}");
+            assert!(
+                rest[1]["text"].as_str().unwrap().contains("restart"),
+                "the pending turn is answered with the restart notice: {rest:?}"
+            );
+        } else {
+            assert_eq!(new, old, "{chat}");
+        }
+    }
+    // The deleted message stays deleted everywhere.
+    let deleted = e["deleted"].as_str().unwrap();
+    // (The demo's answer quotes it and stays: only the user's message was deleted.)
+    for messages in now["history"].as_object().unwrap().values() {
+        assert!(
+            messages
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["message_id"] != deleted),
+            "the deleted message came back"
+        );
+    }
+    assert!(now["outbox"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| frame_type(f) == "message.deleted" && f["payload"]["message_ids"][0] == deleted));
+    let old_outbox = view["outbox"].as_array().unwrap();
+    let new_outbox = now["outbox"].as_array().unwrap();
+    assert_eq!(&new_outbox[..old_outbox.len()], &old_outbox[..]);
+    // History paging by `before` works on migrated positions.
+    let garden = e["chats"]["garden"].as_str().unwrap();
+    let oldest_two = &view["history"][garden].as_array().unwrap()[..2];
+    let before = view["history"][garden].as_array().unwrap()[2]["message_id"].clone();
+    let id = t
+        .request(
+            "history",
+            Some(garden),
+            None,
+            json!({ "limit": 10, "before_message_id": before }),
+        )
+        .await;
+    let r = t.recv_reply(id).await;
+    assert_eq!(
+        r["payload"]["messages"].as_array().unwrap(),
+        oldest_two,
+        "{r}"
+    );
+    // The uploaded image still pulls, byte for byte.
+    let media_id = e["media"]["media_id"].as_str().unwrap();
+    assert_eq!(sha_hex(&pull(&mut t, media_id).await), e["media"]["sha256"]);
+    // New messages land after the old ones and are found.
+    say(
+        &mut t,
+        Some(garden),
+        None,
+        "zucchini soup after the migration",
+    )
+    .await;
+    let id = t
+        .request(
+            "search",
+            None,
+            None,
+            json!({ "query": "zucchini", "limit": 100 }),
+        )
+        .await;
+    let r = t.recv_reply(id).await;
+    let hits = r["payload"]["hits"].as_array().unwrap();
+    // The message and the demo's answer quoting it, newest first, before the old hits.
+    let old_hits = view["searches"]["zucchini"].as_array().unwrap();
+    assert_eq!(hits.len(), old_hits.len() + 2, "{r}");
+    assert_eq!(&hits[2..], &old_hits[..]);
+    assert!(hits[..2].iter().all(|h| h["snippet"]
+        .as_str()
+        .unwrap()
+        .contains("after the migration")));
+    t.close().await;
+
+    // What sled kept, compared entry by entry: a backup of the new store against the
+    // layout-1 backup of the same data dir.
+    let file = data.join("after.igb");
+    let (ok, o, err) = run_cli(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup: {o}\n{err}");
+    gw.stop_ok();
+    let (old_header, old) = backup_trees(&fixture_dir().join("backup.igb"));
+    let (new_header, new) = backup_trees(&file);
+    assert_eq!(old_header.layout_version, 1);
+    assert_eq!(new_header.layout_version, 2);
+    for tree in [
+        "sessions",
+        "tokens",
+        "channels",
+        "media",
+        "media_refs",
+        "blobs",
+    ] {
+        assert!(
+            !old[tree].is_empty() || tree == "media_refs",
+            "{tree} empty in the fixture"
+        );
+        assert_eq!(new[tree], old[tree], "tree {tree}");
+    }
+    assert_eq!(
+        new["devices"].keys().collect::<Vec<_>>(),
+        old["devices"].keys().collect::<Vec<_>>()
+    );
+    assert_eq!(old["turns"].len(), 1, "the fixture has a pending turn");
+    assert!(new["turns"].is_empty(), "the pending turn was settled");
+    // Every old message is there under the same position and with the same content.
+    for (k, v) in &old["messages"] {
+        let nv = new["messages"].get(k).unwrap_or_else(|| {
+            panic!("message {} lost", String::from_utf8_lossy(v));
+        });
+        let (a, b): (Value, Value) = (
+            serde_json::from_slice(v).unwrap(),
+            serde_json::from_slice(nv).unwrap(),
+        );
+        assert_eq!(a, b);
+    }
+    assert_eq!(new["media_uses"], old["media_uses"]);
+    assert!(!new.contains_key("search") && !new.contains_key("message_ids"));
+}
+
+#[tokio::test]
+async fn a_layout1_data_dir_is_migrated_with_everything_intact() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    unpack_fixture(&data);
+    assert!(!data.join(iris_gateway::store::HISTORY_DIR).exists());
+    check_against_fixture(&data).await;
+    assert!(data
+        .join(iris_gateway::store::HISTORY_DIR)
+        .join("history.sqlite3")
+        .is_file());
+}
+
+#[tokio::test]
+async fn a_layout1_backup_restores() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let file = fixture_dir().join("backup.igb");
+    let (ok, o, e) = run_cli(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "restore: {o}\n{e}");
+    check_against_fixture(&data).await;
+}
+
+/// A backup of a migrated (layout-2) store restores to the same thing, history and all.
+#[tokio::test]
+async fn a_layout2_backup_restores_both_engines() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    unpack_fixture(&data);
+    let mut gw = Gateway::start(&data, &[]);
+    let e = expected();
+    let tok = e["devices"]["tablet"]["token"].as_str().unwrap();
+    let id = e["devices"]["tablet"]["device_id"].as_str().unwrap();
+    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
+    say(&mut t, None, None, "one more zucchini before the backup").await;
+    let before = look(&mut t).await;
+    t.close().await;
+    gw.stop_ok();
+    let file = work.path().join("l2.igb");
+    let (ok, o, err) = run_cli(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    assert!(ok, "backup: {o}\n{err}");
+    let restored = work.path().join("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    let (ok, o, err) = run_cli(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        restored.as_os_str(),
+    ]);
+    assert!(ok, "restore: {o}\n{err}");
+    let gw = Gateway::start(&restored, &[]);
+    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
+    let after = look(&mut t).await;
+    assert_eq!(after, before);
+}
