@@ -37,10 +37,20 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(text_escaped, fit::escaped_len(&text));
                 assert!(text_escaped <= budget.text);
                 let update = Frame::message_update("msg_1", &text).encode();
-                assert!(update.len() <= max_out, "update {} > {max_out}", update.len());
+                assert!(
+                    update.len() <= max_out,
+                    "update {} > {max_out}",
+                    update.len()
+                );
             }
             1 => {
-                fit::push_within(&mut reasoning, &mut reasoning_escaped, &delta, budget.reasoning, "");
+                fit::push_within(
+                    &mut reasoning,
+                    &mut reasoning_escaped,
+                    &delta,
+                    budget.reasoning,
+                    "",
+                );
                 assert!(reasoning_escaped <= budget.reasoning);
             }
             2 => {
@@ -65,9 +75,18 @@ fuzz_target!(|data: &[u8]| {
         ts: 1,
         media: Vec::new(),
     };
-    assert!(!fit::fit_message(&mut m, &budget), "streamed text needed no second cut");
-    let stop = Frame::message_stop(&m).in_lane("default", Some("thr_1")).encode();
-    assert!(stop.len() <= max_out, "message.stop {} > {max_out}", stop.len());
+    assert!(
+        !fit::fit_message(&mut m, &budget),
+        "streamed text needed no second cut"
+    );
+    let stop = Frame::message_stop(&m)
+        .in_lane("default", Some("thr_1"))
+        .encode();
+    assert!(
+        stop.len() <= max_out,
+        "message.stop {} > {max_out}",
+        stop.len()
+    );
     let replay = iris_gateway::protocol::with_cursor(&stop, u64::MAX);
     assert!(replay.len() <= max_out);
     let page = Frame::history(Some(1), std::slice::from_ref(&m), false, None).encode();

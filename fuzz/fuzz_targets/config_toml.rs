@@ -50,7 +50,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (parsed, peak) = measure(|| toml::from_str::<Config>(text));
-    check_alloc("toml::from_str::<Config>", text.len(), peak, PER_BYTE, FIXED);
+    check_alloc(
+        "toml::from_str::<Config>",
+        text.len(),
+        peak,
+        PER_BYTE,
+        FIXED,
+    );
     let Ok(config) = parsed else {
         return;
     };

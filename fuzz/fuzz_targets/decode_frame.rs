@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     match result {
         Ok(frame) => {
             for id in [&frame.chat_id, &frame.thread_id].into_iter().flatten() {
-                assert!(is_valid_id(id), "accepted a scope id that is not valid: {id:?}");
+                assert!(
+                    is_valid_id(id),
+                    "accepted a scope id that is not valid: {id:?}"
+                );
             }
             if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
                 panic!("accepted a frame that is not JSON ({e})");
@@ -43,6 +46,12 @@ fuzz_target!(|data: &[u8]| {
             let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
                 return;
             };
+            // `Value` also reads the integer literal `-0` as the float -0.0 (to keep its sign)
+            // and writes it back as `-0.0`, which an integer field rightly refuses; the gateway
+            // reads `-0` as 0, as JSON's grammar has it.
+            if has_negative_zero(&value) {
+                return;
+            }
             let again = decode_request(&value.to_string());
             assert_eq!(
                 again.as_ref().ok(),
@@ -61,3 +70,16 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+fn has_negative_zero(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Number(n) => {
+            n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative())
+                && !n.is_i64()
+                && !n.is_u64()
+        }
+        serde_json::Value::Array(items) => items.iter().any(has_negative_zero),
+        serde_json::Value::Object(map) => map.values().any(has_negative_zero),
+        _ => false,
+    }
+}

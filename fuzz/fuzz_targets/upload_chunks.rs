@@ -161,7 +161,10 @@ fn run(env: &Env, steps: Vec<Step>) {
                     }
                     Err(MediaError::WrongLength { received, expected }) => {
                         assert!(!complete);
-                        assert_eq!((received, expected), (active.bytes.len() as u64, active.expected));
+                        assert_eq!(
+                            (received, expected),
+                            (active.bytes.len() as u64, active.expected)
+                        );
                     }
                     Err(MediaError::WrongChecksum { .. }) => assert!(complete && !good),
                     Err(e) => panic!("end: unexpected {e}"),

@@ -44,8 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    let (content_type, body): (Option<String>, &[u8]) = match CONTENT_TYPES.get(selector as usize)
-    {
+    let (content_type, body): (Option<String>, &[u8]) = match CONTENT_TYPES.get(selector as usize) {
         Some(ct) => (ct.map(str::to_owned), rest),
         None => {
             let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
@@ -60,7 +59,9 @@ fuzz_target!(|data: &[u8]| {
     check_alloc("parse_webhook_body", body.len(), peak, PER_BYTE, FIXED);
     match result {
         Ok((title, text)) => {
-            assert!(text.len() <= body.len() && title.as_ref().is_none_or(|t| t.len() <= body.len()));
+            assert!(
+                text.len() <= body.len() && title.as_ref().is_none_or(|t| t.len() <= body.len())
+            );
             if is_json(content_type) {
                 if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
                     panic!("accepted a JSON body that is not JSON ({e})");
@@ -69,8 +70,14 @@ fuzz_target!(|data: &[u8]| {
                 // none: it does not recurse) and at what f64 or UTF-8 cannot hold (1e400, a lone
                 // surrogate escape); those bodies are compared no further.
                 if let Ok(value) = serde_json::from_slice::<Value>(body) {
-                    assert!(value.is_object(), "accepted a JSON body that is not an object");
-                    assert_eq!(value.get("text").and_then(Value::as_str), Some(text.as_str()));
+                    assert!(
+                        value.is_object(),
+                        "accepted a JSON body that is not an object"
+                    );
+                    assert_eq!(
+                        value.get("text").and_then(Value::as_str),
+                        Some(text.as_str())
+                    );
                     assert_eq!(value.get("title").and_then(Value::as_str), title.as_deref());
                 }
             } else {
@@ -86,7 +93,10 @@ fuzz_target!(|data: &[u8]| {
                 body.len()
             );
             if !is_json(content_type) {
-                assert!(std::str::from_utf8(body).is_err(), "refused a UTF-8 text body");
+                assert!(
+                    std::str::from_utf8(body).is_err(),
+                    "refused a UTF-8 text body"
+                );
             }
         }
         Err(other) => panic!("a body parser may only answer 400, not {other:?}"),
