@@ -486,14 +486,14 @@ async fn token_file_is_read_and_an_existing_channel_becomes_automation() {
     assert_eq!(roles[0].1, "cron");
 }
 
-#[test]
-fn the_default_channel_cannot_receive_automation() {
-    let dir = temp_data_dir();
+/// Starts the gateway on `dir` with a `[[webhook]] door` posting into `channel`, expecting it to
+/// refuse to start; returns its stderr, which must name the entry and `why`, and no token.
+fn start_refused_for(dir: &Path, channel: &str, why: &str) -> String {
     let config = write_config(
-        dir.path(),
-        &format!("[[webhook]]\nname = \"door\"\nchannel = \"General\"\ntoken = \"{TOKEN}\"\n"),
+        dir,
+        &format!("[[webhook]]\nname = \"door\"\nchannel = \"{channel}\"\ntoken = \"{TOKEN}\"\n"),
     );
-    let data = dir.path().to_str().expect("utf-8");
+    let data = dir.to_str().expect("utf-8");
     let out = cli(&[
         "run",
         "--data-dir",
@@ -503,16 +503,23 @@ fn the_default_channel_cannot_receive_automation() {
         "--listen",
         "127.0.0.1:0",
     ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "started anyway:\n{stderr}");
     assert!(
-        stderr.contains("[[webhook]] `door`") && stderr.contains("default channel"),
+        stderr.contains("[[webhook]] `door`") && stderr.contains(why),
         "the error must name the entry and why:\n{stderr}"
     );
     assert!(
         !stderr.contains(TOKEN),
         "the token leaked into the log:\n{stderr}"
     );
+    stderr
+}
+
+#[test]
+fn the_default_channel_cannot_receive_automation() {
+    let dir = temp_data_dir();
+    start_refused_for(dir.path(), "General", "default channel");
 }
 
 /// A config entry that names an existing channel with threads is refused at start like a
@@ -527,27 +534,7 @@ async fn a_channel_with_threads_cannot_become_an_automation_channel() {
     common::create_thread(&mut c, &ops, "Incident").await;
     c.close().await;
     gw.stop_ok();
-
-    let config = write_config(
-        dir.path(),
-        &format!("[[webhook]]\nname = \"door\"\nchannel = \"Ops\"\ntoken = \"{TOKEN}\"\n"),
-    );
-    let data = dir.path().to_str().expect("utf-8");
-    let out = cli(&[
-        "run",
-        "--data-dir",
-        data,
-        "--config",
-        &config,
-        "--listen",
-        "127.0.0.1:0",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started anyway:\n{stderr}");
-    assert!(
-        stderr.contains("[[webhook]] `door`") && stderr.contains("has threads"),
-        "the error must name the entry and why:\n{stderr}"
-    );
+    start_refused_for(dir.path(), "Ops", "has threads");
 }
 
 // ---------------------------------------------------------------------------------------------
