@@ -632,10 +632,17 @@ async fn send_text(
 /// never silent: a socket the peer closed is logged at debug (that is how phones leave), any
 /// other failure at warn with what and how big, and the connection closes with 1011.
 async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Result<(), ()> {
-    let (kind, size) = match &msg {
-        Message::Text(t) => (frame_kind(t.as_str()), t.len()),
-        Message::Binary(b) => ("binary".to_owned(), b.len()),
-        _ => ("control".to_owned(), 0),
+    // What the log line names if the write fails: a shared handle on the text (a refcount, not
+    // a copy), so a frame's type is only looked up when there is something to say about it.
+    let (text, size) = match &msg {
+        Message::Text(t) => (Some(t.clone()), t.len()),
+        Message::Binary(b) => (None, b.len()),
+        _ => (None, 0),
+    };
+    let kind = || match &text {
+        Some(t) => frame_kind(t.as_str()),
+        None if size > 0 => "binary".to_owned(),
+        None => "control".to_owned(),
     };
     let send = sink.send(msg);
     tokio::pin!(send);
@@ -655,11 +662,11 @@ async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Resu
     match result {
         Ok(()) => Ok(()),
         Err(e @ (WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_))) => {
-            debug!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = size, "write failed, the socket is gone: {e}");
+            debug!(conn = outlet.conn_id, device = %outlet.device_id, kind = kind(), bytes = size, "write failed, the socket is gone: {e}");
             Err(())
         }
         Err(e) => {
-            warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = size, "could not write a frame: {e}; closing the connection");
+            warn!(conn = outlet.conn_id, device = %outlet.device_id, kind = kind(), bytes = size, "could not write a frame: {e}; closing the connection");
             outlet.close(Closing {
                 code: CloseCode::Error,
                 reason: "a frame could not be sent",
