@@ -23,20 +23,6 @@ struct Rig {
     p: Paired,
 }
 
-fn gateway_for(dir: &std::path::Path, hermes: &Hermes, extra: &[&str]) -> Gateway {
-    let url = hermes.url();
-    let mut args = vec![
-        "--agent",
-        "hermes",
-        "--agent-url",
-        &url,
-        "--agent-key",
-        &hermes.key,
-    ];
-    args.extend_from_slice(extra);
-    Gateway::start(dir, &args)
-}
-
 /// One Hermes at a time: each is a ~100 MB Python process whose first turn takes seconds of
 /// CPU, and CI machines have two cores; in parallel they starve each other past any sane bound.
 static ONE_HERMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -48,7 +34,7 @@ fn rig() -> Rig {
     let llm = MockLlm::start();
     let hermes = Hermes::start(&llm);
     let dir = temp_data_dir();
-    let gw = gateway_for(dir.path(), &hermes, &[]);
+    let gw = hermes.gateway(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
     Rig {
         llm,
@@ -238,15 +224,7 @@ async fn stop_aborts_the_running_turn_at_hermes() {
     );
     assert!(!text.contains("word80"), "{stop}");
     // Hermes stops reading the model soon after: the mock sees its client go.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !r.llm.stderr().contains("client went away") {
-        assert!(
-            Instant::now() < deadline,
-            "Hermes kept streaming after /stop\n{}",
-            r.llm.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hermes_stops_reading_the_model(&r.llm, "/stop").await;
     c.recv_until(typing_off).await;
     let next = turn(&mut c, "still there?").await;
     assert!(
@@ -254,6 +232,19 @@ async fn stop_aborts_the_running_turn_at_hermes() {
         "{}",
         common::dump(&next)
     );
+}
+
+/// Waits (bounded) until the mock LLM sees Hermes go away: the stop reached the model.
+async fn hermes_stops_reading_the_model(llm: &MockLlm, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !llm.stderr().contains("client went away") {
+        assert!(
+            Instant::now() < deadline,
+            "Hermes kept streaming after {after}\n{}",
+            llm.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `agent.stop` (a frame the schema lists as planned; not in its app→server list, so sent raw)
@@ -285,15 +276,7 @@ async fn agent_stop_stops_the_running_turn_like_slash_stop() {
         text.starts_with("word1") && text.ends_with("Stopped."),
         "{stop}"
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !r.llm.stderr().contains("client went away") {
-        assert!(
-            Instant::now() < deadline,
-            "Hermes kept streaming after agent.stop\n{}",
-            r.llm.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hermes_stops_reading_the_model(&r.llm, "agent.stop").await;
     c.recv_until(typing_off).await;
     // The catalog tells an app that the frame exists.
     let id = c.request("commands.catalog", None, None, json!({})).await;
@@ -379,7 +362,7 @@ async fn a_gateway_killed_mid_turn_follows_the_run_and_never_hands_the_message_o
     drop(c);
     // The run goes on at Hermes without the gateway (closing its events stream does not stop it).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let gw = gateway_for(r.dir.path(), &r.hermes, &["--listen", &addr]);
+    let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
     let mut c = connect(&gw, &r.p).await;
     // The run outlived the gateway at Hermes: the restarted gateway follows it (by its
     // status: a run's events stream cannot be resumed) and delivers its whole answer once.

@@ -42,24 +42,10 @@ fn approvals_yaml(timeout_secs: u64) -> String {
     format!("approvals:\n  mode: manual\n  timeout: {timeout_secs}\n")
 }
 
-fn gateway_for(dir: &Path, hermes: &Hermes, extra: &[&str]) -> Gateway {
-    let url = hermes.url();
-    let mut args = vec![
-        "--agent",
-        "hermes",
-        "--agent-url",
-        &url,
-        "--agent-key",
-        &hermes.key,
-    ];
-    args.extend_from_slice(extra);
-    Gateway::start(dir, &args)
-}
-
 fn rig_with(timeout_secs: u64, gateway_args: &[&str], dir: tempfile::TempDir) -> Rig {
     let llm = MockLlm::start();
     let hermes = Hermes::start_with_config(&llm, &approvals_yaml(timeout_secs));
-    let gw = gateway_for(dir.path(), &hermes, gateway_args);
+    let gw = hermes.gateway(dir.path(), gateway_args);
     let p = pair(dir.path(), "phone");
     let scratch = tempfile::Builder::new()
         .prefix("iris-approval-")
@@ -362,6 +348,21 @@ async fn still_there_after(path: &Path, wait: Duration) -> bool {
     path.exists()
 }
 
+/// The rest of a turn stopped while its approval waited: the answer ends "Stopped.", the lane
+/// is told `why`, Hermes reports the run cancelled, and the flagged command never ran.
+async fn stopped_and_nothing_ran(c: &mut Client, r: &Rig, why: &str) {
+    let frames = rest_of_turn(c).await;
+    assert!(
+        final_text(&frames).ends_with("Stopped."),
+        "{}",
+        common::dump(&frames)
+    );
+    let said = system_texts(&frames);
+    assert!(said.iter().any(|t| t.contains(why)), "{said:?}");
+    hermes_says_cancelled(&r.hermes, &run_id_in_log(&r.gw)).await;
+    assert!(still_there_after(&r.victim.join("cat.jpg"), Duration::from_secs(2)).await);
+}
+
 #[tokio::test]
 async fn stop_the_task_while_waiting_cancels_the_run_and_nothing_runs() {
     let _one = ONE_HERMES.lock().await;
@@ -369,19 +370,7 @@ async fn stop_the_task_while_waiting_cancels_the_run_and_nothing_runs() {
     let mut c = connect(&r.gw, &r.p).await;
     let picker = ask_for_danger(&mut c, &r).await;
     select(&mut c, &picker, "stop").await;
-    let frames = rest_of_turn(&mut c).await;
-    assert!(
-        final_text(&frames).ends_with("Stopped."),
-        "{}",
-        common::dump(&frames)
-    );
-    let said = system_texts(&frames);
-    assert!(
-        said.iter().any(|t| t.contains("phone stopped the task")),
-        "{said:?}"
-    );
-    hermes_says_cancelled(&r.hermes, &run_id_in_log(&r.gw)).await;
-    assert!(still_there_after(&r.victim.join("cat.jpg"), Duration::from_secs(2)).await);
+    stopped_and_nothing_ran(&mut c, &r, "phone stopped the task").await;
     // The run was cancelled at Hermes: the model never heard back about the command.
     assert!(
         tool_results(&r.llm).is_empty(),
@@ -403,19 +392,7 @@ async fn agent_stop_while_waiting_stops_the_run_and_closes_the_picker() {
     // at Hermes ends it.
     c.send_raw_text(r#"{"v":1,"type":"agent.stop","id":77,"chat_id":"default","payload":{}}"#)
         .await;
-    let frames = rest_of_turn(&mut c).await;
-    assert!(
-        final_text(&frames).ends_with("Stopped."),
-        "{}",
-        common::dump(&frames)
-    );
-    let said = system_texts(&frames);
-    assert!(
-        said.iter().any(|t| t.contains("The task was stopped")),
-        "{said:?}"
-    );
-    hermes_says_cancelled(&r.hermes, &run_id_in_log(&r.gw)).await;
-    assert!(still_there_after(&r.victim.join("cat.jpg"), Duration::from_secs(2)).await);
+    stopped_and_nothing_ran(&mut c, &r, "The task was stopped").await;
     assert!(tool_results(&r.llm).is_empty());
     let id = select(&mut c, &picker, "once").await;
     let e = c.recv_reply(id).await;
@@ -602,7 +579,7 @@ async fn a_gateway_killed_while_an_approval_waits_re_offers_it_after_the_restart
     r.gw.kill9();
     drop(c);
     assert!(r.victim.exists());
-    let gw = gateway_for(r.dir.path(), &r.hermes, &["--listen", &addr]);
+    let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
     let mut c = connect(&gw, &r.p).await;
     // The outboxed picker is replayed by sync, and still answerable.
     let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
@@ -665,7 +642,7 @@ async fn after_a_restart_an_unanswered_approval_still_closes_when_hermes_stops_w
     let addr = r.gw.addr.to_string();
     r.gw.kill9();
     drop(c);
-    let gw = gateway_for(r.dir.path(), &r.hermes, &["--listen", &addr]);
+    let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
     let mut c = connect(&gw, &r.p).await;
     let closed = c
         .recv_until(|f| system_answer(f) && pstr(f, "text").contains("was not approved in time"))

@@ -295,6 +295,22 @@ pub struct Hermes {
 }
 
 impl Hermes {
+    /// The gateway on `dir` with this Hermes as its agent (the key on the command line: a test
+    /// has no other users to hide it from), plus `extra` flags.
+    pub fn gateway(&self, dir: &Path, extra: &[&str]) -> super::Gateway {
+        let url = self.url();
+        let mut args = vec![
+            "--agent",
+            "hermes",
+            "--agent-url",
+            &url,
+            "--agent-key",
+            &self.key,
+        ];
+        args.extend_from_slice(extra);
+        super::Gateway::start(dir, &args)
+    }
+
     pub fn start(llm: &MockLlm) -> Hermes {
         Hermes::start_with_config(llm, "")
     }
