@@ -150,38 +150,8 @@ async fn look(gw: &Gateway, p: &Paired) -> Seen {
     // A turn of the load may still be finishing: look once the gateway has been quiet a while.
     c.collect_quiet(std::time::Duration::from_millis(800)).await;
     let channels = common::channel_list(&mut c).await;
-    let mut history = BTreeMap::new();
-    for ch in &channels {
-        let chat = ch["chat_id"].as_str().unwrap().to_owned();
-        let (lane_chat, lane_thread) = match ch["parent_chat_id"].as_str() {
-            Some(parent) => (parent.to_owned(), Some(chat.clone())),
-            None => (chat.clone(), None),
-        };
-        let id = c
-            .request(
-                "history",
-                Some(&lane_chat),
-                lane_thread.as_deref(),
-                json!({ "limit": 200 }),
-            )
-            .await;
-        let r = c.recv_reply(id).await;
-        assert_eq!(frame_type(&r), "history", "{r}");
-        history.insert(chat, r["payload"]["messages"].as_array().unwrap().clone());
-    }
-    let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
-    let head: u64;
-    let mut outbox = Vec::new();
-    loop {
-        let f = c.recv().await;
-        if id_of(&f) == Some(id) {
-            head = f["payload"]["cursor"].as_u64().expect("sync.done cursor");
-            break;
-        }
-        if f.get("cursor").is_some() {
-            outbox.push(f);
-        }
-    }
+    let history = common::lane_histories(&mut c, &channels).await;
+    let (outbox, head) = common::sync_from(&mut c, 0).await;
     c.close().await;
     Seen {
         head,

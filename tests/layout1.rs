@@ -100,25 +100,11 @@ async fn hello(url: &str, token: &str, device_id: &str, extra: Value) -> (Client
 async fn look(c: &mut Client) -> Value {
     c.collect_quiet(Duration::from_millis(500)).await;
     let channels = common::channel_list(c).await;
-    let mut history = BTreeMap::new();
-    for ch in &channels {
-        let chat = ch["chat_id"].as_str().unwrap().to_owned();
-        let (lane_chat, lane_thread) = match ch["parent_chat_id"].as_str() {
-            Some(parent) => (parent.to_owned(), Some(chat.clone())),
-            None => (chat.clone(), None),
-        };
-        let id = c
-            .request(
-                "history",
-                Some(&lane_chat),
-                lane_thread.as_deref(),
-                json!({ "limit": 200 }),
-            )
-            .await;
-        let r = c.recv_reply(id).await;
-        assert_eq!(frame_type(&r), "history", "{r}");
-        history.insert(chat, r["payload"]["messages"].clone());
-    }
+    let history: BTreeMap<String, Value> = common::lane_histories(c, &channels)
+        .await
+        .into_iter()
+        .map(|(chat, messages)| (chat, Value::Array(messages)))
+        .collect();
     let mut searches = BTreeMap::new();
     for q in SEARCHES {
         let id = c
@@ -128,17 +114,7 @@ async fn look(c: &mut Client) -> Value {
         assert_eq!(frame_type(&r), "search.results", "{r}");
         searches.insert(q.to_string(), r["payload"]["hits"].clone());
     }
-    let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
-    let mut outbox = Vec::new();
-    let head = loop {
-        let f = c.recv().await;
-        if id_of(&f) == Some(id) {
-            break f["payload"]["cursor"].as_u64().expect("sync.done cursor");
-        }
-        if f.get("cursor").is_some() {
-            outbox.push(f);
-        }
-    };
+    let (outbox, head) = common::sync_from(c, 0).await;
     json!({ "channels": channels, "history": history, "searches": searches, "outbox": outbox, "head": head })
 }
 

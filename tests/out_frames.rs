@@ -39,23 +39,6 @@ async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
     (c, ack)
 }
 
-/// `sync` from `cursor`: every replayed frame up to `sync.done`.
-async fn sync_from(c: &mut Client, cursor: u64) -> Vec<Value> {
-    let id = c
-        .request("sync", None, None, json!({ "cursor": cursor }))
-        .await;
-    let mut frames = Vec::new();
-    loop {
-        let f = c.recv().await;
-        if frame_type(&f) == "sync.done" && f["id"] == json!(id) {
-            return frames;
-        }
-        if f.get("cursor").is_some() {
-            frames.push(f);
-        }
-    }
-}
-
 /// The whole history of a lane, paging with `before_message_id`, and the size of each page.
 async fn whole_history(c: &mut Client, chat: &str, thread: Option<&str>) -> (Vec<Value>, usize) {
     let mut all: Vec<Value> = Vec::new();
@@ -127,7 +110,7 @@ async fn icons_cannot_grow_the_directory_past_one_frame() {
         .filter(|c| c["icon"].is_string())
         .count();
     assert_eq!(with_icon, 2, "{}", &ack.to_string()[..300]);
-    let replayed = sync_from(&mut cb, away_from).await;
+    let replayed = common::sync_from(&mut cb, away_from).await.0;
     let renamed: Vec<&Value> = replayed
         .iter()
         .filter(|f| frame_type(f) == "channel.renamed")
@@ -226,7 +209,7 @@ async fn a_lane_of_big_messages_pages_by_bytes() {
 
     // The device that was away catches up with sync, frame by frame.
     let (mut cb, _) = connect(&gw, &b).await;
-    let replayed = sync_from(&mut cb, away_from).await;
+    let replayed = common::sync_from(&mut cb, away_from).await.0;
     let user: Vec<&Value> = replayed
         .iter()
         .filter(|f| frame_type(f) == "message" && f["payload"]["role"] == "user")
@@ -295,7 +278,7 @@ async fn frames_stored_too_big_are_replayed_cut_to_fit() {
 
     let gw = Gateway::start(dir.path(), &[]);
     let (mut ca, _) = connect(&gw, &a).await;
-    let replayed = sync_from(&mut ca, from).await;
+    let replayed = common::sync_from(&mut ca, from).await.0;
     let echo = replayed
         .iter()
         .find(|f| frame_type(f) == "message" && f["payload"]["role"] == "user")
@@ -349,7 +332,7 @@ async fn an_agent_reply_of_control_characters_stays_within_frames() {
     assert_eq!(frame_type(&ca.recv_reply(id).await), "pong");
 
     let (mut cb, _) = connect(&gw, &b).await;
-    let replayed = sync_from(&mut cb, away_from).await;
+    let replayed = common::sync_from(&mut cb, away_from).await.0;
     let stop = replayed
         .iter()
         .find(|f| frame_type(f) == "message.stop")

@@ -1277,3 +1277,50 @@ pub async fn create_thread(c: &mut Client, parent: &str, name: &str) -> String {
     )
     .await
 }
+
+/// Every lane's history as a device sees it, by the entry's chat id (a thread by its own id),
+/// one page of up to 200 messages each.
+pub async fn lane_histories(
+    c: &mut Client,
+    channels: &[Value],
+) -> std::collections::BTreeMap<String, Vec<Value>> {
+    let mut history = std::collections::BTreeMap::new();
+    for ch in channels {
+        let chat = ch["chat_id"].as_str().unwrap().to_owned();
+        let (lane_chat, lane_thread) = match ch["parent_chat_id"].as_str() {
+            Some(parent) => (parent.to_owned(), Some(chat.clone())),
+            None => (chat.clone(), None),
+        };
+        let id = c
+            .request(
+                "history",
+                Some(&lane_chat),
+                lane_thread.as_deref(),
+                json!({ "limit": 200 }),
+            )
+            .await;
+        let r = c.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "history", "{r}");
+        history.insert(chat, r["payload"]["messages"].as_array().unwrap().clone());
+    }
+    history
+}
+
+/// `sync` from `cursor`: every replayed frame (those carrying a cursor), and the head
+/// `sync.done` reports.
+pub async fn sync_from(c: &mut Client, cursor: u64) -> (Vec<Value>, u64) {
+    let id = c
+        .request("sync", None, None, json!({ "cursor": cursor }))
+        .await;
+    let mut replayed = Vec::new();
+    loop {
+        let f = c.recv().await;
+        if id_of(&f) == Some(id) {
+            let head = f["payload"]["cursor"].as_u64().expect("sync.done cursor");
+            return (replayed, head);
+        }
+        if f.get("cursor").is_some() {
+            replayed.push(f);
+        }
+    }
+}
