@@ -388,30 +388,32 @@ fn help_text(hub: &Hub) -> String {
     out
 }
 
+/// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
+/// with the agent settings and waiting approvals that only a chat needs.
 fn status_text(hub: &Hub) -> String {
-    let causes = hub.health_causes();
-    let gateway = if causes.is_empty() {
+    let report = hub.status_report();
+    let gateway = if report.causes.is_empty() {
         "online".to_owned()
     } else {
-        format!("degraded ({})", causes.join("; "))
+        format!("degraded ({})", report.causes.join("; "))
     };
-    let up = hub.started.elapsed().as_secs();
-    let agent_state = match &hub.state.borrow().agent_error {
+    let up = report.uptime_secs;
+    let agent_state = match &report.agent_error {
         Some(e) => format!("not usable: {e}"),
         None => "reachable".to_owned(),
     };
     let settings: AgentSettings = hub.state.borrow().agent_settings.clone();
-    let storage = match hub.store.size_on_disk() {
-        Ok(bytes) => format!(
+    let storage = match report.store_bytes {
+        Some(bytes) => format!(
             "{:.1} MB on disk, {} outbox frames",
             bytes as f64 / 1e6,
-            hub.published_head()
+            report.cursor_head
         ),
-        Err(e) => format!("unreadable: {e}"),
+        None => "unreadable".to_owned(),
     };
-    let push = match hub.state.borrow().push_error.as_ref() {
-        Some(e) => format!("{}, failing: {e}", hub.pusher.backend()),
-        None => hub.pusher.backend().to_owned(),
+    let push = match &report.push_error {
+        Some(e) => format!("{}, failing: {e}", report.push),
+        None => report.push.clone(),
     };
     let open = hub.state.borrow().approvals.len();
     let approvals = match hub.agent.approvals_note() {
@@ -422,8 +424,8 @@ fn status_text(hub: &Hub) -> String {
         "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.{approvals}\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
         up / 3600,
         (up % 3600) / 60,
-        hub.connected(),
-        hub.agent.describe(),
+        report.devices_connected,
+        report.agent,
         settings.reasoning.as_deref().unwrap_or("default"),
         if settings.fast { "on" } else { "off" },
         settings.model.as_deref().unwrap_or("default"),
