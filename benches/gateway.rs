@@ -947,9 +947,11 @@ async fn demo_turns(ws: &mut Ws, n: usize, from: usize) -> usize {
 /// kernel with large folios (ext4 since 6.16), where it counts a whole folio each time one is
 /// dirtied again after a sync: it reported megabytes per turn here for a few dozen KB written.
 fn dirty_blocks(lines: &[&str]) -> u64 {
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
     let mut dirty: HashMap<String, BTreeSet<u64>> = HashMap::new();
     let mut total = 0u64;
+    // Per file, for the breakdown printed to stderr: which file the blocks went to.
+    let mut by_file: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for l in lines {
         let Some(call) = l.split_once(' ').map(|(_, c)| c.trim_start()) else {
             continue;
@@ -978,10 +980,21 @@ fn dirty_blocks(lines: &[&str]) -> u64 {
             || call.starts_with("fdatasync(")
             || call.starts_with("sync_file_range(")
         {
-            if let Some(set) = path().and_then(|p| dirty.remove(&p)) {
-                total += set.len() as u64;
+            if let Some(p) = path() {
+                let e = by_file.entry(p.clone()).or_default();
+                e.1 += 1;
+                if let Some(set) = dirty.remove(&p) {
+                    total += set.len() as u64;
+                    e.0 += set.len() as u64;
+                }
             }
         }
+    }
+    for (p, set) in &dirty {
+        by_file.entry(p.clone()).or_default().0 += set.len() as u64;
+    }
+    for (p, (blocks, syncs)) in &by_file {
+        eprintln!("  dirtied {blocks:>6} blocks, {syncs:>5} syncs: {p}");
     }
     total + dirty.values().map(|s| s.len() as u64).sum::<u64>()
 }
@@ -1057,6 +1070,10 @@ async fn turns_section(opts: &Opts) {
     let trace_text = std::fs::read_to_string(&trace).unwrap_or_default();
     let window: Vec<&str> = trace_text.lines().skip(lines0).collect();
     let blocks = dirty_blocks(&window);
+    if let Some(keep) = std::env::var_os("IRIS_BENCH_KEEP_TRACE") {
+        // For reading what each sync wrote (docs/storage.md "SD-card wear").
+        std::fs::write(keep, window.join("\n")).unwrap();
+    }
     drop(ws);
     // strace ignores SIGTERM while it runs a command: stop the gateway itself; strace exits
     // with it.

@@ -28,6 +28,7 @@ const OUTBOXED: &[&str] = &[
     "message",
     "tool.end",
     "message.stop",
+    "message.deleted",
     "channel.created",
     "channel.renamed",
     "channel.deleted",
@@ -1444,6 +1445,142 @@ async fn kill9_between_the_outbox_commit_and_the_history_apply() {
             .any(|f| frame_type(f) == "message"
                 && f["payload"]["text"] == "a turnip at the kill point"),
         "the echo is in the outbox: {}",
+        short(&replay.replay)
+    );
+}
+
+/// Starts a gateway that kills itself at `point` (`IRIS_GATEWAY_KILL_AT`) in the commit of the
+/// next `message.send`; returns the cursor head before it and the text sent.
+async fn kill_in_the_commit_of_a_message(
+    dir: &std::path::Path,
+    phone: &common::Paired,
+    point: &str,
+) -> u64 {
+    let mut gw = Gateway::start_with_env(dir, &[], &[("IRIS_GATEWAY_KILL_AT", point)]);
+    let (mut c, ack) = hello_paired(&gw, phone).await;
+    let head_before = sync_cursor(&ack);
+    c.send(json!({ "v": 1, "type": "message.send", "id": 901, "payload": { "text": "a parsnip inside the commit" } }))
+        .await;
+    let status = gw
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gateway kills itself at the hook");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "{status:?}\n{}", gw.output_tail());
+    assert!(
+        c.seen.iter().all(|f| id_of(f) != Some(901)),
+        "no receipt before the kill: {}",
+        c.recent()
+    );
+    head_before
+}
+
+/// Killed in a commit after its outbox frame, `frame_of` entry and journal entry reached the
+/// disk but before its commit record did (`before-commit-record`): the next start drops them.
+/// Nobody was told of the message (no receipt), so it is in neither history, search nor the
+/// replay, no turn is answered for it, and the next message takes the cursor it would have had.
+#[tokio::test]
+async fn kill9_before_a_commit_record_drops_the_commit() {
+    let dir = temp_data_dir();
+    let phone = pair(dir.path(), "phone");
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let (mut c, _) = hello_paired(&gw, &phone).await;
+    say(&mut c, "a leek before the kill").await;
+    c.close().await;
+    gw.stop_ok();
+
+    let head_before =
+        kill_in_the_commit_of_a_message(dir.path(), &phone, "before-commit-record").await;
+
+    let gw = Gateway::start(dir.path(), &[]);
+    let (mut c, ack) = hello_paired(&gw, &phone).await;
+    assert_eq!(
+        sync_cursor(&ack),
+        head_before,
+        "{ack}\n{}",
+        gw.output_tail()
+    );
+    assert!(
+        gw.output_tail()
+            .contains("a commit cut short by a crash was dropped"),
+        "{}",
+        gw.output_tail()
+    );
+    let all = history_all(&mut c).await;
+    let texts: Vec<&str> = all.iter().map(|m| m["text"].as_str().unwrap()).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("a leek before the kill")),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .all(|t| !t.contains("parsnip") && !t.contains("restart")),
+        "the uncommitted message left a trace: {texts:?}"
+    );
+    let id = c
+        .request("search", None, None, json!({ "query": "parsnip" }))
+        .await;
+    let r = c.recv_reply(id).await;
+    assert_eq!(r["payload"]["hits"], json!([]), "{r}");
+    let replay = sync(&mut c, 0).await;
+    assert!(
+        replay
+            .replay
+            .iter()
+            .all(|f| !f.to_string().contains("parsnip")),
+        "{}",
+        short(&replay.replay)
+    );
+    // The cursors it had written past the head are free again, and the next commit takes them.
+    let said = say(&mut c, "a swede after the restart").await;
+    let replay = sync(&mut c, head_before).await;
+    let echo = replay
+        .replay
+        .iter()
+        .find(|f| frame_type(f) == "message" && pstr(f, "message_id") == said.user_id)
+        .unwrap_or_else(|| panic!("no echo in the replay: {}", short(&replay.replay)));
+    assert_eq!(echo["cursor"], json!(head_before + 1), "{echo}");
+}
+
+/// Killed in a commit right after its commit record reached the disk, before the changes to
+/// existing keys (the pending turn, the message's frame list) were written
+/// (`after-commit-record`): the next start applies them from the record, so the message is
+/// kept and its turn is closed with the restart notice as after any crash mid-turn.
+#[tokio::test]
+async fn kill9_after_a_commit_record_finishes_the_commit() {
+    let dir = temp_data_dir();
+    let phone = pair(dir.path(), "phone");
+    let head_before =
+        kill_in_the_commit_of_a_message(dir.path(), &phone, "after-commit-record").await;
+
+    let gw = Gateway::start(dir.path(), &[]);
+    let (mut c, ack) = hello_paired(&gw, &phone).await;
+    assert!(sync_cursor(&ack) > head_before, "{ack}");
+    let all = history_all(&mut c).await;
+    let at = all
+        .iter()
+        .position(|m| m["text"] == "a parsnip inside the commit")
+        .unwrap_or_else(|| panic!("the committed message is not in history: {all:?}"));
+    let notice = all.get(at + 1).expect("an answer after the message");
+    assert_eq!(notice["role"], "assistant", "{notice}");
+    assert!(
+        notice["text"].as_str().unwrap().contains("restart"),
+        "the pending turn (a redo of the record) was not closed: {notice}"
+    );
+    // Its frame list was rebuilt from the record: deleting the message tombstones the echo.
+    let id = all[at]["message_id"].as_str().unwrap().to_owned();
+    let req = c
+        .request("message.delete", None, None, json!({ "message_ids": [id] }))
+        .await;
+    let r = c.recv_reply(req).await;
+    assert_eq!(frame_type(&r), "message.deleted", "{r}");
+    let replay = sync(&mut c, head_before).await;
+    assert!(
+        replay
+            .replay
+            .iter()
+            .all(|f| !f.to_string().contains("parsnip")),
+        "the deleted message's echo is still replayed: {}",
         short(&replay.replay)
     );
 }

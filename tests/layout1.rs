@@ -1,5 +1,10 @@
-//! Stores written by layout 1 (everything in sled, up to commit 4e45748) open in this build with
-//! everything intact, and a backup made by that version restores.
+//! Stores written by layout 1 (everything in sled, up to commit 4e45748) and by layout 2
+//! (history in SQLite, commits as sled transactions, up to commit a5718e8) open in this build
+//! with everything intact, and a backup made by either version restores.
+//!
+//! `tests/fixtures/layout2/` was made the same way with the layout-2 binary
+//! (`IRIS_FIXTURE_LAYOUT=2 IRIS_GATEWAY_BIN=... cargo test --test layout1 -- --ignored
+//! make_layout1_fixture`).
 //!
 //! The fixture in `tests/fixtures/layout1/` was made with the layout-1 release binary by
 //! `make_layout1_fixture` below (run it with `IRIS_GATEWAY_BIN=PATH-TO-OLD-BINARY cargo test
@@ -26,8 +31,10 @@ use common::{cli_os, frame_type, id_of, pstr, Client, Gateway};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/layout1")
+/// The fixture of a store written by layout `layout`'s release (1: everything in sled; 2:
+/// history in SQLite, commits as sled transactions).
+fn fixture_dir(layout: u64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/layout{layout}"))
 }
 
 /// Words the searches look for, each in a known set of messages.
@@ -328,7 +335,11 @@ async fn make_layout1_fixture() {
     let mut gw = gw;
     gw.sigterm();
 
-    let out = fixture_dir();
+    let layout: u64 = std::env::var("IRIS_FIXTURE_LAYOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let out = fixture_dir(layout);
     std::fs::create_dir_all(&out).unwrap();
     let backup = out.join("backup.igb");
     let _ = std::fs::remove_file(&backup);
@@ -371,16 +382,16 @@ async fn make_layout1_fixture() {
     .unwrap();
 }
 
-fn expected() -> Value {
-    let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture");
+fn expected(layout: u64) -> Value {
+    let text = std::fs::read_to_string(fixture_dir(layout).join("expected.json")).expect("fixture");
     serde_json::from_str(&text).expect("fixture JSON")
 }
 
-fn unpack_fixture(into: &Path) {
+fn unpack_fixture(into: &Path, layout: u64) {
     std::fs::create_dir_all(into).unwrap();
     let status = std::process::Command::new("tar")
         .arg("xzf")
-        .arg(fixture_dir().join("data.tar.gz"))
+        .arg(fixture_dir(layout).join("data.tar.gz"))
         .arg("-C")
         .arg(into)
         .status()
@@ -435,8 +446,8 @@ async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
 
 /// A gateway on a store made from the fixture (migrated, or restored from its backup) shows
 /// devices everything the layout-1 gateway showed, plus the answer to the pending turn.
-async fn check_against_fixture(data: &Path) {
-    let e = expected();
+async fn check_against_fixture(data: &Path, layout: u64) {
+    let e = expected(layout);
     let view = &e["view"];
     let mut gw = Gateway::start(data, &[]);
     let dev = |name: &str| {
@@ -572,10 +583,10 @@ async fn check_against_fixture(data: &Path) {
     ]);
     assert!(ok, "backup: {o}\n{err}");
     gw.stop_ok();
-    let (old_header, old) = backup_trees(&fixture_dir().join("backup.igb"));
+    let (old_header, old) = backup_trees(&fixture_dir(layout).join("backup.igb"));
     let (new_header, new) = backup_trees(&file);
-    assert_eq!(old_header.layout_version, 1);
-    assert_eq!(new_header.layout_version, 2);
+    assert_eq!(old_header.layout_version, layout);
+    assert_eq!(new_header.layout_version, 3);
     for tree in [
         "sessions",
         "tokens",
@@ -615,9 +626,9 @@ async fn check_against_fixture(data: &Path) {
 async fn a_layout1_data_dir_is_migrated_with_everything_intact() {
     let work = common::temp_data_dir();
     let data = work.path().join("data");
-    unpack_fixture(&data);
+    unpack_fixture(&data, 1);
     assert!(!data.join(iris_gateway::store::HISTORY_DIR).exists());
-    check_against_fixture(&data).await;
+    check_against_fixture(&data, 1).await;
     assert!(data
         .join(iris_gateway::store::HISTORY_DIR)
         .join("history.sqlite3")
@@ -626,10 +637,14 @@ async fn a_layout1_data_dir_is_migrated_with_everything_intact() {
 
 #[tokio::test]
 async fn a_layout1_backup_restores() {
+    backup_restores(1).await;
+}
+
+async fn backup_restores(layout: u64) {
     let work = common::temp_data_dir();
     let data = work.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let file = fixture_dir().join("backup.igb");
+    let file = fixture_dir(layout).join("backup.igb");
     let (ok, o, e) = run_cli(&[
         "restore".as_ref(),
         file.as_os_str(),
@@ -637,7 +652,28 @@ async fn a_layout1_backup_restores() {
         data.as_os_str(),
     ]);
     assert!(ok, "restore: {o}\n{e}");
-    check_against_fixture(&data).await;
+    check_against_fixture(&data, layout).await;
+}
+
+/// A data dir of the layout-2 release (history in SQLite, commits as sled transactions, sled
+/// uncompressed) is upgraded to layout 3 and its sled files rebuilt compressed, with
+/// everything intact.
+#[tokio::test]
+async fn a_layout2_data_dir_is_upgraded_with_everything_intact() {
+    let work = common::temp_data_dir();
+    let data = work.path().join("data");
+    unpack_fixture(&data, 2);
+    check_against_fixture(&data, 2).await;
+    let conf = std::fs::read(data.join("db/conf")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&conf).contains("use_compression: true"),
+        "sled was not rebuilt compressed"
+    );
+}
+
+#[tokio::test]
+async fn a_layout2_backup_restores() {
+    backup_restores(2).await;
 }
 
 /// A backup of a migrated (layout-2) store restores to the same thing, history and all.
@@ -645,9 +681,9 @@ async fn a_layout1_backup_restores() {
 async fn a_layout2_backup_restores_both_engines() {
     let work = common::temp_data_dir();
     let data = work.path().join("data");
-    unpack_fixture(&data);
+    unpack_fixture(&data, 1);
     let mut gw = Gateway::start(&data, &[]);
-    let e = expected();
+    let e = expected(1);
     let tok = e["devices"]["tablet"]["token"].as_str().unwrap();
     let id = e["devices"]["tablet"]["device_id"].as_str().unwrap();
     let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;

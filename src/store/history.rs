@@ -50,7 +50,7 @@ impl Store {
         before: Option<&str>,
         limit: usize,
     ) -> Result<Option<HistoryPage>> {
-        let t = self.t()?;
+        let t = self.read_history()?;
         let before = match before {
             Some(id) => match t.hist.locate(id)? {
                 Some((l, seq)) if &l == lane => Some(seq),
@@ -70,7 +70,7 @@ impl Store {
 
     /// The stored message with this id, if any (used to tell "unknown" from "other lane").
     pub fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        self.t()?.hist.message(message_id)
+        self.read_history()?.hist.message(message_id)
     }
 
     /// Removes every message of a channel (all its lanes) or of one thread, with its search
@@ -84,7 +84,10 @@ impl Store {
         tombstone: impl Fn(&str) -> bytes::Bytes,
     ) -> Result<(usize, Vec<String>)> {
         self.writable()?;
-        let doomed = self.t()?.hist.lane_messages(chat_id, thread_id)?;
+        let doomed = self
+            .read_history()?
+            .hist
+            .lane_messages(chat_id, thread_id)?;
         let mut media = Vec::new();
         for m in &doomed {
             media.extend(m.media.iter().map(|r| r.media_id.clone()));

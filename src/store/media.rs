@@ -94,7 +94,7 @@ impl Store {
         self.writable()?;
         let mut freed = Vec::new();
         for media_id in candidates {
-            if self.t()?.hist.is_used(media_id)? {
+            if self.read_history()?.hist.is_used(media_id)? {
                 continue;
             }
             let Some(record) = self.media(media_id)? else {

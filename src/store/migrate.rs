@@ -15,8 +15,9 @@
 
 use std::path::Path;
 
+use super::commit::META_JOURNAL_V2;
 use super::sql::{self, History};
-use super::{from_json, u64_from, Result, Sled, StoreError, META_JOURNAL, META_LAYOUT};
+use super::{from_json, u64_from, Result, Sled, StoreError, META_LAYOUT};
 use crate::protocol::{HistoryMessage, Lane};
 
 /// Layout-1 trees that layout 2 keeps in the history database instead.
@@ -109,9 +110,9 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
             s.message_frames.insert(&id, live)?;
         }
     }
-    s.meta.insert(META_JOURNAL, &0u64.to_be_bytes())?;
-    s.meta
-        .insert(META_LAYOUT, &super::LAYOUT_VERSION.to_be_bytes())?;
+    s.meta.insert(META_JOURNAL_V2, &0u64.to_be_bytes())?;
+    // Layout 2 here; `init_layout` then upgrades it to 3 like any layout-2 store.
+    s.meta.insert(META_LAYOUT, &2u64.to_be_bytes())?;
     s.db.flush()?;
     drop_leftovers(s)?;
     tracing::info!(

@@ -1,20 +1,23 @@
 //! Everything on disk, in sled. No other module touches sled.
 //!
 //! The store speaks in intents (append these frames to the outbox, keep this message, page this
-//! lane) and owns the layout, documented in docs/storage.md. Writes that belong together go in
-//! one sled transaction, so a power cut leaves either all of a change or none of it; `sync` makes
+//! lane) and owns the layout, documented in docs/storage.md. Writes that belong together are one
+//! commit, made atomic by its commit record (`commit.rs`), so a power cut leaves either all of a
+//! change or none of it; `sync` makes
 //! everything written so far durable (an fsync of sled's log) and is what the hub awaits before it
 //! tells any device about a change.
 
 mod approvals;
 pub mod backup;
 mod check;
+mod commit;
 mod devices;
 mod directory;
 mod history;
 mod media;
 mod migrate;
 mod outbox;
+mod rebuild;
 pub mod search;
 mod sessions;
 mod sql;
@@ -28,8 +31,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
 
 pub use check::{EXIT_DAMAGED, WITNESS_FILE};
 pub use devices::{Device, DeviceOrigin};
@@ -41,16 +42,12 @@ pub use sql::HISTORY_DIR;
 use crate::protocol::{Channel, HistoryMessage, Lane, TodoItem};
 
 /// Layout version written at creation. 1: everything in sled (up to 0.1.0 of early 2026);
-/// 2: history, its ids, search and media uses in SQLite (`sql.rs`), the rest in sled. A
-/// layout-1 store is migrated on open (`migrate.rs`).
-const LAYOUT_VERSION: u64 = 2;
+/// 2: history, its ids, search and media uses in SQLite (`sql.rs`), the rest in sled; 3: the
+/// same trees, committed with a commit record instead of sled transactions (`commit.rs`). A
+/// layout-1 store is migrated on open (`migrate.rs`), a layout-2 one upgraded
+/// (`commit::upgrade_to_layout3`).
+const LAYOUT_VERSION: u64 = 3;
 const META_LAYOUT: &[u8] = b"layout_version";
-/// The last cursor ever assigned. Kept apart from the outbox so that pruning the outbox (or
-/// deleting from it) can never make a cursor be reused after a restart.
-const META_CURSOR: &[u8] = b"cursor_head";
-/// The last journal position assigned (`journal` tree: history changes not yet known durable
-/// in SQLite).
-const META_JOURNAL: &[u8] = b"journal_head";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -229,6 +226,20 @@ struct Sled {
     media: sled::Tree,
     media_refs: sled::Tree,
     blobs: sled::Tree,
+    /// The last cursor and journal position assigned, as the last commit record has them
+    /// (`commit.rs`); the lock also orders commits.
+    heads: std::sync::Mutex<commit::Heads>,
+    /// The journal head as of the last `sync`: what the history database may be given.
+    durable_journal: std::sync::atomic::AtomicU64,
+}
+
+impl Sled {
+    fn heads(&self) -> commit::Heads {
+        *self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The store: cheap to clone, every clone sees the same (possibly reopened) database.
@@ -282,6 +293,7 @@ impl Store {
             source: e.into(),
         })?;
         let _open_lock = check::open_lock(dir, lock_wait)?;
+        rebuild::finish_or_undo(dir)?;
         let witness = check::before_open(dir)?;
         let full_check = check::Witness::wants_full_check(witness.as_ref());
         let checked_ms = match &witness {
@@ -312,6 +324,7 @@ impl Store {
                 } else {
                     s
                 };
+                commit::recover(&s)?;
                 let hist = open_history(dir, &s)?;
                 let trees = Trees { s, hist };
                 let ms = started.elapsed().as_millis();
@@ -352,6 +365,20 @@ impl Store {
             }
             (Err(e), None) => return Err(e),
         };
+        let trees = if rebuild::compresses(&dir.join("db")) {
+            trees
+        } else {
+            // Checked and migrated: copy it into a compressed sled, once (`rebuild.rs`).
+            let Trees { s, hist } = trees;
+            // Every tree handle goes first: the database closes with its last handle.
+            let db = s.db.clone();
+            drop(s);
+            rebuild::compress(dir, db, cache_bytes)?;
+            Trees {
+                s: open_sled(dir, cache_bytes, lock_wait)?,
+                hist,
+            }
+        };
         let reserve = std::env::var(RESERVE_ENV)
             .ok()
             .and_then(|v| v.parse().ok())
@@ -370,7 +397,7 @@ impl Store {
                 durable_applied: Default::default(),
                 checkpointing: AtomicBool::new(false),
                 last_checkpoint: std::sync::Mutex::new(std::time::Instant::now()),
-                kill_at: std::env::var(KILL_ENV).ok(),
+                kill_at: kill_hook(),
                 history_behind: Default::default(),
             }),
         };
@@ -553,6 +580,7 @@ impl Store {
         };
         // What was checked at open stands: the history database is opened as it is.
         let opened = opened.and_then(|s| {
+            commit::recover(&s)?;
             let hist = open_history_file(dir, false)?;
             Ok(Trees { s, hist })
         });
@@ -586,16 +614,18 @@ impl Store {
 
     fn init_layout(&self) -> Result<()> {
         let t = self.t()?;
-        match t.meta.get(META_LAYOUT)? {
-            Some(v) => {
-                let found = u64_from(&v);
-                if found > LAYOUT_VERSION {
-                    return Err(StoreError::TooNew { found });
-                }
+        match t.meta.get(META_LAYOUT)?.map(|v| u64_from(&v)) {
+            Some(found) if found > LAYOUT_VERSION => return Err(StoreError::TooNew { found }),
+            // Layout 1 was migrated to 2 by `open_history`.
+            Some(2) => {
+                self.writable()?;
+                commit::upgrade_to_layout3(&t)?;
             }
+            Some(_) => {}
             None => {
                 self.writable()?;
-                t.meta.insert(META_LAYOUT, &LAYOUT_VERSION.to_be_bytes())?;
+                // A new store: the commit record comes first, as in the upgrade.
+                commit::upgrade_to_layout3(&t)?;
             }
         }
         self.ensure_default_channel()?;
@@ -605,114 +635,7 @@ impl Store {
 
     /// The last cursor assigned (0 before the first frame).
     pub fn cursor_head(&self) -> Result<u64> {
-        Ok(self
-            .t()?
-            .meta
-            .get(META_CURSOR)?
-            .map(|v| u64_from(&v))
-            .unwrap_or(0))
-    }
-
-    /// Applies `changes` atomically and returns the cursors assigned to its outbox frames, in
-    /// order. Not yet durable: call `sync` before telling anyone.
-    pub fn commit(&self, changes: &[Change]) -> Result<Vec<u64>> {
-        self.writable_for(changes.iter().map(Change::approx_bytes).sum())?;
-        let t = self.t()?;
-        let trees = (
-            &t.meta,
-            &t.outbox,
-            &t.channels,
-            &t.turns,
-            &t.message_frames,
-            &t.frame_of,
-            &t.journal,
-        );
-        let result = trees.transaction(
-            |(meta, outbox, channels, turns, frames, frame_of, journal)| {
-                let mut head = meta.get(META_CURSOR)?.map(|v| u64_from(&v)).unwrap_or(0);
-                let mut jhead = meta.get(META_JOURNAL)?.map(|v| u64_from(&v)).unwrap_or(0);
-                let jhead_before = jhead;
-                let mut cursors = Vec::new();
-                let mut log = |op: sql::Op| -> std::result::Result<
-                    (),
-                    sled::transaction::UnabortableTransactionError,
-                > {
-                    jhead += 1;
-                    journal.insert(&jhead.to_be_bytes(), to_json(&op))?;
-                    Ok(())
-                };
-                for change in changes {
-                    match change {
-                        Change::Outbox(frame) => {
-                            head += 1;
-                            outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
-                            cursors.push(head);
-                        }
-                        Change::OutboxOf { message_id, frame } => {
-                            head += 1;
-                            outbox.insert(&head.to_be_bytes(), frame.as_ref())?;
-                            cursors.push(head);
-                            let mut list = frames
-                                .get(message_id.as_bytes())?
-                                .map(|v| v.to_vec())
-                                .unwrap_or_default();
-                            list.extend_from_slice(&head.to_be_bytes());
-                            frames.insert(message_id.as_bytes(), list)?;
-                            frame_of.insert(&head.to_be_bytes(), message_id.as_bytes())?;
-                        }
-                        Change::PutMessage(lane, msg) => log(sql::Op::Put {
-                            lane: lane.clone(),
-                            message: msg.clone(),
-                        })?,
-                        Change::PurgeHistory { chat_id, thread_id } => log(sql::Op::Purge {
-                            chat_id: chat_id.clone(),
-                            thread_id: thread_id.clone(),
-                        })?,
-                        Change::DeleteMessage {
-                            message_id,
-                            tombstone,
-                        } => {
-                            let id = message_id.as_bytes();
-                            log(sql::Op::Delete {
-                                message_id: message_id.clone(),
-                            })?;
-                            if let Some(list) = frames.get(id)? {
-                                for c in list.chunks(8) {
-                                    if outbox.get(c)?.is_some() {
-                                        outbox.insert(c, tombstone.as_ref())?;
-                                    }
-                                    frame_of.remove(c)?;
-                                }
-                                frames.remove(id)?;
-                            }
-                            turns.remove(id)?;
-                        }
-                        Change::PutChannel(ch) => {
-                            channels.insert(ch.chat_id.as_bytes(), to_json(ch).as_slice())?;
-                        }
-                        Change::DeleteChannel(chat_id) => {
-                            channels.remove(chat_id.as_bytes())?;
-                        }
-                        Change::BeginTurn(t) => {
-                            turns.insert(t.user_message_id.as_bytes(), to_json(t).as_slice())?;
-                        }
-                        Change::EndTurn(id) => {
-                            turns.remove(id.as_bytes())?;
-                        }
-                    }
-                }
-                meta.insert(META_CURSOR, &head.to_be_bytes())?;
-                if jhead != jhead_before {
-                    meta.insert(META_JOURNAL, &jhead.to_be_bytes())?;
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(cursors)
-            },
-        );
-        match result {
-            Ok(c) => Ok(c),
-            Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => self.note_failure(Err(e)),
-        }
+        Ok(self.t()?.heads().cursor)
     }
 
     /// Makes every write so far durable. Runs sled's fsync on sled's own thread pool, so the
@@ -726,6 +649,7 @@ impl Store {
         }
         // Read before the flush: everything committed so far is covered by it.
         let head = self.cursor_head()?;
+        let journal = t.heads().journal;
         let mut flush = Box::pin(t.db.flush_async());
         let flushed = loop {
             tokio::select! {
@@ -745,17 +669,41 @@ impl Store {
         drop(flush);
         self.note_failure(flushed)?;
         let shared = self.shared.clone();
-        let synced = tokio::task::spawn_blocking(move || fsync_files(&t, &shared))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let synced = {
+            let t = t.clone();
+            tokio::task::spawn_blocking(move || fsync_files(&t, &shared))
+        }
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         self.note_io_failure(synced)?;
+        t.durable_journal.fetch_max(journal, Ordering::SeqCst);
         self.witness_durable(head, false);
         if self.shared.kill_at.as_deref() == Some("before-apply") {
             self.kill_if_unapplied();
         }
-        self.apply_or_note();
+        // Applied now unless a turn is waiting for its answer: its user message then goes to
+        // the history database with the reply, one transaction for the turn instead of two
+        // (each writes the lane's index pages, the id index, FTS5's structure and `applied`
+        // again). Reads catch up first either way (`read_history`).
+        if t.turns.is_empty() {
+            self.apply_or_note();
+        }
         self.maybe_checkpoint();
         Ok(())
+    }
+
+    /// The trees, with the history database first brought up to date with the journal. Every
+    /// read of history goes through here: a user message waits for its turn's reply (`sync`),
+    /// and a device still sees it in the `history` it asks for right after its
+    /// `read.receipt`.
+    fn read_history(&self) -> Result<Arc<Trees>> {
+        let t = self.t()?;
+        if t.durable_journal.load(Ordering::SeqCst) > t.hist.applied()? {
+            // A failure is noted (`history_behind`, the gateway reports `degraded`); the
+            // read still answers with what the history database has.
+            self.apply_or_note();
+        }
+        Ok(t)
     }
 
     /// Applies the journal; a failure (the disk full under SQLite) does not fail the sync:
@@ -803,15 +751,12 @@ impl Store {
     /// before the history database has them, so the tests can prove the journal repairs it at
     /// the next start.
     fn kill_if_unapplied(&self) {
-        let pending = self.t().ok().and_then(|t| {
-            let last = u64_from(&t.journal.last().ok()??.0);
-            Some(last > t.hist.applied().ok()?)
-        });
+        let pending = self
+            .t()
+            .ok()
+            .and_then(|t| Some(t.durable_journal.load(Ordering::SeqCst) > t.hist.applied().ok()?));
         if pending == Some(true) {
-            // SAFETY: raising a signal in our own process.
-            unsafe {
-                libc::raise(libc::SIGKILL);
-            }
+            kill_now();
         }
     }
 
@@ -820,16 +765,15 @@ impl Store {
     /// open): the history database must never hold a change that sled could lose.
     fn apply_journal(&self) -> Result<()> {
         let t = self.t()?;
-        let Some((last, _)) = t.journal.last()? else {
-            return Ok(());
-        };
-        let last = u64_from(&last);
+        // Only what sled made durable: the history database must never hold a change a crash
+        // could take back from sled (and past the head lies what a failed commit wrote).
+        let last = t.durable_journal.load(Ordering::SeqCst);
         let mut applied = t.hist.applied()?;
         while applied < last {
             let mut batch = Vec::new();
             for item in t
                 .journal
-                .range((applied + 1).to_be_bytes()..)
+                .range((applied + 1).to_be_bytes()..=last.to_be_bytes())
                 .take(APPLY_BATCH)
             {
                 let (k, v) = item?;
@@ -844,9 +788,11 @@ impl Store {
         Ok(())
     }
 
-    /// Drops the journal entries a finished checkpoint made durable in SQLite, and starts a
-    /// checkpoint on a worker thread when the last one is `CHECKPOINT_EVERY` old: the one
-    /// fsync of the history database, off the event loop and shared by every change since.
+    /// Drops the journal entries a finished checkpoint made durable in SQLite; when the last
+    /// checkpoint is `CHECKPOINT_EVERY` old, applies the journal and starts a checkpoint on a
+    /// worker thread: the one fsync of the history database, off the event loop. A backlog of
+    /// `APPLY_BATCH` entries is applied at once, so a read never has more than that to catch
+    /// up on (`read_history`).
     fn maybe_checkpoint(&self) {
         let durable = self.shared.durable_applied.load(Ordering::SeqCst);
         if durable > 0 {
@@ -860,6 +806,17 @@ impl Store {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             last.elapsed() >= CHECKPOINT_EVERY
         };
+        let backlog = self.t().ok().and_then(|t| {
+            let applied = t.hist.applied().ok()?;
+            Some(
+                t.durable_journal
+                    .load(Ordering::SeqCst)
+                    .saturating_sub(applied),
+            )
+        });
+        if due || backlog.is_some_and(|n| n >= APPLY_BATCH as u64) {
+            self.apply_or_note();
+        }
         if !due || self.shared.checkpointing.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -914,8 +871,10 @@ impl Store {
             return Err(self.failure());
         }
         let head = self.cursor_head()?;
+        let journal = t.heads().journal;
         self.note_failure(t.db.flush().map(|_| ()))?;
         self.note_io_failure(fsync_files(&t, &self.shared))?;
+        t.durable_journal.fetch_max(journal, Ordering::SeqCst);
         self.witness_durable(head, true);
         self.apply_or_note();
         Ok(())
@@ -976,10 +935,31 @@ impl Store {
 
 /// Journal entries applied per SQLite transaction.
 const APPLY_BATCH: usize = 256;
-/// How often the history database is checkpointed (fsynced) while it changes: bounds the
-/// journal in sled and the WAL, and is the only fsync SQLite does.
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
+/// How often the journal is applied to the history database and checkpointed (fsynced)
+/// while history changes: bounds the journal in sled, the WAL, and what a start after a crash
+/// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes
+/// since touched once, so a longer interval writes the SD card less (docs/storage.md).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(300);
 const KILL_ENV: &str = "IRIS_GATEWAY_KILL_AT";
+
+/// The test hook `IRIS_GATEWAY_KILL_AT` (tests/durability.rs): where to kill the process with
+/// SIGKILL, to prove what a crash there leaves. Debug builds only: the release binary people
+/// run never reads it.
+fn kill_hook() -> Option<String> {
+    if cfg!(debug_assertions) {
+        std::env::var(KILL_ENV).ok()
+    } else {
+        None
+    }
+}
+
+/// Ends the process as a power cut would, for the kill hooks.
+fn kill_now() {
+    // SAFETY: raising a signal in our own process.
+    unsafe {
+        libc::raise(libc::SIGKILL);
+    }
+}
 
 /// How long a flush may take before `sync` checks that sled can still write at all.
 const FLUSH_CHECK: Duration = Duration::from_secs(2);
@@ -1105,8 +1085,20 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
         }
     };
     let tree = |name: &str| db.open_tree(name).map_err(|e| open_failure(dir, e));
+    let meta = tree("meta")?;
+    let heads = commit::load_heads(&meta).map_err(|e| match e {
+        StoreError::Sled(source) | StoreError::Open { source, .. } => open_failure(dir, source),
+        StoreError::Corrupt { what, source } => StoreError::Damaged {
+            dir: dir.to_owned(),
+            detail: format!("its {what} cannot be read ({source})"),
+        },
+        other => other,
+    })?;
     Ok(Sled {
-        meta: tree("meta")?,
+        // What sled recovered is on disk: durable.
+        durable_journal: heads.journal.into(),
+        heads: std::sync::Mutex::new(heads),
+        meta,
         outbox: tree("outbox")?,
         journal: tree("journal")?,
         channels: tree("channels")?,
@@ -1155,6 +1147,9 @@ fn sled_config(path: &Path, cache_bytes: u64) -> sled::Config {
         // only bounds what a crash can lose of writes nobody was told about.
         .flush_every_ms(Some(1000))
         .mode(sled::Mode::LowSpace)
+        // New stores compress; an older uncompressed one keeps its setting (sled refuses to
+        // open it otherwise) until `rebuild::compress` has copied it.
+        .use_compression(rebuild::compresses(path))
 }
 
 struct DiskState {

@@ -68,7 +68,7 @@ impl Store {
         if query.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let t = self.t()?;
+        let t = self.read_history()?;
         let filter = match scope {
             Scope::All => (None, None),
             Scope::Chat { chat_id, thread_id } => (
@@ -99,13 +99,13 @@ impl Store {
 
     /// How many messages history holds (counts them all: for the benchmarks only).
     pub fn message_count(&self) -> Result<u64> {
-        self.t()?.hist.count()
+        self.read_history()?.hist.count()
     }
 
     /// Every stored message, oldest first: only the benchmark's naive-scan baseline uses it.
     pub fn all_messages(&self) -> Result<Vec<HistoryMessage>> {
         let mut out = Vec::new();
-        self.t()?.hist.export(
+        self.read_history()?.hist.export(
             |_, _, m| {
                 out.push(m.clone());
                 Ok(())

@@ -26,6 +26,9 @@ pub(super) const HISTORY_FILE: &str = "history.sqlite3";
 /// SQLite's page cache of the serving connection: small on purpose (the OS page cache does the rest), so
 /// memory does not follow history.
 const CACHE_KIB: i64 = 512;
+/// FTS5 index leaf size: what a table row keeps in a 1 KiB page without an overflow page
+/// (989 bytes of payload, less the row's own header).
+const FTS_LEAF_BYTES: i64 = 960;
 /// Schema version of this database (inside the store's layout 2).
 const SCHEMA: i64 = 1;
 
@@ -42,7 +45,7 @@ CREATE TABLE IF NOT EXISTS messages(
 CREATE INDEX IF NOT EXISTS messages_lane ON messages(chat_id, thread_id, seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
     text, content='messages', content_rowid='seq',
-    tokenize='unicode61 remove_diacritics 0'
+    tokenize='unicode61 remove_diacritics 0', columnsize=0
 );
 CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
     INSERT INTO search(rowid, text) VALUES (new.seq, new.text);
@@ -144,8 +147,10 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
     conn.pragma_update(None, "mmap_size", 0)?;
-    // Deleted rows are overwritten in their pages, not just unlinked.
-    conn.pragma_update(None, "secure_delete", "ON")?;
+    // Deleted content is overwritten where it costs no extra page write; a transaction that
+    // deletes messages switches to ON (`apply`), which also zeroes the pages it frees. FAST
+    // keeps FTS5's merges of live postings from zeroing the pages they free on every insert.
+    conn.pragma_update(None, "secure_delete", "FAST")?;
     conn.pragma_update(None, "journal_size_limit", 4 << 20)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -199,10 +204,27 @@ impl History {
         conn.execute_batch(SCHEMA_SQL)?;
         // Removed messages leave nothing in the index either (FTS5 otherwise keeps a
         // delete marker beside the old postings until the next merge).
-        conn.execute(
-            "INSERT INTO search(search, rank) VALUES ('secure-delete', 1)",
-            [],
-        )?;
+        let fts_option = |name: &str, want: i64| -> rusqlite::Result<()> {
+            let now: Option<i64> = conn
+                .query_row(
+                    "SELECT v FROM search_config WHERE k = ?1",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            // Written only when it differs: a clean start on a read-only disk writes nothing.
+            if now != Some(want) {
+                conn.execute(
+                    "INSERT INTO search(search, rank) VALUES (?1, ?2)",
+                    params![name, want],
+                )?;
+            }
+            Ok(())
+        };
+        fts_option("secure-delete", 1)?;
+        // Index leaves that fit in one 1 KiB database page: FTS5's default (4,050 bytes)
+        // spills every merged leaf into overflow pages, four page writes where one does.
+        fts_option("pgsz", FTS_LEAF_BYTES)?;
         conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1), ('applied', 0)",
             params![SCHEMA],
@@ -280,16 +302,28 @@ impl History {
             return Ok(());
         };
         let mut c = self.c();
-        let tx = c.transaction()?;
-        for (_, op) in ops {
-            apply_op(&tx, op)?;
+        let deletes = ops
+            .iter()
+            .any(|(_, op)| matches!(op, Op::Delete { .. } | Op::Purge { .. }));
+        if deletes {
+            c.pragma_update(None, "secure_delete", "ON")?;
         }
-        tx.execute(
-            "UPDATE meta SET value = ?1 WHERE key = 'applied'",
-            params![last as i64],
-        )?;
-        tx.commit()?;
-        Ok(())
+        let result = (|| {
+            let tx = c.transaction()?;
+            for (_, op) in ops {
+                apply_op(&tx, op)?;
+            }
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'applied'",
+                params![last as i64],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })();
+        if deletes {
+            c.pragma_update(None, "secure_delete", "FAST")?;
+        }
+        result
     }
 
     /// Inserts messages with their original positions (migration, restore), in one transaction.
