@@ -45,20 +45,6 @@ fn pristine() -> &'static Pristine {
     })
 }
 
-/// `len` pseudo-random letters and digits (a fixed sequence): text zstd cannot shrink much.
-fn noise(len: usize) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ALPHABET[(x % ALPHABET.len() as u64) as usize] as char
-        })
-        .collect()
-}
-
 async fn make_pristine() -> Pristine {
     let dir = common::temp_data_dir();
     let mut gw = Gateway::start(dir.path(), &[]);
@@ -70,7 +56,7 @@ async fn make_pristine() -> Pristine {
         let text = if i == 20 {
             // Incompressible, so that even compressed it is over sled's 128 KiB threshold for
             // a file of its own (`db/blobs/`).
-            format!("a long one {}", noise(240_000))
+            format!("a long one {}", common::noise(240_000))
         } else {
             format!("message number {i} about the garden")
         };

@@ -275,7 +275,8 @@ struct Shared {
 
 /// Free space below which the store refuses to write, so sled never meets a full disk halfway
 /// through its log (after which it stops writing until reopened). Overridable for tests with
-/// `IRIS_GATEWAY_STORE_RESERVE_BYTES` (0 lets sled itself run into the full disk).
+/// `IRIS_GATEWAY_STORE_RESERVE_BYTES` (0 lets sled itself run into the full disk; debug
+/// builds only).
 pub const STORE_RESERVE_BYTES: u64 = 8 << 20;
 const RESERVE_ENV: &str = "IRIS_GATEWAY_STORE_RESERVE_BYTES";
 
@@ -379,8 +380,10 @@ impl Store {
                 hist,
             }
         };
+        // The override is a test hook: debug builds only.
         let reserve = std::env::var(RESERVE_ENV)
             .ok()
+            .filter(|_| cfg!(debug_assertions))
             .and_then(|v| v.parse().ok())
             .unwrap_or(STORE_RESERVE_BYTES);
         let store = Store {
@@ -1084,6 +1087,25 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
             Err(source) => return Err(open_failure(dir, source)),
         }
     };
+    // sled writes its configuration file (and a new store's log) without an fsync: after an
+    // ext4 error or a power cut right after the first start the file could come back empty,
+    // and sled refuses a store whose configuration it cannot read. Cheap, once per open.
+    let db_dir = dir.join("db");
+    let synced = std::fs::File::open(db_dir.join("conf"))
+        .and_then(|f| f.sync_all())
+        .and_then(|()| std::fs::File::open(&db_dir)?.sync_all());
+    if let Err(e) = synced {
+        match classify_io(&e) {
+            // Nothing can be written: the checks and the `degraded` state say what to do.
+            Some(StoreError::ReadOnly { .. }) => {}
+            _ => {
+                return Err(StoreError::Open {
+                    dir: dir.to_owned(),
+                    source: e.into(),
+                })
+            }
+        }
+    }
     let tree = |name: &str| db.open_tree(name).map_err(|e| open_failure(dir, e));
     let meta = tree("meta")?;
     let heads = commit::load_heads(&meta).map_err(|e| match e {

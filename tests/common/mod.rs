@@ -1324,3 +1324,19 @@ pub async fn sync_from(c: &mut Client, cursor: u64) -> (Vec<Value>, u64) {
         }
     }
 }
+
+/// `len` pseudo-random letters and digits (a fixed sequence): text zstd cannot shrink much,
+/// for values that must stay over sled's 128 KiB threshold for a file of their own once
+/// compressed.
+pub fn noise(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ALPHABET[(x % ALPHABET.len() as u64) as usize] as char
+        })
+        .collect()
+}
