@@ -76,6 +76,9 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     );
     let agent = crate::agent::from_config(&config).map_err(RunError::Agent)?;
     info!(agent = %agent.describe(), "agent backend ready");
+    // The hub's agent can be replaced from the admin page; new turns then use the new one.
+    let agent = Rc::new(crate::agent::Switchable::new(agent));
+    let admin_config = config.clone();
     let listen = config.listen;
     let led_config = config.led.clone();
     let discovery = config.discovery.clone();
@@ -96,7 +99,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
-    let hub = Hub::start(store.clone(), media, pusher, config, agent)?;
+    let hub = Hub::start(store.clone(), media, pusher, config, agent.clone())?;
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
@@ -140,6 +143,13 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         );
         Rc::new(PairingPage::new(codes, url.clone(), tls_advert.clone()))
     };
+    let admin = Rc::new(crate::admin::Admin::new(
+        data_dir.clone(),
+        admin_config,
+        agent,
+        url.clone(),
+        tls_advert.clone(),
+    ));
     let control = control::bind(&data_dir).map_err(|source| RunError::Control {
         dir: data_dir.clone(),
         source,
@@ -168,6 +178,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     led.show(hub.health().into());
     print_pairing_hint(&store, &data_dir, &url, tls_advert.as_ref());
     print_page_code(&pairing);
+    print_admin_hint(&data_dir, &url, tls_advert.as_ref());
     let advertised = crate::discovery::start(
         &discovery,
         local,
@@ -203,10 +214,11 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                     continue;
                 };
                 let (hub, tls, pairing) = (hub.clone(), tls.clone(), pairing.clone());
+                let admin = admin.clone();
                 // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
                 // or the pairing page.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer, tls, pairing).await;
+                    connection::serve(hub, tcp, peer, tls, pairing, admin).await;
                     drop(admitted);
                 });
             }
@@ -294,4 +306,17 @@ fn print_page_code(page: &PairingPage) {
         "pairing page: {} code {code} (works once, for {minutes} minutes; a fresh one: iris-gateway pair --page)",
         page.address()
     );
+}
+
+/// Where the owner's web page is, and whether it still waits to be claimed.
+fn print_admin_hint(data_dir: &std::path::Path, url: &str, tls: Option<&crate::tls::Advert>) {
+    let address = crate::admin::address(url, tls);
+    match crate::admin::owner::load(data_dir) {
+        Ok(Some(_)) => println!("admin page: {address}"),
+        Ok(None) => println!(
+            "admin page: {address} (no owner yet: the first to open it sets the passphrase; \
+             or claim it here with iris-gateway owner set)"
+        ),
+        Err(e) => warn!("admin page: {e}"),
+    }
 }
