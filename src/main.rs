@@ -47,7 +47,7 @@ fn run(args: RunArgs) -> Result<(), String> {
     init_logging(&config.log_level);
     let rt = runtime()?;
     let local = tokio::task::LocalSet::new();
-    local
+    let exit = local
         .block_on(&rt, server::run(config, data_dir))
         .map_err(|e| {
             // A damaged store: its own status, on which systemd does not restart (every try
@@ -57,7 +57,23 @@ fn run(args: RunArgs) -> Result<(), String> {
                 std::process::exit(store::EXIT_DAMAGED.into());
             }
             e.to_string()
-        })
+        })?;
+    if exit == server::Exit::Restart {
+        return restart_in_place();
+    }
+    Ok(())
+}
+
+/// Starts this binary again in this process (same PID for systemd, same arguments), with
+/// nothing of the old one left: every file, socket and the store's lock are close-on-exec.
+fn restart_in_place() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot restart: {e}"))?;
+    eprintln!("iris-gateway: restarting");
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(format!("cannot restart: {err}"))
 }
 
 /// The single-threaded runtime everything runs on: no worker threads to pay for on a Pi.

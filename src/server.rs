@@ -58,14 +58,25 @@ pub enum RunError {
     Automation(String),
 }
 
-/// Runs the gateway until SIGTERM or SIGINT.
-pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
+/// How `run` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// SIGTERM or SIGINT.
+    Stopped,
+    /// The admin page asked for a restart (a restore was uploaded): start again.
+    Restart,
+}
+
+/// Runs the gateway until SIGTERM or SIGINT (or a restart the admin page asks for).
+pub async fn run(config: Config, data_dir: PathBuf) -> Result<Exit, RunError> {
     // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
     // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
     let notifier = crate::service::Notifier::from_env().map(Rc::new);
     if let Some(n) = &notifier {
         tokio::task::spawn_local(crate::service::watchdog_task(n.clone()));
     }
+    // A restore uploaded from the admin page, before the store is opened (`backup.rs`).
+    crate::backup::apply_pending_restore(&data_dir);
     let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -192,6 +203,8 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         n.ready();
     }
 
+    let restart = admin.restart.clone();
+    let mut exit = Exit::Stopped;
     let limits = hub.limits();
     let admission =
         connection::Admission::new(limits.max_connections, limits.max_connections_per_ip);
@@ -224,6 +237,10 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            _ = restart.notified() => {
+                exit = Exit::Restart;
+                break;
+            }
         }
     }
 
@@ -248,7 +265,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     }
     led.stop().await;
     info!("stopped");
-    Ok(())
+    Ok(exit)
 }
 
 /// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.

@@ -450,20 +450,23 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
     )
 }
 
-/// The backup section.
+/// The backup section. The restore form is sent by the page's script (the file as the body,
+/// the CSRF token in a header): an HTML form could only send it as multipart.
 pub fn backup(csrf: &str, n: &Notice) -> String {
     format!(
-        "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\">Download a \
-         backup</a> (made now: messages, channels, devices and media, in the format of \
-         <code>iris-gateway backup</code>).</p>\
-         <h2>Restore</h2><p>Replaces everything with the backup. The file is checked in full \
-         first; the current store is kept aside in the data dir, and the gateway restarts.</p>\
-         <form method=\"post\" action=\"/admin/backup/restore\" enctype=\"application/octet-stream\" \
-         id=\"restore-form\">{}</form>\
-         <p><small>Upload: <code>POST /admin/backup/restore</code> with the file as the body \
-         (the form below sends it).</small></p>",
+        "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\" download>\
+         Download a backup</a> (made now: messages, channels, devices and media, in the format \
+         of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
+         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's. \
+         The file is checked in full first; the current store is kept aside in the data dir, \
+         and the gateway restarts into the backup.</p>\
+         <form id=\"restore-form\" data-csrf=\"{}\">\
+         <label for=\"restore-file\">Backup file</label>\
+         <input type=\"file\" id=\"restore-file\" required>\
+         <p><button id=\"restore\">Restore this backup</button></p></form>\
+         <p id=\"restore-result\" role=\"status\"></p>",
         notice(n),
-        csrf_field(csrf)
+        escape(csrf)
     )
 }
 

@@ -196,24 +196,30 @@ async fn serve_http<I>(
         )
     };
     let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
+    // Set for an admin backup download or restore upload: it may take longer than the request
+    // deadline (up to `admin::TRANSFER_TIMEOUT` more).
+    let long: Rc<std::cell::Cell<bool>> = Rc::default();
     let service = {
-        let (hub, upgrade) = (hub.clone(), upgrade.clone());
+        let (hub, upgrade, long) = (hub.clone(), upgrade.clone(), long.clone());
         service_fn(move |req| {
             let (hub, upgrade, pairing) = (hub.clone(), upgrade.clone(), pairing.clone());
-            let admin = admin.clone();
+            let (admin, long) = (admin.clone(), long.clone());
             async move {
                 if transport == Transport::PlainRefused {
-                    return Ok::<_, Infallible>(tls_required(peer));
+                    return Ok::<_, Infallible>(boxed(tls_required(peer)));
                 }
                 if is_admin(&req) {
                     let secure = transport == Transport::Tls;
+                    if admin::is_transfer(&req) {
+                        long.set(true);
+                    }
                     return Ok(admin::serve(&admin, &hub, req, peer, secure).await);
                 }
                 if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
                     let secure = transport == Transport::Tls;
-                    return Ok(page::serve(&pairing, &hub, req, peer, secure).await);
+                    return Ok(boxed(page::serve(&pairing, &hub, req, peer, secure).await));
                 }
-                Ok::<_, Infallible>(route(&hub, req, &upgrade, peer).await)
+                Ok::<_, Infallible>(boxed(route(&hub, req, &upgrade, peer).await))
             }
         })
     };
@@ -223,10 +229,26 @@ async fn serve_http<I>(
         .header_read_timeout(hello_timeout)
         .serve_connection(io, service)
         .with_upgrades();
-    match tokio::time::timeout_at(deadline, connection).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return debug!(%peer, "http connection ended: {e}"),
-        Err(_) => {
+    let mut connection = std::pin::pin!(connection);
+    let finished = loop {
+        let until = if long.get() {
+            deadline + admin::TRANSFER_TIMEOUT
+        } else {
+            deadline
+        };
+        tokio::select! {
+            r = &mut connection => break Some(r),
+            _ = tokio::time::sleep_until(until) => {
+                if !long.get() || Instant::now() >= deadline + admin::TRANSFER_TIMEOUT {
+                    break None;
+                }
+            }
+        }
+    };
+    match finished {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return debug!(%peer, "http connection ended: {e}"),
+        None => {
             return debug!(%peer, "request not complete within limits.hello_timeout_secs; closed")
         }
     }
@@ -247,6 +269,11 @@ async fn serve_http<I>(
     )
     .await;
     super::session(hub, ws, peer, deadline).await;
+}
+
+/// A whole answer as the body type every answer shares (the admin page also streams).
+fn boxed(reply: Reply) -> Response<admin::Body> {
+    reply.map(|b| b.map_err(|never| match never {}).boxed_unsync())
 }
 
 /// The admin web app's requests: its paths, and a browser's `GET /` (an `Accept` naming HTML,

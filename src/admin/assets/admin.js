@@ -34,4 +34,30 @@
       if (!window.confirm(form.dataset.confirm)) e.preventDefault();
     });
   });
+  // Restore: the file goes as the request body, the CSRF token in a header.
+  var restore = document.getElementById("restore-form");
+  if (restore) {
+    restore.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var file = document.getElementById("restore-file").files[0];
+      var out = document.getElementById("restore-result");
+      if (!file || !window.confirm("Replace everything with this backup?")) return;
+      out.textContent = "Uploading and checking\u2026";
+      fetch("/admin/backup/restore", {
+        method: "POST",
+        headers: { "X-CSRF-Token": restore.dataset.csrf },
+        body: file
+      }).then(function (r) {
+        return r.text().then(function (t) {
+          var doc = new DOMParser().parseFromString(t, "text/html");
+          var main = doc.querySelector("main");
+          out.textContent = (r.ok ? "" : "HTTP " + r.status + ": ") + (main ? main.innerText : t);
+          out.className = r.ok ? "good" : "bad";
+        });
+      }, function (err) {
+        out.textContent = "The upload failed: " + err;
+        out.className = "bad";
+      });
+    });
+  }
 })();
