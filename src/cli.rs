@@ -146,8 +146,13 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// Defaults, then the file, then the settings saved from the admin page (in the data dir),
-    /// then flags. Each key a flag sets is recorded in `config.pinned`.
+    /// then flags.
     pub fn resolve(&self) -> Result<(Config, PathBuf), ConfigError> {
+        self.resolve_pinned().map(|(config, dir, _)| (config, dir))
+    }
+
+    /// As [`RunArgs::resolve`], with the keys the flags set.
+    pub fn resolve_pinned(&self) -> Result<(Config, PathBuf, crate::config::Pinned), ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
@@ -158,7 +163,7 @@ impl RunArgs {
             .or_else(|| config.data_dir.clone())
             .unwrap_or_else(default_data_dir);
         crate::settings::Settings::load(&dir)?.apply(&mut config);
-        let mut pin = |key: &'static str| config.pinned.push(key);
+        let mut pinned = crate::config::Pinned::default();
         let flags: [(&'static str, bool); 10] = [
             ("data_dir", self.data_dir.is_some()),
             ("listen", self.listen.is_some()),
@@ -179,7 +184,7 @@ impl RunArgs {
         ];
         for (key, set) in flags {
             if set {
-                pin(key);
+                pinned.push(key);
             }
         }
         if let Some(v) = &self.data_dir {
@@ -242,7 +247,7 @@ impl RunArgs {
         }
         config.validate()?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
-        Ok((config, dir))
+        Ok((config, dir, pinned))
     }
 }
 
@@ -594,8 +599,8 @@ fn print_devices(devices: &[Device], json: bool) {
 
 /// `config --effective`: each setting in effect and where it came from.
 pub fn run_config_effective(args: &RunArgs) -> Result<(), CliError> {
-    let (config, dir) = args
-        .resolve()
+    let (config, dir, pinned) = args
+        .resolve_pinned()
         .map_err(|e| CliError::Refused(e.to_string()))?;
     let file = match &args.config {
         Some(path) => {
@@ -618,7 +623,7 @@ pub fn run_config_effective(args: &RunArgs) -> Result<(), CliError> {
         "# saved settings: {}",
         crate::settings::path(&dir).display()
     );
-    for row in crate::settings::explain(&config, file.as_ref(), &saved) {
+    for row in crate::settings::explain(&config, &pinned, file.as_ref(), &saved) {
         println!("{} = {}    ({})", row.key, row.value, row.source.label());
     }
     Ok(())

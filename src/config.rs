@@ -57,11 +57,26 @@ pub struct Config {
     pub cron: Vec<CronJob>,
     /// `[[webhook]]`: HTTP endpoints that post into automation channels.
     pub webhook: Vec<WebhookConfig>,
-    /// Keys a command-line flag set (`agent.url`, …): a setting saved from the admin page is
-    /// below flags, so the page must know which of its values cannot take effect. Never read
-    /// from a file.
-    #[serde(skip)]
-    pub pinned: Vec<&'static str>,
+}
+
+/// The config keys command-line flags set (`agent.url`, …), beside the `Config` they shaped: a
+/// setting saved from the admin page is below flags, so the page must know which of its values
+/// cannot take effect, and `config --effective` says where each value came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pinned(pub Vec<&'static str>);
+
+impl Pinned {
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains(&key)
+    }
+
+    pub fn push(&mut self, key: &'static str) {
+        self.0.push(key);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &&'static str> {
+        self.0.iter()
+    }
 }
 
 /// A secret read from the config (an API key, a webhook token). Its `Debug` never shows it,
@@ -339,7 +354,6 @@ impl Default for Config {
             discovery: crate::discovery::DiscoveryConfig::default(),
             cron: Vec::new(),
             webhook: Vec::new(),
-            pinned: Vec::new(),
         }
     }
 }

@@ -68,7 +68,12 @@ pub enum Exit {
 }
 
 /// Runs the gateway until SIGTERM or SIGINT (or a restart the admin page asks for).
-pub async fn run(config: Config, data_dir: PathBuf) -> Result<Exit, RunError> {
+/// `pinned`: the settings flags set (the admin page's saved values do not override them).
+pub async fn run(
+    config: Config,
+    data_dir: PathBuf,
+    pinned: crate::config::Pinned,
+) -> Result<Exit, RunError> {
     // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
     // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
     let notifier = crate::service::Notifier::from_env().map(Rc::new);
@@ -157,6 +162,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<Exit, RunError> {
     let admin = Rc::new(crate::admin::Admin::new(
         data_dir.clone(),
         admin_config,
+        pinned,
         agent,
         url.clone(),
         tls_advert.clone(),

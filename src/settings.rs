@@ -173,8 +173,13 @@ pub struct Explained {
 
 /// The settings a person most often asks "why is it this?" about, with their sources. `file`
 /// is the config file's own table (to tell a file value from a default), `saved` the data dir's
-/// settings; flags are `config.pinned`.
-pub fn explain(config: &Config, file: Option<&toml::Table>, saved: &Settings) -> Vec<Explained> {
+/// settings, `pinned` what the flags set.
+pub fn explain(
+    config: &Config,
+    pinned: &crate::config::Pinned,
+    file: Option<&toml::Table>,
+    saved: &Settings,
+) -> Vec<Explained> {
     let in_file = |key: &str| {
         let mut table = match file {
             Some(t) => t,
@@ -241,7 +246,7 @@ pub fn explain(config: &Config, file: Option<&toml::Table>, saved: &Settings) ->
     ];
     rows.into_iter()
         .map(|(key, value, saved_here)| {
-            let source = if config.pinned.contains(&key) {
+            let source = if pinned.contains(key) {
                 Source::Flag
             } else if saved_here {
                 Source::Saved
@@ -289,8 +294,8 @@ mod tests {
         let file: toml::Table = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
         let mut config: Config = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
         loaded.apply(&mut config);
-        config.pinned.push("agent.url");
-        let rows = explain(&config, Some(&file), &loaded);
+        let pinned = crate::config::Pinned(vec!["agent.url"]);
+        let rows = explain(&config, &pinned, Some(&file), &loaded);
         let source = |k: &str| rows.iter().find(|r| r.key == k).unwrap().source;
         assert_eq!(source("agent.backend"), Source::Saved);
         assert_eq!(source("agent.url"), Source::Flag);

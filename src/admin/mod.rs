@@ -94,6 +94,8 @@ pub struct Admin {
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
     config: RefCell<Config>,
+    /// What flags set: saved settings never override it.
+    pinned: crate::config::Pinned,
     /// The plain URL and the TLS advert, as `pair` reports them: what a pairing QR carries.
     url: String,
     tls: Option<crate::tls::Advert>,
@@ -166,6 +168,7 @@ impl Admin {
     pub fn new(
         data_dir: PathBuf,
         config: Config,
+        pinned: crate::config::Pinned,
         agent: Rc<Switchable>,
         url: String,
         tls: Option<crate::tls::Advert>,
@@ -185,6 +188,7 @@ impl Admin {
             data_dir,
             agent,
             config: RefCell::new(config),
+            pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             url,
@@ -722,7 +726,7 @@ fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
         url: &a.url,
         model: &a.model,
         key_set: !a.key.is_empty() || a.key_file.is_some(),
-        pinned: config
+        pinned: admin
             .pinned
             .iter()
             .copied()
@@ -1024,7 +1028,7 @@ fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Settings), Ref
     let mut config = old.clone();
     saved.apply(&mut config);
     // A flag outranks the page: put back what each flag set.
-    for key in &old.pinned {
+    for key in admin.pinned.iter() {
         match *key {
             "agent.backend" => config.agent.backend = old.agent.backend.clone(),
             "agent.url" => config.agent.url = old.agent.url.clone(),
