@@ -1127,3 +1127,119 @@ async fn in_a_browser_download_a_backup_and_restore_it() {
     };
     assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
 }
+
+#[tokio::test]
+async fn over_https_the_image_check_script_claims_the_box_and_plain_can_be_refused() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    // image/admin-claim is what image/check runs against the booted image under qemu.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/image/admin-claim");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("https://{}", gw.addr))
+        .arg(PASSPHRASE)
+        .arg("20")
+        .output()
+        .expect("run image/admin-claim");
+    assert!(
+        out.status.success(),
+        "admin-claim failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let claim: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let fp = claim["fingerprint"].as_str().unwrap();
+    assert_eq!(fp.len(), 95, "{claim}");
+    assert!(
+        claim["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with(&fp.replace(':', "")),
+        "the pairing link pins another certificate: {claim}"
+    );
+    Client::hello(
+        &gw.url,
+        claim["token"].as_str().unwrap(),
+        claim["device_id"].as_str().unwrap(),
+    )
+    .await;
+
+    // `[tls] allow_plain = false` applies to the admin page too.
+    let other = temp_data_dir();
+    let config = other.path().join("config.toml");
+    std::fs::write(&config, "[tls]\nallow_plain = false\n").unwrap();
+    let strict = Gateway::start(
+        &other.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let mut web = Web::new(&strict, "127.0.0.1");
+    assert_eq!(web.get("/admin/").await.status, 426);
+    assert_eq!(web.get("/").await.status, 426);
+}
+
+#[tokio::test]
+async fn changing_the_passphrase_asks_for_the_current_one_and_ends_every_session() {
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    let mut other = Web::new(&gw, "127.0.0.2");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    assert_eq!(other.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let new = "a much better passphrase";
+    let wrong = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", "nope nope nope"),
+                ("passphrase", new),
+                ("confirm", new),
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, 400, "{wrong:?}");
+    assert!(
+        wrong.body.contains("current passphrase is not right"),
+        "{}",
+        wrong.body
+    );
+    let short = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", PASSPHRASE),
+                ("passphrase", "short"),
+                ("confirm", "short"),
+            ],
+        )
+        .await;
+    assert_eq!(short.status, 400);
+    assert_eq!(
+        other.get("/admin/devices").await.status,
+        200,
+        "a refused change ended sessions"
+    );
+    let changed = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", PASSPHRASE),
+                ("passphrase", new),
+                ("confirm", new),
+            ],
+        )
+        .await;
+    assert_eq!(changed.status, 200, "{changed:?}");
+    assert!(
+        changed.body.contains("Passphrase changed"),
+        "{}",
+        changed.body
+    );
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+    assert_eq!(other.get("/admin/devices").await.status, 303);
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 401);
+    assert_eq!(web.sign_in(new).await.status, 303);
+}
