@@ -251,7 +251,9 @@ pub async fn run(
     }
 
     info!("shutting down: telling devices the gateway is restarting");
-    if let Some(n) = &notifier {
+    // A restart stays the same process (it execs itself, `main.rs`): systemd must not be told
+    // it is stopping, or it would not take the new start's READY=1.
+    if let (Some(n), Exit::Stopped) = (&notifier, exit) {
         n.stopping();
     }
     drop(listener);

@@ -810,6 +810,17 @@ async fn in_a_browser_claim_pair_rename_and_revoke() {
         "{text}"
     );
 
+    // The owner section: changing the passphrase (tested over HTTP) is one page away.
+    b.click("a[href='/admin/owner']").await;
+    b.wait_for("document.querySelector('#change')", "the owner page")
+        .await;
+    assert_page_shows(
+        &mut b,
+        "owner",
+        &["#current", "#passphrase", "#confirm", "#change"],
+    )
+    .await;
+
     // Devices: pair another phone from the page.
     b.click("a[href='/admin/devices']").await;
     b.wait_for("document.querySelector('#pair')", "the devices page")
