@@ -1254,3 +1254,76 @@ async fn changing_the_passphrase_asks_for_the_current_one_and_ends_every_session
     assert_eq!(web.sign_in(PASSPHRASE).await.status, 401);
     assert_eq!(web.sign_in(new).await.status, 303);
 }
+
+#[tokio::test]
+async fn push_settings_saved_from_the_page_apply_after_a_restart_from_the_page() {
+    let ntfy = fake_ntfy();
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.claim(PASSPHRASE).await.status, 200);
+    let csrf = web.csrf().await;
+    let saved = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "ntfy"),
+                ("ntfy_server", &ntfy.url),
+                ("ntfy_token", ""),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{saved:?}");
+    assert!(
+        saved
+            .body
+            .contains("Running now: <span id=\"push-now\">none"),
+        "{}",
+        saved.body
+    );
+    let bad = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "carrier pigeon"),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(
+        web.post("/admin/restart", &[("csrf", "forged")])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        web.post("/admin/restart", &[("csrf", &csrf)]).await.status,
+        200
+    );
+    let addr = nth_listening(&gw, 2).await;
+    let mut web = Web {
+        addr,
+        from: "127.0.0.1".into(),
+        jar: HashMap::new(),
+    };
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let push = web.get("/admin/push").await;
+    assert!(
+        push.body
+            .contains("Running now: <span id=\"push-now\">ntfy"),
+        "{}",
+        push.body
+    );
+    let out = cli(&[
+        "status",
+        "--json",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    assert_eq!(report["push"], "ntfy", "{report}");
+}

@@ -340,12 +340,7 @@ async fn restore(
         return fail(Refusal::Unavailable(e.to_string()));
     }
     info!(%peer, "admin page: backup uploaded and checked ({summary}); restarting into it");
-    let restart = admin.restart.clone();
-    tokio::task::spawn_local(async move {
-        // Time for this answer to reach the browser.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        restart.notify_one();
-    });
+    schedule_restart(admin);
     page(
         admin,
         StatusCode::OK,
@@ -361,6 +356,15 @@ async fn restore(
             &Notice::Good("Restore accepted."),
         ),
     )
+}
+
+/// Asks `run` to restart once this answer has had time to reach the browser.
+fn schedule_restart(admin: &Admin) {
+    let restart = admin.restart.clone();
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        restart.notify_one();
+    });
 }
 
 /// Writes a request body to `path`, refusing it past `limit` bytes or when the disk fills.
@@ -948,13 +952,32 @@ async fn post(
             }
             saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
             info!(%peer, "admin page: push settings saved (they apply at the next start)");
-            let n = Notice::Good("Saved. Push settings apply when the gateway restarts.");
+            let n = Notice::Good(
+                "Saved. Push settings apply when the gateway restarts (Restart now, below).",
+            );
             show(
                 StatusCode::OK,
                 "Push",
                 "/admin/push",
                 push_body(admin, hub, csrf, &n)?,
             )
+        }
+        "/admin/restart" => {
+            info!(%peer, "admin page: restart asked for");
+            schedule_restart(admin);
+            Ok(page(
+                admin,
+                StatusCode::OK,
+                "Restarting",
+                "",
+                None,
+                secure,
+                &pages::message(
+                    "The gateway restarts now, with the saved settings; phones reconnect by \
+                     themselves. Sign in again in a moment.",
+                    &Notice::Good("Restarting."),
+                ),
+            ))
         }
         "/admin/push/test" => {
             let n = match hub.test_push(form.get("device_id")) {

@@ -430,7 +430,9 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
          maxlength=\"4096\"> <small>{token_note}</small>\
          <label for=\"content\">What a push shows</label>\
          <select id=\"content\" name=\"content\">{}</select>\
-         <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>",
+         <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\
+         <form method=\"post\" action=\"/admin/restart\">{field}\
+         <p><button id=\"restart\">Restart now</button> (phones reconnect by themselves)</p></form>",
         notice(n),
         escape(v.running),
         options(
