@@ -64,12 +64,15 @@ pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
 pub const RESTORE_STORE_ALLOWANCE: u64 = 1 << 30;
 /// How often (in bytes written) an upload checks the disk still has room.
 const DISK_CHECK_EVERY: u64 = 8 << 20;
+/// The backup transfers' paths: they may take longer than a page (`is_transfer`).
 const DOWNLOAD: &str = "/admin/backup/download";
 const RESTORE: &str = "/admin/backup/restore";
 
+/// The page's only stylesheet and script, embedded: nothing is loaded from outside the box.
 const CSS: &str = include_str!("assets/admin.css");
 const JS: &str = include_str!("assets/admin.js");
 
+/// A whole answer (most pages).
 type Reply = Response<Full<Bytes>>;
 /// Every answer's body: whole pages, or a backup streamed as it is made.
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
@@ -118,6 +121,7 @@ impl Form {
     }
 }
 
+/// Decodes a form body; `None` if it is not UTF-8 (no form of ours is).
 fn parse_form(body: &[u8]) -> Option<Form> {
     let text = std::str::from_utf8(body).ok()?;
     Some(Form(
@@ -402,6 +406,7 @@ async fn receive(
     Ok(written)
 }
 
+/// Everything but the two transfers: set-up, sign-in, then the signed-in pages and forms.
 async fn serve_page(
     admin: &Admin,
     hub: &Rc<Hub>,
@@ -492,6 +497,7 @@ async fn serve_page(
     }
 }
 
+/// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
@@ -617,6 +623,7 @@ async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.
 async fn sign_in(
     admin: &Admin,
     owner: &owner::Owner,
@@ -683,6 +690,7 @@ async fn sign_in(
     reply
 }
 
+/// The signed-in pages (GET): each renders fresh state, nothing is cached.
 async fn get(
     admin: &Admin,
     hub: &Rc<Hub>,
@@ -713,6 +721,7 @@ async fn get(
     }
 }
 
+/// The devices section with the store's devices, oldest first.
 fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
     let mut list = hub
         .store()
@@ -722,6 +731,7 @@ fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
     Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
 }
 
+/// The agent section: what is in effect now (never the key), and what flags pin.
 fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
     let config = admin.config.borrow();
     let a = &config.agent;
@@ -741,6 +751,7 @@ fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
     pages::agent(&view, csrf, n)
 }
 
+/// The push section: what runs now, and the saved settings (they apply at the next start).
 fn push_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
     let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     let mut config = admin.config.borrow().clone();
@@ -768,6 +779,8 @@ fn push_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice) -> Result<String,
     Ok(pages::push(&view, &targets, csrf, n))
 }
 
+/// The signed-in forms (POST), after their CSRF token was checked: each does one thing and
+/// answers with the section it belongs to.
 #[allow(clippy::too_many_arguments)]
 async fn post(
     admin: &Admin,
@@ -1083,6 +1096,7 @@ async fn test_agent(agent: &dyn Agent) -> Result<String, String> {
     Ok(format!("{}: reachable{models}", agent.describe()))
 }
 
+/// The set-up page, with a fresh double-submit token in its cookie and its form.
 fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Reply {
     let pre = session::random_token();
     let mut reply = page(
@@ -1101,6 +1115,7 @@ fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Re
     reply
 }
 
+/// The sign-in page, with a fresh double-submit token in its cookie and its form.
 fn signin_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Reply {
     let pre = session::random_token();
     let mut reply = page(
@@ -1119,6 +1134,7 @@ fn signin_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> R
     reply
 }
 
+/// The page for a refusal, with its status.
 fn refused(admin: &Admin, r: Refusal, secure: bool) -> Reply {
     let status = r.status();
     let text = r.to_string();
@@ -1132,6 +1148,7 @@ fn refused(admin: &Admin, r: Refusal, secure: bool) -> Reply {
     page(admin, status, "Not done", "", None, secure, &body)
 }
 
+/// A whole page with the headers every admin answer carries.
 fn page(
     admin: &Admin,
     status: StatusCode,
@@ -1172,12 +1189,14 @@ fn guard(reply: &mut Reply, content_type: &'static str) {
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
 
+/// The embedded stylesheet or script.
 fn asset(content_type: &'static str, body: &'static str) -> Reply {
     let mut reply = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     guard(&mut reply, content_type);
     reply
 }
 
+/// `303 See Other` to an admin path (after a POST, or to sign in).
 fn redirect(to: &'static str) -> Reply {
     let mut reply = Response::new(Full::new(Bytes::new()));
     *reply.status_mut() = StatusCode::SEE_OTHER;
@@ -1188,6 +1207,7 @@ fn redirect(to: &'static str) -> Reply {
     reply
 }
 
+/// Adds `Set-Cookie` headers (one per cookie, as browsers need them).
 fn set_cookies(reply: &mut Reply, cookies: &[String]) {
     for c in cookies {
         if let Ok(v) = HeaderValue::from_str(c) {

@@ -25,6 +25,7 @@ pub const MIN_PASSPHRASE_CHARS: usize = 12;
 pub const MAX_PASSPHRASE_BYTES: usize = 1024;
 /// Argon2id memory cost (OWASP's minimum for Argon2id: 19 MiB, 2 passes, 1 lane).
 pub const MEMORY_KIB: u32 = 19 * 1024;
+/// Argon2id passes (time cost).
 const PASSES: u32 = 2;
 /// Largest owner file read: a hash is about 100 bytes.
 const MAX_FILE_BYTES: u64 = 4096;
@@ -61,6 +62,7 @@ impl Owner {
     }
 }
 
+/// Where the owner file is for a data dir.
 pub fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(FILE_NAME)
 }
@@ -76,6 +78,7 @@ pub fn check_new(passphrase: &str) -> Result<(), OwnerError> {
     Ok(())
 }
 
+/// The one Argon2id configuration used to hash (verifying reads the parameters from the hash).
 fn argon2() -> Argon2<'static> {
     let params = Params::new(MEMORY_KIB, PASSES, 1, None).expect("valid Argon2 parameters");
     Argon2::new(Algorithm::Argon2id, Version::V0x13, params)

@@ -38,6 +38,7 @@ pub enum Notice<'a> {
     Bad(&'a str),
 }
 
+/// A notice as HTML (escaped).
 fn notice(n: &Notice) -> String {
     match n {
         Notice::None => String::new(),
@@ -46,6 +47,7 @@ fn notice(n: &Notice) -> String {
     }
 }
 
+/// Over TLS, the certificate to compare; over plain HTTP, the warning.
 fn connection_note(f: &Frame) -> String {
     if f.secure {
         match f.fingerprint {
@@ -105,6 +107,7 @@ pub fn document(title: &str, current: &str, csrf: Option<&str>, f: &Frame, body:
     )
 }
 
+/// The hidden field every state-changing form carries.
 pub fn csrf_field(csrf: &str) -> String {
     format!(
         "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
@@ -112,6 +115,7 @@ pub fn csrf_field(csrf: &str) -> String {
     )
 }
 
+/// A new-passphrase field with the strength meter the script fills in.
 fn strength_input(id: &str, label: &str) -> String {
     format!(
         "<label for=\"{id}\">{label}</label>\
@@ -184,6 +188,7 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
     )
 }
 
+/// A time in the past, for people ("5 min ago").
 fn ago(ms: i64) -> String {
     let secs = ((crate::ids::now_ms() - ms).max(0) / 1000) as u64;
     match secs {
@@ -317,6 +322,7 @@ pub struct AgentView<'a> {
     pub describe: String,
 }
 
+/// `<option>`s with the current value selected.
 fn options(current: &str, choices: &[(&str, &str)]) -> String {
     choices
         .iter()

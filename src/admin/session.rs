@@ -50,6 +50,7 @@ pub fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// What the table keeps of a session id: its SHA-256, never the id.
 fn hash_id(id: &str) -> [u8; 32] {
     Sha256::digest(id.as_bytes()).into()
 }
@@ -61,6 +62,7 @@ pub fn same(a: &str, b: &str) -> bool {
 }
 
 impl Sessions {
+    /// An empty table with the limits from `[limits]`.
     pub fn new(max: usize, idle: Duration, lifetime: Duration) -> Sessions {
         Sessions {
             sessions: Vec::new(),
@@ -117,10 +119,12 @@ impl Sessions {
         self.sessions.clear();
     }
 
+    /// Sessions alive (for tests and the bound).
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
 
+    /// No session alive.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// How long Chromium may take to start, and each DevTools command to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`Browser::wait_for`] waits for a page to reach a state.
@@ -144,6 +145,7 @@ impl Browser {
         Some(browser)
     }
 
+    /// Sends one command (on the page when `on_page`) and waits for its answer; a protocol error is returned as `{"__error": …}`.
     async fn raw_call(&mut self, method: &str, params: Value, on_page: bool) -> Value {
         self.next_id += 1;
         let id = self.next_id;
