@@ -992,6 +992,11 @@ async fn in_a_browser_switch_the_agent_test_push_and_read_the_log() {
     b.wait_for("document.querySelector('#push-test')", "the push page")
         .await;
     assert_page_shows(&mut b, "push", &["#device", "#push-test", "#push-save"]).await;
+    let text = b.text().await;
+    assert!(
+        text.contains("Set by a command-line flag") && text.contains("push.backend"),
+        "the page must say --push outranks it: {text}"
+    );
     b.click("#push-test").await;
     b.wait_for(
         "document.body.innerText.includes('Test push queued')",

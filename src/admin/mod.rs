@@ -775,6 +775,12 @@ fn push_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice) -> Result<String,
         ntfy_server: &p.ntfy_server,
         token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
         content: &p.content,
+        pinned: admin
+            .pinned
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with("push."))
+            .collect(),
     };
     Ok(pages::push(&view, &targets, csrf, n))
 }

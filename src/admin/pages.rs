@@ -386,6 +386,8 @@ pub struct PushView<'a> {
     pub ntfy_server: &'a str,
     pub token_set: bool,
     pub content: &'a str,
+    /// Keys a flag pins (the saved value cannot take effect while the flag is given).
+    pub pinned: Vec<&'static str>,
 }
 
 /// The push section.
@@ -423,8 +425,16 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
     } else {
         "No token is saved."
     };
+    let pinned = if v.pinned.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p class=\"warn\">Set by a command-line flag, which wins over this page: {}</p>",
+            escape(&v.pinned.join(", "))
+        )
+    };
     format!(
-        "{}<p>Running now: <span id=\"push-now\">{}</span></p>{test}\
+        "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>{test}\
          <h2>Settings</h2>\
          <form method=\"post\" action=\"/admin/push\">{field}\
          <label for=\"push-backend\">Backend</label>\
