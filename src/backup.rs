@@ -500,3 +500,183 @@ fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
     })?;
     Ok(Some(f))
 }
+
+// ---------------------------------------------------------------------------------------------
+// In the gateway: a backup streamed to the admin page, and a restore it uploaded
+// ---------------------------------------------------------------------------------------------
+
+/// A restore uploaded from the admin page waits here (checked in full) until the gateway
+/// restarts into it: the store is in use while the gateway runs.
+pub const PENDING_RESTORE: &str = "pending-restore.iris";
+/// Chunks of a streamed backup in flight between the worker thread and the HTTP answer.
+const STREAM_CHUNKS: usize = 4;
+
+/// Where [`stream`] writes: first a spool file (the store part, written on the event loop),
+/// then the channel to the HTTP answer (everything else, from a worker thread). The switch is
+/// made through the shared mode, since the backup writer owns this writer.
+struct Switch(std::sync::Arc<std::sync::Mutex<Mode>>);
+
+enum Mode {
+    Spool(BufWriter<std::fs::File>),
+    Channel {
+        tx: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+        buf: Vec<u8>,
+    },
+    Gone,
+}
+
+impl Write for Switch {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let mut mode = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *mode {
+            Mode::Spool(f) => f.write(data),
+            Mode::Channel { tx, buf } => {
+                buf.extend_from_slice(data);
+                if buf.len() >= CHUNK {
+                    let chunk = bytes::Bytes::from(std::mem::take(buf));
+                    tx.blocking_send(Ok(chunk))
+                        .map_err(|_| std::io::Error::other("the browser stopped reading"))?;
+                }
+                Ok(data.len())
+            }
+            Mode::Gone => Err(std::io::Error::other("backup stream closed")),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut mode = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *mode {
+            Mode::Spool(f) => f.flush(),
+            Mode::Channel { tx, buf } if !buf.is_empty() => {
+                let chunk = bytes::Bytes::from(std::mem::take(buf));
+                tx.blocking_send(Ok(chunk))
+                    .map_err(|_| std::io::Error::other("the browser stopped reading"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A backup made now, as a stream of chunks for an HTTP answer (never whole in memory). The
+/// store part is written on the event loop, as for `iris-gateway backup` (a consistent
+/// snapshot), to an unlinked spool file in the data dir; a worker thread then sends it and the
+/// media files, at most [`STREAM_CHUNKS`] × 64 KiB ahead of the browser. A failure half-way
+/// ends the stream with an error, so the browser sees a failed download, not a short file.
+pub fn stream(
+    hub: &std::rc::Rc<Hub>,
+) -> Result<tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>, Error> {
+    let store = hub.store();
+    store.disk_ok(store.size_on_disk()?)?;
+    let spool_path = store
+        .dir()
+        .join(format!(".admin-backup-{}.spool", crate::ids::now_ms()));
+    let spool = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&spool_path)
+        .map_err(io(format!("cannot create {}", spool_path.display())))?;
+    // Unlinked at once: a crash leaves nothing behind; the open handle keeps the bytes.
+    let _ = std::fs::remove_file(&spool_path);
+    let reader = spool.try_clone().map_err(io("spool file"))?;
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(Mode::Spool(
+        BufWriter::with_capacity(CHUNK, spool),
+    )));
+    let media_dir = store.dir().join("media");
+    let (writer, media) = snapshot(store, &media_dir, Switch(mode.clone()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
+    // Media files stay on disk until the worker is done with them.
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    {
+        let hub = hub.clone();
+        tokio::task::spawn_local(async move {
+            let _hold = hub.hold_media_files();
+            let _ = done_rx.await;
+        });
+    }
+    std::thread::Builder::new()
+        .name("admin-backup".into())
+        .spawn(move || {
+            let _done = done_tx;
+            let result = (|| -> std::io::Result<u64> {
+                let old = std::mem::replace(
+                    &mut *mode.lock().unwrap_or_else(|p| p.into_inner()),
+                    Mode::Channel {
+                        tx: tx.clone(),
+                        buf: Vec::with_capacity(CHUNK),
+                    },
+                );
+                let Mode::Spool(mut spool) = old else {
+                    return Err(std::io::Error::other("backup spool lost"));
+                };
+                spool.flush()?;
+                let mut file = reader;
+                use std::io::Seek;
+                file.seek(std::io::SeekFrom::Start(0))?;
+                let mut buf = vec![0u8; CHUNK];
+                loop {
+                    let n = file.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    tx.blocking_send(Ok(bytes::Bytes::copy_from_slice(&buf[..n])))
+                        .map_err(|_| std::io::Error::other("the browser stopped reading"))?;
+                }
+                let (mut out, included) = add_media(writer, &media_dir, &media)?;
+                out.flush()?;
+                Ok(included)
+            })();
+            *mode.lock().unwrap_or_else(|p| p.into_inner()) = Mode::Gone;
+            match result {
+                Ok(media) => tracing::info!(media, "admin page: backup downloaded"),
+                Err(e) => {
+                    tracing::warn!("admin page: backup not completed: {e}");
+                    let _ = tx.blocking_send(Err(e));
+                }
+            }
+        })
+        .map_err(io("cannot start the backup thread"))?;
+    Ok(rx)
+}
+
+/// Checks an uploaded backup end to end (structure and checksum) before anything is touched;
+/// returns what it holds, in words.
+pub fn check_upload(path: &Path) -> Result<String, Error> {
+    let (header, counts) = verify("the uploaded backup", path)?;
+    Ok(format!(
+        "cursor {}, {} store entries, {} media file(s) ({}), made by iris-gateway {}",
+        header.cursor_head,
+        counts.entries,
+        counts.media,
+        human_bytes(counts.media_bytes),
+        header.gateway_version
+    ))
+}
+
+/// At start, before the store is opened: restores a backup the admin page left in
+/// [`PENDING_RESTORE`], exactly as `iris-gateway restore` does (the old store moved aside).
+/// A restore that fails leaves the current store as it was and the file renamed
+/// `pending-restore.failed`, so the gateway never loops on it; the reason is logged.
+pub fn apply_pending_restore(dir: &Path) -> bool {
+    let pending = dir.join(PENDING_RESTORE);
+    if !pending.exists() {
+        return false;
+    }
+    tracing::info!("restoring the backup uploaded from the admin page");
+    let result = run_restore(RestoreArgs {
+        file: pending.clone(),
+        data_dir: Some(dir.to_owned()),
+    });
+    match result {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&pending);
+            tracing::info!("restored the uploaded backup");
+            true
+        }
+        Err(e) => {
+            let _ = std::fs::rename(&pending, dir.join("pending-restore.failed"));
+            tracing::warn!("the uploaded backup was not restored ({e}); the store is unchanged");
+            false
+        }
+    }
+}

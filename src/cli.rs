@@ -45,11 +45,42 @@ pub enum Command {
     /// Replace the store and media with a backup (the gateway must be stopped; the current
     /// store is moved aside, not deleted).
     Restore(crate::backup::RestoreArgs),
-    /// Print the commented default config file to stdout.
+    /// Print the commented default config file to stdout, or (`--effective`) each setting in
+    /// effect with where it comes from.
     ///
     /// Every setting appears, commented out at its default value, with what it does, e.g.
     /// `iris-gateway config > /etc/iris-gateway/config.toml`.
-    Config,
+    Config(Box<ConfigArgs>),
+    /// Set or remove the admin page's owner passphrase, at the box (a lost passphrase, or a
+    /// claim that was not yours).
+    Owner(OwnerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    /// Show the settings in effect (flags > saved from the admin page > config file >
+    /// defaults) and where each comes from, for the same flags `run` takes.
+    #[arg(long)]
+    pub effective: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct OwnerArgs {
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub action: OwnerAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OwnerAction {
+    /// Set the owner passphrase (read from standard input; at a terminal, asked twice without
+    /// echo). Every signed-in browser is signed out.
+    Set,
+    /// Remove the owner: the admin page shows set-up again, and every browser is signed out.
+    Reset,
 }
 
 #[derive(Args, Debug, Default)]
@@ -114,12 +145,48 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// Defaults, then the file, then flags.
+    /// Defaults, then the file, then the settings saved from the admin page (in the data dir),
+    /// then flags.
     pub fn resolve(&self) -> Result<(Config, PathBuf), ConfigError> {
+        self.resolve_pinned().map(|(config, dir, _)| (config, dir))
+    }
+
+    /// As [`RunArgs::resolve`], with the keys the flags set.
+    pub fn resolve_pinned(&self) -> Result<(Config, PathBuf, crate::config::Pinned), ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
+        let dir = self
+            .data_dir
+            .clone()
+            .or_else(|| config.data_dir.clone())
+            .unwrap_or_else(default_data_dir);
+        crate::settings::Settings::load(&dir)?.apply(&mut config);
+        let mut pinned = crate::config::Pinned::default();
+        let flags: [(&'static str, bool); 10] = [
+            ("data_dir", self.data_dir.is_some()),
+            ("listen", self.listen.is_some()),
+            ("agent.backend", self.agent.is_some()),
+            ("agent.url", self.agent_url.is_some()),
+            (
+                "agent.key",
+                self.agent_key.is_some() || self.agent_key_file.is_some(),
+            ),
+            ("agent.model", self.agent_model.is_some()),
+            ("log_level", self.log_level.is_some()),
+            ("push.backend", self.push.is_some()),
+            ("push.ntfy_server", self.ntfy_server.is_some()),
+            (
+                "push.ntfy_token",
+                self.ntfy_token.is_some() || self.ntfy_token_file.is_some(),
+            ),
+        ];
+        for (key, set) in flags {
+            if set {
+                pinned.push(key);
+            }
+        }
         if let Some(v) = &self.data_dir {
             config.data_dir = Some(v.clone());
         }
@@ -180,7 +247,7 @@ impl RunArgs {
         }
         config.validate()?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
-        Ok((config, dir))
+        Ok((config, dir, pinned))
     }
 }
 
@@ -527,5 +594,120 @@ fn print_devices(devices: &[Device], json: bool) {
             DeviceOrigin::Startup => "startup",
         };
         println!("{:<32} {:<24} {:<8} {}", d.device_id, d.name, origin, seen);
+    }
+}
+
+/// `config --effective`: each setting in effect and where it came from.
+pub fn run_config_effective(args: &RunArgs) -> Result<(), CliError> {
+    let (config, dir, pinned) = args
+        .resolve_pinned()
+        .map_err(|e| CliError::Refused(e.to_string()))?;
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)?;
+            Some(
+                toml::from_str::<toml::Table>(&text)
+                    .map_err(|e| CliError::Refused(format!("{}: {e}", path.display())))?,
+            )
+        }
+        None => None,
+    };
+    let saved =
+        crate::settings::Settings::load(&dir).map_err(|e| CliError::Refused(e.to_string()))?;
+    println!("# Order: command-line flags > saved from the admin page > config file > defaults");
+    match &args.config {
+        Some(p) => println!("# config file: {}", p.display()),
+        None => println!("# config file: none (--config not given)"),
+    }
+    println!(
+        "# saved settings: {}",
+        crate::settings::path(&dir).display()
+    );
+    for row in crate::settings::explain(&config, &pinned, file.as_ref(), &saved) {
+        println!("{} = {}    ({})", row.key, row.value, row.source.label());
+    }
+    Ok(())
+}
+
+/// `owner set` / `owner reset`.
+pub fn run_owner(args: OwnerArgs) -> Result<(), CliError> {
+    use crate::admin::owner;
+    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let fail = |e: owner::OwnerError| CliError::Refused(e.to_string());
+    match args.action {
+        OwnerAction::Set => {
+            let passphrase = read_passphrase()?;
+            let new = owner::hash(&passphrase).map_err(fail)?;
+            owner::store(&dir, &new).map_err(fail)?;
+            println!("Owner passphrase set; any browser signed in must sign in again.");
+        }
+        OwnerAction::Reset => {
+            if owner::reset(&dir).map_err(fail)? {
+                println!("Owner removed: the admin page shows set-up again (the first to open it claims the box).");
+            } else {
+                println!("There was no owner: the admin page already shows set-up.");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The new passphrase: asked twice without echo at a terminal, else the first line of stdin.
+fn read_passphrase() -> Result<zeroize::Zeroizing<String>, CliError> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    let read_line = || -> Result<zeroize::Zeroizing<String>, CliError> {
+        let mut line = zeroize::Zeroizing::new(String::new());
+        stdin.lock().read_line(&mut line)?;
+        let trimmed = zeroize::Zeroizing::new(line.trim_end_matches(['\r', '\n']).to_owned());
+        Ok(trimmed)
+    };
+    if !stdin.is_terminal() {
+        return read_line();
+    }
+    let _echo_off = EchoOff::new();
+    eprint!(
+        "New owner passphrase (at least {} characters): ",
+        crate::admin::owner::MIN_PASSPHRASE_CHARS
+    );
+    let _ = std::io::stderr().flush();
+    let first = read_line()?;
+    eprint!("\nThe same again: ");
+    let _ = std::io::stderr().flush();
+    let second = read_line()?;
+    eprintln!();
+    if *first != *second {
+        return Err(CliError::Refused("the two passphrases differ".into()));
+    }
+    Ok(first)
+}
+
+/// Turns terminal echo off on stdin while alive.
+struct EchoOff(Option<libc::termios>);
+
+impl EchoOff {
+    fn new() -> EchoOff {
+        // SAFETY: tcgetattr/tcsetattr on fd 0 with a zeroed termios the call fills in.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) != 0 {
+                return EchoOff(None);
+            }
+            let saved = t;
+            t.c_lflag &= !libc::ECHO;
+            libc::tcsetattr(0, libc::TCSANOW, &t);
+            EchoOff(Some(saved))
+        }
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            // SAFETY: restores the settings read in `new`.
+            unsafe {
+                libc::tcsetattr(0, libc::TCSANOW, t);
+            }
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Configuration: the TOML file, its defaults, and every input limit in one place.
 //!
-//! Precedence is flags > config file > embedded defaults, so `iris-gateway run` with nothing
-//! else works out of the box and a systemd unit can pin everything in `/etc`.
+//! Precedence is flags > settings saved from the admin page (`DATA_DIR/settings.toml`, see
+//! `settings.rs`) > config file > embedded defaults, so `iris-gateway run` with nothing else
+//! works out of the box, a systemd unit can pin everything in `/etc`, and the owner's page can
+//! change what the file says without write access to `/etc`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,8 @@ pub enum ConfigError {
     },
     #[error("invalid setting `{key}`: {why}")]
     Invalid { key: &'static str, why: String },
+    #[error("the settings saved from the admin page ({path}) are not usable: {why}")]
+    Settings { path: PathBuf, why: String },
 }
 
 /// The whole configuration after defaults, file and flags are merged.
@@ -53,6 +57,26 @@ pub struct Config {
     pub cron: Vec<CronJob>,
     /// `[[webhook]]`: HTTP endpoints that post into automation channels.
     pub webhook: Vec<WebhookConfig>,
+}
+
+/// The config keys command-line flags set (`agent.url`, …), beside the `Config` they shaped: a
+/// setting saved from the admin page is below flags, so the page must know which of its values
+/// cannot take effect, and `config --effective` says where each value came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pinned(pub Vec<&'static str>);
+
+impl Pinned {
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains(&key)
+    }
+
+    pub fn push(&mut self, key: &'static str) {
+        self.0.push(key);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &&'static str> {
+        self.0.iter()
+    }
 }
 
 /// A secret read from the config (an API key, a webhook token). Its `Debug` never shows it,
@@ -301,6 +325,17 @@ pub struct Limits {
     pub pair_code_ttl_secs: u64,
     /// Wrong pairing-page codes from one IP address per minute before HTTP 429.
     pub pair_code_failures_per_minute: u32,
+    /// Wrong owner passphrases on the admin page from one IP address per minute before
+    /// HTTP 429 (a success does not reset the count; rotating addresses shares one count).
+    pub admin_signin_failures_per_minute: u32,
+    /// Minutes an admin session lasts without a request before it must sign in again.
+    pub admin_session_idle_secs: u64,
+    /// The longest an admin session lasts, however busy.
+    pub admin_session_max_secs: u64,
+    /// Admin sessions kept at once; signing in past it ends the least recently used one.
+    pub admin_max_sessions: usize,
+    /// Largest admin form body (a backup upload is bounded by the media limits instead).
+    pub admin_max_form_bytes: usize,
 }
 
 impl Default for Config {
@@ -371,6 +406,11 @@ impl Default for Limits {
             webhooks_per_minute: 60,
             pair_code_ttl_secs: 600,
             pair_code_failures_per_minute: 5,
+            admin_signin_failures_per_minute: 5,
+            admin_session_idle_secs: 30 * 60,
+            admin_session_max_secs: 12 * 3600,
+            admin_max_sessions: 8,
+            admin_max_form_bytes: 16 << 10,
         }
     }
 }
@@ -391,7 +431,7 @@ impl Config {
     /// Refuses settings that would make the gateway unusable rather than failing later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 13] = [
+        let checks: [(&'static str, bool, &str); 14] = [
             (
                 "limits.max_frame_bytes",
                 l.max_frame_bytes >= 4096,
@@ -443,6 +483,16 @@ impl Config {
                 "limits.pair_code_ttl_secs",
                 l.pair_code_ttl_secs >= 1 && l.pair_code_failures_per_minute >= 1,
                 "pair_code_ttl_secs and pair_code_failures_per_minute must be at least 1",
+            ),
+            (
+                "limits.admin_max_sessions",
+                l.admin_max_sessions >= 1
+                    && l.admin_signin_failures_per_minute >= 1
+                    && l.admin_session_idle_secs >= 1
+                    && l.admin_session_max_secs >= l.admin_session_idle_secs
+                    && l.admin_max_form_bytes >= 1024,
+                "admin limits: sessions, sign-in failures and idle seconds at least 1, \
+                 admin_session_max_secs at least admin_session_idle_secs, forms at least 1024 bytes",
             ),
             (
                 "store.outbox_retain_frames",

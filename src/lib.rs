@@ -5,6 +5,7 @@
 //! fan-out) → `store` (sled: outbox, history, directory, devices) and `agent` (backends). The
 //! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
 
+pub mod admin;
 pub mod agent;
 pub mod backup;
 pub mod board;
@@ -17,11 +18,13 @@ pub mod discovery;
 pub mod guessing;
 pub mod hub;
 pub mod ids;
+pub mod logring;
 pub mod media;
 pub mod pairing;
 pub mod protocol;
 pub mod push;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod store;
 pub mod tls;

@@ -25,7 +25,11 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => {
             runtime().and_then(|rt| rt.block_on(chat::run(args)).map_err(|e| e.to_string()))
         }
-        Command::Config => service::print_config_template().map_err(|e| e.to_string()),
+        Command::Config(args) if args.effective => {
+            cli::run_config_effective(&args.run).map_err(|e| e.to_string())
+        }
+        Command::Config(_) => service::print_config_template().map_err(|e| e.to_string()),
+        Command::Owner(args) => cli::run_owner(args).map_err(|e| e.to_string()),
         Command::Backup(args) => backup::run_backup(args).map_err(|e| e.to_string()),
         Command::Restore(args) => backup::run_restore(args).map_err(|e| e.to_string()),
     };
@@ -39,12 +43,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: RunArgs) -> Result<(), String> {
-    let (config, data_dir) = args.resolve().map_err(|e| e.to_string())?;
+    let (config, data_dir, pinned) = args.resolve_pinned().map_err(|e| e.to_string())?;
     init_logging(&config.log_level);
     let rt = runtime()?;
     let local = tokio::task::LocalSet::new();
-    local
-        .block_on(&rt, server::run(config, data_dir))
+    let exit = local
+        .block_on(&rt, server::run(config, data_dir, pinned))
         .map_err(|e| {
             // A damaged store: its own status, on which systemd does not restart (every try
             // would fail the same way, and copy the store first).
@@ -53,7 +57,23 @@ fn run(args: RunArgs) -> Result<(), String> {
                 std::process::exit(store::EXIT_DAMAGED.into());
             }
             e.to_string()
-        })
+        })?;
+    if exit == server::Exit::Restart {
+        return restart_in_place();
+    }
+    Ok(())
+}
+
+/// Starts this binary again in this process (same PID for systemd, same arguments), with
+/// nothing of the old one left: every file, socket and the store's lock are close-on-exec.
+fn restart_in_place() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot restart: {e}"))?;
+    eprintln!("iris-gateway: restarting");
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(format!("cannot restart: {err}"))
 }
 
 /// The single-threaded runtime everything runs on: no worker threads to pay for on a Pi.
@@ -64,15 +84,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the event loop: {e}"))
 }
 
-/// Logs go to stderr (journald under systemd); `RUST_LOG` overrides the configured level.
+/// Logs go to stderr (journald under systemd) and to the admin page's ring; `RUST_LOG` overrides
+/// the configured level.
 fn init_logging(level: &str) {
     let level = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
     let filter: LevelFilter = level.parse().unwrap_or(LevelFilter::INFO);
     // Colour only for a person at a terminal: the journal and log files get plain text.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // Also into the in-memory ring the admin page's Log shows (src/logring.rs).
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(iris_gateway::logring::make_writer)
         .with_ansi(ansi)
         .with_max_level(filter)
         .with_target(false)

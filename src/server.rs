@@ -58,14 +58,30 @@ pub enum RunError {
     Automation(String),
 }
 
-/// Runs the gateway until SIGTERM or SIGINT.
-pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
+/// How `run` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// SIGTERM or SIGINT.
+    Stopped,
+    /// The admin page asked for a restart (a restore was uploaded): start again.
+    Restart,
+}
+
+/// Runs the gateway until SIGTERM or SIGINT (or a restart the admin page asks for).
+/// `pinned`: the settings flags set (the admin page's saved values do not override them).
+pub async fn run(
+    config: Config,
+    data_dir: PathBuf,
+    pinned: crate::config::Pinned,
+) -> Result<Exit, RunError> {
     // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
     // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
     let notifier = crate::service::Notifier::from_env().map(Rc::new);
     if let Some(n) = &notifier {
         tokio::task::spawn_local(crate::service::watchdog_task(n.clone()));
     }
+    // A restore uploaded from the admin page, before the store is opened (`backup.rs`).
+    crate::backup::apply_pending_restore(&data_dir);
     let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -76,6 +92,9 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     );
     let agent = crate::agent::from_config(&config).map_err(RunError::Agent)?;
     info!(agent = %agent.describe(), "agent backend ready");
+    // The hub's agent can be replaced from the admin page; new turns then use the new one.
+    let agent = Rc::new(crate::agent::Switchable::new(agent));
+    let admin_config = config.clone();
     let listen = config.listen;
     let led_config = config.led.clone();
     let discovery = config.discovery.clone();
@@ -96,7 +115,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
-    let hub = Hub::start(store.clone(), media, pusher, config, agent)?;
+    let hub = Hub::start(store.clone(), media, pusher, config, agent.clone())?;
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
@@ -140,6 +159,14 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         );
         Rc::new(PairingPage::new(codes, url.clone(), tls_advert.clone()))
     };
+    let admin = Rc::new(crate::admin::Admin::new(
+        data_dir.clone(),
+        admin_config,
+        pinned,
+        agent,
+        url.clone(),
+        tls_advert.clone(),
+    ));
     let control = control::bind(&data_dir).map_err(|source| RunError::Control {
         dir: data_dir.clone(),
         source,
@@ -168,6 +195,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     led.show(hub.health().into());
     print_pairing_hint(&store, &data_dir, &url, tls_advert.as_ref());
     print_page_code(&pairing);
+    print_admin_hint(&data_dir, &url, tls_advert.as_ref());
     let advertised = crate::discovery::start(
         &discovery,
         local,
@@ -181,6 +209,8 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
         n.ready();
     }
 
+    let restart = admin.restart.clone();
+    let mut exit = Exit::Stopped;
     let limits = hub.limits();
     let admission =
         connection::Admission::new(limits.max_connections, limits.max_connections_per_ip);
@@ -203,20 +233,27 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
                     continue;
                 };
                 let (hub, tls, pairing) = (hub.clone(), tls.clone(), pairing.clone());
+                let admin = admin.clone();
                 // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
                 // or the pairing page.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer, tls, pairing).await;
+                    connection::serve(hub, tcp, peer, tls, pairing, admin).await;
                     drop(admitted);
                 });
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            _ = restart.notified() => {
+                exit = Exit::Restart;
+                break;
+            }
         }
     }
 
     info!("shutting down: telling devices the gateway is restarting");
-    if let Some(n) = &notifier {
+    // A restart stays the same process (it execs itself, `main.rs`): systemd must not be told
+    // it is stopping, or it would not take the new start's READY=1.
+    if let (Some(n), Exit::Stopped) = (&notifier, exit) {
         n.stopping();
     }
     drop(listener);
@@ -236,7 +273,7 @@ pub async fn run(config: Config, data_dir: PathBuf) -> Result<(), RunError> {
     }
     led.stop().await;
     info!("stopped");
-    Ok(())
+    Ok(exit)
 }
 
 /// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.
@@ -294,4 +331,17 @@ fn print_page_code(page: &PairingPage) {
         "pairing page: {} code {code} (works once, for {minutes} minutes; a fresh one: iris-gateway pair --page)",
         page.address()
     );
+}
+
+/// Where the owner's web page is, and whether it still waits to be claimed.
+fn print_admin_hint(data_dir: &std::path::Path, url: &str, tls: Option<&crate::tls::Advert>) {
+    let address = crate::admin::address(url, tls);
+    match crate::admin::owner::load(data_dir) {
+        Ok(Some(_)) => println!("admin page: {address}"),
+        Ok(None) => println!(
+            "admin page: {address} (no owner yet: the first to open it sets the passphrase; \
+             or claim it here with iris-gateway owner set)"
+        ),
+        Err(e) => warn!("admin page: {e}"),
+    }
 }

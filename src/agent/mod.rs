@@ -9,6 +9,7 @@ mod demo;
 mod hermes;
 mod http;
 mod openai;
+mod switch;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +20,7 @@ use tokio::sync::mpsc;
 pub use demo::DemoAgent;
 pub use hermes::HermesAgent;
 pub use openai::OpenAiAgent;
+pub use switch::Switchable;
 
 use crate::protocol::{Lane, MediaRef, Role, Runtime, TodoItem};
 

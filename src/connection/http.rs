@@ -5,6 +5,8 @@
 //! - `POST /hooks/<name>` is a webhook: checked here against the HTTP contract (token, sizes,
 //!   rate), then posted into its automation channel by the hub (hub/automation.rs).
 //! - `/pair` is the pairing page (`crate::pairing::page`): a one-time code in, a QR code out.
+//! - `/admin/…` is the owner's web app (`crate::admin`): set-up, sign-in, settings; a browser's
+//!   `GET /` (asking for HTML) is redirected there.
 //! - Anything else gets a short plain-text answer: `426` for a browser's `GET /`, else 404/405.
 //!
 //! TLS shares the port (`crate::tls`): a connection whose first byte is a TLS handshake record
@@ -39,6 +41,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info};
 
+use crate::admin::{self, Admin};
 use crate::hub::Hub;
 use crate::pairing::page::{self, PairingPage};
 use crate::tls::{Tls, HANDSHAKE_RECORD};
@@ -114,6 +117,7 @@ pub async fn serve(
     peer: SocketAddr,
     tls: Option<Rc<Tls>>,
     pairing: Rc<PairingPage>,
+    admin: Rc<Admin>,
 ) {
     let _ = tcp.set_nodelay(true);
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
@@ -126,6 +130,7 @@ pub async fn serve(
             deadline,
             Transport::Plain,
             pairing,
+            admin,
         )
         .await;
     };
@@ -141,7 +146,16 @@ pub async fn serve(
         } else {
             Transport::PlainRefused
         };
-        return serve_http(hub, TokioIo::new(tcp), peer, deadline, transport, pairing).await;
+        return serve_http(
+            hub,
+            TokioIo::new(tcp),
+            peer,
+            deadline,
+            transport,
+            pairing,
+            admin,
+        )
+        .await;
     }
     match tokio::time::timeout_at(deadline, tls.acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => {
@@ -152,6 +166,7 @@ pub async fn serve(
                 deadline,
                 Transport::Tls,
                 pairing,
+                admin,
             )
             .await
         }
@@ -169,6 +184,7 @@ async fn serve_http<I>(
     deadline: Instant,
     transport: Transport,
     pairing: Rc<PairingPage>,
+    admin: Rc<Admin>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -180,19 +196,30 @@ async fn serve_http<I>(
         )
     };
     let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
+    // Set for an admin backup download or restore upload: it may take longer than the request
+    // deadline (up to `admin::TRANSFER_TIMEOUT` more).
+    let long: Rc<std::cell::Cell<bool>> = Rc::default();
     let service = {
-        let (hub, upgrade) = (hub.clone(), upgrade.clone());
+        let (hub, upgrade, long) = (hub.clone(), upgrade.clone(), long.clone());
         service_fn(move |req| {
             let (hub, upgrade, pairing) = (hub.clone(), upgrade.clone(), pairing.clone());
+            let (admin, long) = (admin.clone(), long.clone());
             async move {
                 if transport == Transport::PlainRefused {
-                    return Ok::<_, Infallible>(tls_required(peer));
+                    return Ok::<_, Infallible>(boxed(tls_required(peer)));
+                }
+                if is_admin(&req) {
+                    let secure = transport == Transport::Tls;
+                    if admin::is_transfer(&req) {
+                        long.set(true);
+                    }
+                    return Ok(admin::serve(&admin, &hub, req, peer, secure).await);
                 }
                 if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
                     let secure = transport == Transport::Tls;
-                    return Ok(page::serve(&pairing, &hub, req, peer, secure).await);
+                    return Ok(boxed(page::serve(&pairing, &hub, req, peer, secure).await));
                 }
-                Ok::<_, Infallible>(route(&hub, req, &upgrade, peer).await)
+                Ok::<_, Infallible>(boxed(route(&hub, req, &upgrade, peer).await))
             }
         })
     };
@@ -202,10 +229,26 @@ async fn serve_http<I>(
         .header_read_timeout(hello_timeout)
         .serve_connection(io, service)
         .with_upgrades();
-    match tokio::time::timeout_at(deadline, connection).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return debug!(%peer, "http connection ended: {e}"),
-        Err(_) => {
+    let mut connection = std::pin::pin!(connection);
+    let finished = loop {
+        let until = if long.get() {
+            deadline + admin::TRANSFER_TIMEOUT
+        } else {
+            deadline
+        };
+        tokio::select! {
+            r = &mut connection => break Some(r),
+            _ = tokio::time::sleep_until(until) => {
+                if !long.get() || Instant::now() >= deadline + admin::TRANSFER_TIMEOUT {
+                    break None;
+                }
+            }
+        }
+    };
+    match finished {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return debug!(%peer, "http connection ended: {e}"),
+        None => {
             return debug!(%peer, "request not complete within limits.hello_timeout_secs; closed")
         }
     }
@@ -226,6 +269,29 @@ async fn serve_http<I>(
     )
     .await;
     super::session(hub, ws, peer, deadline).await;
+}
+
+/// A whole answer as the body type every answer shares (the admin page also streams).
+fn boxed(reply: Reply) -> Response<admin::Body> {
+    reply.map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+/// The admin web app's requests: its paths, and a browser's `GET /` (an `Accept` naming HTML,
+/// no upgrade), which it redirects to `/admin/`. The app's WebSocket upgrade on `/` and
+/// anything else asking for `/` keep their answers.
+fn is_admin(req: &Request<Incoming>) -> bool {
+    let path = req.uri().path();
+    if path == "/admin" || path.starts_with(admin::PREFIX) {
+        return true;
+    }
+    path == "/"
+        && matches!(*req.method(), Method::GET | Method::HEAD)
+        && !req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"))
 }
 
 /// The answer to any plain request while `[tls] allow_plain = false`.

@@ -6,6 +6,7 @@
 //! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
 //! `RefCell` that is never borrowed across an `.await`.
 
+mod admin;
 mod approvals;
 mod automation;
 mod channels;
@@ -17,6 +18,7 @@ mod status;
 mod storage;
 mod turns;
 
+pub use admin::TestPushError;
 pub use status::StatusReport;
 
 use std::cell::RefCell;
@@ -189,9 +191,9 @@ impl Hub {
         });
         tokio::task::spawn_local(commit::run(hub.clone(), rx));
         tokio::task::spawn_local(storage::monitor(hub.clone()));
-        if hub.agent.name() != "demo" {
-            tokio::task::spawn_local(turns::agent_monitor(hub.clone()));
-        }
+        // Also for the demo (whose probe always succeeds): the admin page can switch the agent
+        // to a network backend while the gateway runs, and that one needs watching.
+        tokio::task::spawn_local(turns::agent_monitor(hub.clone()));
         Ok(hub)
     }
 

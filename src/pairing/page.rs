@@ -197,7 +197,7 @@ fn form_value(body: &[u8], key: &str) -> Option<String> {
 }
 
 /// Form decoding: `+` is a space, `%XX` a byte; a broken escape is kept as typed.
-fn percent_decode(value: &str) -> String {
+pub(crate) fn percent_decode(value: &str) -> String {
     let bytes = value.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -222,7 +222,7 @@ fn hex(digit: u8) -> Option<u8> {
     (digit as char).to_digit(16).map(|d| d as u8)
 }
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -3,6 +3,7 @@
 //! every frame the gateway sends against the schema.
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod peers;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -1,0 +1,336 @@
+//! The signed-in owner's forms: sign-out, passphrase, devices, agent, push, restart. Each is
+//! reached only after its CSRF token was checked (`super::serve_page`).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use tracing::info;
+
+use super::transfer::schedule_restart;
+use super::*;
+
+/// How long "Test connection" waits for the agent.
+pub(super) const TEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest agent URL, model name and key accepted from the form.
+pub(super) const MAX_URL_BYTES: usize = 2048;
+pub(super) const MAX_MODEL_BYTES: usize = 256;
+pub(super) const MAX_KEY_BYTES: usize = 4096;
+
+/// The signed-in forms (POST), after their CSRF token was checked: each does one thing and
+/// answers with the section it belongs to.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn post(
+    admin: &Admin,
+    hub: &Rc<Hub>,
+    owner: &owner::Owner,
+    path: &str,
+    form: &Form,
+    csrf: &str,
+    peer: SocketAddr,
+    secure: bool,
+) -> Result<Reply, Refusal> {
+    let show = |status: StatusCode, title: &str, current: &str, body: String| {
+        Ok(page(
+            admin,
+            status,
+            title,
+            current,
+            Some(csrf),
+            secure,
+            &body,
+        ))
+    };
+    let unavailable = |e: &dyn std::fmt::Display| Refusal::Unavailable(e.to_string());
+    match path {
+        "/admin/signout" => {
+            admin.sessions.borrow_mut().end_all();
+            info!(%peer, "admin page: signed out (every session ended)");
+            let mut reply = redirect(PREFIX);
+            set_cookies(
+                &mut reply,
+                &[session::set_cookie(session::COOKIE, "", secure)],
+            );
+            Ok(reply)
+        }
+        "/admin/passphrase" => {
+            let (new, confirm) = (form.get("passphrase"), form.get("confirm"));
+            let bad = |t: &str| {
+                show(
+                    StatusCode::BAD_REQUEST,
+                    "Owner",
+                    "/admin/owner",
+                    pages::owner(csrf, &Notice::Bad(t)),
+                )
+            };
+            if new != confirm {
+                return bad("The two new passphrases differ.");
+            }
+            if let Err(e) = owner::check_new(new) {
+                return bad(&e.to_string());
+            }
+            if !verify(admin, owner, form.get("current")).await {
+                admin.signin.borrow_mut().fail(peer.ip(), Instant::now());
+                return bad("The current passphrase is not right.");
+            }
+            let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
+            owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
+            admin.sessions.borrow_mut().end_all();
+            info!(%peer, "admin page: passphrase changed (every session ended)");
+            let mut reply = signin_page(
+                admin,
+                StatusCode::OK,
+                &Notice::Good("Passphrase changed. Sign in with the new one."),
+                secure,
+            );
+            set_cookies(
+                &mut reply,
+                &[session::set_cookie(session::COOKIE, "", secure)],
+            );
+            Ok(reply)
+        }
+        "/admin/devices/pair" => {
+            let name = form.get("name").trim();
+            let (device, token) = hub.pair(name).await.map_err(|e| unavailable(&e))?;
+            let inv = Invitation::new(&admin.url, &token, admin.tls.as_ref());
+            show(
+                StatusCode::OK,
+                "Pair a phone",
+                "/admin/devices",
+                pages::invitation(&inv, &device.device_id, "Pair the phone with:"),
+            )
+        }
+        "/admin/devices/rename" => {
+            let id = form.get("device_id");
+            let found = hub
+                .rename_device(id, form.get("name").trim())
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if !found {
+                return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
+            }
+            let n = Notice::Good("Renamed.");
+            show(
+                StatusCode::OK,
+                "Devices",
+                "/admin/devices",
+                devices_body(hub, csrf, &n)?,
+            )
+        }
+        "/admin/devices/revoke" => {
+            let id = form.get("device_id");
+            let existed = hub.revoke(id).await.map_err(|e| unavailable(&e))?;
+            if !existed {
+                return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
+            }
+            let n = Notice::Good("Revoked: its token no longer works and it was disconnected.");
+            show(
+                StatusCode::OK,
+                "Devices",
+                "/admin/devices",
+                devices_body(hub, csrf, &n)?,
+            )
+        }
+        "/admin/agent" | "/admin/agent/test" => {
+            let test = path.ends_with("/test");
+            let (config, saved) = agent_from_form(admin, form)?;
+            let agent = match crate::agent::from_config(&config) {
+                Ok(a) => a,
+                Err(e) => {
+                    let n = format!("Not usable: {e}");
+                    return show(
+                        StatusCode::BAD_REQUEST,
+                        "Agent",
+                        "/admin/agent",
+                        agent_body(admin, csrf, &Notice::Bad(&n)),
+                    );
+                }
+            };
+            if test {
+                let seen = test_agent(agent.as_ref()).await;
+                let n = match &seen {
+                    Ok(t) => Notice::Good(t),
+                    Err(t) => Notice::Bad(t),
+                };
+                return show(
+                    StatusCode::OK,
+                    "Agent",
+                    "/admin/agent",
+                    agent_body(admin, csrf, &n),
+                );
+            }
+            saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+            admin.agent.replace(agent);
+            *admin.config.borrow_mut() = config;
+            hub.agent_switched();
+            info!(%peer, agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
+            let n = Notice::Good("Saved: new messages go to this agent.");
+            show(
+                StatusCode::OK,
+                "Agent",
+                "/admin/agent",
+                agent_body(admin, csrf, &n),
+            )
+        }
+        "/admin/push" => {
+            let mut saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
+            let backend = form.get("backend");
+            if !matches!(backend, "none" | "ntfy" | "fcm") {
+                return Err(Refusal::BadInput(
+                    "backend must be none, ntfy or fcm".into(),
+                ));
+            }
+            let content = form.get("content");
+            if !matches!(content, "full" | "preview" | "title" | "none") {
+                return Err(Refusal::BadInput(
+                    "content must be full, preview, title or none".into(),
+                ));
+            }
+            let server = checked_url(form.get("ntfy_server"), "the ntfy server")?;
+            let token = form.get("ntfy_token");
+            if token.len() > MAX_KEY_BYTES {
+                return Err(Refusal::BadInput(format!(
+                    "the token is over {MAX_KEY_BYTES} bytes"
+                )));
+            }
+            saved.push.backend = Some(backend.to_owned());
+            saved.push.content = Some(content.to_owned());
+            if !server.is_empty() {
+                saved.push.ntfy_server = Some(server.to_owned());
+            }
+            if !token.is_empty() {
+                saved.push.ntfy_token = Some(Hidden(token.to_owned()));
+            }
+            saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+            info!(%peer, "admin page: push settings saved (they apply at the next start)");
+            let n = Notice::Good(
+                "Saved. Push settings apply when the gateway restarts (Restart now, below).",
+            );
+            show(
+                StatusCode::OK,
+                "Push",
+                "/admin/push",
+                push_body(admin, hub, csrf, &n)?,
+            )
+        }
+        "/admin/restart" => {
+            info!(%peer, "admin page: restart asked for");
+            schedule_restart(admin);
+            Ok(page(
+                admin,
+                StatusCode::OK,
+                "Restarting",
+                "",
+                None,
+                secure,
+                &pages::message(
+                    "The gateway restarts now, with the saved settings; phones reconnect by \
+                     themselves. Sign in again in a moment.",
+                    &Notice::Good("Restarting."),
+                ),
+            ))
+        }
+        "/admin/push/test" => {
+            let n = match hub.test_push(form.get("device_id")) {
+                Ok(place) => format!("Test push queued to {place}. Status says if it fails."),
+                Err(e) => format!("No test push: {e}"),
+            };
+            let notice = if n.starts_with("Test") {
+                Notice::Good(&n)
+            } else {
+                Notice::Bad(&n)
+            };
+            show(
+                StatusCode::OK,
+                "Push",
+                "/admin/push",
+                push_body(admin, hub, csrf, &notice)?,
+            )
+        }
+        _ => Err(Refusal::NotFound),
+    }
+}
+
+/// At most 64 characters of something a client sent, for a message.
+pub(super) fn cut(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// An http(s) URL from a form, or empty; refused otherwise.
+pub(super) fn checked_url<'a>(url: &'a str, what: &str) -> Result<&'a str, Refusal> {
+    let url = url.trim();
+    if url.len() > MAX_URL_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "{what} URL is over {MAX_URL_BYTES} bytes"
+        )));
+    }
+    if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(Refusal::BadInput(format!(
+            "{what} URL must start with http:// or https://"
+        )));
+    }
+    Ok(url)
+}
+
+/// The configuration the agent form asks for (flags still win), and the settings to save.
+pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Settings), Refusal> {
+    let backend = form.get("backend");
+    if !matches!(backend, "demo" | "hermes" | "openai") {
+        return Err(Refusal::BadInput(
+            "backend must be demo, hermes or openai".into(),
+        ));
+    }
+    let url = checked_url(form.get("url"), "the agent")?;
+    let model = form.get("model").trim();
+    let key = form.get("key");
+    if model.len() > MAX_MODEL_BYTES || key.len() > MAX_KEY_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "the model is at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
+        )));
+    }
+    let mut saved =
+        Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    saved.agent.backend = Some(backend.to_owned());
+    saved.agent.url = Some(url.to_owned());
+    saved.agent.model = Some(model.to_owned());
+    if form.get("clear_key") == "1" {
+        saved.agent.key = Some(Hidden(String::new()));
+    } else if !key.is_empty() {
+        saved.agent.key = Some(Hidden(key.trim().to_owned()));
+    }
+    let old = admin.config.borrow().clone();
+    let mut config = old.clone();
+    saved.apply(&mut config);
+    // A flag outranks the page: put back what each flag set.
+    for key in admin.pinned.iter() {
+        match *key {
+            "agent.backend" => config.agent.backend = old.agent.backend.clone(),
+            "agent.url" => config.agent.url = old.agent.url.clone(),
+            "agent.key" => {
+                config.agent.key = old.agent.key.clone();
+                config.agent.key_file = old.agent.key_file.clone();
+            }
+            "agent.model" => config.agent.model = old.agent.model.clone(),
+            _ => {}
+        }
+    }
+    Ok((config, saved))
+}
+
+/// What the gateway sees of an agent: reachable with our key, and its models when it lists them.
+pub(super) async fn test_agent(agent: &dyn Agent) -> Result<String, String> {
+    match tokio::time::timeout(TEST_TIMEOUT, agent.probe()).await {
+        Err(_) => return Err(format!("no answer within {} s", TEST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => return Err(format!("{}: {e}", agent.describe())),
+        Ok(Ok(())) => {}
+    }
+    let models = match tokio::time::timeout(TEST_TIMEOUT, agent.models()).await {
+        Ok(Ok(m)) if !m.is_empty() => {
+            let shown: Vec<_> = m.iter().take(10).map(String::as_str).collect();
+            format!("; models: {}", shown.join(", "))
+        }
+        _ => String::new(),
+    };
+    Ok(format!("{}: reachable{models}", agent.describe()))
+}

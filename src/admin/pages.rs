@@ -1,0 +1,530 @@
+//! The admin pages' HTML: small server-rendered documents, one stylesheet and one script,
+//! both served from the box (`/admin/static/…`), so the page works with no internet and its
+//! CSP can forbid every inline script and style. Every value shown is escaped.
+
+use crate::hub::StatusReport;
+use crate::pairing::page::escape;
+use crate::pairing::Invitation;
+use crate::protocol::HealthState;
+use crate::store::{human_bytes, Device};
+
+/// Side of a QR code on the page, in CSS pixels.
+const QR_PX: u32 = 320;
+
+/// The sections a signed-in owner moves between.
+pub const SECTIONS: [(&str, &str); 6] = [
+    ("/admin/", "Status"),
+    ("/admin/devices", "Devices"),
+    ("/admin/agent", "Agent"),
+    ("/admin/push", "Push"),
+    ("/admin/backup", "Backup"),
+    ("/admin/log", "Log"),
+];
+
+/// What every page says about its connection.
+pub struct Frame<'a> {
+    /// Came over TLS.
+    pub secure: bool,
+    /// The https address to use instead, when this came over plain HTTP and TLS is on.
+    pub https: Option<&'a str>,
+    /// The certificate's SHA-256, for the owner to compare with the browser's.
+    pub fingerprint: Option<&'a str>,
+}
+
+/// A notice at the top of a page.
+pub enum Notice<'a> {
+    None,
+    Good(&'a str),
+    Bad(&'a str),
+}
+
+/// A notice as HTML (escaped).
+fn notice(n: &Notice) -> String {
+    match n {
+        Notice::None => String::new(),
+        Notice::Good(t) => format!("<p class=\"good\" role=\"status\">{}</p>", escape(t)),
+        Notice::Bad(t) => format!("<p class=\"bad\" role=\"alert\">{}</p>", escape(t)),
+    }
+}
+
+/// Over TLS, the certificate to compare; over plain HTTP, the warning.
+fn connection_note(f: &Frame) -> String {
+    if f.secure {
+        match f.fingerprint {
+            Some(fp) => format!(
+                "<p><small>Encrypted. Compare the certificate your browser shows with this \
+                 SHA-256: <code id=\"fingerprint\">{}</code></small></p>",
+                escape(fp)
+            ),
+            None => String::new(),
+        }
+    } else {
+        let better = match f.https {
+            Some(u) => format!(" Prefer <a href=\"{0}\"><code>{0}</code></a>.", escape(u)),
+            None => String::new(),
+        };
+        format!(
+            "<p class=\"warn\" id=\"plain-warning\">This page came over plain HTTP: anyone on \
+             your network could read what it shows, and your passphrase.{better}</p>"
+        )
+    }
+}
+
+/// A whole page. `csrf` is set for a signed-in owner (navigation and sign-out are shown).
+pub fn document(title: &str, current: &str, csrf: Option<&str>, f: &Frame, body: &str) -> String {
+    let header = match csrf {
+        Some(csrf) => {
+            let links: String = SECTIONS
+                .iter()
+                .map(|(href, name)| {
+                    let cur = if *href == current {
+                        " aria-current=\"page\""
+                    } else {
+                        ""
+                    };
+                    format!("<a href=\"{href}\"{cur}>{name}</a>")
+                })
+                .collect();
+            format!(
+                "<header><strong>Iris gateway</strong><nav>{links}<a href=\"/admin/owner\">Owner</a></nav>\
+                 <form class=\"inline\" method=\"post\" action=\"/admin/signout\">{}\
+                 <button id=\"signout\">Sign out</button></form></header>",
+                csrf_field(csrf)
+            )
+        }
+        None => "<header><strong>Iris gateway</strong></header>".to_owned(),
+    };
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"referrer\" content=\"no-referrer\">\
+         <title>{title} · Iris gateway</title>\
+         <link rel=\"stylesheet\" href=\"/admin/static/admin.css\">\
+         <script src=\"/admin/static/admin.js\" defer></script></head>\
+         <body>{header}<main><h1>{title}</h1>{note}{body}</main></body></html>",
+        title = escape(title),
+        note = connection_note(f),
+    )
+}
+
+/// The hidden field every state-changing form carries.
+pub fn csrf_field(csrf: &str) -> String {
+    format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        escape(csrf)
+    )
+}
+
+/// A new-passphrase field with the strength meter the script fills in.
+fn strength_input(id: &str, label: &str) -> String {
+    format!(
+        "<label for=\"{id}\">{label}</label>\
+         <input type=\"password\" id=\"{id}\" name=\"{id}\" autocomplete=\"new-password\" \
+         minlength=\"12\" maxlength=\"1024\" required data-strength=\"{id}-meter\">\
+         <meter id=\"{id}-meter\" min=\"0\" max=\"100\" value=\"0\"></meter> \
+         <span id=\"{id}-meter-text\">at least 12 characters</span>"
+    )
+}
+
+/// Set-up: the box has no owner yet.
+pub fn setup(pre: &str, n: &Notice) -> String {
+    format!(
+        "{}<p>This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
+         every setting and pair phones. The first person to do this on your network owns the box \
+         (you can take it back at the box with <code>iris-gateway owner reset</code>).</p>\
+         <form method=\"post\" action=\"/admin/setup\">\
+         <input type=\"hidden\" name=\"pre\" value=\"{}\">{}\
+         <label for=\"confirm\">The same again</label>\
+         <input type=\"password\" id=\"confirm\" name=\"confirm\" autocomplete=\"new-password\" \
+         maxlength=\"1024\" required>\
+         <p><button id=\"claim\" class=\"big\">Claim this gateway</button></p></form>",
+        notice(n),
+        escape(pre),
+        strength_input("passphrase", "Owner passphrase (at least 12 characters)"),
+    )
+}
+
+/// Sign-in.
+pub fn signin(pre: &str, n: &Notice) -> String {
+    format!(
+        "{}<form method=\"post\" action=\"/admin/signin\">\
+         <input type=\"hidden\" name=\"pre\" value=\"{}\">\
+         <label for=\"passphrase\">Owner passphrase</label>\
+         <input type=\"password\" id=\"passphrase\" name=\"passphrase\" \
+         autocomplete=\"current-password\" maxlength=\"1024\" required autofocus>\
+         <p><button id=\"signin\" class=\"big\">Sign in</button></p></form>\
+         <p><small>Forgot it? At the box: <code>iris-gateway owner set</code> (or \
+         <code>owner reset</code> to set it up again here).</small></p>",
+        notice(n),
+        escape(pre)
+    )
+}
+
+/// A pairing invitation: QR code for another phone, a link for this one, the values as text.
+pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
+    let fp = match &inv.fingerprint {
+        Some(fp) => format!(
+            "<dt>Certificate SHA-256 (the app pins it)</dt><dd><code>{}</code></dd>",
+            escape(fp)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "<p>{}</p><p><a id=\"open-in-app\" class=\"big\" href=\"{uri}\">Open in the Iris app</a> \
+         (on the phone showing this page)</p>\
+         <p>Or scan this with the Iris app on another phone:</p>\
+         <div class=\"qr\" id=\"qr\">{svg}</div>\
+         <dl><dt>URL</dt><dd><code id=\"pair-url\">{url}</code></dd>{fp}\
+         <dt>Token (shown only now)</dt><dd><code id=\"pair-token\">{token}</code></dd>\
+         <dt>Device</dt><dd><code>{id}</code></dd></dl>\
+         <p>Nothing here is kept: once the phone is paired, leave this page. \
+         <a href=\"/admin/devices\">Devices</a> can rename or revoke it.</p>",
+        escape(intro),
+        uri = escape(&inv.uri()),
+        svg = inv.svg_qr(QR_PX),
+        url = escape(&inv.url),
+        token = escape(&inv.token),
+        id = escape(device_id),
+    )
+}
+
+/// A time in the past, for people ("5 min ago").
+fn ago(ms: i64) -> String {
+    let secs = ((crate::ids::now_ms() - ms).max(0) / 1000) as u64;
+    match secs {
+        0..=59 => format!("{secs} s ago"),
+        60..=3599 => format!("{} min ago", secs / 60),
+        3600..=86_399 => format!("{} h ago", secs / 3600),
+        _ => format!("{} days ago", secs / 86_400),
+    }
+}
+
+/// The status section.
+pub fn status(r: &StatusReport, n: &Notice) -> String {
+    let (state, class) = match r.state {
+        HealthState::Online => ("online".to_owned(), "good"),
+        HealthState::Restarting => ("restarting".to_owned(), "warn"),
+        HealthState::Degraded => ("degraded".to_owned(), "bad"),
+    };
+    let causes: String = r
+        .causes
+        .iter()
+        .map(|c| format!("<li>{}</li>", escape(c)))
+        .collect();
+    let causes = if causes.is_empty() {
+        String::new()
+    } else {
+        format!("<ul id=\"causes\">{causes}</ul>")
+    };
+    let agent = match &r.agent_error {
+        Some(e) => format!(
+            "{}: <strong>not usable</strong>: {}",
+            escape(&r.agent),
+            escape(e)
+        ),
+        None => format!("{}: reachable", escape(&r.agent)),
+    };
+    let push = match &r.push_error {
+        Some(e) => format!(
+            "{}: <strong>failing</strong>: {}",
+            escape(&r.push),
+            escape(e)
+        ),
+        None if r.push == "none" => "off".to_owned(),
+        None => format!("{}: working", escape(&r.push)),
+    };
+    let up = r.uptime_secs;
+    format!(
+        "{}<p class=\"{class}\" id=\"health\">Gateway: <strong>{state}</strong></p>{causes}\
+         <dl><dt>Version</dt><dd>{}</dd>\
+         <dt>Up</dt><dd>{}d {}h {:02}m</dd>\
+         <dt>Agent</dt><dd id=\"agent\">{agent}</dd>\
+         <dt>Push</dt><dd id=\"push\">{push}</dd>\
+         <dt>Storage</dt><dd>store {}, media {} of {} quota, {} free on the data disk</dd>\
+         <dt>Devices</dt><dd id=\"devices\">{} paired, {} connected now</dd></dl>",
+        notice(n),
+        escape(&r.version),
+        up / 86_400,
+        (up % 86_400) / 3600,
+        (up % 3600) / 60,
+        r.store_bytes
+            .map_or_else(|| "unreadable".to_owned(), human_bytes),
+        human_bytes(r.media_bytes),
+        human_bytes(r.media_quota_bytes),
+        r.disk_free_bytes
+            .map_or_else(|| "unknown".to_owned(), human_bytes),
+        r.devices_paired,
+        r.devices_connected,
+    )
+}
+
+/// The devices section.
+pub fn devices(
+    list: &[Device],
+    connected: &std::collections::HashSet<String>,
+    csrf: &str,
+    n: &Notice,
+) -> String {
+    let field = csrf_field(csrf);
+    let rows: String = list
+        .iter()
+        .map(|d| {
+            let id = escape(&d.device_id);
+            let seen = d.last_seen_ms.map_or_else(|| "never".to_owned(), ago);
+            let now = if connected.contains(&d.device_id) {
+                "yes"
+            } else {
+                "no"
+            };
+            format!(
+                "<tr data-device=\"{id}\"><td><form class=\"inline\" method=\"post\" \
+                 action=\"/admin/devices/rename\">{field}\
+                 <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
+                 <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
+                 aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
+                 <br><small><code>{id}</code></small></td>\
+                 <td>{paired}</td><td>{seen}</td><td class=\"connected\">{now}</td>\
+                 <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
+                 data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
+                 <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
+                 <button class=\"revoke\">Revoke</button></form></td></tr>",
+                name = escape(&d.name),
+                paired = ago(d.created_ms),
+            )
+        })
+        .collect();
+    let table = if list.is_empty() {
+        "<p id=\"no-devices\">No device is paired yet.</p>".to_owned()
+    } else {
+        format!(
+            "<table id=\"device-table\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
+             <th>Connected</th><th></th></tr>{rows}</table>"
+        )
+    };
+    format!(
+        "{}{table}<h2>Pair a new phone</h2>\
+         <form method=\"post\" action=\"/admin/devices/pair\">{field}\
+         <label for=\"name\">Name (to recognise it here)</label>\
+         <input type=\"text\" id=\"name\" name=\"name\" maxlength=\"100\">\
+         <p><button id=\"pair\">Pair a phone</button></p></form>",
+        notice(n)
+    )
+}
+
+/// What the agent form shows: never the key itself.
+pub struct AgentView<'a> {
+    pub backend: &'a str,
+    pub url: &'a str,
+    pub model: &'a str,
+    pub key_set: bool,
+    /// Keys a flag pins (the saved value cannot take effect while the flag is given).
+    pub pinned: Vec<&'static str>,
+    pub describe: String,
+}
+
+/// `<option>`s with the current value selected.
+fn options(current: &str, choices: &[(&str, &str)]) -> String {
+    choices
+        .iter()
+        .map(|(v, label)| {
+            let sel = if *v == current { " selected" } else { "" };
+            format!("<option value=\"{v}\"{sel}>{label}</option>")
+        })
+        .collect()
+}
+
+/// The agent section.
+pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
+    let pinned = if v.pinned.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p class=\"warn\">Set by a command-line flag, which wins over this page: {}</p>",
+            escape(&v.pinned.join(", "))
+        )
+    };
+    let key_note = if v.key_set {
+        "A key is saved (it is never shown). Type a new one to replace it."
+    } else {
+        "No key is saved."
+    };
+    format!(
+        "{}{pinned}<p>Now: <span id=\"agent-now\">{}</span></p>\
+         <form method=\"post\" action=\"/admin/agent\" id=\"agent-form\">{}\
+         <label for=\"backend\">Backend</label><select id=\"backend\" name=\"backend\">{}</select>\
+         <label for=\"url\">URL (empty: the backend's usual local address)</label>\
+         <input type=\"url\" id=\"url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
+         <label for=\"key\">Key</label>\
+         <input type=\"password\" id=\"key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
+         <small>{key_note}</small>\
+         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
+         <label for=\"model\">Model (empty: the agent's default)</label>\
+         <input type=\"text\" id=\"model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
+         <p><button id=\"agent-save\" formaction=\"/admin/agent\">Save (applies to new messages)</button> \
+         <button id=\"agent-test\" formaction=\"/admin/agent/test\">Test connection</button></p>\
+         </form>",
+        notice(n),
+        escape(&v.describe),
+        csrf_field(csrf),
+        options(
+            v.backend,
+            &[
+                ("demo", "Demo (built in, no AI)"),
+                ("hermes", "Hermes Agent"),
+                ("openai", "OpenAI-compatible server"),
+            ]
+        ),
+        escape(v.url),
+        escape(v.model),
+    )
+}
+
+/// What the push form shows.
+pub struct PushView<'a> {
+    pub running: &'a str,
+    pub backend: &'a str,
+    pub ntfy_server: &'a str,
+    pub token_set: bool,
+    pub content: &'a str,
+    /// Keys a flag pins (the saved value cannot take effect while the flag is given).
+    pub pinned: Vec<&'static str>,
+}
+
+/// The push section.
+pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String {
+    let field = csrf_field(csrf);
+    let devices: String = targets
+        .iter()
+        .map(|d| {
+            format!(
+                "<option value=\"{}\">{} ({})</option>",
+                escape(&d.device_id),
+                escape(if d.name.is_empty() {
+                    "unnamed"
+                } else {
+                    &d.name
+                }),
+                escape(&d.device_id)
+            )
+        })
+        .collect();
+    let test = if targets.is_empty() {
+        "<p>No device has registered for pushes yet (the app does when it connects with push \
+         on).</p>"
+            .to_owned()
+    } else {
+        format!(
+            "<form method=\"post\" action=\"/admin/push/test\">{field}\
+             <label for=\"device\">Send a test push to</label>\
+             <select id=\"device\" name=\"device_id\">{devices}</select> \
+             <button id=\"push-test\">Send</button></form>"
+        )
+    };
+    let token_note = if v.token_set {
+        "A token is saved (never shown). Type a new one to replace it."
+    } else {
+        "No token is saved."
+    };
+    let pinned = if v.pinned.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p class=\"warn\">Set by a command-line flag, which wins over this page: {}</p>",
+            escape(&v.pinned.join(", "))
+        )
+    };
+    format!(
+        "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>{test}\
+         <h2>Settings</h2>\
+         <form method=\"post\" action=\"/admin/push\">{field}\
+         <label for=\"push-backend\">Backend</label>\
+         <select id=\"push-backend\" name=\"backend\">{}</select>\
+         <label for=\"ntfy-server\">ntfy server</label>\
+         <input type=\"url\" id=\"ntfy-server\" name=\"ntfy_server\" value=\"{}\" maxlength=\"2048\">\
+         <label for=\"ntfy-token\">ntfy token</label>\
+         <input type=\"password\" id=\"ntfy-token\" name=\"ntfy_token\" autocomplete=\"off\" \
+         maxlength=\"4096\"> <small>{token_note}</small>\
+         <label for=\"content\">What a push shows</label>\
+         <select id=\"content\" name=\"content\">{}</select>\
+         <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\
+         <form method=\"post\" action=\"/admin/restart\">{field}\
+         <p><button id=\"restart\">Restart now</button> (phones reconnect by themselves)</p></form>",
+        notice(n),
+        escape(v.running),
+        options(
+            v.backend,
+            &[("none", "Off"), ("ntfy", "ntfy"), ("fcm", "Firebase (FCM)")]
+        ),
+        escape(v.ntfy_server),
+        options(
+            v.content,
+            &[
+                ("full", "The message (up to 140 characters)"),
+                ("preview", "A 60-character preview"),
+                ("title", "The channel name only"),
+                ("none", "Nothing but \"New activity\""),
+            ]
+        ),
+    )
+}
+
+/// The backup section. The restore form is sent by the page's script (the file as the body,
+/// the CSRF token in a header): an HTML form could only send it as multipart.
+pub fn backup(csrf: &str, n: &Notice) -> String {
+    format!(
+        "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\" download>\
+         Download a backup</a> (made now: messages, channels, devices and media, in the format \
+         of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
+         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's. \
+         The file is checked in full first; the current store is kept aside in the data dir, \
+         and the gateway restarts into the backup.</p>\
+         <form id=\"restore-form\" data-csrf=\"{}\">\
+         <label for=\"restore-file\">Backup file</label>\
+         <input type=\"file\" id=\"restore-file\" required>\
+         <p><button id=\"restore\">Restore this backup</button></p></form>\
+         <p id=\"restore-result\" role=\"status\"></p>",
+        notice(n),
+        escape(csrf)
+    )
+}
+
+/// The log section: newest first.
+pub fn log(lines: &[String]) -> String {
+    let text: String = lines
+        .iter()
+        .rev()
+        .map(|l| {
+            let mut s = escape(l);
+            s.push('\n');
+            s
+        })
+        .collect();
+    format!(
+        "<p>The last {} lines the gateway logged, newest first (the journal keeps the rest, \
+         on the box).</p><pre id=\"log\">{text}</pre>",
+        lines.len()
+    )
+}
+
+/// The owner section: change the passphrase.
+pub fn owner(csrf: &str, n: &Notice) -> String {
+    format!(
+        "{}<h2>Change the passphrase</h2><p>Every browser signed in is signed out.</p>\
+         <form method=\"post\" action=\"/admin/passphrase\">{}\
+         <label for=\"current\">Current passphrase</label>\
+         <input type=\"password\" id=\"current\" name=\"current\" autocomplete=\"current-password\" \
+         maxlength=\"1024\" required>{}\
+         <label for=\"confirm\">The new one again</label>\
+         <input type=\"password\" id=\"confirm\" name=\"confirm\" autocomplete=\"new-password\" \
+         maxlength=\"1024\" required>\
+         <p><button id=\"change\">Change it</button></p></form>",
+        notice(n),
+        csrf_field(csrf),
+        strength_input("passphrase", "New passphrase (at least 12 characters)"),
+    )
+}
+
+/// A page with a message only.
+pub fn message(text: &str, n: &Notice) -> String {
+    format!("{}<p>{}</p>", notice(n), escape(text))
+}

@@ -1,0 +1,214 @@
+//! The backup transfers: a backup streamed to the browser as it is made, and a restore
+//! uploaded, bounded, checked in full and left for the restart (`backup.rs`).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tracing::{info, warn};
+
+use super::*;
+
+/// The longest a backup download or a restore upload may take beyond the request deadline.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
+/// A restore upload may be this much larger than `limits.media_quota_bytes` (the store part).
+pub const RESTORE_STORE_ALLOWANCE: u64 = 1 << 30;
+/// How often (in bytes written) an upload checks the disk still has room.
+pub(super) const DISK_CHECK_EVERY: u64 = 8 << 20;
+/// The backup transfers' paths: they may take longer than a page (`is_transfer`).
+pub(super) const DOWNLOAD: &str = "/admin/backup/download";
+pub(super) const RESTORE: &str = "/admin/backup/restore";
+
+/// Requests that may outlast the request deadline: the backup download and restore upload.
+pub fn is_transfer(req: &Request<Incoming>) -> bool {
+    matches!(req.uri().path(), DOWNLOAD | RESTORE)
+}
+/// The backup download and restore upload: a signed-in session first, before any byte is made
+/// or read; the upload's CSRF token comes in a header (its body is the file).
+pub(super) async fn serve(
+    admin: &Admin,
+    hub: &Rc<Hub>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    secure: bool,
+) -> Response<Body> {
+    // The backup transfers: a signed-in session first, before any byte is made or read.
+    let owner = match owner::load(&admin.data_dir) {
+        Ok(Some(o)) => o,
+        _ => return whole(refused(admin, Refusal::NoSession, secure)),
+    };
+    let valid = session::cookie(req.headers(), session::COOKIE).and_then(|id| {
+        admin
+            .sessions
+            .borrow_mut()
+            .check(id, owner.stamp(), Instant::now())
+    });
+    let Some(valid) = valid else {
+        return whole(refused(admin, Refusal::NoSession, secure));
+    };
+    match (req.method().clone(), req.uri().path()) {
+        (Method::GET, DOWNLOAD) => download(admin, hub, secure),
+        (Method::POST, RESTORE) => {
+            let token = req
+                .headers()
+                .get("x-csrf-token")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !session::same(token, &valid.csrf) {
+                info!(%peer, "admin page: restore without its CSRF token; nothing done");
+                return whole(refused(admin, Refusal::BadCsrf, secure));
+            }
+            whole(restore(admin, hub, req, peer, secure).await)
+        }
+        _ => whole(refused(admin, Refusal::NotFound, secure)),
+    }
+}
+
+/// `GET /admin/backup/download`: a backup made now, streamed.
+pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<Body> {
+    let rx = match crate::backup::stream(hub) {
+        Ok(rx) => rx,
+        Err(e) => {
+            warn!("admin page: backup refused: {e}");
+            return whole(refused(
+                admin,
+                Refusal::Unavailable(format!("cannot make a backup: {e}")),
+                secure,
+            ));
+        }
+    };
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (chunk.map(hyper::body::Frame::data), rx))
+    });
+    let mut reply = Response::new(http_body_util::StreamBody::new(chunks).boxed_unsync());
+    let h = reply.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let name = format!(
+        "attachment; filename=\"iris-backup-{}.iris\"",
+        chrono::Local::now().format("%Y%m%d-%H%M%S")
+    );
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    reply
+}
+
+/// `POST /admin/backup/restore`: the body is a backup file. Streamed to the data dir (bounded,
+/// with the disk checked as it grows), checked in full, then left for the restart to restore.
+pub(super) async fn restore(
+    admin: &Admin,
+    hub: &Rc<Hub>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    secure: bool,
+) -> Reply {
+    let limit = hub.limits().media_quota_bytes + RESTORE_STORE_ALLOWANCE;
+    if hyper::body::Body::size_hint(req.body()).lower() > limit {
+        return refused(admin, Refusal::TooLarge, secure);
+    }
+    let partial = admin
+        .data_dir
+        .join(format!("{}.partial", crate::backup::PENDING_RESTORE));
+    let result = receive(hub, req.into_body(), &partial, limit).await;
+    let fail = |r: Refusal| {
+        let _ = std::fs::remove_file(&partial);
+        refused(admin, r, secure)
+    };
+    if let Err(r) = result {
+        return fail(r);
+    }
+    let checked = {
+        let path = partial.clone();
+        tokio::task::spawn_blocking(move || crate::backup::check_upload(&path)).await
+    };
+    let summary = match checked {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            info!(%peer, "admin page: uploaded backup refused: {e}");
+            return fail(Refusal::BadInput(format!(
+                "not a whole, undamaged backup ({e}); nothing was changed"
+            )));
+        }
+        Err(e) => return fail(Refusal::Unavailable(e.to_string())),
+    };
+    let pending = admin.data_dir.join(crate::backup::PENDING_RESTORE);
+    if let Err(e) = std::fs::rename(&partial, &pending) {
+        return fail(Refusal::Unavailable(e.to_string()));
+    }
+    info!(%peer, "admin page: backup uploaded and checked ({summary}); restarting into it");
+    schedule_restart(admin);
+    page(
+        admin,
+        StatusCode::OK,
+        "Restoring",
+        "/admin/backup",
+        None,
+        secure,
+        &pages::message(
+            &format!(
+                "The backup is whole ({summary}). The gateway now restarts into it; the \
+                 current store is kept aside in the data dir. Sign in again in a moment."
+            ),
+            &Notice::Good("Restore accepted."),
+        ),
+    )
+}
+
+/// Asks `run` to restart once this answer has had time to reach the browser.
+pub(super) fn schedule_restart(admin: &Admin) {
+    let restart = admin.restart.clone();
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        restart.notify_one();
+    });
+}
+
+/// Writes a request body to `path`, refusing it past `limit` bytes or when the disk fills.
+pub(super) async fn receive(
+    hub: &Hub,
+    mut body: Incoming,
+    path: &std::path::Path,
+    limit: u64,
+) -> Result<u64, Refusal> {
+    use std::io::Write;
+    let unavailable = |e: std::io::Error| Refusal::Unavailable(e.to_string());
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(unavailable)?);
+    let (mut written, mut checked) = (0u64, 0u64);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Refusal::BadInput(format!("the upload broke off: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        written += data.len() as u64;
+        if written > limit {
+            return Err(Refusal::TooLarge);
+        }
+        if written - checked >= DISK_CHECK_EVERY {
+            hub.store()
+                .disk_ok(DISK_CHECK_EVERY)
+                .map_err(|e| Refusal::Unavailable(format!("no room for the upload: {e}")))?;
+            checked = written;
+        }
+        file.write_all(&data).map_err(unavailable)?;
+    }
+    file.into_inner()
+        .map_err(|e| unavailable(e.into_error()))?
+        .sync_all()
+        .map_err(unavailable)?;
+    Ok(written)
+}

@@ -1,0 +1,108 @@
+//! An agent that can be replaced while the gateway runs: what the admin page's Agent form saves
+//! applies to the next turn, with no restart.
+//!
+//! The hub holds an `Rc<dyn Agent>` and never learns about switching: it holds a [`Switchable`],
+//! which hands every call to the backend current at the time of the call. A call that already
+//! started (a running turn, a probe) keeps the backend it started with until it ends, because
+//! each forwarded future owns its own `Rc` of that backend.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use tokio::sync::mpsc;
+
+use super::{
+    Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, RunState, TurnInput, TurnSummary,
+};
+
+/// The current backend, replaceable with [`Switchable::replace`].
+pub struct Switchable {
+    current: RefCell<Rc<dyn Agent>>,
+}
+
+impl Switchable {
+    pub fn new(agent: Rc<dyn Agent>) -> Switchable {
+        Switchable {
+            current: RefCell::new(agent),
+        }
+    }
+
+    /// The backend new calls go to (the borrow ends at once, never held across an await).
+    pub fn current(&self) -> Rc<dyn Agent> {
+        self.current.borrow().clone()
+    }
+
+    /// Makes `agent` answer every call from now on; calls under way finish with the old one.
+    pub fn replace(&self, agent: Rc<dyn Agent>) {
+        *self.current.borrow_mut() = agent;
+    }
+}
+
+impl Agent for Switchable {
+    fn name(&self) -> &'static str {
+        self.current().name()
+    }
+
+    fn describe(&self) -> String {
+        self.current().describe()
+    }
+
+    fn wants_history(&self) -> bool {
+        self.current().wants_history()
+    }
+
+    fn probe(&self) -> LocalBoxFuture<'_, Result<(), AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.probe().await })
+    }
+
+    fn choices_note(&self) -> Option<&'static str> {
+        self.current().choices_note()
+    }
+
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.models().await })
+    }
+
+    fn recover<'a>(&'a self, session: &'a str, user_text: &'a str) -> LocalBoxFuture<'a, Recovery> {
+        let agent = self.current();
+        Box::pin(async move { agent.recover(session, user_text).await })
+    }
+
+    fn run_turn(
+        &self,
+        turn: TurnInput,
+        events: mpsc::Sender<AgentEvent>,
+    ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.run_turn(turn, events).await })
+    }
+
+    fn answer_approval<'a>(
+        &'a self,
+        run_id: &'a str,
+        choice: &'a str,
+    ) -> LocalBoxFuture<'a, Result<bool, AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.answer_approval(run_id, choice).await })
+    }
+
+    fn stop_run<'a>(&'a self, run_id: &'a str) -> LocalBoxFuture<'a, ()> {
+        let agent = self.current();
+        Box::pin(async move { agent.stop_run(run_id).await })
+    }
+
+    fn run_state<'a>(&'a self, run_id: &'a str) -> LocalBoxFuture<'a, RunState> {
+        let agent = self.current();
+        Box::pin(async move { agent.run_state(run_id).await })
+    }
+
+    fn approvals_note(&self) -> Option<&'static str> {
+        self.current().approvals_note()
+    }
+
+    fn forget(&self, message_ids: &[String]) {
+        self.current().forget(message_ids)
+    }
+}

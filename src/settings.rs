@@ -1,0 +1,315 @@
+//! Settings saved from the admin page: `DATA_DIR/settings.toml`, plain data beside the config.
+//!
+//! The service cannot write `/etc/iris-gateway/config.toml` (and should not: it is a conffile
+//! the package manager owns), so what the owner changes in the browser lives in the data dir.
+//! The order, highest first: command-line flags, these saved settings, the config file, the
+//! built-in defaults (README, "Where settings come from"). `iris-gateway config --effective`
+//! shows each value with where it came from ([`explain`]).
+//!
+//! The file holds the agent key and the ntfy token as typed, so it is written mode 0600
+//! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
+//! fsync, rename), and nothing in it is ever shown back on a page or logged ([`Hidden`]).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, ConfigError, Secret};
+
+/// The file's name inside the data dir.
+pub const FILE_NAME: &str = "settings.toml";
+/// Largest settings file read: a few short strings; anything bigger is not ours.
+pub const MAX_FILE_BYTES: u64 = 64 << 10;
+
+/// A secret in the saved settings: serialised as is (the file is 0600), never in `Debug`.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Hidden(pub String);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+/// Everything the page can save; `None` leaves the config file's (or default) value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub agent: AgentSettings,
+    pub push: PushSettings,
+}
+
+/// `[agent]` as the page sets it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSettings {
+    pub backend: Option<String>,
+    pub url: Option<String>,
+    pub key: Option<Hidden>,
+    pub model: Option<String>,
+}
+
+/// `[push]` as the page sets it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushSettings {
+    pub backend: Option<String>,
+    pub ntfy_server: Option<String>,
+    pub ntfy_token: Option<Hidden>,
+    pub content: Option<String>,
+}
+
+/// Where the file is for a data dir.
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join(FILE_NAME)
+}
+
+impl Settings {
+    /// Reads the saved settings; none saved yet is the empty set.
+    pub fn load(data_dir: &Path) -> Result<Settings, ConfigError> {
+        let path = path(data_dir);
+        let bad = |why: String| ConfigError::Settings {
+            path: path.clone(),
+            why,
+        };
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let mut text = String::new();
+        use std::io::Read;
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| bad(e.to_string()))?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(bad(format!("larger than {MAX_FILE_BYTES} bytes")));
+        }
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+
+    /// Writes the settings atomically, mode 0600.
+    pub fn save(&self, data_dir: &Path) -> std::io::Result<()> {
+        let text = toml::to_string(self).map_err(std::io::Error::other)?;
+        let path = path(data_dir);
+        let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(b"# Saved by the iris-gateway admin page; flags override it, it overrides the config file.\n")?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(data_dir)?.sync_all()
+    }
+
+    /// Lays the saved values over `config` (flags are applied after this, so they win).
+    pub fn apply(&self, config: &mut Config) {
+        let (a, p) = (&self.agent, &self.push);
+        if let Some(v) = &a.backend {
+            config.agent.backend = v.clone();
+        }
+        if let Some(v) = &a.url {
+            config.agent.url = v.clone();
+        }
+        if let Some(v) = &a.key {
+            config.agent.key = Secret(v.0.clone());
+            config.agent.key_file = None;
+        }
+        if let Some(v) = &a.model {
+            config.agent.model = v.clone();
+        }
+        if let Some(v) = &p.backend {
+            config.push.backend = v.clone();
+        }
+        if let Some(v) = &p.ntfy_server {
+            config.push.ntfy_server = v.clone();
+        }
+        if let Some(v) = &p.ntfy_token {
+            config.push.ntfy_token = Some(v.0.clone());
+            config.push.ntfy_token_file = None;
+        }
+        if let Some(v) = &p.content {
+            config.push.content = v.clone();
+        }
+    }
+}
+
+/// Where one effective value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File,
+    Saved,
+    Flag,
+}
+
+impl Source {
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::File => "config file",
+            Source::Saved => "saved from the admin page",
+            Source::Flag => "command-line flag",
+        }
+    }
+}
+
+/// One line of `config --effective`: a key, its value as shown (secrets as `(set)`), its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub key: &'static str,
+    pub value: String,
+    pub source: Source,
+}
+
+/// The settings a person most often asks "why is it this?" about, with their sources. `file`
+/// is the config file's own table (to tell a file value from a default), `saved` the data dir's
+/// settings, `pinned` what the flags set.
+pub fn explain(
+    config: &Config,
+    pinned: &crate::config::Pinned,
+    file: Option<&toml::Table>,
+    saved: &Settings,
+) -> Vec<Explained> {
+    let in_file = |key: &str| {
+        let mut table = match file {
+            Some(t) => t,
+            None => return false,
+        };
+        let mut parts = key.split('.').peekable();
+        while let Some(part) = parts.next() {
+            match table.get(part) {
+                Some(toml::Value::Table(t)) if parts.peek().is_some() => table = t,
+                Some(_) if parts.peek().is_none() => return true,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let (a, p) = (&saved.agent, &saved.push);
+    let secret = |set: bool| if set { "(set)" } else { "(none)" }.to_owned();
+    let rows: Vec<(&'static str, String, bool)> = vec![
+        ("listen", config.listen.to_string(), false),
+        (
+            "data_dir",
+            config
+                .data_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| crate::config::default_data_dir().display().to_string()),
+            false,
+        ),
+        ("log_level", config.log_level.clone(), false),
+        (
+            "agent.backend",
+            config.agent.backend.clone(),
+            a.backend.is_some(),
+        ),
+        ("agent.url", config.agent.base_url(), a.url.is_some()),
+        (
+            "agent.key",
+            secret(!config.agent.key.is_empty() || config.agent.key_file.is_some()),
+            a.key.is_some(),
+        ),
+        ("agent.model", config.agent.model.clone(), a.model.is_some()),
+        (
+            "push.backend",
+            config.push.backend.clone(),
+            p.backend.is_some(),
+        ),
+        (
+            "push.ntfy_server",
+            config.push.ntfy_server.clone(),
+            p.ntfy_server.is_some(),
+        ),
+        (
+            "push.ntfy_token",
+            secret(config.push.ntfy_token.is_some() || config.push.ntfy_token_file.is_some()),
+            p.ntfy_token.is_some(),
+        ),
+        (
+            "push.content",
+            config.push.content.clone(),
+            p.content.is_some(),
+        ),
+        ("tls.enabled", config.tls.enabled.to_string(), false),
+        ("tls.allow_plain", config.tls.allow_plain.to_string(), false),
+    ];
+    rows.into_iter()
+        .map(|(key, value, saved_here)| {
+            let source = if pinned.contains(key) {
+                Source::Flag
+            } else if saved_here {
+                Source::Saved
+            } else if in_file(key)
+                || (key == "agent.key" && in_file("agent.key_file"))
+                || (key == "push.ntfy_token" && in_file("push.ntfy_token_file"))
+            {
+                Source::File
+            } else {
+                Source::Default
+            };
+            Explained { key, value, source }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_settings_round_trip_privately_and_sit_between_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Settings::load(dir.path()).unwrap(), Settings::default());
+        let saved = Settings {
+            agent: AgentSettings {
+                backend: Some("openai".into()),
+                url: Some("http://127.0.0.1:1/v1".into()),
+                key: Some(Hidden("sk-secret".into())),
+                model: None,
+            },
+            push: PushSettings::default(),
+        };
+        saved.save(dir.path()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!format!("{saved:?}").contains("sk-secret"));
+        let loaded = Settings::load(dir.path()).unwrap();
+        assert_eq!(loaded, saved);
+
+        let file: toml::Table = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
+        let mut config: Config = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
+        loaded.apply(&mut config);
+        let pinned = crate::config::Pinned(vec!["agent.url"]);
+        let rows = explain(&config, &pinned, Some(&file), &loaded);
+        let source = |k: &str| rows.iter().find(|r| r.key == k).unwrap().source;
+        assert_eq!(source("agent.backend"), Source::Saved);
+        assert_eq!(source("agent.url"), Source::Flag);
+        assert_eq!(source("agent.model"), Source::File);
+        assert_eq!(source("push.backend"), Source::Default);
+        let key = rows.iter().find(|r| r.key == "agent.key").unwrap();
+        assert_eq!(key.value, "(set)");
+    }
+
+    #[test]
+    fn a_broken_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(path(dir.path()), "[agent]\nbogus = 1\n").unwrap();
+        let e = Settings::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("settings.toml") && e.contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,1334 @@
+//! The admin web app, end to end with the real binary on 127.0.0.1: set-up (claiming the box),
+//! sign-in, sessions and CSRF over plain HTTP, and every section driven in a real headless
+//! Chromium over the DevTools protocol (tests/common/cdp.rs): claim, pair a phone from the
+//! QR code in a screenshot, rename and revoke (its socket closes), switch the agent to the
+//! OpenAI-compatible mock with no restart, a test push to a fake ntfy server, read the log.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::cdp::{assert_page_shows, decode_qr, Browser};
+use common::peers::MockLlm;
+use common::{
+    cli, devices_json, frame_type, gateway_command, pair, temp_data_dir, Client, Gateway,
+};
+use serde_json::{json, Value};
+
+const PASSPHRASE: &str = "violet tractor harbour 42";
+
+// ---------------------------------------------------------------------------------------------
+// Plain HTTP
+// ---------------------------------------------------------------------------------------------
+
+/// One answer, read to the close.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `name=value` of each `Set-Cookie`.
+    fn cookies(&self) -> HashMap<String, String> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == "set-cookie")
+            .filter_map(|(_, v)| {
+                let first = v.split(';').next()?;
+                let (k, v) = first.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect()
+    }
+
+    /// The value of a hidden form field (`name="csrf" value="…"`).
+    fn field(&self, name: &str) -> String {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self
+            .body
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no field {name} in:\n{}", self.body))
+            + marker.len();
+        self.body[start..]
+            .split('"')
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// A browser without a browser: a cookie jar, a source address, raw HTTP/1.1.
+struct Web {
+    addr: SocketAddr,
+    from: String,
+    jar: HashMap<String, String>,
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", common_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn common_encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Web {
+    fn new(gw: &Gateway, from: &str) -> Web {
+        Web {
+            addr: gw.addr,
+            from: from.to_owned(),
+            jar: HashMap::new(),
+        }
+    }
+
+    async fn request(&mut self, method: &str, path: &str, body: Option<&str>) -> Reply {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(format!("{}:0", self.from).parse::<SocketAddr>().unwrap())
+            .expect("bind the client address");
+        let mut tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(self.addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let cookies: Vec<String> = self
+            .jar
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let cookie = if cookies.is_empty() {
+            String::new()
+        } else {
+            format!("Cookie: {}\r\n", cookies.join("; "))
+        };
+        let body = body.unwrap_or("");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/html\r\n{cookie}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        tcp.write_all(request.as_bytes()).await.expect("send");
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut raw))
+            .await
+            .expect("answer in time")
+            .expect("read");
+        let text = String::from_utf8(raw).expect("utf-8 answer");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .expect("status line");
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let reply = Reply {
+            status,
+            headers,
+            body: body.to_owned(),
+        };
+        for (k, v) in reply.cookies() {
+            self.jar.insert(k, v);
+        }
+        reply
+    }
+
+    async fn get(&mut self, path: &str) -> Reply {
+        self.request("GET", path, None).await
+    }
+
+    async fn post(&mut self, path: &str, pairs: &[(&str, &str)]) -> Reply {
+        self.request("POST", path, Some(&form(pairs))).await
+    }
+
+    /// Set-up from the page: the passphrase twice, with the set-up form's own token.
+    async fn claim(&mut self, passphrase: &str) -> Reply {
+        let page = self.get("/admin/").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        let pre = page.field("pre");
+        self.post(
+            "/admin/setup",
+            &[
+                ("pre", &pre),
+                ("passphrase", passphrase),
+                ("confirm", passphrase),
+            ],
+        )
+        .await
+    }
+
+    async fn sign_in(&mut self, passphrase: &str) -> Reply {
+        let page = self.get("/admin/").await;
+        let pre = page.field("pre");
+        self.post(
+            "/admin/signin",
+            &[("pre", &pre), ("passphrase", passphrase)],
+        )
+        .await
+    }
+
+    /// The CSRF token of the signed-in session (from any of its pages).
+    async fn csrf(&mut self) -> String {
+        let page = self.get("/admin/").await;
+        assert_eq!(page.status, 200, "not signed in: {page:?}");
+        page.field("csrf")
+    }
+}
+
+/// `owner set` from a pipe, as at the box.
+fn owner_set(data_dir: &Path, passphrase: &str) {
+    let mut child = gateway_command()
+        .args(["owner", "set", "--data-dir"])
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn owner set");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{passphrase}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("owner set");
+    assert!(
+        out.status.success(),
+        "owner set failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn admin_config(dir: &Path, limits: &str) -> String {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, format!("[limits]\n{limits}\n")).expect("write config");
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn no_session_is_refused_and_the_box_is_claimed_once() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+
+    // A browser's GET / lands on the app; the app's own WebSocket answer is unchanged.
+    let root = web.get("/").await;
+    assert_eq!(root.status, 303, "{root:?}");
+    assert_eq!(root.header("location"), Some("/admin/"));
+
+    // Unclaimed: set-up only.
+    let setup = web.get("/admin/").await;
+    assert!(setup.body.contains("Claim this gateway"), "{}", setup.body);
+    assert!(setup.body.contains("plain HTTP"), "{}", setup.body);
+    assert_guarded(&setup);
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+    assert_eq!(web.post("/admin/devices/pair", &[]).await.status, 401);
+    assert_eq!(web.get("/admin/backup/download").await.status, 401);
+    assert_eq!(web.post("/admin/backup/restore", &[]).await.status, 401);
+
+    // A set-up form without its token (another site's form) changes nothing.
+    let forged = web
+        .post(
+            "/admin/setup",
+            &[
+                ("pre", "forged"),
+                ("passphrase", PASSPHRASE),
+                ("confirm", PASSPHRASE),
+            ],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "{forged:?}");
+    let pre = web.get("/admin/").await.field("pre");
+    let short = web
+        .post(
+            "/admin/setup",
+            &[("pre", &pre), ("passphrase", "short"), ("confirm", "short")],
+        )
+        .await;
+    assert_eq!(short.status, 400);
+    assert!(
+        short.body.contains("at least 12 characters"),
+        "{}",
+        short.body
+    );
+    assert!(!dir.path().join("owner.json").exists());
+
+    // The claim: a session, and a phone paired at once (the token on the page works).
+    let claimed = web.claim(PASSPHRASE).await;
+    assert_eq!(claimed.status, 200, "{claimed:?}");
+    let cookie = claimed
+        .headers
+        .iter()
+        .find(|(k, v)| k == "set-cookie" && v.starts_with("iris_admin="))
+        .map(|(_, v)| v.clone())
+        .expect("a session cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains("Secure"),
+        "plain HTTP cannot carry a Secure cookie: {cookie}"
+    );
+    let token = between(&claimed.body, "id=\"pair-token\">", "<");
+    let device = between(&claimed.body, "<dt>Device</dt><dd><code>", "<");
+    let (_c, _) = Client::hello(&gw.url, &token, &device).await;
+    assert!(
+        claimed.body.contains("href=\"iris://pair?url="),
+        "{}",
+        claimed.body
+    );
+
+    // Claimed once: a second set-up is refused, and strangers must sign in.
+    let again = Web::new(&gw, "127.0.0.2")
+        .claim("another passphrase 1")
+        .await;
+    assert_eq!(again.status, 409, "{again:?}");
+    let mut stranger = Web::new(&gw, "127.0.0.3");
+    let signin = stranger.get("/admin/").await;
+    assert!(signin.body.contains("Sign in"), "{}", signin.body);
+    assert_eq!(stranger.get("/admin/agent").await.status, 303);
+    assert_eq!(
+        stranger
+            .post("/admin/agent", &[("backend", "demo")])
+            .await
+            .status,
+        401
+    );
+    assert_eq!(web.get("/admin/agent").await.status, 200);
+}
+
+fn between(text: &str, start: &str, end: &str) -> String {
+    let from = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
+        + start.len();
+    text[from..].split(end).next().unwrap_or("").to_owned()
+}
+
+#[track_caller]
+fn assert_guarded(reply: &Reply) {
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
+    let csp = reply.header("content-security-policy").expect("a CSP");
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    ] {
+        assert!(csp.contains(part), "{csp}");
+    }
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    // No inline script or style, nothing from outside the box.
+    assert!(!reply.body.contains("<script>"), "{}", reply.body);
+    assert!(!reply.body.contains("style="), "{}", reply.body);
+    assert!(!reply.body.contains("src=\"http"), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_bad_csrf_token_is_refused_and_changes_nothing() {
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let p = pair(dir.path(), "kitchen");
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let before = devices_json(dir.path());
+
+    for (path, fields) in [
+        ("/admin/devices/pair", vec![("name", "evil")]),
+        (
+            "/admin/devices/rename",
+            vec![("device_id", p.device_id.as_str()), ("name", "evil")],
+        ),
+        (
+            "/admin/devices/revoke",
+            vec![("device_id", p.device_id.as_str())],
+        ),
+        (
+            "/admin/agent",
+            vec![("backend", "openai"), ("url", "http://evil.example/v1")],
+        ),
+        ("/admin/signout", vec![]),
+    ] {
+        for token in ["", "wrong", &csrf[..csrf.len() - 1]] {
+            let mut f = fields.clone();
+            f.push(("csrf", token));
+            let r = web.post(path, &f).await;
+            assert_eq!(r.status, 403, "{path} with csrf {token:?}: {r:?}");
+        }
+    }
+    assert_eq!(
+        devices_json(dir.path()),
+        before,
+        "a refused form changed the devices"
+    );
+    assert!(!dir.path().join("settings.toml").exists());
+    // Still signed in (the forged sign-out did nothing), and the real token works.
+    let ok = web
+        .post(
+            "/admin/devices/rename",
+            &[
+                ("csrf", &csrf),
+                ("device_id", &p.device_id),
+                ("name", "pantry"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let names: Vec<Value> = devices_json(dir.path())
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].clone())
+        .collect();
+    assert!(names.contains(&json!("pantry")), "{names:?}");
+    // An oversized form is refused before it is read.
+    let big = "x".repeat(20 << 10);
+    let r = web
+        .post("/admin/devices/pair", &[("csrf", &csrf), ("name", &big)])
+        .await;
+    assert_eq!(r.status, 413, "{r:?}");
+}
+
+#[tokio::test]
+async fn wrong_passphrases_are_rate_limited_also_from_rotating_addresses() {
+    let dir = temp_data_dir();
+    let config = admin_config(dir.path(), "admin_signin_failures_per_minute = 1");
+    let data = dir.path().join("data");
+    owner_set(&data, PASSPHRASE);
+    let gw = Gateway::start(&data, &["--config", &config]);
+
+    // One address: the second wrong try is refused unread, and so is then the right one
+    // (a success would not reset it either).
+    let mut one = Web::new(&gw, "127.0.0.2");
+    assert_eq!(one.sign_in("not the passphrase").await.status, 401);
+    let limited = one.sign_in("not the passphrase").await;
+    assert_eq!(limited.status, 429, "{limited:?}");
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(one.sign_in(PASSPHRASE).await.status, 429);
+
+    // Rotating addresses: the table (16) plus one shared count answer; the rest wait.
+    let from = |n: u32| format!("127.0.{}.{}", 10 + n / 200, 1 + n % 200);
+    let (mut wrong, mut refused) = (0, 0);
+    for n in 0..30 {
+        match Web::new(&gw, &from(n))
+            .sign_in("guess guess guess")
+            .await
+            .status
+        {
+            401 => {
+                assert_eq!(refused, 0, "a passphrase was checked after the limit bit");
+                wrong += 1;
+            }
+            429 => refused += 1,
+            other => panic!("HTTP {other}"),
+        }
+    }
+    assert!(
+        wrong <= 17,
+        "{wrong} guesses answered from rotating addresses"
+    );
+    assert!(
+        refused >= 13,
+        "only {refused} of 30 rotating addresses limited"
+    );
+    let stranger = Web::new(&gw, "127.0.99.1").sign_in(PASSPHRASE).await;
+    assert_eq!(stranger.status, 429, "{stranger:?}");
+    assert!(
+        stranger.body.contains("too many addresses"),
+        "{}",
+        stranger.body
+    );
+}
+
+#[tokio::test]
+async fn expired_and_signed_out_sessions_are_refused() {
+    let dir = temp_data_dir();
+    let config = admin_config(
+        dir.path(),
+        "admin_session_idle_secs = 2\nadmin_session_max_secs = 4",
+    );
+    let data = dir.path().join("data");
+    owner_set(&data, PASSPHRASE);
+    let gw = Gateway::start(&data, &["--config", &config]);
+
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        web.get("/admin/devices").await.status,
+        303,
+        "idle session kept"
+    );
+    let r = web.post("/admin/devices/pair", &[("csrf", &csrf)]).await;
+    assert_eq!(r.status, 401, "{r:?}");
+
+    // Kept busy, a session still ends at admin_session_max_secs.
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let _ = web.get("/admin/devices").await;
+    }
+    assert_eq!(
+        web.get("/admin/devices").await.status,
+        303,
+        "session outlived its maximum"
+    );
+
+    // Signing out ends every session, also the other browser's.
+    let mut other = Web::new(&gw, "127.0.0.2");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    assert_eq!(other.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    assert_eq!(
+        web.post("/admin/signout", &[("csrf", &csrf)]).await.status,
+        303
+    );
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+    assert_eq!(other.get("/admin/devices").await.status, 303);
+}
+
+#[tokio::test]
+async fn owner_reset_reopens_set_up_and_owner_set_ends_sessions() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.claim(PASSPHRASE).await.status, 200);
+    assert_eq!(web.get("/admin/devices").await.status, 200);
+
+    // At the box, while the gateway runs: a new passphrase signs everyone out.
+    owner_set(dir.path(), "a new passphrase at the box");
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 401);
+    assert_eq!(web.sign_in("a new passphrase at the box").await.status, 303);
+    assert_eq!(web.get("/admin/devices").await.status, 200);
+
+    // Reset: set-up again, and the old session is dead even after a new claim.
+    let out = cli(&["owner", "reset", "--data-dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let page = web.get("/admin/").await;
+    assert!(page.body.contains("Claim this gateway"), "{}", page.body);
+    let old = web.jar.get("iris_admin").cloned().unwrap();
+    let mut someone = Web::new(&gw, "127.0.0.2");
+    assert_eq!(someone.claim("someone else's passphrase").await.status, 200);
+    web.jar.insert("iris_admin".into(), old);
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+}
+
+#[tokio::test]
+async fn secrets_are_never_in_a_page_a_log_line_or_a_backup() {
+    let dir = temp_data_dir();
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.claim(PASSPHRASE).await.status, 200);
+    let csrf = web.csrf().await;
+    let key = "sk-live-0123456789abcdef-SECRET";
+    let ntfy = "tk_ntfy_token_SECRET_42";
+    let saved = web
+        .post(
+            "/admin/agent",
+            &[
+                ("csrf", &csrf),
+                ("backend", "openai"),
+                ("url", "http://127.0.0.1:9/v1"),
+                ("key", key),
+                ("model", "m"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{saved:?}");
+    let pushed = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "ntfy"),
+                ("ntfy_server", "http://127.0.0.1:9"),
+                ("ntfy_token", ntfy),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(pushed.status, 200, "{pushed:?}");
+    assert!(saved.body.contains("A key is saved"), "{}", saved.body);
+
+    let owner_file = std::fs::read_to_string(data.join("owner.json")).unwrap();
+    let hash: Value = serde_json::from_str(&owner_file).unwrap();
+    let hash = hash["hash"].as_str().unwrap().to_owned();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let secrets = [PASSPHRASE, key, ntfy, hash.as_str()];
+    for path in [
+        "/admin/",
+        "/admin/devices",
+        "/admin/agent",
+        "/admin/push",
+        "/admin/backup",
+        "/admin/log",
+        "/admin/owner",
+    ] {
+        let page = web.get(path).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert_guarded(&page);
+        for s in secrets {
+            assert!(!page.body.contains(s), "{path} shows a secret");
+        }
+    }
+    let backup = dir.path().join("backup.iris");
+    let out = cli(&[
+        "backup",
+        backup.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&backup).unwrap();
+    for s in secrets {
+        assert!(
+            !bytes.windows(s.len()).any(|w| w == s.as_bytes()),
+            "the backup holds a secret"
+        );
+    }
+    let mut gw = gw;
+    gw.stop_ok();
+    let logs = gw.output_tail();
+    for s in secrets {
+        assert!(!logs.contains(s), "the gateway logged a secret:\n{logs}");
+    }
+    assert!(logs.contains("agent settings saved"), "{logs}");
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["owner.json", "settings.toml"] {
+        let mode = std::fs::metadata(data.join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{f} is readable by others: {mode:o}");
+    }
+}
+
+#[tokio::test]
+async fn config_effective_says_where_each_value_comes_from() {
+    let dir = temp_data_dir();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("settings.toml"),
+        "[agent]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:9/v1\"\n",
+    )
+    .unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[agent]\nmodel = \"from-file\"\nurl = \"http://file/v1\"\n",
+    )
+    .unwrap();
+    let out = cli(&[
+        "config",
+        "--effective",
+        "--config",
+        config.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--agent-url",
+        "http://flag/v1",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+            .to_owned()
+    };
+    assert!(
+        line("agent.backend").contains("openai") && line("agent.backend").contains("admin page")
+    );
+    assert!(line("agent.url").contains("http://flag/v1") && line("agent.url").contains("flag"));
+    assert!(
+        line("agent.model").contains("from-file") && line("agent.model").contains("config file")
+    );
+    assert!(line("push.backend").contains("(default)"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// In a real browser
+// ---------------------------------------------------------------------------------------------
+
+fn parse_uri(uri: &str) -> HashMap<String, String> {
+    let query = uri
+        .strip_prefix("iris://pair?")
+        .unwrap_or_else(|| panic!("not a pairing URI: {uri}"));
+    query
+        .split('&')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            let mut out = Vec::new();
+            let b = v.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'%' {
+                    out.push(u8::from_str_radix(&v[i + 1..i + 3], 16).unwrap());
+                    i += 3;
+                } else {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+            (k.to_owned(), String::from_utf8(out).unwrap())
+        })
+        .collect()
+}
+
+/// On a page showing an invitation: the QR code from a screenshot, checked against the text
+/// and the link, and its token proven with a hello. Returns the connected client and device.
+async fn pair_from_page(b: &mut Browser, gw: &Gateway, page: &str) -> (Client, String) {
+    assert_page_shows(b, page, &["#qr svg", "#open-in-app", "#pair-token"]).await;
+    let uri = decode_qr(&b.screenshot().await);
+    let values = parse_uri(&uri);
+    let link = b
+        .eval("document.querySelector('#open-in-app').getAttribute('href')")
+        .await;
+    assert_eq!(link, json!(uri), "the link and the QR code differ");
+    let shown = b
+        .eval("document.querySelector('#pair-token').textContent")
+        .await;
+    assert_eq!(shown, json!(values["token"]));
+    assert!(values["url"].starts_with("wss://"), "{uri}");
+    assert_eq!(values["fp"].len(), 64, "{uri}");
+    let device = b
+        .eval("[...document.querySelectorAll('dt')].find(e => e.textContent == 'Device').nextElementSibling.textContent")
+        .await;
+    let device = device.as_str().unwrap().to_owned();
+    let (c, _) = Client::hello(&gw.url, &values["token"], &device).await;
+    (c, device)
+}
+
+async fn sign_in_in(b: &mut Browser, gw: &Gateway, passphrase: &str) {
+    b.goto(&format!("http://{}/", gw.addr)).await;
+    b.wait_for("document.querySelector('#signin')", "the sign-in page")
+        .await;
+    b.fill("#passphrase", passphrase).await;
+    b.click("#signin").await;
+    b.wait_for("document.querySelector('#health')", "the status page")
+        .await;
+}
+
+#[tokio::test]
+async fn in_a_browser_claim_pair_rename_and_revoke() {
+    let Some(mut b) = Browser::start("in_a_browser_claim_pair_rename_and_revoke").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+
+    // Set-up: the script runs under the CSP (the strength meter answers typing).
+    b.goto(&format!("http://{}/", gw.addr)).await;
+    b.wait_for("document.querySelector('#claim')", "the set-up page")
+        .await;
+    assert_page_shows(
+        &mut b,
+        "set-up",
+        &["h1", "#passphrase", "#claim", "#plain-warning"],
+    )
+    .await;
+    b.fill("#passphrase", "aaaaaaaaaaaa").await;
+    let weak = b
+        .eval("document.querySelector('#passphrase-meter-text').textContent")
+        .await;
+    b.fill("#passphrase", PASSPHRASE).await;
+    let strong = b
+        .eval("document.querySelector('#passphrase-meter-text').textContent")
+        .await;
+    assert_eq!(weak, json!("weak"), "the strength script did not run");
+    assert_ne!(strong, weak);
+    b.fill("#confirm", PASSPHRASE).await;
+    b.click("#claim").await;
+    b.wait_for(
+        "document.querySelector('#qr svg')",
+        "the pair-this-phone page",
+    )
+    .await;
+    let (_first, _) = pair_from_page(&mut b, &gw, "pair this phone").await;
+
+    // Sign out, a wrong passphrase, the right one.
+    b.click("#signout").await;
+    b.wait_for("document.querySelector('#signin')", "the sign-in page")
+        .await;
+    assert_page_shows(&mut b, "sign-in", &["#passphrase", "#signin"]).await;
+    b.fill("#passphrase", "not my passphrase").await;
+    b.click("#signin").await;
+    b.wait_for(
+        "document.body.innerText.includes('not right')",
+        "the refusal",
+    )
+    .await;
+    b.fill("#passphrase", PASSPHRASE).await;
+    b.click("#signin").await;
+    b.wait_for("document.querySelector('#health')", "the status page")
+        .await;
+    assert_page_shows(&mut b, "status", &["#health", "#agent", "#devices", "nav"]).await;
+    let text = b.text().await;
+    assert!(
+        text.contains("online") && text.contains("1 connected now"),
+        "{text}"
+    );
+
+    // The owner section: changing the passphrase (tested over HTTP) is one page away.
+    b.click("a[href='/admin/owner']").await;
+    b.wait_for("document.querySelector('#change')", "the owner page")
+        .await;
+    assert_page_shows(
+        &mut b,
+        "owner",
+        &["#current", "#passphrase", "#confirm", "#change"],
+    )
+    .await;
+
+    // Devices: pair another phone from the page.
+    b.click("a[href='/admin/devices']").await;
+    b.wait_for("document.querySelector('#pair')", "the devices page")
+        .await;
+    assert_page_shows(&mut b, "devices", &["#device-table", "#pair"]).await;
+    b.fill("#name", "hall tablet").await;
+    b.click("#pair").await;
+    b.wait_for("document.querySelector('#qr svg')", "the new pairing")
+        .await;
+    let (mut phone, device) = pair_from_page(&mut b, &gw, "pair a phone").await;
+
+    // Rename it, then revoke it: its open socket closes at once.
+    b.click("a[href='/admin/devices']").await;
+    let row = format!("tr[data-device='{device}']");
+    b.wait_for(&format!("document.querySelector(\"{row}\")"), "its row")
+        .await;
+    let connected = b
+        .eval(&format!(
+            "document.querySelector(\"{row} .connected\").textContent"
+        ))
+        .await;
+    assert_eq!(connected, json!("yes"));
+    b.fill(&format!("{row} input[name=name]"), "living room")
+        .await;
+    b.click(&format!("{row} .rename")).await;
+    b.wait_for("document.body.innerText.includes('Renamed.')", "the rename")
+        .await;
+    let names: Vec<Value> = devices_json(dir.path())
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["device_id"] == json!(device))
+        .map(|d| d["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("living room")]);
+    b.eval("window.confirm = () => true").await;
+    b.click(&format!("{row} .revoke")).await;
+    b.wait_for(
+        "document.body.innerText.includes('Revoked')",
+        "the revocation",
+    )
+    .await;
+    assert!(
+        phone.expect_closed().await.is_some(),
+        "the revoked socket was not closed"
+    );
+    let left = devices_json(dir.path());
+    assert!(
+        !left
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["device_id"] == json!(device)),
+        "{left}"
+    );
+}
+
+/// A fake ntfy server: answers `200 {}` and records each request line.
+struct FakeNtfy {
+    url: String,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+fn fake_ntfy() -> FakeNtfy {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake ntfy");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let mut length = 0usize;
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            log.lock().unwrap().push(format!(
+                "{} {}",
+                line.trim(),
+                String::from_utf8_lossy(&body)
+            ));
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            );
+        }
+    });
+    FakeNtfy { url, seen }
+}
+
+#[tokio::test]
+async fn in_a_browser_switch_the_agent_test_push_and_read_the_log() {
+    let Some(mut b) =
+        Browser::start("in_a_browser_switch_the_agent_test_push_and_read_the_log").await
+    else {
+        return;
+    };
+    let mock = MockLlm::start();
+    let ntfy = fake_ntfy();
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &["--push", "ntfy", "--ntfy-server", &ntfy.url]);
+    let p = pair(dir.path(), "phone");
+    let mut c = Client::connect(&gw.url).await;
+    let id = c.next_id();
+    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": {
+        "token": p.token, "device_id": p.device_id, "device_name": "iris-test",
+        "ntfy_topic": "iris-admin-test" } }))
+        .await;
+    let ack = c
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(frame_type(&ack), "hello.ack", "{ack}");
+
+    sign_in_in(&mut b, &gw, PASSPHRASE).await;
+
+    // Agent: test the mock, then save it; the next turn goes to it with no restart.
+    b.goto(&format!("http://{}/admin/agent", gw.addr)).await;
+    b.wait_for("document.querySelector('#agent-form')", "the agent page")
+        .await;
+    assert_page_shows(
+        &mut b,
+        "agent",
+        &["#backend", "#url", "#key", "#agent-save", "#agent-test"],
+    )
+    .await;
+    b.eval("document.querySelector('#backend').value = 'openai'")
+        .await;
+    b.fill("#url", &mock.url()).await;
+    b.click("#agent-test").await;
+    b.wait_for(
+        "document.body.innerText.includes('reachable')",
+        "the test result",
+    )
+    .await;
+    let text = b.text().await;
+    assert!(text.contains("mock-model"), "{text}");
+    assert!(mock.requests().is_empty(), "a test must not start a turn");
+    b.eval("document.querySelector('#backend').value = 'openai'")
+        .await;
+    b.fill("#url", &mock.url()).await;
+    b.click("#agent-save").await;
+    b.wait_for("document.body.innerText.includes('Saved')", "the save")
+        .await;
+    let frames = c
+        .say("hello from the page", |f| frame_type(f) == "message.stop")
+        .await;
+    let answer: String = frames
+        .iter()
+        .filter(|f| frame_type(f) == "message.update" || frame_type(f) == "message.stop")
+        .map(|f| f.to_string())
+        .collect();
+    assert!(answer.contains("Echo: hello from the page"), "{answer}");
+    assert_eq!(mock.requests().len(), 1);
+
+    // Push: a test push to the chosen device reaches the ntfy server.
+    c.close().await;
+    b.goto(&format!("http://{}/admin/push", gw.addr)).await;
+    b.wait_for("document.querySelector('#push-test')", "the push page")
+        .await;
+    assert_page_shows(&mut b, "push", &["#device", "#push-test", "#push-save"]).await;
+    let text = b.text().await;
+    assert!(
+        text.contains("Set by a command-line flag") && text.contains("push.backend"),
+        "the page must say --push outranks it: {text}"
+    );
+    b.click("#push-test").await;
+    b.wait_for(
+        "document.body.innerText.includes('Test push queued')",
+        "the test push",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen = ntfy.seen.lock().unwrap().clone();
+        if seen.iter().any(|l| l.contains("iris-admin-test")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no test push arrived: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Log: what the gateway just did, and never the passphrase.
+    b.goto(&format!("http://{}/admin/log", gw.addr)).await;
+    b.wait_for("document.querySelector('#log')", "the log page")
+        .await;
+    assert_page_shows(&mut b, "log", &["#log"]).await;
+    let log = b.eval("document.querySelector('#log').textContent").await;
+    let log = log.as_str().unwrap();
+    assert!(log.contains("agent settings saved"), "{log}");
+    assert!(log.contains("queued a test push"), "{log}");
+    assert!(!log.contains(PASSPHRASE));
+    let _ = Command::new("true").status();
+}
+
+/// The address of the `n`th `listening on ws://` line the gateway printed (1-based).
+async fn nth_listening(gw: &Gateway, n: usize) -> SocketAddr {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = gw.stdout_tail();
+        let found: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("listening on ws://"))
+            .collect();
+        if let Some(addr) = found.get(n - 1) {
+            return addr.trim().parse().expect("an address");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listening line #{n}:\n{}",
+            gw.output_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn device_names(dir: &Path) -> Vec<String> {
+    devices_json(dir)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn in_a_browser_download_a_backup_and_restore_it() {
+    let Some(mut b) = Browser::start("in_a_browser_download_a_backup_and_restore_it").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    pair(dir.path(), "before the backup");
+    sign_in_in(&mut b, &gw, PASSPHRASE).await;
+    b.goto(&format!("http://{}/admin/backup", gw.addr)).await;
+    b.wait_for("document.querySelector('#restore-form')", "the backup page")
+        .await;
+    assert_page_shows(
+        &mut b,
+        "backup",
+        &["#backup-download", "#restore-file", "#restore"],
+    )
+    .await;
+
+    // Download it as the page's link does (same session), and keep it in the page.
+    let got = b
+        .eval(
+            "fetch(document.querySelector('#backup-download').href).then(r => r.arrayBuffer()\
+             .then(buf => { window.backup = buf; return [r.status, buf.byteLength, \
+             new TextDecoder().decode(new Uint8Array(buf).slice(0, 19))]; }))",
+        )
+        .await;
+    assert_eq!(got[0], json!(200), "{got}");
+    assert_eq!(got[2], json!("IRIS-GATEWAY-BACKUP"), "{got}");
+    assert!(got[1].as_u64().unwrap() > 1000, "{got}");
+    pair(dir.path(), "after the backup");
+
+    // Something that is not a backup is refused, and nothing changes.
+    b.eval(
+        "(() => { const dt = new DataTransfer(); dt.items.add(new File(['not a backup'], 'x.iris')); \
+         document.querySelector('#restore-file').files = dt.files; window.confirm = () => true; })()",
+    )
+    .await;
+    b.click("#restore").await;
+    b.wait_for(
+        "document.querySelector('#restore-result').textContent.includes('HTTP 400')",
+        "the refusal",
+    )
+    .await;
+    let text = b.text().await;
+    assert!(text.contains("nothing was changed"), "{text}");
+    assert!(!dir.path().join("pending-restore.iris").exists());
+    assert!(device_names(dir.path()).contains(&"after the backup".to_owned()));
+
+    // The real one: checked, then the gateway restarts into it.
+    b.eval(
+        "(() => { const dt = new DataTransfer(); dt.items.add(new File([window.backup], 'b.iris')); \
+         document.querySelector('#restore-file').files = dt.files; })()",
+    )
+    .await;
+    b.click("#restore").await;
+    b.wait_for(
+        "document.querySelector('#restore-result').textContent.includes('restarts into it')",
+        "the restore answer",
+    )
+    .await;
+    let addr = nth_listening(&gw, 2).await;
+    let names = device_names(dir.path());
+    assert!(names.contains(&"before the backup".to_owned()), "{names:?}");
+    assert!(!names.contains(&"after the backup".to_owned()), "{names:?}");
+    let aside = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("before-restore-")
+        });
+    assert!(aside, "the old store was not kept aside");
+    assert!(!dir.path().join("pending-restore.iris").exists());
+    // The restarted gateway serves the page again (sessions did not survive: sign in).
+    let mut web = Web {
+        addr,
+        from: "127.0.0.1".into(),
+        jar: HashMap::new(),
+    };
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+}
+
+#[tokio::test]
+async fn over_https_the_image_check_script_claims_the_box_and_plain_can_be_refused() {
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    // image/admin-claim is what image/check runs against the booted image under qemu.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/image/admin-claim");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("https://{}", gw.addr))
+        .arg(PASSPHRASE)
+        .arg("20")
+        .output()
+        .expect("run image/admin-claim");
+    assert!(
+        out.status.success(),
+        "admin-claim failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let claim: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let fp = claim["fingerprint"].as_str().unwrap();
+    assert_eq!(fp.len(), 95, "{claim}");
+    assert!(
+        claim["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with(&fp.replace(':', "")),
+        "the pairing link pins another certificate: {claim}"
+    );
+    Client::hello(
+        &gw.url,
+        claim["token"].as_str().unwrap(),
+        claim["device_id"].as_str().unwrap(),
+    )
+    .await;
+
+    // `[tls] allow_plain = false` applies to the admin page too.
+    let other = temp_data_dir();
+    let config = other.path().join("config.toml");
+    std::fs::write(&config, "[tls]\nallow_plain = false\n").unwrap();
+    let strict = Gateway::start(
+        &other.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let mut web = Web::new(&strict, "127.0.0.1");
+    assert_eq!(web.get("/admin/").await.status, 426);
+    assert_eq!(web.get("/").await.status, 426);
+}
+
+#[tokio::test]
+async fn changing_the_passphrase_asks_for_the_current_one_and_ends_every_session() {
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    let mut other = Web::new(&gw, "127.0.0.2");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    assert_eq!(other.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let new = "a much better passphrase";
+    let wrong = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", "nope nope nope"),
+                ("passphrase", new),
+                ("confirm", new),
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, 400, "{wrong:?}");
+    assert!(
+        wrong.body.contains("current passphrase is not right"),
+        "{}",
+        wrong.body
+    );
+    let short = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", PASSPHRASE),
+                ("passphrase", "short"),
+                ("confirm", "short"),
+            ],
+        )
+        .await;
+    assert_eq!(short.status, 400);
+    assert_eq!(
+        other.get("/admin/devices").await.status,
+        200,
+        "a refused change ended sessions"
+    );
+    let changed = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", PASSPHRASE),
+                ("passphrase", new),
+                ("confirm", new),
+            ],
+        )
+        .await;
+    assert_eq!(changed.status, 200, "{changed:?}");
+    assert!(
+        changed.body.contains("Passphrase changed"),
+        "{}",
+        changed.body
+    );
+    assert_eq!(web.get("/admin/devices").await.status, 303);
+    assert_eq!(other.get("/admin/devices").await.status, 303);
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 401);
+    assert_eq!(web.sign_in(new).await.status, 303);
+}
+
+#[tokio::test]
+async fn push_settings_saved_from_the_page_apply_after_a_restart_from_the_page() {
+    let ntfy = fake_ntfy();
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.claim(PASSPHRASE).await.status, 200);
+    let csrf = web.csrf().await;
+    let saved = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "ntfy"),
+                ("ntfy_server", &ntfy.url),
+                ("ntfy_token", ""),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{saved:?}");
+    assert!(
+        saved
+            .body
+            .contains("Running now: <span id=\"push-now\">none"),
+        "{}",
+        saved.body
+    );
+    let bad = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "carrier pigeon"),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(
+        web.post("/admin/restart", &[("csrf", "forged")])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        web.post("/admin/restart", &[("csrf", &csrf)]).await.status,
+        200
+    );
+    let addr = nth_listening(&gw, 2).await;
+    let mut web = Web {
+        addr,
+        from: "127.0.0.1".into(),
+        jar: HashMap::new(),
+    };
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let push = web.get("/admin/push").await;
+    assert!(
+        push.body
+            .contains("Running now: <span id=\"push-now\">ntfy"),
+        "{}",
+        push.body
+    );
+    let out = cli(&[
+        "status",
+        "--json",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    assert_eq!(report["push"], "ntfy", "{report}");
+}
