@@ -113,7 +113,7 @@ impl Web {
         socket
             .bind(format!("{}:0", self.from).parse::<SocketAddr>().unwrap())
             .expect("bind the client address");
-        let mut tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(self.addr))
+        let tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(self.addr))
             .await
             .expect("connect in time")
             .expect("connect");
@@ -136,29 +136,15 @@ impl Web {
             self.addr,
             body.len()
         );
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        tcp.write_all(request.as_bytes()).await.expect("send");
-        let mut raw = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut raw))
-            .await
-            .expect("answer in time")
-            .expect("read");
-        let text = String::from_utf8(raw).expect("utf-8 answer");
-        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
-        let mut lines = head.lines();
-        let status = lines
-            .next()
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|s| s.parse().ok())
-            .expect("status line");
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
+        let common::RawHttp {
+            status,
+            headers,
+            body,
+        } = common::raw_http(tcp, &request, Duration::from_secs(30)).await;
         let reply = Reply {
             status,
             headers,
-            body: body.to_owned(),
+            body,
         };
         for (k, v) in reply.cookies() {
             self.jar.insert(k, v);

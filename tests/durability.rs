@@ -1390,23 +1390,13 @@ async fn kill9_between_the_outbox_commit_and_the_history_apply() {
     c.close().await;
     gw.stop_ok();
 
-    let mut gw =
-        Gateway::start_with_env(dir.path(), &[], &[("IRIS_GATEWAY_KILL_AT", "before-apply")]);
-    let (mut c, ack) = hello_paired(&gw, &phone).await;
-    let head_before = sync_cursor(&ack);
-    c.send(json!({ "v": 1, "type": "message.send", "id": 900, "payload": { "text": "a turnip at the kill point" } }))
-        .await;
-    let status = gw
-        .wait_exit(Duration::from_secs(10))
-        .expect("the gateway kills itself at the hook");
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(9), "{status:?}\n{}", gw.output_tail());
-    // No receipt was sent: the kill came before the answer.
-    assert!(
-        c.seen.iter().all(|f| id_of(f) != Some(900)),
-        "{}",
-        c.recent()
-    );
+    let head_before = kill_while_storing_a_message(
+        dir.path(),
+        &phone,
+        "before-apply",
+        "a turnip at the kill point",
+    )
+    .await;
 
     let gw = Gateway::start(dir.path(), &[]);
     let (mut c, ack) = hello_paired(&gw, &phone).await;
@@ -1449,17 +1439,19 @@ async fn kill9_between_the_outbox_commit_and_the_history_apply() {
     );
 }
 
-/// Starts a gateway that kills itself at `point` (`IRIS_GATEWAY_KILL_AT`) in the commit of the
-/// next `message.send`; returns the cursor head before it and the text sent.
-async fn kill_in_the_commit_of_a_message(
+/// Starts a gateway that kills itself at `point` (`IRIS_GATEWAY_KILL_AT`) while it stores the
+/// next `message.send`, of `text`; checks the sender got no receipt and returns the cursor head
+/// before it.
+async fn kill_while_storing_a_message(
     dir: &std::path::Path,
     phone: &common::Paired,
     point: &str,
+    text: &str,
 ) -> u64 {
     let mut gw = Gateway::start_with_env(dir, &[], &[("IRIS_GATEWAY_KILL_AT", point)]);
     let (mut c, ack) = hello_paired(&gw, phone).await;
     let head_before = sync_cursor(&ack);
-    c.send(json!({ "v": 1, "type": "message.send", "id": 901, "payload": { "text": "a parsnip inside the commit" } }))
+    c.send(json!({ "v": 1, "type": "message.send", "id": 901, "payload": { "text": text } }))
         .await;
     let status = gw
         .wait_exit(Duration::from_secs(10))
@@ -1473,6 +1465,9 @@ async fn kill_in_the_commit_of_a_message(
     );
     head_before
 }
+
+/// The message the commit-record tests are killed in the middle of storing.
+const PARSNIP: &str = "a parsnip inside the commit";
 
 /// Killed in a commit after its outbox frame, `frame_of` entry and journal entry reached the
 /// disk but before its commit record did (`before-commit-record`): the next start drops them.
@@ -1489,7 +1484,7 @@ async fn kill9_before_a_commit_record_drops_the_commit() {
     gw.stop_ok();
 
     let head_before =
-        kill_in_the_commit_of_a_message(dir.path(), &phone, "before-commit-record").await;
+        kill_while_storing_a_message(dir.path(), &phone, "before-commit-record", PARSNIP).await;
 
     let gw = Gateway::start(dir.path(), &[]);
     let (mut c, ack) = hello_paired(&gw, &phone).await;
@@ -1551,7 +1546,7 @@ async fn kill9_after_a_commit_record_finishes_the_commit() {
     let dir = temp_data_dir();
     let phone = pair(dir.path(), "phone");
     let head_before =
-        kill_in_the_commit_of_a_message(dir.path(), &phone, "after-commit-record").await;
+        kill_while_storing_a_message(dir.path(), &phone, "after-commit-record", PARSNIP).await;
 
     let gw = Gateway::start(dir.path(), &[]);
     let (mut c, ack) = hello_paired(&gw, &phone).await;
@@ -1559,7 +1554,7 @@ async fn kill9_after_a_commit_record_finishes_the_commit() {
     let all = history_all(&mut c).await;
     let at = all
         .iter()
-        .position(|m| m["text"] == "a parsnip inside the commit")
+        .position(|m| m["text"] == PARSNIP)
         .unwrap_or_else(|| panic!("the committed message is not in history: {all:?}"));
     let notice = all.get(at + 1).expect("an answer after the message");
     assert_eq!(notice["role"], "assistant", "{notice}");

@@ -245,7 +245,7 @@ async fn http(gw: &Gateway, from: &str, method: &str, body: Option<&str>) -> Rep
     socket
         .bind(format!("{from}:0").parse::<SocketAddr>().unwrap())
         .expect("bind the client address");
-    let mut tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(gw.addr))
+    let tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(gw.addr))
         .await
         .expect("connect in time")
         .expect("connect");
@@ -256,29 +256,11 @@ async fn http(gw: &Gateway, from: &str, method: &str, body: Option<&str>) -> Rep
         gw.addr,
         body.len()
     );
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    tcp.write_all(request.as_bytes()).await.expect("send");
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut raw))
-        .await
-        .expect("answer in time")
-        .expect("read");
-    let text = String::from_utf8(raw).expect("utf-8 answer");
-    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let r = common::raw_http(tcp, &request, Duration::from_secs(10)).await;
     Reply {
-        status,
-        headers,
-        body: body.to_owned(),
+        status: r.status,
+        headers: r.headers.into_iter().collect(),
+        body: r.body,
     }
 }
 

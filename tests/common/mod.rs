@@ -1341,3 +1341,40 @@ pub fn noise(len: usize) -> String {
         })
         .collect()
 }
+
+/// The answer to one raw HTTP/1.1 exchange: status, headers (names lower-cased, in order) and
+/// the body as text.
+pub struct RawHttp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Writes `request` (a whole HTTP/1.1 request with `Connection: close`) on `tcp` and reads the
+/// answer to the close, within `within`.
+pub async fn raw_http(mut tcp: TcpStream, request: &str, within: Duration) -> RawHttp {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tokio::time::timeout(within, tcp.read_to_end(&mut raw))
+        .await
+        .expect("answer in time")
+        .expect("read");
+    let text = String::from_utf8(raw).expect("utf-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    RawHttp {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
