@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod atomic_file;
 pub mod backup;
 pub mod board;
 pub mod chat;

@@ -10,7 +10,6 @@
 //! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
 //! fsync, rename), and nothing in it is ever shown back on a page or logged ([`Hidden`]).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -93,22 +92,9 @@ impl Settings {
     /// Writes the settings atomically, mode 0600.
     pub fn save(&self, data_dir: &Path) -> std::io::Result<()> {
         let text = toml::to_string(self).map_err(std::io::Error::other)?;
-        let path = path(data_dir);
-        let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(b"# Saved by the iris-gateway admin page; flags override it, it overrides the config file.\n")?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(data_dir)?.sync_all()
+        let mut bytes = b"# Saved by the iris-gateway admin page; flags override it, it overrides the config file.\n".to_vec();
+        bytes.extend_from_slice(text.as_bytes());
+        crate::atomic_file::write(&path(data_dir), &bytes, 0o600)
     }
 
     /// Lays the saved values over `config` (flags are applied after this, so they win).

@@ -12,7 +12,6 @@
 //! Crypto is rustls on the `ring` provider (aws-lc-rs needs cmake and clang to cross-build).
 //! Private keys are never logged and never leave this module except into rustls.
 
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -178,7 +177,7 @@ fn record_serving(data_dir: &Path, advert: &Advert) {
         "fingerprint": advert.fingerprint,
         "allow_plain": advert.allow_plain,
     });
-    if let Err(e) = write_atomically(&path, json.to_string().as_bytes(), 0o644) {
+    if let Err(e) = crate::atomic_file::write(&path, json.to_string().as_bytes(), 0o644) {
         warn!(
             "could not record the TLS fingerprint in {}: {e}",
             path.display()
@@ -390,17 +389,16 @@ fn self_signed(
         .self_signed(&key)
         .map_err(|e| TlsError::Generate(e.to_string()))?;
     let key_pem = Zeroizing::new(key.serialize_pem().into_bytes());
-    write_atomically(&key_path, &key_pem, 0o600).map_err(|source| TlsError::Write {
+    crate::atomic_file::write(&key_path, &key_pem, 0o600).map_err(|source| TlsError::Write {
         path: key_path.clone(),
         source,
     })?;
-    write_atomically(&cert_path, cert.pem().as_bytes(), 0o644).map_err(|source| {
+    crate::atomic_file::write(&cert_path, cert.pem().as_bytes(), 0o644).map_err(|source| {
         TlsError::Write {
             path: cert_path.clone(),
             source,
         }
     })?;
-    sync_dir(&dir);
     info!(
         fingerprint = %fingerprint(cert.der()),
         "made a self-signed TLS certificate for {}",
@@ -483,28 +481,6 @@ fn tighten(key: &Path) {
             warn!("{} was readable by others; setting mode 600", key.display());
             let _ = std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600));
         }
-    }
-}
-
-/// Writes a file whole or not at all (temp file with `mode`, fsync, rename).
-fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
     }
 }
 

@@ -9,7 +9,6 @@
 //! Hashing costs [`MEMORY_KIB`] of memory and about a second of CPU on a Pi: it runs on a
 //! blocking thread, one at a time (`Admin::hashing`), never on the event loop.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -149,24 +148,8 @@ pub fn store(data_dir: &Path, owner: &Owner) -> Result<(), OwnerError> {
         source,
     };
     std::fs::create_dir_all(data_dir).map_err(io)?;
-    let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io)?;
-        let text = serde_json::to_vec(owner).map_err(|e| io(std::io::Error::other(e)))?;
-        f.write_all(&text).map_err(io)?;
-        f.sync_all().map_err(io)?;
-    }
-    std::fs::rename(&tmp, &path).map_err(io)?;
-    std::fs::File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)
+    let text = serde_json::to_vec(owner).map_err(|e| io(std::io::Error::other(e)))?;
+    crate::atomic_file::write(&path, &text, 0o600).map_err(io)
 }
 
 /// Stores the owner only if there is none yet (the claim): `Ok(false)` when someone was first.

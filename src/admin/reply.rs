@@ -123,26 +123,14 @@ pub(super) fn page(
 
 /// Headers every admin answer carries.
 pub(super) fn guard(reply: &mut Reply, content_type: &'static str) {
-    let h = reply.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
+    crate::pairing::page::guard_headers(
+        reply.headers_mut(),
+        content_type,
         HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// The embedded stylesheet or script.

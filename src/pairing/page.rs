@@ -320,23 +320,17 @@ fn style_hash() -> &'static str {
     })
 }
 
-fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut reply = Response::new(Full::new(Bytes::from(body.to_owned())));
-    *reply.status_mut() = status;
-    let csp = format!(
-        "default-src 'none'; style-src {}; img-src 'none'; form-action 'self'; \
-         frame-ancestors 'none'; base-uri 'none'",
-        style_hash()
-    );
-    let h = reply.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
+/// The headers every page the gateway serves to a browser carries (this one and the admin
+/// page): its type and policy, never cached (pages hold codes and tokens), not sniffed, not
+/// framed, no referrer, one request per connection.
+pub(crate) fn guard_headers(
+    h: &mut hyper::HeaderMap,
+    content_type: &'static str,
+    csp: HeaderValue,
+) {
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Ok(v) = HeaderValue::from_str(&csp) {
-        h.insert(header::CONTENT_SECURITY_POLICY, v);
-    }
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -347,6 +341,18 @@ fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut reply = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *reply.status_mut() = status;
+    let csp = format!(
+        "default-src 'none'; style-src {}; img-src 'none'; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+        style_hash()
+    );
+    let csp = HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'none'"));
+    guard_headers(reply.headers_mut(), "text/html; charset=utf-8", csp);
     reply
 }
 

@@ -370,7 +370,7 @@ impl Store {
         };
         let path = witness_path(&self.shared.dir);
         let text = serde_json::to_vec_pretty(&w).expect("witness serialises");
-        match write_atomically(&path, &text) {
+        match crate::atomic_file::write(&path, &text, 0o644) {
             Ok(()) => {
                 if let Ok(mut last) = self.shared.witness.last.lock() {
                     *last = Some((Instant::now(), head, snapshot));
@@ -381,27 +381,6 @@ impl Store {
             Err(e) => tracing::debug!("could not update {}: {e}", path.display()),
         }
     }
-}
-
-/// Writes `path` so that it holds either its old or its new content after a crash: a
-/// temporary file beside it, fsynced, renamed over it, and the directory fsynced.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// While alive, a panic on this thread or one of sled's own threads is reported as a damaged
@@ -611,10 +590,7 @@ pub(super) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| StoreError::Open {
-            dir: dir.to_owned(),
-            source: e.into(),
-        })?;
+        .map_err(|e| StoreError::open_io(dir, e))?;
     let deadline = Instant::now() + wait;
     while f.try_lock_exclusive().is_err() {
         if Instant::now() >= deadline {
