@@ -27,7 +27,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{sql, to_json, u64_from, Change, PendingTurn, Result, Sled, Store, StoreError};
+use super::{sql, to_json, u64_from, Change, PendingTurn, Result, Sled, Store};
 use crate::protocol::Channel;
 
 /// The commit record's key in `meta` (layout 3).
@@ -86,7 +86,7 @@ impl Store {
             .heads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (record, cursors) = new_entries(&t, *heads, changes).map_err(|e| self.failed(e))?;
+        let (record, cursors) = self.note_failure(new_entries(&t, *heads, changes))?;
         self.kill_at_commit("before-commit-record", &t, &cursors);
         self.note_failure(t.meta.insert(META_COMMIT, to_json(&record)))?;
         *heads = record.heads;
@@ -106,14 +106,6 @@ impl Store {
         if self.shared.kill_at.as_deref() == Some(point) && !cursors.is_empty() {
             let _ = t.db.flush();
             super::kill_now();
-        }
-    }
-
-    /// A sled failure inside a commit, noted like any other.
-    fn failed(&self, e: sled::Error) -> StoreError {
-        match self.note_failure::<()>(Err(e)) {
-            Err(e) => e,
-            Ok(()) => unreachable!("note_failure of an error is an error"),
         }
     }
 }
@@ -218,7 +210,9 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
                     if t.outbox.get(c)?.is_some_and(|v| v != tombstone.as_bytes()) {
                         t.outbox.insert(c, tombstone.as_bytes())?;
                     }
-                    t.frame_of.remove(c)?;
+                    if t.frame_of.get(c)?.is_some() {
+                        t.frame_of.remove(c)?;
+                    }
                 }
                 t.message_frames.remove(id)?;
             }

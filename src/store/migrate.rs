@@ -25,13 +25,6 @@ const OLD_TREES: &[&str] = &["messages", "message_ids", "search", "media_uses"];
 /// Messages per SQLite transaction while migrating.
 const BATCH: usize = 5000;
 
-fn io(dir: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Open {
-        dir: dir.to_owned(),
-        source: sled::Error::Io(e),
-    }
-}
-
 /// A layout-1 history key: `chat_id 0x00 thread_id 0x00 seq(u64 BE)`.
 pub(super) fn split_key(key: &[u8]) -> Option<(Lane, u64)> {
     let at = key.len().checked_sub(8)?;
@@ -44,7 +37,7 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
     let hist_dir = dir.join(sql::HISTORY_DIR);
     // A database left by a migration that did not finish: built again from sled.
     if hist_dir.exists() {
-        std::fs::remove_dir_all(&hist_dir).map_err(|e| io(dir, e))?;
+        std::fs::remove_dir_all(&hist_dir).map_err(|e| StoreError::open_io(dir, e))?;
     }
     let hist = History::open(&sql::history_path(dir), true)?;
     let messages = s.db.open_tree("messages")?;
@@ -83,7 +76,7 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
     }
     std::fs::File::open(&hist_dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io(dir, e))?;
+        .map_err(|e| StoreError::open_io(dir, e))?;
 
     // Only frames still in the outbox can be tombstoned: the rest of `message_frames` goes.
     let tail = s

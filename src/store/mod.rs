@@ -131,6 +131,17 @@ impl StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// A file operation on the data dir failed while opening (or migrating, or rebuilding)
+    /// the store.
+    fn open_io(dir: &Path, e: std::io::Error) -> StoreError {
+        StoreError::Open {
+            dir: dir.to_owned(),
+            source: sled::Error::Io(e),
+        }
+    }
+}
+
 /// One change to persist. A `commit` applies a list of them atomically, in order.
 #[derive(Debug, Clone)]
 pub enum Change {
@@ -289,10 +300,7 @@ impl Store {
     /// be below the one last recorded beside it. If not, this returns `Damaged` and leaves every
     /// file as it was: it never resets or discards what is there.
     pub fn open(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Store> {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
-            dir: dir.to_owned(),
-            source: e.into(),
-        })?;
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::open_io(dir, e))?;
         let _open_lock = check::open_lock(dir, lock_wait)?;
         rebuild::finish_or_undo(dir)?;
         let witness = check::before_open(dir)?;
@@ -301,11 +309,8 @@ impl Store {
             Some(w) if !full_check => w.checked_ms(),
             _ => crate::ids::now_ms(),
         };
-        let safety =
-            check::SafetyCopy::take(dir, witness.as_ref()).map_err(|e| StoreError::Open {
-                dir: dir.to_owned(),
-                source: sled::Error::Io(e),
-            })?;
+        let safety = check::SafetyCopy::take(dir, witness.as_ref())
+            .map_err(|e| StoreError::open_io(dir, e))?;
         let opened = {
             // sled 0.34 panics on some damaged files, at open or when a damaged page is first
             // read: the guard turns that into the "damaged store" message and exit status 1
@@ -340,10 +345,7 @@ impl Store {
         let trees = match (opened, safety) {
             (Ok(trees), safety) => {
                 if let Some(s) = safety {
-                    s.discard().map_err(|e| StoreError::Open {
-                        dir: dir.to_owned(),
-                        source: sled::Error::Io(e),
-                    })?;
+                    s.discard().map_err(|e| StoreError::open_io(dir, e))?;
                 }
                 trees
             }
@@ -1098,12 +1100,7 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
         match classify_io(&e) {
             // Nothing can be written: the checks and the `degraded` state say what to do.
             Some(StoreError::ReadOnly { .. }) => {}
-            _ => {
-                return Err(StoreError::Open {
-                    dir: dir.to_owned(),
-                    source: e.into(),
-                })
-            }
+            _ => return Err(StoreError::open_io(dir, e)),
         }
     }
     let tree = |name: &str| db.open_tree(name).map_err(|e| open_failure(dir, e));
@@ -1134,10 +1131,8 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
         media: tree("media")?,
         media_refs: tree("media_refs")?,
         blobs: tree("blobs")?,
-        db_file: std::fs::File::open(dir.join("db").join("db")).map_err(|e| StoreError::Open {
-            dir: dir.to_owned(),
-            source: e.into(),
-        })?,
+        db_file: std::fs::File::open(dir.join("db").join("db"))
+            .map_err(|e| StoreError::open_io(dir, e))?,
         blobs_dir: dir.join("db").join("blobs"),
         db,
     })

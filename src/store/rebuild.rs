@@ -24,13 +24,6 @@ const OLD_DIR: &str = "db.uncompressed";
 /// Entries copied per sled batch.
 const BATCH: usize = 1000;
 
-fn io_error(dir: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Open {
-        dir: dir.to_owned(),
-        source: sled::Error::Io(e),
-    }
-}
-
 /// Whether the sled database at `db` compresses (or will: a new one does). Read from the
 /// configuration sled keeps beside its log.
 pub(super) fn compresses(db: &Path) -> bool {
@@ -55,15 +48,15 @@ pub(super) fn finish_or_undo(dir: &Path) -> Result<()> {
     if rebuilt.exists() {
         if db.exists() {
             // Step 1 did not finish: the old files are still in place.
-            std::fs::remove_dir_all(&rebuilt).map_err(|e| io_error(dir, e))?;
+            std::fs::remove_dir_all(&rebuilt).map_err(|e| StoreError::open_io(dir, e))?;
         } else {
-            std::fs::rename(&rebuilt, &db).map_err(|e| io_error(dir, e))?;
-            sync_dir(dir).map_err(|e| io_error(dir, e))?;
+            std::fs::rename(&rebuilt, &db).map_err(|e| StoreError::open_io(dir, e))?;
+            crate::atomic_file::sync_dir(dir).map_err(|e| StoreError::open_io(dir, e))?;
             tracing::info!("finished swapping in the compressed copy of the store");
         }
     }
     if old.exists() && db.exists() {
-        std::fs::remove_dir_all(&old).map_err(|e| io_error(dir, e))?;
+        std::fs::remove_dir_all(&old).map_err(|e| StoreError::open_io(dir, e))?;
     }
     Ok(())
 }
@@ -74,7 +67,7 @@ pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<(
     let started = std::time::Instant::now();
     let target = dir.join(REBUILD_DIR);
     if target.exists() {
-        std::fs::remove_dir_all(&target).map_err(|e| io_error(dir, e))?;
+        std::fs::remove_dir_all(&target).map_err(|e| StoreError::open_io(dir, e))?;
     }
     let mut entries = 0u64;
     {
@@ -101,14 +94,14 @@ pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<(
         to.flush()?;
     }
     // sled's own files are only `sync_file_range`d: fsync them before they replace the old.
-    sync_tree(&target).map_err(|e| io_error(dir, e))?;
+    sync_tree(&target).map_err(|e| StoreError::open_io(dir, e))?;
     drop(from);
     let db = dir.join("db");
     let old = dir.join(OLD_DIR);
-    std::fs::rename(&db, &old).map_err(|e| io_error(dir, e))?;
-    std::fs::rename(&target, &db).map_err(|e| io_error(dir, e))?;
-    sync_dir(dir).map_err(|e| io_error(dir, e))?;
-    std::fs::remove_dir_all(&old).map_err(|e| io_error(dir, e))?;
+    std::fs::rename(&db, &old).map_err(|e| StoreError::open_io(dir, e))?;
+    std::fs::rename(&target, &db).map_err(|e| StoreError::open_io(dir, e))?;
+    crate::atomic_file::sync_dir(dir).map_err(|e| StoreError::open_io(dir, e))?;
+    std::fs::remove_dir_all(&old).map_err(|e| StoreError::open_io(dir, e))?;
     tracing::info!(
         entries,
         ms = started.elapsed().as_millis() as u64,
@@ -129,13 +122,9 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
                 std::fs::File::open(entry.path())?.sync_all()?;
             }
         }
-        sync_dir(&d)?;
+        crate::atomic_file::sync_dir(&d)?;
     }
     Ok(())
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -133,6 +133,9 @@ pub(super) fn history_path(dir: &Path) -> PathBuf {
 pub(super) struct History {
     conn: Mutex<Connection>,
     ckpt: Mutex<Connection>,
+    /// `meta.applied` as last committed through this connection: every sync and every read of
+    /// history asks for it, so it is kept here rather than read back each time.
+    applied: std::sync::atomic::AtomicU64,
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -233,9 +236,14 @@ impl History {
         configure(&ckpt)?;
         // It only copies the WAL into the database: it needs next to no cache of its own.
         ckpt.pragma_update(None, "cache_size", -64)?;
+        let applied: i64 =
+            conn.query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
+                r.get(0)
+            })?;
         Ok(History {
             conn: Mutex::new(conn),
             ckpt: Mutex::new(ckpt),
+            applied: (applied as u64).into(),
         })
     }
 
@@ -247,12 +255,7 @@ impl History {
 
     /// The journal position applied so far.
     pub(super) fn applied(&self) -> Result<u64> {
-        let v: i64 =
-            self.c()
-                .query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
-                    r.get(0)
-                })?;
-        Ok(v as u64)
+        Ok(self.applied.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// A bounded look at the database: its schema, its meta rows, and the newest messages
@@ -318,6 +321,8 @@ impl History {
                 params![last as i64],
             )?;
             tx.commit()?;
+            self.applied
+                .store(last, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })();
         if deletes {
@@ -364,6 +369,8 @@ impl History {
             "UPDATE meta SET value = ?1 WHERE key = 'applied'",
             params![applied as i64],
         )?;
+        self.applied
+            .store(applied, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
