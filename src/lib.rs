@@ -27,5 +27,6 @@ pub mod push;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod shutdown;
 pub mod store;
 pub mod tls;
