@@ -1,7 +1,7 @@
 //! `iris-gateway run`: open the store, start the hub, listen, and shut down gracefully.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -16,9 +16,11 @@ use crate::control;
 use crate::hub::{new_device, Hub};
 use crate::pairing::codes::PageCodes;
 use crate::pairing::page::PairingPage;
+use crate::shutdown::Shutdown;
 use crate::store::{DeviceOrigin, Store};
 
-/// How long shutdown waits for devices to receive `status{restarting}` and the close frame.
+/// How long shutdown waits for every task to finish: devices to receive `status{restarting}`
+/// and the close frame, the committer to write what it accepted, the rest to let go.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// Uploads no message uses are collected at start once they are this old.
 const UNUSED_UPLOAD_TTL_MS: i64 = 24 * 3600 * 1000;
@@ -69,20 +71,67 @@ pub enum Exit {
 
 /// Runs the gateway until SIGTERM or SIGINT (or a restart the admin page asks for).
 /// `pinned`: the settings flags set (the admin page's saved values do not override them).
+///
+/// Four phases, in this order because each needs the one before: open what is on disk and start
+/// the hub; finish what the last run left; open the doors (socket, pages, control, discovery);
+/// serve until told to stop, then stop every task before the final flush.
 pub async fn run(
     config: Config,
     data_dir: PathBuf,
     pinned: crate::config::Pinned,
 ) -> Result<Exit, RunError> {
+    let shutdown = Shutdown::new();
     // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
     // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
     let notifier = crate::service::Notifier::from_env().map(Rc::new);
     if let Some(n) = &notifier {
-        tokio::task::spawn_local(crate::service::watchdog_task(n.clone()));
+        let (n, mut stop) = (n.clone(), shutdown.listener());
+        tokio::task::spawn_local(async move {
+            tokio::select! {
+                _ = crate::service::watchdog_task(n) => {}
+                _ = stop.recv() => {}
+            }
+        });
     }
+    let core = open_core(config, &data_dir, pinned, &shutdown)?;
+    recover(&core).await?;
+    let doors = open_doors(&core, &data_dir, &shutdown).await?;
+    if let Some(n) = &notifier {
+        n.ready();
+    }
+    let exit = serve(&core, &doors, &shutdown).await?;
+    info!("shutting down: telling devices the gateway is restarting");
+    // A restart stays the same process (it execs itself, `main.rs`): systemd must not be told
+    // it is stopping, or it would not take the new start's READY=1.
+    if let (Some(n), Exit::Stopped) = (&notifier, exit) {
+        n.stopping();
+    }
+    stop(core, doors, shutdown, &data_dir).await;
+    Ok(exit)
+}
+
+/// What the gateway runs on once its store is open: the hub and what only the server holds.
+struct Core {
+    store: Store,
+    hub: Rc<Hub>,
+    agent: Rc<crate::agent::Switchable>,
+    tls: Option<Rc<crate::tls::Tls>>,
+    led: crate::board::LedHandle,
+    /// The configuration the admin page starts from, and the flags it may not override.
+    admin_config: Config,
+    pinned: crate::config::Pinned,
+}
+
+/// Opens the store, the agent, TLS, media and push, and starts the hub on them.
+fn open_core(
+    config: Config,
+    data_dir: &Path,
+    pinned: crate::config::Pinned,
+    shutdown: &Shutdown,
+) -> Result<Core, RunError> {
     // A restore uploaded from the admin page, before the store is opened (`backup.rs`).
-    crate::backup::apply_pending_restore(&data_dir);
-    let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
+    crate::backup::apply_pending_restore(data_dir);
+    let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
         cursor = store.cursor_head()?,
@@ -94,16 +143,12 @@ pub async fn run(
     info!(agent = %agent.describe(), "agent backend ready");
     // The hub's agent can be replaced from the admin page; new turns then use the new one.
     let agent = Rc::new(crate::agent::Switchable::new(agent));
-    let admin_config = config.clone();
-    let listen = config.listen;
-    let led_config = config.led.clone();
-    let discovery = config.discovery.clone();
-    let tls = crate::tls::setup(&config.tls, &data_dir)
+    let tls = crate::tls::setup(&config.tls, data_dir)
         .map_err(RunError::Tls)?
         .map(Rc::new);
     let live: std::collections::HashSet<String> = store.live_blobs()?.into_iter().collect();
     let media = crate::media::MediaFiles::open(
-        &data_dir,
+        data_dir,
         config.limits.max_media_bytes,
         config.limits.media_quota_bytes,
         Some(&live),
@@ -115,20 +160,45 @@ pub async fn run(
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
+    let admin_config = config.clone();
+    let led_config = config.led.clone();
     let hub = Hub::start(store.clone(), media, pusher, config, agent.clone())?;
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
-        let hub = hub.clone();
+        let (hub, mut stop) = (hub.clone(), shutdown.listener());
         tokio::task::spawn_local(async move {
-            while let Some(outcome) = outcomes.recv().await {
-                hub.push_outcome(outcome).await;
+            loop {
+                tokio::select! {
+                    outcome = outcomes.recv() => match outcome {
+                        Some(outcome) => hub.push_outcome(outcome).await,
+                        None => break,
+                    },
+                    _ = stop.recv() => break,
+                }
             }
         });
     }
+    Ok(Core {
+        store,
+        hub,
+        agent,
+        tls,
+        led,
+        admin_config,
+        pinned,
+    })
+}
+
+/// Finishes what the last run left: pushes still owed, uploads nothing used, turns interrupted
+/// by the stop; then starts automation, so its channels exist before any device can look.
+async fn recover(core: &Core) -> Result<(), RunError> {
+    let hub = &core.hub;
     hub.catch_up_pushes();
     // Uploads acked but never sent in a message would hold their quota forever.
-    let stale = store.media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
+    let stale = core
+        .store
+        .media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
     hub.collect_media(&stale).await;
     let closed = hub
         .close_interrupted_turns()
@@ -137,9 +207,23 @@ pub async fn run(
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
-    // Automation channels exist (and the cron task runs) before any device can look.
     hub.start_automation().await.map_err(RunError::Automation)?;
+    Ok(())
+}
 
+/// Everything the gateway is reached through, open and announced.
+struct Doors {
+    listener: TcpListener,
+    pairing: Rc<PairingPage>,
+    admin: Rc<crate::admin::Admin>,
+    /// The mDNS advertisement, withdrawn first on the way out.
+    advertised: Option<crate::discovery::Advertiser>,
+}
+
+/// Binds the socket, builds the pairing and admin pages, starts the control socket, prints how
+/// to reach the gateway and advertises it on the LAN.
+async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result<Doors, RunError> {
+    let listen = core.admin_config.listen;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| RunError::Listen {
@@ -150,9 +234,9 @@ pub async fn run(
         addr: listen,
         source,
     })?;
-    let (url, tls_advert) = crate::tls::pairing(tls.as_deref(), local, &data_dir);
+    let (url, tls_advert) = crate::tls::pairing(core.tls.as_deref(), local, data_dir);
     let pairing = {
-        let limits = hub.limits();
+        let limits = core.hub.limits();
         let codes = PageCodes::new(
             Duration::from_secs(limits.pair_code_ttl_secs),
             limits.pair_code_failures_per_minute,
@@ -160,30 +244,36 @@ pub async fn run(
         Rc::new(PairingPage::new(codes, url.clone(), tls_advert.clone()))
     };
     let admin = Rc::new(crate::admin::Admin::new(
-        data_dir.clone(),
-        admin_config,
-        pinned,
-        agent,
+        data_dir.to_path_buf(),
+        core.admin_config.clone(),
+        core.pinned.clone(),
+        core.agent.clone(),
         url.clone(),
         tls_advert.clone(),
     ));
-    let control = control::bind(&data_dir).map_err(|source| RunError::Control {
-        dir: data_dir.clone(),
+    let control = control::bind(data_dir).map_err(|source| RunError::Control {
+        dir: data_dir.to_path_buf(),
         source,
     })?;
-    tokio::task::spawn_local(control::serve(
-        control,
-        hub.clone(),
-        url.clone(),
-        tls_advert.clone(),
-        pairing.clone(),
-    ));
-
-    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    {
+        let served = control::serve(
+            control,
+            core.hub.clone(),
+            url.clone(),
+            tls_advert.clone(),
+            pairing.clone(),
+        );
+        let mut stop = shutdown.listener();
+        tokio::task::spawn_local(async move {
+            tokio::select! {
+                _ = served => {}
+                _ = stop.recv() => {}
+            }
+        });
+    }
     // Tests and scripts wait for this exact line on stdout.
     println!("listening on ws://{local}");
-    if let Some(t) = &tls {
+    if let Some(t) = &core.tls {
         let plain = if t.allow_plain {
             ""
         } else {
@@ -192,12 +282,12 @@ pub async fn run(
         let fp = &t.fingerprint;
         println!("listening on wss://{local} (same port; certificate SHA-256 {fp}{plain})");
     }
-    led.show(hub.health().into());
-    print_pairing_hint(&store, &data_dir, &url, tls_advert.as_ref());
+    core.led.show(core.hub.health().into());
+    print_pairing_hint(&core.store, data_dir, &url, tls_advert.as_ref());
     print_page_code(&pairing);
-    print_admin_hint(&data_dir, &url, tls_advert.as_ref());
+    print_admin_hint(data_dir, &url, tls_advert.as_ref());
     let advertised = crate::discovery::start(
-        &discovery,
+        &core.admin_config.discovery,
         local,
         crate::discovery::Record {
             protocol_version: crate::protocol::PROTOCOL_VERSION,
@@ -205,18 +295,25 @@ pub async fn run(
         },
     );
     info!(%local, "gateway online");
-    if let Some(n) = &notifier {
-        n.ready();
-    }
+    Ok(Doors {
+        listener,
+        pairing,
+        admin,
+        advertised,
+    })
+}
 
-    let restart = admin.restart.clone();
-    let mut exit = Exit::Stopped;
-    let limits = hub.limits();
+/// Accepts connections until SIGTERM, SIGINT or the admin page's restart.
+async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown) -> Result<Exit, RunError> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let restart = doors.admin.restart.clone();
+    let limits = core.hub.limits();
     let admission =
         connection::Admission::new(limits.max_connections, limits.max_connections_per_ip);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = doors.listener.accept() => {
                 let (tcp, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
@@ -232,48 +329,47 @@ pub async fn run(
                     drop(tcp);
                     continue;
                 };
-                let (hub, tls, pairing) = (hub.clone(), tls.clone(), pairing.clone());
-                let admin = admin.clone();
+                let (hub, tls, pairing) = (core.hub.clone(), core.tls.clone(), doors.pairing.clone());
+                let admin = doors.admin.clone();
+                let done = shutdown.listener();
                 // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
                 // or the pairing page.
                 tokio::task::spawn_local(async move {
                     connection::serve(hub, tcp, peer, tls, pairing, admin).await;
-                    drop(admitted);
+                    drop((admitted, done));
                 });
             }
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = restart.notified() => {
-                exit = Exit::Restart;
-                break;
-            }
+            _ = sigterm.recv() => return Ok(Exit::Stopped),
+            _ = sigint.recv() => return Ok(Exit::Stopped),
+            _ = restart.notified() => return Ok(Exit::Restart),
         }
     }
+}
 
-    info!("shutting down: telling devices the gateway is restarting");
-    // A restart stays the same process (it execs itself, `main.rs`): systemd must not be told
-    // it is stopping, or it would not take the new start's READY=1.
-    if let (Some(n), Exit::Stopped) = (&notifier, exit) {
-        n.stopping();
-    }
+/// The way out: no new connections, the LAN told, every device told and closed, every task
+/// stopped (or the bound reached), then the final flush and the clean-stop witness.
+async fn stop(core: Core, doors: Doors, shutdown: Shutdown, data_dir: &Path) {
+    let Doors {
+        listener,
+        advertised,
+        ..
+    } = doors;
     drop(listener);
     // Withdrawn while the devices are told, so browsers drop the gateway at once.
     let withdrawn = advertised.map(|a| tokio::task::spawn_local(a.stop()));
-    hub.begin_shutdown();
-    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    while hub.connected() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    core.hub.begin_shutdown();
+    if let Err(lingering) = shutdown.complete(SHUTDOWN_GRACE).await {
+        warn!("{lingering}; flushing anyway");
     }
     if let Some(withdrawn) = withdrawn {
         let _ = withdrawn.await;
     }
-    let _ = std::fs::remove_file(control::socket_path(&data_dir));
-    if let Err(e) = store.close_cleanly() {
+    let _ = std::fs::remove_file(control::socket_path(data_dir));
+    if let Err(e) = core.store.close_cleanly() {
         error!("final flush failed: {e}");
     }
-    led.stop().await;
+    core.led.stop().await;
     info!("stopped");
-    Ok(exit)
 }
 
 /// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.
