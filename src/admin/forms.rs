@@ -31,224 +31,262 @@ pub(super) async fn post(
     peer: SocketAddr,
     secure: bool,
 ) -> Result<Reply, Refusal> {
-    let show = |status: StatusCode, title: &str, current: &str, body: String| {
+    let post = Post {
+        admin,
+        hub,
+        form,
+        csrf,
+        peer,
+        secure,
+    };
+    match path {
+        "/admin/signout" => Ok(post.sign_out()),
+        "/admin/passphrase" => post.change_passphrase(owner).await,
+        "/admin/devices/pair" => post.pair_device().await,
+        "/admin/devices/rename" => post.rename_device().await,
+        "/admin/devices/revoke" => post.revoke_device().await,
+        "/admin/agent" => post.agent(false).await,
+        "/admin/agent/test" => post.agent(true).await,
+        "/admin/push" => post.save_push(),
+        "/admin/push/test" => post.test_push(),
+        "/admin/restart" => Ok(post.restart()),
+        _ => Err(Refusal::NotFound),
+    }
+}
+
+/// One signed-in form being answered: what every form's handler needs, so each is a method
+/// instead of one long match.
+struct Post<'a> {
+    admin: &'a Admin,
+    hub: &'a Rc<Hub>,
+    form: &'a Form,
+    csrf: &'a str,
+    peer: SocketAddr,
+    secure: bool,
+}
+
+/// A store or file failure behind a form: the page says the gateway could not do it now.
+fn unavailable(e: &dyn std::fmt::Display) -> Refusal {
+    Refusal::Unavailable(e.to_string())
+}
+
+impl Post<'_> {
+    /// The section page `current` with `body`, for the signed-in owner.
+    fn show(
+        &self,
+        status: StatusCode,
+        title: &str,
+        current: &str,
+        body: String,
+    ) -> Result<Reply, Refusal> {
         Ok(page(
-            admin,
+            self.admin,
             status,
             title,
             current,
-            Some(csrf),
-            secure,
+            Some(self.csrf),
+            self.secure,
             &body,
         ))
-    };
-    let unavailable = |e: &dyn std::fmt::Display| Refusal::Unavailable(e.to_string());
-    match path {
-        "/admin/signout" => {
-            admin.sessions.borrow_mut().end_all();
-            info!(%peer, "admin page: signed out (every session ended)");
-            let mut reply = redirect(PREFIX);
-            set_cookies(
-                &mut reply,
-                &[session::set_cookie(session::COOKIE, "", secure)],
-            );
-            Ok(reply)
-        }
-        "/admin/passphrase" => {
-            let (new, confirm) = (form.get("passphrase"), form.get("confirm"));
-            let bad = |t: &str| {
-                show(
-                    StatusCode::BAD_REQUEST,
-                    "Owner",
-                    "/admin/owner",
-                    pages::owner(csrf, &Notice::Bad(t)),
-                )
-            };
-            if new != confirm {
-                return bad("The two new passphrases differ.");
-            }
-            if let Err(e) = owner::check_new(new) {
-                return bad(&e.to_string());
-            }
-            if !verify(admin, owner, form.get("current")).await {
-                admin.signin.borrow_mut().fail(peer.ip(), Instant::now());
-                return bad("The current passphrase is not right.");
-            }
-            let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
-            owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
-            admin.sessions.borrow_mut().end_all();
-            info!(%peer, "admin page: passphrase changed (every session ended)");
-            let mut reply = signin_page(
-                admin,
-                StatusCode::OK,
-                &Notice::Good("Passphrase changed. Sign in with the new one."),
-                secure,
-            );
-            set_cookies(
-                &mut reply,
-                &[session::set_cookie(session::COOKIE, "", secure)],
-            );
-            Ok(reply)
-        }
-        "/admin/devices/pair" => {
-            let name = form.get("name").trim();
-            let (device, token) = hub.pair(name).await.map_err(|e| unavailable(&e))?;
-            let inv = Invitation::new(&admin.url, &token, admin.tls.as_ref());
-            show(
-                StatusCode::OK,
-                "Pair a phone",
-                "/admin/devices",
-                pages::invitation(&inv, &device.device_id, "Pair the phone with:"),
+    }
+
+    fn sign_out(&self) -> Reply {
+        self.admin.sessions.borrow_mut().end_all();
+        info!(peer = %self.peer, "admin page: signed out (every session ended)");
+        let mut reply = redirect(PREFIX);
+        set_cookies(
+            &mut reply,
+            &[session::set_cookie(session::COOKIE, "", self.secure)],
+        );
+        reply
+    }
+
+    async fn change_passphrase(&self, owner: &owner::Owner) -> Result<Reply, Refusal> {
+        let (admin, form) = (self.admin, self.form);
+        let (new, confirm) = (form.get("passphrase"), form.get("confirm"));
+        let bad = |t: &str| {
+            self.show(
+                StatusCode::BAD_REQUEST,
+                "Owner",
+                "/admin/owner",
+                pages::owner(self.csrf, &Notice::Bad(t)),
             )
+        };
+        if new != confirm {
+            return bad("The two new passphrases differ.");
         }
-        "/admin/devices/rename" => {
-            let id = form.get("device_id");
-            let found = hub
-                .rename_device(id, form.get("name").trim())
-                .await
-                .map_err(|e| unavailable(&e))?;
-            if !found {
-                return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
-            }
-            let n = Notice::Good("Renamed.");
-            show(
-                StatusCode::OK,
-                "Devices",
-                "/admin/devices",
-                devices_body(hub, csrf, &n)?,
-            )
+        if let Err(e) = owner::check_new(new) {
+            return bad(&e.to_string());
         }
-        "/admin/devices/revoke" => {
-            let id = form.get("device_id");
-            let existed = hub.revoke(id).await.map_err(|e| unavailable(&e))?;
-            if !existed {
-                return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
-            }
-            let n = Notice::Good("Revoked: its token no longer works and it was disconnected.");
-            show(
-                StatusCode::OK,
-                "Devices",
-                "/admin/devices",
-                devices_body(hub, csrf, &n)?,
-            )
+        if !verify(admin, owner, form.get("current")).await {
+            admin
+                .signin
+                .borrow_mut()
+                .fail(self.peer.ip(), Instant::now());
+            return bad("The current passphrase is not right.");
         }
-        "/admin/agent" | "/admin/agent/test" => {
-            let test = path.ends_with("/test");
-            let (config, saved) = agent_from_form(admin, form)?;
-            let agent = match crate::agent::from_config(&config) {
-                Ok(a) => a,
-                Err(e) => {
-                    let n = format!("Not usable: {e}");
-                    return show(
-                        StatusCode::BAD_REQUEST,
-                        "Agent",
-                        "/admin/agent",
-                        agent_body(admin, csrf, &Notice::Bad(&n)),
-                    );
-                }
-            };
-            if test {
-                let seen = test_agent(agent.as_ref()).await;
-                let n = match &seen {
-                    Ok(t) => Notice::Good(t),
-                    Err(t) => Notice::Bad(t),
-                };
-                return show(
-                    StatusCode::OK,
-                    "Agent",
-                    "/admin/agent",
-                    agent_body(admin, csrf, &n),
-                );
-            }
-            saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
-            admin.agent.replace(agent);
-            *admin.config.borrow_mut() = config;
-            hub.agent_switched();
-            info!(%peer, agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
-            let n = Notice::Good("Saved: new messages go to this agent.");
-            show(
-                StatusCode::OK,
+        let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
+        owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
+        admin.sessions.borrow_mut().end_all();
+        info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");
+        let mut reply = signin_page(
+            admin,
+            StatusCode::OK,
+            &Notice::Good("Passphrase changed. Sign in with the new one."),
+            self.secure,
+        );
+        set_cookies(
+            &mut reply,
+            &[session::set_cookie(session::COOKIE, "", self.secure)],
+        );
+        Ok(reply)
+    }
+
+    async fn pair_device(&self) -> Result<Reply, Refusal> {
+        let name = self.form.get("name").trim();
+        let (device, token) = self.hub.pair(name).await.map_err(|e| unavailable(&e))?;
+        let inv = Invitation::new(&self.admin.url, &token, self.admin.tls.as_ref());
+        self.show(
+            StatusCode::OK,
+            "Pair a phone",
+            "/admin/devices",
+            pages::invitation(&inv, &device.device_id, "Pair the phone with:"),
+        )
+    }
+
+    async fn rename_device(&self) -> Result<Reply, Refusal> {
+        let id = self.form.get("device_id");
+        let found = self
+            .hub
+            .rename_device(id, self.form.get("name").trim())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !found {
+            return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
+        }
+        self.devices(&Notice::Good("Renamed."))
+    }
+
+    async fn revoke_device(&self) -> Result<Reply, Refusal> {
+        let id = self.form.get("device_id");
+        let existed = self.hub.revoke(id).await.map_err(|e| unavailable(&e))?;
+        if !existed {
+            return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
+        }
+        self.devices(&Notice::Good(
+            "Revoked: its token no longer works and it was disconnected.",
+        ))
+    }
+
+    fn devices(&self, notice: &Notice<'_>) -> Result<Reply, Refusal> {
+        let body = devices_body(self.hub, self.csrf, notice)?;
+        self.show(StatusCode::OK, "Devices", "/admin/devices", body)
+    }
+
+    /// Saves the agent form (new turns use it at once), or with `test` only tries it.
+    async fn agent(&self, test: bool) -> Result<Reply, Refusal> {
+        let admin = self.admin;
+        let section = |status, n: &Notice<'_>| {
+            self.show(
+                status,
                 "Agent",
                 "/admin/agent",
-                agent_body(admin, csrf, &n),
+                agent_body(admin, self.csrf, n),
             )
-        }
-        "/admin/push" => {
-            let mut saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
-            let backend = form.get("backend");
-            if !matches!(backend, "none" | "ntfy" | "fcm") {
-                return Err(Refusal::BadInput(
-                    "backend must be none, ntfy or fcm".into(),
-                ));
+        };
+        let (config, saved) = agent_from_form(admin, self.form)?;
+        let agent = match crate::agent::from_config(&config) {
+            Ok(a) => a,
+            Err(e) => {
+                let n = format!("Not usable: {e}");
+                return section(StatusCode::BAD_REQUEST, &Notice::Bad(&n));
             }
-            let content = form.get("content");
-            if !matches!(content, "full" | "preview" | "title" | "none") {
-                return Err(Refusal::BadInput(
-                    "content must be full, preview, title or none".into(),
-                ));
-            }
-            let server = checked_url(form.get("ntfy_server"), "the ntfy server")?;
-            let token = form.get("ntfy_token");
-            if token.len() > MAX_KEY_BYTES {
-                return Err(Refusal::BadInput(format!(
-                    "the token is over {MAX_KEY_BYTES} bytes"
-                )));
-            }
-            saved.push.backend = Some(backend.to_owned());
-            saved.push.content = Some(content.to_owned());
-            if !server.is_empty() {
-                saved.push.ntfy_server = Some(server.to_owned());
-            }
-            if !token.is_empty() {
-                saved.push.ntfy_token = Some(Hidden(token.to_owned()));
-            }
-            saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
-            info!(%peer, "admin page: push settings saved (they apply at the next start)");
-            let n = Notice::Good(
-                "Saved. Push settings apply when the gateway restarts (Restart now, below).",
-            );
-            show(
-                StatusCode::OK,
-                "Push",
-                "/admin/push",
-                push_body(admin, hub, csrf, &n)?,
-            )
-        }
-        "/admin/restart" => {
-            info!(%peer, "admin page: restart asked for");
-            schedule_restart(admin);
-            Ok(page(
-                admin,
-                StatusCode::OK,
-                "Restarting",
-                "",
-                None,
-                secure,
-                &pages::message(
-                    "The gateway restarts now, with the saved settings; phones reconnect by \
-                     themselves. Sign in again in a moment.",
-                    &Notice::Good("Restarting."),
-                ),
-            ))
-        }
-        "/admin/push/test" => {
-            let n = match hub.test_push(form.get("device_id")) {
-                Ok(place) => format!("Test push queued to {place}. Status says if it fails."),
-                Err(e) => format!("No test push: {e}"),
+        };
+        if test {
+            return match test_agent(agent.as_ref()).await {
+                Ok(t) => section(StatusCode::OK, &Notice::Good(&t)),
+                Err(t) => section(StatusCode::OK, &Notice::Bad(&t)),
             };
-            let notice = if n.starts_with("Test") {
-                Notice::Good(&n)
-            } else {
-                Notice::Bad(&n)
-            };
-            show(
-                StatusCode::OK,
-                "Push",
-                "/admin/push",
-                push_body(admin, hub, csrf, &notice)?,
-            )
         }
-        _ => Err(Refusal::NotFound),
+        saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        admin.agent.replace(agent);
+        *admin.config.borrow_mut() = config;
+        self.hub.agent_switched();
+        info!(peer = %self.peer, agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
+        section(
+            StatusCode::OK,
+            &Notice::Good("Saved: new messages go to this agent."),
+        )
+    }
+
+    /// Saves the push form; it applies at the next start.
+    fn save_push(&self) -> Result<Reply, Refusal> {
+        let (admin, form) = (self.admin, self.form);
+        let mut saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        let backend = form.get("backend");
+        if !matches!(backend, "none" | "ntfy" | "fcm") {
+            return Err(Refusal::BadInput(
+                "backend must be none, ntfy or fcm".into(),
+            ));
+        }
+        let content = form.get("content");
+        if !matches!(content, "full" | "preview" | "title" | "none") {
+            return Err(Refusal::BadInput(
+                "content must be full, preview, title or none".into(),
+            ));
+        }
+        let server = checked_url(form.get("ntfy_server"), "the ntfy server")?;
+        let token = form.get("ntfy_token");
+        if token.len() > MAX_KEY_BYTES {
+            return Err(Refusal::BadInput(format!(
+                "the token is over {MAX_KEY_BYTES} bytes"
+            )));
+        }
+        saved.push.backend = Some(backend.to_owned());
+        saved.push.content = Some(content.to_owned());
+        if !server.is_empty() {
+            saved.push.ntfy_server = Some(server.to_owned());
+        }
+        if !token.is_empty() {
+            saved.push.ntfy_token = Some(Hidden(token.to_owned()));
+        }
+        saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        info!(peer = %self.peer, "admin page: push settings saved (they apply at the next start)");
+        self.push(&Notice::Good(
+            "Saved. Push settings apply when the gateway restarts (Restart now, below).",
+        ))
+    }
+
+    fn test_push(&self) -> Result<Reply, Refusal> {
+        match self.hub.test_push(self.form.get("device_id")) {
+            Ok(place) => self.push(&Notice::Good(&format!(
+                "Test push queued to {place}. Status says if it fails."
+            ))),
+            Err(e) => self.push(&Notice::Bad(&format!("No test push: {e}"))),
+        }
+    }
+
+    fn push(&self, notice: &Notice<'_>) -> Result<Reply, Refusal> {
+        let body = push_body(self.admin, self.hub, self.csrf, notice)?;
+        self.show(StatusCode::OK, "Push", "/admin/push", body)
+    }
+
+    fn restart(&self) -> Reply {
+        info!(peer = %self.peer, "admin page: restart asked for");
+        schedule_restart(self.admin);
+        page(
+            self.admin,
+            StatusCode::OK,
+            "Restarting",
+            "",
+            None,
+            self.secure,
+            &pages::message(
+                "The gateway restarts now, with the saved settings; phones reconnect by \
+                 themselves. Sign in again in a moment.",
+                &Notice::Good("Restarting."),
+            ),
+        )
     }
 }
 
