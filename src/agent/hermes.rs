@@ -306,89 +306,9 @@ impl TurnWorker {
                 p.streamed_text = true;
                 self.send(AgentEvent::Text(delta))
             }
-            "tool.started" => {
-                p.next_index += 1;
-                let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
-                p.open_tools.push(RunningTool {
-                    index: p.next_index,
-                    name: name.to_owned(),
-                    started: Instant::now(),
-                });
-                let preview = ev
-                    .get("preview")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or(name);
-                self.send(AgentEvent::ToolStart {
-                    index: p.next_index,
-                    name: name.to_owned(),
-                    preview: preview.to_owned(),
-                    args: json!({}),
-                    emoji: tool_emoji(name).map(str::to_owned),
-                })
-            }
-            "tool.completed" => {
-                if std::mem::take(&mut p.approval_open) {
-                    // The tool finished while its approval was still open: Hermes gave up
-                    // waiting (its `approvals.timeout`) and did not run the command.
-                    self.send(AgentEvent::ApprovalExpired);
-                }
-                let name = ev.get("tool").and_then(Value::as_str).unwrap_or("");
-                let Some(at) = p.open_tools.iter().position(|t| t.name == name) else {
-                    return true;
-                };
-                let tool = p.open_tools.remove(at);
-                let failed = ev.get("error").and_then(Value::as_bool).unwrap_or(false);
-                let record = self.run_tool_record(name, &p.reported);
-                let output = match &record {
-                    Some((id, _, output)) => {
-                        p.reported.push(id.clone());
-                        output.clone()
-                    }
-                    None => String::new(),
-                };
-                if name == "todo" {
-                    if let Some(todos) = todos_from_result(&output) {
-                        self.send(AgentEvent::Todos(todos));
-                    }
-                }
-                let ok = !failed
-                    && serde_json::from_str::<Value>(&output)
-                        .ok()
-                        .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
-                let duration = ev
-                    .get("duration")
-                    .and_then(Value::as_f64)
-                    .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
-                self.send(AgentEvent::ToolEnd {
-                    index: tool.index,
-                    ok,
-                    duration_secs: (duration * 1000.0).round() / 1000.0,
-                    output_preview: output.chars().take(OUTPUT_PREVIEW_CHARS).collect(),
-                })
-            }
-            "approval.request" => {
-                p.approval_open = true;
-                let choices = ev
-                    .get("choices")
-                    .and_then(Value::as_array)
-                    .map(|c| {
-                        c.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_else(|| vec!["once".to_owned(), "deny".to_owned()]);
-                let description = match str_of("description") {
-                    d if d.is_empty() => str_of("pattern_key"),
-                    d => d,
-                };
-                self.send(AgentEvent::Approval(super::ApprovalRequest {
-                    command: str_of("command"),
-                    description,
-                    choices,
-                }))
-            }
+            "tool.started" => self.tool_started(p, ev),
+            "tool.completed" => self.tool_completed(p, ev),
+            "approval.request" => self.approval_request(p, ev),
             "approval.responded" => {
                 p.approval_open = false;
                 true
@@ -413,6 +333,97 @@ impl TurnWorker {
             }
             _ => true,
         }
+    }
+
+    /// A tool began: numbered in the turn, remembered until it completes.
+    fn tool_started(&self, p: &mut RunProgress, ev: &Value) -> bool {
+        p.next_index += 1;
+        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
+        p.open_tools.push(RunningTool {
+            index: p.next_index,
+            name: name.to_owned(),
+            started: Instant::now(),
+        });
+        let preview = ev
+            .get("preview")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(name);
+        self.send(AgentEvent::ToolStart {
+            index: p.next_index,
+            name: name.to_owned(),
+            preview: preview.to_owned(),
+            args: json!({}),
+            emoji: tool_emoji(name).map(str::to_owned),
+        })
+    }
+
+    /// A tool ended: its output comes from the run's tool record (the event carries none),
+    /// and a `todo` tool's result is the turn's todo list.
+    fn tool_completed(&self, p: &mut RunProgress, ev: &Value) -> bool {
+        if std::mem::take(&mut p.approval_open) {
+            // The tool finished while its approval was still open: Hermes gave up
+            // waiting (its `approvals.timeout`) and did not run the command.
+            self.send(AgentEvent::ApprovalExpired);
+        }
+        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("");
+        let Some(at) = p.open_tools.iter().position(|t| t.name == name) else {
+            return true;
+        };
+        let tool = p.open_tools.remove(at);
+        let failed = ev.get("error").and_then(Value::as_bool).unwrap_or(false);
+        let record = self.run_tool_record(name, &p.reported);
+        let output = match &record {
+            Some((id, _, output)) => {
+                p.reported.push(id.clone());
+                output.clone()
+            }
+            None => String::new(),
+        };
+        if name == "todo" {
+            if let Some(todos) = todos_from_result(&output) {
+                self.send(AgentEvent::Todos(todos));
+            }
+        }
+        let ok = !failed
+            && serde_json::from_str::<Value>(&output)
+                .ok()
+                .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
+        let duration = ev
+            .get("duration")
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
+        self.send(AgentEvent::ToolEnd {
+            index: tool.index,
+            ok,
+            duration_secs: (duration * 1000.0).round() / 1000.0,
+            output_preview: output.chars().take(OUTPUT_PREVIEW_CHARS).collect(),
+        })
+    }
+
+    /// Hermes waits for an approval (docs/agents.md): the hub asks the phones.
+    fn approval_request(&self, p: &mut RunProgress, ev: &Value) -> bool {
+        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        p.approval_open = true;
+        let choices = ev
+            .get("choices")
+            .and_then(Value::as_array)
+            .map(|c| {
+                c.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_else(|| vec!["once".to_owned(), "deny".to_owned()]);
+        let description = match str_of("description") {
+            d if d.is_empty() => str_of("pattern_key"),
+            d => d,
+        };
+        self.send(AgentEvent::Approval(super::ApprovalRequest {
+            command: str_of("command"),
+            description,
+            choices,
+        }))
     }
 
     /// Follows a run by its status once its events stream is gone (it cannot be resumed):
