@@ -445,109 +445,168 @@ pub fn restore_into(
     let db = super::sled_config(&db_path, 1 << 20)
         .open()
         .map_err(StoreError::from)?;
-    // Made on the first history entry of a layout-2 backup; a layout-1 backup's history goes
-    // into sled as it was, and the store migrates it when it is first opened.
-    let mut hist: Option<super::sql::History> = None;
-    let mut hist_rows = HistoryRows::default();
-    let mut hist_tree: Option<Vec<u8>> = None;
-    let mut tree: Option<sled::Tree> = None;
-    let mut batch = sled::Batch::default();
-    let mut batched = 0;
-    let mut bad_media = Vec::new();
-    let flush_batch = |tree: &Option<sled::Tree>, batch: &mut sled::Batch, n: &mut usize| {
-        if let Some(t) = tree {
-            t.apply_batch(std::mem::take(batch))
-                .map_err(|e| io::Error::other(e.to_string()))?;
-        }
-        *n = 0;
-        io::Result::Ok(())
+    let mut restore = Restore {
+        dir,
+        db: &db,
+        hist: None,
+        hist_rows: HistoryRows::default(),
+        hist_tree: None,
+        tree: None,
+        batch: sled::Batch::default(),
+        batched: 0,
+        bad_media: Vec::new(),
     };
     let header = read_backup(file, input, |header, item| {
         match item {
-            Item::Tree(name) => {
-                flush_batch(&tree, &mut batch, &mut batched)?;
-                if header.layout_version >= 2 && HISTORY_TREES.contains(&name.as_slice()) {
-                    if hist.is_none() {
-                        hist = Some(
-                            super::sql::History::open(&super::sql::history_path(dir), true)
-                                .map_err(|e| io::Error::other(e.to_string()))?,
-                        );
-                    }
-                    tree = None;
-                    hist_tree = Some(name);
-                    return Ok(());
-                }
-                hist_tree = None;
-                tree = Some(
-                    db.open_tree(&name)
-                        .map_err(|e| io::Error::other(e.to_string()))?,
-                );
-            }
-            Item::Entry(k, v) if hist_tree.is_some() => {
-                hist_rows.put(hist_tree.as_deref().unwrap_or_default(), &k, &v)?;
-                if hist_rows.rows.len() + hist_rows.uses.len() >= HISTORY_BATCH {
-                    if let Some(h) = &hist {
-                        hist_rows.flush(h)?;
-                    }
-                }
-            }
-            Item::Entry(k, v) => {
-                batch.insert(k, v);
-                batched += 1;
-                if batched >= BATCH {
-                    flush_batch(&tree, &mut batch, &mut batched)?;
-                }
-            }
+            Item::Tree(name) => restore.begin_tree(header, name)?,
+            Item::Entry(k, v) => restore.entry(k, v)?,
             Item::Media(name, _size, body) => {
-                flush_batch(&tree, &mut batch, &mut batched)?;
-                tree = None;
-                hist_tree = None;
-                let tmp = media_dir.join("tmp").join(&name);
-                let mut out = std::fs::File::create(&tmp)?;
-                let mut hash = Sha256::new();
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let n = body.read(&mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    hash.update(&buf[..n]);
-                    out.write_all(&buf[..n])?;
-                }
-                out.sync_all()?;
-                let actual = hex(&hash.finalize());
-                if actual == name {
-                    std::fs::rename(&tmp, media_dir.join(&name))?;
-                } else {
-                    std::fs::remove_file(&tmp)?;
-                    bad_media.push(name);
+                restore.end_tree()?;
+                if !receive_media(&media_dir, &name, body)? {
+                    restore.bad_media.push(name);
                 }
             }
         }
         Ok(())
     })?;
-    flush_batch(&tree, &mut batch, &mut batched).map_err(|source| BackupError::Io {
+    restore.end_tree().map_err(|source| BackupError::Io {
         file: db_path.display().to_string(),
         source,
     })?;
+    let Restore {
+        hist,
+        hist_rows,
+        bad_media,
+        ..
+    } = restore;
     if let Some(h) = &hist {
-        let history_file = || BackupError::Io {
-            file: super::sql::history_path(dir).display().to_string(),
-            source: io::Error::other("the restored history database cannot be made durable"),
-        };
-        hist_rows.flush(h).map_err(|source| BackupError::Io {
-            file: super::sql::history_path(dir).display().to_string(),
-            source,
-        })?;
-        h.set_applied(hist_rows.applied)?;
-        if h.checkpoint()?.is_none() {
-            return Err(history_file());
-        }
+        finish_history(dir, h, hist_rows)?;
     }
     db.flush().map_err(StoreError::from)?;
     drop(db);
     let _ = std::fs::remove_dir(media_dir.join("tmp"));
     Ok((header, bad_media))
+}
+
+/// Where a restore is in the stream: the tree being filled (sled, in batches) or the history
+/// table being filled (SQLite, from a layout-2 backup), and the media that did not check out.
+struct Restore<'a> {
+    dir: &'a Path,
+    db: &'a sled::Db,
+    /// Made on the first history entry of a layout-2 backup; a layout-1 backup's history goes
+    /// into sled as it was, and the store migrates it when it is first opened.
+    hist: Option<super::sql::History>,
+    hist_rows: HistoryRows,
+    hist_tree: Option<Vec<u8>>,
+    tree: Option<sled::Tree>,
+    batch: sled::Batch,
+    batched: usize,
+    bad_media: Vec<String>,
+}
+
+impl Restore<'_> {
+    /// A new tree begins: the last one's batch is written, and history trees of a layout-2
+    /// backup go to SQLite instead of sled.
+    fn begin_tree(&mut self, header: &Header, name: Vec<u8>) -> io::Result<()> {
+        self.end_tree()?;
+        if header.layout_version >= 2 && HISTORY_TREES.contains(&name.as_slice()) {
+            if self.hist.is_none() {
+                self.hist = Some(
+                    super::sql::History::open(&super::sql::history_path(self.dir), true)
+                        .map_err(|e| io::Error::other(e.to_string()))?,
+                );
+            }
+            self.hist_tree = Some(name);
+            return Ok(());
+        }
+        self.tree = Some(
+            self.db
+                .open_tree(&name)
+                .map_err(|e| io::Error::other(e.to_string()))?,
+        );
+        Ok(())
+    }
+
+    fn entry(&mut self, k: Vec<u8>, v: Vec<u8>) -> io::Result<()> {
+        if let Some(tree) = self.hist_tree.as_deref() {
+            self.hist_rows.put(tree, &k, &v)?;
+            if self.hist_rows.rows.len() + self.hist_rows.uses.len() >= HISTORY_BATCH {
+                if let Some(h) = &self.hist {
+                    self.hist_rows.flush(h)?;
+                }
+            }
+            return Ok(());
+        }
+        self.batch.insert(k, v);
+        self.batched += 1;
+        if self.batched >= BATCH {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is batched and leaves the tree (media, a new tree, or the end follow).
+    fn end_tree(&mut self) -> io::Result<()> {
+        self.write_batch()?;
+        self.tree = None;
+        self.hist_tree = None;
+        Ok(())
+    }
+
+    fn write_batch(&mut self) -> io::Result<()> {
+        if let Some(t) = &self.tree {
+            t.apply_batch(std::mem::take(&mut self.batch))
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        self.batched = 0;
+        Ok(())
+    }
+}
+
+/// Streams one media file into place, checking it against its name (its SHA-256): false, and
+/// nothing kept, when it does not match.
+fn receive_media(media_dir: &Path, name: &str, body: &mut dyn Read) -> io::Result<bool> {
+    let tmp = media_dir.join("tmp").join(name);
+    let mut out = std::fs::File::create(&tmp)?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = body.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+    }
+    out.sync_all()?;
+    if hex(&hash.finalize()) == name {
+        std::fs::rename(&tmp, media_dir.join(name))?;
+        Ok(true)
+    } else {
+        std::fs::remove_file(&tmp)?;
+        Ok(false)
+    }
+}
+
+/// The restored history made whole and durable: last rows, the applied position, a checkpoint.
+fn finish_history(
+    dir: &Path,
+    h: &super::sql::History,
+    mut rows: HistoryRows,
+) -> std::result::Result<(), BackupError> {
+    let history_file = super::sql::history_path(dir).display().to_string();
+    rows.flush(h).map_err(|source| BackupError::Io {
+        file: history_file.clone(),
+        source,
+    })?;
+    h.set_applied(rows.applied)?;
+    if h.checkpoint()?.is_none() {
+        return Err(BackupError::Io {
+            file: history_file,
+            source: io::Error::other("the restored history database cannot be made durable"),
+        });
+    }
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
