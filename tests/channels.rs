@@ -104,6 +104,11 @@ async fn change(t: &mut Two, kind: &str, chat: &str, payload: Value) -> Value {
     change_seen_by_both(t, kind, Some(chat), payload, "channel.renamed").await
 }
 
+/// `channel.set_automation` of one entry, seen by both devices.
+async fn set_automation(t: &mut Two, chat: &str, on: bool) -> Value {
+    change(t, "channel.set_automation", chat, json!({ "on": on })).await
+}
+
 /// `channel.delete` of one entry, seen by both devices.
 async fn delete(t: &mut Two, chat: &str) -> Value {
     change_seen_by_both(
@@ -331,22 +336,10 @@ async fn automation_on_off_reaches_both_devices() {
     let mut t = two_devices().await;
     let created = create(&mut t, json!({ "name": "Cron", "kind": "channel" })).await;
     let chan = id_of(&created);
-    let on = change(
-        &mut t,
-        "channel.set_automation",
-        &chan,
-        json!({ "on": true }),
-    )
-    .await;
+    let on = set_automation(&mut t, &chan, true).await;
     assert_eq!(on["automation"], true, "{on}");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&on));
-    let off = change(
-        &mut t,
-        "channel.set_automation",
-        &chan,
-        json!({ "on": false }),
-    )
-    .await;
+    let off = set_automation(&mut t, &chan, false).await;
     assert_eq!(off["automation"], false, "{off}");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&off));
 }
@@ -657,13 +650,7 @@ async fn automation_is_refused_for_a_channel_with_threads() {
     );
 
     delete(&mut t, &thr).await;
-    let on = change(
-        &mut t,
-        "channel.set_automation",
-        &chan,
-        json!({ "on": true }),
-    )
-    .await;
+    let on = set_automation(&mut t, &chan, true).await;
     assert_eq!(on["automation"], true, "{on}");
 }
 
@@ -964,13 +951,8 @@ async fn auto_thread_follows_the_new_default() {
     assert_eq!(frame_type(&t.a.recv_reply(id).await), "channel.renamed");
 
     // In the new default's flat lane, auto_thread mints a thread under it.
-    t.a.request(
-        "message.send",
-        Some(&x),
-        None,
-        json!({ "text": "Threaded in the new home", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some(&x), "Threaded in the new home")
+        .await;
     let frames = until_typing_off(&mut t.a).await;
     let created = frames
         .iter()
@@ -989,13 +971,8 @@ async fn auto_thread_follows_the_new_default() {
 
     // In the old default it no longer threads.
     let before = channel_list(&mut t.a).await;
-    t.a.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "Not threaded any more", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some("default"), "Not threaded any more")
+        .await;
     let frames = until_typing_off(&mut t.a).await;
     assert!(
         frames.iter().all(|f| frame_type(f) != "channel.created"),
@@ -1017,13 +994,7 @@ async fn auto_thread_follows_the_new_default() {
 async fn automation_channel_refuses_messages_until_turned_off() {
     let mut t = two_devices().await;
     let chan = id_of(&create(&mut t, json!({ "name": "Webhooks", "kind": "channel" })).await);
-    change(
-        &mut t,
-        "channel.set_automation",
-        &chan,
-        json!({ "on": true }),
-    )
-    .await;
+    set_automation(&mut t, &chan, true).await;
 
     let id = t.a.send_text(Some(&chan), None, "let me in").await;
     let reply = t.a.recv_reply(id).await;
@@ -1034,13 +1005,7 @@ async fn automation_channel_refuses_messages_until_turned_off() {
     let page = t.a.recv_reply(id).await;
     assert_eq!(page["payload"]["messages"], json!([]), "{page}");
 
-    change(
-        &mut t,
-        "channel.set_automation",
-        &chan,
-        json!({ "on": false }),
-    )
-    .await;
+    set_automation(&mut t, &chan, false).await;
     let id = t.a.send_text(Some(&chan), None, "let me in").await;
     let reply = t.a.recv_reply(id).await;
     assert_eq!(frame_type(&reply), "read.receipt", "{reply}");
@@ -1083,13 +1048,7 @@ async fn directory_survives_restart() {
         json!({ "icon": TINY_PNG_B64, "color": "#12abEF" }),
     )
     .await;
-    change(
-        &mut t,
-        "channel.set_automation",
-        &bots,
-        json!({ "on": true }),
-    )
-    .await;
+    set_automation(&mut t, &bots, true).await;
     change(&mut t, "channel.set_default", &x, json!({})).await;
     let before = channel_list(&mut t.a).await;
     assert_eq!(before.len(), 4, "{before:?}");

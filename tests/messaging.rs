@@ -489,14 +489,7 @@ async fn thread_turns_carry_parent_chat_and_thread_id() {
 async fn auto_thread_in_default_flat_lane_mints_a_thread() {
     let mut t = two_devices(&[]).await;
     let text = "Plan the garden";
-    let rid =
-        t.a.request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text, "auto_thread": true }),
-        )
-        .await;
+    let rid = t.a.send_auto_threaded(Some("default"), text).await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
 
@@ -570,13 +563,8 @@ async fn auto_thread_ignored_for_slash_text_and_other_channels() {
 
     // Slash text in the default flat lane stays there (one the gateway does not know goes to
     // the agent as typed, so it gets a turn).
-    t.a.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/weather today", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some("default"), "/weather today")
+        .await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
     for (who, frames) in [("A", &fa), ("B", &fb)] {
@@ -596,13 +584,7 @@ async fn auto_thread_ignored_for_slash_text_and_other_channels() {
     }
 
     // auto_thread in a non-default channel does not thread.
-    t.a.request(
-        "message.send",
-        Some(&chan),
-        None,
-        json!({ "text": "Plan the garden", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some(&chan), "Plan the garden").await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
     for (who, frames) in [("A", &fa), ("B", &fb)] {

@@ -919,6 +919,17 @@ impl Client {
             .await
     }
 
+    /// As [`Client::send_text`] with `auto_thread` set: the default channel may mint a thread.
+    pub async fn send_auto_threaded(&mut self, chat: Option<&str>, text: &str) -> i64 {
+        self.request(
+            "message.send",
+            chat,
+            None,
+            json!({ "text": text, "auto_thread": true }),
+        )
+        .await
+    }
+
     /// Sends `text` in the default channel and returns every frame that follows, up to and
     /// including the first that `last` accepts. An `error` answering the send fails the test.
     pub async fn say(&mut self, text: &str, mut last: impl FnMut(&Value) -> bool) -> Vec<Value> {
