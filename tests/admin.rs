@@ -677,37 +677,12 @@ async fn config_effective_says_where_each_value_comes_from() {
 // In a real browser
 // ---------------------------------------------------------------------------------------------
 
-fn parse_uri(uri: &str) -> HashMap<String, String> {
-    let query = uri
-        .strip_prefix("iris://pair?")
-        .unwrap_or_else(|| panic!("not a pairing URI: {uri}"));
-    query
-        .split('&')
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').expect("key=value");
-            let mut out = Vec::new();
-            let b = v.as_bytes();
-            let mut i = 0;
-            while i < b.len() {
-                if b[i] == b'%' {
-                    out.push(u8::from_str_radix(&v[i + 1..i + 3], 16).unwrap());
-                    i += 3;
-                } else {
-                    out.push(b[i]);
-                    i += 1;
-                }
-            }
-            (k.to_owned(), String::from_utf8(out).unwrap())
-        })
-        .collect()
-}
-
 /// On a page showing an invitation: the QR code from a screenshot, checked against the text
 /// and the link, and its token proven with a hello. Returns the connected client and device.
 async fn pair_from_page(b: &mut Browser, gw: &Gateway, page: &str) -> (Client, String) {
     assert_page_shows(b, page, &["#qr svg", "#open-in-app", "#pair-token"]).await;
     let uri = decode_qr(&b.screenshot().await);
-    let values = parse_uri(&uri);
+    let values = common::parse_pairing_uri(&uri);
     let link = b
         .eval("document.querySelector('#open-in-app').getAttribute('href')")
         .await;
@@ -920,7 +895,7 @@ async fn in_a_browser_switch_the_agent_test_push_and_read_the_log() {
     owner_set(dir.path(), PASSPHRASE);
     let gw = Gateway::start(dir.path(), &["--push", "ntfy", "--ntfy-server", &ntfy.url]);
     let p = pair(dir.path(), "phone");
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     let id = c.next_id();
     c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": {
         "token": p.token, "device_id": p.device_id, "device_name": "iris-test",

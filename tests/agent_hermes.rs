@@ -8,51 +8,18 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::peers::{Hermes, MockLlm};
+use common::peers::{Hermes, HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_until_status, frame_type, pair, pstr, temp_data_dir, typing_off, Client, Gateway,
-    Paired,
+    connect_awaiting_online, connect_with_status, frame_type, pair, pstr, temp_data_dir,
+    typing_off, Client, Gateway,
 };
 use serde_json::{json, Value};
 
-struct Rig {
-    llm: MockLlm,
-    hermes: Hermes,
-    dir: tempfile::TempDir,
-    gw: Gateway,
-    p: Paired,
-}
-
-/// One Hermes at a time: each is a ~100 MB Python process whose first turn takes seconds of
-/// CPU, and CI machines have two cores; in parallel they starve each other past any sane bound.
-static ONE_HERMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Hermes' first turn after a start loads its tool registry: allow for a slow machine.
-const HERMES_TURN_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn rig() -> Rig {
-    let llm = MockLlm::start();
-    let hermes = Hermes::start(&llm);
-    let dir = temp_data_dir();
-    let gw = hermes.gateway(dir.path(), &[]);
-    let p = pair(dir.path(), "phone");
-    Rig {
-        llm,
-        hermes,
-        dir,
-        gw,
-        p,
-    }
-}
-
-async fn connect(gw: &Gateway, p: &Paired) -> Client {
-    let (mut c, _, status) = connect_until_status(gw, p).await;
-    c.timeout = HERMES_TURN_TIMEOUT;
-    if status["payload"]["state"] != "online" {
-        c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
-            .await;
-    }
-    c
+/// Sends `text` (a `[[slow]]` script: the model streams it word by word) and waits until the
+/// answer is under way.
+async fn start_slow_turn(c: &mut Client, text: &str) {
+    c.send_text(Some("default"), None, &text).await;
+    c.recv_type("message.update").await;
 }
 
 /// Sends `text` and returns every frame of the turn, through `typing{on:false}`.
@@ -84,8 +51,8 @@ fn times_asked(llm: &MockLlm, text: &str) -> usize {
 #[tokio::test]
 async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
     let _one = ONE_HERMES.lock().await;
-    let r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
+    let r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
 
     let first = turn(&mut c, "Hello Hermes").await;
     let stop = find(&first, "message.stop");
@@ -117,13 +84,7 @@ async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
         "Echo: And now?. I have seen 1 earlier user messages; the first was: Hello Hermes."
     );
 
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/new" }),
-    )
-    .await;
+    c.send_text(Some("default"), None, "/new").await;
     c.recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
         .await;
     let third = turn(&mut c, "Fresh?").await;
@@ -140,8 +101,8 @@ async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
 #[tokio::test]
 async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
     let _one = ONE_HERMES.lock().await;
-    let r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
+    let r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let frames = turn(&mut c, "[[tool]] plan my tea").await;
 
     // Text before the tool call is commentary, not part of the answer.
@@ -188,8 +149,8 @@ async fn a_tool_call_streams_commentary_tool_frames_and_the_todo_list() {
 #[tokio::test]
 async fn reasoning_comes_from_the_transcript() {
     let _one = ONE_HERMES.lock().await;
-    let r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
+    let r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let frames = turn(&mut c, "[[reason]] why").await;
     let stop = find(&frames, "message.stop");
     assert_eq!(pstr(stop, "final_text"), "Reasoned answer.");
@@ -199,23 +160,10 @@ async fn reasoning_comes_from_the_transcript() {
 #[tokio::test]
 async fn stop_aborts_the_running_turn_at_hermes() {
     let _one = ONE_HERMES.lock().await;
-    let r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "[[slow]] count" }),
-    )
-    .await;
-    c.recv_type("message.update").await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/stop" }),
-    )
-    .await;
+    let r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
+    start_slow_turn(&mut c, "[[slow]] count").await;
+    c.send_text(Some("default"), None, "/stop").await;
     let stop = c.recv_type("message.stop").await;
     let text = pstr(&stop, "final_text");
     assert!(
@@ -252,22 +200,15 @@ async fn hermes_stops_reading_the_model(llm: &MockLlm, after: &str) {
 #[tokio::test]
 async fn agent_stop_stops_the_running_turn_like_slash_stop() {
     let _one = ONE_HERMES.lock().await;
-    let r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
+    let r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     // Nothing running: a clear error, nothing else happens.
     c.send_raw_text(r#"{"v":1,"type":"agent.stop","id":901,"chat_id":"default","payload":{}}"#)
         .await;
     let e = c.expect_error("not_found").await;
     assert_eq!(e["id"], 901, "{e}");
 
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "[[slow]] count again" }),
-    )
-    .await;
-    c.recv_type("message.update").await;
+    start_slow_turn(&mut c, "[[slow]] count again").await;
     c.send_raw_text(r#"{"v":1,"type":"agent.stop","id":902,"chat_id":"default","payload":{}}"#)
         .await;
     let stop = c.recv_type("message.stop").await;
@@ -301,16 +242,9 @@ fn pstr_of<'a>(v: &'a Value, key: &str) -> &'a str {
 #[tokio::test]
 async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
     let _one = ONE_HERMES.lock().await;
-    let mut r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "[[slow]] long story" }),
-    )
-    .await;
-    c.recv_type("message.update").await;
+    let mut r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
+    start_slow_turn(&mut c, "[[slow]] long story").await;
     r.hermes.kill();
     // The turn ends clearly, and the gateway reports the agent's absence (in either order).
     let mut stop = None;
@@ -346,15 +280,10 @@ async fn hermes_killed_mid_turn_gives_a_clear_end_then_degraded_then_online() {
 #[tokio::test]
 async fn a_gateway_killed_mid_turn_follows_the_run_and_never_hands_the_message_over_twice() {
     let _one = ONE_HERMES.lock().await;
-    let mut r = rig();
-    let mut c = connect(&r.gw, &r.p).await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "[[slow]] interrupted tale" }),
-    )
-    .await;
+    let mut r = HermesRig::start("", &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
+    c.send_text(Some("default"), None, "[[slow]] interrupted tale")
+        .await;
     c.recv_type("read.receipt").await;
     c.recv_type("message.update").await;
     let addr = r.gw.addr.to_string();
@@ -363,7 +292,7 @@ async fn a_gateway_killed_mid_turn_follows_the_run_and_never_hands_the_message_o
     // The run goes on at Hermes without the gateway (closing its events stream does not stop it).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
-    let mut c = connect(&gw, &r.p).await;
+    let mut c = connect_awaiting_online(&gw, &r.p, HERMES_TURN_TIMEOUT).await;
     // The run outlived the gateway at Hermes: the restarted gateway follows it (by its
     // status: a run's events stream cannot be resumed) and delivers its whole answer once.
     let answer = c
@@ -421,7 +350,7 @@ async fn a_wrong_key_is_reported_not_retried() {
         ],
     );
     let p = pair(dir.path(), "phone");
-    let (mut c, _, status) = connect_until_status(&gw, &p).await;
+    let (mut c, _, status) = connect_with_status(&gw, &p).await;
     c.timeout = HERMES_TURN_TIMEOUT;
     if status["payload"]["state"] == "online" {
         let s = c.recv_type("status").await;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::peers::MockLlm;
 use common::{
-    connect_until_status, frame_type, pair, pstr, system_answer, temp_data_dir, Client, Gateway,
-    Paired,
+    connect, connect_with_status, frame_type, pair, pstr, system_answer, temp_data_dir, Client,
+    Gateway,
 };
 use serde_json::{json, Value};
 
@@ -19,10 +19,6 @@ fn start_gateway(dir: &std::path::Path, url: &str, extra: &[&str]) -> Gateway {
     let mut args = vec!["--agent", "openai", "--agent-url", url];
     args.extend_from_slice(extra);
     Gateway::start(dir, &args)
-}
-
-async fn connect(gw: &Gateway, p: &Paired) -> Client {
-    connect_until_status(gw, p).await.0
 }
 
 /// Sends `text` in the default channel and returns the turn's `message.stop`.
@@ -56,7 +52,7 @@ async fn history_is_sent_and_new_starts_afresh() {
     let dir = temp_data_dir();
     let gw = start_gateway(dir.path(), &llm.url(), &[]);
     let p = pair(dir.path(), "phone");
-    let mut c = connect(&gw, &p).await;
+    let (mut c, _) = connect(&gw, &p).await;
 
     let first = ask(&mut c, "What is tea?").await;
     assert_eq!(
@@ -113,20 +109,14 @@ async fn reasoning_content_becomes_the_reasoning_and_choices_reach_the_request()
     let dir = temp_data_dir();
     let gw = start_gateway(dir.path(), &llm.url(), &[]);
     let p = pair(dir.path(), "phone");
-    let mut c = connect(&gw, &p).await;
+    let (mut c, _) = connect(&gw, &p).await;
 
     let stop = ask(&mut c, "[[reason]] why is the sky blue").await;
     assert_eq!(pstr(&stop, "final_text"), "Reasoned answer.");
     assert_eq!(pstr(&stop, "reasoning"), "Thinking about the question.");
 
     // /model offers the server's models as a picker.
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/model" }),
-    )
-    .await;
+    c.send_text(Some("default"), None, "/model").await;
     let picker = c.recv_type("picker.choice").await;
     let values: Vec<&str> = picker["payload"]["choices"]
         .as_array()
@@ -167,7 +157,7 @@ async fn an_upstream_error_is_a_clear_answer() {
     let dir = temp_data_dir();
     let gw = start_gateway(dir.path(), &llm.url(), &[]);
     let p = pair(dir.path(), "phone");
-    let mut c = connect(&gw, &p).await;
+    let (mut c, _) = connect(&gw, &p).await;
     let stop = ask(&mut c, "[[fail500]] please").await;
     let text = pstr(&stop, "final_text");
     assert!(
@@ -187,29 +177,18 @@ async fn an_upstream_error_is_a_clear_answer() {
 #[tokio::test]
 async fn a_message_sent_while_the_server_is_down_is_answered_when_it_returns() {
     // A port with nothing listening on it, where the mock will start later.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::peers::free_port();
     let dir = temp_data_dir();
     let url = format!("http://127.0.0.1:{port}/v1");
     let gw = start_gateway(dir.path(), &url, &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _, status) = connect_until_status(&gw, &p).await;
+    let (mut c, _, status) = connect_with_status(&gw, &p).await;
     if status["payload"]["state"] == "online" {
         // The first check of the agent may land just after the greeting.
         let s = c.recv_type("status").await;
         assert_eq!(s["payload"]["state"], "degraded", "{s}");
     }
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "Are you there?" }),
-        )
-        .await;
+    let id = c.send_text(Some("default"), None, "Are you there?").await;
     let receipt = c.recv_reply(id).await;
     assert_eq!(frame_type(&receipt), "read.receipt", "{receipt}");
     let note = c.recv_type("commentary").await;
@@ -236,11 +215,7 @@ async fn a_message_sent_while_the_server_is_down_is_answered_when_it_returns() {
 
 #[tokio::test]
 async fn a_server_that_never_returns_gets_a_clear_failure() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::peers::free_port();
     let dir = temp_data_dir();
     let config = dir.path().join("gateway.toml");
     std::fs::write(
@@ -253,7 +228,7 @@ async fn a_server_that_never_returns_gets_a_clear_failure() {
     let data = dir.path().join("data");
     let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
     let p = pair(&data, "phone");
-    let mut c = connect(&gw, &p).await;
+    let (mut c, _) = connect(&gw, &p).await;
     let stop = ask(&mut c, "Hello?").await;
     let text = pstr(&stop, "final_text");
     assert!(text.contains("the agent is unreachable"), "{stop}");
@@ -266,14 +241,8 @@ async fn a_busy_server_is_asked_again_after_retry_after() {
     let dir = temp_data_dir();
     let gw = start_gateway(dir.path(), &llm.url(), &[]);
     let p = pair(dir.path(), "phone");
-    let mut c = connect(&gw, &p).await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "[[busy]] hello" }),
-    )
-    .await;
+    let (mut c, _) = connect(&gw, &p).await;
+    c.send_text(Some("default"), None, "[[busy]] hello").await;
     let note = c.recv_type("commentary").await;
     assert!(pstr(&note, "text").contains("busy"), "{note}");
     let stop = c.recv_type("message.stop").await;
@@ -306,7 +275,7 @@ async fn a_turn_past_the_time_limit_is_stopped_and_says_so() {
     let data = dir.path().join("data");
     let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
     let p = pair(&data, "phone");
-    let mut c = connect(&gw, &p).await;
+    let (mut c, _) = connect(&gw, &p).await;
     let stop = ask(&mut c, "[[slow]] go on").await;
     let text = pstr(&stop, "final_text");
     assert!(text.starts_with("word1"), "{stop}");

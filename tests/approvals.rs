@@ -14,28 +14,36 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::peers::{Hermes, MockLlm};
+use common::peers::{Hermes, HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_until_status, frame_type, pair, pstr, system_answer, temp_data_dir, typing_off, Client,
-    Gateway, Paired,
+    connect_awaiting_online, frame_type, pair, pstr, system_answer, temp_data_dir, typing_off,
+    Client, Gateway,
 };
 use serde_json::{json, Value};
 
-/// One Hermes at a time (a ~100 MB Python process; CI has two cores).
-static ONE_HERMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const HERMES_TURN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Long enough for any test to answer; the no-answer test uses its own short one.
 const APPROVAL_TIMEOUT_SECS: u64 = 60;
 
+/// A Hermes rig whose Hermes asks before running flagged commands, and a directory for the
+/// flagged command to delete, with a file in it.
 struct Rig {
-    llm: MockLlm,
-    hermes: Hermes,
-    dir: tempfile::TempDir,
-    gw: Gateway,
-    p: Paired,
-    /// The directory the flagged command deletes, with a file in it.
+    hermes_rig: HermesRig,
     victim: PathBuf,
     _scratch: tempfile::TempDir,
+}
+
+/// The rig's Hermes, gateway and phone, as `r.gw`, `r.p` and so on.
+impl std::ops::Deref for Rig {
+    type Target = HermesRig;
+    fn deref(&self) -> &HermesRig {
+        &self.hermes_rig
+    }
+}
+
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut HermesRig {
+        &mut self.hermes_rig
+    }
 }
 
 fn approvals_yaml(timeout_secs: u64) -> String {
@@ -43,10 +51,7 @@ fn approvals_yaml(timeout_secs: u64) -> String {
 }
 
 fn rig_with(timeout_secs: u64, gateway_args: &[&str], dir: tempfile::TempDir) -> Rig {
-    let llm = MockLlm::start();
-    let hermes = Hermes::start_with_config(&llm, &approvals_yaml(timeout_secs));
-    let gw = hermes.gateway(dir.path(), gateway_args);
-    let p = pair(dir.path(), "phone");
+    let hermes_rig = HermesRig::start(&approvals_yaml(timeout_secs), gateway_args, dir);
     let scratch = tempfile::Builder::new()
         .prefix("iris-approval-")
         .tempdir()
@@ -55,11 +60,7 @@ fn rig_with(timeout_secs: u64, gateway_args: &[&str], dir: tempfile::TempDir) ->
     std::fs::create_dir(&victim).expect("create the victim dir");
     std::fs::write(victim.join("cat.jpg"), b"not really a cat").expect("victim file");
     Rig {
-        llm,
-        hermes,
-        dir,
-        gw,
-        p,
+        hermes_rig,
         victim,
         _scratch: scratch,
     }
@@ -69,16 +70,6 @@ fn rig(timeout_secs: u64) -> Rig {
     rig_with(timeout_secs, &[], temp_data_dir())
 }
 
-async fn connect(gw: &Gateway, p: &Paired) -> Client {
-    let (mut c, _, status) = connect_until_status(gw, p).await;
-    c.timeout = HERMES_TURN_TIMEOUT;
-    if status["payload"]["state"] != "online" {
-        c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
-            .await;
-    }
-    c
-}
-
 fn command_of(r: &Rig) -> String {
     format!("rm -rf {}", r.victim.display())
 }
@@ -86,13 +77,7 @@ fn command_of(r: &Rig) -> String {
 /// Sends the message that makes Hermes want to run `rm -rf VICTIM`; returns the picker.
 async fn ask_for_danger(c: &mut Client, r: &Rig) -> Value {
     let text = format!("[[danger {}]] tidy up", r.victim.display());
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": text }),
-    )
-    .await;
+    c.send_text(Some("default"), None, &text).await;
     let picker = c.recv_type("picker.choice").await;
     let title = pstr(&picker, "title");
     assert!(
@@ -168,7 +153,7 @@ fn system_texts(frames: &[Value]) -> Vec<String> {
 async fn allow_once_runs_the_command_and_the_turn_finishes() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     // `always` (allow-list the pattern in Hermes for ever) is never one tap.
     assert_eq!(
@@ -248,7 +233,7 @@ async fn allow_once_runs_the_command_and_the_turn_finishes() {
 async fn deny_does_not_run_the_command_and_the_agent_is_told() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     select(&mut c, &picker, "deny").await;
     let frames = rest_of_turn(&mut c).await;
@@ -273,7 +258,7 @@ async fn deny_does_not_run_the_command_and_the_agent_is_told() {
 async fn no_answer_closes_the_picker_when_hermes_stops_waiting() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(4);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     let t0 = Instant::now();
     let frames = rest_of_turn(&mut c).await;
@@ -367,7 +352,7 @@ async fn stopped_and_nothing_ran(c: &mut Client, r: &Rig, why: &str) {
 async fn stop_the_task_while_waiting_cancels_the_run_and_nothing_runs() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     select(&mut c, &picker, "stop").await;
     stopped_and_nothing_ran(&mut c, &r, "phone stopped the task").await;
@@ -386,7 +371,7 @@ async fn stop_the_task_while_waiting_cancels_the_run_and_nothing_runs() {
 async fn agent_stop_while_waiting_stops_the_run_and_closes_the_picker() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     // While a run waits for an approval its events stream is silent: only an explicit stop
     // at Hermes ends it.
@@ -404,9 +389,9 @@ async fn agent_stop_while_waiting_stops_the_run_and_closes_the_picker() {
 async fn two_devices_see_the_picker_and_the_first_answer_wins() {
     let _one = ONE_HERMES.lock().await;
     let r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut phone = connect(&r.gw, &r.p).await;
+    let mut phone = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let tablet_pair = pair(r.dir.path(), "tablet");
-    let mut tablet = connect(&r.gw, &tablet_pair).await;
+    let mut tablet = connect_awaiting_online(&r.gw, &tablet_pair, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut phone, &r).await;
     let seen = tablet.recv_type("picker.choice").await;
     assert_eq!(seen["payload"], picker["payload"]);
@@ -519,7 +504,7 @@ async fn an_away_device_gets_the_approval_push_exactly_once() {
     // The tablet registers its topic, then goes away (locked in a drawer).
     let tablet = pair(r.dir.path(), "tablet");
     {
-        let mut t = Client::connect(&r.gw.url).await;
+        let mut t = Client::open(&r.gw.url).await;
         let id = t.next_id();
         t.send(json!({ "v": 1, "type": "hello", "id": id, "payload": {
             "token": tablet.token, "device_id": tablet.device_id, "ntfy_topic": "tablet-topic" } }))
@@ -527,7 +512,7 @@ async fn an_away_device_gets_the_approval_push_exactly_once() {
         t.recv_type("hello.ack").await;
         t.close().await;
     }
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     let approval_pushes = |b: &[Value]| {
@@ -572,7 +557,7 @@ async fn an_away_device_gets_the_approval_push_exactly_once() {
 async fn a_gateway_killed_while_an_approval_waits_re_offers_it_after_the_restart() {
     let _one = ONE_HERMES.lock().await;
     let mut r = rig(APPROVAL_TIMEOUT_SECS);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     let picker_id = pstr(&picker, "picker_id").to_owned();
     let addr = r.gw.addr.to_string();
@@ -580,7 +565,7 @@ async fn a_gateway_killed_while_an_approval_waits_re_offers_it_after_the_restart
     drop(c);
     assert!(r.victim.exists());
     let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
-    let mut c = connect(&gw, &r.p).await;
+    let mut c = connect_awaiting_online(&gw, &r.p, HERMES_TURN_TIMEOUT).await;
     // The outboxed picker is replayed by sync, and still answerable.
     let id = c.request("sync", None, None, json!({ "cursor": 0 })).await;
     let replayed = c
@@ -637,13 +622,13 @@ async fn a_gateway_killed_while_an_approval_waits_re_offers_it_after_the_restart
 async fn after_a_restart_an_unanswered_approval_still_closes_when_hermes_stops_waiting() {
     let _one = ONE_HERMES.lock().await;
     let mut r = rig(8);
-    let mut c = connect(&r.gw, &r.p).await;
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let picker = ask_for_danger(&mut c, &r).await;
     let addr = r.gw.addr.to_string();
     r.gw.kill9();
     drop(c);
     let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
-    let mut c = connect(&gw, &r.p).await;
+    let mut c = connect_awaiting_online(&gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let closed = c
         .recv_until(|f| system_answer(f) && pstr(f, "text").contains("was not approved in time"))
         .await;

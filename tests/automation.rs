@@ -257,14 +257,7 @@ async fn webhook_posts_a_cron_message_and_notification_that_survive_a_restart() 
     );
 
     // The channel only receives gateway output.
-    let id = c
-        .request(
-            "message.send",
-            Some(&chat),
-            None,
-            json!({ "text": "can I write here?" }),
-        )
-        .await;
+    let id = c.send_text(Some(&chat), None, "can I write here?").await;
     let err = c.recv_reply(id).await;
     assert_eq!(frame_type(&err), "error", "{err}");
     assert_eq!(pstr(&err, "code"), "unsupported", "{err}");

@@ -11,92 +11,18 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{
-    cli_os, create_channel, create_thread, frame_type, hello_paired, id_of, pair, pstr, Client,
-    Gateway, Paired,
+    create_channel, create_thread, frame_type, hello_paired, pair, pstr, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-
-fn sha_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn run_cli(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
-    let out = cli_os(args);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn backup(file: &Path, data: &Path) -> String {
-    let (ok, out, err) = run_cli(&[
-        "backup".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ]);
+    let (ok, out, err) = common::cli_backup(file, data);
     assert!(ok, "backup failed:\n{out}\n{err}");
     out
 }
 
-fn restore(file: &Path, data: &Path) -> (bool, String, String) {
-    run_cli(&[
-        "restore".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ])
-}
-
-/// Sends a message and waits for its receipt and answer, retrying on the frame rate limit.
-async fn say(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) {
-    loop {
-        let id = c
-            .request("message.send", chat, thread, json!({ "text": text }))
-            .await;
-        let r = c.recv_reply(id).await;
-        if pstr(&r, "code") == "rate_limited" {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            continue;
-        }
-        assert_eq!(frame_type(&r), "read.receipt", "{r}");
-        c.recv_type("message.stop").await;
-        return;
-    }
-}
-
 async fn upload(c: &mut Client, media_ref: &str, data: &[u8]) -> String {
-    let start = c
-        .request(
-            "media.upload.start",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "kind": "image", "mime": "image/png", "size": data.len(), "filename": "garden.png" }),
-        )
-        .await;
-    for piece in data.chunks(64 * 1024) {
-        c.send_raw_binary(piece.to_vec()).await;
-    }
-    let end = c
-        .request(
-            "media.upload.end",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "sha256": sha_hex(data) }),
-        )
-        .await;
-    let ack = c.recv_reply(end).await;
-    assert!(
-        c.seen.iter().all(|f| id_of(f) != Some(start)),
-        "upload refused: {}",
-        c.recent()
-    );
-    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+    common::upload_png(c, media_ref, data).await;
     let id = c
         .request(
             "message.send",
@@ -116,24 +42,6 @@ async fn upload(c: &mut Client, media_ref: &str, data: &[u8]) -> String {
         .as_str()
         .expect("media id")
         .to_owned()
-}
-
-async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
-    let rid = c
-        .request("media.pull", None, None, json!({ "media_id": media_id }))
-        .await;
-    let mut bytes = Vec::new();
-    loop {
-        match c.recv_any().await {
-            common::Incoming::Binary(b) => bytes.extend(b),
-            common::Incoming::Text(f) if id_of(&f) == Some(rid) => {
-                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
-                return bytes;
-            }
-            common::Incoming::Text(_) => {}
-            other => panic!("pull: {other:?}"),
-        }
-    }
 }
 
 /// Everything a device can see of a gateway: directory, every lane's history, the outbox.
@@ -179,9 +87,9 @@ async fn populated(data: &Path) -> (Gateway, Paired, Paired, String, Vec<u8>) {
     let garden = create_channel(&mut a, "Garden").await;
     let plans = create_thread(&mut a, &garden, "Plans").await;
     for i in 0..5 {
-        say(&mut a, None, None, &format!("default lane note {i}")).await;
-        say(&mut a, Some(&garden), None, &format!("garden note {i}")).await;
-        say(&mut a, Some(&garden), Some(&plans), &format!("plan {i}")).await;
+        common::send_until_stop(&mut a, None, None, &format!("default lane note {i}")).await;
+        common::send_until_stop(&mut a, Some(&garden), None, &format!("garden note {i}")).await;
+        common::send_until_stop(&mut a, Some(&garden), Some(&plans), &format!("plan {i}")).await;
     }
     let photo: Vec<u8> = (0..300_000u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
@@ -202,7 +110,8 @@ async fn a_backup_taken_under_load_restores_the_same_gateway() {
     let (mut b, _) = hello_paired(&gw, &pb).await;
     let load = async {
         for i in 0.. {
-            say(&mut b, None, None, &format!("sent during the backup {i}")).await;
+            common::send_until_stop(&mut b, None, None, &format!("sent during the backup {i}"))
+                .await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
@@ -221,7 +130,7 @@ async fn a_backup_taken_under_load_restores_the_same_gateway() {
     let live = look(&gw, &pa).await;
 
     let dst = common::temp_data_dir();
-    let (ok, out, err) = restore(&file, dst.path());
+    let (ok, out, err) = common::cli_restore(&file, dst.path());
     assert!(ok, "restore failed:\n{out}\n{err}");
     eprintln!("{out}");
     let restored_gw = Gateway::start(dst.path(), &[]);
@@ -288,12 +197,12 @@ async fn a_backup_taken_under_load_restores_the_same_gateway() {
     assert_eq!(devices(dst.path()), devices(src.path()));
     let (mut c, _) = hello_paired(&restored_gw, &pb).await;
     assert_eq!(
-        pull(&mut c, &media_id).await,
+        common::pull_media(&mut c, &media_id).await,
         photo,
         "the restored media file"
     );
     // And the restored gateway carries on from its head.
-    say(&mut c, None, None, "after the restore").await;
+    common::send_until_stop(&mut c, None, None, "after the restore").await;
     let after = look(&restored_gw, &pa).await;
     assert_eq!(
         after.outbox[0].get("cursor"),
@@ -319,11 +228,11 @@ async fn a_backup_of_a_stopped_gateway_restores_over_another_store() {
     let mut other = Gateway::start(dst.path(), &[]);
     let po = pair(dst.path(), "another phone");
     let (mut c, _) = hello_paired(&other, &po).await;
-    say(&mut c, None, None, "the other store's only message").await;
+    common::send_until_stop(&mut c, None, None, "the other store's only message").await;
     c.close().await;
     other.stop_ok();
     drop(other);
-    let (ok, out, err) = restore(&file, dst.path());
+    let (ok, out, err) = common::cli_restore(&file, dst.path());
     assert!(ok, "restore failed:\n{out}\n{err}");
     assert!(out.contains("was moved to"), "{out}");
     let aside: Vec<_> = std::fs::read_dir(dst.path())
@@ -345,9 +254,9 @@ async fn a_backup_of_a_stopped_gateway_restores_over_another_store() {
         "the restored gateway shows exactly what the original did"
     );
     let (mut c, _) = hello_paired(&gw, &pa).await;
-    assert_eq!(pull(&mut c, &media_id).await, photo);
+    assert_eq!(common::pull_media(&mut c, &media_id).await, photo);
     // The other store's device is not paired with the restored one.
-    let mut x = Client::connect(&gw.url).await;
+    let mut x = Client::open(&gw.url).await;
     x.send(json!({
         "v": 1, "type": "hello", "id": 1,
         "payload": { "token": po.token, "device_id": po.device_id, "device_name": "x" },
@@ -369,7 +278,7 @@ async fn damaged_foreign_and_untimely_restores_are_refused() {
     let good = std::fs::read(&file).unwrap();
 
     // While the gateway runs on the data dir.
-    let (ok, _, err) = restore(&file, src.path());
+    let (ok, _, err) = common::cli_restore(&file, src.path());
     assert!(!ok);
     assert!(
         err.contains("a gateway is running") && err.contains("stop it first"),
@@ -402,7 +311,7 @@ async fn damaged_foreign_and_untimely_restores_are_refused() {
     for (case, bytes, words) in cases {
         let bad = out_dir.path().join("bad.backup");
         std::fs::write(&bad, &bytes).unwrap();
-        let (ok, out, err) = restore(&bad, dst.path());
+        let (ok, out, err) = common::cli_restore(&bad, dst.path());
         assert!(!ok, "{case}: restored anyway:\n{out}");
         assert!(err.contains(words), "{case}: {err}");
         let left: Vec<_> = std::fs::read_dir(dst.path())
@@ -417,6 +326,6 @@ async fn damaged_foreign_and_untimely_restores_are_refused() {
         eprintln!("{case}: {}", err.trim());
     }
     // The good one still works there.
-    let (ok, out, err) = restore(&file, dst.path());
+    let (ok, out, err) = common::cli_restore(&file, dst.path());
     assert!(ok, "{out}\n{err}");
 }

@@ -99,6 +99,40 @@ async fn change_seen_by_both(
     reply["payload"].clone()
 }
 
+/// A change to one entry, seen by both devices, answered with the entry's new state.
+async fn change(t: &mut Two, kind: &str, chat: &str, payload: Value) -> Value {
+    change_seen_by_both(t, kind, Some(chat), payload, "channel.renamed").await
+}
+
+/// `channel.set_automation` of one entry, seen by both devices.
+async fn set_automation(t: &mut Two, chat: &str, on: bool) -> Value {
+    change(t, "channel.set_automation", chat, json!({ "on": on })).await
+}
+
+/// `channel.delete` of one entry, seen by both devices.
+async fn delete(t: &mut Two, chat: &str) -> Value {
+    change_seen_by_both(
+        t,
+        "channel.delete",
+        Some(chat),
+        json!({}),
+        "channel.deleted",
+    )
+    .await
+}
+
+/// [`refused`] for each (kind, chat, payload, code), in order; the error replies.
+async fn refused_all<const N: usize>(
+    c: &mut Client,
+    cases: [(&str, Option<&str>, Value, &str); N],
+) -> Vec<Value> {
+    let mut errors = Vec::with_capacity(N);
+    for (kind, chat, payload, code) in cases {
+        errors.push(refused(c, kind, chat, payload, code).await);
+    }
+    errors
+}
+
 fn entry<'a>(list: &'a [Value], chat_id: &str) -> Option<&'a Value> {
     list.iter().find(|c| c["chat_id"] == chat_id)
 }
@@ -205,12 +239,11 @@ async fn create_and_rename_reach_both_devices() {
     assert_eq!(created["is_default"], false);
     assert_eq!(created["archived"], false);
 
-    let renamed = change_seen_by_both(
+    let renamed = change(
         &mut t,
         "channel.rename",
-        Some(&chan),
+        &chan,
         json!({ "name": "Side projects" }),
-        "channel.renamed",
     )
     .await;
     let mut want = created.clone();
@@ -219,14 +252,7 @@ async fn create_and_rename_reach_both_devices() {
 
     // 100 characters is the limit and is accepted.
     let long = "x".repeat(100);
-    let renamed = change_seen_by_both(
-        &mut t,
-        "channel.rename",
-        Some(&chan),
-        json!({ "name": long }),
-        "channel.renamed",
-    )
-    .await;
+    let renamed = change(&mut t, "channel.rename", &chan, json!({ "name": long })).await;
     assert_eq!(renamed["name"], long.as_str());
 
     // The directory on both devices.
@@ -243,36 +269,15 @@ async fn favorite_on_off_reaches_both_devices() {
     let mut t = two_devices().await;
     let created = create(&mut t, json!({ "name": "Faves", "kind": "channel" })).await;
     let chan = id_of(&created);
-    let on = change_seen_by_both(
-        &mut t,
-        "channel.favorite",
-        Some(&chan),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
+    let on = change(&mut t, "channel.favorite", &chan, json!({ "on": true })).await;
     assert_eq!(on["favorite"], true, "{on}");
     assert_eq!(on["name"], "Faves");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&on));
-    let off = change_seen_by_both(
-        &mut t,
-        "channel.favorite",
-        Some(&chan),
-        json!({ "on": false }),
-        "channel.renamed",
-    )
-    .await;
+    let off = change(&mut t, "channel.favorite", &chan, json!({ "on": false })).await;
     assert_eq!(off["favorite"], false, "{off}");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&off));
     // The default channel can be a favorite too.
-    let g = change_seen_by_both(
-        &mut t,
-        "channel.favorite",
-        Some("default"),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
+    let g = change(&mut t, "channel.favorite", "default", json!({ "on": true })).await;
     assert_eq!(
         (g["favorite"].clone(), g["is_default"].clone()),
         (json!(true), json!(true))
@@ -284,12 +289,11 @@ async fn icon_set_and_clear_reaches_both_devices() {
     let mut t = two_devices().await;
     let created = create(&mut t, json!({ "name": "Pretty", "kind": "channel" })).await;
     let chan = id_of(&created);
-    let set = change_seen_by_both(
+    let set = change(
         &mut t,
         "channel.icon",
-        Some(&chan),
+        &chan,
         json!({ "icon": TINY_PNG_B64, "color": "#12abEF" }),
-        "channel.renamed",
     )
     .await;
     assert_eq!(set["icon"], TINY_PNG_B64, "{set}");
@@ -303,12 +307,11 @@ async fn icon_set_and_clear_reaches_both_devices() {
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&set));
 
     // icon null clears the icon; the color sent again stays.
-    let cleared = change_seen_by_both(
+    let cleared = change(
         &mut t,
         "channel.icon",
-        Some(&chan),
+        &chan,
         json!({ "icon": null, "color": "#12abEF" }),
-        "channel.renamed",
     )
     .await;
     assert_eq!(cleared["icon"], Value::Null, "{cleared}");
@@ -316,12 +319,11 @@ async fn icon_set_and_clear_reaches_both_devices() {
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&cleared));
 
     // Both null: back to the auto-generated avatar.
-    let bare = change_seen_by_both(
+    let bare = change(
         &mut t,
         "channel.icon",
-        Some(&chan),
+        &chan,
         json!({ "icon": null, "color": null }),
-        "channel.renamed",
     )
     .await;
     assert_eq!(bare["icon"], Value::Null, "{bare}");
@@ -334,24 +336,10 @@ async fn automation_on_off_reaches_both_devices() {
     let mut t = two_devices().await;
     let created = create(&mut t, json!({ "name": "Cron", "kind": "channel" })).await;
     let chan = id_of(&created);
-    let on = change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&chan),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
+    let on = set_automation(&mut t, &chan, true).await;
     assert_eq!(on["automation"], true, "{on}");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&on));
-    let off = change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&chan),
-        json!({ "on": false }),
-        "channel.renamed",
-    )
-    .await;
+    let off = set_automation(&mut t, &chan, false).await;
     assert_eq!(off["automation"], false, "{off}");
     assert_eq!(entry(&channel_list(&mut t.b).await, &chan), Some(&off));
 }
@@ -381,14 +369,7 @@ async fn thread_create_and_delete_reach_both_devices() {
     assert_eq!(under_default["parent_chat_id"], "default");
     assert_eq!(channel_list(&mut t.b).await.len(), 4);
 
-    let deleted = change_seen_by_both(
-        &mut t,
-        "channel.delete",
-        Some(&thr),
-        json!({}),
-        "channel.deleted",
-    )
-    .await;
+    let deleted = delete(&mut t, &thr).await;
     assert_eq!(deleted, json!({ "chat_id": thr }));
     // The deleted thread is no longer addressable.
     let id =
@@ -521,45 +502,41 @@ async fn rename_refusals() {
     let mut t = two_devices().await;
     let chan = id_of(&create(&mut t, json!({ "name": "Named", "kind": "channel" })).await);
     let c = &mut t.a;
-    refused(
+    refused_all(
         c,
-        "channel.rename",
-        Some(&chan),
-        json!({ "name": "" }),
-        "unsupported",
-    )
-    .await;
-    refused(
-        c,
-        "channel.rename",
-        Some(&chan),
-        json!({ "name": "y".repeat(101) }),
-        "unsupported",
-    )
-    .await;
-    refused(
-        c,
-        "channel.rename",
-        Some("chan_doesnotexist"),
-        json!({ "name": "Fine" }),
-        "not_found",
-    )
-    .await;
-    // Creating with a bad name is refused the same way.
-    refused(
-        c,
-        "channel.create",
-        None,
-        json!({ "name": "", "kind": "channel" }),
-        "unsupported",
-    )
-    .await;
-    refused(
-        c,
-        "channel.create",
-        None,
-        json!({ "name": "z".repeat(101), "kind": "channel" }),
-        "unsupported",
+        [
+            (
+                "channel.rename",
+                Some(chan.as_str()),
+                json!({ "name": "" }),
+                "unsupported",
+            ),
+            (
+                "channel.rename",
+                Some(chan.as_str()),
+                json!({ "name": "y".repeat(101) }),
+                "unsupported",
+            ),
+            (
+                "channel.rename",
+                Some("chan_doesnotexist"),
+                json!({ "name": "Fine" }),
+                "not_found",
+            ),
+            // Creating with a bad name is refused the same way.
+            (
+                "channel.create",
+                None,
+                json!({ "name": "", "kind": "channel" }),
+                "unsupported",
+            ),
+            (
+                "channel.create",
+                None,
+                json!({ "name": "z".repeat(101), "kind": "channel" }),
+                "unsupported",
+            ),
+        ],
     )
     .await;
     // B saw nothing but the one creation.
@@ -597,40 +574,36 @@ async fn invisible_names_are_refused_like_empty_ones() {
         "\u{2060}\u{200E}\u{200F}",
         "\u{202E}\u{2066}\u{2069}\u{00A0}",
     ] {
-        let errors = [
-            refused(
-                c,
-                "channel.rename",
-                Some(&chan),
-                json!({ "name": name }),
-                "unsupported",
-            )
-            .await,
-            refused(
-                c,
-                "channel.rename",
-                Some(&thr),
-                json!({ "name": name }),
-                "unsupported",
-            )
-            .await,
-            refused(
-                c,
-                "channel.create",
-                None,
-                json!({ "name": name, "kind": "channel" }),
-                "unsupported",
-            )
-            .await,
-            refused(
-                c,
-                "channel.create",
-                None,
-                json!({ "name": name, "kind": "thread", "parent_chat_id": chan }),
-                "unsupported",
-            )
-            .await,
-        ];
+        let errors = refused_all(
+            c,
+            [
+                (
+                    "channel.rename",
+                    Some(chan.as_str()),
+                    json!({ "name": name }),
+                    "unsupported",
+                ),
+                (
+                    "channel.rename",
+                    Some(thr.as_str()),
+                    json!({ "name": name }),
+                    "unsupported",
+                ),
+                (
+                    "channel.create",
+                    None,
+                    json!({ "name": name, "kind": "channel" }),
+                    "unsupported",
+                ),
+                (
+                    "channel.create",
+                    None,
+                    json!({ "name": name, "kind": "thread", "parent_chat_id": chan }),
+                    "unsupported",
+                ),
+            ],
+        )
+        .await;
         for e in errors {
             let message = e["payload"]["message"].as_str().unwrap_or("");
             assert!(message.contains("empty"), "{name:?}: {e}");
@@ -676,22 +649,8 @@ async fn automation_is_refused_for_a_channel_with_threads() {
         false
     );
 
-    change_seen_by_both(
-        &mut t,
-        "channel.delete",
-        Some(&thr),
-        json!({}),
-        "channel.deleted",
-    )
-    .await;
-    let on = change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&chan),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
+    delete(&mut t, &thr).await;
+    let on = set_automation(&mut t, &chan, true).await;
     assert_eq!(on["automation"], true, "{on}");
 }
 
@@ -753,37 +712,35 @@ async fn icon_refusals() {
     let mut t = two_devices().await;
     let chan = id_of(&create(&mut t, json!({ "name": "Iconic", "kind": "channel" })).await);
     let c = &mut t.a;
-    refused(
+    refused_all(
         c,
-        "channel.icon",
-        Some(&chan),
-        json!({ "icon": "this is not base64!!", "color": "#12abEF" }),
-        "unsupported",
-    )
-    .await;
-    // "hello world, not an image" in base64.
-    refused(
-        c,
-        "channel.icon",
-        Some(&chan),
-        json!({ "icon": "aGVsbG8gd29ybGQsIG5vdCBhbiBpbWFnZQ==", "color": "#12abEF" }),
-        "unsupported",
-    )
-    .await;
-    refused(
-        c,
-        "channel.icon",
-        Some(&chan),
-        json!({ "icon": TINY_PNG_B64, "color": "red" }),
-        "unsupported",
-    )
-    .await;
-    refused(
-        c,
-        "channel.icon",
-        Some("chan_doesnotexist"),
-        json!({ "icon": TINY_PNG_B64 }),
-        "not_found",
+        [
+            (
+                "channel.icon",
+                Some(chan.as_str()),
+                json!({ "icon": "this is not base64!!", "color": "#12abEF" }),
+                "unsupported",
+            ),
+            // "hello world, not an image" in base64.
+            (
+                "channel.icon",
+                Some(chan.as_str()),
+                json!({ "icon": "aGVsbG8gd29ybGQsIG5vdCBhbiBpbWFnZQ==", "color": "#12abEF" }),
+                "unsupported",
+            ),
+            (
+                "channel.icon",
+                Some(chan.as_str()),
+                json!({ "icon": TINY_PNG_B64, "color": "red" }),
+                "unsupported",
+            ),
+            (
+                "channel.icon",
+                Some("chan_doesnotexist"),
+                json!({ "icon": TINY_PNG_B64 }),
+                "not_found",
+            ),
+        ],
     )
     .await;
     let list = channel_list(c).await;
@@ -815,26 +772,12 @@ async fn icon_size_limit_is_max_icon_bytes_decoded() {
         base64::engine::general_purpose::STANDARD
             .encode([0xff, 0xd8, 0xff, 0xe0, 0, 16, b'J', b'F', b'I', b'F', 0])
     };
-    let set = change_seen_by_both(
-        &mut t,
-        "channel.icon",
-        Some(&chan),
-        json!({ "icon": jpeg }),
-        "channel.renamed",
-    )
-    .await;
+    let set = change(&mut t, "channel.icon", &chan, json!({ "icon": jpeg })).await;
     assert_eq!(set["icon"], jpeg.as_str());
 
     // Exactly the limit is accepted.
     let at_limit = png_of_len(MAX_ICON_BYTES);
-    let set = change_seen_by_both(
-        &mut t,
-        "channel.icon",
-        Some(&chan),
-        json!({ "icon": at_limit }),
-        "channel.renamed",
-    )
-    .await;
+    let set = change(&mut t, "channel.icon", &chan, json!({ "icon": at_limit })).await;
     assert_eq!(set["icon"].as_str().map(str::len), Some(at_limit.len()));
 
     // Over the limit is refused (the limit is on the decoded image), and the stored icon stays.
@@ -877,20 +820,17 @@ async fn icon_size_limit_is_max_icon_bytes_decoded() {
 async fn default_channel_refusals() {
     let mut t = two_devices().await;
     let c = &mut t.a;
-    refused(
+    refused_all(
         c,
-        "channel.set_automation",
-        Some("default"),
-        json!({ "on": true }),
-        "not_found",
-    )
-    .await;
-    refused(
-        c,
-        "channel.delete",
-        Some("default"),
-        json!({}),
-        "unsupported",
+        [
+            (
+                "channel.set_automation",
+                Some("default"),
+                json!({ "on": true }),
+                "not_found",
+            ),
+            ("channel.delete", Some("default"), json!({}), "unsupported"),
+        ],
     )
     .await;
     let list = channel_list(c).await;
@@ -910,20 +850,12 @@ async fn thread_parent_refusals() {
         .await,
     );
     let c = &mut t.a;
-    refused(
+    refused_all(
         c,
-        "channel.create",
-        None,
-        json!({ "name": "Orphan", "kind": "thread", "parent_chat_id": "chan_doesnotexist" }),
-        "not_found",
-    )
-    .await;
-    refused(
-        c,
-        "channel.create",
-        None,
-        json!({ "name": "Nested", "kind": "thread", "parent_chat_id": thr }),
-        "unsupported",
+        [
+            ("channel.create", None, json!({ "name": "Orphan", "kind": "thread", "parent_chat_id": "chan_doesnotexist" }), "not_found"),
+            ("channel.create", None, json!({ "name": "Nested", "kind": "thread", "parent_chat_id": thr }), "unsupported"),
+        ],
     )
     .await;
 }
@@ -1019,13 +951,8 @@ async fn auto_thread_follows_the_new_default() {
     assert_eq!(frame_type(&t.a.recv_reply(id).await), "channel.renamed");
 
     // In the new default's flat lane, auto_thread mints a thread under it.
-    t.a.request(
-        "message.send",
-        Some(&x),
-        None,
-        json!({ "text": "Threaded in the new home", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some(&x), "Threaded in the new home")
+        .await;
     let frames = until_typing_off(&mut t.a).await;
     let created = frames
         .iter()
@@ -1044,13 +971,8 @@ async fn auto_thread_follows_the_new_default() {
 
     // In the old default it no longer threads.
     let before = channel_list(&mut t.a).await;
-    t.a.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "Not threaded any more", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some("default"), "Not threaded any more")
+        .await;
     let frames = until_typing_off(&mut t.a).await;
     assert!(
         frames.iter().all(|f| frame_type(f) != "channel.created"),
@@ -1062,8 +984,7 @@ async fn auto_thread_follows_the_new_default() {
     assert_eq!(channel_list(&mut t.a).await, before);
 
     // No chat_id now means the new default.
-    t.a.request("message.send", None, None, json!({ "text": "where am I" }))
-        .await;
+    t.a.send_text(None, None, "where am I").await;
     let frames = until_typing_off(&mut t.a).await;
     let echo = frames.iter().find(|f| frame_type(f) == "message").unwrap();
     assert_eq!(echo["chat_id"], x.as_str(), "{echo}");
@@ -1073,23 +994,9 @@ async fn auto_thread_follows_the_new_default() {
 async fn automation_channel_refuses_messages_until_turned_off() {
     let mut t = two_devices().await;
     let chan = id_of(&create(&mut t, json!({ "name": "Webhooks", "kind": "channel" })).await);
-    change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&chan),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
+    set_automation(&mut t, &chan, true).await;
 
-    let id =
-        t.a.request(
-            "message.send",
-            Some(&chan),
-            None,
-            json!({ "text": "let me in" }),
-        )
-        .await;
+    let id = t.a.send_text(Some(&chan), None, "let me in").await;
     let reply = t.a.recv_reply(id).await;
     assert_eq!(frame_type(&reply), "error", "{reply}");
     assert_eq!(reply["payload"]["code"], "unsupported", "{reply}");
@@ -1098,22 +1005,8 @@ async fn automation_channel_refuses_messages_until_turned_off() {
     let page = t.a.recv_reply(id).await;
     assert_eq!(page["payload"]["messages"], json!([]), "{page}");
 
-    change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&chan),
-        json!({ "on": false }),
-        "channel.renamed",
-    )
-    .await;
-    let id =
-        t.a.request(
-            "message.send",
-            Some(&chan),
-            None,
-            json!({ "text": "let me in" }),
-        )
-        .await;
+    set_automation(&mut t, &chan, false).await;
+    let id = t.a.send_text(Some(&chan), None, "let me in").await;
     let reply = t.a.recv_reply(id).await;
     assert_eq!(frame_type(&reply), "read.receipt", "{reply}");
     let stop = t.a.recv_type("message.stop").await;
@@ -1140,46 +1033,23 @@ async fn directory_survives_restart() {
         )
         .await,
     );
-    change_seen_by_both(
+    change(
         &mut t,
         "channel.rename",
-        Some(&x),
+        &x,
         json!({ "name": "Projects 2" }),
-        "channel.renamed",
     )
     .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.favorite",
-        Some(&x),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
-    change_seen_by_both(
+    change(&mut t, "channel.favorite", &x, json!({ "on": true })).await;
+    change(
         &mut t,
         "channel.icon",
-        Some(&x),
+        &x,
         json!({ "icon": TINY_PNG_B64, "color": "#12abEF" }),
-        "channel.renamed",
     )
     .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.set_automation",
-        Some(&bots),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.set_default",
-        Some(&x),
-        json!({}),
-        "channel.renamed",
-    )
-    .await;
+    set_automation(&mut t, &bots, true).await;
+    change(&mut t, "channel.set_default", &x, json!({})).await;
     let before = channel_list(&mut t.a).await;
     assert_eq!(before.len(), 4, "{before:?}");
 
@@ -1230,9 +1100,7 @@ async fn directory_survives_restart() {
     );
 
     // Automation still refuses messages after the restart.
-    let id = a
-        .request("message.send", Some(&bots), None, json!({ "text": "hi" }))
-        .await;
+    let id = a.send_text(Some(&bots), None, "hi").await;
     let r = a.recv_reply(id).await;
     assert_eq!(r["payload"]["code"], "unsupported", "{r}");
 }
@@ -1247,38 +1115,16 @@ async fn channel_list_matches_hello_ack_after_changes() {
         json!({ "name": "Sub", "kind": "thread", "parent_chat_id": y }),
     )
     .await;
-    change_seen_by_both(
+    change(
         &mut t,
         "channel.icon",
-        Some(&y),
+        &y,
         json!({ "icon": TINY_PNG_B64, "color": "#000000" }),
-        "channel.renamed",
     )
     .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.favorite",
-        Some(&x),
-        json!({ "on": true }),
-        "channel.renamed",
-    )
-    .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.delete",
-        Some(&x),
-        json!({}),
-        "channel.deleted",
-    )
-    .await;
-    change_seen_by_both(
-        &mut t,
-        "channel.set_default",
-        Some(&y),
-        json!({}),
-        "channel.renamed",
-    )
-    .await;
+    change(&mut t, "channel.favorite", &x, json!({ "on": true })).await;
+    delete(&mut t, &x).await;
+    change(&mut t, "channel.set_default", &y, json!({})).await;
 
     let (mut c, ack) = connect(&t.gw, &t.pb).await;
     let listed = channel_list(&mut c).await;
@@ -1321,13 +1167,8 @@ async fn deleting_a_thread_mid_turn_leaves_no_lane_behind() {
         .await;
     let thr = id_of(&a.recv_reply(id).await["payload"]);
 
-    a.request(
-        "message.send",
-        Some(&chan),
-        Some(&thr),
-        json!({ "text": "count while I delete" }),
-    )
-    .await;
+    a.send_text(Some(&chan), Some(&thr), "count while I delete")
+        .await;
     a.recv_type("message.start").await;
     let id = a
         .request("channel.delete", Some(&thr), None, json!({}))

@@ -304,7 +304,7 @@ async fn devices_list_and_revoke_running_and_offline() {
         "revoked device still listed: {list:?}"
     );
     assert_listed(&list, &b.device_id, "beta tablet");
-    let mut refused = Client::connect(&gw.url).await;
+    let mut refused = Client::open(&gw.url).await;
     refused
         .send(json!({ "v": 1, "type": "hello", "id": 1, "payload": { "token": a.token } }))
         .await;
@@ -329,7 +329,7 @@ async fn devices_list_and_revoke_running_and_offline() {
 
     // An offline revoke holds after the next start.
     let gw = Gateway::start(dir.path(), &[]);
-    let mut refused = Client::connect(&gw.url).await;
+    let mut refused = Client::open(&gw.url).await;
     refused
         .send(json!({ "v": 1, "type": "hello", "id": 1, "payload": { "token": b.token } }))
         .await;
@@ -385,9 +385,7 @@ async fn bare_run_uses_the_demo_agent() {
     c.timeout = Duration::from_secs(30);
 
     let text = "hello there";
-    let id = c
-        .request("message.send", None, None, json!({ "text": text }))
-        .await;
+    let id = c.send_text(None, None, &text).await;
     let receipt = c.recv_reply(id).await;
     assert_eq!(frame_type(&receipt), "read.receipt", "{receipt}");
     let stop = c.recv_type("message.stop").await;

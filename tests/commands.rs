@@ -130,14 +130,7 @@ async fn commands_are_answered_by_the_gateway_and_never_reach_the_agent() {
 async fn a_picker_sets_a_choice_and_answers_in_its_chat() {
     let (_dir, gw, p) = start();
     let (mut c, _) = connect(&gw, &p).await;
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "/reasoning" }),
-        )
-        .await;
+    let id = c.send_text(Some("default"), None, "/reasoning").await;
     c.recv_reply(id).await;
     let picker = c.recv_type("picker.choice").await;
     assert_eq!(picker["chat_id"], "default", "{picker}");
@@ -180,13 +173,7 @@ async fn a_picker_sets_a_choice_and_answers_in_its_chat() {
 
     // The next picker shows the new choice as current; /fast has its own.
     let frames = {
-        c.request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "/reasoning" }),
-        )
-        .await;
+        c.send_text(Some("default"), None, "/reasoning").await;
         c.recv_type("picker.choice").await
     };
     let current: Vec<&str> = frames["payload"]["choices"]
@@ -217,13 +204,7 @@ async fn pickers_are_outboxed_and_expire_on_restart() {
     let p = pair(dir.path(), "phone");
     let (mut c, ack) = connect(&gw, &p).await;
     let start_cursor = common::sync_cursor(&ack);
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/fast" }),
-    )
-    .await;
+    c.send_text(Some("default"), None, "/fast").await;
     let picker = c.recv_type("picker.choice").await;
     let picker_id = pstr(&picker, "picker_id").to_owned();
 
@@ -266,11 +247,10 @@ async fn stop_ends_the_running_turn_and_keeps_what_was_said() {
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "150"]);
     let p = pair(dir.path(), "phone");
     let (mut c, _) = connect(&gw, &p).await;
-    c.request(
-        "message.send",
+    c.send_text(
         Some("default"),
         None,
-        json!({ "text": "one two three four five six seven eight nine ten" }),
+        "one two three four five six seven eight nine ten",
     )
     .await;
     c.recv_type("message.update").await;
@@ -290,13 +270,7 @@ async fn stop_ends_the_running_turn_and_keeps_what_was_said() {
     c.recv_until(typing_off).await;
 
     // The lane is free again: the next message gets a whole answer.
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "again" }),
-    )
-    .await;
+    c.send_text(Some("default"), None, "again").await;
     let stop = c.recv_type("message.stop").await;
     assert_eq!(pstr(&stop, "final_text"), common::demo_reply("again"));
 }

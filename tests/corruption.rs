@@ -61,9 +61,7 @@ async fn make_pristine() -> Pristine {
             format!("message number {i} about the garden")
         };
         loop {
-            let id = c
-                .request("message.send", None, None, json!({ "text": text }))
-                .await;
+            let id = c.send_text(None, None, &text).await;
             let r = c.recv_reply(id).await;
             if pstr(&r, "code") == "rate_limited" {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -516,9 +514,7 @@ async fn a_store_that_went_back_in_time_is_refused() {
     copy_dir(&dir.join("db"), &old);
     let mut gw = Gateway::start(&dir, &[]);
     let (mut c, _) = hello_paired(&gw, &pristine().device).await;
-    let id = c
-        .request("message.send", None, None, json!({ "text": "one more" }))
-        .await;
+    let id = c.send_text(None, None, "one more").await;
     assert_eq!(frame_type(&c.recv_reply(id).await), "read.receipt");
     c.recv_type("message.stop").await;
     c.close().await;

@@ -29,6 +29,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::{
     create_channel, create_thread, cursor_of, frame_type, id_of, pair, pstr, sync_cursor,
     temp_data_dir, Client, Gateway, Paired,
@@ -42,31 +43,6 @@ const PACE_MS: &str = "3";
 const RESTARTED_NOTICE: &str = "The gateway restarted before the agent answered";
 /// Searches per verification: the messages of the last cycles plus a sample of older ones.
 const SEARCHES_PER_CHECK: usize = 40;
-
-/// splitmix64: a seeded generator so a failing campaign can be replayed exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn fork(&mut self) -> Rng {
-        Rng(self.next())
-    }
-}
 
 #[derive(Clone, Debug)]
 struct LaneRef {
@@ -247,10 +223,11 @@ async fn resyncer(
         let done_cursor = done["payload"]["cursor"]
             .as_u64()
             .expect("sync.done cursor");
-        let want: Vec<u64> = (from + 1..=done_cursor).collect();
-        assert_eq!(
-            cursors, want,
-            "sync from {from}: the replay must be every cursor up to sync.done, in order"
+        common::cursors::assert_contiguous(
+            &cursors,
+            from + 1,
+            done_cursor,
+            &format!("sync from {from}: the replay must be every cursor up to sync.done, in order"),
         );
         {
             let mut l = ledger.borrow_mut();
@@ -501,12 +478,8 @@ async fn verify(
     }
     let cursors: Vec<u64> = replay.iter().filter_map(cursor_of).collect();
     if let Some(first) = cursors.first() {
-        let want: Vec<u64> = (*first..=head).collect();
-        if cursors != want {
-            let gaps: Vec<_> = cursors.windows(2).filter(|w| w[1] != w[0] + 1).collect();
-            fail(format!(
-                "sync from 0: cursors {first}..={head} expected with no gaps; breaks at {gaps:?}"
-            ));
+        if let Some(why) = common::cursors::contiguity_breaks(&cursors, *first, head) {
+            fail(format!("sync from 0: {why}"));
         }
     } else if head != 0 {
         fail(format!(
@@ -651,13 +624,6 @@ async fn verify(
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 #[tokio::test]
 async fn crash_campaign() {
     let cycles: u64 = std::env::var("IRIS_CAMPAIGN_CYCLES")
@@ -679,7 +645,7 @@ async fn crash_campaign() {
     let mut rng = Rng(seed);
     let started = Instant::now();
     let dir = temp_data_dir();
-    let listen = format!("--listen=127.0.0.1:{}", free_port());
+    let listen = format!("--listen=127.0.0.1:{}", common::peers::free_port());
     let args = [listen.as_str(), "--demo-pace-ms", PACE_MS];
     let mut gw = Gateway::start(dir.path(), &args);
     let pa = pair(dir.path(), "sender A");

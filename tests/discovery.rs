@@ -31,11 +31,10 @@ const PHONE_ADDR: &str = "10.231.0.2";
 /// Longest wait for any one thing the test expects (a line, a resolution, a goodbye).
 const STEP: Duration = Duration::from_secs(20);
 
-/// Why these tests cannot run here, or `None`.
+/// Why these tests cannot run here (root, and iproute2 to build the namespaces), or `None`.
 fn lacks_privilege() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not running as root (network namespaces need CAP_NET_ADMIN)".into());
+    if let Some(why) = common::proc::lacks_privilege("network namespaces need CAP_NET_ADMIN") {
+        return Some(why);
     }
     match Command::new("ip").arg("-V").output() {
         Ok(out) if out.status.success() => None,

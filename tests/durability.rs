@@ -151,16 +151,6 @@ fn assert_strictly_increasing(cursors: &[u64], what: &str) {
     }
 }
 
-#[track_caller]
-fn assert_contiguous(cursors: &[u64], first: u64, last: u64, what: &str) {
-    let want: Vec<u64> = (first..=last).collect();
-    assert_eq!(
-        cursors,
-        want.as_slice(),
-        "{what}: expected cursors {first}..={last} with no gaps"
-    );
-}
-
 /// The answer to a `message.send` that was waited for.
 struct Said {
     user_id: String,
@@ -171,9 +161,7 @@ struct Said {
 /// retries (bounded) when the per-connection frame rate limit refuses the frame.
 async fn say(c: &mut Client, text: &str) -> Said {
     for _ in 0..100 {
-        let id = c
-            .request("message.send", None, None, json!({ "text": text }))
-            .await;
+        let id = c.send_text(None, None, &text).await;
         let reply = c.recv_reply(id).await;
         match frame_type(&reply) {
             "read.receipt" => {
@@ -230,12 +218,6 @@ async fn history_all(c: &mut Client) -> Vec<Value> {
         before = Some(oldest);
     }
     panic!("history did not end after 200 pages");
-}
-
-/// VmRSS and VmHWM of a process, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let [rss, other] = common::proc_status_kib(pid, ["VmRSS", "VmHWM"]);
-    (rss, other)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,7 +299,7 @@ async fn offline_device_catches_up_with_sync() {
         "sync{{cursor:{old}}} replayed:\n  {}",
         short(&s.replay)
     );
-    assert_contiguous(
+    common::cursors::assert_contiguous(
         &s.cursors(),
         old + 1,
         old + 10,
@@ -379,12 +361,7 @@ async fn sync_during_live_traffic() {
 
     for i in 0..3 {
         let id = a
-            .request(
-                "message.send",
-                None,
-                None,
-                json!({ "text": format!("streamed while B syncs {i}") }),
-            )
+            .send_text(None, None, &format!("streamed while B syncs {i}"))
             .await;
         let r = a.recv_reply(id).await;
         assert_eq!(frame_type(&r), "read.receipt", "{r}\n{}", a.recent());
@@ -468,7 +445,7 @@ async fn sync_during_live_traffic() {
     );
 
     let cursors: Vec<u64> = replay.iter().filter_map(cursor_of).collect();
-    assert_contiguous(
+    common::cursors::assert_contiguous(
         &cursors,
         1,
         done_cursor,
@@ -734,9 +711,7 @@ async fn kill9_loses_nothing() {
         let mut sent: BTreeMap<i64, String> = BTreeMap::new();
         for i in 0..N {
             let text = format!("cycle {cycle} message {i:02}");
-            let id = a
-                .request("message.send", None, None, json!({ "text": text }))
-                .await;
+            let id = a.send_text(None, None, &text).await;
             sent.insert(id, text);
         }
         let mut receipts = 0;
@@ -1190,7 +1165,7 @@ async fn stalled_reader_stays_bounded_and_loses_nothing() {
 
     let (mut a, _) = hello_paired(&gw, &pa).await;
     let a_from = a.seen.len();
-    let (rss_before, hwm_before) = rss_kib(gw.pid());
+    let (rss_before, hwm_before) = common::proc::rss_kib(gw.pid(), "VmHWM");
     // ~16 KB per message: with loopback's send buffer able to grow to 4 MiB (tcp_wmem), ~2 KB
     // texts (~2 MB in all) fit in the kernel buffers and never back up into the gateway's queue.
     let filler = "lorem ipsum dolor sit amet ".repeat(600);
@@ -1199,7 +1174,7 @@ async fn stalled_reader_stays_bounded_and_loses_nothing() {
         let said = say(&mut a, &format!("stall {i:03} {filler}")).await;
         a_stops.push(pstr(&said.stop, "message_id").to_owned());
     }
-    let (rss_after, hwm_after) = rss_kib(gw.pid());
+    let (rss_after, hwm_after) = common::proc::rss_kib(gw.pid(), "VmHWM");
     // S is sent what A gets, minus A's own replies.
     let fanned_out: usize = a.seen[a_from..]
         .iter()
@@ -1275,7 +1250,7 @@ async fn stalled_reader_stays_bounded_and_loses_nothing() {
     let (mut s2, _) = hello_paired(&gw, &ps).await;
     let synced = sync(&mut s2, s_cursor).await;
     let cursors = synced.cursors();
-    assert_contiguous(
+    common::cursors::assert_contiguous(
         &cursors,
         s_cursor + 1,
         synced.done_cursor(),
@@ -1322,7 +1297,7 @@ async fn outbox_retention() {
     let s = sync(&mut a, 0).await;
     let head = s.done_cursor();
     assert_eq!(head, 3 * MESSAGES as u64, "three outboxed frames per turn");
-    assert_contiguous(
+    common::cursors::assert_contiguous(
         &s.cursors(),
         head - RETAIN + 1,
         head,
@@ -1365,7 +1340,7 @@ async fn cursors_increase_across_restarts() {
     assert_eq!(sync_cursor(&ack), head, "a clean restart keeps the head");
     let said = say(&mut a, "after the restart").await;
     let s = sync(&mut a, head).await;
-    assert_contiguous(
+    common::cursors::assert_contiguous(
         &s.cursors(),
         head + 1,
         head + 3,

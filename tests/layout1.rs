@@ -27,9 +27,8 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{cli_os, frame_type, id_of, pstr, Client, Gateway};
+use common::{frame_type, pstr, Client, Gateway};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 /// The fixture of a store written by layout `layout`'s release (1: everything in sled; 2:
 /// history in SQLite, commits as sled transactions).
@@ -46,61 +45,9 @@ const SEARCHES: &[&str] = &[
     "nothing-matches",
 ];
 
-fn sha_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The image the fixture uploads: deterministic bytes, so the test can check them.
 fn image() -> Vec<u8> {
     (0..5000u32).map(|i| (i * 31 % 251) as u8).collect()
-}
-
-fn run_cli(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
-    let out = cli_os(args);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Sends a message and waits for its receipt and the end of its demo turn; returns the user
-/// message id.
-async fn say(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) -> String {
-    loop {
-        let id = c
-            .request("message.send", chat, thread, json!({ "text": text }))
-            .await;
-        let r = c.recv_reply(id).await;
-        if pstr(&r, "code") == "rate_limited" {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            continue;
-        }
-        assert_eq!(frame_type(&r), "read.receipt", "{r}");
-        c.recv_type("message.stop").await;
-        return pstr(&r, "message_id").to_owned();
-    }
-}
-
-async fn hello(url: &str, token: &str, device_id: &str, extra: Value) -> (Client, Value) {
-    let mut c = Client::connect(url).await;
-    let id = c.next_id();
-    let mut payload = json!({ "token": token, "device_id": device_id, "device_name": "iris-test" });
-    if let Value::Object(fields) = extra {
-        for (k, v) in fields {
-            payload[k] = v;
-        }
-    }
-    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": payload }))
-        .await;
-    let ack = c
-        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
-        .await;
-    assert_eq!(frame_type(&ack), "hello.ack", "hello refused: {ack}");
-    (c, ack)
 }
 
 /// What a device can see: directory, every lane's history, search hits, the outbox replay.
@@ -191,85 +138,54 @@ async fn make_layout1_fixture() {
 
     let gw = Gateway::start(&data, &["--config", cfg]);
     // The away phone registers its topic and leaves: answers from now on are pushed to it.
-    let (c, _) = hello(
-        &gw.url,
-        &away.token,
-        &away.device_id,
-        json!({ "ntfy_topic": "away-1" }),
-    )
-    .await;
+    let (c, _) = common::hello_paired_with(&gw, &away, json!({ "ntfy_topic": "away-1" })).await;
     c.close().await;
-    let (mut c, _) = hello(&gw.url, &phone.token, &phone.device_id, json!({})).await;
+    let (mut c, _) = common::hello_paired(&gw, &phone).await;
     let garden = common::create_channel(&mut c, "Garden").await;
     let kitchen = common::create_channel(&mut c, "Kitchen").await;
     let beds = common::create_thread(&mut c, &garden, "Raised beds").await;
-    say(
+    common::send_until_stop(
         &mut c,
         None,
         None,
         "Good morning, what should I plant this week?",
     )
     .await;
-    say(
+    common::send_until_stop(
         &mut c,
         Some(&garden),
         None,
         "The zucchini plants are flowering",
     )
     .await;
-    say(&mut c, Some(&garden), None, "Tomatoes need staking soon").await;
-    say(
+    common::send_until_stop(&mut c, Some(&garden), None, "Tomatoes need staking soon").await;
+    common::send_until_stop(
         &mut c,
         Some(&garden),
         Some(&beds),
         "Raised bed two gets the tomato seedlings",
     )
     .await;
-    say(
+    common::send_until_stop(
         &mut c,
         Some(&garden),
         Some(&beds),
         "Is the compost heap warm enough?",
     )
     .await;
-    say(&mut c, Some(&kitchen), None, "Grüner Tee oder Kaffee?").await;
-    let doomed = say(
+    common::send_until_stop(&mut c, Some(&kitchen), None, "Grüner Tee oder Kaffee?").await;
+    let doomed = common::send_until_stop(
         &mut c,
         Some(&kitchen),
         None,
         "zucchini bread recipe, secret one",
     )
     .await;
-    say(&mut c, None, None, "Remind me about the zucchini harvest").await;
+    common::send_until_stop(&mut c, None, None, "Remind me about the zucchini harvest").await;
 
     // An image upload used by a message.
     let data_bytes = image();
-    let start = c
-        .request(
-            "media.upload.start",
-            None,
-            None,
-            json!({ "media_ref": "garden-photo", "kind": "image", "mime": "image/png", "size": data_bytes.len(), "filename": "garden.png" }),
-        )
-        .await;
-    for piece in data_bytes.chunks(64 * 1024) {
-        c.send_raw_binary(piece.to_vec()).await;
-    }
-    let end = c
-        .request(
-            "media.upload.end",
-            None,
-            None,
-            json!({ "media_ref": "garden-photo", "sha256": sha_hex(&data_bytes) }),
-        )
-        .await;
-    let ack = c.recv_reply(end).await;
-    assert!(
-        c.seen.iter().all(|f| id_of(f) != Some(start)),
-        "{}",
-        c.recent()
-    );
-    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+    common::upload_png(&mut c, "garden-photo", &data_bytes).await;
     let id = c
         .request(
             "message.send",
@@ -310,7 +226,7 @@ async fn make_layout1_fixture() {
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    let (mut t, tablet_ack) = hello(&gw.url, &tablet.token, &tablet.device_id, json!({})).await;
+    let (mut t, tablet_ack) = common::hello_paired(&gw, &tablet).await;
     let view = look(&mut t).await;
     t.close().await;
     c.close().await;
@@ -319,14 +235,9 @@ async fn make_layout1_fixture() {
 
     // A turn still running when the gateway stops: the demo agent at a slow pace.
     let gw = Gateway::start(&data, &["--config", cfg, "--demo-pace-ms", "60000"]);
-    let (mut c, away_ack) = hello(&gw.url, &away.token, &away.device_id, json!({})).await;
+    let (mut c, away_ack) = common::hello_paired(&gw, &away).await;
     let id = c
-        .request(
-            "message.send",
-            Some(&kitchen),
-            None,
-            json!({ "text": "What is for dinner tonight?" }),
-        )
+        .send_text(Some(&kitchen), None, "What is for dinner tonight?")
         .await;
     let r = c.recv_reply(id).await;
     assert_eq!(frame_type(&r), "read.receipt", "{r}");
@@ -343,12 +254,7 @@ async fn make_layout1_fixture() {
     std::fs::create_dir_all(&out).unwrap();
     let backup = out.join("backup.igb");
     let _ = std::fs::remove_file(&backup);
-    let (ok, o, e) = run_cli(&[
-        "backup".as_ref(),
-        backup.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ]);
+    let (ok, o, e) = common::cli_backup(&backup, &data);
     assert!(ok, "backup: {o}\n{e}");
     // The backup command opens the store itself: pack the data dir after it, as it is left.
     let status = std::process::Command::new("tar")
@@ -369,7 +275,7 @@ async fn make_layout1_fixture() {
         },
         "chats": { "garden": garden, "kitchen": kitchen, "beds": beds },
         "deleted": doomed,
-        "media": { "media_id": media_id, "message_id": photo_msg, "sha256": sha_hex(&data_bytes) },
+        "media": { "media_id": media_id, "message_id": photo_msg, "sha256": common::sha_hex(&data_bytes) },
         "pending": pending,
         "tablet_ack": tablet_ack,
         "away_ack_before_pending": away_ack,
@@ -426,24 +332,6 @@ fn backup_trees(file: &Path) -> (iris_gateway::store::backup::Header, Trees) {
     (header, trees)
 }
 
-async fn pull(c: &mut Client, media_id: &str) -> Vec<u8> {
-    let rid = c
-        .request("media.pull", None, None, json!({ "media_id": media_id }))
-        .await;
-    let mut bytes = Vec::new();
-    loop {
-        match c.recv_any().await {
-            common::Incoming::Binary(b) => bytes.extend(b),
-            common::Incoming::Text(f) if id_of(&f) == Some(rid) => {
-                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
-                return bytes;
-            }
-            common::Incoming::Text(_) => {}
-            other => panic!("pull: {other:?}"),
-        }
-    }
-}
-
 /// A gateway on a store made from the fixture (migrated, or restored from its backup) shows
 /// devices everything the layout-1 gateway showed, plus the answer to the pending turn.
 async fn check_against_fixture(data: &Path, layout: u64) {
@@ -458,10 +346,10 @@ async fn check_against_fixture(data: &Path, layout: u64) {
     };
     // Every device's token still works; the away phone's push position survived.
     let (tok, id) = dev("phone");
-    let (c, _) = hello(&gw.url, &tok, &id, json!({})).await;
+    let (c, _) = Client::hello(&gw.url, &tok, &id).await;
     c.close().await;
     let (tok, id) = dev("away");
-    let (c, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    let (c, ack) = Client::hello(&gw.url, &tok, &id).await;
     c.close().await;
     let before = &e["away_ack_before_pending"]["payload"];
     assert!(
@@ -473,7 +361,7 @@ async fn check_against_fixture(data: &Path, layout: u64) {
         "{ack}"
     );
     let (tok, id) = dev("tablet");
-    let (mut t, ack) = hello(&gw.url, &tok, &id, json!({})).await;
+    let (mut t, ack) = Client::hello(&gw.url, &tok, &id).await;
     let head = view["head"].as_u64().unwrap();
     // The pending user message (head + 1) and the restart notice that answered it.
     assert!(
@@ -543,9 +431,12 @@ async fn check_against_fixture(data: &Path, layout: u64) {
     );
     // The uploaded image still pulls, byte for byte.
     let media_id = e["media"]["media_id"].as_str().unwrap();
-    assert_eq!(sha_hex(&pull(&mut t, media_id).await), e["media"]["sha256"]);
+    assert_eq!(
+        common::sha_hex(&common::pull_media(&mut t, media_id).await),
+        e["media"]["sha256"]
+    );
     // New messages land after the old ones and are found.
-    say(
+    common::send_until_stop(
         &mut t,
         Some(garden),
         None,
@@ -575,12 +466,7 @@ async fn check_against_fixture(data: &Path, layout: u64) {
     // What sled kept, compared entry by entry: a backup of the new store against the
     // layout-1 backup of the same data dir.
     let file = data.join("after.igb");
-    let (ok, o, err) = run_cli(&[
-        "backup".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ]);
+    let (ok, o, err) = common::cli_backup(&file, data);
     assert!(ok, "backup: {o}\n{err}");
     gw.stop_ok();
     let (old_header, old) = backup_trees(&fixture_dir(layout).join("backup.igb"));
@@ -645,12 +531,7 @@ async fn backup_restores(layout: u64) {
     let data = work.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     let file = fixture_dir(layout).join("backup.igb");
-    let (ok, o, e) = run_cli(&[
-        "restore".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ]);
+    let (ok, o, e) = common::cli_restore(&file, &data);
     assert!(ok, "restore: {o}\n{e}");
     check_against_fixture(&data, layout).await;
 }
@@ -686,30 +567,20 @@ async fn a_layout2_backup_restores_both_engines() {
     let e = expected(1);
     let tok = e["devices"]["tablet"]["token"].as_str().unwrap();
     let id = e["devices"]["tablet"]["device_id"].as_str().unwrap();
-    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
-    say(&mut t, None, None, "one more zucchini before the backup").await;
+    let (mut t, _) = Client::hello(&gw.url, tok, id).await;
+    common::send_until_stop(&mut t, None, None, "one more zucchini before the backup").await;
     let before = look(&mut t).await;
     t.close().await;
     gw.stop_ok();
     let file = work.path().join("l2.igb");
-    let (ok, o, err) = run_cli(&[
-        "backup".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-    ]);
+    let (ok, o, err) = common::cli_backup(&file, &data);
     assert!(ok, "backup: {o}\n{err}");
     let restored = work.path().join("restored");
     std::fs::create_dir_all(&restored).unwrap();
-    let (ok, o, err) = run_cli(&[
-        "restore".as_ref(),
-        file.as_os_str(),
-        "--data-dir".as_ref(),
-        restored.as_os_str(),
-    ]);
+    let (ok, o, err) = common::cli_restore(&file, &restored);
     assert!(ok, "restore: {o}\n{err}");
     let gw = Gateway::start(&restored, &[]);
-    let (mut t, _) = hello(&gw.url, tok, id, json!({})).await;
+    let (mut t, _) = Client::hello(&gw.url, tok, id).await;
     let after = look(&mut t).await;
     assert_eq!(after, before);
 }

@@ -12,11 +12,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{
-    connect_until_status, cursor_of, dump, frame_type, id_of, pair, pstr, temp_data_dir,
-    typing_off, Client, Gateway, Incoming, Paired,
+    connect_online, connect_with_status, cursor_of, dump, frame_type, id_of, pair, pstr,
+    temp_data_dir, typing_off, Client, Gateway, Incoming, Paired,
 };
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 // ---------------------------------------------------------------------------------------------
 // Local helpers
@@ -28,13 +27,6 @@ const MIB: usize = 1 << 20;
 const PULL_CHUNK: usize = 64 * KIB;
 /// Bound on every poll of the media directory.
 const FS_DEADLINE: Duration = Duration::from_secs(5);
-
-fn sha_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// Deterministic pseudo-random bytes (xorshift64*), different for each seed.
 fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
@@ -93,21 +85,6 @@ fn config_file(dir: &Path, limits: &str) -> PathBuf {
     path
 }
 
-/// Authenticates and consumes the greeting up to `status`; returns the hello.ack and the
-/// state the greeting reported.
-async fn connect_state(gw: &Gateway, p: &Paired) -> (Client, Value, String) {
-    let (c, ack, status) = connect_until_status(gw, p).await;
-    let state = pstr(&status, "state").to_owned();
-    (c, ack, state)
-}
-
-/// As [`connect_state`], asserting the gateway greets with `online`.
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (c, ack, state) = connect_state(gw, p).await;
-    assert_eq!(state, "online", "greeting status");
-    (c, ack)
-}
-
 /// A ping round trip: the socket is usable and every frame sent before has been handled
 /// (the gateway reads and handles one connection's frames in order).
 async fn ping(c: &mut Client) {
@@ -115,6 +92,20 @@ async fn ping(c: &mut Client) {
     let pong = c.recv_reply(id).await;
     assert_eq!(frame_type(&pong), "pong", "ping answered with {pong}");
     assert_eq!(pong["payload"]["ts"], 4242, "{pong}");
+}
+
+/// An upload that is started, sent `pieces` and ended with `sha256`, and must fail at its end;
+/// `waited` and `stored` name it in the failure messages.
+struct FailingUpload<'a> {
+    media_ref: &'a str,
+    kind: &'a str,
+    mime: &'a str,
+    size: i64,
+    filename: &'a str,
+    pieces: Vec<&'a [u8]>,
+    sha256: String,
+    waited: &'a str,
+    stored: &'a str,
 }
 
 async fn start_upload(
@@ -194,7 +185,7 @@ async fn upload(
     for piece in data.chunks(chunk) {
         c.send_raw_binary(piece.to_vec()).await;
     }
-    let ack = end_upload(c, media_ref, &sha_hex(data)).await;
+    let ack = end_upload(c, media_ref, &common::sha_hex(data)).await;
     if let Some(err) = c.seen.iter().find(|f| id_of(f) == Some(start)) {
         panic!(
             "media.upload.start `{media_ref}` was refused: {err}\n{}",
@@ -485,16 +476,16 @@ async fn upload_send_pull_round_trip() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
     let pb = env.pair("device-b");
-    let (mut a, ack) = connect(&env.gw, &pa).await;
+    let (mut a, ack) = connect_online(&env.gw, &pa).await;
     assert_eq!(
         ack.pointer("/payload/server_caps/media"),
         Some(&json!(true)),
         "hello.ack must advertise media: {ack}"
     );
-    let (mut b, _) = connect(&env.gw, &pb).await;
+    let (mut b, _) = connect_online(&env.gw, &pb).await;
 
     let data = pseudo_random(3 * MIB, 1);
-    let sha = sha_hex(&data);
+    let sha = common::sha_hex(&data);
     upload(
         &mut a,
         "photo-1",
@@ -545,13 +536,20 @@ async fn upload_send_pull_round_trip() {
     );
     let got = chunks.concat();
     assert_eq!(got.len(), data.len(), "pulled length");
-    assert_eq!(sha_hex(&got), sha, "pulled bytes differ from the upload");
+    assert_eq!(
+        common::sha_hex(&got),
+        sha,
+        "pulled bytes differ from the upload"
+    );
 
     // Device B (not the uploader) can pull it too.
-    assert_eq!(sha_hex(&pull(&mut b, &media_id).await), sha);
+    assert_eq!(common::sha_hex(&pull(&mut b, &media_id).await), sha);
     // media/ holds the upload and the demo's received.txt, each named by its sha256.
     let received = listing(&[("holiday.png", "image/png", data.len())]);
-    assert_eq!(blobs(env.data()), BTreeSet::from([sha, sha_hex(&received)]));
+    assert_eq!(
+        blobs(env.data()),
+        BTreeSet::from([sha, common::sha_hex(&received)])
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -562,7 +560,7 @@ async fn upload_send_pull_round_trip() {
 async fn several_uploads_on_one_connection() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let files: Vec<(String, Vec<u8>)> = [(200 * KIB + 17, 11), (1, 12), (MIB + 3, 13)]
         .iter()
@@ -582,7 +580,7 @@ async fn several_uploads_on_one_connection() {
         .await;
     }
     wait_tmp_empty(env.data(), "after three uploads").await;
-    let mut want: BTreeSet<String> = files.iter().map(|(_, d)| sha_hex(d)).collect();
+    let mut want: BTreeSet<String> = files.iter().map(|(_, d)| common::sha_hex(d)).collect();
     assert_eq!(blobs(env.data()), want, "one blob per upload");
 
     // Upload chunks are exempt from the frame rate limit: 300 binary frames at once (far over
@@ -600,10 +598,10 @@ async fn several_uploads_on_one_connection() {
     .await;
     let limited: Vec<&Value> = a.seen.iter().filter(|f| frame_type(f) == "error").collect();
     assert!(limited.is_empty(), "errors during uploads: {limited:?}");
-    want.insert(sha_hex(&many));
+    want.insert(common::sha_hex(&many));
     assert_eq!(blobs(env.data()), want, "one blob per upload");
     assert_eq!(
-        std::fs::read(env.data().join("media").join(sha_hex(&many))).expect("read blob"),
+        std::fs::read(env.data().join("media").join(common::sha_hex(&many))).expect("read blob"),
         many
     );
 
@@ -619,7 +617,7 @@ async fn several_uploads_on_one_connection() {
         MIB,
     )
     .await;
-    want.insert(sha_hex(&big));
+    want.insert(common::sha_hex(&big));
     assert_eq!(blobs(env.data()), want, "one blob per upload");
     wait_tmp_empty(env.data(), "after the 1 MiB-chunk upload").await;
 
@@ -672,7 +670,11 @@ async fn several_uploads_on_one_connection() {
     assert_eq!(ended, ids, "pulls must be answered in request order");
     for (i, (_, data)) in files.iter().enumerate() {
         assert_eq!(got[i].len(), data.len(), "pull #{i} length");
-        assert_eq!(sha_hex(&got[i]), sha_hex(data), "pull #{i} bytes");
+        assert_eq!(
+            common::sha_hex(&got[i]),
+            common::sha_hex(data),
+            "pull #{i} bytes"
+        );
     }
 }
 
@@ -684,7 +686,7 @@ async fn several_uploads_on_one_connection() {
 async fn failed_uploads_leave_nothing_behind() {
     let env = Env::start(Some("max_media_bytes = 1048576"));
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
     let data = env.data();
     let before = blobs(data);
     assert!(before.is_empty(), "fresh media dir: {before:?}");
@@ -705,83 +707,78 @@ async fn failed_uploads_leave_nothing_behind() {
     wait_tmp_empty(data, "too large").await;
     assert_eq!(blobs(data), before, "too large: nothing stored");
     // The refused upload is not active: its end is answered ok:false.
-    let ack = end_upload(&mut a, "big", &sha_hex(b"")).await;
+    let ack = end_upload(&mut a, "big", &common::sha_hex(b"")).await;
     assert_ack(&ack, false, "big");
 
-    // Bad checksum.
-    let bytes = pseudo_random(40 * KIB, 21);
-    start_upload(
-        &mut a,
-        "badsum",
-        "document",
-        "text/plain",
-        bytes.len() as i64,
-        "a.txt",
-    )
-    .await;
-    a.send_raw_binary(bytes.clone()).await;
-    let ack = end_upload(&mut a, "badsum", &sha_hex(b"something else")).await;
-    assert_ack(&ack, false, "badsum");
-    ping(&mut a).await;
-    wait_tmp_empty(data, "bad checksum").await;
-    assert_eq!(blobs(data), before, "bad checksum: nothing stored");
-
-    // Fewer bytes than announced (the checksum is of the announced bytes).
-    let bytes = pseudo_random(100 * KIB, 22);
-    start_upload(
-        &mut a,
-        "short",
-        "audio",
-        "audio/ogg",
-        bytes.len() as i64,
-        "a.ogg",
-    )
-    .await;
-    a.send_raw_binary(bytes[..50 * KIB].to_vec()).await;
-    let ack = end_upload(&mut a, "short", &sha_hex(&bytes)).await;
-    assert_ack(&ack, false, "short");
-    ping(&mut a).await;
-    wait_tmp_empty(data, "truncated").await;
-    assert_eq!(blobs(data), before, "truncated: nothing stored");
-
-    // Fewer bytes than announced, checksum of what was sent.
-    start_upload(
-        &mut a,
-        "short2",
-        "audio",
-        "audio/ogg",
-        bytes.len() as i64,
-        "a.ogg",
-    )
-    .await;
-    a.send_raw_binary(bytes[..50 * KIB].to_vec()).await;
-    let ack = end_upload(&mut a, "short2", &sha_hex(&bytes[..50 * KIB])).await;
-    assert_ack(&ack, false, "short2");
-    ping(&mut a).await;
-    wait_tmp_empty(data, "truncated (checksum of sent bytes)").await;
-    assert_eq!(blobs(data), before, "truncated: nothing stored");
-
-    // More bytes than announced, split so the excess arrives in a later frame.
-    let bytes = pseudo_random(100 * KIB, 23);
-    start_upload(
-        &mut a,
-        "long",
-        "voice",
-        "audio/ogg",
-        60 * KIB as i64,
-        "v.ogg",
-    )
-    .await;
-    a.send_raw_binary(bytes[..40 * KIB].to_vec()).await;
-    a.send_raw_binary(bytes[40 * KIB..].to_vec()).await;
-    let ack = end_upload(&mut a, "long", &sha_hex(&bytes)).await;
-    assert_ack(&ack, false, "long");
-    ping(&mut a).await;
-    wait_tmp_empty(data, "too many bytes").await;
-    assert_eq!(blobs(data), before, "too many bytes: nothing stored");
+    // Uploads that reach their end and fail there: each is answered ok:false and leaves
+    // nothing behind.
+    let badsum = pseudo_random(40 * KIB, 21);
+    let short = pseudo_random(100 * KIB, 22);
+    let long = pseudo_random(100 * KIB, 23);
+    let failing = [
+        // Bad checksum.
+        FailingUpload {
+            media_ref: "badsum",
+            kind: "document",
+            mime: "text/plain",
+            size: badsum.len() as i64,
+            filename: "a.txt",
+            pieces: vec![&badsum[..]],
+            sha256: common::sha_hex(b"something else"),
+            waited: "bad checksum",
+            stored: "bad checksum",
+        },
+        // Fewer bytes than announced (the checksum is of the announced bytes).
+        FailingUpload {
+            media_ref: "short",
+            kind: "audio",
+            mime: "audio/ogg",
+            size: short.len() as i64,
+            filename: "a.ogg",
+            pieces: vec![&short[..50 * KIB]],
+            sha256: common::sha_hex(&short),
+            waited: "truncated",
+            stored: "truncated",
+        },
+        // Fewer bytes than announced, checksum of what was sent.
+        FailingUpload {
+            media_ref: "short2",
+            kind: "audio",
+            mime: "audio/ogg",
+            size: short.len() as i64,
+            filename: "a.ogg",
+            pieces: vec![&short[..50 * KIB]],
+            sha256: common::sha_hex(&short[..50 * KIB]),
+            waited: "truncated (checksum of sent bytes)",
+            stored: "truncated",
+        },
+        // More bytes than announced, split so the excess arrives in a later frame.
+        FailingUpload {
+            media_ref: "long",
+            kind: "voice",
+            mime: "audio/ogg",
+            size: 60 * KIB as i64,
+            filename: "v.ogg",
+            pieces: vec![&long[..40 * KIB], &long[40 * KIB..]],
+            sha256: common::sha_hex(&long),
+            waited: "too many bytes",
+            stored: "too many bytes",
+        },
+    ];
+    for u in failing {
+        start_upload(&mut a, u.media_ref, u.kind, u.mime, u.size, u.filename).await;
+        for piece in u.pieces {
+            a.send_raw_binary(piece.to_vec()).await;
+        }
+        let ack = end_upload(&mut a, u.media_ref, &u.sha256).await;
+        assert_ack(&ack, false, u.media_ref);
+        ping(&mut a).await;
+        wait_tmp_empty(data, u.waited).await;
+        assert_eq!(blobs(data), before, "{}: nothing stored", u.stored);
+    }
 
     // End with a ref that was never started.
-    let ack = end_upload(&mut a, "never-started", &sha_hex(b"x")).await;
+    let ack = end_upload(&mut a, "never-started", &common::sha_hex(b"x")).await;
     assert_ack(&ack, false, "never-started");
     ping(&mut a).await;
     wait_tmp_empty(data, "unknown ref at end").await;
@@ -803,14 +800,14 @@ async fn failed_uploads_leave_nothing_behind() {
     let err = error_for(&mut a, id).await;
     assert_code(&err, "unsupported");
     a.send_raw_binary(first[10 * KIB..].to_vec()).await;
-    let ack = end_upload(&mut a, "first", &sha_hex(&first)).await;
+    let ack = end_upload(&mut a, "first", &common::sha_hex(&first)).await;
     assert_ack(&ack, true, "first");
-    let ack = end_upload(&mut a, "second", &sha_hex(b"")).await;
+    let ack = end_upload(&mut a, "second", &common::sha_hex(b"")).await;
     assert_ack(&ack, false, "second");
     ping(&mut a).await;
     wait_tmp_empty(data, "second start while active").await;
     let mut expected = before.clone();
-    expected.insert(sha_hex(&first));
+    expected.insert(common::sha_hex(&first));
     assert_eq!(blobs(data), expected, "only the first upload is stored");
     let mut before = expected;
 
@@ -837,7 +834,7 @@ async fn failed_uploads_leave_nothing_behind() {
     .await;
     let err = error_for(&mut a, id).await;
     assert_code(&err, "unsupported");
-    let ack = end_upload(&mut a, "kind1", &sha_hex(b"")).await;
+    let ack = end_upload(&mut a, "kind1", &common::sha_hex(b"")).await;
     assert_ack(&ack, false, "kind1");
 
     for (bad_ref, size) in [("bad ref/..", 3i64), (&"r".repeat(65), 3), ("neg", -1)] {
@@ -865,7 +862,7 @@ async fn failed_uploads_leave_nothing_behind() {
         256 * KIB,
     )
     .await;
-    before.insert(sha_hex(&limit));
+    before.insert(common::sha_hex(&limit));
     assert_eq!(blobs(data), before, "the upload at the limit is stored");
 
     // After all that the connection still uploads.
@@ -881,7 +878,7 @@ async fn failed_uploads_leave_nothing_behind() {
     )
     .await;
     wait_tmp_empty(data, "final upload").await;
-    assert!(blobs(data).contains(&sha_hex(&good)));
+    assert!(blobs(data).contains(&common::sha_hex(&good)));
     assert!(
         a.closed.is_none(),
         "the connection must stay open: {:?}",
@@ -897,7 +894,7 @@ async fn failed_uploads_leave_nothing_behind() {
 async fn idle_upload_is_abandoned() {
     let env = Env::start(Some("media_idle_timeout_secs = 1"));
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let bytes = pseudo_random(64 * KIB, 31);
     start_upload(
@@ -925,7 +922,12 @@ async fn idle_upload_is_abandoned() {
     a.send_raw_binary(bytes.clone()).await;
     let err = a.recv_type("error").await;
     assert_code(&err, "unsupported");
-    let ack = end_upload(&mut a, "idle-1", &sha_hex(&[bytes.clone(), bytes].concat())).await;
+    let ack = end_upload(
+        &mut a,
+        "idle-1",
+        &common::sha_hex(&[bytes.clone(), bytes].concat()),
+    )
+    .await;
     assert_ack(&ack, false, "idle-1");
     ping(&mut a).await;
 
@@ -941,14 +943,14 @@ async fn idle_upload_is_abandoned() {
         10 * KIB,
     )
     .await;
-    assert_eq!(blobs(env.data()), BTreeSet::from([sha_hex(&good)]));
+    assert_eq!(blobs(env.data()), BTreeSet::from([common::sha_hex(&good)]));
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn socket_closed_mid_upload_leaves_no_temp_file() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let bytes = pseudo_random(300 * KIB, 41);
     start_upload(&mut a, "drop-1", "video", "video/mp4", MIB as i64, "v.mp4").await;
@@ -964,7 +966,7 @@ async fn socket_closed_mid_upload_leaves_no_temp_file() {
     assert!(blobs(env.data()).is_empty(), "{:?}", blobs(env.data()));
 
     // An abrupt drop (no close handshake) as well.
-    let (mut b, _) = connect(&env.gw, &pa).await;
+    let (mut b, _) = connect_online(&env.gw, &pa).await;
     start_upload(&mut b, "drop-2", "video", "video/mp4", MIB as i64, "v.mp4").await;
     b.send_raw_binary(bytes).await;
     ping(&mut b).await;
@@ -974,7 +976,7 @@ async fn socket_closed_mid_upload_leaves_no_temp_file() {
     assert!(blobs(env.data()).is_empty(), "{:?}", blobs(env.data()));
 
     // The ref of an unfinished upload names nothing.
-    let (mut c, _) = connect(&env.gw, &pa).await;
+    let (mut c, _) = connect_online(&env.gw, &pa).await;
     let reply = send_message(&mut c, "attach the dropped one", &["drop-1"]).await;
     assert_code(&reply, "not_found");
 }
@@ -987,10 +989,10 @@ async fn socket_closed_mid_upload_leaves_no_temp_file() {
 async fn same_bytes_stored_once_and_filenames_cannot_escape() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let bytes = pseudo_random(123_457, 51);
-    let sha = sha_hex(&bytes);
+    let sha = common::sha_hex(&bytes);
     upload(
         &mut a,
         "dup-1",
@@ -1034,7 +1036,7 @@ async fn same_bytes_stored_once_and_filenames_cannot_escape() {
     );
     for m in &media {
         let got = pull(&mut a, m["media_id"].as_str().unwrap()).await;
-        assert_eq!(sha_hex(&got), sha);
+        assert_eq!(common::sha_hex(&got), sha);
     }
 
     // A name with directories: stored by hash, recorded as its last component.
@@ -1055,12 +1057,12 @@ async fn same_bytes_stored_once_and_filenames_cannot_escape() {
     // Besides the two uploads, media/ holds exactly the demo's two received.txt listings.
     let want = BTreeSet::from([
         sha.clone(),
-        sha_hex(&evil),
-        sha_hex(&listing(&[
+        common::sha_hex(&evil),
+        common::sha_hex(&listing(&[
             ("one.png", "image/png", bytes.len()),
             ("two.bin", "application/octet-stream", bytes.len()),
         ])),
-        sha_hex(&listing(&[("passwd", "text/plain", evil.len())])),
+        common::sha_hex(&listing(&[("passwd", "text/plain", evil.len())])),
     ]);
     assert_eq!(blobs(env.data()), want);
     for name in blobs(env.data()) {
@@ -1090,8 +1092,8 @@ async fn same_bytes_stored_once_and_filenames_cannot_escape() {
         }
     }
     assert_eq!(
-        sha_hex(&pull(&mut a, entry["media_id"].as_str().unwrap()).await),
-        sha_hex(&evil)
+        common::sha_hex(&pull(&mut a, entry["media_id"].as_str().unwrap()).await),
+        common::sha_hex(&evil)
     );
 }
 
@@ -1104,8 +1106,8 @@ async fn demo_agent_reads_attachments_and_offers_a_file() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
     let pb = env.pair("device-b");
-    let (mut a, _) = connect(&env.gw, &pa).await;
-    let (mut b, _) = connect(&env.gw, &pb).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
+    let (mut b, _) = connect_online(&env.gw, &pb).await;
 
     let notes = pseudo_random(4321, 61);
     let picture = pseudo_random(70_001, 62);
@@ -1187,7 +1189,11 @@ async fn demo_agent_reads_attachments_and_offers_a_file() {
         String::from_utf8_lossy(&want),
         "received.txt content"
     );
-    assert!(env.data().join("media").join(sha_hex(&want)).is_file());
+    assert!(env
+        .data()
+        .join("media")
+        .join(common::sha_hex(&want))
+        .is_file());
 
     // History: the user message with its files, the assistant message with the offered file.
     let hist = history(&mut a).await;
@@ -1243,10 +1249,10 @@ async fn demo_agent_reads_attachments_and_offers_a_file() {
 async fn deleting_messages_collects_their_files() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let bytes = pseudo_random(77_777, 71);
-    let sha = sha_hex(&bytes);
+    let sha = common::sha_hex(&bytes);
     upload(
         &mut a,
         "shared",
@@ -1272,7 +1278,7 @@ async fn deleting_messages_collects_their_files() {
     assert_eq!(t2.offers.len(), 1, "{:?}", t2.offers);
     let offer1 = pstr(&t1.offers[0], "media_id").to_owned();
     let offer2 = pstr(&t2.offers[0], "media_id").to_owned();
-    let rec_sha = sha_hex(&listing(&[("shared.jpg", "image/jpeg", bytes.len())]));
+    let rec_sha = common::sha_hex(&listing(&[("shared.jpg", "image/jpeg", bytes.len())]));
     assert_eq!(
         blobs(env.data()),
         BTreeSet::from([sha.clone(), rec_sha.clone()])
@@ -1285,7 +1291,7 @@ async fn deleting_messages_collects_their_files() {
         "media/{sha} removed while message {} still references it",
         t2.user
     );
-    assert_eq!(sha_hex(&pull(&mut a, &media_id).await), sha);
+    assert_eq!(common::sha_hex(&pull(&mut a, &media_id).await), sha);
 
     // The second reply's file has the same bytes: the blob stays.
     delete(&mut a, &[&t1.assistant]).await;
@@ -1355,8 +1361,8 @@ async fn full_quota_degrades_until_space_is_freed() {
     let pa = env.pair("device-a");
     let pb = env.pair("device-b");
     let pc = env.pair("device-c");
-    let (mut a, _) = connect(&env.gw, &pa).await;
-    let (mut b, _) = connect(&env.gw, &pb).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
+    let (mut b, _) = connect_online(&env.gw, &pb).await;
 
     let first = pseudo_random(150_000, 81);
     upload(
@@ -1371,7 +1377,7 @@ async fn full_quota_degrades_until_space_is_freed() {
     .await;
     let t = turn(&mut a, "quota", &["q1"]).await;
     let stored = blobs(env.data());
-    assert!(stored.contains(&sha_hex(&first)), "{stored:?}");
+    assert!(stored.contains(&common::sha_hex(&first)), "{stored:?}");
 
     let (mark_a, mark_b) = (a.seen.len(), b.seen.len());
     let id = start_upload(&mut a, "q2", "image", "image/png", 100_000, "q2.png").await;
@@ -1384,8 +1390,12 @@ async fn full_quota_degrades_until_space_is_freed() {
     assert_eq!(blobs(env.data()), stored, "quota refusal: nothing stored");
 
     // A device connecting now is greeted with the degraded state.
-    let (mut c, _, state) = connect_state(&env.gw, &pc).await;
-    assert_eq!(state, "degraded", "greeting while the quota is full");
+    let (mut c, _, status) = connect_with_status(&env.gw, &pc).await;
+    assert_eq!(
+        pstr(&status, "state"),
+        "degraded",
+        "greeting while the quota is full"
+    );
 
     // Free the space: the message with the file and its reply.
     delete(&mut a, &[&t.user, &t.assistant]).await;
@@ -1408,7 +1418,7 @@ async fn full_quota_degrades_until_space_is_freed() {
     assert_eq!(status_since(&mut a, mark_a).await, "online", "device A");
     assert_eq!(status_since(&mut b, mark_b).await, "online", "device B");
     assert_eq!(status_since(&mut c, mark_c).await, "online", "device C");
-    assert_eq!(blobs(env.data()), BTreeSet::from([sha_hex(&next)]));
+    assert_eq!(blobs(env.data()), BTreeSet::from([common::sha_hex(&next)]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1419,7 +1429,7 @@ async fn full_quota_degrades_until_space_is_freed() {
 async fn unknown_media_is_not_found_and_media_survives_restart() {
     let mut env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let rid = a.next_id() + 1;
     match pull_chunks(&mut a, "med_does_not_exist").await {
@@ -1432,7 +1442,7 @@ async fn unknown_media_is_not_found_and_media_survives_restart() {
     ping(&mut a).await;
 
     let bytes = pseudo_random(700 * KIB + 5, 91);
-    let sha = sha_hex(&bytes);
+    let sha = common::sha_hex(&bytes);
     upload(
         &mut a,
         "keep",
@@ -1458,9 +1468,9 @@ async fn unknown_media_is_not_found_and_media_survives_restart() {
     drop(a);
     env.gw = Gateway::start(env.dir.path(), &[]);
 
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
     assert_eq!(
-        sha_hex(&pull(&mut a, &media_id).await),
+        common::sha_hex(&pull(&mut a, &media_id).await),
         sha,
         "after restart"
     );
@@ -1509,8 +1519,12 @@ async fn unknown_media_is_not_found_and_media_survives_restart() {
     drop(a);
     env.gw = Gateway::start(env.dir.path(), &[]);
     wait_tmp_empty(env.data(), "restart after kill -9 mid-upload").await;
-    assert!(env.data().join("media").join(sha_hex(&acked)).is_file());
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    assert!(env
+        .data()
+        .join("media")
+        .join(common::sha_hex(&acked))
+        .is_file());
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
     let t = turn(&mut a, "after the crash", &["crash-1"]).await;
     let entry = only_media(&t.echo);
     assert_media_entry(&entry, "image", "image/png", acked.len(), "acked.png");
@@ -1531,14 +1545,14 @@ async fn offline_device_syncs_media_message_and_offer() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
     let pc = env.pair("device-c");
-    let (c, ack) = connect(&env.gw, &pc).await;
+    let (c, ack) = connect_online(&env.gw, &pc).await;
     let cursor = ack
         .pointer("/payload/sync_cursor")
         .and_then(Value::as_u64)
         .expect("sync_cursor");
     c.close().await;
 
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
     let bytes = pseudo_random(50_000, 101);
     upload(
         &mut a,
@@ -1553,7 +1567,7 @@ async fn offline_device_syncs_media_message_and_offer() {
     let t = turn(&mut a, "hear this", &["sync-1"]).await;
     assert_eq!(t.offers.len(), 1, "{:?}", t.offers);
 
-    let (mut c, _) = connect(&env.gw, &pc).await;
+    let (mut c, _) = connect_online(&env.gw, &pc).await;
     let sid = c
         .request("sync", None, None, json!({ "cursor": cursor }))
         .await;
@@ -1612,7 +1626,10 @@ async fn offline_device_syncs_media_message_and_offer() {
 
     // The device that was away can fetch both files.
     let media_id = only_media(&echo)["media_id"].as_str().unwrap().to_owned();
-    assert_eq!(sha_hex(&pull(&mut c, &media_id).await), sha_hex(&bytes));
+    assert_eq!(
+        common::sha_hex(&pull(&mut c, &media_id).await),
+        common::sha_hex(&bytes)
+    );
     assert_eq!(
         pull(&mut c, pstr(&offer, "media_id")).await,
         listing(&[("memo.ogg", "audio/ogg", bytes.len())])
@@ -1628,8 +1645,8 @@ async fn message_send_attachment_rules() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
     let pb = env.pair("device-b");
-    let (mut a, _) = connect(&env.gw, &pa).await;
-    let (mut b, _) = connect(&env.gw, &pb).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
+    let (mut b, _) = connect_online(&env.gw, &pb).await;
 
     let refs: Vec<String> = (0..11).map(|i| format!("r{i}")).collect();
     for (i, r) in refs.iter().enumerate() {
@@ -1693,7 +1710,7 @@ async fn message_send_attachment_rules() {
 async fn deleting_a_channel_collects_its_files() {
     let env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let kept = pseudo_random(20_000, 121);
     let in_chan = pseudo_random(30_000, 122);
@@ -1738,14 +1755,14 @@ async fn deleting_a_channel_collects_its_files() {
     let tk = turn(&mut a, "stays", &["kept"]).await;
     let tc = turn_in(&mut a, Some(&chan), None, "goes", &["chan"]).await;
     let tt = turn_in(&mut a, Some(&chan), Some(&thr), "goes too", &["thr"]).await;
-    let kept_listing = sha_hex(&listing(&[("kept.png", "image/png", kept.len())]));
+    let kept_listing = common::sha_hex(&listing(&[("kept.png", "image/png", kept.len())]));
     let doomed = [
-        sha_hex(&in_chan),
-        sha_hex(&in_thread),
-        sha_hex(&listing(&[("chan.png", "image/png", in_chan.len())])),
-        sha_hex(&listing(&[("thr.png", "image/png", in_thread.len())])),
+        common::sha_hex(&in_chan),
+        common::sha_hex(&in_thread),
+        common::sha_hex(&listing(&[("chan.png", "image/png", in_chan.len())])),
+        common::sha_hex(&listing(&[("thr.png", "image/png", in_thread.len())])),
     ];
-    let mut all = BTreeSet::from([sha_hex(&kept), kept_listing.clone()]);
+    let mut all = BTreeSet::from([common::sha_hex(&kept), kept_listing.clone()]);
     all.extend(doomed.iter().cloned());
     assert_eq!(blobs(env.data()), all);
 
@@ -1760,7 +1777,7 @@ async fn deleting_a_channel_collects_its_files() {
     }
     assert_eq!(
         blobs(env.data()),
-        BTreeSet::from([sha_hex(&kept), kept_listing]),
+        BTreeSet::from([common::sha_hex(&kept), kept_listing]),
         "the default channel's files stay"
     );
     for t in [&tc, &tt] {
@@ -1782,10 +1799,10 @@ async fn deleting_a_channel_collects_its_files() {
 async fn collected_media_stays_collected_after_kill9() {
     let mut env = Env::start(None);
     let pa = env.pair("device-a");
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     let bytes = pseudo_random(33_333, 131);
-    let sha = sha_hex(&bytes);
+    let sha = common::sha_hex(&bytes);
     upload(
         &mut a,
         "gone",
@@ -1799,7 +1816,7 @@ async fn collected_media_stays_collected_after_kill9() {
     let t = turn(&mut a, "short-lived", &["gone"]).await;
     let media_id = only_media(&t.echo)["media_id"].as_str().unwrap().to_owned();
     let offer_id = pstr(&t.offers[0], "media_id").to_owned();
-    let rec_sha = sha_hex(&listing(&[("gone.png", "image/png", bytes.len())]));
+    let rec_sha = common::sha_hex(&listing(&[("gone.png", "image/png", bytes.len())]));
 
     // The device is told the messages are deleted and the files are gone from disk ...
     delete(&mut a, &[&t.user, &t.assistant]).await;
@@ -1810,7 +1827,7 @@ async fn collected_media_stays_collected_after_kill9() {
     env.gw.kill9();
     drop(a);
     env.gw = Gateway::start(env.dir.path(), &[]);
-    let (mut a, _) = connect(&env.gw, &pa).await;
+    let (mut a, _) = connect_online(&env.gw, &pa).await;
 
     // The collected media must not come back as records whose files are missing.
     pull_not_found(&mut a, &media_id).await;

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::{
-    channel_list, connect_with_status, create_channel, create_thread, demo_reply, dump, frame_type,
+    channel_list, connect_online, create_channel, create_thread, demo_reply, dump, frame_type,
     pair, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
@@ -18,12 +18,6 @@ use serde_json::{json, Value};
 
 /// Authenticates and consumes the greeting up to and including `status` (fresh gateways have
 /// no todo snapshots). Returns the client and its `hello.ack`.
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (c, ack, status) = connect_with_status(gw, p).await;
-    assert_eq!(status["payload"]["state"], "online", "{status}");
-    (c, ack)
-}
-
 struct Two {
     _dir: tempfile::TempDir,
     gw: Gateway,
@@ -37,8 +31,8 @@ async fn two_devices(extra: &[&str]) -> Two {
     let gw = Gateway::start(dir.path(), extra);
     let pa = pair(dir.path(), "device-a");
     let pb = pair(dir.path(), "device-b");
-    let (a, _) = connect(&gw, &pa).await;
-    let (b, _) = connect(&gw, &pb).await;
+    let (a, _) = connect_online(&gw, &pa).await;
+    let (b, _) = connect_online(&gw, &pb).await;
     Two {
         _dir: dir,
         gw,
@@ -118,12 +112,10 @@ async fn run_turns(
             if let Some(old) = conn.take() {
                 old.close().await;
             }
-            conn = Some(connect(gw, p).await.0);
+            conn = Some(connect_online(gw, p).await.0);
         }
         let c = conn.as_mut().expect("connected");
-        let rid = c
-            .request("message.send", chat, thread, json!({ "text": text }))
-            .await;
+        let rid = c.send_text(chat, thread, &text).await;
         let receipt = c.recv_reply(rid).await;
         assert_eq!(frame_type(&receipt), "read.receipt", "send #{i}: {receipt}");
         ids.push(
@@ -190,14 +182,7 @@ async fn full_turn_reaches_both_devices_in_order() {
     let expected_reply = "You said: \u{201c}hello there world\u{201d}. That is 3 words and 17 characters. I am the demo agent; connect a Hermes agent for real answers.";
     assert_eq!(demo_reply(text), expected_reply);
 
-    let rid =
-        t.a.request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text }),
-        )
-        .await;
+    let rid = t.a.send_text(Some("default"), None, &text).await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
 
@@ -429,14 +414,7 @@ async fn thread_turns_carry_parent_chat_and_thread_id() {
     .await;
 
     let text = "plan the beds";
-    let rid =
-        t.a.request(
-            "message.send",
-            Some(&chan),
-            Some(&thread),
-            json!({ "text": text }),
-        )
-        .await;
+    let rid = t.a.send_text(Some(&chan), Some(&thread), &text).await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
     assert_eq!(frame_type(&fa[0]), "read.receipt", "{}", dump(&fa));
@@ -511,14 +489,7 @@ async fn thread_turns_carry_parent_chat_and_thread_id() {
 async fn auto_thread_in_default_flat_lane_mints_a_thread() {
     let mut t = two_devices(&[]).await;
     let text = "Plan the garden";
-    let rid =
-        t.a.request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text, "auto_thread": true }),
-        )
-        .await;
+    let rid = t.a.send_auto_threaded(Some("default"), text).await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
 
@@ -592,13 +563,8 @@ async fn auto_thread_ignored_for_slash_text_and_other_channels() {
 
     // Slash text in the default flat lane stays there (one the gateway does not know goes to
     // the agent as typed, so it gets a turn).
-    t.a.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "/weather today", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some("default"), "/weather today")
+        .await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
     for (who, frames) in [("A", &fa), ("B", &fb)] {
@@ -618,13 +584,7 @@ async fn auto_thread_ignored_for_slash_text_and_other_channels() {
     }
 
     // auto_thread in a non-default channel does not thread.
-    t.a.request(
-        "message.send",
-        Some(&chan),
-        None,
-        json!({ "text": "Plan the garden", "auto_thread": true }),
-    )
-    .await;
+    t.a.send_auto_threaded(Some(&chan), "Plan the garden").await;
     let fa = frames_until_typing_off(&mut t.a).await;
     let fb = frames_until_typing_off(&mut t.b).await;
     for (who, frames) in [("A", &fa), ("B", &fb)] {
@@ -645,13 +605,8 @@ async fn new_connection_gets_todo_snapshot_after_greeting() {
     let mut t = two_devices(&[]).await;
     let chan = create_channel(&mut t.a, "Todo lane").await;
     let thread = create_thread(&mut t.a, &chan, "Sub").await;
-    t.a.request(
-        "message.send",
-        Some(&chan),
-        Some(&thread),
-        json!({ "text": "count these words" }),
-    )
-    .await;
+    t.a.send_text(Some(&chan), Some(&thread), "count these words")
+        .await;
     frames_until_typing_off(&mut t.a).await;
 
     let (mut c, ack) = Client::hello(&t.gw.url, &t.pa.token, &t.pa.device_id).await;
@@ -693,7 +648,7 @@ async fn history_pages_cover_everything_in_order() {
     assert_eq!(expected.len(), 120);
 
     // A fresh connection so the sends above do not count against its frame rate.
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let pages = all_pages(&mut c, Some("default"), None, 25).await;
     let sizes: Vec<usize> = pages.iter().map(|p| history_ids(p).len()).collect();
     assert_eq!(sizes, vec![25, 25, 25, 25, 20], "page sizes");
@@ -805,7 +760,7 @@ async fn history_pages_cover_everything_in_order() {
         .cloned()
         .collect();
     assert_eq!(all.len(), 202);
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let capped = history(&mut c, Some("default"), None, json!({ "limit": 500 })).await;
     assert_eq!(frame_type(&capped), "history", "{capped}");
     assert_eq!(
@@ -822,7 +777,7 @@ async fn history_survives_restart() {
     let mut gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "pager");
     let chan = {
-        let (mut c, _) = connect(&gw, &p).await;
+        let (mut c, _) = connect_online(&gw, &p).await;
         let chan = create_channel(&mut c, "Kept").await;
         c.close().await;
         chan
@@ -830,7 +785,7 @@ async fn history_survives_restart() {
     let expected = run_turns(&gw, &p, Some("default"), None, &texts("kept message", 30)).await;
     let expected_chan = run_turns(&gw, &p, Some(&chan), None, &texts("channel message", 3)).await;
 
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let before = all_pages(&mut c, Some("default"), None, 25).await;
     let before_chan = all_pages(&mut c, Some(&chan), None, 4).await;
     c.close().await;
@@ -842,7 +797,7 @@ async fn history_survives_restart() {
     gw.stop_ok();
     drop(gw);
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let after = all_pages(&mut c, Some("default"), None, 25).await;
     let after_chan = all_pages(&mut c, Some(&chan), None, 4).await;
     let payloads = |pages: &[Value]| {
@@ -865,7 +820,7 @@ async fn history_survives_restart() {
 
     // New messages after the restart land after the old ones.
     let newer = run_turns(&gw, &p, Some("default"), None, &texts("after restart", 2)).await;
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let pages = all_pages(&mut c, Some("default"), None, 200).await;
     let got: Vec<String> = pages.iter().rev().flat_map(history_ids).collect();
     let want: Vec<String> = expected.iter().chain(newer.iter()).cloned().collect();
@@ -877,19 +832,11 @@ async fn lane_queue_holds_eight_then_rate_limits() {
     let dir = common::temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "30"]);
     let p = pair(dir.path(), "queuer");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let sent = texts("queued", 12);
     let mut ids = Vec::new();
     for text in &sent {
-        ids.push(
-            c.request(
-                "message.send",
-                Some("default"),
-                None,
-                json!({ "text": text }),
-            )
-            .await,
-        );
+        ids.push(c.send_text(Some("default"), None, &text).await);
     }
     let mut outcome = Vec::new();
     for id in &ids {
@@ -938,22 +885,10 @@ async fn two_lanes_run_concurrently() {
     let dir = common::temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "20"]);
     let p = pair(dir.path(), "lanes");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let chan = create_channel(&mut c, "Second lane").await;
-    c.request(
-        "message.send",
-        Some("default"),
-        None,
-        json!({ "text": "first lane" }),
-    )
-    .await;
-    c.request(
-        "message.send",
-        Some(&chan),
-        None,
-        json!({ "text": "second lane" }),
-    )
-    .await;
+    c.send_text(Some("default"), None, "first lane").await;
+    c.send_text(Some(&chan), None, "second lane").await;
 
     let mut started: HashSet<String> = HashSet::new();
     while started.len() < 2 {
@@ -984,7 +919,7 @@ async fn demo_reply_wording() {
     let dir = common::temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "words");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let long: String = "abcd ".repeat(50); // 250 characters, 50 words
     let cases = [
         (
@@ -1004,8 +939,7 @@ async fn demo_reply_wording() {
         ),
     ];
     for (text, want) in cases {
-        c.request("message.send", None, None, json!({ "text": text }))
-            .await;
+        c.send_text(None, None, &text).await;
         let stop = c.recv_type("message.stop").await;
         assert_eq!(stop["payload"]["final_text"], want.as_str(), "for {text:?}");
         assert_eq!(demo_reply(&text), want);

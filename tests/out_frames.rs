@@ -9,8 +9,8 @@ mod common;
 use base64::Engine;
 use common::peers::MockLlm;
 use common::{
-    connect_until_status, frame_type, pair, pstr, sync_cursor, temp_data_dir, Client, Gateway,
-    Paired, APP_MAX_FRAME_BYTES,
+    connect, frame_type, pair, pstr, sync_cursor, temp_data_dir, Client, Gateway,
+    APP_MAX_FRAME_BYTES,
 };
 use serde_json::{json, Value};
 
@@ -34,9 +34,14 @@ async fn set_icon(c: &mut Client, chat: &str, icon: Option<&str>) -> Value {
     c.recv_reply(id).await
 }
 
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (c, ack, _) = connect_until_status(gw, p).await;
-    (c, ack)
+/// Pairs a tablet that says hello and goes away: (the tablet, the cursor it left at), for a
+/// test that later checks what it catches up with.
+async fn away_tablet(gw: &Gateway, dir: &std::path::Path) -> (common::Paired, u64) {
+    let b = pair(dir, "tablet");
+    let (cb, ack_b) = connect(gw, &b).await;
+    let away_from = sync_cursor(&ack_b);
+    cb.close().await;
+    (b, away_from)
 }
 
 /// The whole history of a lane, paging with `before_message_id`, and the size of each page.
@@ -74,11 +79,7 @@ async fn icons_cannot_grow_the_directory_past_one_frame() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let a = pair(dir.path(), "phone");
-    let b = pair(dir.path(), "tablet");
-    let (cb, ack_b) = connect(&gw, &b).await;
-    let away_from = sync_cursor(&ack_b);
-    cb.close().await;
-
+    let (b, away_from) = away_tablet(&gw, dir.path()).await;
     let (mut ca, _) = connect(&gw, &a).await;
     let one = common::create_channel(&mut ca, "Photos").await;
     let two = common::create_channel(&mut ca, "Garden").await;
@@ -177,11 +178,7 @@ async fn a_lane_of_big_messages_pages_by_bytes() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "0"]);
     let a = pair(dir.path(), "phone");
-    let b = pair(dir.path(), "tablet");
-    let (cb, ack_b) = connect(&gw, &b).await;
-    let away_from = sync_cursor(&ack_b);
-    cb.close().await;
-
+    let (b, away_from) = away_tablet(&gw, dir.path()).await;
     let (mut ca, _) = connect(&gw, &a).await;
     for i in 0..5 {
         let text = format!("{i} {}", "\"".repeat(250_000));
@@ -230,14 +227,7 @@ async fn text_too_big_once_escaped_is_refused_and_nothing_is_lost() {
     let a = pair(dir.path(), "phone");
     let (mut ca, _) = connect(&gw, &a).await;
     let text = "\u{1}".repeat(120_000);
-    let id = ca
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text }),
-        )
-        .await;
+    let id = ca.send_text(Some("default"), None, &text).await;
     let r = ca.recv_reply(id).await;
     assert_eq!(frame_type(&r), "error", "{r}");
     assert_eq!(r["payload"]["code"], "unsupported");
@@ -306,11 +296,7 @@ async fn an_agent_reply_of_control_characters_stays_within_frames() {
         &["--agent", "openai", "--agent-url", &llm.url()],
     );
     let a = pair(dir.path(), "phone");
-    let b = pair(dir.path(), "tablet");
-    let (cb, ack_b) = connect(&gw, &b).await;
-    let away_from = sync_cursor(&ack_b);
-    cb.close().await;
-
+    let (b, away_from) = away_tablet(&gw, dir.path()).await;
     let (mut ca, _) = connect(&gw, &a).await;
     let frames = ca
         .say("[[escape]]", |f| frame_type(f) == "message.stop")

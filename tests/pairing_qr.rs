@@ -72,43 +72,6 @@ fn qr_lines(stdout: &str) -> Vec<&str> {
     lines
 }
 
-/// Percent-decoding written here, not borrowed from the gateway, so the test checks the format.
-fn unescape(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).expect("ascii escape");
-            out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).expect("utf-8 value")
-}
-
-/// `iris://pair?url=…&token=…&fp=…` → its fields.
-fn parse_uri(uri: &str) -> HashMap<String, String> {
-    let query = uri
-        .strip_prefix("iris://pair?")
-        .unwrap_or_else(|| panic!("not a pairing URI: {uri}"));
-    query
-        .split('&')
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').expect("key=value");
-            assert!(
-                v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)),
-                "value of {k} is not percent-encoded: {v}"
-            );
-            (k.to_owned(), unescape(v))
-        })
-        .collect()
-}
-
 fn field<'a>(stdout: &'a str, label: &str) -> &'a str {
     stdout
         .lines()
@@ -153,7 +116,7 @@ async fn the_terminal_qr_code_of_pair_decodes_to_what_pair_reports_and_pairs() {
     let stdout = cli_ok(&["pair", "--data-dir", d, "--name", "qr phone"]);
 
     let uri = decode_terminal_qr(&qr_lines(&stdout));
-    let values = parse_uri(&uri);
+    let values = common::parse_pairing_uri(&uri);
     let tls_url = field(&stdout, "TLS:")
         .split_whitespace()
         .next()
@@ -208,7 +171,7 @@ async fn the_start_up_pairing_code_comes_with_a_qr_code_that_pairs() {
         .split_once("no device is paired yet; scan this in the Iris app")
         .map(|(_, rest)| rest.split_once('\n').map_or("", |(_, r)| r))
         .unwrap_or_else(|| panic!("no start-up intro:\n{stdout}"));
-    let values = parse_uri(&decode_terminal_qr(&qr_lines(after_intro)));
+    let values = common::parse_pairing_uri(&decode_terminal_qr(&qr_lines(after_intro)));
     assert_eq!(values["token"], field(&stdout, "token:"), "{values:?}");
     assert_eq!(values["fp"].len(), 64, "{values:?}");
     assert_hello_accepted(&gw, &values["token"]).await;
@@ -222,7 +185,7 @@ async fn without_tls_the_qr_code_carries_the_ws_url_and_no_pin() {
     let data = dir.path().join("data");
     let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
     let stdout = cli_ok(&["pair", "--data-dir", data.to_str().unwrap()]);
-    let values = parse_uri(&decode_terminal_qr(&qr_lines(&stdout)));
+    let values = common::parse_pairing_uri(&decode_terminal_qr(&qr_lines(&stdout)));
     assert_eq!(values["url"], field(&stdout, "URL:"));
     assert_eq!(values["url"], gw.url);
     assert!(!values.contains_key("fp"), "{values:?}");
@@ -369,7 +332,7 @@ async fn the_pairing_page_answers_each_code_with_the_right_status() {
     let ok = post_code(&gw, "127.0.0.1", &code).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_guarded(&ok);
-    let values = parse_uri(&decode_svg_qr(&ok.body));
+    let values = common::parse_pairing_uri(&decode_svg_qr(&ok.body));
     assert_eq!(values["fp"], served_fingerprint(&gw).replace(':', ""));
     assert!(ok.body.contains(&values["token"]), "the token in text too");
     assert!(
@@ -559,7 +522,7 @@ async fn headless_chromium_shows_a_qr_code_that_pairs() {
     let uri = decode_qr(w as usize, h as usize, |x, y| {
         image.get_pixel(x as u32, y as u32)[0]
     });
-    let values = parse_uri(&uri);
+    let values = common::parse_pairing_uri(&uri);
     assert_eq!(values["url"], gw.url.replacen("ws://", "wss://", 1));
     assert_eq!(values["fp"], served_fingerprint(&gw).replace(':', ""));
     assert_hello_accepted(&gw, &values["token"]).await;

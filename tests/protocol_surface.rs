@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{frame_type, pair, temp_data_dir, Client, Gateway, Paired};
+use common::{connect_online, frame_type, pair, temp_data_dir, Client, Gateway, Paired};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -19,14 +19,10 @@ const CLOSE_POLICY: u16 = 1008;
 /// Close code for a frame over `max_frame_bytes` (message too big).
 const CLOSE_TOO_BIG: u16 = 1009;
 
-/// Pairs a device, connects, says hello and consumes the greeting up to `status`.
-async fn connect_paired(gw: &Gateway, name: &str) -> (Client, Paired) {
+/// Pairs a device and connects it, greeted `online`.
+async fn pair_and_connect(gw: &Gateway, name: &str) -> (Client, Paired) {
     let p = pair(&gw.data_dir, name);
-    let (mut c, ack) = Client::hello(&gw.url, &p.token, name).await;
-    assert_eq!(frame_type(&ack), "hello.ack", "{ack}");
-    let status = c.recv().await;
-    assert_eq!(frame_type(&status), "status", "after hello.ack: {status}");
-    assert_eq!(status["payload"]["state"], "online", "{status}");
+    let (c, _) = connect_online(gw, &p).await;
     (c, p)
 }
 
@@ -124,7 +120,7 @@ async fn good_hello_gets_ack_then_online_status_and_nothing_before() {
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "ack-phone");
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     send_hello(&mut c, 7, &p.token).await;
 
     let ack = c.recv().await;
@@ -184,7 +180,7 @@ async fn bad_token_gets_auth_error_and_close() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     send_hello(&mut c, 3, "iris_definitely-not-a-real-token").await;
     expect_refused(
         &mut c,
@@ -205,8 +201,8 @@ async fn bad_token_gets_auth_error_and_close() {
 async fn revoked_token_closes_open_socket_and_is_refused_afterwards() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut victim, p) = connect_paired(&gw, "victim").await;
-    let (mut bystander, _) = connect_paired(&gw, "bystander").await;
+    let (mut victim, p) = pair_and_connect(&gw, "victim").await;
+    let (mut bystander, _) = pair_and_connect(&gw, "bystander").await;
 
     common::revoke(dir.path(), &p.device_id);
 
@@ -223,7 +219,7 @@ async fn revoked_token_closes_open_socket_and_is_refused_afterwards() {
     // The other device is untouched.
     ping_ok(&mut bystander, 99).await;
 
-    let mut again = Client::connect(&gw.url).await;
+    let mut again = Client::open(&gw.url).await;
     send_hello(&mut again, 1, &p.token).await;
     expect_refused(
         &mut again,
@@ -242,13 +238,13 @@ async fn repeated_bad_hellos_are_rate_limited_even_for_a_good_token() {
     let good = pair(dir.path(), "good-phone");
 
     for i in 1..=5 {
-        let mut c = Client::connect(&gw.url).await;
+        let mut c = Client::open(&gw.url).await;
         send_hello(&mut c, i, &format!("iris_wrong_{i}")).await;
         expect_refused(&mut c, "auth", Some(i), &["token"], CLOSE_POLICY).await;
     }
 
     // Sixth attempt from the same address: refused before the token is looked at.
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     send_hello(&mut c, 6, &good.token).await;
     let err = c.recv().await;
     assert_error(
@@ -265,7 +261,7 @@ async fn repeated_bad_hellos_are_rate_limited_even_for_a_good_token() {
     );
 
     // And a bad one stays rate limited too.
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     send_hello(&mut c, 7, "iris_wrong_again").await;
     let err = c.recv().await;
     assert_error(
@@ -289,7 +285,7 @@ fn loopback(n: u32) -> std::net::IpAddr {
 
 /// One hello from `source` with `token`: the refusal's error code, or `None` when accepted.
 async fn hello_from(gw: &Gateway, source: std::net::IpAddr, token: &str) -> Option<String> {
-    let mut c = Client::connect_from(&gw.url, gw.addr, source).await;
+    let mut c = Client::open_from(&gw.url, gw.addr, source).await;
     send_hello(&mut c, 1, token).await;
     let reply = c
         .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
@@ -351,7 +347,7 @@ async fn rotating_source_addresses_does_not_escape_the_bad_hello_limit() {
         hello_from(&gw, loopback(0), &good.token).await.as_deref(),
         Some("rate_limited")
     );
-    let mut stranger = Client::connect_from(&gw.url, gw.addr, loopback(200)).await;
+    let mut stranger = Client::open_from(&gw.url, gw.addr, loopback(200)).await;
     send_hello(&mut stranger, 9, &good.token).await;
     let err = stranger.recv().await;
     assert_error(&err, "rate_limited", Some(9), &["too many addresses"]);
@@ -393,7 +389,7 @@ async fn non_hello_first_frame_is_refused() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     c.send(json!({ "v": 1, "type": "ping", "id": 4, "payload": { "ts": 5 } }))
         .await;
     expect_refused(&mut c, "auth", Some(4), &["hello"], CLOSE_POLICY).await;
@@ -411,16 +407,16 @@ async fn undecodable_or_unknown_first_frame_is_refused_with_auth() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     c.send_raw_binary(vec![1, 2, 3]).await;
     expect_refused(&mut c, "auth", None, &["hello"], CLOSE_POLICY).await;
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     c.send_raw_text(r#"{"v":1,"type":"teleport","id":3,"payload":{}}"#)
         .await;
     expect_refused(&mut c, "auth", Some(3), &["hello"], CLOSE_POLICY).await;
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     c.send_raw_text("GET / HTTP/1.1").await;
     expect_refused(&mut c, "auth", None, &["hello"], CLOSE_POLICY).await;
 }
@@ -434,7 +430,7 @@ async fn oversized_first_frame_gets_unsupported_and_1009() {
     );
     let p = pair(dir.path(), "late-hello");
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     let hello = json!({
         "v": 1, "type": "hello", "id": 1,
         "payload": { "token": p.token, "device_name": "n".repeat(10_000) },
@@ -469,7 +465,7 @@ async fn missing_hello_times_out_with_auth_error() {
     let config = config.to_str().expect("utf-8 path").to_owned();
     let gw = Gateway::start(dir.path(), &["--config", &config]);
 
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     // Send nothing: the gateway must give up on its own (1 s), well within the client timeout.
     expect_refused(&mut c, "auth", None, &["hello", "time"], CLOSE_POLICY).await;
 }
@@ -478,7 +474,7 @@ async fn missing_hello_times_out_with_auth_error() {
 async fn second_hello_is_unsupported_and_session_survives() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, p) = connect_paired(&gw, "twice").await;
+    let (mut c, p) = pair_and_connect(&gw, "twice").await;
 
     send_hello(&mut c, 5, &p.token).await;
     let err = c.recv().await;
@@ -490,7 +486,7 @@ async fn second_hello_is_unsupported_and_session_survives() {
 async fn ping_gets_pong_with_same_id_and_ts() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "pinger").await;
+    let (mut c, _) = pair_and_connect(&gw, "pinger").await;
 
     c.send(json!({ "v": 1, "type": "ping", "id": 42, "payload": { "ts": 1_700_000_123_456_i64 } }))
         .await;
@@ -516,7 +512,7 @@ async fn ping_gets_pong_with_same_id_and_ts() {
 async fn malformed_frames_are_unsupported_and_socket_survives() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "junk-sender").await;
+    let (mut c, _) = pair_and_connect(&gw, "junk-sender").await;
 
     // (description, raw text, echoed id, key words the message must contain one of)
     let cases: &[(&str, &str, Option<i64>, &[&str])] = &[
@@ -638,7 +634,7 @@ async fn malformed_frames_are_unsupported_and_socket_survives() {
 async fn binary_frame_is_unsupported_and_socket_survives() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "binary").await;
+    let (mut c, _) = pair_and_connect(&gw, "binary").await;
 
     c.send_raw_binary(vec![0x89, b'P', b'N', b'G', 0, 1, 2, 3])
         .await;
@@ -666,56 +662,26 @@ async fn read_turn_to_end(c: &mut Client) -> Value {
 async fn message_text_limit_is_in_bytes_and_exact() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--max-text-bytes", "1000"]);
-    let (mut c, _) = connect_paired(&gw, "long-writer").await;
+    let (mut c, _) = pair_and_connect(&gw, "long-writer").await;
 
-    // 1001 ASCII bytes: one over.
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "a".repeat(1001) }),
-        )
-        .await;
-    let err = c.recv().await;
-    assert_error(
-        &err,
-        "unsupported",
-        Some(id),
-        &["1000", "max_text_bytes", "limit"],
-    );
-    ping_ok(&mut c, 1).await;
-
-    // 1001 bytes but only 501 characters: the limit counts bytes.
-    let text = format!("{}a", "é".repeat(500));
-    assert_eq!(text.len(), 1001);
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text }),
-        )
-        .await;
-    let err = c.recv().await;
-    assert_error(
-        &err,
-        "unsupported",
-        Some(id),
-        &["1000", "max_text_bytes", "limit"],
-    );
-    ping_ok(&mut c, 2).await;
+    // One over: 1001 ASCII bytes, and 1001 bytes in only 501 characters (the limit counts
+    // bytes).
+    for (ping, text) in [(1, "a".repeat(1001)), (2, format!("{}a", "é".repeat(500)))] {
+        assert_eq!(text.len(), 1001);
+        let id = c.send_text(Some("default"), None, &text).await;
+        let err = c.recv().await;
+        assert_error(
+            &err,
+            "unsupported",
+            Some(id),
+            &["1000", "max_text_bytes", "limit"],
+        );
+        ping_ok(&mut c, ping).await;
+    }
 
     // Exactly at the limit: accepted.
     let text = "b".repeat(1000);
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": text }),
-        )
-        .await;
+    let id = c.send_text(Some("default"), None, &text).await;
     let receipt = c.recv().await;
     assert_eq!(
         frame_type(&receipt),
@@ -739,8 +705,8 @@ async fn frame_over_max_frame_bytes_is_refused_and_gateway_keeps_serving() {
         dir.path(),
         &["--max-frame-bytes", "8192", "--max-text-bytes", "4096"],
     );
-    let (mut big, _) = connect_paired(&gw, "big-sender").await;
-    let (mut other, _) = connect_paired(&gw, "other").await;
+    let (mut big, _) = pair_and_connect(&gw, "big-sender").await;
+    let (mut other, _) = pair_and_connect(&gw, "other").await;
 
     let head = r#"{"v":1,"type":"message.send","id":9,"payload":{"text":""#;
     let tail = r#""}}"#;
@@ -778,7 +744,7 @@ async fn frame_over_max_frame_bytes_is_refused_and_gateway_keeps_serving() {
 
     // Other clients are unaffected, and new ones can still connect.
     ping_ok(&mut other, 77).await;
-    let (mut late, _) = connect_paired(&gw, "late").await;
+    let (mut late, _) = pair_and_connect(&gw, "late").await;
     ping_ok(&mut late, 78).await;
 }
 
@@ -786,7 +752,7 @@ async fn frame_over_max_frame_bytes_is_refused_and_gateway_keeps_serving() {
 async fn frame_flood_is_rate_limited_then_recovers() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "flooder").await;
+    let (mut c, _) = pair_and_connect(&gw, "flooder").await;
 
     const N: i64 = 100;
     let first_id = c.next_id();
@@ -848,7 +814,7 @@ async fn frame_flood_is_rate_limited_then_recovers() {
 async fn json_escapes_in_envelope_strings_are_decoded() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "escaper").await;
+    let (mut c, _) = pair_and_connect(&gw, "escaper").await;
 
     c.send_raw_text(r#"{"v":1,"type":"p\u0069ng","id":20,"payload":{"ts":31}}"#)
         .await;
@@ -881,7 +847,7 @@ async fn json_escapes_in_envelope_strings_are_decoded() {
 async fn binary_frames_count_against_the_rate_limit() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect_paired(&gw, "binary-flooder").await;
+    let (mut c, _) = pair_and_connect(&gw, "binary-flooder").await;
 
     const N: usize = 100;
     for i in 0..N {
@@ -1004,7 +970,7 @@ async fn protocol_violations_close_with_their_rfc_6455_codes() {
     }
 
     // Before the hello, too: the first frame is not UTF-8.
-    let mut c = Client::connect(&gw.url).await;
+    let mut c = Client::open(&gw.url).await;
     c.send_raw_wire(&wire_frame(0x81, b"\xc3\x28", true)).await;
     let err = c.recv().await;
     assert_error(&err, "unsupported", None, &["utf-8"]);

@@ -19,7 +19,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{demo_reply, frame_type, pair, typing_off, Client, Gateway, Paired};
+use common::{
+    connect, connect_with, demo_reply, frame_type, pair, typing_off, Client, Gateway, Paired,
+};
 use serde_json::{json, Value};
 
 /// How long a push may take to arrive (retries included).
@@ -104,6 +106,7 @@ fn url_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+#[derive(Clone)]
 enum Reply {
     Json(u16, Value),
     /// Close the connection without answering (a server going down mid-request).
@@ -164,6 +167,19 @@ impl FakeHttp {
     /// A server that answers every request `200 {}`.
     fn ok() -> FakeHttp {
         FakeHttp::start(|_| Reply::Json(200, json!({})))
+    }
+
+    /// A server that answers `200 {}` while `up` holds and `down` otherwise: a push server the
+    /// test takes down and brings back.
+    fn switchable(up: &Arc<AtomicBool>, down: Reply) -> FakeHttp {
+        let up = up.clone();
+        FakeHttp::start(move |_| {
+            if up.load(Ordering::SeqCst) {
+                Reply::Json(200, json!({}))
+            } else {
+                down.clone()
+            }
+        })
     }
 
     fn url(&self) -> String {
@@ -434,35 +450,17 @@ impl Env {
     }
 }
 
-/// `hello` with extra payload fields (e.g. `ntfy_topic`); consumes `hello.ack` and `status`.
-async fn connect_with(gw: &Gateway, p: &Paired, extra: Value) -> (Client, Value) {
-    let mut c = Client::connect(&gw.url).await;
-    let id = c.next_id();
-    let mut payload =
-        json!({ "token": p.token, "device_id": p.device_id, "device_name": "iris-test" });
-    if let Value::Object(fields) = extra {
-        for (k, v) in fields {
-            payload[k] = v;
-        }
-    }
-    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": payload }))
-        .await;
-    let ack = c
-        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
-        .await;
-    assert_eq!(
-        frame_type(&ack),
-        "hello.ack",
-        "hello refused: {ack}\n{}",
-        gw.output_tail()
-    );
-    let status = c.recv().await;
-    assert_eq!(frame_type(&status), "status", "after hello.ack: {status}");
-    (c, ack)
+/// Pairs `name`, which registers `topic` and leaves: away from now on, so it is pushed to.
+async fn away_device(env: &Env, gw: &Gateway, name: &str, topic: &str) -> Paired {
+    let p = pair(env.data(), name);
+    visit_with_topic(gw, &p, topic).await;
+    p
 }
 
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    connect_with(gw, p, json!({})).await
+/// The usual cast: `device-a`, which talks, and `phone`, away with topic `phone-1`.
+async fn sender_and_away_phone(env: &Env, gw: &Gateway) -> (Paired, Paired) {
+    let pa = pair(env.data(), "device-a");
+    (pa, away_device(env, gw, "phone", "phone-1").await)
 }
 
 /// Connects with `topic`, then goes away again: from now on the device is "away".
@@ -483,9 +481,7 @@ struct Turn {
 /// One message.send and its whole demo turn, as the sender sees it.
 async fn send_turn(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) -> Turn {
     let t0 = Instant::now();
-    let rid = c
-        .request("message.send", chat, thread, json!({ "text": text }))
-        .await;
+    let rid = c.send_text(chat, thread, &text).await;
     let receipt = c.recv_reply(rid).await;
     let receipt_after = t0.elapsed();
     assert_eq!(frame_type(&receipt), "read.receipt", "{receipt}");
@@ -602,9 +598,7 @@ async fn push_only_when_away() {
 
     visit_with_topic(&gw, &pp, "phone-1").await;
     let (mut a, ack_a) = connect(&gw, &pa).await;
-    let start = ack_a["payload"]["sync_cursor"]
-        .as_u64()
-        .expect("sync_cursor");
+    let start = common::sync_cursor(&ack_a);
 
     let text = "water the tomatoes";
     let t = send_turn(&mut a, Some("default"), None, text).await;
@@ -755,27 +749,14 @@ async fn last_pushed_cursor_in_hello_ack() {
 #[tokio::test]
 async fn exactly_once_across_restarts() {
     let up = Arc::new(AtomicBool::new(true));
-    let ntfy = {
-        let up = up.clone();
-        FakeHttp::start(move |_| {
-            if up.load(Ordering::SeqCst) {
-                Reply::Json(200, json!({}))
-            } else {
-                Reply::Drop
-            }
-        })
-    };
+    let ntfy = FakeHttp::switchable(&up, Reply::Drop);
     let env = Env::ntfy(&ntfy.url(), "");
     let mut gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
 
     // Round 1: two answers, delivered (2 pushes, or 1 collapsed), then a graceful restart.
     let (mut a, ack_a) = connect(&gw, &pa).await;
-    let start = ack_a["payload"]["sync_cursor"]
-        .as_u64()
-        .expect("sync_cursor");
+    let start = common::sync_cursor(&ack_a);
     let t1 = send_turn(&mut a, None, None, "first thing").await;
     let t2 = send_turn(&mut a, None, None, "second thing").await;
     let (frames, _) = replay(&mut a, start).await;
@@ -824,9 +805,7 @@ async fn exactly_once_across_restarts() {
     // Round 2: the push server is down; the push fails; kill -9; server up; restart.
     up.store(false, Ordering::SeqCst);
     let (mut a, ack_a) = connect(&gw, &pa).await;
-    let start = ack_a["payload"]["sync_cursor"]
-        .as_u64()
-        .expect("sync_cursor");
+    let start = common::sync_cursor(&ack_a);
     let t3 = send_turn(&mut a, None, None, "third thing").await;
     expect_status(&mut a, "degraded").await;
     gw.kill9();
@@ -930,9 +909,7 @@ async fn unreachable_server_does_not_slow_live_delivery() {
     let ntfy = FakeHttp::start(|_| Reply::Hang);
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
     let (mut a, _) = connect(&gw, &pa).await;
 
     // The worker is now stuck on a request the server never answers.
@@ -957,11 +934,8 @@ async fn no_push_for_revoked() {
     let ntfy = FakeHttp::ok();
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    let pq = pair(env.data(), "tablet");
-    visit_with_topic(&gw, &pp, "phone-1").await;
-    visit_with_topic(&gw, &pq, "tablet-1").await;
+    let (pa, pp) = sender_and_away_phone(&env, &gw).await;
+    away_device(&env, &gw, "tablet", "tablet-1").await;
     common::revoke(env.data(), &pp.device_id);
 
     let (mut a, _) = connect(&gw, &pa).await;
@@ -983,23 +957,11 @@ async fn no_push_for_revoked() {
 #[tokio::test]
 async fn revoked_device_loses_pushes_already_queued() {
     let up = Arc::new(AtomicBool::new(false));
-    let ntfy = {
-        let up = up.clone();
-        FakeHttp::start(move |_| {
-            if up.load(Ordering::SeqCst) {
-                Reply::Json(200, json!({}))
-            } else {
-                Reply::Json(503, json!({}))
-            }
-        })
-    };
+    let ntfy = FakeHttp::switchable(&up, Reply::Json(503, json!({})));
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    let pq = pair(env.data(), "tablet");
-    visit_with_topic(&gw, &pp, "phone-1").await;
-    visit_with_topic(&gw, &pq, "tablet-1").await;
+    let (pa, pp) = sender_and_away_phone(&env, &gw).await;
+    away_device(&env, &gw, "tablet", "tablet-1").await;
 
     let (mut a, _) = connect(&gw, &pa).await;
     send_turn(&mut a, None, None, "queued for the phone").await;
@@ -1058,9 +1020,7 @@ async fn ntfy_token_is_sent_and_never_logged() {
             args.extend(["--ntfy-token", secret]);
         }
         let gw = env.start(&args);
-        let pa = pair(env.data(), "device-a");
-        let pp = pair(env.data(), "phone");
-        visit_with_topic(&gw, &pp, "phone-1").await;
+        let (pa, _) = sender_and_away_phone(&env, &gw).await;
         let (mut a, _) = connect(&gw, &pa).await;
         send_turn(&mut a, None, None, "secret handshake").await;
         // Default backoff is 1 s: the retry after the 401 comes within a few seconds.
@@ -1102,9 +1062,7 @@ async fn ntfy_basic_auth_from_config() {
         "ntfy_user = \"iris\"\nntfy_password = \"pw-Hunter2-secret\"",
     );
     let gw = env.start(&["--log-level", "debug"]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
     let (mut a, _) = connect(&gw, &pa).await;
     send_turn(&mut a, None, None, "basic").await;
     let reqs = ntfy
@@ -1138,9 +1096,7 @@ async fn content_setting_shapes_the_push() {
         let ntfy = FakeHttp::ok();
         let env = Env::ntfy(&ntfy.url(), &format!("content = \"{content}\""));
         let gw = env.start(&[]);
-        let pa = pair(env.data(), "device-a");
-        let pp = pair(env.data(), "phone");
-        visit_with_topic(&gw, &pp, "phone-1").await;
+        let (pa, _) = sender_and_away_phone(&env, &gw).await;
         let (mut a, _) = connect(&gw, &pa).await;
         let t = send_turn(&mut a, None, None, text).await;
         let reqs = ntfy
@@ -1175,11 +1131,9 @@ async fn thread_push_has_thread_title_and_click() {
     let ntfy = FakeHttp::ok();
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
     let (mut a, ack) = connect(&gw, &pa).await;
-    let start = ack["payload"]["sync_cursor"].as_u64().expect("sync_cursor");
+    let start = common::sync_cursor(&ack);
 
     let id = a
         .request(
@@ -1236,23 +1190,12 @@ async fn thread_push_has_thread_title_and_click() {
 #[tokio::test]
 async fn queued_pushes_collapse_into_one() {
     let up = Arc::new(AtomicBool::new(false));
-    let ntfy = {
-        let up = up.clone();
-        FakeHttp::start(move |_| {
-            if up.load(Ordering::SeqCst) {
-                Reply::Json(200, json!({}))
-            } else {
-                Reply::Json(503, json!({}))
-            }
-        })
-    };
+    let ntfy = FakeHttp::switchable(&up, Reply::Json(503, json!({})));
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
     let (mut a, ack) = connect(&gw, &pa).await;
-    let start = ack["payload"]["sync_cursor"].as_u64().expect("sync_cursor");
+    let start = common::sync_cursor(&ack);
 
     let t1 = send_turn(&mut a, None, None, "one").await;
     ntfy.wait_for(&gw, "the first (failing) push", PUSH_WAIT, |r| {
@@ -1296,21 +1239,10 @@ async fn queued_pushes_collapse_into_one() {
 #[tokio::test]
 async fn pending_push_dropped_when_device_reconnects() {
     let up = Arc::new(AtomicBool::new(false));
-    let ntfy = {
-        let up = up.clone();
-        FakeHttp::start(move |_| {
-            if up.load(Ordering::SeqCst) {
-                Reply::Json(200, json!({}))
-            } else {
-                Reply::Json(503, json!({}))
-            }
-        })
-    };
+    let ntfy = FakeHttp::switchable(&up, Reply::Json(503, json!({})));
     let env = Env::ntfy(&ntfy.url(), "");
     let gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, pp) = sender_and_away_phone(&env, &gw).await;
     let (mut a, _) = connect(&gw, &pa).await;
     send_turn(&mut a, None, None, "while you were out").await;
     ntfy.wait_for(&gw, "a failing push", PUSH_WAIT, |r| !r.is_empty())
@@ -1333,23 +1265,11 @@ async fn pending_push_dropped_when_device_reconnects() {
 #[tokio::test]
 async fn restart_catch_up_pushes_each_device_once() {
     let up = Arc::new(AtomicBool::new(false));
-    let ntfy = {
-        let up = up.clone();
-        FakeHttp::start(move |_| {
-            if up.load(Ordering::SeqCst) {
-                Reply::Json(200, json!({}))
-            } else {
-                Reply::Drop
-            }
-        })
-    };
+    let ntfy = FakeHttp::switchable(&up, Reply::Drop);
     let env = Env::ntfy(&ntfy.url(), "");
     let mut gw = env.start(&[]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    let pq = pair(env.data(), "tablet");
-    visit_with_topic(&gw, &pp, "phone-1").await;
-    visit_with_topic(&gw, &pq, "tablet-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
+    away_device(&env, &gw, "tablet", "tablet-1").await;
     let (mut a, _) = connect(&gw, &pa).await;
     let t = send_turn(&mut a, None, None, "for both of you").await;
     expect_status(&mut a, "degraded").await;
@@ -1390,14 +1310,10 @@ async fn interrupted_turn_notice_is_pushed() {
     let ntfy = FakeHttp::ok();
     let env = Env::ntfy(&ntfy.url(), "");
     let mut gw = env.start(&["--demo-pace-ms", "3000"]);
-    let pa = pair(env.data(), "device-a");
-    let pp = pair(env.data(), "phone");
-    visit_with_topic(&gw, &pp, "phone-1").await;
+    let (pa, _) = sender_and_away_phone(&env, &gw).await;
     let (mut a, ack) = connect(&gw, &pa).await;
-    let start = ack["payload"]["sync_cursor"].as_u64().expect("sync_cursor");
-    let rid = a
-        .request("message.send", None, None, json!({ "text": "slow one" }))
-        .await;
+    let start = common::sync_cursor(&ack);
+    let rid = a.send_text(None, None, "slow one").await;
     let receipt = a.recv_reply(rid).await;
     assert_eq!(frame_type(&receipt), "read.receipt", "{receipt}");
     gw.kill9();
@@ -1463,7 +1379,7 @@ async fn fcm_register_then_fcm_push() {
     p.close().await;
 
     let (mut a, ack) = connect(&gw, &pa).await;
-    let start = ack["payload"]["sync_cursor"].as_u64().expect("sync_cursor");
+    let start = common::sync_cursor(&ack);
     let t1 = send_turn(&mut a, None, None, "first fcm").await;
     fcm.wait_for(&gw, "the first FCM send", PUSH_WAIT, |r| {
         r.iter().filter(|q| is_send(q)).count() >= 1
@@ -1587,63 +1503,48 @@ async fn fcm_register_then_fcm_push() {
     assert_eq!(send["message"]["data"]["message_id"], t3.reply_id, "{send}");
 }
 
+/// What `hello.ack` says of push for a gateway started in `env` with `args`.
+async fn push_caps(env: &Env, args: &[&str]) -> Value {
+    let gw = env.start(args);
+    let p = pair(env.data(), "device-a");
+    let (_c, ack) = connect(&gw, &p).await;
+    ack["payload"]["server_caps"].clone()
+}
+
 #[tokio::test]
 async fn caps_report_the_backend() {
-    // ntfy by flags; the trailing slash is trimmed.
-    {
-        let ntfy = FakeHttp::ok();
-        let env = Env::new();
-        let server = format!("{}/", ntfy.url());
-        let gw = env.start(&["--push", "ntfy", "--ntfy-server", &server]);
-        let p = pair(env.data(), "device-a");
-        let (_c, ack) = connect(&gw, &p).await;
-        let caps = &ack["payload"]["server_caps"];
-        assert_eq!(caps["push"], "ntfy", "{ack}");
+    let ntfy = FakeHttp::ok();
+    // ntfy by flags, and by config file; the trailing slash is trimmed.
+    let server = format!("{}/", ntfy.url());
+    let by_flags = push_caps(&Env::new(), &["--push", "ntfy", "--ntfy-server", &server]).await;
+    let by_file = push_caps(&Env::ntfy(&server, ""), &[]).await;
+    for (how, caps) in [("flags", by_flags), ("config file", by_file)] {
+        assert_eq!(caps["push"], "ntfy", "{how}: {caps}");
         assert_eq!(
             caps["push_ntfy_server"].as_str(),
             Some(ntfy.url().as_str()),
-            "{ack}"
-        );
-    }
-    // ntfy by config file.
-    {
-        let ntfy = FakeHttp::ok();
-        let env = Env::ntfy(&format!("{}/", ntfy.url()), "");
-        let gw = env.start(&[]);
-        let p = pair(env.data(), "device-a");
-        let (_c, ack) = connect(&gw, &p).await;
-        let caps = &ack["payload"]["server_caps"];
-        assert_eq!(caps["push"], "ntfy", "{ack}");
-        assert_eq!(
-            caps["push_ntfy_server"].as_str(),
-            Some(ntfy.url().as_str()),
-            "{ack}"
+            "{how}: {caps}"
         );
     }
     // none: the default, and explicitly.
     for args in [&[][..], &["--push", "none"][..]] {
-        let env = Env::new();
-        let gw = env.start(args);
-        let p = pair(env.data(), "device-a");
-        let (_c, ack) = connect(&gw, &p).await;
-        let caps = &ack["payload"]["server_caps"];
-        assert_eq!(caps["push"], "none", "{args:?}: {ack}");
-        assert_eq!(caps["push_ntfy_server"], "", "{args:?}: {ack}");
+        let caps = push_caps(&Env::new(), args).await;
+        assert_eq!(caps["push"], "none", "{args:?}: {caps}");
+        assert_eq!(caps["push_ntfy_server"], "", "{args:?}: {caps}");
     }
     // fcm: no ntfy server to report.
-    {
-        let env = Env::new();
-        let key = fcm_key_file(&env, 9);
-        let gw = env.start(&[
+    let env = Env::new();
+    let key = fcm_key_file(&env, 9);
+    let caps = push_caps(
+        &env,
+        &[
             "--push",
             "fcm",
             "--fcm-credentials",
             key.to_str().expect("UTF-8"),
-        ]);
-        let p = pair(env.data(), "device-a");
-        let (_c, ack) = connect(&gw, &p).await;
-        let caps = &ack["payload"]["server_caps"];
-        assert_eq!(caps["push"], "fcm", "{ack}");
-        assert_eq!(caps["push_ntfy_server"], "", "{ack}");
-    }
+        ],
+    )
+    .await;
+    assert_eq!(caps["push"], "fcm", "{caps}");
+    assert_eq!(caps["push_ntfy_server"], "", "{caps}");
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{
-    connect_until_status, create_channel, create_thread, cursor_of, dump, frame_type, id_of, pair,
-    pstr, sync_cursor, temp_data_dir, Client, Gateway, Paired,
+    connect_online, create_channel, create_thread, cursor_of, dump, frame_type, id_of, pair, pstr,
+    sync_cursor, temp_data_dir, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -21,12 +21,6 @@ use serde_json::{json, Value};
 
 /// Authenticates and consumes the greeting up to and including `status`. Later greeting frames
 /// (todo snapshots) are skipped by the reply-matching helpers.
-async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
-    let (c, ack, status) = connect_until_status(gw, p).await;
-    assert_eq!(status["payload"]["state"], "online", "{status}");
-    (c, ack)
-}
-
 /// One finished turn: the user's message id and the assistant's reply id.
 #[derive(Debug, Clone)]
 struct Turn {
@@ -38,9 +32,7 @@ struct Turn {
 /// when the per-connection frame rate limit refuses the frame.
 async fn say(c: &mut Client, chat: Option<&str>, thread: Option<&str>, text: &str) -> Turn {
     for _ in 0..100 {
-        let id = c
-            .request("message.send", chat, thread, json!({ "text": text }))
-            .await;
+        let id = c.send_text(chat, thread, &text).await;
         let reply = c.recv_reply(id).await;
         match frame_type(&reply) {
             "read.receipt" => {
@@ -215,16 +207,22 @@ async fn sync(c: &mut Client, from: u64) -> Synced {
     }
 }
 
+/// The message ids of a page of messages, in order (`""` for one without).
+fn message_ids(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap_or(""))
+        .collect()
+}
+
 /// Every replayed cursor from `first` to the sync.done cursor, with no gaps.
 #[track_caller]
 fn assert_contiguous(s: &Synced, first: u64, what: &str) {
-    let want: Vec<u64> = (first..=s.done).collect();
-    assert_eq!(
-        s.cursors(),
-        want,
-        "{what}: replay cursors must be every integer {first}..={} \nreplay:\n{}",
+    common::cursors::assert_contiguous(
+        &s.cursors(),
+        first,
         s.done,
-        dump(&s.replay)
+        &format!("{what}\nreplay:\n{}", dump(&s.replay)),
     );
 }
 
@@ -262,7 +260,7 @@ async fn search_matches_word_prefixes_case_and_unicode_insensitively() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let t1 = say(&mut c, None, None, "I planted Zucchini today").await;
     let t2 = say(&mut c, None, None, "the zucchini's leaves are huge").await;
@@ -343,7 +341,7 @@ async fn snippets_are_excerpts_around_the_match() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let short = say(&mut c, None, None, "alpha\nmango\r\nbeta").await;
     let long_text = format!(
@@ -393,7 +391,7 @@ async fn short_prefix_shared_by_many_words_finds_every_match() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let zebra = say(&mut c, None, None, "zqzebra stripes").await;
     let many: Vec<String> = (0..70).map(|i| format!("zq{i:02}")).collect();
@@ -422,7 +420,7 @@ async fn search_scope_all_channel_and_thread() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let chan = create_channel(&mut c, "Garden").await;
     let thr = create_thread(&mut c, &chan, "Beds").await;
@@ -519,7 +517,7 @@ async fn search_limits_and_errors() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     // 15 turns: 30 matching messages (user + reply each).
     let mut newest_first: Vec<String> = Vec::new();
@@ -640,12 +638,12 @@ async fn delete_reaches_every_device_history_search_and_outbox() {
     let pc = pair(dir.path(), "phone C");
 
     // C notes where it was, then goes away.
-    let (c, ack_c) = connect(&gw, &pc).await;
+    let (c, ack_c) = connect_online(&gw, &pc).await;
     let c0 = sync_cursor(&ack_c);
     c.close().await;
 
-    let (mut a, _) = connect(&gw, &pa).await;
-    let (mut b, _) = connect(&gw, &pb).await;
+    let (mut a, _) = connect_online(&gw, &pa).await;
+    let (mut b, _) = connect_online(&gw, &pb).await;
     let keep = say(&mut a, None, None, "harmless plum note").await;
     let t = say(&mut a, None, None, "secret pineapple plan").await;
     b.recv_until(|f| frame_type(f) == "message.stop" && pstr(f, "message_id") == t.assistant)
@@ -710,10 +708,7 @@ async fn delete_reaches_every_device_history_search_and_outbox() {
     // History, on both devices.
     for (who, dev) in [("A", &mut a), ("B", &mut b)] {
         let hist = history(dev, None, None).await;
-        let ids: Vec<&str> = hist
-            .iter()
-            .map(|m| m["message_id"].as_str().unwrap_or(""))
-            .collect();
+        let ids = message_ids(&hist);
         assert!(
             !ids.contains(&t.user.as_str()) && !ids.contains(&t.assistant.as_str()),
             "{who}: deleted messages still in history: {ids:?}"
@@ -741,7 +736,7 @@ async fn delete_reaches_every_device_history_search_and_outbox() {
     );
 
     // C comes back and catches up from its old cursor.
-    let (mut c, _) = connect(&gw, &pc).await;
+    let (mut c, _) = connect_online(&gw, &pc).await;
     let s = sync(&mut c, c0).await;
     assert_contiguous(&s, c0 + 1, "C's replay after the deletion");
     assert_no_frame_mentions(&s.replay, "pineapple", "C's replay");
@@ -788,8 +783,8 @@ async fn delete_is_idempotent_and_validates_its_request() {
     let gw = Gateway::start(dir.path(), &[]);
     let pa = pair(dir.path(), "phone A");
     let pb = pair(dir.path(), "phone B");
-    let (mut a, ack) = connect(&gw, &pa).await;
-    let (mut b, _) = connect(&gw, &pb).await;
+    let (mut a, ack) = connect_online(&gw, &pa).await;
+    let (mut b, _) = connect_online(&gw, &pb).await;
     let head = sync_cursor(&ack);
 
     delete_ok(&mut a, &["msg_nope"]).await;
@@ -853,12 +848,9 @@ async fn assert_gone_after_restart(
     keep: &Turn,
     keep_word: &str,
 ) {
-    let (mut c, _) = connect(gw, p).await;
+    let (mut c, _) = connect_online(gw, p).await;
     let hist = history(&mut c, None, None).await;
-    let ids: Vec<&str> = hist
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap_or(""))
-        .collect();
+    let ids = message_ids(&hist);
     assert!(
         !ids.contains(&gone.user.as_str()) && !ids.contains(&gone.assistant.as_str()),
         "deleted messages are back in history after restart: {ids:?}"
@@ -890,7 +882,7 @@ async fn deletion_survives_sigterm_restart() {
     let dir = temp_data_dir();
     let mut gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let keep = say(&mut c, None, None, "harmless walnut note").await;
     let gone = say(&mut c, None, None, "secret mango recipe").await;
     delete_ok(&mut c, &[&gone.user, &gone.assistant]).await;
@@ -906,7 +898,7 @@ async fn deletion_survives_kill9() {
     let dir = temp_data_dir();
     let mut gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let keep = say(&mut c, None, None, "harmless hazelnut note").await;
     let gone = say(&mut c, None, None, "secret papaya idea").await;
     delete_ok(&mut c, &[&gone.user, &gone.assistant]).await;
@@ -926,7 +918,7 @@ async fn deleting_a_channel_removes_its_messages_from_search_and_replay() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let chan = create_channel(&mut c, "Orchard").await;
     let thr = create_thread(&mut c, &chan, "Rows").await;
@@ -970,7 +962,7 @@ async fn hello_ack_advertises_search() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (_c, ack) = connect(&gw, &p).await;
+    let (_c, ack) = connect_online(&gw, &p).await;
     assert_eq!(
         ack.pointer("/payload/server_caps/search"),
         Some(&json!(true)),
@@ -989,7 +981,7 @@ async fn channel_delete_then_kill9_keeps_messages_out_of_search() {
     let dir = temp_data_dir();
     let mut gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let chan = create_channel(&mut c, "Orchard").await;
     say(&mut c, Some(&chan), None, "kiwi harvest soon").await;
@@ -1002,7 +994,7 @@ async fn channel_delete_then_kill9_keeps_messages_out_of_search() {
     drop(c);
 
     let gw = Gateway::start(dir.path(), &[]);
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
     let h = search_all(&mut c, "kiwi").await;
     let s = sync(&mut c, 0).await;
     assert_contiguous(&s, 1, "full replay after channel.delete + kill -9");
@@ -1026,16 +1018,9 @@ async fn deleting_a_streaming_reply_keeps_it_deleted() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "30"]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
-    let id = c
-        .request(
-            "message.send",
-            None,
-            None,
-            json!({ "text": "guava streaming test" }),
-        )
-        .await;
+    let id = c.send_text(None, None, "guava streaming test").await;
     let receipt = c.recv_reply(id).await;
     assert_eq!(frame_type(&receipt), "read.receipt", "{receipt}");
     let start = c.recv_type("message.start").await;
@@ -1046,10 +1031,7 @@ async fn deleting_a_streaming_reply_keeps_it_deleted() {
         .await;
 
     let hist = history(&mut c, None, None).await;
-    let ids: Vec<&str> = hist
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap_or(""))
-        .collect();
+    let ids = message_ids(&hist);
     assert!(
         !ids.contains(&assistant.as_str()),
         "the deleted reply {assistant} is back in history after its turn finished: {ids:?}"
@@ -1067,28 +1049,14 @@ async fn deleting_a_queued_message_cancels_its_turn() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "30"]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
-    let first = c
-        .request(
-            "message.send",
-            None,
-            None,
-            json!({ "text": "first cherry" }),
-        )
-        .await;
+    let first = c.send_text(None, None, "first cherry").await;
     let r = c.recv_reply(first).await;
     assert_eq!(frame_type(&r), "read.receipt", "{r}");
     let start = c.recv_type("message.start").await;
     let first_reply = pstr(&start, "message_id").to_owned();
-    let second = c
-        .request(
-            "message.send",
-            None,
-            None,
-            json!({ "text": "second cherry" }),
-        )
-        .await;
+    let second = c.send_text(None, None, "second cherry").await;
     let r = c.recv_reply(second).await;
     assert_eq!(frame_type(&r), "read.receipt", "{r}");
     let queued = pstr(&r, "message_id").to_owned();
@@ -1113,7 +1081,7 @@ async fn long_query_words_do_not_match_shorter_words() {
     let dir = temp_data_dir();
     let gw = Gateway::start(dir.path(), &[]);
     let p = pair(dir.path(), "phone");
-    let (mut c, _) = connect(&gw, &p).await;
+    let (mut c, _) = connect_online(&gw, &p).await;
 
     let word = "supercalifragilisticexpialidocious"; // 34 characters
     let t = say(&mut c, None, None, &format!("a {word} day")).await;

@@ -327,11 +327,7 @@ fn unit_passes_systemd_analyze_verify() {
         .arg(&copy)
         .output()
         .expect("run systemd-analyze verify");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = stdout_and_stderr(&out);
     assert!(
         out.status.success(),
         "systemd-analyze verify failed ({}):\n{said}",
@@ -345,6 +341,15 @@ fn unit_passes_systemd_analyze_verify() {
     );
 }
 
+/// What a systemd tool said, on either stream.
+fn stdout_and_stderr(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 #[test]
 fn sysusers_entry_creates_the_service_user() {
     let sysusers = systemd_tool("systemd-sysusers");
@@ -356,11 +361,7 @@ fn sysusers_entry_creates_the_service_user() {
         .arg(SYSUSERS)
         .output()
         .expect("run systemd-sysusers");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = stdout_and_stderr(&out);
     assert!(
         out.status.success(),
         "systemd-sysusers failed ({}):\n{said}",

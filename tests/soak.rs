@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::{
     cli_ok, frame_type, id_of, pair, pstr, temp_data_dir, Client, Gateway, Paired, Schema,
 };
@@ -86,28 +87,6 @@ fn send_rate() -> f64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(DEFAULT_RATE)
-}
-
-/// A small deterministic generator (xorshift64*), so a run's choices repeat with its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn secs(&mut self, (lo, hi): (f64, f64)) -> Duration {
-        Duration::from_secs_f64(lo + (hi - lo) * self.unit())
-    }
-    /// An exponential wait with the given mean: sends arrive as a Poisson process.
-    fn exp(&mut self, mean: f64) -> Duration {
-        Duration::from_secs_f64(-mean * (1.0 - self.unit()).ln())
-    }
 }
 
 /// What the devices saw, summed.
@@ -348,12 +327,6 @@ struct Sample {
     messages: u64,
 }
 
-/// VmRSS and RssAnon of a process, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let [rss, other] = common::proc_status_kib(pid, ["VmRSS", "RssAnon"]);
-    (rss, other)
-}
-
 fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("proc fd")
@@ -435,7 +408,7 @@ async fn a_hundred_devices_for_a_while() {
     while started.elapsed() < Duration::from_secs(secs) {
         tokio::time::sleep(every).await;
         assert!(gw.is_running(), "the gateway exited\n{}", gw.output_tail());
-        let (rss_kib, anon_kib) = rss_kib(pid);
+        let (rss_kib, anon_kib) = common::proc::rss_kib(pid, "RssAnon");
         samples.push(Sample {
             at: started.elapsed().as_secs_f64(),
             rss_kib,
@@ -464,7 +437,7 @@ async fn a_hundred_devices_for_a_while() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         fds_after = fd_count(pid);
     }
-    let (rss_after, anon_after) = rss_kib(pid);
+    let (rss_after, anon_after) = common::proc::rss_kib(pid, "RssAnon");
 
     // ---- report ----
     // Warm-up: the first quarter. The rest is split in an early and a late half, compared by

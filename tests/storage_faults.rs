@@ -20,16 +20,8 @@ use serde_json::{json, Value};
 /// at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Why a fault cannot be simulated on this machine because of missing privileges, or `None`.
-fn lacks_privilege() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some(
-            "not running as root (mounting a tmpfs or a loop device needs CAP_SYS_ADMIN)".into(),
-        );
-    }
-    None
-}
+/// What the fault tests need root for.
+const ROOT_FOR: &str = "mounting a tmpfs or a loop device needs CAP_SYS_ADMIN";
 
 fn skip_loudly(test: &str, why: &str) {
     eprintln!(
@@ -115,9 +107,7 @@ fn free_bytes(dir: &Path) -> u64 {
 
 /// `message.send` and what came back: the receipt (and the turn's end) or an error frame.
 async fn send(c: &mut Client, text: &str) -> Value {
-    let id = c
-        .request("message.send", None, None, json!({ "text": text }))
-        .await;
+    let id = c.send_text(None, None, &text).await;
     let reply = c.recv_reply(id).await;
     if frame_type(&reply) == "read.receipt" {
         let user = pstr(&reply, "message_id").to_owned();
@@ -268,20 +258,14 @@ async fn reads_still_work(gw: &Gateway, p: &Paired, said: &[&str], channel: &str
 #[tokio::test]
 async fn a_full_disk_degrades_refuses_writes_and_recovers() {
     let _one = ONE_AT_A_TIME.lock().await;
-    if let Some(why) = lacks_privilege() {
+    if let Some(why) = common::proc::lacks_privilege(ROOT_FOR) {
         return skip_loudly("a_full_disk_degrades_refuses_writes_and_recovers", &why);
     }
     let mnt = mount_tmpfs("48m").unwrap_or_else(|e| panic!("cannot mount a tmpfs: {e}"));
     let data = mnt.at.join("data");
     let mut gw = Gateway::start(&data, &[]);
-    let pa = pair(&data, "phone A");
-    let pb = pair(&data, "phone B");
-    let (mut a, _) = hello_paired(&gw, &pa).await;
-    let said = ["zucchini before the disk fills", "second note"];
-    for s in said {
-        assert_eq!(frame_type(&send(&mut a, s).await), "read.receipt");
-    }
-    let garden = common::create_channel(&mut a, "Garden").await;
+    let said = SAID_BEFORE;
+    let (pa, pb, mut a, garden) = before_the_disk_fills(&gw, &data).await;
 
     let mark = a.seen.len();
     let filler = fill_disk(&mnt.at);
@@ -358,6 +342,23 @@ async fn a_full_disk_degrades_refuses_writes_and_recovers() {
 }
 
 /// Starts a gateway whose store keeps no reserve, so sled itself runs into the full disk.
+/// The notes each full-disk test keeps before the disk fills.
+const SAID_BEFORE: [&str; 2] = ["zucchini before the disk fills", "second note"];
+
+/// What a full-disk test stores before the disk fills: two paired phones (A connected, B kept
+/// to check reads), [`SAID_BEFORE`] in the default lane, and a Garden channel. Returns
+/// (phone A, phone B, A's client, the Garden's chat id).
+async fn before_the_disk_fills(gw: &Gateway, data: &Path) -> (Paired, Paired, Client, String) {
+    let pa = pair(data, "phone A");
+    let pb = pair(data, "phone B");
+    let (mut a, _) = hello_paired(gw, &pa).await;
+    for s in SAID_BEFORE {
+        assert_eq!(frame_type(&send(&mut a, s).await), "read.receipt");
+    }
+    let garden = common::create_channel(&mut a, "Garden").await;
+    (pa, pb, a, garden)
+}
+
 fn start_without_reserve(data: &Path) -> Gateway {
     std::env::set_var("IRIS_GATEWAY_STORE_RESERVE_BYTES", "0");
     let gw = Gateway::start(data, &[]);
@@ -370,7 +371,7 @@ fn start_without_reserve(data: &Path) -> Gateway {
 #[tokio::test]
 async fn sled_failing_on_a_full_disk_is_reopened_when_space_returns() {
     let _one = ONE_AT_A_TIME.lock().await;
-    if let Some(why) = lacks_privilege() {
+    if let Some(why) = common::proc::lacks_privilege(ROOT_FOR) {
         return skip_loudly(
             "sled_failing_on_a_full_disk_is_reopened_when_space_returns",
             &why,
@@ -379,14 +380,8 @@ async fn sled_failing_on_a_full_disk_is_reopened_when_space_returns() {
     let mnt = mount_tmpfs("48m").unwrap_or_else(|e| panic!("cannot mount a tmpfs: {e}"));
     let data = mnt.at.join("data");
     let gw = start_without_reserve(&data);
-    let pa = pair(&data, "phone A");
-    let pb = pair(&data, "phone B");
-    let (mut a, _) = hello_paired(&gw, &pa).await;
-    let said = ["zucchini before the disk fills", "second note"];
-    for s in said {
-        assert_eq!(frame_type(&send(&mut a, s).await), "read.receipt");
-    }
-    let garden = common::create_channel(&mut a, "Garden").await;
+    let said = SAID_BEFORE;
+    let (_, pb, mut a, garden) = before_the_disk_fills(&gw, &data).await;
 
     let mark = a.seen.len();
     let filler = fill_disk(&mnt.at);
@@ -395,9 +390,7 @@ async fn sled_failing_on_a_full_disk_is_reopened_when_space_returns() {
     let mut receipted = Vec::new();
     let refused = loop {
         let text = format!("written on a full disk {}", receipted.len());
-        let id = a
-            .request("message.send", None, None, json!({ "text": text }))
-            .await;
+        let id = a.send_text(None, None, &text).await;
         let reply = a.recv_reply(id).await;
         if frame_type(&reply) == "read.receipt" {
             // With history in SQLite each message is small in sled, and a history database
@@ -469,7 +462,7 @@ async fn sled_failing_on_a_full_disk_is_reopened_when_space_returns() {
 #[tokio::test]
 async fn sled_stuck_on_a_full_disk_restarts_the_gateway_when_space_returns() {
     let _one = ONE_AT_A_TIME.lock().await;
-    if let Some(why) = lacks_privilege() {
+    if let Some(why) = common::proc::lacks_privilege(ROOT_FOR) {
         return skip_loudly(
             "sled_stuck_on_a_full_disk_restarts_the_gateway_when_space_returns",
             &why,
@@ -478,14 +471,8 @@ async fn sled_stuck_on_a_full_disk_restarts_the_gateway_when_space_returns() {
     let mnt = mount_tmpfs("48m").unwrap_or_else(|e| panic!("cannot mount a tmpfs: {e}"));
     let data = mnt.at.join("data");
     let mut gw = start_without_reserve(&data);
-    let pa = pair(&data, "phone A");
-    let pb = pair(&data, "phone B");
-    let (mut a, _) = hello_paired(&gw, &pa).await;
-    let said = ["zucchini before the disk fills", "second note"];
-    for s in said {
-        assert_eq!(frame_type(&send(&mut a, s).await), "read.receipt");
-    }
-    let garden = common::create_channel(&mut a, "Garden").await;
+    let said = SAID_BEFORE;
+    let (pa, pb, mut a, garden) = before_the_disk_fills(&gw, &data).await;
 
     let mark = a.seen.len();
     let filler = fill_disk(&mnt.at);
@@ -535,7 +522,7 @@ async fn sled_stuck_on_a_full_disk_restarts_the_gateway_when_space_returns() {
 #[tokio::test]
 async fn a_read_only_disk_degrades_and_the_store_survives_it() {
     let _one = ONE_AT_A_TIME.lock().await;
-    if let Some(why) = lacks_privilege() {
+    if let Some(why) = common::proc::lacks_privilege(ROOT_FOR) {
         return skip_loudly("a_read_only_disk_degrades_and_the_store_survives_it", &why);
     }
     for tool in ["mkfs.ext4", "e2fsck", "losetup"] {

@@ -609,7 +609,7 @@ async fn with_plain_off_ws_is_refused_while_wss_works() {
     );
 
     // A plain WebSocket upgrade gets a clear HTTP 426, not a session.
-    let err = match Client::try_connect(&gw.url).await {
+    let err = match Client::try_open(&gw.url).await {
         Ok(_) => panic!("a plain ws:// connection was served with allow_plain = false"),
         Err(e) => e,
     };
@@ -658,7 +658,7 @@ async fn connections_per_address_are_limited_without_touching_other_addresses() 
     }
     // The fourth from 127.0.0.1 is closed at once, before any HTTP or WebSocket byte.
     let started = Instant::now();
-    match Client::try_connect(&gw.url).await {
+    match Client::try_open(&gw.url).await {
         Ok(_) => panic!("a 4th connection from one address was served"),
         Err(e) => assert!(!e.contains("timed out"), "refused, not left hanging: {e}"),
     }
@@ -680,7 +680,7 @@ async fn connections_per_address_are_limited_without_touching_other_addresses() 
     held.pop().unwrap().close().await;
     let deadline = Instant::now() + TIMEOUT;
     loop {
-        match Client::try_connect(&gw.url).await {
+        match Client::try_open(&gw.url).await {
             Ok(mut c) => {
                 c.hello_on(&p.token, "again").await;
                 break;
@@ -762,9 +762,7 @@ async fn a_byte_flood_is_refused_then_closed_while_another_device_keeps_working(
     let (code, ()) = tokio::join!(flood, bystand);
     assert_eq!(code, Some(1008), "a policy close frame");
 
-    let id = b
-        .request("message.send", None, None, json!({ "text": "still here?" }))
-        .await;
+    let id = b.send_text(None, None, "still here?").await;
     assert_eq!(frame_type(&b.recv_reply(id).await), "read.receipt");
     b.recv_type("message.stop").await;
 }
@@ -855,7 +853,7 @@ async fn tokens_never_reach_the_log_even_at_trace_level() {
     let (mut c, _) = Client::hello(&gw.url, &p.token, "phone").await;
     c.recv_type("status").await;
     let guess = "iris_ThisIsAGuessedTokenThatMustNotBeLogged0000000";
-    let mut bad = Client::connect(&gw.url).await;
+    let mut bad = Client::open(&gw.url).await;
     bad.send(json!({ "v": 1, "type": "hello", "id": 1,
                      "payload": { "token": guess, "device_id": "x" } }))
         .await;

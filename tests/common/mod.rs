@@ -4,7 +4,10 @@
 #![allow(dead_code)]
 
 pub mod cdp;
+pub mod cursors;
 pub mod peers;
+pub mod proc;
+pub mod rng;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
@@ -760,15 +763,16 @@ pub struct Client {
 pub const APP_MAX_FRAME_BYTES: usize = 1 << 20;
 
 impl Client {
-    pub async fn connect(url: &str) -> Client {
-        match Client::try_connect(url).await {
+    /// Opens a bare WebSocket: no `hello` yet, so a test can play the handshake itself.
+    pub async fn open(url: &str) -> Client {
+        match Client::try_open(url).await {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
         }
     }
 
     /// For tests that expect the upgrade to be refused or the port to be closed.
-    pub async fn try_connect(url: &str) -> Result<Client, String> {
+    pub async fn try_open(url: &str) -> Result<Client, String> {
         match tokio::time::timeout(DEFAULT_TIMEOUT, tokio_tungstenite::connect_async(url)).await {
             Err(_) => Err(format!("WebSocket connect to {url} timed out")),
             Ok(Err(e)) => Err(format!("WebSocket connect to {url} failed: {e}")),
@@ -791,7 +795,7 @@ impl Client {
 
     /// Connects from `source` (any 127.0.0.0/8 address on loopback), so a test can play
     /// several client addresses against the per-address limits.
-    pub async fn connect_from(url: &str, addr: SocketAddr, source: std::net::IpAddr) -> Client {
+    pub async fn open_from(url: &str, addr: SocketAddr, source: std::net::IpAddr) -> Client {
         let socket = match source {
             std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
             std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
@@ -828,7 +832,7 @@ impl Client {
 
     /// Connects, authenticates and returns the `hello.ack`; request ids continue from 2.
     pub async fn hello(url: &str, token: &str, device_id: &str) -> (Client, Value) {
-        let mut c = Client::connect(url).await;
+        let mut c = Client::open(url).await;
         let ack = c.hello_on(token, device_id).await;
         (c, ack)
     }
@@ -902,6 +906,28 @@ impl Client {
         }
         self.send(frame).await;
         id
+    }
+
+    /// `message.send` of `text` into a lane; returns the request id.
+    pub async fn send_text(
+        &mut self,
+        chat: Option<&str>,
+        thread: Option<&str>,
+        text: &(impl serde::Serialize + ?Sized),
+    ) -> i64 {
+        self.request("message.send", chat, thread, json!({ "text": text }))
+            .await
+    }
+
+    /// As [`Client::send_text`] with `auto_thread` set: the default channel may mint a thread.
+    pub async fn send_auto_threaded(&mut self, chat: Option<&str>, text: &str) -> i64 {
+        self.request(
+            "message.send",
+            chat,
+            None,
+            json!({ "text": text, "auto_thread": true }),
+        )
+        .await
     }
 
     /// Sends `text` in the default channel and returns every frame that follows, up to and
@@ -1176,20 +1202,6 @@ pub fn dump(frames: &[Value]) -> String {
         .join("\n")
 }
 
-/// Fields of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`, `RssAnon`), in the order asked.
-pub fn proc_status_kib<const N: usize>(pid: u32, names: [&str; N]) -> [u64; N] {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
-    names.map(|name| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    })
-}
-
 /// The gateway's own answer to a command: a `message` with role `system`.
 pub fn system_answer(f: &Value) -> bool {
     frame_type(f) == "message" && f["payload"]["role"] == "system"
@@ -1200,20 +1212,56 @@ pub fn typing_off(f: &Value) -> bool {
     frame_type(f) == "typing" && f["payload"]["on"] == json!(false)
 }
 
+// The ways into a session, from the bare socket up. A greeting is `hello.ack` then `status`,
+// queued together (nothing can come between them), so every `connect*` reads `status` as the
+// very next frame.
+
 /// Hello as a paired device; returns the client and `hello.ack`, the greeting left unread.
 pub async fn hello_paired(gw: &Gateway, p: &Paired) -> (Client, Value) {
     Client::hello(&gw.url, &p.token, &p.device_id).await
 }
 
-/// Hello as a paired device with `status` required as the very next frame: (client, ack, status).
-pub async fn connect_with_status(gw: &Gateway, p: &Paired) -> (Client, Value, Value) {
-    let (mut c, ack) = hello_paired(gw, p).await;
+/// As [`hello_paired`] with extra `hello` payload fields (e.g. `ntfy_topic`); a refusal fails
+/// the test with the gateway's output.
+pub async fn hello_paired_with(gw: &Gateway, p: &Paired, extra: Value) -> (Client, Value) {
+    let mut c = Client::open(&gw.url).await;
+    let id = c.next_id();
+    let mut payload =
+        json!({ "token": p.token, "device_id": p.device_id, "device_name": "iris-test" });
+    if let Value::Object(fields) = extra {
+        for (k, v) in fields {
+            payload[k] = v;
+        }
+    }
+    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": payload }))
+        .await;
+    let ack = c
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(
+        frame_type(&ack),
+        "hello.ack",
+        "hello refused: {ack}\n{}",
+        gw.output_tail()
+    );
+    (c, ack)
+}
+
+/// Reads the `status` that must follow `hello.ack` at once.
+async fn greeting_status(c: &mut Client) -> Value {
     let status = c.recv().await;
     assert_eq!(
         frame_type(&status),
         "status",
         "expected status after hello.ack: {status}"
     );
+    status
+}
+
+/// Hello as a paired device and read the greeting through `status`: (client, ack, status).
+pub async fn connect_with_status(gw: &Gateway, p: &Paired) -> (Client, Value, Value) {
+    let (mut c, ack) = hello_paired(gw, p).await;
+    let status = greeting_status(&mut c).await;
     (c, ack, status)
 }
 
@@ -1223,11 +1271,30 @@ pub async fn connect(gw: &Gateway, p: &Paired) -> (Client, Value) {
     (c, ack)
 }
 
-/// Hello as a paired device, then skip ahead to the greeting's `status`: (client, ack, status).
-pub async fn connect_until_status(gw: &Gateway, p: &Paired) -> (Client, Value, Value) {
-    let (mut c, ack) = hello_paired(gw, p).await;
-    let status = c.recv_type("status").await;
-    (c, ack, status)
+/// As [`connect`], with extra `hello` payload fields.
+pub async fn connect_with(gw: &Gateway, p: &Paired, extra: Value) -> (Client, Value) {
+    let (mut c, ack) = hello_paired_with(gw, p, extra).await;
+    greeting_status(&mut c).await;
+    (c, ack)
+}
+
+/// As [`connect`], asserting the greeting reports the agent `online`.
+pub async fn connect_online(gw: &Gateway, p: &Paired) -> (Client, Value) {
+    let (c, ack, status) = connect_with_status(gw, p).await;
+    assert_eq!(status["payload"]["state"], "online", "{status}");
+    (c, ack)
+}
+
+/// As [`connect`], then waits (bounded by `timeout`, which the client keeps for its later
+/// calls) for a `status` reporting the agent `online`: for agents that start up slowly.
+pub async fn connect_awaiting_online(gw: &Gateway, p: &Paired, timeout: Duration) -> Client {
+    let (mut c, _, status) = connect_with_status(gw, p).await;
+    c.timeout = timeout;
+    if status["payload"]["state"] != "online" {
+        c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
+            .await;
+    }
+    c
 }
 
 /// `channel.list` round trip; returns the directory's entries.
@@ -1324,6 +1391,155 @@ pub async fn sync_from(c: &mut Client, cursor: u64) -> (Vec<Value>, u64) {
             replayed.push(f);
         }
     }
+}
+
+/// Lower-case hex SHA-256 of `bytes`: the `sha256` an upload declares, and the name of the blob
+/// the gateway stores it under.
+pub fn sha_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Sends a message and waits for its receipt and the end of its demo turn, retrying while the
+/// frame rate limit refuses it; returns the user message id.
+pub async fn send_until_stop(
+    c: &mut Client,
+    chat: Option<&str>,
+    thread: Option<&str>,
+    text: &str,
+) -> String {
+    loop {
+        let id = c.send_text(chat, thread, text).await;
+        let r = c.recv_reply(id).await;
+        if pstr(&r, "code") == "rate_limited" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            continue;
+        }
+        assert_eq!(frame_type(&r), "read.receipt", "{r}");
+        c.recv_type("message.stop").await;
+        return pstr(&r, "message_id").to_owned();
+    }
+}
+
+/// Uploads `data` as the PNG `garden.png` under `media_ref`, in 64 KiB binary frames; the
+/// upload must be taken and its checksum accepted.
+pub async fn upload_png(c: &mut Client, media_ref: &str, data: &[u8]) {
+    let start = c
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({ "media_ref": media_ref, "kind": "image", "mime": "image/png", "size": data.len(), "filename": "garden.png" }),
+        )
+        .await;
+    for piece in data.chunks(64 * 1024) {
+        c.send_raw_binary(piece.to_vec()).await;
+    }
+    let end = c
+        .request(
+            "media.upload.end",
+            None,
+            None,
+            json!({ "media_ref": media_ref, "sha256": sha_hex(data) }),
+        )
+        .await;
+    let ack = c.recv_reply(end).await;
+    assert!(
+        c.seen.iter().all(|f| id_of(f) != Some(start)),
+        "upload refused: {}",
+        c.recent()
+    );
+    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+}
+
+/// `media.pull` of a stored file: its bytes, through `media.pull.end`.
+pub async fn pull_media(c: &mut Client, media_id: &str) -> Vec<u8> {
+    let rid = c
+        .request("media.pull", None, None, json!({ "media_id": media_id }))
+        .await;
+    let mut bytes = Vec::new();
+    loop {
+        match c.recv_any().await {
+            Incoming::Binary(b) => bytes.extend(b),
+            Incoming::Text(f) if id_of(&f) == Some(rid) => {
+                assert_eq!(frame_type(&f), "media.pull.end", "{f}");
+                return bytes;
+            }
+            Incoming::Text(_) => {}
+            other => panic!("pull: {other:?}"),
+        }
+    }
+}
+
+/// Runs the command line with `args`: (succeeded, stdout, stderr).
+pub fn cli_run(args: &[&OsStr]) -> (bool, String, String) {
+    let out = cli_os(args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `iris-gateway backup FILE --data-dir DATA`: (succeeded, stdout, stderr).
+pub fn cli_backup(file: &Path, data: &Path) -> (bool, String, String) {
+    cli_run(&[
+        "backup".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ])
+}
+
+/// `iris-gateway restore FILE --data-dir DATA`: (succeeded, stdout, stderr).
+pub fn cli_restore(file: &Path, data: &Path) -> (bool, String, String) {
+    cli_run(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ])
+}
+
+/// Percent-decoding written here, not borrowed from the gateway, so the test checks the format.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).expect("ascii escape");
+            out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("utf-8 value")
+}
+
+/// `iris://pair?url=…&token=…&fp=…` → its fields, decoded; every value must be
+/// percent-encoded as the pairing URI promises.
+pub fn parse_pairing_uri(uri: &str) -> std::collections::HashMap<String, String> {
+    let query = uri
+        .strip_prefix("iris://pair?")
+        .unwrap_or_else(|| panic!("not a pairing URI: {uri}"));
+    query
+        .split('&')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            assert!(
+                v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)),
+                "value of {k} is not percent-encoded: {v}"
+            );
+            (k.to_owned(), percent_decode(v))
+        })
+        .collect()
 }
 
 /// `len` pseudo-random letters and digits (a fixed sequence): text zstd cannot shrink much,

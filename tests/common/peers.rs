@@ -284,6 +284,39 @@ fn relocate_scripts(tmp: &Path, venv: &Path) -> Result<(), String> {
 // Hermes
 // ---------------------------------------------------------------------------------------------
 
+/// One Hermes at a time: each is a ~100 MB Python process whose first turn takes seconds of
+/// CPU, and CI machines have two cores; in parallel they starve each other past any sane bound.
+pub static ONE_HERMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Hermes' first turn after a start loads its tool registry: allow for a slow machine.
+pub const HERMES_TURN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A Hermes on its own mock model, a gateway on `dir` that uses it, and one paired phone.
+pub struct HermesRig {
+    pub llm: MockLlm,
+    pub hermes: Hermes,
+    pub dir: TempDir,
+    pub gw: super::Gateway,
+    pub p: super::Paired,
+}
+
+impl HermesRig {
+    /// `hermes_yaml` is appended to Hermes' config.yaml, `gateway_args` passed to the gateway.
+    pub fn start(hermes_yaml: &str, gateway_args: &[&str], dir: TempDir) -> HermesRig {
+        let llm = MockLlm::start();
+        let hermes = Hermes::start_with_config(&llm, hermes_yaml);
+        let gw = hermes.gateway(dir.path(), gateway_args);
+        let p = super::pair(dir.path(), "phone");
+        HermesRig {
+            llm,
+            hermes,
+            dir,
+            gw,
+            p,
+        }
+    }
+}
+
 /// A real `hermes gateway run` with its API server on loopback, using [`MockLlm`] as its model.
 pub struct Hermes {
     pub port: u16,
@@ -516,8 +549,9 @@ impl Drop for Hermes {
     }
 }
 
-/// A loopback port that was free a moment ago (the listener is dropped before returning).
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago (the listener is dropped before returning), for
+/// a peer that starts on it later.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
