@@ -1,6 +1,6 @@
 //! Command-line interface: argument parsing and the `pair` / `devices` commands.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -291,29 +291,6 @@ pub enum DevicesAction {
     Revoke { device_id: String },
 }
 
-/// The WebSocket URL a phone should use for a gateway bound to `addr`. An unspecified bind
-/// address (0.0.0.0) is replaced by this machine's first LAN address.
-pub fn pairing_url(addr: SocketAddr) -> String {
-    let ip = if addr.ip().is_unspecified() {
-        lan_address().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
-    } else {
-        addr.ip()
-    };
-    match ip {
-        IpAddr::V6(v6) => format!("ws://[{v6}]:{}", addr.port()),
-        IpAddr::V4(v4) => format!("ws://{v4}:{}", addr.port()),
-    }
-}
-
-fn lan_address() -> Option<IpAddr> {
-    let ifaces = if_addrs::get_if_addrs().ok()?;
-    ifaces
-        .iter()
-        .filter(|i| !i.is_loopback())
-        .map(|i| i.ip())
-        .find(|ip| ip.is_ipv4())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
@@ -366,7 +343,7 @@ pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<P
             let tls = crate::tls::last_served(data_dir, listen);
             let url = match &tls {
                 Some(t) if !t.allow_plain => t.url.clone(),
-                _ => pairing_url(listen),
+                _ => crate::lan::pairing_url(listen),
             };
             Ok(Paired {
                 device_id: device.device_id,

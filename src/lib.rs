@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod approval;
 pub mod atomic_file;
 pub mod backup;
 pub mod board;
@@ -17,8 +18,10 @@ pub mod connection;
 pub mod control;
 pub mod discovery;
 pub mod guessing;
+pub mod http_client;
 pub mod hub;
 pub mod ids;
+pub mod lan;
 pub mod logring;
 pub mod media;
 pub mod pairing;
