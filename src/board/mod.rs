@@ -24,8 +24,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-pub use blinker::{run, Blinker, RETRY_AFTER_ERROR};
 pub use crate::config::board::{Board, LedConfig, LedDriver};
+pub use blinker::{run, Blinker, RETRY_AFTER_ERROR};
 pub use drivers::{active_trigger, AnyLed, GpioLed, LedError, NoLed, SysfsLed};
 
 use crate::protocol::HealthState;

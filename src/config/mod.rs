@@ -358,7 +358,6 @@ impl Config {
             source,
         })
     }
-
 }
 
 /// Where state lives when neither flag nor file says: systemd's `StateDirectory` when run as a

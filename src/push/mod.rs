@@ -30,7 +30,6 @@ pub const PREVIEW_CHARS: usize = 140;
 /// One HTTP attempt's time limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
     #[error("push backend must be none, ntfy or fcm (got `{0}`)")]
