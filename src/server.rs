@@ -80,8 +80,8 @@ pub async fn run(
     if let Some(n) = &notifier {
         tokio::task::spawn_local(crate::service::watchdog_task(n.clone()));
     }
-    // A restore uploaded from the admin page, before the store is opened (`backup.rs`).
-    crate::backup::apply_pending_restore(&data_dir);
+    // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
+    crate::control::restore::apply_pending_restore(&data_dir);
     let store = Store::open(&data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -319,6 +319,18 @@ fn print_pairing_hint(
         println!("         {}", t.fingerprint);
     }
     println!("or try it from a terminal: iris-gateway chat");
+}
+
+/// The pairing page issues the codes `pair --page` asks the control socket for; the two doors
+/// do not know each other, so they meet here, where both are wired.
+impl control::PageCodeIssuer for PairingPage {
+    fn issue(&self) -> control::PageCode {
+        control::PageCode {
+            code: self.codes.mint(),
+            page_url: self.address(),
+            expires_in: self.codes.ttl(),
+        }
+    }
 }
 
 /// A one-time code for the pairing page, at every start. Unlike a token it may go to the

@@ -1,0 +1,408 @@
+//! `iris-gateway chat`: a small terminal client over the same WebSocket protocol as the app.
+//!
+//! It pairs itself when pointed at a local data dir (keeping its token in that dir), sends what
+//! the user types and renders the streamed turn live. It doubles as a debugging tool on the Pi.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::args::ChatArgs;
+use super::error::CliError;
+use super::pair::pair;
+use crate::config::default_data_dir;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("{0}")]
+    Pair(#[from] CliError),
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        source: tokio_tungstenite::tungstenite::Error,
+    },
+    #[error("connection lost: {0}")]
+    Socket(#[from] tokio_tungstenite::tungstenite::Error),
+    #[error("the gateway refused: {0}")]
+    Refused(String),
+    #[error("cannot connect to {url}: {why}")]
+    Tls { url: String, why: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where the client keeps its own credentials inside a gateway's data dir.
+fn credentials_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("chat-client.json")
+}
+
+/// Where and how to connect: the URL, the token and, for `wss://`, the pinned fingerprint.
+struct Credentials {
+    url: String,
+    token: String,
+    fingerprint: Option<String>,
+}
+
+/// From the saved file or a fresh pairing: TLS (pinned) whenever the gateway offers it.
+fn from_saved(v: &Value) -> Option<Credentials> {
+    let token = v["token"].as_str()?.to_owned();
+    if let (Some(url), Some(fp)) = (v["tls_url"].as_str(), v["tls_fingerprint"].as_str()) {
+        return Some(Credentials {
+            url: url.to_owned(),
+            token,
+            fingerprint: Some(fp.to_owned()),
+        });
+    }
+    Some(Credentials {
+        url: v["url"].as_str()?.to_owned(),
+        token,
+        fingerprint: None,
+    })
+}
+
+fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
+    if let (Some(url), Some(token)) = (&args.url, &args.token) {
+        return Ok(Credentials {
+            url: url.clone(),
+            token: token.clone(),
+            fingerprint: args.fingerprint.clone(),
+        });
+    }
+    let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let path = credentials_path(&dir);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Some(creds) = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| from_saved(&v))
+        {
+            return Ok(creds);
+        }
+    }
+    let paired = pair(&dir, "terminal chat", None)?;
+    let mut saved =
+        json!({ "url": paired.url, "token": paired.token, "device_id": paired.device_id });
+    if let Some(t) = &paired.tls {
+        saved["tls_url"] = t.url.clone().into();
+        saved["tls_fingerprint"] = t.fingerprint.clone().into();
+    }
+    write_private(&path, saved.to_string().as_bytes())?;
+    Ok(from_saved(&saved).expect("just written"))
+}
+
+/// A byte stream the WebSocket runs on: TCP, or TLS over TCP.
+trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
+
+type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Transport>>;
+
+/// Opens the WebSocket: plain for `ws://`, TLS accepting only the pinned certificate for `wss://`.
+async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
+    let url = creds.url.as_str();
+    let fail = |why: String| ChatError::Tls {
+        url: url.to_owned(),
+        why,
+    };
+    let uri: tokio_tungstenite::tungstenite::http::Uri =
+        url.parse().map_err(|e| fail(format!("not a URL: {e}")))?;
+    let secure = match uri.scheme_str() {
+        Some("wss") => true,
+        Some("ws") => false,
+        _ => return Err(fail("the URL must start with ws:// or wss://".into())),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| fail("the URL has no host".into()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let stream: Box<dyn Transport> = if secure {
+        let fingerprint = creds.fingerprint.as_deref().ok_or_else(|| {
+            fail("a wss:// URL needs --fingerprint (iris-gateway pair prints it)".into())
+        })?;
+        let config = crate::tls::pinned_client_config(fingerprint).map_err(fail)?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| fail(format!("bad host name: {e}")))?;
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        Box::new(
+            connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| fail(format!("TLS: {e}")))?,
+        )
+    } else {
+        Box::new(tcp)
+    };
+    let (ws, _) = tokio_tungstenite::client_async(url, stream)
+        .await
+        .map_err(|source| ChatError::Connect {
+            url: url.to_owned(),
+            source,
+        })?;
+    Ok(ws)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+/// Renders a streamed turn in a plain terminal: text grows in place by printing only what
+/// was appended since the last update; tool and todo lines interleave on their own lines.
+#[derive(Default)]
+struct Screen {
+    /// The reply text shown so far for the message being streamed.
+    printed: String,
+    streaming: bool,
+    /// The cursor sits after streamed text (not at the start of a line).
+    mid_line: bool,
+}
+
+impl Screen {
+    fn line(&mut self, s: &str) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+        println!("{s}");
+    }
+
+    fn update(&mut self, text: &str) {
+        if !self.streaming {
+            self.line("");
+            print!("\x1b[1magent:\x1b[0m ");
+            self.streaming = true;
+            self.mid_line = true;
+        }
+        let delta = match text.strip_prefix(self.printed.as_str()) {
+            Some(rest) => rest.to_owned(),
+            None => format!("\n{text}"),
+        };
+        if !delta.is_empty() {
+            print!("{delta}");
+            self.mid_line = true;
+        }
+        self.printed = text.to_owned();
+        let _ = std::io::stdout().flush();
+    }
+
+    fn stop(&mut self, frame: &Value) {
+        let p = &frame["payload"];
+        self.update(p["final_text"].as_str().unwrap_or(""));
+        if let Some(r) = p["reasoning"].as_str() {
+            self.line(&format!("  \x1b[2mreasoning: {r}\x1b[0m"));
+        }
+        let model = p["model"].as_str().unwrap_or("?");
+        let tokens = p["tokens"].as_i64().unwrap_or(0);
+        let latency = p["runtime"]["latency"].as_f64().unwrap_or(0.0);
+        self.line(&format!(
+            "  \x1b[2m[{model} \u{b7} {tokens} tokens \u{b7} {latency:.1}s]\x1b[0m"
+        ));
+        self.streaming = false;
+        self.printed.clear();
+    }
+}
+
+pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
+    let creds = credentials(&args)?;
+    let mut ws = connect(&creds).await?;
+    let (url, token) = (creds.url, creds.token);
+    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
+    ws.send(Message::text(hello.to_string())).await?;
+    let ack = loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => {
+                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
+                match v["type"].as_str() {
+                    Some("hello.ack") => break v,
+                    Some("error") => {
+                        return Err(ChatError::Refused(
+                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => {
+                return Err(ChatError::Refused(
+                    "the gateway closed the connection".into(),
+                ))
+            }
+        }
+    };
+    let channels = ack["payload"]["channels"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut next_id = 2i64;
+    let mut chat_id = channels
+        .iter()
+        .find(|c| c["is_default"] == true)
+        .and_then(|c| c["chat_id"].as_str())
+        .unwrap_or("default")
+        .to_owned();
+    if let Some(wanted) = &args.channel {
+        match channels
+            .iter()
+            .find(|c| c["chat_id"] == wanted.as_str() || c["name"] == wanted.as_str())
+        {
+            Some(c) => chat_id = c["chat_id"].as_str().unwrap_or("default").to_owned(),
+            None => {
+                let req = json!({"v":1,"type":"channel.create","id":next_id,"payload":{"name":wanted,"kind":"channel"}});
+                next_id += 1;
+                ws.send(Message::text(req.to_string())).await?;
+                chat_id = String::new();
+            }
+        }
+    }
+    println!("connected to {url}. Type a message and press Enter; Ctrl-D quits.");
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let mut screen = Screen::default();
+    loop {
+        tokio::select! {
+            line = stdin.next_line() => {
+                let Some(line) = line? else { break };
+                if line.trim().is_empty() { continue; }
+                if chat_id.is_empty() {
+                    println!("(still creating the channel; try again in a moment)");
+                    continue;
+                }
+                let req = json!({"v":1,"type":"message.send","id":next_id,"chat_id":chat_id,"payload":{"text":line}});
+                next_id += 1;
+                ws.send(Message::text(req.to_string())).await?;
+            }
+            msg = ws.next() => {
+                let text = match msg {
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Close(c))) => {
+                        screen.line(&format!("[gateway closed the connection{}]", c.map(|c| format!(": {}", c.reason)).unwrap_or_default()));
+                        break;
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                };
+                let frame = printable(serde_json::from_str(text.as_str()).unwrap_or(Value::Null));
+                if frame["type"] == "channel.created" && chat_id.is_empty() && frame.get("id").is_some() {
+                    chat_id = frame["payload"]["chat_id"].as_str().unwrap_or("default").to_owned();
+                    screen.line(&format!("[created channel {}]", frame["payload"]["name"].as_str().unwrap_or("")));
+                    continue;
+                }
+                render(&mut screen, &frame, &chat_id);
+            }
+        }
+    }
+    let _ = ws.close(None).await;
+    Ok(())
+}
+
+/// What the gateway relays (an agent's words, tool names and previews, channel names) must not
+/// drive the terminal: control characters other than newline and tab (escape sequences can
+/// rewrite the screen, the window title or the clipboard) are shown as U+FFFD.
+fn printable(v: Value) -> Value {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    match v {
+        Value::String(s) if s.chars().any(bad) => Value::String(
+            s.chars()
+                .map(|c| if bad(c) { '\u{fffd}' } else { c })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(printable).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, printable(v))).collect()),
+        v => v,
+    }
+}
+
+fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
+    let p = &frame["payload"];
+    let kind = frame["type"].as_str().unwrap_or("");
+    let in_lane = frame["chat_id"].as_str() == Some(chat_id) && frame.get("thread_id").is_none();
+    match kind {
+        "status" => screen.line(&format!("[gateway {}]", p["state"].as_str().unwrap_or("?"))),
+        "error" => screen.line(&format!(
+            "\x1b[31merror ({}): {}\x1b[0m",
+            p["code"].as_str().unwrap_or("?"),
+            p["message"].as_str().unwrap_or("")
+        )),
+        _ if !in_lane => {}
+        "message.update" => screen.update(p["text"].as_str().unwrap_or("")),
+        "message.stop" => screen.stop(frame),
+        "message" if p["role"] != "user" => screen.line(&format!(
+            "\x1b[1m{}:\x1b[0m {}",
+            p["role"].as_str().unwrap_or(""),
+            p["text"].as_str().unwrap_or("")
+        )),
+        "commentary" => screen.line(&format!("  \u{1f4ac} {}", p["text"].as_str().unwrap_or(""))),
+        "tool.start" => screen.line(&format!(
+            "  {} {}: {}",
+            p["emoji"].as_str().unwrap_or("\u{1f527}"),
+            p["name"].as_str().unwrap_or(""),
+            p["preview"].as_str().unwrap_or("")
+        )),
+        "tool.progress" => screen.line(&format!(
+            "    \u{2026} {}",
+            p["note"].as_str().unwrap_or("")
+        )),
+        "tool.end" => screen.line(&format!(
+            "    {} {} ({:.2}s)",
+            if p["ok"] == true {
+                "\u{2713}"
+            } else {
+                "\u{2717}"
+            },
+            p["output_preview"].as_str().unwrap_or(""),
+            p["duration"].as_f64().unwrap_or(0.0)
+        )),
+        "todo.update" => {
+            let items: Vec<String> = p["todos"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|t| {
+                            let mark = match t["status"].as_str() {
+                                Some("completed") => "\u{2611}",
+                                Some("in_progress") => "\u{25d0}",
+                                Some("cancelled") => "\u{2612}",
+                                _ => "\u{2610}",
+                            };
+                            format!("{mark} {}", t["content"].as_str().unwrap_or(""))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            screen.line(&format!("  \x1b[2mtodo: {}\x1b[0m", items.join("  ")));
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relayed_text_cannot_send_terminal_escapes() {
+        let frame = json!({"payload": {"text": "hi\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}2J\nok\tthere",
+                                      "todos": [{"content": "\u{1b}[31mred"}]}});
+        let clean = printable(frame);
+        let text = clean["payload"]["text"].as_str().unwrap();
+        assert_eq!(
+            text,
+            "hi\u{fffd}]52;c;ZXZpbA==\u{fffd}\u{fffd}2J\nok\tthere"
+        );
+        assert_eq!(clean["payload"]["todos"][0]["content"], "\u{fffd}[31mred");
+    }
+}
