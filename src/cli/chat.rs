@@ -214,60 +214,15 @@ impl Screen {
     }
 }
 
+/// Pairs or reads the saved credentials, says hello, picks the channel, then relays lines typed
+/// to `message.send` and renders what comes back until Ctrl-D or the gateway closes.
 pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let creds = credentials(&args)?;
     let mut ws = connect(&creds).await?;
     let (url, token) = (creds.url, creds.token);
-    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
-    ws.send(Message::text(hello.to_string())).await?;
-    let ack = loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => {
-                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
-                match v["type"].as_str() {
-                    Some("hello.ack") => break v,
-                    Some("error") => {
-                        return Err(ChatError::Refused(
-                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
-                        ))
-                    }
-                    _ => {}
-                }
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e.into()),
-            None => {
-                return Err(ChatError::Refused(
-                    "the gateway closed the connection".into(),
-                ))
-            }
-        }
-    };
-    let channels = ack["payload"]["channels"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let ack = hello(&mut ws, &token).await?;
     let mut next_id = 2i64;
-    let mut chat_id = channels
-        .iter()
-        .find(|c| c["is_default"] == true)
-        .and_then(|c| c["chat_id"].as_str())
-        .unwrap_or("default")
-        .to_owned();
-    if let Some(wanted) = &args.channel {
-        match channels
-            .iter()
-            .find(|c| c["chat_id"] == wanted.as_str() || c["name"] == wanted.as_str())
-        {
-            Some(c) => chat_id = c["chat_id"].as_str().unwrap_or("default").to_owned(),
-            None => {
-                let req = json!({"v":1,"type":"channel.create","id":next_id,"payload":{"name":wanted,"kind":"channel"}});
-                next_id += 1;
-                ws.send(Message::text(req.to_string())).await?;
-                chat_id = String::new();
-            }
-        }
-    }
+    let mut chat_id = pick_channel(&mut ws, &ack, args.channel.as_deref(), &mut next_id).await?;
     println!("connected to {url}. Type a message and press Enter; Ctrl-D quits.");
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut screen = Screen::default();
@@ -307,6 +262,70 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     }
     let _ = ws.close(None).await;
     Ok(())
+}
+
+/// Sends `hello` and waits for its `hello.ack` (an `error` is the gateway's refusal).
+async fn hello(ws: &mut Socket, token: &str) -> Result<Value, ChatError> {
+    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
+    ws.send(Message::text(hello.to_string())).await?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => {
+                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
+                match v["type"].as_str() {
+                    Some("hello.ack") => return Ok(v),
+                    Some("error") => {
+                        return Err(ChatError::Refused(
+                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => {
+                return Err(ChatError::Refused(
+                    "the gateway closed the connection".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// The channel to talk in: `wanted` by chat id or name, else the default one. A name no
+/// channel has is created; until its `channel.created` arrives the chat id is empty.
+async fn pick_channel(
+    ws: &mut Socket,
+    ack: &Value,
+    wanted: Option<&str>,
+    next_id: &mut i64,
+) -> Result<String, ChatError> {
+    let channels = ack["payload"]["channels"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let default = channels
+        .iter()
+        .find(|c| c["is_default"] == true)
+        .and_then(|c| c["chat_id"].as_str())
+        .unwrap_or("default")
+        .to_owned();
+    let Some(wanted) = wanted else {
+        return Ok(default);
+    };
+    match channels
+        .iter()
+        .find(|c| c["chat_id"] == wanted || c["name"] == wanted)
+    {
+        Some(c) => Ok(c["chat_id"].as_str().unwrap_or("default").to_owned()),
+        None => {
+            let req = json!({"v":1,"type":"channel.create","id":*next_id,"payload":{"name":wanted,"kind":"channel"}});
+            *next_id += 1;
+            ws.send(Message::text(req.to_string())).await?;
+            Ok(String::new())
+        }
+    }
 }
 
 /// What the gateway relays (an agent's words, tool names and previews, channel names) must not
