@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
     version,
     about = "Connects the Iris chat app to your Hermes agent"
 )]
+// The whole command line; plain comments on these types, since doc comments become help text.
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -22,6 +23,7 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+// One variant per command; its doc comment is the command's help.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the gateway (the default when no command is given).
@@ -51,6 +53,7 @@ pub enum Command {
     Owner(OwnerArgs),
 }
 
+// `config`: the template, or with `--effective` what a `run` with these flags would use.
 #[derive(Args, Debug)]
 pub struct ConfigArgs {
     /// Show the settings in effect (flags > saved from the admin page > config file >
@@ -61,6 +64,7 @@ pub struct ConfigArgs {
     pub run: RunArgs,
 }
 
+// `owner set|reset`, on the data dir the gateway uses.
 #[derive(Args, Debug)]
 pub struct OwnerArgs {
     #[arg(long, global = true)]
@@ -69,6 +73,7 @@ pub struct OwnerArgs {
     pub action: OwnerAction,
 }
 
+// What `owner` does to the passphrase.
 #[derive(Subcommand, Debug)]
 pub enum OwnerAction {
     /// Set the owner passphrase (read from standard input; at a terminal, asked twice without
@@ -78,6 +83,7 @@ pub enum OwnerAction {
     Reset,
 }
 
+// Every flag that overrides a config key (see resolve.rs for the order).
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
     /// TOML config file (see docs/configuration.md).
@@ -139,6 +145,7 @@ pub struct RunArgs {
     pub no_discovery: bool,
 }
 
+// `pair`: who the new device is, and how to print its credentials.
 #[derive(Args, Debug)]
 pub struct PairArgs {
     #[arg(long)]
@@ -162,6 +169,7 @@ pub struct PairArgs {
     pub page: bool,
 }
 
+// `devices`: list, or revoke with the subcommand.
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
     #[arg(long, global = true)]
@@ -173,12 +181,14 @@ pub struct DevicesArgs {
     pub action: Option<DevicesAction>,
 }
 
+// What `devices` does besides listing.
 #[derive(Subcommand, Debug)]
 pub enum DevicesAction {
     /// Revoke a device: its token stops working and its open connection is closed.
     Revoke { device_id: String },
 }
 
+// `status`: text for a person, JSON for a monitor.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     #[arg(long)]
@@ -188,6 +198,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+// `chat`: where to connect (a URL and token, or a local data dir to pair through).
 #[derive(Args, Debug)]
 pub struct ChatArgs {
     /// Gateway WebSocket URL (with --token); otherwise pair through --data-dir.
@@ -207,6 +218,7 @@ pub struct ChatArgs {
     pub channel: Option<String>,
 }
 
+// `backup FILE`.
 #[derive(Args, Debug)]
 pub struct BackupArgs {
     /// Where to write the backup (replaced atomically if it exists).
@@ -215,6 +227,7 @@ pub struct BackupArgs {
     pub data_dir: Option<PathBuf>,
 }
 
+// `restore FILE`.
 #[derive(Args, Debug)]
 pub struct RestoreArgs {
     /// A file written by `iris-gateway backup`.

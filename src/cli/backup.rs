@@ -161,6 +161,7 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// What was restored, and where the previous store went.
 fn report_restore(file: &Path, dir: &Path, done: &Restored) {
     let header = &done.header;
     let made = chrono::DateTime::from_timestamp_millis(header.created_ms)

@@ -16,6 +16,7 @@ use super::error::CliError;
 use super::pair::pair;
 use crate::config::default_data_dir;
 
+/// Why the terminal client stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("{0}")]
@@ -64,6 +65,7 @@ fn from_saved(v: &Value) -> Option<Credentials> {
     })
 }
 
+/// The URL and token given, else the ones saved in the data dir, else a fresh pairing.
 fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
     if let (Some(url), Some(token)) = (&args.url, &args.token) {
         return Ok(Credentials {
@@ -97,6 +99,7 @@ fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
 trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
 
+/// A WebSocket over plain TCP or TLS alike.
 type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Transport>>;
 
 /// Opens the WebSocket: plain for `ws://`, TLS accepting only the pinned certificate for `wss://`.
@@ -147,6 +150,7 @@ async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
     Ok(ws)
 }
 
+/// Writes the saved credentials readable by this user only: the token is a password.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -170,6 +174,7 @@ struct Screen {
 }
 
 impl Screen {
+    /// A line of its own, after ending a streamed line that is still open.
     fn line(&mut self, s: &str) {
         if self.mid_line {
             println!();
@@ -178,6 +183,7 @@ impl Screen {
         println!("{s}");
     }
 
+    /// The streamed answer grew: print only what is new.
     fn update(&mut self, text: &str) {
         if !self.streaming {
             self.line("");
@@ -197,6 +203,7 @@ impl Screen {
         let _ = std::io::stdout().flush();
     }
 
+    /// The answer is complete: its footer (model, tokens, time).
     fn stop(&mut self, frame: &Value) {
         let p = &frame["payload"];
         self.update(p["final_text"].as_str().unwrap_or(""));
@@ -345,6 +352,8 @@ fn printable(v: Value) -> Value {
     }
 }
 
+/// One frame from the gateway, as the terminal shows it: status and errors always, a turn only
+/// when it is in this channel (not a thread).
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
     let p = &frame["payload"];
     let kind = frame["type"].as_str().unwrap_or("");

@@ -61,6 +61,7 @@ fn read_passphrase() -> Result<zeroize::Zeroizing<String>, CliError> {
 struct EchoOff(Option<libc::termios>);
 
 impl EchoOff {
+    /// Echo off now; nothing happens when stdin is not a terminal.
     fn new() -> EchoOff {
         // SAFETY: tcgetattr/tcsetattr on fd 0 with a zeroed termios the call fills in.
         unsafe {

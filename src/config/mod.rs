@@ -24,6 +24,7 @@ pub use push::PushConfig;
 /// The port the app expects a gateway on when the user types only a host name.
 pub const DEFAULT_PORT: u16 = 8765;
 
+/// Why the configuration cannot be used; the gateway refuses to start with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -143,6 +144,7 @@ pub struct WebhookConfig {
     pub token_file: Option<PathBuf>,
 }
 
+/// `[demo]`: the built-in agent that needs nothing (first start, tests).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
@@ -150,6 +152,7 @@ pub struct DemoConfig {
     pub pace_ms: u64,
 }
 
+/// `[store]`: the store's memory and replay window.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {

@@ -65,6 +65,7 @@ impl Config {
     }
 }
 
+/// The error for a setting, with why it must be otherwise.
 fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,

@@ -180,6 +180,7 @@ const STREAM_CHUNKS: usize = 4;
 /// made through the shared mode, since the backup writer owns this writer.
 struct Switch(std::sync::Arc<std::sync::Mutex<Mode>>);
 
+/// Where the backup's bytes go now.
 enum Mode {
     Spool(BufWriter<std::fs::File>),
     Channel {

@@ -26,6 +26,7 @@ pub struct PageCode {
 /// Whatever issues pairing-page codes. The pairing page is a door beside this one, so the
 /// control socket does not know it by name: the server, which wires both, supplies it.
 pub trait PageCodeIssuer {
+    /// A fresh code (it replaces any earlier one) and where to enter it.
     fn issue(&self) -> PageCode;
 }
 
@@ -66,6 +67,7 @@ pub async fn serve(
     }
 }
 
+/// One request line, one answer line (or a backup stream).
 async fn serve_one(
     stream: UnixStream,
     hub: &Hub,

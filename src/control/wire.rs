@@ -18,6 +18,7 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join("control.sock")
 }
 
+/// What a command asks; `op` names it.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ControlRequest {
@@ -35,6 +36,7 @@ pub enum ControlRequest {
     Status,
 }
 
+/// The gateway's answer; `result` names it.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ControlResponse {
