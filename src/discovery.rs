@@ -21,6 +21,8 @@ use std::time::Duration;
 use mdns_sd::{DaemonEvent, IfKind, ServiceDaemon, ServiceInfo};
 use tracing::{debug, info, warn};
 
+use crate::config::DiscoveryConfig;
+
 /// The DNS-SD service type the app browses for.
 pub const SERVICE_TYPE: &str = "_iris-gw._tcp.local.";
 /// How long after registering the monitor waits for a first announcement before warning that
@@ -31,25 +33,6 @@ const ANNOUNCE_WAIT: Duration = Duration::from_secs(5);
 const STOP_STEP_WAIT: Duration = Duration::from_secs(1);
 /// mdns-sd repeats the goodbye 120 ms after the first one; the daemon must live that long.
 const GOODBYE_REPEAT: Duration = Duration::from_millis(200);
-
-/// `[discovery]` in the config file.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DiscoveryConfig {
-    /// Advertise the gateway on the LAN with mDNS/DNS-SD.
-    pub enabled: bool,
-    /// The name the app lists; empty: "Iris on HOSTNAME".
-    pub name: String,
-}
-
-impl Default for DiscoveryConfig {
-    fn default() -> Self {
-        DiscoveryConfig {
-            enabled: true,
-            name: String::new(),
-        }
-    }
-}
 
 /// A registered advertisement; [`Advertiser::stop`] withdraws it.
 pub struct Advertiser {
@@ -75,7 +58,7 @@ pub fn start(config: &DiscoveryConfig, local: SocketAddr, record: Record) -> Opt
         info!(%local, "not advertised on the LAN: the gateway listens on loopback only");
         return None;
     }
-    let host = crate::tls::hostname().unwrap_or_else(|| "iris".to_owned());
+    let host = crate::lan::hostname().unwrap_or_else(|| "iris".to_owned());
     // A dotted host name (`pi.home.arpa`) contributes its first label, the part `.local` uses.
     let short = host.split('.').next().unwrap_or(&host).to_owned();
     let instance = if config.name.trim().is_empty() {
@@ -94,7 +77,7 @@ pub fn start(config: &DiscoveryConfig, local: SocketAddr, record: Record) -> Opt
     if let Some(t) = record.tls {
         txt.push((
             "fp".to_owned(),
-            crate::pairing::compact_fingerprint(&t.fingerprint),
+            crate::tls::compact_fingerprint(&t.fingerprint),
         ));
     }
     match register(&instance, &short, local, &txt) {

@@ -7,18 +7,19 @@
 
 pub mod admin;
 pub mod agent;
+pub mod approval;
 pub mod atomic_file;
-pub mod backup;
 pub mod board;
-pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod control;
 pub mod discovery;
 pub mod guessing;
+pub mod http_client;
 pub mod hub;
 pub mod ids;
+pub mod lan;
 pub mod logring;
 pub mod media;
 pub mod pairing;

@@ -5,7 +5,7 @@ use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
 use iris_gateway::cli::{self, Cli, Command, RunArgs};
-use iris_gateway::{backup, chat, server, service, store};
+use iris_gateway::{server, service, store};
 
 fn main() -> std::process::ExitCode {
     keep_memory_small();
@@ -23,15 +23,15 @@ fn main() -> std::process::ExitCode {
             Err(e) => Err(e.to_string()),
         },
         Command::Chat(args) => {
-            runtime().and_then(|rt| rt.block_on(chat::run(args)).map_err(|e| e.to_string()))
+            runtime().and_then(|rt| rt.block_on(cli::run_chat(args)).map_err(|e| e.to_string()))
         }
         Command::Config(args) if args.effective => {
             cli::run_config_effective(&args.run).map_err(|e| e.to_string())
         }
         Command::Config(_) => service::print_config_template().map_err(|e| e.to_string()),
         Command::Owner(args) => cli::run_owner(args).map_err(|e| e.to_string()),
-        Command::Backup(args) => backup::run_backup(args).map_err(|e| e.to_string()),
-        Command::Restore(args) => backup::run_restore(args).map_err(|e| e.to_string()),
+        Command::Backup(args) => cli::run_backup(args).map_err(|e| e.to_string()),
+        Command::Restore(args) => cli::run_restore(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

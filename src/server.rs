@@ -129,8 +129,8 @@ fn open_core(
     pinned: crate::config::Pinned,
     shutdown: &Shutdown,
 ) -> Result<Core, RunError> {
-    // A restore uploaded from the admin page, before the store is opened (`backup.rs`).
-    crate::backup::apply_pending_restore(data_dir);
+    // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
+    crate::control::restore::apply_pending_restore(data_dir);
     let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -415,6 +415,18 @@ fn print_pairing_hint(
         println!("         {}", t.fingerprint);
     }
     println!("or try it from a terminal: iris-gateway chat");
+}
+
+/// The pairing page issues the codes `pair --page` asks the control socket for; the two doors
+/// do not know each other, so they meet here, where both are wired.
+impl control::PageCodeIssuer for PairingPage {
+    fn issue(&self) -> control::PageCode {
+        control::PageCode {
+            code: self.codes.mint(),
+            page_url: self.address(),
+            expires_in: self.codes.ttl(),
+        }
+    }
 }
 
 /// A one-time code for the pairing page, at every start. Unlike a token it may go to the

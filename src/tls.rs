@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use zeroize::Zeroizing;
 
 use crate::config::TlsConfig;
+use crate::lan;
 
 /// The first byte of every TLS connection (a handshake record carrying the ClientHello).
 pub const HANDSHAKE_RECORD: u8 = 0x16;
@@ -80,7 +81,7 @@ impl Tls {
     /// The TLS pairing information for a gateway listening on `local`.
     pub fn advert(&self, local: SocketAddr) -> Advert {
         Advert {
-            url: wss_url(&crate::cli::pairing_url(local)),
+            url: wss_url(&crate::lan::pairing_url(local)),
             fingerprint: self.fingerprint.clone(),
             allow_plain: self.allow_plain,
         }
@@ -154,7 +155,7 @@ pub fn setup(config: &TlsConfig, data_dir: &Path) -> Result<Option<Tls>, TlsErro
 /// What pairing shows for a gateway listening on `local`: the URL an app without TLS uses
 /// (`wss://` when plain is refused) and the TLS advert. Records the advert for offline `pair`.
 pub fn pairing(tls: Option<&Tls>, local: SocketAddr, data_dir: &Path) -> (String, Option<Advert>) {
-    let plain = crate::cli::pairing_url(local);
+    let plain = crate::lan::pairing_url(local);
     let Some(tls) = tls else {
         return (plain, None);
     };
@@ -191,10 +192,20 @@ pub fn last_served(data_dir: &Path, listen: SocketAddr) -> Option<Advert> {
     let text = std::fs::read_to_string(tls_dir(data_dir).join(SERVING_FILE)).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     Some(Advert {
-        url: wss_url(&crate::cli::pairing_url(listen)),
+        url: wss_url(&crate::lan::pairing_url(listen)),
         fingerprint: v["fingerprint"].as_str()?.to_owned(),
         allow_plain: v["allow_plain"].as_bool().unwrap_or(true),
     })
+}
+
+/// `72:0A:…` → `720A…`: the app compares fingerprints ignoring `:` and case, and 64 digits
+/// keep the QR code (and the mDNS TXT record) smaller.
+pub fn compact_fingerprint(fingerprint: &str) -> String {
+    fingerprint
+        .chars()
+        .filter(|c| *c != ':')
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
 }
 
 /// A client configuration that accepts exactly the certificate with this SHA-256 fingerprint
@@ -412,7 +423,7 @@ fn self_signed(
 /// `.local` form), `localhost`, loopback, and every LAN address it has now.
 fn subject_names() -> Vec<String> {
     let mut names = vec!["iris.local".to_owned()];
-    if let Some(host) = hostname() {
+    if let Some(host) = lan::hostname() {
         if !host.contains('.') {
             names.push(format!("{host}.local"));
         }
@@ -420,45 +431,11 @@ fn subject_names() -> Vec<String> {
     }
     names.push("localhost".into());
     let mut ips: Vec<IpAddr> = vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()];
-    if let Ok(ifaces) = if_addrs::get_if_addrs() {
-        for ip in ifaces.iter().filter(|i| !i.is_loopback()).map(|i| i.ip()) {
-            // Link-local IPv6 needs a zone, which a certificate cannot name.
-            let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-            if !link_local {
-                ips.push(ip);
-            }
-        }
-    }
+    ips.extend(lan::addresses_without_zone());
     names.extend(ips.iter().map(IpAddr::to_string));
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.clone()));
     names
-}
-
-/// This machine's host name, when it is a usable DNS name.
-pub(crate) fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = std::str::from_utf8(&buf[..end])
-        .ok()?
-        .trim()
-        .to_ascii_lowercase();
-    let usable = !name.is_empty()
-        && name != "localhost"
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    usable.then_some(name)
 }
 
 fn make_dir_private(dir: &Path) -> Result<(), TlsError> {

@@ -22,7 +22,14 @@ const TIERS: &[&[&str]] = &[
     &["ids", "atomic_file", "logring", "shutdown"],
     &["config", "lan"],
     // The wire format and the small policies over plain data.
-    &["protocol", "guessing", "settings", "service", "http_client"],
+    &[
+        "protocol",
+        "guessing",
+        "settings",
+        "service",
+        "http_client",
+        "approval",
+    ],
     // What the hub drives; siblings, never importing each other.
     &["store", "agent", "push", "media", "board", "tls", "outlet"],
     &["hub"],

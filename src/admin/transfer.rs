@@ -1,5 +1,6 @@
 //! The backup transfers: a backup streamed to the browser as it is made, and a restore
-//! uploaded, bounded, checked in full and left for the restart (`backup.rs`).
+//! uploaded, bounded, checked in full and left for the restart (`control/backup.rs`,
+//! `control/restore.rs`).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -70,7 +71,7 @@ pub(super) async fn serve(
 
 /// `GET /admin/backup/download`: a backup made now, streamed.
 pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<Body> {
-    let rx = match crate::backup::stream(hub) {
+    let rx = match crate::control::backup::stream(hub) {
         Ok(rx) => rx,
         Err(e) => {
             warn!("admin page: backup refused: {e}");
@@ -121,9 +122,10 @@ pub(super) async fn restore(
     if hyper::body::Body::size_hint(req.body()).lower() > limit {
         return refused(admin, Refusal::TooLarge, secure);
     }
-    let partial = admin
-        .data_dir
-        .join(format!("{}.partial", crate::backup::PENDING_RESTORE));
+    let partial = admin.data_dir.join(format!(
+        "{}.partial",
+        crate::control::restore::PENDING_RESTORE
+    ));
     let result = receive(hub, req.into_body(), &partial, limit).await;
     let fail = |r: Refusal| {
         let _ = std::fs::remove_file(&partial);
@@ -134,7 +136,7 @@ pub(super) async fn restore(
     }
     let checked = {
         let path = partial.clone();
-        tokio::task::spawn_blocking(move || crate::backup::check_upload(&path)).await
+        tokio::task::spawn_blocking(move || crate::control::restore::check_upload(&path)).await
     };
     let summary = match checked {
         Ok(Ok(s)) => s,
@@ -146,7 +148,9 @@ pub(super) async fn restore(
         }
         Err(e) => return fail(Refusal::Unavailable(e.to_string())),
     };
-    let pending = admin.data_dir.join(crate::backup::PENDING_RESTORE);
+    let pending = admin
+        .data_dir
+        .join(crate::control::restore::PENDING_RESTORE);
     if let Err(e) = std::fs::rename(&partial, &pending) {
         return fail(Refusal::Unavailable(e.to_string()));
     }

@@ -127,7 +127,7 @@ impl Endpoint {
             // A backstop: the hub stops a turn at `turn_timeout_secs` on its own.
             .timeout_global(Some(Duration::from_secs(config.turn_timeout_secs + 30)))
             .max_idle_connections(4)
-            .tls_config(crate::push::system_tls())
+            .tls_config(crate::http_client::system_tls())
             .user_agent(concat!("iris-gateway/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();

@@ -22,6 +22,10 @@ pub use hermes::HermesAgent;
 pub use openai::OpenAiAgent;
 pub use switch::Switchable;
 
+// Plain data the store keeps too; it lives below both (a sibling service may not import this
+// one), and is re-exported here, where a reader of the agent looks for it.
+pub use crate::approval::ApprovalRequest;
+pub use crate::config::AgentSettings;
 use crate::protocol::{Lane, MediaRef, Role, Runtime, TodoItem};
 
 /// The backend the configuration names.
@@ -64,18 +68,6 @@ pub struct TurnInput {
 pub struct PastMessage {
     pub role: Role,
     pub text: String,
-}
-
-/// Choices the user makes with slash commands; they apply to every lane and survive restarts.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct AgentSettings {
-    /// Reasoning effort: `none`, `low`, `medium`, `high`; `None` leaves the agent's default.
-    pub reasoning: Option<String>,
-    /// Ask for the provider's fast (priority) tier.
-    pub fast: bool,
-    /// Model override; `None` uses the configured or default model.
-    pub model: Option<String>,
 }
 
 /// One step of a turn, as the agent reports it. The hub turns these into frames.
@@ -121,17 +113,6 @@ pub enum AgentEvent {
     /// The approval the run waited for is over without the gateway having answered it
     /// (Hermes' own timeout: the command was not run). Ignored when the gateway answered.
     ApprovalExpired,
-}
-
-/// A command the agent will only run once a person approves it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ApprovalRequest {
-    /// The command, as the agent shows it (credentials already redacted by Hermes).
-    pub command: String,
-    /// Why it is flagged ("delete in root path").
-    pub description: String,
-    /// The answers the agent accepts: a subset of `once`, `session`, `always`, `deny`.
-    pub choices: Vec<String>,
 }
 
 /// Where a run is, as the agent reports it (after a gateway restart, or a lost stream).

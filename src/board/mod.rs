@@ -17,7 +17,6 @@
 //! [`LedHandle::stop`] shows `Stopped` and gives the LED back to the kernel.
 
 mod blinker;
-mod config;
 mod drivers;
 pub mod pattern;
 
@@ -25,8 +24,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+pub use crate::config::board::{Board, LedConfig, LedDriver};
 pub use blinker::{run, Blinker, RETRY_AFTER_ERROR};
-pub use config::{Board, LedConfig, LedDriver};
 pub use drivers::{active_trigger, AnyLed, GpioLed, LedError, NoLed, SysfsLed};
 
 use crate::protocol::HealthState;

@@ -15,6 +15,8 @@ pub mod page;
 use qrcode::render::{svg, unicode};
 use qrcode::{EcLevel, QrCode};
 
+use crate::tls::compact_fingerprint;
+
 /// Scheme and path of the pairing URI, so the app can tell it from any other QR code.
 pub const URI_PREFIX: &str = "iris://pair?";
 
@@ -95,16 +97,6 @@ impl Invitation {
             None => image,
         }
     }
-}
-
-/// `72:0A:…` → `720A…`: the app compares fingerprints ignoring `:` and case, and 64 digits
-/// keep the QR code (and the mDNS TXT record) smaller.
-pub fn compact_fingerprint(fingerprint: &str) -> String {
-    fingerprint
-        .chars()
-        .filter(|c| *c != ':')
-        .map(|c| c.to_ascii_uppercase())
-        .collect()
 }
 
 /// RFC 3986 percent-encoding of everything but the unreserved characters, so a value can never

@@ -17,9 +17,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
+
+use crate::config::PushConfig;
 
 /// Jobs waiting for the worker; beyond it the oldest is dropped (push is best effort: `sync`
 /// is the source of truth, and the app catches up when opened).
@@ -28,57 +29,6 @@ const QUEUE_CAPACITY: usize = 256;
 pub const PREVIEW_CHARS: usize = 140;
 /// One HTTP attempt's time limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Where the system keeps trusted CAs; preferred over the built-in list, so a LAN ntfy with a
-/// private CA (or a TLS-intercepting proxy) works once its CA is installed.
-const SYSTEM_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-/// The `[push]` section of the config file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PushConfig {
-    /// `none`, `ntfy` or `fcm`.
-    pub backend: String,
-    /// ntfy server base URL, e.g. `https://ntfy.sh` or `http://192.168.1.10:8080`.
-    pub ntfy_server: String,
-    /// ntfy access token (`Authorization: Bearer`), or read from `ntfy_token_file`.
-    pub ntfy_token: Option<String>,
-    pub ntfy_token_file: Option<PathBuf>,
-    /// ntfy user and password (basic auth), as an alternative to a token.
-    pub ntfy_user: Option<String>,
-    pub ntfy_password: Option<String>,
-    /// FCM service-account key file (JSON, from the Firebase console).
-    pub fcm_credentials: Option<PathBuf>,
-    /// FCM API base; only tests point it elsewhere.
-    pub fcm_endpoint: String,
-    /// What a push may carry: `full` (title and body up to 140 characters), `preview` (title and
-    /// a 60-character body), `title` (title only) or `none` (only ids: the app fetches the rest).
-    pub content: String,
-    /// How long a failing push is retried before it is given up.
-    pub give_up_secs: u64,
-    /// First retry delay; doubles per attempt up to `max_backoff_secs`.
-    pub backoff_ms: u64,
-    pub max_backoff_secs: u64,
-}
-
-impl Default for PushConfig {
-    fn default() -> Self {
-        PushConfig {
-            backend: "none".into(),
-            ntfy_server: "https://ntfy.sh".into(),
-            ntfy_token: None,
-            ntfy_token_file: None,
-            ntfy_user: None,
-            ntfy_password: None,
-            fcm_credentials: None,
-            fcm_endpoint: "https://fcm.googleapis.com".into(),
-            content: "preview".into(),
-            give_up_secs: 3600,
-            backoff_ms: 1000,
-            max_backoff_secs: 300,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
@@ -435,28 +385,9 @@ fn http_agent() -> ureq::Agent {
     let config = ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
         .http_status_as_error(false)
-        .tls_config(system_tls())
+        .tls_config(crate::http_client::system_tls())
         .build();
     config.into()
-}
-
-/// rustls (ring) trusting the system's CA file when there is one, else the bundled roots.
-/// Shared by every outgoing HTTPS client (push, agent backends).
-pub(crate) fn system_tls() -> ureq::tls::TlsConfig {
-    use ureq::tls::{parse_pem, PemItem, RootCerts, TlsConfig};
-    let mut tls = TlsConfig::builder();
-    if let Ok(pem) = std::fs::read(SYSTEM_CA_FILE) {
-        let certs: Vec<_> = parse_pem(&pem)
-            .filter_map(|item| match item {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if !certs.is_empty() {
-            tls = tls.root_certs(RootCerts::new_with_certs(&certs));
-        }
-    }
-    tls.build()
 }
 
 /// Reads a secret from a file, trimmed (so `echo TOKEN > file` works).

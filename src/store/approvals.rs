@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{from_json, to_json, Result, Store};
-use crate::agent::ApprovalRequest;
+use crate::approval::ApprovalRequest;
 use crate::protocol::Lane;
 
 const RUN_PREFIX: &[u8] = b"run/";

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::history::lane_prefix;
 use super::{from_json, to_json, Result, Store};
-use crate::agent::AgentSettings;
+use crate::config::AgentSettings;
 use crate::protocol::Lane;
 
 const META_AGENT_SETTINGS: &[u8] = b"agent_settings";

@@ -10,9 +10,21 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod agent;
+pub mod board;
+pub mod discovery;
+pub mod push;
+mod validate;
+
+pub use agent::{AgentConfig, AgentSettings};
+pub use board::LedConfig;
+pub use discovery::DiscoveryConfig;
+pub use push::PushConfig;
+
 /// The port the app expects a gateway on when the user types only a host name.
 pub const DEFAULT_PORT: u16 = 8765;
 
+/// Why the configuration cannot be used; the gateway refuses to start with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -48,11 +60,11 @@ pub struct Config {
     pub limits: Limits,
     /// `[tls]`: `wss://` on the listen port, beside or instead of plain `ws://`.
     pub tls: TlsConfig,
-    pub push: crate::push::PushConfig,
+    pub push: PushConfig,
     /// `[led]`: the status LED (see board/README.md).
-    pub led: crate::board::LedConfig,
+    pub led: LedConfig,
     /// `[discovery]`: advertising the gateway on the LAN with mDNS/DNS-SD (src/discovery.rs).
-    pub discovery: crate::discovery::DiscoveryConfig,
+    pub discovery: DiscoveryConfig,
     /// `[[cron]]`: prompts the agent answers on a schedule, posted into automation channels.
     pub cron: Vec<CronJob>,
     /// `[[webhook]]`: HTTP endpoints that post into automation channels.
@@ -104,86 +116,6 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// The agent backend. `demo` needs nothing; `hermes` and `openai` are reached over HTTP with
-/// blocking `ureq` calls on worker threads (one per running turn), so the event loop never waits.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AgentConfig {
-    /// `demo`, `hermes` (a Hermes Agent's API server) or `openai` (any `/v1/chat/completions`).
-    pub backend: String,
-    /// Base URL. Empty means the backend's usual local address: `http://127.0.0.1:8642` for
-    /// Hermes, `http://127.0.0.1:8080/v1` (llama.cpp's server) for `openai`.
-    pub url: String,
-    /// Bearer key (Hermes' `API_SERVER_KEY`). Prefer `key_file`: a config file is often shared.
-    pub key: Secret,
-    /// A file whose first line is the key.
-    pub key_file: Option<PathBuf>,
-    /// Model to ask for. Empty: Hermes uses its own default; `openai` asks the server's
-    /// `/v1/models` and takes the first. `/model` changes it at run time.
-    pub model: String,
-    /// `openai` only: the system prompt sent first in every request.
-    pub system_prompt: String,
-    /// `openai` only: how many earlier messages of the conversation are sent with a new one.
-    pub history_messages: usize,
-    /// Seconds to wait for a TCP connection to the agent.
-    pub connect_timeout_secs: u64,
-    /// Seconds a turn's stream may stay silent (Hermes sends a keep-alive every 30 s) before
-    /// the turn is failed as stopped mid-answer.
-    pub idle_timeout_secs: u64,
-    /// Longest a single turn may run, in seconds; then it is stopped and failed.
-    pub turn_timeout_secs: u64,
-    /// Seconds a message waits for an unreachable agent (status `degraded`) before it is
-    /// answered with a failure. It was never handed to the agent, so waiting is safe.
-    pub unreachable_wait_secs: u64,
-    /// Seconds between health checks of the agent while it is reachable; while it is not, it
-    /// is checked every second or two.
-    pub probe_interval_secs: u64,
-}
-
-impl Default for AgentConfig {
-    fn default() -> Self {
-        AgentConfig {
-            backend: "demo".into(),
-            url: String::new(),
-            key: Secret::default(),
-            key_file: None,
-            model: String::new(),
-            system_prompt: "You are a helpful assistant, answering in a chat app.".into(),
-            history_messages: 40,
-            connect_timeout_secs: 5,
-            idle_timeout_secs: 90,
-            turn_timeout_secs: 900,
-            unreachable_wait_secs: 300,
-            probe_interval_secs: 30,
-        }
-    }
-}
-
-impl AgentConfig {
-    /// The base URL in use: the configured one or the backend's default, without a trailing `/`.
-    pub fn base_url(&self) -> String {
-        let url = match (self.url.trim(), self.backend.as_str()) {
-            ("", "hermes") => "http://127.0.0.1:8642",
-            ("", "openai") => "http://127.0.0.1:8080/v1",
-            (url, _) => url,
-        };
-        url.trim_end_matches('/').to_owned()
-    }
-
-    /// The key: `key_file` if set (first line), else `key`.
-    pub fn resolve_key(&self) -> Result<Secret, ConfigError> {
-        match &self.key_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map(|text| Secret(text.lines().next().unwrap_or("").trim().to_owned()))
-                .map_err(|source| ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                }),
-            None => Ok(self.key.clone()),
-        }
-    }
-}
-
 /// A scheduled prompt: at each `schedule` instant the agent answers `prompt` and the answer is
 /// posted (role `cron`) into the automation channel named `channel`, created if missing.
 #[derive(Debug, Clone, Deserialize)]
@@ -212,6 +144,7 @@ pub struct WebhookConfig {
     pub token_file: Option<PathBuf>,
 }
 
+/// `[demo]`: the built-in agent that needs nothing (first start, tests).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
@@ -219,6 +152,7 @@ pub struct DemoConfig {
     pub pace_ms: u64,
 }
 
+/// `[store]`: the store's memory and replay window.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
@@ -349,9 +283,9 @@ impl Default for Config {
             store: StoreConfig::default(),
             limits: Limits::default(),
             tls: TlsConfig::default(),
-            push: crate::push::PushConfig::default(),
-            led: crate::board::LedConfig::default(),
-            discovery: crate::discovery::DiscoveryConfig::default(),
+            push: PushConfig::default(),
+            led: LedConfig::default(),
+            discovery: DiscoveryConfig::default(),
             cron: Vec::new(),
             webhook: Vec::new(),
         }
@@ -426,158 +360,6 @@ impl Config {
             path: path.to_owned(),
             source,
         })
-    }
-
-    /// Refuses settings that would make the gateway unusable rather than failing later.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let l = &self.limits;
-        let checks: [(&'static str, bool, &str); 14] = [
-            (
-                "limits.max_frame_bytes",
-                l.max_frame_bytes >= 4096,
-                "must be at least 4096",
-            ),
-            // Below this the outgoing shares (text, reasoning, reserve) leave no room to talk.
-            (
-                "limits.max_out_frame_bytes",
-                l.max_out_frame_bytes >= 64 << 10,
-                "must be at least 65536",
-            ),
-            // A text limit above what a frame can carry is harmless: the frame limit bites first.
-            (
-                "limits.max_text_bytes",
-                l.max_text_bytes >= 1,
-                "must be at least 1",
-            ),
-            (
-                "limits.history_max",
-                l.history_max >= 1 && l.history_default <= l.history_max,
-                "history_default must be between 1 and history_max",
-            ),
-            (
-                "limits.max_running_turns",
-                l.max_running_turns >= 1,
-                "must be at least 1",
-            ),
-            (
-                "limits.frames_per_second",
-                l.frames_per_second >= 1 && l.frame_burst >= 1,
-                "rate and burst must be at least 1",
-            ),
-            (
-                "limits.byte_burst",
-                l.bytes_per_second >= 1 && l.byte_burst >= l.max_frame_bytes as u64,
-                "bytes_per_second must be at least 1 and byte_burst at least max_frame_bytes",
-            ),
-            (
-                "limits.max_connections_per_ip",
-                l.max_connections_per_ip >= 1,
-                "must be at least 1",
-            ),
-            (
-                "tls.allow_plain",
-                self.tls.enabled || self.tls.allow_plain,
-                "with TLS off, plain connections are all there is: allow_plain must stay true",
-            ),
-            (
-                "limits.pair_code_ttl_secs",
-                l.pair_code_ttl_secs >= 1 && l.pair_code_failures_per_minute >= 1,
-                "pair_code_ttl_secs and pair_code_failures_per_minute must be at least 1",
-            ),
-            (
-                "limits.admin_max_sessions",
-                l.admin_max_sessions >= 1
-                    && l.admin_signin_failures_per_minute >= 1
-                    && l.admin_session_idle_secs >= 1
-                    && l.admin_session_max_secs >= l.admin_session_idle_secs
-                    && l.admin_max_form_bytes >= 1024,
-                "admin limits: sessions, sign-in failures and idle seconds at least 1, \
-                 admin_session_max_secs at least admin_session_idle_secs, forms at least 1024 bytes",
-            ),
-            (
-                "store.outbox_retain_frames",
-                self.store.outbox_retain_frames >= 100,
-                "must be at least 100",
-            ),
-            (
-                "agent.backend",
-                matches!(self.agent.backend.as_str(), "demo" | "hermes" | "openai"),
-                "must be `demo`, `hermes` or `openai`",
-            ),
-            (
-                "agent.turn_timeout_secs",
-                self.agent.turn_timeout_secs >= 1
-                    && self.agent.idle_timeout_secs >= 1
-                    && self.agent.connect_timeout_secs >= 1,
-                "timeouts must be at least 1 second",
-            ),
-        ];
-        for (key, ok, why) in checks {
-            if !ok {
-                return Err(ConfigError::Invalid {
-                    key,
-                    why: why.to_owned(),
-                });
-            }
-        }
-        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
-            return Err(ConfigError::Invalid {
-                key: "tls.cert_file",
-                why: "cert_file and key_file go together (neither: a self-signed certificate)"
-                    .into(),
-            });
-        }
-        for job in &self.cron {
-            if let Err(e) = job.schedule.parse::<cron::Schedule>() {
-                return Err(ConfigError::Invalid {
-                    key: "cron.schedule",
-                    why: format!(
-                        "`{}`: {e} (use `sec min hour day month weekday`)",
-                        job.schedule
-                    ),
-                });
-            }
-            if job.channel.trim().is_empty() || job.prompt.trim().is_empty() {
-                return Err(ConfigError::Invalid {
-                    key: "cron",
-                    why: "every [[cron]] needs a channel and a prompt".into(),
-                });
-            }
-        }
-        let mut names = std::collections::HashSet::new();
-        for hook in &self.webhook {
-            let good_name = !hook.name.is_empty()
-                && hook.name.len() <= 64
-                && hook
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !good_name || !names.insert(hook.name.as_str()) {
-                return Err(ConfigError::Invalid {
-                    key: "webhook.name",
-                    why: format!(
-                        "`{}` must be unique, 1-64 letters, digits, `-` or `_`",
-                        hook.name
-                    ),
-                });
-            }
-            if hook.channel.trim().is_empty() {
-                return Err(ConfigError::Invalid {
-                    key: "webhook.channel",
-                    why: format!("webhook `{}` needs a channel", hook.name),
-                });
-            }
-            if hook.token_file.is_none() && hook.token.0.chars().count() < 16 {
-                return Err(ConfigError::Invalid {
-                    key: "webhook.token",
-                    why: format!(
-                        "webhook `{}` needs a token of at least 16 characters (or token_file)",
-                        hook.name
-                    ),
-                });
-            }
-        }
-        Ok(())
     }
 }
 

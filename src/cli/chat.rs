@@ -6,37 +6,21 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::Args;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
+use super::args::ChatArgs;
+use super::error::CliError;
+use super::pair::pair;
 use crate::config::default_data_dir;
 
-#[derive(Args, Debug)]
-pub struct ChatArgs {
-    /// Gateway WebSocket URL (with --token); otherwise pair through --data-dir.
-    #[arg(long, requires = "token")]
-    pub url: Option<String>,
-    #[arg(long, requires = "url")]
-    pub token: Option<String>,
-    /// For a wss:// URL: the SHA-256 fingerprint of the gateway's TLS certificate, as
-    /// `iris-gateway pair` prints it (the connection fails unless the certificate matches).
-    #[arg(long, requires = "url")]
-    pub fingerprint: Option<String>,
-    /// The data dir of a gateway on this machine (default: the gateway's default).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Channel to talk in, by name or chat id (created if no channel has that name).
-    #[arg(long)]
-    pub channel: Option<String>,
-}
-
+/// Why the terminal client stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("{0}")]
-    Pair(#[from] crate::cli::CliError),
+    Pair(#[from] CliError),
     #[error("cannot connect to {url}: {source}")]
     Connect {
         url: String,
@@ -81,6 +65,7 @@ fn from_saved(v: &Value) -> Option<Credentials> {
     })
 }
 
+/// The URL and token given, else the ones saved in the data dir, else a fresh pairing.
 fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
     if let (Some(url), Some(token)) = (&args.url, &args.token) {
         return Ok(Credentials {
@@ -99,7 +84,7 @@ fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
             return Ok(creds);
         }
     }
-    let paired = crate::cli::pair(&dir, "terminal chat", None)?;
+    let paired = pair(&dir, "terminal chat", None)?;
     let mut saved =
         json!({ "url": paired.url, "token": paired.token, "device_id": paired.device_id });
     if let Some(t) = &paired.tls {
@@ -114,6 +99,7 @@ fn credentials(args: &ChatArgs) -> Result<Credentials, ChatError> {
 trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
 
+/// A WebSocket over plain TCP or TLS alike.
 type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Transport>>;
 
 /// Opens the WebSocket: plain for `ws://`, TLS accepting only the pinned certificate for `wss://`.
@@ -164,6 +150,7 @@ async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
     Ok(ws)
 }
 
+/// Writes the saved credentials readable by this user only: the token is a password.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -187,6 +174,7 @@ struct Screen {
 }
 
 impl Screen {
+    /// A line of its own, after ending a streamed line that is still open.
     fn line(&mut self, s: &str) {
         if self.mid_line {
             println!();
@@ -195,6 +183,7 @@ impl Screen {
         println!("{s}");
     }
 
+    /// The streamed answer grew: print only what is new.
     fn update(&mut self, text: &str) {
         if !self.streaming {
             self.line("");
@@ -214,6 +203,7 @@ impl Screen {
         let _ = std::io::stdout().flush();
     }
 
+    /// The answer is complete: its footer (model, tokens, time).
     fn stop(&mut self, frame: &Value) {
         let p = &frame["payload"];
         self.update(p["final_text"].as_str().unwrap_or(""));
@@ -231,60 +221,15 @@ impl Screen {
     }
 }
 
+/// Pairs or reads the saved credentials, says hello, picks the channel, then relays lines typed
+/// to `message.send` and renders what comes back until Ctrl-D or the gateway closes.
 pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let creds = credentials(&args)?;
     let mut ws = connect(&creds).await?;
     let (url, token) = (creds.url, creds.token);
-    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
-    ws.send(Message::text(hello.to_string())).await?;
-    let ack = loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => {
-                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
-                match v["type"].as_str() {
-                    Some("hello.ack") => break v,
-                    Some("error") => {
-                        return Err(ChatError::Refused(
-                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
-                        ))
-                    }
-                    _ => {}
-                }
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e.into()),
-            None => {
-                return Err(ChatError::Refused(
-                    "the gateway closed the connection".into(),
-                ))
-            }
-        }
-    };
-    let channels = ack["payload"]["channels"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let ack = hello(&mut ws, &token).await?;
     let mut next_id = 2i64;
-    let mut chat_id = channels
-        .iter()
-        .find(|c| c["is_default"] == true)
-        .and_then(|c| c["chat_id"].as_str())
-        .unwrap_or("default")
-        .to_owned();
-    if let Some(wanted) = &args.channel {
-        match channels
-            .iter()
-            .find(|c| c["chat_id"] == wanted.as_str() || c["name"] == wanted.as_str())
-        {
-            Some(c) => chat_id = c["chat_id"].as_str().unwrap_or("default").to_owned(),
-            None => {
-                let req = json!({"v":1,"type":"channel.create","id":next_id,"payload":{"name":wanted,"kind":"channel"}});
-                next_id += 1;
-                ws.send(Message::text(req.to_string())).await?;
-                chat_id = String::new();
-            }
-        }
-    }
+    let mut chat_id = pick_channel(&mut ws, &ack, args.channel.as_deref(), &mut next_id).await?;
     println!("connected to {url}. Type a message and press Enter; Ctrl-D quits.");
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut screen = Screen::default();
@@ -326,6 +271,70 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     Ok(())
 }
 
+/// Sends `hello` and waits for its `hello.ack` (an `error` is the gateway's refusal).
+async fn hello(ws: &mut Socket, token: &str) -> Result<Value, ChatError> {
+    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
+    ws.send(Message::text(hello.to_string())).await?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => {
+                let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
+                match v["type"].as_str() {
+                    Some("hello.ack") => return Ok(v),
+                    Some("error") => {
+                        return Err(ChatError::Refused(
+                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => {
+                return Err(ChatError::Refused(
+                    "the gateway closed the connection".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// The channel to talk in: `wanted` by chat id or name, else the default one. A name no
+/// channel has is created; until its `channel.created` arrives the chat id is empty.
+async fn pick_channel(
+    ws: &mut Socket,
+    ack: &Value,
+    wanted: Option<&str>,
+    next_id: &mut i64,
+) -> Result<String, ChatError> {
+    let channels = ack["payload"]["channels"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let default = channels
+        .iter()
+        .find(|c| c["is_default"] == true)
+        .and_then(|c| c["chat_id"].as_str())
+        .unwrap_or("default")
+        .to_owned();
+    let Some(wanted) = wanted else {
+        return Ok(default);
+    };
+    match channels
+        .iter()
+        .find(|c| c["chat_id"] == wanted || c["name"] == wanted)
+    {
+        Some(c) => Ok(c["chat_id"].as_str().unwrap_or("default").to_owned()),
+        None => {
+            let req = json!({"v":1,"type":"channel.create","id":*next_id,"payload":{"name":wanted,"kind":"channel"}});
+            *next_id += 1;
+            ws.send(Message::text(req.to_string())).await?;
+            Ok(String::new())
+        }
+    }
+}
+
 /// What the gateway relays (an agent's words, tool names and previews, channel names) must not
 /// drive the terminal: control characters other than newline and tab (escape sequences can
 /// rewrite the screen, the window title or the clipboard) are shown as U+FFFD.
@@ -343,6 +352,8 @@ fn printable(v: Value) -> Value {
     }
 }
 
+/// One frame from the gateway, as the terminal shows it: status and errors always, a turn only
+/// when it is in this channel (not a thread).
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
     let p = &frame["payload"];
     let kind = frame["type"].as_str().unwrap_or("");

@@ -1,0 +1,202 @@
+//! Refusing a configuration that would make the gateway unusable, at start rather than at the
+//! first frame that hits it. One function per section, each a table of checks where it can be.
+
+use std::collections::HashSet;
+
+use super::{Config, ConfigError, CronJob, Limits, WebhookConfig};
+
+/// One check: the key it is reported under, whether it holds, and why it must.
+type Check = (&'static str, bool, &'static str);
+
+impl Config {
+    /// Refuses settings that would make the gateway unusable rather than failing later.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // In the order they were always reported in, when several fail.
+        let checks = socket_checks(&self.limits)
+            .into_iter()
+            .chain([self.plain_check()])
+            .chain(door_checks(&self.limits))
+            .chain(self.service_checks());
+        for (key, ok, why) in checks {
+            if !ok {
+                return Err(invalid(key, why));
+            }
+        }
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(invalid(
+                "tls.cert_file",
+                "cert_file and key_file go together (neither: a self-signed certificate)",
+            ));
+        }
+        self.cron.iter().try_for_each(check_cron)?;
+        check_webhooks(&self.webhook)
+    }
+
+    /// With TLS off, refusing plain connections would refuse every connection.
+    fn plain_check(&self) -> Check {
+        (
+            "tls.allow_plain",
+            self.tls.enabled || self.tls.allow_plain,
+            "with TLS off, plain connections are all there is: allow_plain must stay true",
+        )
+    }
+
+    /// The store and agent sections.
+    fn service_checks(&self) -> [Check; 3] {
+        [
+            (
+                "store.outbox_retain_frames",
+                self.store.outbox_retain_frames >= 100,
+                "must be at least 100",
+            ),
+            (
+                "agent.backend",
+                matches!(self.agent.backend.as_str(), "demo" | "hermes" | "openai"),
+                "must be `demo`, `hermes` or `openai`",
+            ),
+            (
+                "agent.turn_timeout_secs",
+                self.agent.turn_timeout_secs >= 1
+                    && self.agent.idle_timeout_secs >= 1
+                    && self.agent.connect_timeout_secs >= 1,
+                "timeouts must be at least 1 second",
+            ),
+        ]
+    }
+}
+
+/// The error for a setting, with why it must be otherwise.
+fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        why: why.into(),
+    }
+}
+
+/// The limits a socket and its frames live under.
+fn socket_checks(l: &Limits) -> [Check; 8] {
+    [
+        (
+            "limits.max_frame_bytes",
+            l.max_frame_bytes >= 4096,
+            "must be at least 4096",
+        ),
+        // Below this the outgoing shares (text, reasoning, reserve) leave no room to talk.
+        (
+            "limits.max_out_frame_bytes",
+            l.max_out_frame_bytes >= 64 << 10,
+            "must be at least 65536",
+        ),
+        // A text limit above what a frame can carry is harmless: the frame limit bites first.
+        (
+            "limits.max_text_bytes",
+            l.max_text_bytes >= 1,
+            "must be at least 1",
+        ),
+        (
+            "limits.history_max",
+            l.history_max >= 1 && l.history_default <= l.history_max,
+            "history_default must be between 1 and history_max",
+        ),
+        (
+            "limits.max_running_turns",
+            l.max_running_turns >= 1,
+            "must be at least 1",
+        ),
+        (
+            "limits.frames_per_second",
+            l.frames_per_second >= 1 && l.frame_burst >= 1,
+            "rate and burst must be at least 1",
+        ),
+        (
+            "limits.byte_burst",
+            l.bytes_per_second >= 1 && l.byte_burst >= l.max_frame_bytes as u64,
+            "bytes_per_second must be at least 1 and byte_burst at least max_frame_bytes",
+        ),
+        (
+            "limits.max_connections_per_ip",
+            l.max_connections_per_ip >= 1,
+            "must be at least 1",
+        ),
+    ]
+}
+
+/// The limits of the browser doors: the pairing page and the admin page.
+fn door_checks(l: &Limits) -> [Check; 2] {
+    [
+        (
+            "limits.pair_code_ttl_secs",
+            l.pair_code_ttl_secs >= 1 && l.pair_code_failures_per_minute >= 1,
+            "pair_code_ttl_secs and pair_code_failures_per_minute must be at least 1",
+        ),
+        (
+            "limits.admin_max_sessions",
+            l.admin_max_sessions >= 1
+                && l.admin_signin_failures_per_minute >= 1
+                && l.admin_session_idle_secs >= 1
+                && l.admin_session_max_secs >= l.admin_session_idle_secs
+                && l.admin_max_form_bytes >= 1024,
+            "admin limits: sessions, sign-in failures and idle seconds at least 1, \
+             admin_session_max_secs at least admin_session_idle_secs, forms at least 1024 bytes",
+        ),
+    ]
+}
+
+/// A `[[cron]]` needs a schedule the cron crate reads, a channel and a prompt.
+fn check_cron(job: &CronJob) -> Result<(), ConfigError> {
+    if let Err(e) = job.schedule.parse::<cron::Schedule>() {
+        return Err(invalid(
+            "cron.schedule",
+            format!(
+                "`{}`: {e} (use `sec min hour day month weekday`)",
+                job.schedule
+            ),
+        ));
+    }
+    if job.channel.trim().is_empty() || job.prompt.trim().is_empty() {
+        return Err(invalid(
+            "cron",
+            "every [[cron]] needs a channel and a prompt",
+        ));
+    }
+    Ok(())
+}
+
+/// Every `[[webhook]]` needs a unique URL-safe name, a channel and a token long enough not to
+/// be guessed.
+fn check_webhooks(hooks: &[WebhookConfig]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for hook in hooks {
+        let good_name = !hook.name.is_empty()
+            && hook.name.len() <= 64
+            && hook
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !good_name || !names.insert(hook.name.as_str()) {
+            return Err(invalid(
+                "webhook.name",
+                format!(
+                    "`{}` must be unique, 1-64 letters, digits, `-` or `_`",
+                    hook.name
+                ),
+            ));
+        }
+        if hook.channel.trim().is_empty() {
+            return Err(invalid(
+                "webhook.channel",
+                format!("webhook `{}` needs a channel", hook.name),
+            ));
+        }
+        if hook.token_file.is_none() && hook.token.0.chars().count() < 16 {
+            return Err(invalid(
+                "webhook.token",
+                format!(
+                    "webhook `{}` needs a token of at least 16 characters (or token_file)",
+                    hook.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
