@@ -61,13 +61,17 @@ fn caps() -> ServerCaps {
     }
 }
 
-/// One frame per constructor (and per optional-field shape), named for the failure message.
+/// One frame per constructor (and per optional-field shape), named for the failure message, in
+/// the order of `PINNED`.
 pub(super) fn samples() -> Vec<(&'static str, Frame)> {
-    let todos = vec![TodoItem {
-        id: "t1".into(),
-        content: "write".into(),
-        status: TodoStatus::InProgress,
-    }];
+    let mut all = session_and_directory();
+    all.extend(conversation());
+    all.extend(answers_and_media());
+    all
+}
+
+/// Connection state and the channel directory.
+fn session_and_directory() -> Vec<(&'static str, Frame)> {
     vec![
         (
             "error",
@@ -90,6 +94,12 @@ pub(super) fn samples() -> Vec<(&'static str, Frame)> {
         ),
         ("channel.deleted", Frame::channel_deleted("chan_1")),
         ("read.receipt", Frame::read_receipt(Some(9), "msg_1")),
+    ]
+}
+
+/// What a turn streams into a lane.
+fn conversation() -> Vec<(&'static str, Frame)> {
+    vec![
         (
             "message user",
             Frame::message(&message(Role::User, false)).in_lane("default", Some("thr_1")),
@@ -124,6 +134,17 @@ pub(super) fn samples() -> Vec<(&'static str, Frame)> {
             "notification",
             Frame::notification("approval", "Approve?", "rm -rf", 1700),
         ),
+    ]
+}
+
+/// Answers to requests, agent todos and media.
+fn answers_and_media() -> Vec<(&'static str, Frame)> {
+    let todos = vec![TodoItem {
+        id: "t1".into(),
+        content: "write".into(),
+        status: TodoStatus::InProgress,
+    }];
+    vec![
         (
             "commands.catalog",
             Frame::commands_catalog(
