@@ -479,22 +479,22 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
     for f in frames.iter().map(|f| f.clone().in_lane("default", None)) {
         let encoded = f.encode();
         let cut = fit::shrink_encoded(&encoded, APP_MAX_FRAME_BYTES)
-            .unwrap_or_else(|| panic!("{} could not be cut to fit", f.kind));
+            .unwrap_or_else(|| panic!("{} could not be cut to fit", f.kind()));
         assert!(
             cut.len() <= APP_MAX_FRAME_BYTES,
             "{}: {}",
-            f.kind,
+            f.kind(),
             cut.len()
         );
         let v: Value = serde_json::from_slice(&cut).unwrap();
         if let Err(e) = schema.validate_server_frame(&v) {
-            panic!("{} cut to fit is not valid: {e}", f.kind);
+            panic!("{} cut to fit is not valid: {e}", f.kind());
         }
         // A replayed frame carries a cursor too; it must fit just the same.
         let replay = iris_gateway::protocol::with_cursor(&encoded, u64::MAX);
         let cut = fit::shrink_encoded(&replay, APP_MAX_FRAME_BYTES).unwrap();
-        assert!(cut.len() <= APP_MAX_FRAME_BYTES, "{} replayed", f.kind);
-        covered.push(f.kind.to_owned());
+        assert!(cut.len() <= APP_MAX_FRAME_BYTES, "{} replayed", f.kind());
+        covered.push(f.kind().to_owned());
     }
     let mut missing: Vec<String> = schema
         .server_frame_names()

@@ -1,6 +1,7 @@
 //! Deciding what to push, to whom, and recording what was delivered.
 //!
-//! Pushed: final assistant messages (`message.stop`), standalone assistant and cron `message`s
+//! Which frames are pushed, and what a push says, is the frame types' own rule
+//! (`Frame::push_note` in protocol). Pushed: final assistant messages (`message.stop`), standalone assistant and cron `message`s
 //! (automation output, restart notices) and `notification` frames; not `system` messages (the
 //! gateway's answers to slash commands, which someone is looking at). Never streaming frames, tool
 //! frames, typing, or user messages. Only to devices with a push target and no open connection.
@@ -8,66 +9,30 @@
 //! last frame pushed to it) bound what is still owed, so a restart catches up on pushes it
 //! never sent and never repeats one it did.
 
-use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{Hub, Refusal};
-use crate::protocol::ErrorCode;
+use crate::protocol::{decode_pushable, ErrorCode, PushNote};
 use crate::push::{Outcome, PushJob};
 
 /// How far back a restart looks for pushes still owed to each away device.
 const CATCH_UP_FRAMES: u64 = 200;
 
-/// Whether a frame's type can be pushed, read without allocating (serde-json-core, borrowed):
-/// most outboxed frames (echoes, tool.end, directory changes) are not, and need no full parse.
-fn may_push(encoded: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Kind<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Option<&'a str>,
-    }
-    match serde_json_core::from_slice::<Kind<'_>>(encoded) {
-        Ok((k, _)) => matches!(k.kind, Some("message.stop" | "message" | "notification")),
-        // Not readable by the fast path: let the full parser decide.
-        Err(_) => true,
-    }
-}
-
-/// What a pushable frame says: (chat_id, thread_id, message_id, body).
-fn pushable(frame: &Value) -> Option<(String, Option<String>, String, String)> {
-    let p = &frame["payload"];
-    let body = match frame["type"].as_str()? {
-        "message.stop" => p["final_text"].as_str()?.to_owned(),
-        // Not the user's own words, nor the gateway's answers to a command someone just typed.
-        "message" if p["role"] != "user" && p["role"] != "system" => p["text"].as_str()?.to_owned(),
-        // An automation post is pushed once, as its message (titled with the channel); the
-        // notification beside it would make the phone ring twice.
-        "notification" if p["kind"] == "cron" => return None,
-        "notification" => {
-            let title = p["title"].as_str().unwrap_or("");
-            let body = p["body"].as_str().unwrap_or("");
-            format!("{title}{}{body}", if title.is_empty() { "" } else { ": " })
-        }
-        _ => return None,
-    };
-    let chat = frame["chat_id"].as_str().unwrap_or("default").to_owned();
-    let thread = frame["thread_id"].as_str().map(str::to_owned);
-    let message_id = p["message_id"].as_str().unwrap_or("").to_owned();
-    Some((chat, thread, message_id, body))
-}
-
 impl Hub {
-    /// Called for every published outbox frame: queues pushes for away devices.
+    /// Called for every published outbox frame: queues pushes for away devices. The outbox
+    /// hands over only the encoded frame, so it is read back through the protocol's typed
+    /// decoder, which turns every frame that cannot be pushed away without allocating.
     pub(super) fn push_if_away(&self, cursor: u64, encoded: &[u8]) {
-        if self.pusher.backend() == "none" || !may_push(encoded) {
+        if self.pusher.backend() == "none" {
             return;
         }
-        let Ok(frame) = serde_json::from_slice::<Value>(encoded) else {
-            return;
-        };
-        let Some((chat, thread, message_id, body)) = pushable(&frame) else {
-            return;
-        };
+        if let Some(note) = decode_pushable(encoded).and_then(|f| f.push_note()) {
+            self.push_note_if_away(cursor, &note);
+        }
+    }
+
+    /// Queues `note` (the frame at `cursor`) for every device that is away and still owed it.
+    fn push_note_if_away(&self, cursor: u64, note: &PushNote) {
         let devices = match self.store.devices() {
             Ok(d) => d,
             Err(e) => return warn!("cannot read devices for push: {e}"),
@@ -94,11 +59,11 @@ impl Hub {
                 device_id: d.device_id,
                 target,
                 cursor,
-                title: self.lane_title(&chat, thread.as_deref()),
-                chat_id: chat.clone(),
-                thread_id: thread.clone(),
-                message_id: message_id.clone(),
-                body: body.clone(),
+                title: self.lane_title(&note.chat_id, note.thread_id.as_deref()),
+                chat_id: note.chat_id.clone(),
+                thread_id: note.thread_id.clone(),
+                message_id: note.message_id.clone(),
+                body: note.body.clone(),
                 count: 1,
             });
         }
@@ -238,36 +203,5 @@ impl Hub {
                 frames.len()
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::may_push;
-    use crate::protocol::{Frame, HistoryMessage, Role};
-
-    #[test]
-    fn only_pushable_kinds_get_a_full_parse() {
-        let m = HistoryMessage {
-            message_id: "m".into(),
-            role: Role::User,
-            text: "a \"quoted\" line\n".into(),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1,
-            media: vec![],
-        };
-        assert!(may_push(&Frame::message_stop(&m).encode()));
-        assert!(may_push(
-            &Frame::message(&m).in_lane("c", Some("t")).encode()
-        ));
-        assert!(!may_push(
-            &Frame::tool_end(0, "x", true, 0.1, "out").encode()
-        ));
-        assert!(!may_push(
-            &Frame::channel_deleted("c").reply_to(Some(3)).encode()
-        ));
     }
 }

@@ -153,14 +153,13 @@ pub async fn send_message(
         ts: ids::now_ms(),
         media,
     };
-    let mut echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-    if let Some(r) = req
+    let reply_to = req
         .reply_to
         .as_deref()
-        .filter(|r| crate::protocol::is_valid_id(r))
-    {
-        echo.payload["reply_to"] = serde_json::json!(r);
-    }
+        .filter(|r| crate::protocol::is_valid_id(r));
+    let echo = Frame::message(&message)
+        .with_reply_to(reply_to)
+        .in_lane(&lane.chat_id, lane.thread());
     changes.push(Change::PutMessage(lane.clone(), message.clone()));
     changes.push(Change::OutboxOf {
         message_id: message.message_id.clone(),

@@ -433,7 +433,22 @@ fn scope_id(
     }
 }
 
+/// The typed request of a frame whose header named `kind`, by family: frames without payload
+/// fields, the channel directory, media transfers, and the rest.
 fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, DecodeError> {
+    if let Some(request) = bare_request(kind) {
+        // Frames without payload fields are still read through serde_json once: the header
+        // decoder (serde-json-core) skips unknown fields leniently, so raw control characters
+        // or junk values in them would otherwise be accepted (found by fuzz/decode_frame).
+        well_formed(id, kind, text)?;
+        return Ok(request);
+    }
+    if kind.starts_with("channel.") {
+        return channel_request(id, kind, text);
+    }
+    if kind.starts_with("media.") {
+        return media_request(id, kind, text);
+    }
     Ok(match kind {
         "hello" => Request::Hello(payload(id, kind, text)?),
         "ping" => {
@@ -446,38 +461,6 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             }
         }
         "message.send" => Request::MessageSend(payload(id, kind, text)?),
-        "channel.create" => Request::ChannelCreate(payload(id, kind, text)?),
-        "channel.rename" => {
-            #[derive(Deserialize)]
-            struct Rename {
-                name: String,
-            }
-            Request::ChannelRename {
-                name: payload::<Rename>(id, kind, text)?.name,
-            }
-        }
-        // Frames without payload fields are still read through serde_json once: the header
-        // decoder (serde-json-core) skips unknown fields leniently, so raw control characters or
-        // junk values in them would otherwise be accepted (found by fuzz/decode_frame).
-        "channel.set_default" => {
-            well_formed(id, kind, text)?;
-            Request::ChannelSetDefault
-        }
-        "channel.favorite" => Request::ChannelFavorite {
-            on: payload::<Toggle>(id, kind, text)?.on,
-        },
-        "channel.icon" => Request::ChannelIcon(payload(id, kind, text)?),
-        "channel.set_automation" => Request::ChannelSetAutomation {
-            on: payload::<Toggle>(id, kind, text)?.on,
-        },
-        "channel.delete" => {
-            well_formed(id, kind, text)?;
-            Request::ChannelDelete
-        }
-        "channel.list" => {
-            well_formed(id, kind, text)?;
-            Request::ChannelList
-        }
         "sync" => {
             #[derive(Deserialize)]
             struct Sync {
@@ -489,10 +472,6 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             }
         }
         "history" => Request::History(payload(id, kind, text)?),
-        "commands.catalog" => {
-            well_formed(id, kind, text)?;
-            Request::CommandsCatalog
-        }
         "search" => Request::Search(payload(id, kind, text)?),
         "message.delete" => {
             #[derive(Deserialize)]
@@ -501,28 +480,6 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
             }
             Request::MessageDelete {
                 message_ids: payload::<Delete>(id, kind, text)?.message_ids,
-            }
-        }
-        "media.upload.start" => Request::MediaUploadStart(payload(id, kind, text)?),
-        "media.upload.end" => {
-            #[derive(Deserialize)]
-            struct End {
-                media_ref: String,
-                sha256: String,
-            }
-            let e: End = payload(id, kind, text)?;
-            Request::MediaUploadEnd {
-                media_ref: e.media_ref,
-                sha256: e.sha256,
-            }
-        }
-        "media.pull" => {
-            #[derive(Deserialize)]
-            struct Pull {
-                media_id: String,
-            }
-            Request::MediaPull {
-                media_id: payload::<Pull>(id, kind, text)?.media_id,
             }
         }
         "fcm.register" => {
@@ -551,19 +508,83 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 value: s.value,
             }
         }
-        "agent.stop" => {
-            well_formed(id, kind, text)?;
-            Request::AgentStop
-        }
-        other => {
-            let shown: String = other.chars().take(40).collect();
-            return Err(DecodeError::new(
-                id,
-                ErrorCode::Unsupported,
-                format!("unknown frame type `{shown}`"),
-            ));
-        }
+        other => return Err(unknown_type(id, other)),
     })
+}
+
+/// The requests that carry no payload fields: the type alone is the request.
+fn bare_request(kind: &str) -> Option<Request> {
+    Some(match kind {
+        "channel.set_default" => Request::ChannelSetDefault,
+        "channel.delete" => Request::ChannelDelete,
+        "channel.list" => Request::ChannelList,
+        "commands.catalog" => Request::CommandsCatalog,
+        "agent.stop" => Request::AgentStop,
+        _ => return None,
+    })
+}
+
+/// `channel.*` requests that carry payload fields (the bare ones are `bare_request`'s).
+fn channel_request(id: Option<i64>, kind: &str, text: &str) -> Result<Request, DecodeError> {
+    Ok(match kind {
+        "channel.create" => Request::ChannelCreate(payload(id, kind, text)?),
+        "channel.rename" => {
+            #[derive(Deserialize)]
+            struct Rename {
+                name: String,
+            }
+            Request::ChannelRename {
+                name: payload::<Rename>(id, kind, text)?.name,
+            }
+        }
+        "channel.favorite" => Request::ChannelFavorite {
+            on: payload::<Toggle>(id, kind, text)?.on,
+        },
+        "channel.icon" => Request::ChannelIcon(payload(id, kind, text)?),
+        "channel.set_automation" => Request::ChannelSetAutomation {
+            on: payload::<Toggle>(id, kind, text)?.on,
+        },
+        other => return Err(unknown_type(id, other)),
+    })
+}
+
+/// `media.*` requests: uploads and pulls.
+fn media_request(id: Option<i64>, kind: &str, text: &str) -> Result<Request, DecodeError> {
+    Ok(match kind {
+        "media.upload.start" => Request::MediaUploadStart(payload(id, kind, text)?),
+        "media.upload.end" => {
+            #[derive(Deserialize)]
+            struct End {
+                media_ref: String,
+                sha256: String,
+            }
+            let e: End = payload(id, kind, text)?;
+            Request::MediaUploadEnd {
+                media_ref: e.media_ref,
+                sha256: e.sha256,
+            }
+        }
+        "media.pull" => {
+            #[derive(Deserialize)]
+            struct Pull {
+                media_id: String,
+            }
+            Request::MediaPull {
+                media_id: payload::<Pull>(id, kind, text)?.media_id,
+            }
+        }
+        other => return Err(unknown_type(id, other)),
+    })
+}
+
+/// The refusal of a type this gateway does not know, quoting (the start of) the type.
+fn unknown_type(id: Option<i64>, kind: &str) -> DecodeError {
+    let shown: String = kind.chars().take(40).collect();
+    DecodeError::new(
+        id,
+        ErrorCode::Unsupported,
+        format!("unknown frame type `{shown}`"),
+    )
 }
 
 /// Checks the whole frame is well-formed JSON, allocating nothing (every value is skipped).

@@ -1,36 +1,28 @@
-//! Server→app frames: constructors for every frame this gateway sends, and their encoding.
+//! Server→app frames: the envelope, constructors for every frame this gateway sends, and the one
+//! place they are encoded.
 //!
 //! Every encoded frame starts with exactly `{"v":1,` and never carries `cursor`: the outbox stores
 //! that encoding once, and `with_cursor` splices the cursor in when `sync` replays it, so a replay
 //! costs no re-serialisation and live frames can never carry a cursor by accident.
+//!
+//! Payload keys are written sorted, at every depth: the encoder goes through `serde_json::Value`
+//! (whose maps are ordered), which is the order the wire has always had and the order stored
+//! outbox frames on disk already have.
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{Channel, ErrorCode, HealthState, HistoryMessage, ServerCaps, TodoItem};
+use super::payload::{MessagePayload, MessageStop, Notification, Payload};
+use super::{Channel, ErrorCode, HealthState, HistoryMessage, Role, ServerCaps, TodoItem};
 
-/// How a frame may be treated when a device's queue is under pressure (`reliability` in the
-/// schema). The class is a property of the frame type, so it is decided here, not by callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// Must reach the device or the device must be disconnected (it then catches up by `sync`).
-    NeverDropped,
-    /// A later frame with the same key supersedes an unsent earlier one (latest wins).
-    Coalescable,
-    /// Live-only state (typing, message.start, ...): delivered in order while the device keeps
-    /// up; a device that falls behind is disconnected like for never-dropped frames.
-    Ephemeral,
-}
-
-/// A server→app frame before encoding.
+/// A server→app frame before encoding: the envelope's routing fields and the typed payload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
-    pub kind: &'static str,
-    pub id: Option<i64>,
-    pub chat_id: Option<String>,
-    pub thread_id: Option<String>,
-    pub payload: Value,
+    id: Option<i64>,
+    chat_id: Option<String>,
+    thread_id: Option<String>,
+    payload: Payload,
 }
 
 #[derive(Serialize)]
@@ -44,15 +36,15 @@ struct Envelope<'a> {
     chat_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thread_id: Option<&'a str>,
-    payload: &'a Value,
+    payload: Value,
 }
 
 const ENCODED_PREFIX: &[u8] = br#"{"v":1,"#;
 
 impl Frame {
-    pub fn new(kind: &'static str, payload: Value) -> Frame {
+    /// A frame outside any lane and not answering a request; the builders below add those.
+    pub fn new(payload: Payload) -> Frame {
         Frame {
-            kind,
             id: None,
             chat_id: None,
             thread_id: None,
@@ -73,18 +65,46 @@ impl Frame {
         self
     }
 
-    pub fn delivery(&self) -> Delivery {
-        delivery_of(self.kind)
+    /// The message a `message` frame answers (the user's echo quoting an earlier message).
+    /// Other frame types have no such field, so for them this changes nothing.
+    pub fn with_reply_to(mut self, message_id: Option<&str>) -> Frame {
+        if let Payload::Message(m) = &mut self.payload {
+            m.reply_to = message_id.map(str::to_owned);
+        }
+        self
+    }
+
+    /// The frame's `type` on the wire.
+    pub fn kind(&self) -> &'static str {
+        self.payload.kind()
+    }
+
+    pub fn delivery(&self) -> super::Delivery {
+        self.payload.delivery()
+    }
+
+    pub fn payload(&self) -> &Payload {
+        &self.payload
+    }
+
+    /// The channel the frame is scoped to, if any.
+    pub fn chat_id(&self) -> Option<&str> {
+        self.chat_id.as_deref()
+    }
+
+    /// The thread inside `chat_id` the frame is scoped to, if any.
+    pub fn thread_id(&self) -> Option<&str> {
+        self.thread_id.as_deref()
     }
 
     pub fn encode(&self) -> Bytes {
         let env = Envelope {
             v: 1,
             id: self.id,
-            kind: self.kind,
+            kind: self.kind(),
             chat_id: self.chat_id.as_deref(),
             thread_id: self.thread_id.as_deref(),
-            payload: &self.payload,
+            payload: serde_json::to_value(&self.payload).expect("payloads serialise"),
         };
         let bytes = serde_json::to_vec(&env).expect("a Value always serialises");
         debug_assert!(bytes.starts_with(ENCODED_PREFIX));
@@ -92,15 +112,19 @@ impl Frame {
     }
 
     pub fn error(id: Option<i64>, code: ErrorCode, message: impl Into<String>) -> Frame {
-        Frame::new("error", json!({ "code": code, "message": message.into() })).reply_to(id)
+        Frame::new(Payload::Error {
+            code,
+            message: message.into(),
+        })
+        .reply_to(id)
     }
 
     pub fn pong(id: Option<i64>, ts: i64) -> Frame {
-        Frame::new("pong", json!({ "ts": ts })).reply_to(id)
+        Frame::new(Payload::Pong { ts }).reply_to(id)
     }
 
     pub fn status(state: HealthState) -> Frame {
-        Frame::new("status", json!({ "state": state }))
+        Frame::new(Payload::Status { state })
     }
 
     pub fn hello_ack(
@@ -110,86 +134,92 @@ impl Frame {
         last_pushed_cursor: u64,
         channels: &[Channel],
     ) -> Frame {
-        Frame::new(
-            "hello.ack",
-            json!({
-                "server_caps": caps,
-                "sync_cursor": sync_cursor,
-                "last_pushed_cursor": last_pushed_cursor,
-                "channels": channels,
-            }),
-        )
+        Frame::new(Payload::HelloAck {
+            server_caps: caps.clone(),
+            sync_cursor,
+            last_pushed_cursor,
+            channels: channels.to_vec(),
+        })
         .reply_to(id)
     }
 
     pub fn channel_list(id: Option<i64>, channels: &[Channel]) -> Frame {
-        Frame::new("channel.list", json!({ "channels": channels })).reply_to(id)
+        Frame::new(Payload::ChannelList {
+            channels: channels.to_vec(),
+        })
+        .reply_to(id)
     }
 
-    /// `channel.created` / `channel.renamed` carry the full entry as their payload.
+    /// `channel.created` / `channel.renamed`, named by their type: the hub decides which one a
+    /// directory change is in the same place it decides the change (`kind` is always one of the
+    /// two literals; anything else is a programming error).
     pub fn channel_entry(kind: &'static str, channel: &Channel) -> Frame {
-        Frame::new(
-            kind,
-            serde_json::to_value(channel).expect("channel serialises"),
-        )
+        match kind {
+            "channel.created" => Frame::new(Payload::ChannelCreated(channel.clone())),
+            "channel.renamed" => Frame::new(Payload::ChannelRenamed(channel.clone())),
+            other => panic!("channel_entry takes channel.created or channel.renamed, not {other}"),
+        }
     }
 
     pub fn channel_deleted(chat_id: &str) -> Frame {
-        Frame::new("channel.deleted", json!({ "chat_id": chat_id }))
+        Frame::new(Payload::ChannelDeleted {
+            chat_id: chat_id.to_owned(),
+        })
     }
 
     pub fn read_receipt(id: Option<i64>, message_id: &str) -> Frame {
-        Frame::new("read.receipt", json!({ "message_id": message_id })).reply_to(id)
+        Frame::new(Payload::ReadReceipt {
+            message_id: message_id.to_owned(),
+        })
+        .reply_to(id)
     }
 
     /// A final, standalone message (the user's echo, or an assistant message outside a stream).
     pub fn message(m: &HistoryMessage) -> Frame {
-        Frame::new(
-            "message",
-            serde_json::to_value(m).expect("message serialises"),
-        )
+        Frame::new(Payload::Message(MessagePayload {
+            message: m.clone(),
+            reply_to: None,
+        }))
     }
 
     pub fn typing(on: bool) -> Frame {
-        Frame::new("typing", json!({ "on": on }))
+        Frame::new(Payload::Typing { on })
     }
 
     pub fn message_start(message_id: &str) -> Frame {
-        Frame::new(
-            "message.start",
-            json!({ "message_id": message_id, "role": "assistant" }),
-        )
+        Frame::new(Payload::MessageStart {
+            message_id: message_id.to_owned(),
+            role: Role::Assistant,
+        })
     }
 
     pub fn message_update(message_id: &str, text: &str) -> Frame {
-        Frame::new(
-            "message.update",
-            json!({ "message_id": message_id, "text": text }),
-        )
+        Frame::new(Payload::MessageUpdate {
+            message_id: message_id.to_owned(),
+            text: text.to_owned(),
+        })
     }
 
     pub fn message_stop(m: &HistoryMessage) -> Frame {
-        let mut p = json!({ "message_id": m.message_id, "final_text": m.text, "ts": m.ts });
-        if let Some(r) = &m.reasoning {
-            p["reasoning"] = json!(r);
-        }
-        if let Some(model) = &m.model {
-            p["model"] = json!(model);
-        }
-        if let Some(t) = m.tokens {
-            p["tokens"] = json!(t);
-        }
-        p["runtime"] = json!(m.runtime.clone().unwrap_or_default());
-        Frame::new("message.stop", p)
+        Frame::new(Payload::MessageStop(MessageStop {
+            message_id: m.message_id.clone(),
+            final_text: m.text.clone(),
+            ts: m.ts,
+            reasoning: m.reasoning.clone(),
+            model: m.model.clone(),
+            tokens: m.tokens,
+            runtime: m.runtime.clone().unwrap_or_default(),
+        }))
     }
 
     pub fn commentary(message_id: &str, text: &str) -> Frame {
-        Frame::new(
-            "commentary",
-            json!({ "message_id": message_id, "text": text }),
-        )
+        Frame::new(Payload::Commentary {
+            message_id: message_id.to_owned(),
+            text: text.to_owned(),
+        })
     }
 
+    /// `args` stays JSON: it is the agent's own tool input, passed through as it came.
     pub fn tool_start(
         index: i64,
         name: &str,
@@ -197,18 +227,21 @@ impl Frame {
         args: &Value,
         emoji: Option<&str>,
     ) -> Frame {
-        let mut p = json!({ "index": index, "name": name, "preview": preview, "args": args });
-        if let Some(e) = emoji {
-            p["emoji"] = json!(e);
-        }
-        Frame::new("tool.start", p)
+        Frame::new(Payload::ToolStart {
+            index,
+            name: name.to_owned(),
+            preview: preview.to_owned(),
+            args: args.clone(),
+            emoji: emoji.map(str::to_owned),
+        })
     }
 
     pub fn tool_progress(index: i64, name: &str, note: &str) -> Frame {
-        Frame::new(
-            "tool.progress",
-            json!({ "index": index, "name": name, "note": note }),
-        )
+        Frame::new(Payload::ToolProgress {
+            index,
+            name: name.to_owned(),
+            note: note.to_owned(),
+        })
     }
 
     pub fn tool_end(
@@ -218,76 +251,87 @@ impl Frame {
         duration: f64,
         output_preview: &str,
     ) -> Frame {
-        Frame::new(
-            "tool.end",
-            json!({ "index": index, "name": name, "ok": ok, "duration": duration, "output_preview": output_preview }),
-        )
+        Frame::new(Payload::ToolEnd {
+            index,
+            name: name.to_owned(),
+            ok,
+            duration,
+            output_preview: output_preview.to_owned(),
+        })
     }
 
     /// A gateway notice for the phone's notification shade (`kind` from the schema's enum).
     pub fn notification(kind: &str, title: &str, body: &str, ts: i64) -> Frame {
-        Frame::new(
-            "notification",
-            json!({ "kind": kind, "title": title, "body": body, "ts": ts }),
-        )
+        Frame::new(Payload::Notification(Notification {
+            kind: kind.to_owned(),
+            title: title.to_owned(),
+            body: body.to_owned(),
+            ts,
+        }))
     }
 
-    /// The answer to `commands.catalog`: `commands` is the list of catalog entries.
+    /// The answer to `commands.catalog`: `commands` is the list of catalog entries, which the
+    /// hub's command table builds as JSON.
     pub fn commands_catalog(id: Option<i64>, commands: Value) -> Frame {
-        Frame::new("commands.catalog", json!({ "commands": commands })).reply_to(id)
+        Frame::new(Payload::CommandsCatalog { commands }).reply_to(id)
     }
 
     /// A finite-choice prompt; `choices` holds `{value, label, is_current}` objects.
     pub fn picker_choice(picker_id: &str, title: &str, choices: Value) -> Frame {
-        Frame::new(
-            "picker.choice",
-            json!({ "picker_id": picker_id, "title": title, "choices": choices }),
-        )
+        Frame::new(Payload::PickerChoice {
+            picker_id: picker_id.to_owned(),
+            title: title.to_owned(),
+            choices,
+        })
     }
 
     pub fn todo_update(todos: &[TodoItem]) -> Frame {
-        Frame::new("todo.update", json!({ "todos": todos }))
+        Frame::new(Payload::TodoUpdate {
+            todos: todos.to_vec(),
+        })
     }
 
     pub fn media_upload_ack(id: Option<i64>, ok: bool, media_ref: &str) -> Frame {
-        Frame::new(
-            "media.upload.ack",
-            json!({ "ok": ok, "media_ref": media_ref }),
-        )
+        Frame::new(Payload::MediaUploadAck {
+            ok,
+            media_ref: media_ref.to_owned(),
+        })
         .reply_to(id)
     }
 
     pub fn media_pull_end(id: Option<i64>, ok: bool) -> Frame {
-        Frame::new("media.pull.end", json!({ "ok": ok })).reply_to(id)
+        Frame::new(Payload::MediaPullEnd { ok }).reply_to(id)
     }
 
     /// Agent-sent media: the payload is the media_ref with `message_id` tying it to the reply.
     pub fn media_offer(media: &super::MediaRef) -> Frame {
-        Frame::new(
-            "media.offer",
-            serde_json::to_value(media).expect("media serialises"),
-        )
+        Frame::new(Payload::MediaOffer(media.clone()))
     }
 
     pub fn message_deleted(id: Option<i64>, message_ids: &[String]) -> Frame {
-        Frame::new("message.deleted", json!({ "message_ids": message_ids })).reply_to(id)
+        Frame::new(Payload::MessageDeleted {
+            message_ids: message_ids.to_vec(),
+        })
+        .reply_to(id)
     }
 
+    /// `hits` are the search rows as the hub shapes them (JSON objects of the schema's hit).
     pub fn search_results(
         id: Option<i64>,
         query: &str,
         scope: super::SearchScope,
         hits: Value,
     ) -> Frame {
-        Frame::new(
-            "search.results",
-            json!({ "query": query, "scope": scope, "hits": hits }),
-        )
+        Frame::new(Payload::SearchResults {
+            query: query.to_owned(),
+            scope,
+            hits,
+        })
         .reply_to(id)
     }
 
     pub fn sync_done(id: Option<i64>, cursor: u64) -> Frame {
-        Frame::new("sync.done", json!({ "cursor": cursor })).reply_to(id)
+        Frame::new(Payload::SyncDone { cursor }).reply_to(id)
     }
 
     pub fn history(
@@ -296,36 +340,24 @@ impl Frame {
         has_more: bool,
         oldest_message_id: Option<&str>,
     ) -> Frame {
-        let mut p = json!({ "messages": messages, "has_more": has_more });
         // v1's `history` knows only `user` and `assistant`: the gateway's own notices and
         // automation posts (`system`, `cron` in live `message` frames) page in as `assistant`.
-        if let Some(list) = p["messages"].as_array_mut() {
-            for m in list {
-                if m["role"] != "user" {
-                    m["role"] = json!("assistant");
-                }
-            }
-        }
-        if let Some(o) = oldest_message_id {
-            p["oldest_message_id"] = json!(o);
-        }
-        Frame::new("history", p).reply_to(id)
-    }
-}
-
-/// The delivery class of a frame type, from the schema's `reliability` section.
-pub fn delivery_of(kind: &str) -> Delivery {
-    match kind {
-        "message.update" | "tool.progress" => Delivery::Coalescable,
-        "message" | "message.stop" | "message.deleted" | "tool.end" | "notification"
-        | "search.results" | "error" => Delivery::NeverDropped,
-        k if k.starts_with("channel.") => Delivery::NeverDropped,
-        // Replies to a request are never dropped on their connection either.
-        "hello.ack" | "history" | "sync.done" | "pong" | "read.receipt" | "media.offer"
-        | "media.upload.ack" | "media.pull.end" | "commands.catalog" | "picker.choice" => {
-            Delivery::NeverDropped
-        }
-        _ => Delivery::Ephemeral,
+        let messages = messages
+            .iter()
+            .map(|m| HistoryMessage {
+                role: match m.role {
+                    Role::User => Role::User,
+                    Role::Assistant | Role::System | Role::Cron => Role::Assistant,
+                },
+                ..m.clone()
+            })
+            .collect();
+        Frame::new(Payload::History {
+            messages,
+            has_more,
+            oldest_message_id: oldest_message_id.map(str::to_owned),
+        })
+        .reply_to(id)
     }
 }
 
@@ -343,6 +375,7 @@ pub fn with_cursor(encoded: &[u8], cursor: u64) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Delivery;
 
     #[test]
     fn encodes_the_envelope_first_and_splices_cursor() {
@@ -363,9 +396,25 @@ mod tests {
 
     #[test]
     fn delivery_classes_follow_the_schema() {
-        assert_eq!(delivery_of("message.update"), Delivery::Coalescable);
-        assert_eq!(delivery_of("channel.renamed"), Delivery::NeverDropped);
-        assert_eq!(delivery_of("tool.end"), Delivery::NeverDropped);
-        assert_eq!(delivery_of("typing"), Delivery::Ephemeral);
+        let m = |f: Frame| f.delivery();
+        assert_eq!(m(Frame::message_update("m", "t")), Delivery::Coalescable);
+        assert_eq!(m(Frame::tool_progress(0, "x", "n")), Delivery::Coalescable);
+        let c = Channel::new(
+            "c".into(),
+            "C".into(),
+            super::super::ChannelKind::Channel,
+            None,
+        );
+        assert_eq!(
+            m(Frame::channel_entry("channel.renamed", &c)),
+            Delivery::NeverDropped
+        );
+        assert_eq!(m(Frame::channel_deleted("c")), Delivery::NeverDropped);
+        assert_eq!(
+            m(Frame::tool_end(0, "x", true, 0.1, "o")),
+            Delivery::NeverDropped
+        );
+        assert_eq!(m(Frame::typing(true)), Delivery::Ephemeral);
+        assert_eq!(m(Frame::status(HealthState::Online)), Delivery::Ephemeral);
     }
 }

@@ -6,14 +6,20 @@
 
 mod decode;
 mod encode;
+#[cfg(test)]
+mod encode_pins;
 pub mod fit;
+mod payload;
+mod push_note;
 mod types;
 
 pub use decode::{
     decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest, MessageSend,
     Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
 };
-pub use encode::{with_cursor, Delivery, Frame};
+pub use encode::{with_cursor, Frame};
+pub use payload::{Delivery, MessagePayload, MessageStop, Notification, Payload};
+pub use push_note::{decode_pushable, PushNote};
 pub use types::*;
 
 /// The only protocol version this gateway speaks; a frame with any other `v` is refused.

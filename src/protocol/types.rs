@@ -166,7 +166,7 @@ pub enum HealthState {
 }
 
 /// `hello.ack.server_caps`: must tell the truth about what this build implements.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServerCaps {
     pub streaming: bool,
     pub reasoning: bool,
