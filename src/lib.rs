@@ -21,6 +21,7 @@ pub mod hub;
 pub mod ids;
 pub mod logring;
 pub mod media;
+pub mod outlet;
 pub mod pairing;
 pub mod protocol;
 pub mod push;

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use iris_gateway::connection::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
+use iris_gateway::outlet::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
 use iris_gateway::protocol::Delivery;
 use proptest::prelude::*;
 use tokio_tungstenite::tungstenite::Utf8Bytes;

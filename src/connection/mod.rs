@@ -8,180 +8,47 @@
 
 mod admit;
 pub mod http;
-mod queue;
 mod upload;
 mod violation;
 
-use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info, warn};
 
 pub use admit::{address_key, Admission, Admitted};
 pub use http::serve;
-pub use queue::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
 
 use crate::hub::Hub;
-use crate::protocol::{decode_request, Delivery, ErrorCode, Frame, Request};
+use crate::outlet::{encode_text, CloseReason, FrameText, Outbound, Outlet};
+use crate::protocol::{decode_request, ErrorCode, Frame, Request};
 
 /// tungstenite's own buffers; its 128 KiB defaults would cost ~13 MB for 100 idle phones.
 const SOCKET_BUFFER_BYTES: usize = 4096;
 /// How long a closing connection may take to flush what it still has queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Identifies a live connection inside the hub.
-pub type ConnId = u64;
-
-/// Whether outboxed frames published by the hub go into this connection's queue (`Live`) or are
-/// left for the running `sync` replay to read from the store (`CatchingUp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Live,
-    CatchingUp,
-}
-
-/// Why and how a connection ends, as its close frame will say.
-#[derive(Debug, Clone)]
-pub struct Closing {
-    pub code: CloseCode,
-    pub reason: &'static str,
-    /// Send what is queued first (shutdown, revocation) or drop it (a reader too slow to drain).
-    pub drain: bool,
-}
-
-/// The hub's handle on a connection: where frames for it go.
-pub struct Outlet {
-    pub conn_id: ConnId,
-    pub device_id: String,
-    queue: RefCell<OutQueue>,
-    mode: Cell<Mode>,
-    closing: RefCell<Option<Closing>>,
-    /// Wakes the writer: something was queued or closing was requested.
-    wake: Notify,
-    /// Wakes the reader (and a writer stuck on a stalled socket) when closing is requested.
-    closed: Notify,
-}
-
-impl Outlet {
-    fn new(conn_id: ConnId, device_id: String) -> Outlet {
-        Outlet {
-            conn_id,
-            device_id,
-            queue: RefCell::new(OutQueue::default()),
-            mode: Cell::new(Mode::Live),
-            closing: RefCell::new(None),
-            wake: Notify::new(),
-            closed: Notify::new(),
-        }
+/// The close code a reason is told with (RFC 6455 §7.4): the outlet says why, the socket says
+/// it in WebSocket terms.
+fn close_code(reason: CloseReason) -> CloseCode {
+    match reason {
+        CloseReason::Bye => CloseCode::Normal,
+        CloseReason::Revoked | CloseReason::RateLimited => CloseCode::Policy,
+        CloseReason::Restarting => CloseCode::Restart,
+        CloseReason::SlowConsumer => CloseCode::Again,
+        CloseReason::FrameTooLarge => CloseCode::Size,
+        CloseReason::SendFailed => CloseCode::Error,
+        CloseReason::InvalidUtf8 => CloseCode::Invalid,
+        CloseReason::ProtocolViolation => CloseCode::Protocol,
     }
-
-    /// Queues one encoded frame. A queue that cannot take a never-dropped frame closes the
-    /// connection (the device will `sync`), rather than losing the frame.
-    pub fn push(&self, text: &Utf8Bytes, delivery: Delivery, key: Option<u64>) {
-        if self.is_closing() {
-            return;
-        }
-        let pushed = self
-            .queue
-            .borrow_mut()
-            .push_frame(text.clone(), delivery, key);
-        self.after_push(pushed);
-    }
-
-    pub fn push_frame(&self, frame: &Frame) {
-        let text = encode_text(frame.encode());
-        self.push(&text, frame.delivery(), None);
-    }
-
-    /// Queues a media pull; its binary frames go out when the writer reaches it, in order with
-    /// everything else, so a client knows the binary frames after its `media.pull` and before
-    /// the matching `media.pull.end` are that file's bytes.
-    pub fn push_pull(&self, path: std::path::PathBuf, id: Option<i64>) {
-        let pushed = self.queue.borrow_mut().push(Outbound::Pull { path, id });
-        self.after_push(pushed);
-    }
-
-    pub fn push_replay(&self, cursor: u64, id: Option<i64>) {
-        self.mode.set(Mode::CatchingUp);
-        let pushed = self
-            .queue
-            .borrow_mut()
-            .push(Outbound::Replay { cursor, id });
-        self.after_push(pushed);
-    }
-
-    fn after_push(&self, pushed: Pushed) {
-        match pushed {
-            Pushed::Queued | Pushed::Coalesced => self.wake.notify_one(),
-            Pushed::Overflow => {
-                warn!(conn = self.conn_id, device = %self.device_id, "device is not reading fast enough; disconnecting it (it will catch up with sync)");
-                self.close(Closing {
-                    code: CloseCode::Again,
-                    reason: "too slow: reconnect and sync",
-                    drain: false,
-                });
-            }
-        }
-    }
-
-    pub fn mode(&self) -> Mode {
-        self.mode.get()
-    }
-
-    pub fn set_live(&self) {
-        self.mode.set(Mode::Live);
-    }
-
-    pub fn coalesced(&self) -> u64 {
-        self.queue.borrow().coalesced
-    }
-
-    /// Asks the writer to close the socket; the first reason wins.
-    pub fn close(&self, closing: Closing) {
-        let mut c = self.closing.borrow_mut();
-        if c.is_none() {
-            *c = Some(closing);
-        }
-        drop(c);
-        self.wake.notify_one();
-        self.closed.notify_waiters();
-    }
-
-    /// Resolves once closing has been requested.
-    pub async fn wait_closing(&self) {
-        loop {
-            let notified = self.closed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_closing() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    fn must_abort(&self) -> bool {
-        matches!(&*self.closing.borrow(), Some(c) if !c.drain)
-    }
-
-    pub fn is_closing(&self) -> bool {
-        self.closing.borrow().is_some()
-    }
-}
-
-/// Turns an encoded frame into the WebSocket text type once, so fan-out shares one buffer.
-pub fn encode_text(bytes: Bytes) -> Utf8Bytes {
-    Utf8Bytes::try_from(bytes).expect("serde_json writes UTF-8")
 }
 
 /// `max_frame_bytes` bounds what is read; the write buffer must hold the largest frame written
@@ -209,11 +76,7 @@ async fn session(hub: Rc<Hub>, mut ws: Ws, peer: SocketAddr, deadline: tokio::ti
     let writer = tokio::task::spawn_local(write_loop(hub.clone(), outlet.clone(), sink));
     read_loop(&hub, &outlet, stream).await;
     hub.detach(outlet.conn_id);
-    outlet.close(Closing {
-        code: CloseCode::Normal,
-        reason: "bye",
-        drain: true,
-    });
+    outlet.close(CloseReason::Bye);
     let mut writer = writer;
     if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer)
         .await
@@ -246,10 +109,11 @@ async fn hello_gate(
             return None;
         }
         Ok(Some(Err(e))) => {
-            if let Some((code, reason, message)) = violation::violation(&e) {
+            if let Some((reason, message)) = violation::violation(&e) {
+                let code = close_code(reason);
                 info!(%peer, "closing before hello with {}: {e}", u16::from(code));
                 let e = refuse(None, ErrorCode::Unsupported, message);
-                close_with(ws, e, code, reason).await;
+                close_with(ws, e, code, reason.text()).await;
             }
             return None;
         }
@@ -413,22 +277,14 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                     ErrorCode::Unsupported,
                     format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
                 ));
-                outlet.close(Closing {
-                    code: CloseCode::Size,
-                    reason: "frame too large",
-                    drain: true,
-                });
+                outlet.close(CloseReason::FrameTooLarge);
                 return;
             }
             Some(Err(e)) => {
-                if let Some((code, reason, message)) = violation::violation(&e) {
-                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(code));
+                if let Some((reason, message)) = violation::violation(&e) {
+                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(close_code(reason)));
                     outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
-                    outlet.close(Closing {
-                        code,
-                        reason,
-                        drain: true,
-                    });
+                    outlet.close(reason);
                 } else {
                     debug!(conn = outlet.conn_id, "read error: {e}");
                 }
@@ -481,11 +337,7 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                         limits.bytes_per_second, limits.byte_burst
                     ),
                 ));
-                outlet.close(Closing {
-                    code: CloseCode::Policy,
-                    reason: "rate limited",
-                    drain: true,
-                });
+                outlet.close(CloseReason::RateLimited);
                 return;
             }
             outlet.push_frame(&Frame::error(
@@ -535,7 +387,7 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
         if outlet.must_abort() {
             break;
         }
-        let item = outlet.queue.borrow_mut().pop();
+        let item = outlet.pop();
         match item {
             Some(Outbound::Frame { text, .. }) => {
                 if send_text(&outlet, &mut sink, text, max_out).await.is_err() {
@@ -559,20 +411,19 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
                 if outlet.is_closing() {
                     break;
                 }
-                outlet.wake.notified().await;
+                outlet.woken().await;
             }
         }
     }
     // An aborted send leaves its frame in tungstenite's buffer; the close frame queues behind
     // it, so a device that resumes reading within the timeout still learns why (1013) instead
     // of seeing a bare reset. A socket that failed outright has no closing reason set.
-    let closing = outlet.closing.borrow().clone();
-    if let Some(c) = closing {
+    if let Some(reason) = outlet.closing() {
         let _ = tokio::time::timeout(
             DRAIN_TIMEOUT,
             sink.send(Message::Close(Some(CloseFrame {
-                code: c.code,
-                reason: c.reason.into(),
+                code: close_code(reason),
+                reason: reason.text().into(),
             }))),
         )
         .await;
@@ -601,7 +452,7 @@ fn frame_kind(text: &str) -> String {
 async fn send_text(
     outlet: &Outlet,
     sink: &mut WsSink,
-    text: Utf8Bytes,
+    text: FrameText,
     max_out: usize,
 ) -> Result<(), ()> {
     if text.len() <= max_out {
@@ -617,11 +468,7 @@ async fn send_text(
         None => {
             warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = text.len(), max = max_out,
                 "frame over limits.max_out_frame_bytes cannot be cut to fit; closing the connection");
-            outlet.close(Closing {
-                code: CloseCode::Error,
-                reason: "a frame could not be sent",
-                drain: false,
-            });
+            outlet.close(CloseReason::SendFailed);
             Err(())
         }
     }
@@ -667,11 +514,7 @@ async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Resu
         }
         Err(e) => {
             warn!(conn = outlet.conn_id, device = %outlet.device_id, kind = kind(), bytes = size, "could not write a frame: {e}; closing the connection");
-            outlet.close(Closing {
-                code: CloseCode::Error,
-                reason: "a frame could not be sent",
-                drain: false,
-            });
+            outlet.close(CloseReason::SendFailed);
             Err(())
         }
     }

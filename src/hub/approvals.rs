@@ -20,8 +20,8 @@ use tracing::{info, warn};
 
 use super::{Hub, Refusal};
 use crate::agent::ApprovalRequest;
-use crate::connection::Outlet;
 use crate::ids;
+use crate::outlet::Outlet;
 use crate::protocol::{fit, ErrorCode, Frame, Lane};
 use crate::store::{ApprovalRecord, Change};
 

@@ -26,10 +26,46 @@ use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
 use super::{CommitError, Hub};
-use crate::connection::http::HookError;
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::store::Change;
+
+/// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
+/// picks it), and the automation that refuses it owns the type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
+pub enum HookError {
+    /// 404: no `[[webhook]]` has this name.
+    NotFound,
+    /// 401: the `Authorization: Bearer` token is missing or wrong.
+    Unauthorized,
+    /// 413: the body (or its text) is over its limit.
+    TooLarge(String),
+    /// 429: over `limits.webhooks_per_minute`; retry after this many seconds.
+    RateLimited { retry_after_secs: u64 },
+    /// 400: the body is not usable (not UTF-8, bad JSON, empty text).
+    BadRequest(String),
+    /// 503: the gateway cannot post it now (storage failing, the channel unusable).
+    Unavailable(String),
+}
+
+impl HookError {
+    /// The plain-text body of the refusal.
+    pub fn message(&self) -> String {
+        match self {
+            HookError::NotFound => "no such webhook".into(),
+            HookError::Unauthorized => {
+                "missing or wrong token: send Authorization: Bearer <the webhook's token>".into()
+            }
+            HookError::RateLimited { retry_after_secs } => format!(
+                "too many webhook requests (limits.webhooks_per_minute); retry in {retry_after_secs} s"
+            ),
+            HookError::TooLarge(m) | HookError::BadRequest(m) | HookError::Unavailable(m) => {
+                m.clone()
+            }
+        }
+    }
+}
 
 /// Shortest webhook token accepted (config validation checks inline tokens; files are checked
 /// when they are read, at start).

@@ -9,8 +9,8 @@ use std::rc::Rc;
 use base64::Engine;
 
 use super::{Hub, Origin, Refusal};
-use crate::connection::ConnId;
 use crate::ids;
+use crate::outlet::ConnId;
 use crate::protocol::{
     is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, ErrorCode, Frame,
     Lane, Request,

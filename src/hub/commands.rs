@@ -18,8 +18,8 @@ use tracing::warn;
 
 use super::{Hub, Refusal};
 use crate::agent::AgentSettings;
-use crate::connection::Outlet;
 use crate::ids;
+use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, Role};
 use crate::store::Change;
 

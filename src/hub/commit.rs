@@ -9,11 +9,10 @@
 use std::rc::Rc;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::warn;
 
 use super::Hub;
-use crate::connection::{encode_text, ConnId, Mode};
+use crate::outlet::{encode_text, ConnId, FrameText, Mode};
 use crate::protocol::Frame;
 use crate::store::Change;
 
@@ -68,7 +67,7 @@ impl Hub {
     fn publish(
         &self,
         cursor: u64,
-        text: &Utf8Bytes,
+        text: &FrameText,
         delivery_for_origin: Option<(ConnId, &Frame)>,
     ) {
         let outlets: Vec<_> = {

@@ -29,19 +29,18 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, Semaphore};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::{info, warn};
 
 /// For the fuzz targets: the webhook body parser is pure.
-pub use automation::parse_webhook_body;
+pub use automation::{parse_webhook_body, HookError};
 pub use commit::{CommitError, Origin};
 
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
-use crate::connection::{encode_text, Closing, ConnId, Outlet};
 use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
+use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
 use crate::protocol::fit::{self, OutBudget};
 use crate::protocol::{
     Channel, ErrorCode, Frame, HealthState, Hello, HistoryRequest, Lane, Request, RequestFrame,
@@ -698,11 +697,7 @@ impl Hub {
                 ErrorCode::Auth,
                 "this device was revoked",
             ));
-            o.close(Closing {
-                code: CloseCode::Policy,
-                reason: "device revoked",
-                drain: true,
-            });
+            o.close(CloseReason::Revoked);
         }
         if existed {
             info!(device = %device_id, "revoked a device");
@@ -717,11 +712,7 @@ impl Hub {
         self.broadcast(&Frame::status(HealthState::Restarting), None);
         let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
         for o in outlets {
-            o.close(Closing {
-                code: CloseCode::Restart,
-                reason: "gateway restarting",
-                drain: true,
-            });
+            o.close(CloseReason::Restarting);
         }
     }
 

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 
 use super::{Hub, Origin, Refusal};
-use crate::connection::Outlet;
+use crate::outlet::Outlet;
 use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
 use crate::store::Change;

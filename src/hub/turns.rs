@@ -16,8 +16,8 @@ use super::{channels, coalesce_key, Hub, Origin, Refusal};
 use crate::agent::{
     AgentError, AgentEvent, PastMessage, Recovery, RunState, TurnInput, TurnSummary,
 };
-use crate::connection::Outlet;
 use crate::ids;
+use crate::outlet::Outlet;
 use crate::protocol::fit;
 use crate::protocol::{
     ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
