@@ -133,7 +133,7 @@ pub async fn run(
     let closed = hub
         .close_interrupted_turns()
         .await
-        .map_err(|e| RunError::Recover(e.0))?;
+        .map_err(|e| RunError::Recover(e.to_string()))?;
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }

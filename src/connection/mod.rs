@@ -152,9 +152,9 @@ async fn hello_gate(
             hub.attach(&outlet, frame.id);
             Some(outlet)
         }
-        Err((code, message)) => {
-            info!(%peer, "hello refused: {message}");
-            let e = refuse(frame.id, code, message);
+        Err(refused) => {
+            info!(%peer, "hello refused: {}", refused.message);
+            let e = refuse(frame.id, refused.code, refused.message);
             close_with(ws, e, CloseCode::Policy, "hello refused").await;
             None
         }

@@ -175,7 +175,7 @@ pub(super) async fn select(
     let value = value.trim().to_ascii_lowercase();
     let record = hub.state.borrow_mut().approvals.remove(picker_id);
     let Some(record) = record else {
-        return Err((ErrorCode::NotFound, NOT_OPEN.to_owned()));
+        return Err(Refusal::not_found(NOT_OPEN));
     };
     let offered = values(&record.request);
     if !offered.contains(&value.as_str()) {
@@ -192,7 +192,7 @@ pub(super) async fn select(
             .borrow_mut()
             .approvals
             .insert(picker_id.to_owned(), record);
-        return Err((ErrorCode::Unsupported, why));
+        return Err(Refusal::unsupported(why));
     }
     let who = hub
         .store
@@ -239,7 +239,7 @@ pub(super) async fn select(
             // Hermes had already stopped waiting (timeout, or the run is over).
             forget(hub, &record).await;
             super::commands::post_system(hub, &lane, not_in_time(&command)).await;
-            Err((ErrorCode::NotFound, NOT_OPEN.to_owned()))
+            Err(Refusal::not_found(NOT_OPEN))
         }
         Err(e) => {
             // Not delivered: the request stays open for another try.
@@ -247,7 +247,7 @@ pub(super) async fn select(
                 .borrow_mut()
                 .approvals
                 .insert(picker_id.to_owned(), record);
-            Err((
+            Err(Refusal::new(
                 ErrorCode::Internal,
                 format!(
                     "could not give Hermes the answer ({e}); the request is still open, try again"

@@ -12,8 +12,7 @@ use super::{Hub, Origin, Refusal};
 use crate::ids;
 use crate::outlet::ConnId;
 use crate::protocol::{
-    is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, ErrorCode, Frame,
-    Lane, Request,
+    is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, Frame, Lane, Request,
 };
 use crate::store::Change;
 
@@ -28,10 +27,7 @@ pub async fn handle(
         return create(hub, conn, id, target, c).await;
     }
     let target = target.ok_or_else(|| {
-        (
-            ErrorCode::NotFound,
-            "this request needs the channel's chat_id in the envelope".to_owned(),
-        )
+        Refusal::not_found("this request needs the channel's chat_id in the envelope")
     })?;
     let mut entry = hub.channel(&target)?;
     match request {
@@ -49,33 +45,28 @@ pub async fn handle(
         }
         Request::ChannelSetAutomation { on } => {
             if entry.is_default {
-                return Err((
-                    ErrorCode::NotFound,
-                    "the default channel cannot be an automation channel".into(),
+                return Err(Refusal::not_found(
+                    "the default channel cannot be an automation channel",
                 ));
             }
             if entry.is_thread() {
-                return Err((
-                    ErrorCode::Unsupported,
-                    "a thread cannot be an automation channel; mark its parent channel".into(),
+                return Err(Refusal::unsupported(
+                    "a thread cannot be an automation channel; mark its parent channel",
                 ));
             }
             if on && !entry.automation {
                 let threads = hub
                     .store
                     .channels()
-                    .map_err(super::internal)?
+                    .map_err(Refusal::internal)?
                     .iter()
                     .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str()))
                     .count();
                 if threads > 0 {
-                    return Err((
-                        ErrorCode::Unsupported,
-                        format!(
-                            "this channel has {threads} thread(s), and an automation channel has \
+                    return Err(Refusal::unsupported(format!(
+                        "this channel has {threads} thread(s), and an automation channel has \
                              none: delete its threads first"
-                        ),
-                    ));
+                    )));
                 }
             }
             entry.automation = on;
@@ -91,23 +82,19 @@ fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
     let name = name.trim();
     let max = hub.limits().max_name_chars;
     if is_blank(name) {
-        return Err((
-            ErrorCode::Unsupported,
+        return Err(Refusal::unsupported(
             "a channel name cannot be empty (spaces and invisible characters such as U+200B \
-             do not count)"
-                .into(),
+             do not count)",
         ));
     }
     if name.chars().count() > max {
-        return Err((
-            ErrorCode::Unsupported,
-            format!("a channel name is at most {max} characters (limits.max_name_chars)"),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "a channel name is at most {max} characters (limits.max_name_chars)"
+        )));
     }
     if name.chars().any(char::is_control) {
-        return Err((
-            ErrorCode::Unsupported,
-            "a channel name cannot contain control characters".into(),
+        return Err(Refusal::unsupported(
+            "a channel name cannot contain control characters",
         ));
     }
     Ok(name.to_owned())
@@ -161,35 +148,23 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
         let max = hub.limits().max_icon_bytes;
         // Base64 is 4/3 of the bytes: refuse before decoding anything oversized.
         if icon.len() > max / 3 * 4 + 4 {
-            return Err((
-                ErrorCode::Unsupported,
-                format!("the icon is over {max} bytes (limits.max_icon_bytes)"),
-            ));
+            return Err(Refusal::unsupported(format!(
+                "the icon is over {max} bytes (limits.max_icon_bytes)"
+            )));
         }
         let raw = base64::engine::general_purpose::STANDARD
             .decode(icon.trim())
-            .map_err(|e| {
-                (
-                    ErrorCode::Unsupported,
-                    format!("the icon is not valid base64: {e}"),
-                )
-            })?;
+            .map_err(|e| Refusal::unsupported(format!("the icon is not valid base64: {e}")))?;
         if raw.len() > max {
-            return Err((
-                ErrorCode::Unsupported,
-                format!(
-                    "the icon is {} bytes, over {max} (limits.max_icon_bytes)",
-                    raw.len()
-                ),
-            ));
+            return Err(Refusal::unsupported(format!(
+                "the icon is {} bytes, over {max} (limits.max_icon_bytes)",
+                raw.len()
+            )));
         }
         let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
         let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
         if !(is_png || is_jpeg) {
-            return Err((
-                ErrorCode::Unsupported,
-                "the icon must be a PNG or JPEG image".into(),
-            ));
+            return Err(Refusal::unsupported("the icon must be a PNG or JPEG image"));
         }
     }
     if let Some(color) = &req.color {
@@ -197,13 +172,10 @@ fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refu
             && color.starts_with('#')
             && color[1..].bytes().all(|b| b.is_ascii_hexdigit());
         if !ok {
-            return Err((
-                ErrorCode::Unsupported,
-                format!(
-                    "color must look like #RRGGBB (got `{}`)",
-                    color.chars().take(16).collect::<String>()
-                ),
-            ));
+            return Err(Refusal::unsupported(format!(
+                "color must look like #RRGGBB (got `{}`)",
+                color.chars().take(16).collect::<String>()
+            )));
         }
     }
     entry.icon = req.icon;
@@ -223,7 +195,7 @@ fn directory_bytes(channels: &[Channel]) -> usize {
 /// much they take. A change that does not grow an over-full directory (one from before this
 /// limit) is always allowed, so it can be brought back under.
 pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refusal> {
-    let mut all = hub.store.channels().map_err(super::internal)?;
+    let mut all = hub.store.channels().map_err(Refusal::internal)?;
     let before = directory_bytes(&all);
     for c in changed {
         match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
@@ -241,15 +213,12 @@ pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refus
         .filter_map(|c| c.icon.as_ref())
         .map(String::len)
         .sum();
-    Err((
-        ErrorCode::Unsupported,
-        format!(
+    Err(Refusal::unsupported(format!(
             "the channel directory would take {after} bytes; it is sent whole in hello.ack and must fit {budget} \
              (limits.max_out_frame_bytes less {reserve} for the rest of the frame); icons take {icons} of it: \
              use a smaller icon or clear another channel's icon",
             reserve = crate::protocol::fit::OUT_RESERVE,
-        ),
-    ))
+        )))
 }
 
 /// The directory as it is sent. One stored before the directory limit existed may be over it:
@@ -320,7 +289,7 @@ async fn commit(
     )
     .await
     .map(|_| ())
-    .map_err(|e| (ErrorCode::Internal, e.0))
+    .map_err(Refusal::from)
 }
 
 async fn create(
@@ -331,43 +300,30 @@ async fn create(
     req: ChannelCreate,
 ) -> Result<(), Refusal> {
     let name = valid_name(hub, &req.name)?;
-    let all = hub.store.channels().map_err(super::internal)?;
+    let all = hub.store.channels().map_err(Refusal::internal)?;
     let max = hub.limits().max_channels;
     if all.len() >= max {
-        return Err((
-            ErrorCode::RateLimited,
-            format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first"),
-        ));
+        return Err(Refusal::rate_limited(format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first")));
     }
     let wants_thread = req.kind == Some(CreateKind::Thread) || req.parent_chat_id.is_some();
     let entry = if wants_thread {
         let parent_id = req.parent_chat_id.or(envelope_chat).ok_or_else(|| {
-            (
-                ErrorCode::NotFound,
-                "a thread needs parent_chat_id (the channel it belongs to)".to_owned(),
-            )
+            Refusal::not_found("a thread needs parent_chat_id (the channel it belongs to)")
         })?;
         if !is_valid_id(&parent_id) {
-            return Err((
-                ErrorCode::NotFound,
-                format!(
-                    "no channel `{}`",
-                    parent_id.chars().take(64).collect::<String>()
-                ),
-            ));
+            return Err(Refusal::not_found(format!(
+                "no channel `{}`",
+                parent_id.chars().take(64).collect::<String>()
+            )));
         }
         let parent = hub.channel(&parent_id)?;
         if parent.is_thread() {
-            return Err((
-                ErrorCode::Unsupported,
-                "threads cannot nest: use the parent channel as parent_chat_id".into(),
+            return Err(Refusal::unsupported(
+                "threads cannot nest: use the parent channel as parent_chat_id",
             ));
         }
         if parent.automation {
-            return Err((
-                ErrorCode::Unsupported,
-                "an automation channel has no threads".into(),
-            ));
+            return Err(Refusal::unsupported("an automation channel has no threads"));
         }
         new_thread(&parent_id, name, false)
     } else {
@@ -413,15 +369,13 @@ async fn set_default(
     mut entry: Channel,
 ) -> Result<(), Refusal> {
     if entry.is_thread() {
-        return Err((
-            ErrorCode::Unsupported,
-            "a thread cannot be the default channel".into(),
+        return Err(Refusal::unsupported(
+            "a thread cannot be the default channel",
         ));
     }
     if entry.automation {
-        return Err((
-            ErrorCode::Unsupported,
-            "an automation channel cannot be the default; turn automation off first".into(),
+        return Err(Refusal::unsupported(
+            "an automation channel cannot be the default; turn automation off first",
         ));
     }
     let mut entries = Vec::new();
@@ -429,7 +383,7 @@ async fn set_default(
         let old = hub
             .store
             .channels()
-            .map_err(super::internal)?
+            .map_err(Refusal::internal)?
             .into_iter()
             .find(|c| c.is_default);
         entry.is_default = true;
@@ -454,9 +408,8 @@ async fn delete(
     entry: Channel,
 ) -> Result<(), Refusal> {
     if entry.is_default {
-        return Err((
-            ErrorCode::Unsupported,
-            "the default channel cannot be deleted; make another channel the default first".into(),
+        return Err(Refusal::unsupported(
+            "the default channel cannot be deleted; make another channel the default first",
         ));
     }
     let mut doomed: Vec<Channel> = Vec::new();
@@ -464,7 +417,7 @@ async fn delete(
         doomed.extend(
             hub.store
                 .channels()
-                .map_err(super::internal)?
+                .map_err(Refusal::internal)?
                 .into_iter()
                 .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str())),
         );
@@ -492,7 +445,7 @@ async fn delete(
     let media = hub
         .store
         .purge_history(chat, thread, tombstone)
-        .map_err(super::internal)?
+        .map_err(Refusal::internal)?
         .1;
     let reply_at = doomed.len() - 1;
     hub.commit(
@@ -506,8 +459,7 @@ async fn delete(
             )),
         }),
     )
-    .await
-    .map_err(|e| (ErrorCode::Internal, e.0))?;
+    .await?;
     hub.collect_media(&media).await;
     Ok(())
 }

@@ -14,17 +14,38 @@ use tracing::warn;
 use super::Hub;
 use crate::outlet::{encode_text, ConnId, FrameText, Mode};
 use crate::protocol::Frame;
-use crate::store::Change;
+use crate::store::{Change, StoreError};
 
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
 /// Most jobs folded into one fsync.
 const MAX_GROUP: usize = 64;
 
-/// The storage error a requester is told about.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct CommitError(pub String);
+/// Why a commit did not happen, keeping the store's own error so callers can still ask what
+/// kind it was (`is_storage_failure`).
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The store refused the changes, or could not make them durable. Shared: one failed
+    /// flush fails every job of its group.
+    #[error("storage error: {0}")]
+    Store(Rc<StoreError>),
+    /// The committer is gone: the gateway is stopping.
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+impl From<StoreError> for CommitError {
+    fn from(e: StoreError) -> CommitError {
+        CommitError::Store(Rc::new(e))
+    }
+}
+
+impl CommitError {
+    /// The disk failed (full, read-only, I/O): the health reports it, and it may come back.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(self, CommitError::Store(e) if e.is_storage_failure())
+    }
+}
 
 /// How the requesting connection is answered, next to the broadcast.
 pub struct Origin {
@@ -57,9 +78,8 @@ impl Hub {
                 done,
             })
             .await
-            .map_err(|_| CommitError("the gateway is shutting down".into()))?;
-        rx.await
-            .map_err(|_| CommitError("the gateway is shutting down".into()))?
+            .map_err(|_| CommitError::ShuttingDown)?;
+        rx.await.map_err(|_| CommitError::ShuttingDown)?
     }
 
     /// Fans one durable outbox frame out. Devices replaying the outbox (`sync`) skip it: their
@@ -97,7 +117,8 @@ pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
             }
         }
         let applied: Vec<_> = group.iter().map(|j| hub.store.commit(&j.changes)).collect();
-        let synced = hub.store.sync().await;
+        // One flush for the group: its failure is every job's, so it is shared, not copied.
+        let synced = hub.store.sync().await.map_err(Rc::new);
         // A full or read-only disk refuses a commit before its flush (`Store::writable`), so
         // the health follows the commits' results too, not only the flush's: clearing it on a
         // flush that had nothing to write would report `online` while every write is refused.
@@ -122,8 +143,8 @@ pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
         for (job, result) in group.into_iter().zip(applied) {
             let result = match (result, &synced) {
                 (Ok(cursors), Ok(())) => Ok(cursors),
-                (Err(e), _) => Err(CommitError(format!("storage error: {e}"))),
-                (_, Err(e)) => Err(CommitError(format!("storage error: {e}"))),
+                (Err(e), _) => Err(CommitError::from(e)),
+                (_, Err(e)) => Err(CommitError::Store(e.clone())),
             };
             if let Ok(cursors) = &result {
                 publish_job(&hub, &job, cursors);

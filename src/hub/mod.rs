@@ -48,8 +48,58 @@ use crate::protocol::{
 };
 use crate::store::{Device, DeviceOrigin, MediaRecord, Store, StoreError, DEFAULT_CHAT_ID};
 
-/// A refusal to send back as an `error` frame.
-pub type Refusal = (ErrorCode, String);
+/// A refusal to send back as an `error` frame: the kind of mistake (`error.code`) and what to
+/// tell the user about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The token is unknown or revoked, or the hello is otherwise not acceptable.
+    pub fn auth(message: impl Into<String>) -> Refusal {
+        Refusal::new(ErrorCode::Auth, message)
+    }
+
+    /// What the request names does not exist (or not where it says).
+    pub fn not_found(message: impl Into<String>) -> Refusal {
+        Refusal::new(ErrorCode::NotFound, message)
+    }
+
+    /// Over a limit the app can wait out.
+    pub fn rate_limited(message: impl Into<String>) -> Refusal {
+        Refusal::new(ErrorCode::RateLimited, message)
+    }
+
+    /// A request the gateway does not accept as sent (bad value, over a size limit).
+    pub fn unsupported(message: impl Into<String>) -> Refusal {
+        Refusal::new(ErrorCode::Unsupported, message)
+    }
+
+    /// The store failed while answering; the request itself may be fine.
+    pub fn internal(e: impl std::fmt::Display) -> Refusal {
+        Refusal::new(ErrorCode::Internal, format!("storage error: {e}"))
+    }
+}
+
+/// A commit that failed is the gateway's fault whatever its kind: the wire has one code for it
+/// (`internal`), and the message says which (a storage failure, or the gateway stopping).
+impl From<CommitError> for Refusal {
+    fn from(e: CommitError) -> Refusal {
+        let code = match &e {
+            CommitError::Store(_) | CommitError::ShuttingDown => ErrorCode::Internal,
+        };
+        Refusal::new(code, e.to_string())
+    }
+}
 
 /// Source addresses whose failed hellos are counted one by one; past them, addresses share one
 /// count (`guessing.rs`). A household's phones fit many times over.
@@ -270,26 +320,25 @@ impl Hub {
             } else {
                 "from this address"
             };
-            return Err((
-                ErrorCode::RateLimited,
-                format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s"),
-            ));
+            return Err(Refusal::rate_limited(format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s")));
         }
         if self.state.borrow().shutting_down {
-            return Err((ErrorCode::Internal, "the gateway is restarting".into()));
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                "the gateway is restarting",
+            ));
         }
         let found = if hello.token.len() <= 256 {
             self.store
                 .device_by_token_hash(&ids::token_hash(&hello.token))
-                .map_err(|e| (ErrorCode::Internal, e.to_string()))?
+                .map_err(|e| Refusal::new(ErrorCode::Internal, e.to_string()))?
         } else {
             None
         };
         let Some(mut device) = found else {
             self.state.borrow_mut().bad_hellos.fail(ip, Instant::now());
-            return Err((
-                ErrorCode::Auth,
-                "unknown or revoked token: pair this device again (iris-gateway pair)".into(),
+            return Err(Refusal::auth(
+                "unknown or revoked token: pair this device again (iris-gateway pair)",
             ));
         };
         device.last_seen_ms = Some(ids::now_ms());
@@ -428,10 +477,7 @@ impl Hub {
     pub async fn handle(self: &Rc<Self>, outlet: &Rc<Outlet>, frame: RequestFrame) {
         let id = frame.id;
         let result: Result<(), Refusal> = match frame.request {
-            Request::Hello(_) => Err((
-                ErrorCode::Unsupported,
-                "this connection already said hello".into(),
-            )),
+            Request::Hello(_) => Err(Refusal::unsupported("this connection already said hello")),
             Request::Ping { ts } => {
                 outlet.push_frame(&Frame::pong(id, ts.unwrap_or_else(ids::now_ms)));
                 Ok(())
@@ -444,10 +490,15 @@ impl Hub {
             Request::MessageSend(m) => {
                 turns::send_message(self, outlet, frame.chat_id, frame.thread_id, id, m).await
             }
-            Request::ChannelList => self.store.channels().map_err(internal).map(|channels| {
-                let channels = channels::directory_for_wire(self, channels);
-                outlet.push_frame(&Frame::channel_list(id, &channels));
-            }),
+            Request::ChannelList => {
+                self.store
+                    .channels()
+                    .map_err(Refusal::internal)
+                    .map(|channels| {
+                        let channels = channels::directory_for_wire(self, channels);
+                        outlet.push_frame(&Frame::channel_list(id, &channels));
+                    })
+            }
             Request::Search(req) => {
                 search::search(self, outlet, id, (frame.chat_id, frame.thread_id), req)
             }
@@ -459,19 +510,15 @@ impl Hub {
                     outlet.push_pull(self.media.blob_path(&record.sha256), id);
                     Ok(())
                 }
-                Ok(None) => Err((
-                    ErrorCode::NotFound,
-                    format!(
-                        "no media `{}`",
-                        media_id.chars().take(64).collect::<String>()
-                    ),
-                )),
-                Err(e) => Err(internal(e)),
+                Ok(None) => Err(Refusal::not_found(format!(
+                    "no media `{}`",
+                    media_id.chars().take(64).collect::<String>()
+                ))),
+                Err(e) => Err(Refusal::internal(e)),
             },
-            Request::MediaUploadStart(_) | Request::MediaUploadEnd { .. } => Err((
-                ErrorCode::Unsupported,
-                "uploads are handled by the connection".into(),
-            )),
+            Request::MediaUploadStart(_) | Request::MediaUploadEnd { .. } => Err(
+                Refusal::unsupported("uploads are handled by the connection"),
+            ),
             Request::FcmRegister {
                 fcm_token,
                 ntfy_topic,
@@ -495,7 +542,7 @@ impl Hub {
                     if self.stop_lane(&lane) {
                         Ok(())
                     } else {
-                        Err((ErrorCode::NotFound, format!("nothing is running in {lane}")))
+                        Err(Refusal::not_found(format!("nothing is running in {lane}")))
                     }
                 }),
             other => {
@@ -503,8 +550,8 @@ impl Hub {
                 channels::handle(self, outlet.conn_id, id, target, other).await
             }
         };
-        if let Err((code, message)) = result {
-            outlet.push_frame(&Frame::error(id, code, message));
+        if let Err(refusal) = result {
+            outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
         }
     }
 
@@ -522,16 +569,15 @@ impl Hub {
             None => limits.history_default,
             Some(n) if n >= 1 => (n as usize).min(limits.history_max),
             Some(n) => {
-                return Err((
-                    ErrorCode::Unsupported,
-                    format!("history limit must be at least 1 (got {n})"),
-                ))
+                return Err(Refusal::unsupported(format!(
+                    "history limit must be at least 1 (got {n})"
+                )))
             }
         };
         let page = self
             .store
             .history_page(&lane, req.before_message_id.as_deref(), limit)
-            .map_err(internal)?
+            .map_err(Refusal::internal)?
             .ok_or_else(|| {
                 let before = req.before_message_id.as_deref().unwrap_or("");
                 let message = match self.store.message(before) {
@@ -540,7 +586,7 @@ impl Hub {
                     }
                     _ => format!("before_message_id `{before}`: no such message"),
                 };
-                (ErrorCode::NotFound, message)
+                Refusal::not_found(message)
             })?;
         // Bounded by bytes as well as by count: a page that would not fit one frame ends
         // early, saying `has_more`, and the app pages on from its oldest message.
@@ -574,10 +620,9 @@ impl Hub {
         let entry = self.channel(chat_id)?;
         if entry.is_thread() {
             if thread_id.is_some() {
-                return Err((
-                    ErrorCode::NotFound,
-                    format!("`{chat_id}` is a thread; use its parent as chat_id"),
-                ));
+                return Err(Refusal::not_found(format!(
+                    "`{chat_id}` is a thread; use its parent as chat_id"
+                )));
             }
             let parent = entry.parent_chat_id.clone().unwrap_or_default();
             let root = self.channel(&parent)?;
@@ -586,10 +631,9 @@ impl Hub {
         if let Some(t) = thread_id {
             let thread = self.channel(t)?;
             if !thread.is_thread() || thread.parent_chat_id.as_deref() != Some(chat_id) {
-                return Err((
-                    ErrorCode::NotFound,
-                    format!("no thread `{t}` in channel `{chat_id}`"),
-                ));
+                return Err(Refusal::not_found(format!(
+                    "no thread `{t}` in channel `{chat_id}`"
+                )));
             }
         }
         Ok((Lane::new(chat_id, thread_id), entry))
@@ -598,8 +642,8 @@ impl Hub {
     fn channel(&self, chat_id: &str) -> Result<Channel, Refusal> {
         self.store
             .channel(chat_id)
-            .map_err(internal)?
-            .ok_or_else(|| (ErrorCode::NotFound, format!("no channel `{chat_id}`")))
+            .map_err(Refusal::internal)?
+            .ok_or_else(|| Refusal::not_found(format!("no channel `{chat_id}`")))
     }
 
     fn default_channel_id(&self) -> String {
@@ -754,10 +798,6 @@ fn gateway_message(role: crate::protocol::Role, text: String) -> crate::protocol
         ts: ids::now_ms(),
         media: Vec::new(),
     }
-}
-
-fn internal(e: impl std::fmt::Display) -> Refusal {
-    (ErrorCode::Internal, format!("storage error: {e}"))
 }
 
 /// Coalescing key for a streamed frame: same kind, same message, same tool → same key.

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::{Hub, Origin, Refusal};
 use crate::outlet::Outlet;
-use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
+use crate::protocol::{is_valid_id, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
 use crate::store::Change;
 
@@ -20,48 +20,41 @@ pub fn search(
     let limits = hub.limits();
     let query = req.query.trim();
     if query.is_empty() {
-        return Err((ErrorCode::Unsupported, "the search query is empty".into()));
+        return Err(Refusal::unsupported("the search query is empty"));
     }
     if query.chars().count() > limits.max_query_chars {
-        return Err((
-            ErrorCode::Unsupported,
-            format!(
-                "the search query is over {} characters (limits.max_query_chars)",
-                limits.max_query_chars
-            ),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "the search query is over {} characters (limits.max_query_chars)",
+            limits.max_query_chars
+        )));
     }
     let words = query_terms(query);
     if words.is_empty() {
-        return Err((
-            ErrorCode::Unsupported,
-            "the search query has no letters or digits to look for".into(),
+        return Err(Refusal::unsupported(
+            "the search query has no letters or digits to look for",
         ));
     }
     let limit = match req.limit {
         None => limits.search_default,
         Some(n) if n >= 1 => (n as usize).min(limits.search_max),
         Some(n) => {
-            return Err((
-                ErrorCode::Unsupported,
-                format!("search limit must be at least 1 (got {n})"),
-            ))
+            return Err(Refusal::unsupported(format!(
+                "search limit must be at least 1 (got {n})"
+            )))
         }
     };
     let scope_kind = req.scope.unwrap_or(SearchScope::All);
     let scope = match scope_kind {
         SearchScope::All => Scope::All,
         SearchScope::Chat => {
-            let chat = req.chat_id.or(envelope.0).ok_or_else(|| {
-                (
-                    ErrorCode::NotFound,
-                    "scope `chat` needs a chat_id".to_owned(),
-                )
-            })?;
+            let chat = req
+                .chat_id
+                .or(envelope.0)
+                .ok_or_else(|| Refusal::not_found("scope `chat` needs a chat_id"))?;
             let thread = req.thread_id.or(envelope.1);
             for id in std::iter::once(&chat).chain(thread.as_ref()) {
                 if !is_valid_id(id) {
-                    return Err((ErrorCode::NotFound, "no such chat".into()));
+                    return Err(Refusal::not_found("no such chat"));
                 }
             }
             let (lane, _) = hub.resolve_lane(Some(&chat), thread.as_deref())?;
@@ -74,7 +67,7 @@ pub fn search(
     let hits = hub
         .store
         .search(&words, &scope, limit)
-        .map_err(super::internal)?;
+        .map_err(Refusal::internal)?;
     let hits: Vec<Value> = hits
         .into_iter()
         .map(|mut h| {
@@ -110,20 +103,18 @@ pub async fn delete(
 ) -> Result<(), Refusal> {
     let max = hub.limits().max_delete_ids;
     if message_ids.is_empty() {
-        return Err((ErrorCode::Unsupported, "message_ids is empty".into()));
+        return Err(Refusal::unsupported("message_ids is empty"));
     }
     if message_ids.len() > max {
-        return Err((
-            ErrorCode::Unsupported,
-            format!("at most {max} message ids per request (limits.max_delete_ids)"),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "at most {max} message ids per request (limits.max_delete_ids)"
+        )));
     }
     let mut ids: Vec<String> = Vec::new();
     for m in message_ids {
         if !is_valid_id(&m) {
-            return Err((
-                ErrorCode::Unsupported,
-                "message ids are 1-64 characters of [A-Za-z0-9_.:-]".into(),
+            return Err(Refusal::unsupported(
+                "message ids are 1-64 characters of [A-Za-z0-9_.:-]",
             ));
         }
         if !ids.contains(&m) {
@@ -153,8 +144,7 @@ pub async fn delete(
             reply: Some((0, Frame::message_deleted(id, &ids))),
         }),
     )
-    .await
-    .map_err(|e| (ErrorCode::Internal, e.0))?;
+    .await?;
     hub.collect_media(&media).await;
     hub.agent.forget(&ids);
     Ok(())

@@ -20,9 +20,9 @@ use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::fit;
 use crate::protocol::{
-    ErrorCode, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
+    Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role, Runtime, TodoItem,
 };
-use crate::store::{AgentSession, Change, PendingTurn};
+use crate::store::{AgentSession, Change, PendingTurn, StoreError};
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
@@ -72,43 +72,31 @@ pub async fn send_message(
 ) -> Result<(), Refusal> {
     let limits = hub.limits();
     if req.text.len() > limits.max_text_bytes {
-        return Err((
-            ErrorCode::Unsupported,
-            format!(
-                "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
-                req.text.len(),
-                limits.max_text_bytes
-            ),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
+            req.text.len(),
+            limits.max_text_bytes
+        )));
     }
     // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
     let escaped = fit::escaped_len(&req.text);
     let text_budget = hub.out_budget().text;
     if escaped > text_budget {
-        return Err((
-            ErrorCode::Unsupported,
-            format!(
+        return Err(Refusal::unsupported(format!(
                 "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
                  frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
-            ),
-        ));
+            )));
     }
     let media = attachments(hub, &outlet.device_id, &req.media_refs)?;
     if req.text.trim().is_empty() && media.is_empty() {
-        return Err((
-            ErrorCode::Unsupported,
-            "an empty message has nothing to send".into(),
-        ));
+        return Err(Refusal::unsupported("an empty message has nothing to send"));
     }
     let (mut lane, root) = hub.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
     if root.automation {
-        return Err((
-            ErrorCode::Unsupported,
-            format!(
-                "`{}` is an automation channel: it only receives gateway output",
-                root.name
-            ),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "`{}` is an automation channel: it only receives gateway output",
+            root.name
+        )));
     }
     let command = super::commands::parse(&req.text);
     let mut changes = Vec::new();
@@ -132,13 +120,10 @@ pub async fn send_message(
         let st = hub.state.borrow();
         if let Some(ls) = st.lanes.get(&lane) {
             if ls.running && ls.queue.len() >= limits.lane_queue_depth {
-                return Err((
-                    ErrorCode::RateLimited,
-                    format!(
+                return Err(Refusal::rate_limited(format!(
                         "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
                         ls.queue.len()
-                    ),
-                ));
+                    )));
             }
         }
     }
@@ -183,8 +168,7 @@ pub async fn send_message(
             reply: None,
         }),
     )
-    .await
-    .map_err(|e| (ErrorCode::Internal, e.0))?;
+    .await?;
     if let Some(command) = command {
         // Answered by the gateway itself, never sent to the agent.
         super::commands::execute(hub, &lane, command).await;
@@ -224,25 +208,21 @@ pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, titl
 fn attachments(hub: &Hub, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
     let max = hub.limits().max_media_per_message;
     if refs.len() > max {
-        return Err((
-            ErrorCode::Unsupported,
-            format!("at most {max} attachments per message (limits.max_media_per_message)"),
-        ));
+        return Err(Refusal::unsupported(format!(
+            "at most {max} attachments per message (limits.max_media_per_message)"
+        )));
     }
     let mut out = Vec::new();
     for r in refs {
         let record = hub
             .store
             .media_by_ref(device_id, r)
-            .map_err(super::internal)?
+            .map_err(Refusal::internal)?
             .ok_or_else(|| {
-                (
-                    ErrorCode::NotFound,
-                    format!(
-                        "media_ref `{}` is not an upload of this device (upload it first)",
-                        r.chars().take(64).collect::<String>()
-                    ),
-                )
+                Refusal::not_found(format!(
+                    "media_ref `{}` is not an upload of this device (upload it first)",
+                    r.chars().take(64).collect::<String>()
+                ))
             })?;
         out.push(record.to_ref(None));
     }
@@ -960,11 +940,8 @@ impl Hub {
     /// run that is still going is followed to its end (its approval, if it waits for one,
     /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
     /// own store has the answer (or its start), that is delivered; else the user is told.
-    pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, super::CommitError> {
-        let pending = self
-            .store
-            .pending_turns()
-            .map_err(|e| super::CommitError(e.to_string()))?;
+    pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, StoreError> {
+        let pending = self.store.pending_turns()?;
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
         let mut followed = Vec::new();
