@@ -164,7 +164,7 @@ impl Hub {
         let (hook_count, job_count) = (hooks.len(), jobs.len());
         self.automation.borrow_mut().hooks = hooks;
         if !jobs.is_empty() {
-            tokio::task::spawn_local(cron_loop(self.clone(), jobs));
+            tokio::task::spawn_local(self.clone().cron_loop(jobs));
         }
         if hook_count + job_count > 0 {
             info!(
@@ -446,66 +446,68 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
     (wall - monotonic).abs() > step
 }
 
-/// The one cron task: fires due jobs, skips a job whose previous run is still queued or
-/// running, and stops when the gateway shuts down.
-async fn cron_loop(hub: Rc<Hub>, jobs: Vec<Job>) {
-    let mut last = (Local::now(), Instant::now());
-    let mut next: Vec<Option<DateTime<Local>>> = jobs
-        .iter()
-        .map(|j| next_run(&j.schedule, &last.0))
-        .collect();
-    // The lane of each job's last run, until that lane has been seen idle. Only cron runs turns
-    // in automation lanes, so a job whose lane is busy may still have its run queued; a job
-    // sharing a busy channel with another job is skipped too (conservatively).
-    let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
-    loop {
-        if hub.is_shutting_down() {
-            return;
-        }
-        let now = (Local::now(), Instant::now());
-        if clock_stepped(now.0 - last.0, now.1.duration_since(last.1)) {
-            warn!(
-                "the clock jumped by {} s; cron jobs are rescheduled from the new time",
-                ((now.0 - last.0).num_seconds() - now.1.duration_since(last.1).as_secs() as i64)
-            );
-            next = jobs.iter().map(|j| next_run(&j.schedule, &now.0)).collect();
-        }
-        last = now;
-        for p in pending.iter_mut() {
-            if p.as_ref().is_some_and(|lane| hub.lane_idle(lane)) {
-                *p = None;
+impl Hub {
+    /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
+    /// running, and stops when the gateway shuts down.
+    async fn cron_loop(self: Rc<Self>, jobs: Vec<Job>) {
+        let mut last = (Local::now(), Instant::now());
+        let mut next: Vec<Option<DateTime<Local>>> = jobs
+            .iter()
+            .map(|j| next_run(&j.schedule, &last.0))
+            .collect();
+        // The lane of each job's last run, until that lane has been seen idle. Only cron runs turns
+        // in automation lanes, so a job whose lane is busy may still have its run queued; a job
+        // sharing a busy channel with another job is skipped too (conservatively).
+        let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
+        loop {
+            if self.is_shutting_down() {
+                return;
             }
-        }
-        for (i, job) in jobs.iter().enumerate() {
-            if next[i].is_none_or(|at| at > now.0) {
-                continue;
+            let now = (Local::now(), Instant::now());
+            if clock_stepped(now.0 - last.0, now.1.duration_since(last.1)) {
+                warn!(
+                    "the clock jumped by {} s; cron jobs are rescheduled from the new time",
+                    ((now.0 - last.0).num_seconds()
+                        - now.1.duration_since(last.1).as_secs() as i64)
+                );
+                next = jobs.iter().map(|j| next_run(&j.schedule, &now.0)).collect();
             }
-            next[i] = next_run(&job.schedule, &now.0);
-            if pending[i].is_some() {
-                info!(job = %job.label, "skipping a run: the previous one is still queued or running");
-                continue;
-            }
-            match hub.automation_channel(&job.channel, &job.label).await {
-                Ok(channel) => {
-                    let lane = Lane::new(&channel.chat_id, None);
-                    info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
-                    super::turns::enqueue_automation(
-                        &hub,
-                        lane.clone(),
-                        job.prompt.clone(),
-                        channel.name.clone(),
-                    );
-                    pending[i] = Some(lane);
+            last = now;
+            for p in pending.iter_mut() {
+                if p.as_ref().is_some_and(|lane| self.lane_idle(lane)) {
+                    *p = None;
                 }
-                Err(e) => warn!(job = %job.label, "cron run skipped: {e}"),
             }
+            for (i, job) in jobs.iter().enumerate() {
+                if next[i].is_none_or(|at| at > now.0) {
+                    continue;
+                }
+                next[i] = next_run(&job.schedule, &now.0);
+                if pending[i].is_some() {
+                    info!(job = %job.label, "skipping a run: the previous one is still queued or running");
+                    continue;
+                }
+                match self.automation_channel(&job.channel, &job.label).await {
+                    Ok(channel) => {
+                        let lane = Lane::new(&channel.chat_id, None);
+                        info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
+                        self.enqueue_automation(
+                            lane.clone(),
+                            job.prompt.clone(),
+                            channel.name.clone(),
+                        );
+                        pending[i] = Some(lane);
+                    }
+                    Err(e) => warn!(job = %job.label, "cron run skipped: {e}"),
+                }
+            }
+            let earliest = next.iter().flatten().min().copied();
+            let wait = earliest
+                .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
+                .unwrap_or(MAX_CRON_SLEEP)
+                .min(MAX_CRON_SLEEP);
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
         }
-        let earliest = next.iter().flatten().min().copied();
-        let wait = earliest
-            .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
-            .unwrap_or(MAX_CRON_SLEEP)
-            .min(MAX_CRON_SLEEP);
-        tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
     }
 }
 

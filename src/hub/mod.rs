@@ -238,11 +238,11 @@ impl Hub {
             media_holds: std::cell::Cell::new(0),
             deferred_blobs: RefCell::default(),
         });
-        tokio::task::spawn_local(commit::run(hub.clone(), rx));
-        tokio::task::spawn_local(storage::monitor(hub.clone()));
+        tokio::task::spawn_local(hub.clone().run_committer(rx));
+        tokio::task::spawn_local(hub.clone().storage_monitor());
         // Also for the demo (whose probe always succeeds): the admin page can switch the agent
         // to a network backend while the gateway runs, and that one needs watching.
-        tokio::task::spawn_local(turns::agent_monitor(hub.clone()));
+        tokio::task::spawn_local(hub.clone().agent_monitor());
         Ok(hub)
     }
 
@@ -374,8 +374,7 @@ impl Hub {
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let channels =
-            channels::directory_for_wire(self, self.store.channels().unwrap_or_default());
+        let channels = self.directory_for_wire(self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
@@ -488,22 +487,21 @@ impl Hub {
             }
             Request::History(h) => self.history(outlet, &frame.chat_id, &frame.thread_id, id, h),
             Request::MessageSend(m) => {
-                turns::send_message(self, outlet, frame.chat_id, frame.thread_id, id, m).await
+                self.send_message(outlet, frame.chat_id, frame.thread_id, id, m)
+                    .await
             }
             Request::ChannelList => {
                 self.store
                     .channels()
                     .map_err(Refusal::internal)
                     .map(|channels| {
-                        let channels = channels::directory_for_wire(self, channels);
+                        let channels = self.directory_for_wire(channels);
                         outlet.push_frame(&Frame::channel_list(id, &channels));
                     })
             }
-            Request::Search(req) => {
-                search::search(self, outlet, id, (frame.chat_id, frame.thread_id), req)
-            }
+            Request::Search(req) => self.search(outlet, id, (frame.chat_id, frame.thread_id), req),
             Request::MessageDelete { message_ids } => {
-                search::delete(self, outlet, id, message_ids).await
+                self.delete_messages(outlet, id, message_ids).await
             }
             Request::MediaPull { media_id } => match self.store.media(&media_id) {
                 Ok(Some(record)) => {
@@ -524,16 +522,16 @@ impl Hub {
                 ntfy_topic,
             } => self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic),
             Request::CommandsCatalog => {
-                outlet.push_frame(&Frame::commands_catalog(id, commands::catalog(self)));
+                outlet.push_frame(&Frame::commands_catalog(id, self.commands_catalog()));
                 Ok(())
             }
             Request::PickerSelect { picker_id, value }
                 if picker_id.starts_with(approvals::PICKER_PREFIX) =>
             {
-                approvals::select(self, outlet, &picker_id, &value).await
+                self.select_approval(outlet, &picker_id, &value).await
             }
             Request::PickerSelect { picker_id, value } => {
-                commands::picker_select(self, outlet, &picker_id, &value).await
+                self.picker_select(outlet, &picker_id, &value).await
             }
             Request::AgentStop => self
                 .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
@@ -547,7 +545,8 @@ impl Hub {
                 }),
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
-                channels::handle(self, outlet.conn_id, id, target, other).await
+                self.handle_channel_request(outlet.conn_id, id, target, other)
+                    .await
             }
         };
         if let Err(refusal) = result {

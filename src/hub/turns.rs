@@ -62,171 +62,171 @@ impl Abort {
     }
 }
 
-pub async fn send_message(
-    hub: &Rc<Hub>,
-    outlet: &Rc<Outlet>,
-    chat_id: Option<String>,
-    thread_id: Option<String>,
-    id: Option<i64>,
-    req: MessageSend,
-) -> Result<(), Refusal> {
-    let limits = hub.limits();
-    if req.text.len() > limits.max_text_bytes {
-        return Err(Refusal::unsupported(format!(
-            "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
-            req.text.len(),
-            limits.max_text_bytes
-        )));
-    }
-    // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
-    let escaped = fit::escaped_len(&req.text);
-    let text_budget = hub.out_budget().text;
-    if escaped > text_budget {
-        return Err(Refusal::unsupported(format!(
+impl Hub {
+    pub async fn send_message(
+        self: &Rc<Self>,
+        outlet: &Rc<Outlet>,
+        chat_id: Option<String>,
+        thread_id: Option<String>,
+        id: Option<i64>,
+        req: MessageSend,
+    ) -> Result<(), Refusal> {
+        let limits = self.limits();
+        if req.text.len() > limits.max_text_bytes {
+            return Err(Refusal::unsupported(format!(
+                "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
+                req.text.len(),
+                limits.max_text_bytes
+            )));
+        }
+        // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
+        let escaped = fit::escaped_len(&req.text);
+        let text_budget = self.out_budget().text;
+        if escaped > text_budget {
+            return Err(Refusal::unsupported(format!(
                 "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
                  frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
             )));
-    }
-    let media = attachments(hub, &outlet.device_id, &req.media_refs)?;
-    if req.text.trim().is_empty() && media.is_empty() {
-        return Err(Refusal::unsupported("an empty message has nothing to send"));
-    }
-    let (mut lane, root) = hub.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
-    if root.automation {
-        return Err(Refusal::unsupported(format!(
-            "`{}` is an automation channel: it only receives gateway output",
-            root.name
-        )));
-    }
-    let command = super::commands::parse(&req.text);
-    let mut changes = Vec::new();
-    let wants_thread = req.auto_thread
-        && root.is_default
-        && lane.thread_id.is_none()
-        && !req.text.trim_start().starts_with('/');
-    // A directory with no room left for another entry (its icons fill the hello.ack budget)
-    // keeps the message in the default lane rather than refusing it.
-    let thread = wants_thread
-        .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
-        .filter(|t| channels::directory_room(hub, std::slice::from_ref(t)).is_ok());
-    if let Some(thread) = thread {
-        lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
-        changes.push(Change::PutChannel(thread.clone()));
-        changes.push(Change::Outbox(
-            Frame::channel_entry("channel.created", &thread).encode(),
-        ));
-    }
-    if command.is_none() {
-        let st = hub.state.borrow();
-        if let Some(ls) = st.lanes.get(&lane) {
-            if ls.running && ls.queue.len() >= limits.lane_queue_depth {
-                return Err(Refusal::rate_limited(format!(
+        }
+        let media = self.attachments(&outlet.device_id, &req.media_refs)?;
+        if req.text.trim().is_empty() && media.is_empty() {
+            return Err(Refusal::unsupported("an empty message has nothing to send"));
+        }
+        let (mut lane, root) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        if root.automation {
+            return Err(Refusal::unsupported(format!(
+                "`{}` is an automation channel: it only receives gateway output",
+                root.name
+            )));
+        }
+        let command = super::commands::parse(&req.text);
+        let mut changes = Vec::new();
+        let wants_thread = req.auto_thread
+            && root.is_default
+            && lane.thread_id.is_none()
+            && !req.text.trim_start().starts_with('/');
+        // A directory with no room left for another entry (its icons fill the hello.ack budget)
+        // keeps the message in the default lane rather than refusing it.
+        let thread = wants_thread
+            .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
+            .filter(|t| self.directory_room(std::slice::from_ref(t)).is_ok());
+        if let Some(thread) = thread {
+            lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
+            changes.push(Change::PutChannel(thread.clone()));
+            changes.push(Change::Outbox(
+                Frame::channel_entry("channel.created", &thread).encode(),
+            ));
+        }
+        if command.is_none() {
+            let st = self.state.borrow();
+            if let Some(ls) = st.lanes.get(&lane) {
+                if ls.running && ls.queue.len() >= limits.lane_queue_depth {
+                    return Err(Refusal::rate_limited(format!(
                         "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
                         ls.queue.len()
                     )));
+                }
             }
         }
+        let message = HistoryMessage {
+            message_id: ids::message_id(),
+            role: Role::User,
+            text: req.text,
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: ids::now_ms(),
+            media,
+        };
+        let mut echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
+        if let Some(r) = req
+            .reply_to
+            .as_deref()
+            .filter(|r| crate::protocol::is_valid_id(r))
+        {
+            echo.payload["reply_to"] = serde_json::json!(r);
+        }
+        changes.push(Change::PutMessage(lane.clone(), message.clone()));
+        changes.push(Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: echo.encode(),
+        });
+        if command.is_none() {
+            changes.push(Change::BeginTurn(PendingTurn {
+                user_message_id: message.message_id.clone(),
+                lane: lane.clone(),
+                text: message.text.clone(),
+            }));
+        }
+        let receipt =
+            Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
+        self.commit(
+            changes,
+            Some(Origin {
+                conn: outlet.conn_id,
+                before: Some(receipt),
+                reply: None,
+            }),
+        )
+        .await?;
+        if let Some(command) = command {
+            // Answered by the gateway itself, never sent to the agent.
+            self.execute_command(&lane, command).await;
+            return Ok(());
+        }
+        self.enqueue_turn(
+            lane,
+            QueuedTurn {
+                user_message_id: message.message_id,
+                text: message.text,
+                media: message.media,
+                automation: None,
+                resume_run: None,
+            },
+        );
+        Ok(())
     }
-    let message = HistoryMessage {
-        message_id: ids::message_id(),
-        role: Role::User,
-        text: req.text,
-        reasoning: None,
-        model: None,
-        tokens: None,
-        runtime: None,
-        ts: ids::now_ms(),
-        media,
-    };
-    let mut echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-    if let Some(r) = req
-        .reply_to
-        .as_deref()
-        .filter(|r| crate::protocol::is_valid_id(r))
-    {
-        echo.payload["reply_to"] = serde_json::json!(r);
-    }
-    changes.push(Change::PutMessage(lane.clone(), message.clone()));
-    changes.push(Change::OutboxOf {
-        message_id: message.message_id.clone(),
-        frame: echo.encode(),
-    });
-    if command.is_none() {
-        changes.push(Change::BeginTurn(PendingTurn {
-            user_message_id: message.message_id.clone(),
-            lane: lane.clone(),
-            text: message.text.clone(),
-        }));
-    }
-    let receipt =
-        Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
-    hub.commit(
-        changes,
-        Some(Origin {
-            conn: outlet.conn_id,
-            before: Some(receipt),
-            reply: None,
-        }),
-    )
-    .await?;
-    if let Some(command) = command {
-        // Answered by the gateway itself, never sent to the agent.
-        super::commands::execute(hub, &lane, command).await;
-        return Ok(());
-    }
-    enqueue_turn(
-        hub,
-        lane,
-        QueuedTurn {
-            user_message_id: message.message_id,
-            text: message.text,
-            media: message.media,
-            automation: None,
-            resume_run: None,
-        },
-    );
-    Ok(())
-}
 
-/// Queues a gateway-originated prompt (a cron job) in an automation lane. Its answer is stored
-/// with role `cron` and announced with a `notification{kind:cron}` titled `title`.
-pub(super) fn enqueue_automation(hub: &Rc<Hub>, lane: Lane, prompt: String, title: String) {
-    enqueue_turn(
-        hub,
-        lane,
-        QueuedTurn {
-            user_message_id: ids::time_ordered("cron"),
-            text: prompt,
-            media: Vec::new(),
-            automation: Some(title),
-            resume_run: None,
-        },
-    );
-}
+    /// Queues a gateway-originated prompt (a cron job) in an automation lane. Its answer is stored
+    /// with role `cron` and announced with a `notification{kind:cron}` titled `title`.
+    pub(super) fn enqueue_automation(self: &Rc<Self>, lane: Lane, prompt: String, title: String) {
+        self.enqueue_turn(
+            lane,
+            QueuedTurn {
+                user_message_id: ids::time_ordered("cron"),
+                text: prompt,
+                media: Vec::new(),
+                automation: Some(title),
+                resume_run: None,
+            },
+        );
+    }
 
-/// Resolves a device's upload refs to the stored files they name.
-fn attachments(hub: &Hub, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
-    let max = hub.limits().max_media_per_message;
-    if refs.len() > max {
-        return Err(Refusal::unsupported(format!(
-            "at most {max} attachments per message (limits.max_media_per_message)"
-        )));
+    /// Resolves a device's upload refs to the stored files they name.
+    fn attachments(&self, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
+        let max = self.limits().max_media_per_message;
+        if refs.len() > max {
+            return Err(Refusal::unsupported(format!(
+                "at most {max} attachments per message (limits.max_media_per_message)"
+            )));
+        }
+        let mut out = Vec::new();
+        for r in refs {
+            let record = self
+                .store
+                .media_by_ref(device_id, r)
+                .map_err(Refusal::internal)?
+                .ok_or_else(|| {
+                    Refusal::not_found(format!(
+                        "media_ref `{}` is not an upload of this device (upload it first)",
+                        r.chars().take(64).collect::<String>()
+                    ))
+                })?;
+            out.push(record.to_ref(None));
+        }
+        Ok(out)
     }
-    let mut out = Vec::new();
-    for r in refs {
-        let record = hub
-            .store
-            .media_by_ref(device_id, r)
-            .map_err(Refusal::internal)?
-            .ok_or_else(|| {
-                Refusal::not_found(format!(
-                    "media_ref `{}` is not an upload of this device (upload it first)",
-                    r.chars().take(64).collect::<String>()
-                ))
-            })?;
-        out.push(record.to_ref(None));
-    }
-    Ok(out)
 }
 
 /// A thread title from the first line of a message, cut at a word boundary.
@@ -243,40 +243,42 @@ fn auto_title(text: &str) -> String {
     format!("{}\u{2026}", cut.trim_end())
 }
 
-fn enqueue_turn(hub: &Rc<Hub>, lane: Lane, turn: QueuedTurn) {
-    let start = {
-        let mut st = hub.state.borrow_mut();
-        let ls = st.lanes.entry(lane.clone()).or_default();
-        ls.queue.push_back(turn);
-        !std::mem::replace(&mut ls.running, true)
-    };
-    if start {
-        tokio::task::spawn_local(lane_runner(hub.clone(), lane));
-    }
-}
-
-/// Runs a lane's queued turns one after another, then exits.
-async fn lane_runner(hub: Rc<Hub>, lane: Lane) {
-    loop {
-        let next = {
-            let mut st = hub.state.borrow_mut();
+impl Hub {
+    fn enqueue_turn(self: &Rc<Self>, lane: Lane, turn: QueuedTurn) {
+        let start = {
+            let mut st = self.state.borrow_mut();
             let ls = st.lanes.entry(lane.clone()).or_default();
-            match ls.queue.pop_front() {
-                Some(t) => t,
-                None => {
-                    ls.running = false;
-                    return;
-                }
-            }
+            ls.queue.push_back(turn);
+            !std::mem::replace(&mut ls.running, true)
         };
-        if hub.is_shutting_down() {
-            // Left pending in the store: the next start closes it as interrupted.
-            continue;
+        if start {
+            tokio::task::spawn_local(self.clone().lane_runner(lane));
         }
-        let Ok(_slot) = hub.turn_slots.acquire().await else {
-            return;
-        };
-        run_turn(&hub, &lane, next).await;
+    }
+
+    /// Runs a lane's queued turns one after another, then exits.
+    async fn lane_runner(self: Rc<Self>, lane: Lane) {
+        loop {
+            let next = {
+                let mut st = self.state.borrow_mut();
+                let ls = st.lanes.entry(lane.clone()).or_default();
+                match ls.queue.pop_front() {
+                    Some(t) => t,
+                    None => {
+                        ls.running = false;
+                        return;
+                    }
+                }
+            };
+            if self.is_shutting_down() {
+                // Left pending in the store: the next start closes it as interrupted.
+                continue;
+            }
+            let Ok(_slot) = self.turn_slots.acquire().await else {
+                return;
+            };
+            self.run_turn(&lane, next).await;
+        }
     }
 }
 
@@ -315,235 +317,238 @@ enum Attempt {
 /// a message is answered soon after the agent is back.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
-async fn run_turn(hub: &Rc<Hub>, lane: &Lane, turn: QueuedTurn) {
-    let message_id = ids::message_id();
-    let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
-    let started = tokio::time::Instant::now();
-    // Registered before the first await, so a `/stop` or a deletion of the reply that arrives
-    // while the turn is still getting ready is not missed.
-    let abort = Rc::new(Abort::default());
-    {
-        let mut st = hub.state.borrow_mut();
-        let ls = st.lanes.entry(lane.clone()).or_default();
-        ls.abort = Some(abort.clone());
-        ls.streaming = Some(message_id.clone());
-    }
-    hub.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
-    hub.broadcast(
-        &Frame::message_start(&message_id).in_lane(chat, thread),
-        None,
-    );
-    let media = turn
-        .media
-        .iter()
-        .filter_map(|m| {
-            let record = hub.store.media(&m.media_id).ok().flatten()?;
-            Some((m.clone(), hub.media.blob_path(&record.sha256)))
-        })
-        .collect();
-    let session = hub.lane_session(lane).await;
-    let input = TurnInput {
-        lane: lane.clone(),
-        user_message_id: turn.user_message_id.clone(),
-        text: turn.text.clone(),
-        media,
-        history: hub.past_messages(lane, &session, &turn.user_message_id),
-        session: session.session_id,
-        settings: hub.state.borrow().agent_settings.clone(),
-        resume_run: turn.resume_run.clone(),
-    };
-    let agent_config = &hub.config.agent;
-    let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
-    let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
-    let mut acc = TurnText {
-        user_message_id: turn.user_message_id.clone(),
-        run_id: turn.resume_run.clone(),
-        ..TurnText::default()
-    };
-    if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
-        ls.run_id = turn.resume_run.clone();
-    }
-    let mut told_waiting = false;
-    let outcome = loop {
-        let attempt =
-            attempt_turn(hub, lane, &message_id, &mut acc, &input, &abort, turn_limit).await;
-        let Attempt::Done(Err(e)) = &attempt else {
-            break attempt;
+impl Hub {
+    async fn run_turn(self: &Rc<Self>, lane: &Lane, turn: QueuedTurn) {
+        let message_id = ids::message_id();
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        let started = tokio::time::Instant::now();
+        // Registered before the first await, so a `/stop` or a deletion of the reply that arrives
+        // while the turn is still getting ready is not missed.
+        let abort = Rc::new(Abort::default());
+        {
+            let mut st = self.state.borrow_mut();
+            let ls = st.lanes.entry(lane.clone()).or_default();
+            ls.abort = Some(abort.clone());
+            ls.streaming = Some(message_id.clone());
+        }
+        self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
+        self.broadcast(
+            &Frame::message_start(&message_id).in_lane(chat, thread),
+            None,
+        );
+        let media = turn
+            .media
+            .iter()
+            .filter_map(|m| {
+                let record = self.store.media(&m.media_id).ok().flatten()?;
+                Some((m.clone(), self.media.blob_path(&record.sha256)))
+            })
+            .collect();
+        let session = self.lane_session(lane).await;
+        let input = TurnInput {
+            lane: lane.clone(),
+            user_message_id: turn.user_message_id.clone(),
+            text: turn.text.clone(),
+            media,
+            history: self.past_messages(lane, &session, &turn.user_message_id),
+            session: session.session_id,
+            settings: self.state.borrow().agent_settings.clone(),
+            resume_run: turn.resume_run.clone(),
         };
-        if e.agent_is_down() {
-            hub.agent_unusable(e);
+        let agent_config = &self.config.agent;
+        let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
+        let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
+        let mut acc = TurnText {
+            user_message_id: turn.user_message_id.clone(),
+            run_id: turn.resume_run.clone(),
+            ..TurnText::default()
+        };
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.run_id = turn.resume_run.clone();
         }
-        let waited = started.elapsed();
-        if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
-            break attempt;
+        let mut told_waiting = false;
+        let outcome = loop {
+            let attempt = self
+                .attempt_turn(lane, &message_id, &mut acc, &input, &abort, turn_limit)
+                .await;
+            let Attempt::Done(Err(e)) = &attempt else {
+                break attempt;
+            };
+            if e.agent_is_down() {
+                self.agent_unusable(e);
+            }
+            let waited = started.elapsed();
+            if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
+                break attempt;
+            }
+            // Never reached the agent: safe to wait for it and try again.
+            if !told_waiting {
+                told_waiting = true;
+                let note = format!(
+                    "{e}. Your message is kept and will be answered when the agent is back."
+                );
+                self.broadcast(
+                    &Frame::commentary(&message_id, &note).in_lane(chat, thread),
+                    None,
+                );
+            }
+            let pause = match e {
+                AgentError::Busy {
+                    retry_after: Some(d),
+                    ..
+                } => *d,
+                _ => RETRY_PAUSE,
+            }
+            .min(wait_limit.saturating_sub(waited))
+            .max(std::time::Duration::from_millis(100));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.agent_back.notified() => {}
+                _ = abort.notify.notified() => break if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
+            }
+            if self.is_shutting_down() {
+                break Attempt::Abandoned;
+            }
+        };
+        let outcome = match outcome {
+            // Stopping for a restart: the run goes on at the agent, and the next start follows it.
+            Attempt::Abandoned if self.is_shutting_down() => {
+                self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+                return;
+            }
+            other => other,
+        };
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.abort = None;
+            ls.streaming = None;
+            ls.run_id = None;
         }
-        // Never reached the agent: safe to wait for it and try again.
-        if !told_waiting {
-            told_waiting = true;
-            let note =
-                format!("{e}. Your message is kept and will be answered when the agent is back.");
-            hub.broadcast(
-                &Frame::commentary(&message_id, &note).in_lane(chat, thread),
-                None,
-            );
+        if let Some(run_id) = acc.run_id.clone() {
+            self.settle_run(&run_id, &outcome).await;
         }
-        let pause = match e {
-            AgentError::Busy {
-                retry_after: Some(d),
-                ..
-            } => *d,
-            _ => RETRY_PAUSE,
-        }
-        .min(wait_limit.saturating_sub(waited))
-        .max(std::time::Duration::from_millis(100));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = hub.agent_back.notified() => {}
-            _ = abort.notify.notified() => break if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
-        }
-        if hub.is_shutting_down() {
-            break Attempt::Abandoned;
-        }
-    };
-    let outcome = match outcome {
-        // Stopping for a restart: the run goes on at the agent, and the next start follows it.
-        Attempt::Abandoned if hub.is_shutting_down() => {
-            hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
-            return;
-        }
-        other => other,
-    };
-    if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
-        ls.abort = None;
-        ls.streaming = None;
-        ls.run_id = None;
-    }
-    if let Some(run_id) = acc.run_id.clone() {
-        settle_run(hub, &run_id, &outcome).await;
-    }
-    let summary = match outcome {
-        Attempt::Abandoned => {
-            // Its conversation or its reply was deleted (or the gateway is stopping, and the
-            // next start settles it): keep nothing of it.
-            info!(%lane, "turn abandoned");
-            if !hub.is_shutting_down() {
-                let end = vec![Change::EndTurn(turn.user_message_id.clone())];
-                if let Err(e) = hub.commit(end, None).await {
-                    warn!(%lane, "could not close an abandoned turn: {e}");
+        let summary = match outcome {
+            Attempt::Abandoned => {
+                // Its conversation or its reply was deleted (or the gateway is stopping, and the
+                // next start settles it): keep nothing of it.
+                info!(%lane, "turn abandoned");
+                if !self.is_shutting_down() {
+                    let end = vec![Change::EndTurn(turn.user_message_id.clone())];
+                    if let Err(e) = self.commit(end, None).await {
+                        warn!(%lane, "could not close an abandoned turn: {e}");
+                    }
+                    self.forget_run(&turn.user_message_id);
                 }
-                hub.forget_run(&turn.user_message_id);
+                self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+                return;
             }
-            hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
-            return;
-        }
-        Attempt::Stopped => {
-            info!(%lane, "turn stopped by /stop");
-            if !acc.text.is_empty() {
-                acc.text.push_str("\n\n");
+            Attempt::Stopped => {
+                info!(%lane, "turn stopped by /stop");
+                if !acc.text.is_empty() {
+                    acc.text.push_str("\n\n");
+                }
+                acc.text.push_str("\u{23f9}\u{fe0f} Stopped.");
+                TurnSummary::default()
             }
-            acc.text.push_str("\u{23f9}\u{fe0f} Stopped.");
-            TurnSummary::default()
-        }
-        Attempt::Done(Ok(s)) => {
-            hub.agent_usable();
-            s
-        }
-        Attempt::Done(Err(e)) => {
-            warn!(%lane, "agent turn failed: {e}");
-            if !acc.text.is_empty() {
-                acc.text.push_str("\n\n");
+            Attempt::Done(Ok(s)) => {
+                self.agent_usable();
+                s
             }
-            acc.text
-                .push_str(&format!("\u{26a0}\u{fe0f} {}", failure_text(&e)));
-            TurnSummary::default()
-        }
-    };
-    let model = summary.model.as_deref().map(bare_model);
-    let runtime = Runtime {
-        model: model.clone(),
-        latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
-        ..summary.runtime
-    };
-    let reply = HistoryMessage {
-        message_id: message_id.clone(),
-        role: if turn.automation.is_some() {
-            Role::Cron
-        } else {
-            Role::Assistant
-        },
-        text: acc.text,
-        reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
-        model,
-        tokens: summary.tokens,
-        runtime: Some(runtime),
-        ts: ids::now_ms(),
-        media: acc.media,
-    };
-    let notice = turn.automation.as_deref().map(|title| {
-        let body: String = reply.text.chars().take(200).collect();
-        Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
-    });
-    finish_turn(
-        hub,
-        lane,
-        &turn.user_message_id,
-        reply,
-        Frame::message_stop,
-        notice,
-    )
-    .await;
-    hub.forget_run(&turn.user_message_id);
-    hub.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
-}
-
-/// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
-/// its lane deleted) is stopped at the agent too, since closing its events stream does not
-/// stop it; and an approval still open for it is closed, saying why.
-async fn settle_run(hub: &Rc<Hub>, run_id: &str, outcome: &Attempt) {
-    let gave_up = matches!(
-        outcome,
-        Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
-    );
-    if gave_up {
-        let (hub2, id) = (hub.clone(), run_id.to_owned());
-        tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
+            Attempt::Done(Err(e)) => {
+                warn!(%lane, "agent turn failed: {e}");
+                if !acc.text.is_empty() {
+                    acc.text.push_str("\n\n");
+                }
+                acc.text
+                    .push_str(&format!("\u{26a0}\u{fe0f} {}", failure_text(&e)));
+                TurnSummary::default()
+            }
+        };
+        let model = summary.model.as_deref().map(bare_model);
+        let runtime = Runtime {
+            model: model.clone(),
+            latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
+            ..summary.runtime
+        };
+        let reply = HistoryMessage {
+            message_id: message_id.clone(),
+            role: if turn.automation.is_some() {
+                Role::Cron
+            } else {
+                Role::Assistant
+            },
+            text: acc.text,
+            reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
+            model,
+            tokens: summary.tokens,
+            runtime: Some(runtime),
+            ts: ids::now_ms(),
+            media: acc.media,
+        };
+        let notice = turn.automation.as_deref().map(|title| {
+            let body: String = reply.text.chars().take(200).collect();
+            Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
+        });
+        self.finish_turn(
+            lane,
+            &turn.user_message_id,
+            reply,
+            Frame::message_stop,
+            notice,
+        )
+        .await;
+        self.forget_run(&turn.user_message_id);
+        self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
     }
-    let stopped = matches!(outcome, Attempt::Stopped);
-    hub.close_approvals_of(run_id, |command| {
-        if stopped {
-            format!("The task was stopped: Hermes did not run `{command}`.")
-        } else {
-            format!("The agent's turn ended: the approval for `{command}` is no longer open.")
-        }
-    })
-    .await;
-}
 
-/// One try at a turn: runs the agent and applies its events until it ends, the time limit
-/// passes, or the turn is stopped.
-async fn attempt_turn(
-    hub: &Rc<Hub>,
-    lane: &Lane,
-    message_id: &str,
-    acc: &mut TurnText,
-    input: &TurnInput,
-    abort: &Abort,
-    limit: std::time::Duration,
-) -> Attempt {
-    let (tx, mut rx) = mpsc::channel(16);
-    let agent = hub.agent.clone();
-    let run = agent.run_turn(input.clone(), tx);
-    let consume = async {
-        while let Some(event) = rx.recv().await {
-            apply_event(hub, lane, message_id, acc, event).await;
+    /// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
+    /// its lane deleted) is stopped at the agent too, since closing its events stream does not
+    /// stop it; and an approval still open for it is closed, saying why.
+    async fn settle_run(self: &Rc<Self>, run_id: &str, outcome: &Attempt) {
+        let gave_up = matches!(
+            outcome,
+            Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
+        );
+        if gave_up {
+            let (hub2, id) = (self.clone(), run_id.to_owned());
+            tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
         }
-    };
-    let both = async { tokio::join!(run, consume).0 };
-    tokio::select! {
-        done = tokio::time::timeout(limit, both) => Attempt::Done(
-            done.unwrap_or(Err(AgentError::TimedOut(limit.as_secs())))
-        ),
-        _ = abort.notify.notified() => if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
+        let stopped = matches!(outcome, Attempt::Stopped);
+        self.close_approvals_of(run_id, |command| {
+            if stopped {
+                format!("The task was stopped: Hermes did not run `{command}`.")
+            } else {
+                format!("The agent's turn ended: the approval for `{command}` is no longer open.")
+            }
+        })
+        .await;
+    }
+
+    /// One try at a turn: runs the agent and applies its events until it ends, the time limit
+    /// passes, or the turn is stopped.
+    async fn attempt_turn(
+        self: &Rc<Self>,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        input: &TurnInput,
+        abort: &Abort,
+        limit: std::time::Duration,
+    ) -> Attempt {
+        let (tx, mut rx) = mpsc::channel(16);
+        let agent = self.agent.clone();
+        let run = agent.run_turn(input.clone(), tx);
+        let consume = async {
+            while let Some(event) = rx.recv().await {
+                self.apply_event(lane, message_id, acc, event).await;
+            }
+        };
+        let both = async { tokio::join!(run, consume).0 };
+        tokio::select! {
+            done = tokio::time::timeout(limit, both) => Attempt::Done(
+                done.unwrap_or(Err(AgentError::TimedOut(limit.as_secs())))
+            ),
+            _ = abort.notify.notified() => if abort.stop.get() { Attempt::Stopped } else { Attempt::Abandoned },
+        }
     }
 }
 
@@ -565,213 +570,215 @@ fn bare_model(model: &str) -> String {
     model.rsplit('/').next().unwrap_or(model).to_owned()
 }
 
-/// Commits a turn's final message (and its notification, for automation turns) and closes
-/// its pending record, in one transaction.
-async fn finish_turn(
-    hub: &Hub,
-    lane: &Lane,
-    user_message_id: &str,
-    reply: HistoryMessage,
-    frame: fn(&HistoryMessage) -> Frame,
-    notice: Option<Frame>,
-) {
-    // Built within budget as it streamed; this catches what was not (an error text, a
-    // partial answer recovered after a restart).
-    let mut reply = reply;
-    fit::fit_message(&mut reply, &hub.out_budget());
-    let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
-    // A lane deleted while its turn ran gets no message (its history is gone too).
-    if hub.lane_exists(lane) {
-        changes.push(Change::PutMessage(lane.clone(), reply.clone()));
-        changes.push(Change::OutboxOf {
-            message_id: reply.message_id.clone(),
-            frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
-        });
-        if let Some(n) = notice {
+impl Hub {
+    /// Commits a turn's final message (and its notification, for automation turns) and closes
+    /// its pending record, in one transaction.
+    async fn finish_turn(
+        &self,
+        lane: &Lane,
+        user_message_id: &str,
+        reply: HistoryMessage,
+        frame: fn(&HistoryMessage) -> Frame,
+        notice: Option<Frame>,
+    ) {
+        // Built within budget as it streamed; this catches what was not (an error text, a
+        // partial answer recovered after a restart).
+        let mut reply = reply;
+        fit::fit_message(&mut reply, &self.out_budget());
+        let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
+        // A lane deleted while its turn ran gets no message (its history is gone too).
+        if self.lane_exists(lane) {
+            changes.push(Change::PutMessage(lane.clone(), reply.clone()));
             changes.push(Change::OutboxOf {
                 message_id: reply.message_id.clone(),
-                frame: n.encode(),
+                frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
             });
+            if let Some(n) = notice {
+                changes.push(Change::OutboxOf {
+                    message_id: reply.message_id.clone(),
+                    frame: n.encode(),
+                });
+            }
+        }
+        if let Err(e) = self.commit(changes.clone(), None).await {
+            warn!(%lane, "could not store the agent's reply: {e}");
+            // The disk filled (or failed) while the turn ran: the user's message is stored and
+            // waits for this answer. Keep it and store it once the disk works again
+            // (`storage::monitor`), rather than leave the message unanswered until a restart.
+            self.keep_unsettled(changes);
         }
     }
-    if let Err(e) = hub.commit(changes.clone(), None).await {
-        warn!(%lane, "could not store the agent's reply: {e}");
-        // The disk filled (or failed) while the turn ran: the user's message is stored and
-        // waits for this answer. Keep it and store it once the disk works again
-        // (`storage::monitor`), rather than leave the message unanswered until a restart.
-        hub.keep_unsettled(changes);
-    }
-}
 
-async fn apply_event(
-    hub: &Hub,
-    lane: &Lane,
-    message_id: &str,
-    acc: &mut TurnText,
-    event: AgentEvent,
-) {
-    let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
-    match event {
-        AgentEvent::Text(delta) => {
-            if acc.truncated {
-                return;
-            }
-            // A stretch after a tool starts fresh: no blank lines carried over from the split.
-            let delta = if acc.text.len() == acc.segment_start {
-                delta.trim_start().to_owned()
-            } else {
-                delta
-            };
-            if delta.is_empty() {
-                return;
-            }
-            let budget = hub.out_budget().text;
-            acc.truncated = fit::push_within(
-                &mut acc.text,
-                &mut acc.text_escaped,
-                &delta,
-                budget,
-                REPLY_CUT_NOTE,
-            );
-            hub.broadcast(
-                &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
-                Some(coalesce_key("message.update", message_id, 0)),
-            );
-        }
-        AgentEvent::Reasoning(delta) => {
-            // Reasoning past its share is left out silently: the answer is what matters.
-            let budget = hub.out_budget().reasoning;
-            fit::push_within(
-                &mut acc.reasoning,
-                &mut acc.reasoning_escaped,
-                &delta,
-                budget,
-                "",
-            );
-        }
-        AgentEvent::Commentary(mut text) => {
-            fit::cut_in_place(&mut text, hub.out_budget().text);
-            hub.broadcast(
-                &Frame::commentary(message_id, &text).in_lane(chat, thread),
-                None,
-            );
-        }
-        AgentEvent::ToolStart {
-            index,
-            name,
-            preview,
-            args,
-            emoji,
-        } => {
-            // Text streamed since the last tool was the agent saying what it is about to do.
-            let said = acc.text[acc.segment_start..].trim().to_owned();
-            if !said.is_empty() && !acc.truncated {
-                acc.text.truncate(acc.segment_start);
-                acc.text_escaped = fit::escaped_len(&acc.text);
-                hub.broadcast(
-                    &Frame::commentary(message_id, &said).in_lane(chat, thread),
-                    None,
+    async fn apply_event(
+        &self,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        event: AgentEvent,
+    ) {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        match event {
+            AgentEvent::Text(delta) => {
+                if acc.truncated {
+                    return;
+                }
+                // A stretch after a tool starts fresh: no blank lines carried over from the split.
+                let delta = if acc.text.len() == acc.segment_start {
+                    delta.trim_start().to_owned()
+                } else {
+                    delta
+                };
+                if delta.is_empty() {
+                    return;
+                }
+                let budget = self.out_budget().text;
+                acc.truncated = fit::push_within(
+                    &mut acc.text,
+                    &mut acc.text_escaped,
+                    &delta,
+                    budget,
+                    REPLY_CUT_NOTE,
                 );
-                hub.broadcast(
+                self.broadcast(
                     &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
                     Some(coalesce_key("message.update", message_id, 0)),
                 );
             }
-            acc.segment_start = acc.text.len();
-            let (name, preview, args, emoji) = bounded_tool(hub, name, preview, args, emoji);
-            let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
-            acc.tool_names.insert(index, name);
-            hub.broadcast(&f.in_lane(chat, thread), None);
-        }
-        AgentEvent::ToolProgress { index, mut note } => {
-            fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
-            let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
-            hub.broadcast(
-                &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
-                Some(coalesce_key("tool.progress", message_id, index)),
-            );
-        }
-        AgentEvent::ToolEnd {
-            index,
-            ok,
-            duration_secs,
-            mut output_preview,
-        } => {
-            fit::cut_in_place(&mut output_preview, fit::PREVIEW_BYTES);
-            let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
-            let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
-                .in_lane(chat, thread);
-            // Never dropped, so outboxed: a device that missed the stream still learns the
-            // tool's outcome on sync. The turn waits for it to be durable, keeping order.
-            let change = Change::OutboxOf {
-                message_id: message_id.to_owned(),
-                frame: f.encode(),
-            };
-            if let Err(e) = hub.commit(vec![change], None).await {
-                warn!(%lane, "could not store tool.end: {e}");
+            AgentEvent::Reasoning(delta) => {
+                // Reasoning past its share is left out silently: the answer is what matters.
+                let budget = self.out_budget().reasoning;
+                fit::push_within(
+                    &mut acc.reasoning,
+                    &mut acc.reasoning_escaped,
+                    &delta,
+                    budget,
+                    "",
+                );
             }
-        }
-        AgentEvent::Todos(todos) => hub.set_todos(lane, todos),
-        AgentEvent::RunStarted(run_id) => {
-            // Durable before anything else happens in the run: a restart must find it (to
-            // follow it, never to hand the message over again).
-            let record = crate::store::RunRecord {
-                user_message_id: acc.user_message_id.clone(),
-                lane: lane.clone(),
-                run_id: run_id.clone(),
-            };
-            if let Err(e) = hub.store.put_run(&record).await {
-                warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+            AgentEvent::Commentary(mut text) => {
+                fit::cut_in_place(&mut text, self.out_budget().text);
+                self.broadcast(
+                    &Frame::commentary(message_id, &text).in_lane(chat, thread),
+                    None,
+                );
             }
-            if let Some(ls) = hub.state.borrow_mut().lanes.get_mut(lane) {
-                ls.run_id = Some(run_id.clone());
+            AgentEvent::ToolStart {
+                index,
+                name,
+                preview,
+                args,
+                emoji,
+            } => {
+                // Text streamed since the last tool was the agent saying what it is about to do.
+                let said = acc.text[acc.segment_start..].trim().to_owned();
+                if !said.is_empty() && !acc.truncated {
+                    acc.text.truncate(acc.segment_start);
+                    acc.text_escaped = fit::escaped_len(&acc.text);
+                    self.broadcast(
+                        &Frame::commentary(message_id, &said).in_lane(chat, thread),
+                        None,
+                    );
+                    self.broadcast(
+                        &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
+                        Some(coalesce_key("message.update", message_id, 0)),
+                    );
+                }
+                acc.segment_start = acc.text.len();
+                let (name, preview, args, emoji) = self.bounded_tool(name, preview, args, emoji);
+                let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
+                acc.tool_names.insert(index, name);
+                self.broadcast(&f.in_lane(chat, thread), None);
             }
-            acc.run_id = Some(run_id);
-        }
-        AgentEvent::Approval(request) => match acc.run_id.clone() {
-            Some(run_id) => hub.offer_approval(lane, &run_id, request).await,
-            None => warn!(%lane, "an approval request outside a run was ignored"),
-        },
-        AgentEvent::ApprovalExpired => {
-            if let Some(run_id) = acc.run_id.clone() {
-                hub.approval_expired(&run_id).await;
+            AgentEvent::ToolProgress { index, mut note } => {
+                fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
+                let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
+                self.broadcast(
+                    &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
+                    Some(coalesce_key("tool.progress", message_id, index)),
+                );
             }
-        }
-        AgentEvent::File {
-            filename,
-            mime,
-            kind,
-            bytes,
-        } => {
-            if let Some(m) = hub
-                .store_agent_file(lane, message_id, filename, mime, kind, &bytes)
-                .await
-            {
-                acc.media.push(m);
+            AgentEvent::ToolEnd {
+                index,
+                ok,
+                duration_secs,
+                mut output_preview,
+            } => {
+                fit::cut_in_place(&mut output_preview, fit::PREVIEW_BYTES);
+                let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
+                let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
+                    .in_lane(chat, thread);
+                // Never dropped, so outboxed: a device that missed the stream still learns the
+                // tool's outcome on sync. The turn waits for it to be durable, keeping order.
+                let change = Change::OutboxOf {
+                    message_id: message_id.to_owned(),
+                    frame: f.encode(),
+                };
+                if let Err(e) = self.commit(vec![change], None).await {
+                    warn!(%lane, "could not store tool.end: {e}");
+                }
+            }
+            AgentEvent::Todos(todos) => self.set_todos(lane, todos),
+            AgentEvent::RunStarted(run_id) => {
+                // Durable before anything else happens in the run: a restart must find it (to
+                // follow it, never to hand the message over again).
+                let record = crate::store::RunRecord {
+                    user_message_id: acc.user_message_id.clone(),
+                    lane: lane.clone(),
+                    run_id: run_id.clone(),
+                };
+                if let Err(e) = self.store.put_run(&record).await {
+                    warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+                }
+                if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+                    ls.run_id = Some(run_id.clone());
+                }
+                acc.run_id = Some(run_id);
+            }
+            AgentEvent::Approval(request) => match acc.run_id.clone() {
+                Some(run_id) => self.offer_approval(lane, &run_id, request).await,
+                None => warn!(%lane, "an approval request outside a run was ignored"),
+            },
+            AgentEvent::ApprovalExpired => {
+                if let Some(run_id) = acc.run_id.clone() {
+                    self.approval_expired(&run_id).await;
+                }
+            }
+            AgentEvent::File {
+                filename,
+                mime,
+                kind,
+                bytes,
+            } => {
+                if let Some(m) = self
+                    .store_agent_file(lane, message_id, filename, mime, kind, &bytes)
+                    .await
+                {
+                    acc.media.push(m);
+                }
             }
         }
     }
-}
 
-/// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a
-/// glance ([`fit::PREVIEW_BYTES`]), the name and emoji are labels, and the arguments (any JSON
-/// the agent sent) get half a frame, their longest strings cut first.
-fn bounded_tool(
-    hub: &Hub,
-    mut name: String,
-    mut preview: String,
-    mut args: serde_json::Value,
-    mut emoji: Option<String>,
-) -> (String, String, serde_json::Value, Option<String>) {
-    fit::cut_in_place(&mut name, TOOL_LABEL_BYTES);
-    fit::cut_in_place(&mut preview, fit::PREVIEW_BYTES);
-    if let Some(e) = emoji.as_mut() {
-        fit::cut_in_place(e, TOOL_LABEL_BYTES);
+    /// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a
+    /// glance ([`fit::PREVIEW_BYTES`]), the name and emoji are labels, and the arguments (any JSON
+    /// the agent sent) get half a frame, their longest strings cut first.
+    fn bounded_tool(
+        &self,
+        mut name: String,
+        mut preview: String,
+        mut args: serde_json::Value,
+        mut emoji: Option<String>,
+    ) -> (String, String, serde_json::Value, Option<String>) {
+        fit::cut_in_place(&mut name, TOOL_LABEL_BYTES);
+        fit::cut_in_place(&mut preview, fit::PREVIEW_BYTES);
+        if let Some(e) = emoji.as_mut() {
+            fit::cut_in_place(e, TOOL_LABEL_BYTES);
+        }
+        if !fit::shrink_value(&mut args, self.out_budget().content / 2) {
+            args = serde_json::json!({});
+        }
+        (name, preview, args, emoji)
     }
-    if !fit::shrink_value(&mut args, hub.out_budget().content / 2) {
-        args = serde_json::json!({});
-    }
-    (name, preview, args, emoji)
 }
 
 /// A tool's name or emoji, escaped: a label, never a page.
@@ -987,15 +994,8 @@ impl Hub {
                 runtime: Some(Runtime::default()),
                 ..super::gateway_message(Role::Assistant, text)
             };
-            finish_turn(
-                self,
-                &p.lane,
-                &p.user_message_id,
-                reply,
-                Frame::message,
-                None,
-            )
-            .await;
+            self.finish_turn(&p.lane, &p.user_message_id, reply, Frame::message, None)
+                .await;
             self.forget_run(&p.user_message_id);
         }
         // Approvals of runs that are over can no longer be answered: close them.
@@ -1020,8 +1020,7 @@ impl Hub {
         }
         for (p, run_id) in followed {
             info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
-            enqueue_turn(
-                self,
+            self.enqueue_turn(
                 p.lane,
                 QueuedTurn {
                     user_message_id: p.user_message_id,
@@ -1134,35 +1133,37 @@ impl Hub {
 /// The longest start-up spends asking the agent about interrupted turns.
 const RECOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Watches the agent: every `agent.probe_interval_secs` while it is usable, every second while
-/// it is not, and at once when a turn could not reach it. Drives the `degraded` state and wakes
-/// turns waiting for the agent.
-pub(super) async fn agent_monitor(hub: Rc<Hub>) {
-    let calm = std::time::Duration::from_secs(hub.config.agent.probe_interval_secs.max(1));
-    let mut first = true;
-    while !hub.is_shutting_down() {
-        if !first {
-            let down = hub.state.borrow().agent_error.is_some();
-            let pause = if down {
-                std::time::Duration::from_secs(1)
-            } else {
-                calm
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = hub.agent_check.notified() => {}
-            }
-        }
-        first = false;
-        match hub.agent.probe().await {
-            Ok(()) => hub.agent_usable(),
-            Err(e) if e.agent_is_down() => {
-                if hub.state.borrow().agent_error.is_none() {
-                    warn!("agent check failed: {e}");
+impl Hub {
+    /// Watches the agent: every `agent.probe_interval_secs` while it is usable, every second while
+    /// it is not, and at once when a turn could not reach it. Drives the `degraded` state and wakes
+    /// turns waiting for the agent.
+    pub(super) async fn agent_monitor(self: Rc<Self>) {
+        let calm = std::time::Duration::from_secs(self.config.agent.probe_interval_secs.max(1));
+        let mut first = true;
+        while !self.is_shutting_down() {
+            if !first {
+                let down = self.state.borrow().agent_error.is_some();
+                let pause = if down {
+                    std::time::Duration::from_secs(1)
+                } else {
+                    calm
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = self.agent_check.notified() => {}
                 }
-                hub.update_health(|st| st.agent_error = Some(e.to_string()));
             }
-            Err(e) => tracing::debug!("agent check: {e}"),
+            first = false;
+            match self.agent.probe().await {
+                Ok(()) => self.agent_usable(),
+                Err(e) if e.agent_is_down() => {
+                    if self.state.borrow().agent_error.is_none() {
+                        warn!("agent check failed: {e}");
+                    }
+                    self.update_health(|st| st.agent_error = Some(e.to_string()));
+                }
+                Err(e) => tracing::debug!("agent check: {e}"),
+            }
         }
     }
 }
