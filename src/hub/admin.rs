@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use tracing::info;
 
-use super::Hub;
+use super::state::Hub;
 use crate::push::{PushJob, Target};
 use crate::store::StoreError;
 

@@ -18,7 +18,8 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::{Hub, Refusal};
+use super::errors::Refusal;
+use super::state::Hub;
 use crate::agent::ApprovalRequest;
 use crate::ids;
 use crate::outlet::Outlet;

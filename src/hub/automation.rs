@@ -18,14 +18,14 @@
 //! missed runs is ever replayed; a job due in normal time fires once, and its next run is
 //! computed from then.
 
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
-use super::{CommitError, Hub};
+use super::errors::CommitError;
+use super::state::{gateway_message, Hook, Hub};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::store::Change;
@@ -80,24 +80,6 @@ const NOTIFICATION_BODY_CHARS: usize = 200;
 const MAX_TITLE_CHARS: usize = 200;
 /// The rate window of `limits.webhooks_per_minute`.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
-
-/// A configured webhook, with its token kept only as a SHA-256 digest.
-struct Hook {
-    name: String,
-    channel: String,
-    digest: Vec<u8>,
-}
-
-/// The hub's automation state (`Hub::automation`).
-#[derive(Default)]
-pub(super) struct Automation {
-    hooks: Vec<Hook>,
-    /// When the webhook requests admitted within the last minute arrived, oldest first.
-    admitted: VecDeque<Instant>,
-    /// Held while an automation channel is looked up and maybe created, so two posts arriving
-    /// together cannot both create it.
-    directory: Rc<tokio::sync::Mutex<()>>,
-}
 
 /// A scheduled prompt, parsed.
 struct Job {
@@ -351,7 +333,7 @@ impl Hub {
         text: String,
     ) -> Result<String, CommitError> {
         let lane = Lane::new(&channel.chat_id, None);
-        let message = super::gateway_message(Role::Cron, text);
+        let message = gateway_message(Role::Cron, text);
         let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
         let notification = Frame::notification("cron", title, &body, message.ts)
             .in_lane(&lane.chat_id, None)

@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use base64::Engine;
 
-use super::{Hub, Origin, Refusal};
+use super::errors::Refusal;
+use super::state::{Hub, Origin};
 use crate::ids;
 use crate::outlet::ConnId;
 use crate::protocol::{

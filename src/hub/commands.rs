@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::{Hub, Refusal};
+use super::errors::Refusal;
+use super::state::{gateway_message, Hub, Picker, Setting};
 use crate::agent::AgentSettings;
 use crate::ids;
 use crate::outlet::Outlet;
@@ -112,20 +113,6 @@ const SPECS: &[Spec] = &[
         needs_models: false,
     },
 ];
-
-/// A picker waiting for `picker.select`.
-pub struct Picker {
-    lane: Lane,
-    setting: Setting,
-    created: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Setting {
-    Reasoning,
-    Fast,
-    Model,
-}
 
 /// The command in `text`, if it starts with one the gateway knows.
 pub fn parse(text: &str) -> Option<Command> {
@@ -362,7 +349,7 @@ impl Hub {
 
     /// Posts the gateway's answer as a `system` message in `lane`.
     pub(super) async fn post_system(&self, lane: &Lane, text: String) {
-        let message = super::gateway_message(Role::System, text);
+        let message = gateway_message(Role::System, text);
         let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
         let changes = vec![
             Change::PutMessage(lane.clone(), message.clone()),

@@ -11,57 +11,14 @@ use std::rc::Rc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::Hub;
+use super::errors::CommitError;
+use super::state::{CommitJob, Hub, Origin};
 use crate::outlet::{encode_text, ConnId, FrameText, Mode};
 use crate::protocol::Frame;
-use crate::store::{Change, StoreError};
+use crate::store::Change;
 
-/// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
-pub const QUEUE_DEPTH: usize = 256;
 /// Most jobs folded into one fsync.
 const MAX_GROUP: usize = 64;
-
-/// Why a commit did not happen, keeping the store's own error so callers can still ask what
-/// kind it was (`is_storage_failure`).
-#[derive(Debug, thiserror::Error)]
-pub enum CommitError {
-    /// The store refused the changes, or could not make them durable. Shared: one failed
-    /// flush fails every job of its group.
-    #[error("storage error: {0}")]
-    Store(Rc<StoreError>),
-    /// The committer is gone: the gateway is stopping.
-    #[error("the gateway is shutting down")]
-    ShuttingDown,
-}
-
-impl From<StoreError> for CommitError {
-    fn from(e: StoreError) -> CommitError {
-        CommitError::Store(Rc::new(e))
-    }
-}
-
-impl CommitError {
-    /// The disk failed (full, read-only, I/O): the health reports it, and it may come back.
-    pub fn is_storage_failure(&self) -> bool {
-        matches!(self, CommitError::Store(e) if e.is_storage_failure())
-    }
-}
-
-/// How the requesting connection is answered, next to the broadcast.
-pub struct Origin {
-    pub conn: ConnId,
-    /// Sent to the requester just before the first broadcast frame (e.g. `read.receipt`).
-    pub before: Option<Frame>,
-    /// Sent to the requester instead of the broadcast frame at this index (the same frame
-    /// carrying the request's `id`).
-    pub reply: Option<(usize, Frame)>,
-}
-
-pub struct CommitJob {
-    changes: Vec<Change>,
-    origin: Option<Origin>,
-    done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
-}
 
 impl Hub {
     /// Makes `changes` durable, publishes their outbox frames, and returns their cursors.

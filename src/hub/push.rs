@@ -11,7 +11,8 @@
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::{Hub, Refusal};
+use super::errors::Refusal;
+use super::state::Hub;
 use crate::push::{Outcome, PushJob};
 
 /// How far back a restart looks for pushes still owed to each away device.

@@ -4,7 +4,8 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
-use super::{Hub, Origin, Refusal};
+use super::errors::Refusal;
+use super::state::{Hub, Origin};
 use crate::outlet::Outlet;
 use crate::protocol::{is_valid_id, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};

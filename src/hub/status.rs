@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Hub;
+use super::state::Hub;
 use crate::protocol::HealthState;
 
 /// A snapshot of the gateway's health and use, in plain data (serialisable for the control

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::Hub;
+use super::state::Hub;
 use crate::store::StoreError;
 
 /// How often the disk is looked at (one `statvfs`; a probe write only while degraded).
