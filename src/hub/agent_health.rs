@@ -14,13 +14,13 @@ impl Hub {
     /// return.
     pub(super) fn agent_unusable(&self, e: &AgentError) {
         self.update_health(|st| st.agent_error = Some(e.to_string()));
-        self.agent_check.notify_one();
+        self.agent_watch.check.notify_one();
     }
 
     pub(super) fn agent_usable(&self) {
-        if self.state.borrow().agent_error.is_some() {
+        if self.state.borrow().causes.agent_error.is_some() {
             self.update_health(|st| st.agent_error = None);
-            self.agent_back.notify_waiters();
+            self.agent_watch.back.notify_waiters();
         }
     }
 
@@ -32,7 +32,7 @@ impl Hub {
         let mut first = true;
         while !self.is_shutting_down() {
             if !first {
-                let down = self.state.borrow().agent_error.is_some();
+                let down = self.state.borrow().causes.agent_error.is_some();
                 let pause = if down {
                     std::time::Duration::from_secs(1)
                 } else {
@@ -40,14 +40,14 @@ impl Hub {
                 };
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
-                    _ = self.agent_check.notified() => {}
+                    _ = self.agent_watch.check.notified() => {}
                 }
             }
             first = false;
             match self.agent.probe().await {
                 Ok(()) => self.agent_usable(),
                 Err(e) if e.agent_is_down() => {
-                    if self.state.borrow().agent_error.is_none() {
+                    if self.state.borrow().causes.agent_error.is_none() {
                         warn!("agent check failed: {e}");
                     }
                     self.update_health(|st| st.agent_error = Some(e.to_string()));

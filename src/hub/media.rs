@@ -14,9 +14,9 @@ pub struct MediaHold<'a>(&'a Hub);
 impl Drop for MediaHold<'_> {
     fn drop(&mut self) {
         let hub = self.0;
-        hub.media_holds.set(hub.media_holds.get() - 1);
-        if hub.media_holds.get() == 0 {
-            for sha in std::mem::take(&mut *hub.deferred_blobs.borrow_mut()) {
+        hub.media_holds.count.set(hub.media_holds.count.get() - 1);
+        if hub.media_holds.count.get() == 0 {
+            for sha in std::mem::take(&mut *hub.media_holds.deferred.borrow_mut()) {
                 hub.media.remove_blob(&sha);
             }
         }
@@ -62,9 +62,9 @@ impl Hub {
         if let Err(e) = self.store.sync().await {
             return warn!("media clean-up not durable, files kept: {e}");
         }
-        if self.media_holds.get() > 0 {
+        if self.media_holds.count.get() > 0 {
             // A backup is streaming media: the files go when it is done.
-            self.deferred_blobs.borrow_mut().extend(freed);
+            self.media_holds.deferred.borrow_mut().extend(freed);
             return;
         }
         for sha in freed {
@@ -74,7 +74,7 @@ impl Hub {
 
     /// Keeps every media file on disk until the returned hold is dropped (`backup`).
     pub fn hold_media_files(&self) -> MediaHold<'_> {
-        self.media_holds.set(self.media_holds.get() + 1);
+        self.media_holds.count.set(self.media_holds.count.get() + 1);
         MediaHold(self)
     }
 }

@@ -3,7 +3,7 @@
 //! Every other file of the hub adds `impl Hub` methods for one concern and imports from here;
 //! this file imports none of them.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -39,15 +39,10 @@ pub(super) struct State {
     pub(super) published_head: u64,
     pub(super) next_conn_id: ConnId,
     pub(super) bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
-    pub(super) storage_error: Option<String>,
+    /// Why the gateway is degraded, while it is.
+    pub(super) causes: Causes,
     /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
     pub(super) unsettled: Vec<Vec<crate::store::Change>>,
-    /// Why pushes are failing, while they are.
-    pub(super) push_error: Option<String>,
-    /// Why media storage refuses uploads (quota or disk full), while it does.
-    pub(super) media_full: Option<String>,
-    /// Why the agent is unusable (unreachable, key refused), while it is.
-    pub(super) agent_error: Option<String>,
     /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
     pub(super) pickers: HashMap<String, Picker>,
     /// Approvals offered and not answered yet, by picker id (also in the store: they survive
@@ -56,6 +51,55 @@ pub(super) struct State {
     /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
     pub(super) agent_settings: crate::agent::AgentSettings,
     pub(super) shutting_down: bool,
+}
+
+/// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
+/// while it lasts. Any cause set means degraded; all clear means online.
+#[derive(Default)]
+pub(super) struct Causes {
+    pub(super) storage_error: Option<String>,
+    /// Why pushes are failing, while they are.
+    pub(super) push_error: Option<String>,
+    /// Why media storage refuses uploads (quota or disk full), while it does.
+    pub(super) media_full: Option<String>,
+    /// Why the agent is unusable (unreachable, key refused), while it is.
+    pub(super) agent_error: Option<String>,
+}
+
+impl Causes {
+    /// The reasons that are set, in a fixed order (storage first: it matters most).
+    pub(super) fn reasons(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.storage_error,
+            &self.media_full,
+            &self.push_error,
+            &self.agent_error,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+
+    pub(super) fn any(&self) -> bool {
+        self.reasons().next().is_some()
+    }
+}
+
+/// The agent monitor and the turns waiting for the agent wake each other through these.
+#[derive(Default)]
+pub(super) struct AgentWatch {
+    /// Wakes the monitor for an immediate check (a turn just failed to reach the agent)...
+    pub(super) check: tokio::sync::Notify,
+    /// ...and the monitor wakes turns waiting for the agent when it is back.
+    pub(super) back: tokio::sync::Notify,
+}
+
+/// Backups streaming media right now (`hold_media_files`), and the files whose removal waits
+/// for them.
+#[derive(Default)]
+pub(super) struct MediaHolds {
+    pub(super) count: Cell<usize>,
+    pub(super) deferred: RefCell<Vec<String>>,
 }
 
 pub struct Hub {
@@ -69,17 +113,11 @@ pub struct Hub {
     pub(super) state: RefCell<State>,
     pub(super) committer: mpsc::Sender<CommitJob>,
     pub(super) turn_slots: Semaphore,
-    /// Wakes the agent monitor for an immediate check (a turn just failed to reach it)...
-    pub(super) agent_check: tokio::sync::Notify,
-    /// ...and it wakes turns waiting for the agent when it is back.
-    pub(super) agent_back: tokio::sync::Notify,
+    pub(super) agent_watch: AgentWatch,
     pub(super) started: Instant,
     /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
     pub(super) automation: RefCell<Automation>,
-    /// Backups streaming media right now (`hold_media_files`), and the files whose removal
-    /// waits for them.
-    pub(super) media_holds: std::cell::Cell<usize>,
-    pub(super) deferred_blobs: RefCell<Vec<String>>,
+    pub(super) media_holds: MediaHolds,
 }
 
 /// How the requesting connection is answered, next to the broadcast.
@@ -166,23 +204,18 @@ impl Hub {
                 published_head: head,
                 next_conn_id: 1,
                 bad_hellos,
-                storage_error: None,
+                causes: Causes::default(),
                 unsettled: Vec::new(),
-                push_error: None,
-                media_full: None,
-                agent_error: None,
                 pickers: HashMap::new(),
                 approvals,
                 agent_settings,
                 shutting_down: false,
             }),
             committer: tx,
-            agent_check: tokio::sync::Notify::new(),
-            agent_back: tokio::sync::Notify::new(),
+            agent_watch: AgentWatch::default(),
             started: Instant::now(),
             automation: RefCell::default(),
-            media_holds: std::cell::Cell::new(0),
-            deferred_blobs: RefCell::default(),
+            media_holds: MediaHolds::default(),
         });
         tokio::task::spawn_local(hub.clone().run_committer(rx));
         tokio::task::spawn_local(hub.clone().storage_monitor());
@@ -225,11 +258,7 @@ impl Hub {
         let st = self.state.borrow();
         if st.shutting_down {
             HealthState::Restarting
-        } else if st.storage_error.is_some()
-            || st.media_full.is_some()
-            || st.push_error.is_some()
-            || st.agent_error.is_some()
-        {
+        } else if st.causes.any() {
             HealthState::Degraded
         } else {
             HealthState::Online
@@ -266,16 +295,7 @@ impl Hub {
     /// What is wrong while the gateway is degraded, for `/status`.
     pub(super) fn health_causes(&self) -> Vec<String> {
         let st = self.state.borrow();
-        [
-            &st.storage_error,
-            &st.media_full,
-            &st.push_error,
-            &st.agent_error,
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect()
+        st.causes.reasons().map(str::to_owned).collect()
     }
 
     /// Media storage is full (`Some(why)`) or has room again (`None`).
@@ -283,24 +303,17 @@ impl Hub {
         self.update_health(|st| st.media_full = why);
     }
 
-    pub(super) fn update_health(&self, change: impl FnOnce(&mut State)) {
+    /// Changes a cause of `degraded`; a change of the health state itself is logged, sent to
+    /// every device as `status`, and passed to whoever watches it.
+    pub(super) fn update_health(&self, change: impl FnOnce(&mut Causes)) {
         let before = self.health();
-        change(&mut self.state.borrow_mut());
+        change(&mut self.state.borrow_mut().causes);
         let after = self.health();
         if before != after {
             match after {
                 HealthState::Degraded => {
                     let st = self.state.borrow();
-                    let causes: Vec<&str> = [
-                        &st.storage_error,
-                        &st.media_full,
-                        &st.push_error,
-                        &st.agent_error,
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .map(String::as_str)
-                    .collect();
+                    let causes: Vec<&str> = st.causes.reasons().collect();
                     warn!("gateway degraded: {}", causes.join("; "));
                 }
                 _ => info!("gateway back online"),

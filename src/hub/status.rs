@@ -36,7 +36,8 @@ pub struct StatusReport {
 impl Hub {
     pub fn status_report(&self) -> StatusReport {
         let st = self.state.borrow();
-        let (agent_error, push_error) = (st.agent_error.clone(), st.push_error.clone());
+        let (agent_error, push_error) =
+            (st.causes.agent_error.clone(), st.causes.push_error.clone());
         drop(st);
         StatusReport {
             state: self.health(),

@@ -30,7 +30,7 @@ impl Hub {
             if self.is_shutting_down() {
                 return;
             }
-            let failing = self.state.borrow().storage_error.is_some();
+            let failing = self.state.borrow().causes.storage_error.is_some();
             if !failing {
                 // Seen before any write is refused: the LED and `status` tell the household early.
                 if let Err(e) = self.store.writable() {

@@ -117,7 +117,7 @@ impl Hub {
             .max(std::time::Duration::from_millis(100));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = self.agent_back.notified() => {}
+                _ = self.agent_watch.back.notified() => {}
                 stop = abort.fired() => break if stop { Attempt::Stopped } else { Attempt::Abandoned },
             }
             if self.is_shutting_down() {
