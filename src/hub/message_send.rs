@@ -6,8 +6,8 @@ use std::rc::Rc;
 
 use crate::ids;
 use crate::outlet::Outlet;
-use crate::protocol::fit::{self};
-use crate::protocol::{Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
+use crate::protocol::fit;
+use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
 use crate::store::{Change, PendingTurn};
 
 use super::channels;
@@ -19,6 +19,9 @@ use super::state::{Hub, Origin};
 const AUTO_TITLE_CHARS: usize = 48;
 
 impl Hub {
+    /// `message.send`: checks the message, stores it (in a new auto-thread if asked), echoes it
+    /// to every device with a `read.receipt` to the sender first, then queues its turn or, for
+    /// a gateway command, answers it.
     pub async fn send_message(
         self: &Rc<Self>,
         outlet: &Rc<Outlet>,
@@ -27,23 +30,7 @@ impl Hub {
         id: Option<i64>,
         req: MessageSend,
     ) -> Result<(), Refusal> {
-        let limits = self.limits();
-        if req.text.len() > limits.max_text_bytes {
-            return Err(Refusal::unsupported(format!(
-                "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
-                req.text.len(),
-                limits.max_text_bytes
-            )));
-        }
-        // Raw bytes understate the wire: the echo, history and sync all carry the text escaped.
-        let escaped = fit::escaped_len(&req.text);
-        let text_budget = self.out_budget().text;
-        if escaped > text_budget {
-            return Err(Refusal::unsupported(format!(
-                "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
-                 frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
-            )));
-        }
+        self.check_text_size(&req.text)?;
         let media = self.attachments(&outlet.device_id, &req.media_refs)?;
         if req.text.trim().is_empty() && media.is_empty() {
             return Err(Refusal::unsupported("an empty message has nothing to send"));
@@ -57,16 +44,7 @@ impl Hub {
         }
         let command = super::commands::parse(&req.text);
         let mut changes = Vec::new();
-        let wants_thread = req.auto_thread
-            && root.is_default
-            && lane.thread_id.is_none()
-            && !req.text.trim_start().starts_with('/');
-        // A directory with no room left for another entry (its icons fill the hello.ack budget)
-        // keeps the message in the default lane rather than refusing it.
-        let thread = wants_thread
-            .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
-            .filter(|t| self.directory_room(std::slice::from_ref(t)).is_ok());
-        if let Some(thread) = thread {
+        if let Some(thread) = self.auto_thread(&lane, &root, &req) {
             lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
             changes.push(Change::PutChannel(thread.clone()));
             changes.push(Change::Outbox(
@@ -74,15 +52,7 @@ impl Hub {
             ));
         }
         if command.is_none() {
-            let st = self.state.borrow();
-            if let Some(ls) = st.lanes.get(&lane) {
-                if ls.running && ls.queue.len() >= limits.lane_queue_depth {
-                    return Err(Refusal::rate_limited(format!(
-                        "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
-                        ls.queue.len()
-                    )));
-                }
-            }
+            self.check_lane_room(&lane)?;
         }
         let message = HistoryMessage {
             message_id: ids::message_id(),
@@ -141,6 +111,56 @@ impl Hub {
                 resume_run: None,
             },
         );
+        Ok(())
+    }
+
+    /// A message's text must fit both the request limit and, once JSON-escaped, its share of
+    /// an outgoing frame: raw bytes understate the wire, since the echo, history and sync all
+    /// carry the text escaped.
+    fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
+        let limits = self.limits();
+        if text.len() > limits.max_text_bytes {
+            return Err(Refusal::unsupported(format!(
+                "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
+                text.len(),
+                limits.max_text_bytes
+            )));
+        }
+        let escaped = fit::escaped_len(text);
+        let text_budget = self.out_budget().text;
+        if escaped > text_budget {
+            return Err(Refusal::unsupported(format!(
+                "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
+                 frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The thread a message to the default channel asked to start (`auto_thread`), titled from
+    /// its first line. A directory with no room left for another entry (its icons fill the
+    /// hello.ack budget) keeps the message in the default lane rather than refusing it.
+    fn auto_thread(&self, lane: &Lane, root: &Channel, req: &MessageSend) -> Option<Channel> {
+        let wants_thread = req.auto_thread
+            && root.is_default
+            && lane.thread_id.is_none()
+            && !req.text.trim_start().starts_with('/');
+        wants_thread
+            .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
+            .filter(|t| self.directory_room(std::slice::from_ref(t)).is_ok())
+    }
+
+    /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
+    fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
+        let st = self.state.borrow();
+        if let Some(ls) = st.lanes.get(lane) {
+            if ls.running && ls.queue.len() >= self.limits().lane_queue_depth {
+                return Err(Refusal::rate_limited(format!(
+                    "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
+                    ls.queue.len()
+                )));
+            }
+        }
         Ok(())
     }
 

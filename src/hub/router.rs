@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use crate::ids;
 use crate::outlet::Outlet;
-use crate::protocol::fit::{self};
+use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
 use crate::store::DEFAULT_CHAT_ID;
 

@@ -8,7 +8,7 @@ use tracing::warn;
 
 use crate::agent::AgentEvent;
 use crate::ids;
-use crate::protocol::fit::{self};
+use crate::protocol::fit;
 use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
 use crate::store::Change;
 
@@ -45,6 +45,57 @@ pub(super) struct TurnText {
     pub(super) run_id: Option<String>,
 }
 
+impl TurnText {
+    /// Adds streamed answer text within `budget` (escaped bytes); `false` when nothing changed:
+    /// the answer was already cut, or a stretch after a tool starts with blank lines only.
+    fn push_text(&mut self, delta: String, budget: usize) -> bool {
+        if self.truncated {
+            return false;
+        }
+        // A stretch after a tool starts fresh: no blank lines carried over from the split.
+        let delta = if self.text.len() == self.segment_start {
+            delta.trim_start().to_owned()
+        } else {
+            delta
+        };
+        if delta.is_empty() {
+            return false;
+        }
+        self.truncated = fit::push_within(
+            &mut self.text,
+            &mut self.text_escaped,
+            &delta,
+            budget,
+            REPLY_CUT_NOTE,
+        );
+        true
+    }
+
+    /// Reasoning past its share is left out silently: the answer is what matters.
+    fn push_reasoning(&mut self, delta: &str, budget: usize) {
+        fit::push_within(
+            &mut self.reasoning,
+            &mut self.reasoning_escaped,
+            delta,
+            budget,
+            "",
+        );
+    }
+
+    /// At a tool call, text streamed since the last one was the agent saying what it is about
+    /// to do: it leaves the answer and is returned as commentary. The answer restarts here.
+    fn take_commentary(&mut self) -> Option<String> {
+        let said = self.text[self.segment_start..].trim().to_owned();
+        let taken = (!said.is_empty() && !self.truncated).then(|| {
+            self.text.truncate(self.segment_start);
+            self.text_escaped = fit::escaped_len(&self.text);
+            said
+        });
+        self.segment_start = self.text.len();
+        taken
+    }
+}
+
 impl Hub {
     pub(super) async fn apply_event(
         &self,
@@ -56,42 +107,11 @@ impl Hub {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         match event {
             AgentEvent::Text(delta) => {
-                if acc.truncated {
-                    return;
+                if acc.push_text(delta, self.out_budget().text) {
+                    self.broadcast_answer(lane, message_id, &acc.text);
                 }
-                // A stretch after a tool starts fresh: no blank lines carried over from the split.
-                let delta = if acc.text.len() == acc.segment_start {
-                    delta.trim_start().to_owned()
-                } else {
-                    delta
-                };
-                if delta.is_empty() {
-                    return;
-                }
-                let budget = self.out_budget().text;
-                acc.truncated = fit::push_within(
-                    &mut acc.text,
-                    &mut acc.text_escaped,
-                    &delta,
-                    budget,
-                    REPLY_CUT_NOTE,
-                );
-                self.broadcast(
-                    &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
-                    Some(coalesce_key("message.update", message_id, 0)),
-                );
             }
-            AgentEvent::Reasoning(delta) => {
-                // Reasoning past its share is left out silently: the answer is what matters.
-                let budget = self.out_budget().reasoning;
-                fit::push_within(
-                    &mut acc.reasoning,
-                    &mut acc.reasoning_escaped,
-                    &delta,
-                    budget,
-                    "",
-                );
-            }
+            AgentEvent::Reasoning(delta) => acc.push_reasoning(&delta, self.out_budget().reasoning),
             AgentEvent::Commentary(mut text) => {
                 fit::cut_in_place(&mut text, self.out_budget().text);
                 self.broadcast(
@@ -106,21 +126,13 @@ impl Hub {
                 args,
                 emoji,
             } => {
-                // Text streamed since the last tool was the agent saying what it is about to do.
-                let said = acc.text[acc.segment_start..].trim().to_owned();
-                if !said.is_empty() && !acc.truncated {
-                    acc.text.truncate(acc.segment_start);
-                    acc.text_escaped = fit::escaped_len(&acc.text);
+                if let Some(said) = acc.take_commentary() {
                     self.broadcast(
                         &Frame::commentary(message_id, &said).in_lane(chat, thread),
                         None,
                     );
-                    self.broadcast(
-                        &Frame::message_update(message_id, &acc.text).in_lane(chat, thread),
-                        Some(coalesce_key("message.update", message_id, 0)),
-                    );
+                    self.broadcast_answer(lane, message_id, &acc.text);
                 }
-                acc.segment_start = acc.text.len();
                 let (name, preview, args, emoji) = self.bounded_tool(name, preview, args, emoji);
                 let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
                 acc.tool_names.insert(index, name);
@@ -144,33 +156,10 @@ impl Hub {
                 let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
                 let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
                     .in_lane(chat, thread);
-                // Never dropped, so outboxed: a device that missed the stream still learns the
-                // tool's outcome on sync. The turn waits for it to be durable, keeping order.
-                let change = Change::OutboxOf {
-                    message_id: message_id.to_owned(),
-                    frame: f.encode(),
-                };
-                if let Err(e) = self.commit(vec![change], None).await {
-                    warn!(%lane, "could not store tool.end: {e}");
-                }
+                self.outbox_tool_end(lane, message_id, f).await;
             }
             AgentEvent::Todos(todos) => self.set_todos(lane, todos),
-            AgentEvent::RunStarted(run_id) => {
-                // Durable before anything else happens in the run: a restart must find it (to
-                // follow it, never to hand the message over again).
-                let record = crate::store::RunRecord {
-                    user_message_id: acc.user_message_id.clone(),
-                    lane: lane.clone(),
-                    run_id: run_id.clone(),
-                };
-                if let Err(e) = self.store.put_run(&record).await {
-                    warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
-                }
-                if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-                    ls.run_id = Some(run_id.clone());
-                }
-                acc.run_id = Some(run_id);
-            }
+            AgentEvent::RunStarted(run_id) => self.run_started(lane, acc, run_id).await,
             AgentEvent::Approval(request) => match acc.run_id.clone() {
                 Some(run_id) => self.offer_approval(lane, &run_id, request).await,
                 None => warn!(%lane, "an approval request outside a run was ignored"),
@@ -194,6 +183,43 @@ impl Hub {
                 }
             }
         }
+    }
+
+    /// The answer so far, to every device; a newer one replaces an unsent older one.
+    fn broadcast_answer(&self, lane: &Lane, message_id: &str, text: &str) {
+        self.broadcast(
+            &Frame::message_update(message_id, text).in_lane(&lane.chat_id, lane.thread()),
+            Some(coalesce_key("message.update", message_id, 0)),
+        );
+    }
+
+    /// `tool.end` is never dropped, so it is outboxed: a device that missed the stream still
+    /// learns the tool's outcome on sync. The turn waits for it to be durable, keeping order.
+    async fn outbox_tool_end(&self, lane: &Lane, message_id: &str, frame: Frame) {
+        let change = Change::OutboxOf {
+            message_id: message_id.to_owned(),
+            frame: frame.encode(),
+        };
+        if let Err(e) = self.commit(vec![change], None).await {
+            warn!(%lane, "could not store tool.end: {e}");
+        }
+    }
+
+    /// The agent took the turn as a run: recorded durably before anything else happens in it,
+    /// since a restart must find it (to follow it, never to hand the message over again).
+    async fn run_started(&self, lane: &Lane, acc: &mut TurnText, run_id: String) {
+        let record = crate::store::RunRecord {
+            user_message_id: acc.user_message_id.clone(),
+            lane: lane.clone(),
+            run_id: run_id.clone(),
+        };
+        if let Err(e) = self.store.put_run(&record).await {
+            warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+        }
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.run_id = Some(run_id.clone());
+        }
+        acc.run_id = Some(run_id);
     }
 
     /// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::agent::{AgentError, PastMessage, TurnInput, TurnSummary};
 use crate::ids;
-use crate::protocol::fit::{self};
+use crate::protocol::fit;
 use crate::protocol::{Frame, HistoryMessage, Lane, Role, Runtime};
 use crate::store::{AgentSession, Change};
 
@@ -32,24 +32,80 @@ pub(super) enum Attempt {
 }
 
 impl Hub {
+    /// Runs one queued turn to its end: the agent's answer (or what was streamed before a
+    /// `/stop`, or the failure) becomes the lane's reply; an abandoned turn leaves nothing.
     pub(super) async fn run_turn(self: &Rc<Self>, lane: &Lane, turn: QueuedTurn) {
         let message_id = ids::message_id();
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let started = tokio::time::Instant::now();
-        // Registered before the first await, so a `/stop` or a deletion of the reply that arrives
-        // while the turn is still getting ready is not missed.
+        let abort = self.begin_turn(lane, &message_id);
+        let input = self.turn_input(lane, &turn).await;
+        let mut acc = TurnText {
+            user_message_id: turn.user_message_id.clone(),
+            run_id: turn.resume_run.clone(),
+            ..TurnText::default()
+        };
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.run_id = turn.resume_run.clone();
+        }
+        let outcome = self
+            .attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
+            .await;
+        // Stopping for a restart: the run goes on at the agent, and the next start follows it.
+        if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
+            self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            return;
+        }
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.abort = None;
+            ls.streaming = None;
+            ls.run_id = None;
+        }
+        if let Some(run_id) = acc.run_id.clone() {
+            self.settle_run(&run_id, &outcome).await;
+        }
+        if let Some(summary) = self.close_attempt(lane, &turn, &mut acc, outcome).await {
+            let reply = reply_message(message_id, &turn, acc, summary, started);
+            let notice = turn.automation.as_deref().map(|title| {
+                let body: String = reply.text.chars().take(200).collect();
+                Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
+            });
+            self.finish_turn(
+                lane,
+                &turn.user_message_id,
+                reply,
+                Frame::message_stop,
+                notice,
+            )
+            .await;
+            self.forget_run(&turn.user_message_id);
+        }
+        self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+    }
+
+    /// Announces the turn (typing, `message.start`) and registers how to end it early. Done
+    /// before the first await, so a `/stop` or a deletion of the reply that arrives while the
+    /// turn is still getting ready is not missed.
+    fn begin_turn(&self, lane: &Lane, message_id: &str) -> Rc<Abort> {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let abort = Rc::new(Abort::default());
         {
             let mut st = self.state.borrow_mut();
             let ls = st.lanes.entry(lane.clone()).or_default();
             ls.abort = Some(abort.clone());
-            ls.streaming = Some(message_id.clone());
+            ls.streaming = Some(message_id.to_owned());
         }
         self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
         self.broadcast(
-            &Frame::message_start(&message_id).in_lane(chat, thread),
+            &Frame::message_start(message_id).in_lane(chat, thread),
             None,
         );
+        abort
+    }
+
+    /// What the agent is given for a turn: the message, its files, the lane's conversation
+    /// (and, for backends that keep none, its recent history) and the user's settings.
+    async fn turn_input(&self, lane: &Lane, turn: &QueuedTurn) -> TurnInput {
         let media = turn
             .media
             .iter()
@@ -59,7 +115,7 @@ impl Hub {
             })
             .collect();
         let session = self.lane_session(lane).await;
-        let input = TurnInput {
+        TurnInput {
             lane: lane.clone(),
             user_message_id: turn.user_message_id.clone(),
             text: turn.text.clone(),
@@ -68,32 +124,38 @@ impl Hub {
             session: session.session_id,
             settings: self.state.borrow().agent_settings.clone(),
             resume_run: turn.resume_run.clone(),
-        };
+        }
+    }
+
+    /// Tries the turn, and while the agent could not even be reached (nothing was handed over,
+    /// nothing streamed), waits for it and tries again, within `agent.unreachable_wait_secs`.
+    async fn attempt_until_reached(
+        self: &Rc<Self>,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        input: &TurnInput,
+        abort: &Abort,
+        started: tokio::time::Instant,
+    ) -> Attempt {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let agent_config = &self.config.agent;
         let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
         let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
-        let mut acc = TurnText {
-            user_message_id: turn.user_message_id.clone(),
-            run_id: turn.resume_run.clone(),
-            ..TurnText::default()
-        };
-        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-            ls.run_id = turn.resume_run.clone();
-        }
         let mut told_waiting = false;
-        let outcome = loop {
+        loop {
             let attempt = self
-                .attempt_turn(lane, &message_id, &mut acc, &input, &abort, turn_limit)
+                .attempt_turn(lane, message_id, acc, input, abort, turn_limit)
                 .await;
             let Attempt::Done(Err(e)) = &attempt else {
-                break attempt;
+                return attempt;
             };
             if e.agent_is_down() {
                 self.agent_unusable(e);
             }
             let waited = started.elapsed();
             if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
-                break attempt;
+                return attempt;
             }
             // Never reached the agent: safe to wait for it and try again.
             if !told_waiting {
@@ -102,7 +164,7 @@ impl Hub {
                     "{e}. Your message is kept and will be answered when the agent is back."
                 );
                 self.broadcast(
-                    &Frame::commentary(&message_id, &note).in_lane(chat, thread),
+                    &Frame::commentary(message_id, &note).in_lane(chat, thread),
                     None,
                 );
             }
@@ -118,29 +180,25 @@ impl Hub {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = self.agent_watch.back.notified() => {}
-                stop = abort.fired() => break if stop { Attempt::Stopped } else { Attempt::Abandoned },
+                stop = abort.fired() => return if stop { Attempt::Stopped } else { Attempt::Abandoned },
             }
             if self.is_shutting_down() {
-                break Attempt::Abandoned;
+                return Attempt::Abandoned;
             }
-        };
-        let outcome = match outcome {
-            // Stopping for a restart: the run goes on at the agent, and the next start follows it.
-            Attempt::Abandoned if self.is_shutting_down() => {
-                self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
-                return;
-            }
-            other => other,
-        };
-        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-            ls.abort = None;
-            ls.streaming = None;
-            ls.run_id = None;
         }
-        if let Some(run_id) = acc.run_id.clone() {
-            self.settle_run(&run_id, &outcome).await;
-        }
-        let summary = match outcome {
+    }
+
+    /// How the turn's last attempt ended decides its answer: `None` for an abandoned turn (its
+    /// pending record is closed, nothing is kept), else the summary to build the reply from,
+    /// with a note about a `/stop` or a failure added to what was streamed.
+    async fn close_attempt(
+        &self,
+        lane: &Lane,
+        turn: &QueuedTurn,
+        acc: &mut TurnText,
+        outcome: Attempt,
+    ) -> Option<TurnSummary> {
+        match outcome {
             Attempt::Abandoned => {
                 // Its conversation or its reply was deleted (or the gateway is stopping, and the
                 // next start settles it): keep nothing of it.
@@ -152,8 +210,7 @@ impl Hub {
                     }
                     self.forget_run(&turn.user_message_id);
                 }
-                self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
-                return;
+                None
             }
             Attempt::Stopped => {
                 info!(%lane, "turn stopped by /stop");
@@ -161,11 +218,11 @@ impl Hub {
                     acc.text.push_str("\n\n");
                 }
                 acc.text.push_str("\u{23f9}\u{fe0f} Stopped.");
-                TurnSummary::default()
+                Some(TurnSummary::default())
             }
             Attempt::Done(Ok(s)) => {
                 self.agent_usable();
-                s
+                Some(s)
             }
             Attempt::Done(Err(e)) => {
                 warn!(%lane, "agent turn failed: {e}");
@@ -174,44 +231,9 @@ impl Hub {
                 }
                 acc.text
                     .push_str(&format!("\u{26a0}\u{fe0f} {}", failure_text(&e)));
-                TurnSummary::default()
+                Some(TurnSummary::default())
             }
-        };
-        let model = summary.model.as_deref().map(bare_model);
-        let runtime = Runtime {
-            model: model.clone(),
-            latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
-            ..summary.runtime
-        };
-        let reply = HistoryMessage {
-            message_id: message_id.clone(),
-            role: if turn.automation.is_some() {
-                Role::Cron
-            } else {
-                Role::Assistant
-            },
-            text: acc.text,
-            reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
-            model,
-            tokens: summary.tokens,
-            runtime: Some(runtime),
-            ts: ids::now_ms(),
-            media: acc.media,
-        };
-        let notice = turn.automation.as_deref().map(|title| {
-            let body: String = reply.text.chars().take(200).collect();
-            Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
-        });
-        self.finish_turn(
-            lane,
-            &turn.user_message_id,
-            reply,
-            Frame::message_stop,
-            notice,
-        )
-        .await;
-        self.forget_run(&turn.user_message_id);
-        self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+        }
     }
 
     /// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
@@ -377,6 +399,38 @@ fn failure_text(e: &AgentError) -> String {
             "{e}. The answer above may be incomplete; the agent was not asked again."
         ),
         _ => e.to_string(),
+    }
+}
+
+/// The turn's reply as stored: what was streamed, the model and its runtime figures, and the
+/// files the agent produced; a cron prompt's answer has the role `cron`.
+fn reply_message(
+    message_id: String,
+    turn: &QueuedTurn,
+    acc: TurnText,
+    summary: TurnSummary,
+    started: tokio::time::Instant,
+) -> HistoryMessage {
+    let model = summary.model.as_deref().map(bare_model);
+    let runtime = Runtime {
+        model: model.clone(),
+        latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
+        ..summary.runtime
+    };
+    HistoryMessage {
+        message_id,
+        role: if turn.automation.is_some() {
+            Role::Cron
+        } else {
+            Role::Assistant
+        },
+        text: acc.text,
+        reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
+        model,
+        tokens: summary.tokens,
+        runtime: Some(runtime),
+        ts: ids::now_ms(),
+        media: acc.media,
     }
 }
 
