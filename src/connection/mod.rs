@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 pub use admit::{address_key, Admission, Admitted};
 pub use http::serve;
 
+use crate::config::Limits;
 use crate::hub::Hub;
 use crate::outlet::{encode_text, CloseReason, FrameText, Outbound, Outlet};
 use crate::protocol::{decode_request, ErrorCode, Frame, Request};
@@ -244,93 +245,139 @@ fn data_bytes(msg: &Message) -> usize {
     }
 }
 
+/// Reads the device's frames in order and hands each to the hub (or to the upload in
+/// progress), within the connection's frame and byte rates, until the socket ends or the
+/// connection is told to close.
 async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
-    let limits = hub.limits().clone();
-    let mut rate = RateLimit::new(limits.frames_per_second as f64, limits.frame_burst as f64);
-    let (byte_rate, byte_burst) = (limits.bytes_per_second as f64, limits.byte_burst as f64);
-    let mut bytes = RateLimit::new(byte_rate, byte_burst);
-    // Bytes sent after being refused, allowed at the same rate; a connection that goes past
-    // that keeps flooding whatever it is told, and is closed.
-    let mut refused = RateLimit::new(byte_rate, byte_burst);
-    let mut uploading: Option<upload::Uploading> = None;
-    loop {
-        let upload_deadline = uploading.as_ref().map(|u| u.deadline);
-        let idle = async move {
-            match upload_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let next = tokio::select! {
-            m = stream.next() => m,
-            _ = outlet.wait_closing() => return,
-            _ = idle => {
-                upload::abandon(outlet, &mut uploading);
-                continue;
-            }
-        };
-        let msg = match next {
-            Some(Ok(m)) => m,
-            Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size }))) => {
-                outlet.push_frame(&Frame::error(
-                    None,
-                    ErrorCode::Unsupported,
-                    format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
-                ));
-                outlet.close(CloseReason::FrameTooLarge);
-                return;
-            }
-            Some(Err(e)) => {
-                if let Some((reason, message)) = violation::violation(&e) {
-                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(close_code(reason)));
-                    outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
-                    outlet.close(reason);
-                } else {
-                    debug!(conn = outlet.conn_id, "read error: {e}");
+    let mut reader = Reader::new(hub.limits().clone());
+    while let Some(msg) = reader.next_message(outlet, &mut stream).await {
+        match reader.admit(outlet, &msg).await {
+            Admit::Take => {}
+            Admit::Skip => continue,
+            Admit::End => return,
+        }
+        if !reader.dispatch(hub, outlet, msg).await {
+            return;
+        }
+    }
+}
+
+/// What the read loop keeps between frames: the connection's rate buckets and its upload.
+struct Reader {
+    limits: Limits,
+    rate: RateLimit,
+    bytes: RateLimit,
+    /// Bytes sent after being refused, allowed at the same rate; a connection that goes past
+    /// that keeps flooding whatever it is told, and is closed.
+    refused: RateLimit,
+    uploading: Option<upload::Uploading>,
+}
+
+/// What the rate limits say about one frame.
+enum Admit {
+    Take,
+    /// Refused with an `error`; the connection goes on.
+    Skip,
+    /// The connection is closing.
+    End,
+}
+
+impl Reader {
+    fn new(limits: Limits) -> Reader {
+        let (byte_rate, byte_burst) = (limits.bytes_per_second as f64, limits.byte_burst as f64);
+        Reader {
+            rate: RateLimit::new(limits.frames_per_second as f64, limits.frame_burst as f64),
+            bytes: RateLimit::new(byte_rate, byte_burst),
+            refused: RateLimit::new(byte_rate, byte_burst),
+            uploading: None,
+            limits,
+        }
+    }
+
+    /// The next frame, or `None` when the connection ends: the socket closed or failed (a
+    /// frame too large or a protocol violation is told first), or closing was requested. An
+    /// upload that goes quiet past its deadline is abandoned meanwhile.
+    async fn next_message(&mut self, outlet: &Outlet, stream: &mut WsStream) -> Option<Message> {
+        loop {
+            let upload_deadline = self.uploading.as_ref().map(|u| u.deadline);
+            let idle = async move {
+                match upload_deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                return;
-            }
-            None => return,
-        };
-        // An upload's chunks are bounded by its announced size, not by the frame rate.
-        let is_chunk = uploading.is_some() && matches!(msg, Message::Binary(_));
-        let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
-        if is_data && !is_chunk && !rate.allow() {
-            let id = match &msg {
-                Message::Text(t) => request_id_of(t.as_str()),
-                _ => None,
             };
+            let next = tokio::select! {
+                m = stream.next() => m,
+                _ = outlet.wait_closing() => return None,
+                _ = idle => {
+                    upload::abandon(outlet, &mut self.uploading);
+                    continue;
+                }
+            };
+            return match next {
+                Some(Ok(m)) => Some(m),
+                Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size }))) => {
+                    outlet.push_frame(&Frame::error(
+                        None,
+                        ErrorCode::Unsupported,
+                        format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
+                    ));
+                    outlet.close(CloseReason::FrameTooLarge);
+                    None
+                }
+                Some(Err(e)) => {
+                    if let Some((reason, message)) = violation::violation(&e) {
+                        info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(close_code(reason)));
+                        outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
+                        outlet.close(reason);
+                    } else {
+                        debug!(conn = outlet.conn_id, "read error: {e}");
+                    }
+                    None
+                }
+                None => None,
+            };
+        }
+    }
+
+    /// Applies the frame and byte rates to a frame. An upload's chunks are bounded by its
+    /// announced size, not by the frame rate; and a chunk is never refused for the byte rate
+    /// (that would ruin the upload): it is taken later instead, so TCP slows the phone down,
+    /// keeping `max_frame_bytes` of the budget free for requests sent meanwhile. Other frames
+    /// over the budget are refused.
+    async fn admit(&mut self, outlet: &Outlet, msg: &Message) -> Admit {
+        let limits = &self.limits;
+        let is_chunk = self.uploading.is_some() && matches!(msg, Message::Binary(_));
+        let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
+        let id = || match msg {
+            Message::Text(t) => request_id_of(t.as_str()),
+            _ => None,
+        };
+        if is_data && !is_chunk && !self.rate.allow() {
             outlet.push_frame(&Frame::error(
-                id,
+                id(),
                 ErrorCode::RateLimited,
                 format!(
                     "more than {} frames per second (burst {}); this frame was not processed, retry it later",
                     limits.frames_per_second, limits.frame_burst
                 ),
             ));
-            continue;
+            return Admit::Skip;
         }
-        // The byte rate. An upload chunk is never refused (that would ruin the upload): it is
-        // taken later instead, so TCP slows the phone down, keeping `max_frame_bytes` of the
-        // budget free for requests sent meanwhile. Other frames over the budget are refused.
-        let size = data_bytes(&msg) as f64;
+        let size = data_bytes(msg) as f64;
         if is_chunk {
-            let wait = bytes.wait_for(size + limits.max_frame_bytes as f64);
+            let wait = self.bytes.wait_for(size + limits.max_frame_bytes as f64);
             if !wait.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = outlet.wait_closing() => return,
+                    _ = outlet.wait_closing() => return Admit::End,
                 }
             }
-            bytes.spend(size);
-        } else if is_data && !bytes.take(size) {
-            let id = match &msg {
-                Message::Text(t) => request_id_of(t.as_str()),
-                _ => None,
-            };
-            if !refused.take(size) {
+            self.bytes.spend(size);
+        } else if is_data && !self.bytes.take(size) {
+            if !self.refused.take(size) {
                 outlet.push_frame(&Frame::error(
-                    id,
+                    id(),
                     ErrorCode::RateLimited,
                     format!(
                         "still sending more than {} bytes per second (burst {}) after being refused; closing",
@@ -338,35 +385,43 @@ async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
                     ),
                 ));
                 outlet.close(CloseReason::RateLimited);
-                return;
+                return Admit::End;
             }
             outlet.push_frame(&Frame::error(
-                id,
+                id(),
                 ErrorCode::RateLimited,
                 format!(
                     "more than {} bytes per second (burst {}, limits.bytes_per_second); this frame was not processed, retry it later",
                     limits.bytes_per_second, limits.byte_burst
                 ),
             ));
-            continue;
+            return Admit::Skip;
         }
+        Admit::Take
+    }
+
+    /// Hands an admitted frame on: uploads are handled here, every other request by the hub.
+    /// `false` when the device closed the socket.
+    async fn dispatch(&mut self, hub: &Rc<Hub>, outlet: &Rc<Outlet>, msg: Message) -> bool {
+        let uploading = &mut self.uploading;
         match msg {
             Message::Text(text) => match decode_request(text.as_str()) {
                 Ok(frame) => match frame.request {
                     Request::MediaUploadStart(start) => {
-                        upload::start(hub, outlet, &mut uploading, frame.id, start).await
+                        upload::start(hub, outlet, uploading, frame.id, start).await
                     }
                     Request::MediaUploadEnd { media_ref, sha256 } => {
-                        upload::end(hub, outlet, &mut uploading, frame.id, media_ref, sha256).await
+                        upload::end(hub, outlet, uploading, frame.id, media_ref, sha256).await
                     }
                     _ => hub.handle(outlet, frame).await,
                 },
                 Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
             },
-            Message::Binary(bytes) => upload::chunk(outlet, &mut uploading, &bytes).await,
-            Message::Close(_) => return,
+            Message::Binary(bytes) => upload::chunk(outlet, uploading, &bytes).await,
+            Message::Close(_) => return false,
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
+        true
     }
 }
 
