@@ -1,4 +1,4 @@
-//! Property tests of a connection's outbound queue (`src/connection/queue.rs`), against what
+//! Property tests of a connection's outbound queue (`src/outlet/queue.rs`), against what
 //! docs/backpressure.md and the module promise, for random interleavings of pushes and pops:
 //!
 //! - never-dropped frames (and replays and media pulls) are never lost, duplicated or

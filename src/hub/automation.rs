@@ -9,7 +9,7 @@
 //! A webhook's text becomes a stored message (role `cron`) with its `message` frame and a
 //! `notification{kind:cron}`, committed together: durable before any device sees them, and
 //! pushed to away devices like any other message. A cron job's prompt is queued as an agent
-//! turn in its channel's lane (`turns::enqueue_automation` stores the answer).
+//! turn in its channel's lane (`Hub::enqueue_automation` stores the answer).
 //!
 //! The cron task sleeps until the earliest due job, never more than [`MAX_CRON_SLEEP`], and
 //! checks the wall clock at each wake-up. A Pi has no real-time clock: its clock jumps when NTP
