@@ -162,6 +162,7 @@ async fn hello_gate(
     }
 }
 
+/// Before a hello: the refusal, then the close frame, within the drain timeout.
 async fn close_with(ws: &mut Ws, frame: Bytes, code: CloseCode, reason: &'static str) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
         ws.send(Message::Text(encode_text(frame))).await?;
@@ -196,6 +197,7 @@ impl RateLimit {
         }
     }
 
+    /// Adds what the rate earned since the last look, up to the burst.
     fn refill(&mut self) {
         let now = tokio::time::Instant::now();
         let elapsed = now.duration_since(self.last).as_secs_f64();
@@ -214,6 +216,7 @@ impl RateLimit {
         }
     }
 
+    /// One frame's token.
     fn allow(&mut self) -> bool {
         self.take(1.0)
     }
@@ -436,6 +439,7 @@ fn request_id_of(text: &str) -> Option<i64> {
         .and_then(|(v, _)| v.id)
 }
 
+/// Drains the outlet onto the socket in order until it closes, then sends the close frame.
 async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
     let max_out = hub.limits().max_out_frame_bytes;
     loop {

@@ -17,6 +17,7 @@ impl Hub {
         self.agent_watch.check.notify_one();
     }
 
+    /// The agent answered: clear `degraded` for it and wake the turns waiting for it.
     pub(super) fn agent_usable(&self) {
         if self.state.borrow().causes.agent_error.is_some() {
             self.update_health(|st| st.agent_error = None);

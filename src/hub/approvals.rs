@@ -58,12 +58,14 @@ fn values(req: &ApprovalRequest) -> Vec<&'static str> {
     out
 }
 
+/// The command as the approval shows it: one line, within a label's size.
 fn shown_command(req: &ApprovalRequest) -> String {
     let mut command = req.command.trim().replace('`', "'");
     fit::cut_in_place(&mut command, COMMAND_BYTES);
     command
 }
 
+/// The picker's title: what Hermes asks to run, and why, when it says.
 fn title(req: &ApprovalRequest) -> String {
     let mut why = req.description.trim().to_owned();
     fit::cut_in_place(&mut why, DESCRIPTION_BYTES);
@@ -259,6 +261,7 @@ impl Hub {
         }
     }
 
+    /// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
     async fn forget_approval(&self, record: &ApprovalRecord) {
         if let Err(e) = self.store.remove_approval(&record.picker_id).await {
             warn!("could not forget an answered approval: {e}");

@@ -18,6 +18,7 @@ use crate::protocol::{
 use crate::store::Change;
 
 impl Hub {
+    /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
     pub async fn handle_channel_request(
         self: &Rc<Self>,
         conn: ConnId,
@@ -80,6 +81,7 @@ impl Hub {
         }
     }
 
+    /// A channel name as stored: trimmed, visible, within `limits.max_name_chars`.
     fn valid_channel_name(&self, name: &str) -> Result<String, Refusal> {
         let name = name.trim();
         let max = self.limits().max_name_chars;
@@ -147,6 +149,7 @@ fn is_invisible(c: char) -> bool {
 }
 
 impl Hub {
+    /// Checks and sets a channel icon: an image of a known type within `limits.max_icon_bytes`.
     fn set_channel_icon(&self, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
         if let Some(icon) = &req.icon {
             let max = self.limits().max_icon_bytes;
@@ -279,6 +282,7 @@ impl Hub {
         self.commit_directory(conn, changes, reply).await
     }
 
+    /// Commits directory changes and answers the requester with the broadcast frame carrying its `id`.
     async fn commit_directory(
         &self,
         conn: ConnId,
@@ -298,6 +302,7 @@ impl Hub {
         .map_err(Refusal::from)
     }
 
+    /// `channel.create`: a channel, or a thread under its parent, within the directory's limits.
     async fn create_channel(
         &self,
         conn: ConnId,

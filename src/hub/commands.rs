@@ -363,6 +363,7 @@ impl Hub {
         }
     }
 
+    /// `/help`: the gateway's own commands, from the same table as the catalog.
     fn help_text(&self) -> String {
         let can_pick_model = self.agent.name() != "demo";
         let mut out = String::from("Commands the gateway answers:");
@@ -433,6 +434,7 @@ impl Hub {
     }
 }
 
+/// A setting's value as a sentence starts.
 fn capitalised(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {
@@ -441,6 +443,7 @@ fn capitalised(s: &str) -> String {
     }
 }
 
+/// A model name short enough for a picker label.
 fn shorten(s: &str) -> String {
     s.chars().take(40).collect()
 }

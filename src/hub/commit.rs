@@ -64,6 +64,7 @@ impl Hub {
 }
 
 impl Hub {
+    /// The committer task: group commit of everything queued, one flush, then publication in cursor order.
     pub async fn run_committer(self: Rc<Self>, mut rx: mpsc::Receiver<CommitJob>) {
         let retain = self.config.store.outbox_retain_frames;
         while let Some(first) = rx.recv().await {
@@ -120,6 +121,7 @@ impl Hub {
         }
     }
 
+    /// Publishes one job's outbox frames, with the requester's own answer first or in place of its frame.
     fn publish_job(&self, job: &CommitJob, cursors: &[u64]) {
         let origin_outlet = job
             .origin

@@ -112,6 +112,7 @@ impl Hub {
         self.pusher.cancel(&outlet.device_id);
     }
 
+    /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
         let gone = self.state.borrow_mut().outlets.remove(&conn_id);
         if let Some(outlet) = gone {

@@ -42,11 +42,13 @@ pub struct Abort {
 }
 
 impl Abort {
+    /// `/stop`: the turn ends and keeps what was streamed.
     pub fn stop(&self) {
         self.stop.set(true);
         self.notify.notify_one();
     }
 
+    /// The lane or the reply is gone: the turn ends and keeps nothing.
     pub fn abandon(&self) {
         self.notify.notify_one();
     }

@@ -97,6 +97,7 @@ impl Hub {
         }
     }
 
+    /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
     pub(super) fn history(
         &self,
         outlet: &Outlet,
@@ -181,6 +182,7 @@ impl Hub {
         Ok((Lane::new(chat_id, thread_id), entry))
     }
 
+    /// A directory entry, or the `not_found` refusal naming it.
     pub(super) fn channel(&self, chat_id: &str) -> Result<Channel, Refusal> {
         self.store
             .channel(chat_id)
@@ -188,6 +190,7 @@ impl Hub {
             .ok_or_else(|| Refusal::not_found(format!("no channel `{chat_id}`")))
     }
 
+    /// The default channel, which always exists (the store's own id before any directory change).
     pub(super) fn default_channel_id(&self) -> String {
         self.store
             .channels()

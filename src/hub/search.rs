@@ -12,6 +12,7 @@ use crate::store::search::{query_terms, Scope};
 use crate::store::Change;
 
 impl Hub {
+    /// `search`: matching messages in one lane or all of them, newest first, within one frame.
     pub fn search(
         &self,
         outlet: &Outlet,

@@ -80,6 +80,7 @@ impl Causes {
         .map(String::as_str)
     }
 
+    /// Any cause set: the gateway is degraded.
     pub(super) fn any(&self) -> bool {
         self.reasons().next().is_some()
     }
@@ -225,6 +226,7 @@ impl Hub {
         Ok(hub)
     }
 
+    /// The configured limits, for the connection's read limits.
     pub fn limits(&self) -> &Limits {
         &self.config.limits
     }
@@ -234,14 +236,17 @@ impl Hub {
         OutBudget::new(self.config.limits.max_out_frame_bytes)
     }
 
+    /// The store, for the connection's `sync` replay and the doors that read it.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// Where live fan-out is: a replay reads up to here, then switches to live.
     pub fn published_head(&self) -> u64 {
         self.state.borrow().published_head
     }
 
+    /// A fresh id for a connection that passed the hello gate.
     pub fn next_conn_id(&self) -> ConnId {
         let mut st = self.state.borrow_mut();
         st.next_conn_id += 1;
@@ -265,6 +270,7 @@ impl Hub {
         }
     }
 
+    /// What this gateway offers, as `hello.ack` says it.
     pub(super) fn caps(&self) -> ServerCaps {
         ServerCaps {
             streaming: true,
@@ -288,6 +294,7 @@ impl Hub {
         }
     }
 
+    /// Storage is failing (`Some(why)`) or works again (`None`).
     pub(super) fn set_storage_error(&self, error: Option<String>) {
         self.update_health(|st| st.storage_error = error);
     }
@@ -339,10 +346,12 @@ impl Hub {
         }
     }
 
+    /// Set once by `begin_shutdown`: no new turns, no new hellos.
     pub fn is_shutting_down(&self) -> bool {
         self.state.borrow().shutting_down
     }
 
+    /// The media files, for the connection's uploads.
     pub fn media_files(&self) -> &MediaFiles {
         &self.media
     }

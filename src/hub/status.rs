@@ -34,6 +34,7 @@ pub struct StatusReport {
 }
 
 impl Hub {
+    /// Everything `/status` and the admin page show, gathered at once.
     pub fn status_report(&self) -> StatusReport {
         let st = self.state.borrow();
         let (agent_error, push_error) =

@@ -24,6 +24,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 const PROBE_FILE: &str = ".write-probe";
 
 impl Hub {
+    /// Watches a failed disk until it takes writes again, then stores what waited and clears `degraded`.
     pub(super) async fn storage_monitor(self: Rc<Self>) {
         loop {
             tokio::time::sleep(CHECK_EVERY).await;

@@ -97,6 +97,7 @@ impl TurnText {
 }
 
 impl Hub {
+    /// Applies one agent event to the running turn: frames to every device, and what the reply keeps.
     pub(super) async fn apply_event(
         &self,
         lane: &Lane,

@@ -29,6 +29,7 @@ impl Hub {
         );
     }
 
+    /// Queues a turn in its lane and starts the lane's runner if it is idle.
     pub(super) fn enqueue_turn(self: &Rc<Self>, lane: Lane, turn: QueuedTurn) {
         let start = {
             let mut st = self.state.borrow_mut();

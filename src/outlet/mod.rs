@@ -143,6 +143,7 @@ impl Outlet {
         self.after_push(pushed);
     }
 
+    /// Wakes the writer, or closes a connection whose queue overflowed.
     fn after_push(&self, pushed: Pushed) {
         match pushed {
             Pushed::Queued | Pushed::Coalesced => self.wake.notify_one(),
@@ -163,6 +164,7 @@ impl Outlet {
         self.wake.notified().await;
     }
 
+    /// Whether the hub queues outboxed frames here or leaves them to the replay.
     pub fn mode(&self) -> Mode {
         self.mode.get()
     }
@@ -209,6 +211,7 @@ impl Outlet {
         self.closing.get().is_some_and(|r| !r.drains())
     }
 
+    /// Closing was requested: nothing more is queued.
     pub fn is_closing(&self) -> bool {
         self.closing.get().is_some()
     }

@@ -48,6 +48,7 @@ pub struct OutQueue {
 }
 
 impl OutQueue {
+    /// Queues a text frame; a coalescable one replaces its unsent twin with the same key.
     pub fn push_frame(&mut self, text: FrameText, delivery: Delivery, key: Option<u64>) -> Pushed {
         if self.overflowed {
             return Pushed::Overflow;
@@ -74,6 +75,7 @@ impl OutQueue {
         self.push(Outbound::Frame { text, key })
     }
 
+    /// Queues any item; a full queue overflows and empties itself.
     pub fn push(&mut self, item: Outbound) -> Pushed {
         if self.overflowed {
             return Pushed::Overflow;
@@ -89,6 +91,7 @@ impl OutQueue {
         }
     }
 
+    /// The oldest item, for the writer.
     pub fn pop(&mut self) -> Option<Outbound> {
         self.items.pop_front()
     }
@@ -98,6 +101,7 @@ impl OutQueue {
         self.items.len()
     }
 
+    /// Nothing waits.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
