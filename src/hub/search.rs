@@ -12,7 +12,7 @@ use crate::store::search::{query_terms, Scope};
 use crate::store::Change;
 
 impl Hub {
-    /// `search`: matching messages in one lane or all of them, newest first, within one frame.
+    /// `search`: the messages matching a query, in one lane or in all of them.
     pub fn search(
         &self,
         outlet: &Outlet,
