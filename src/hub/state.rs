@@ -1,7 +1,7 @@
 //! The hub's base: the `Hub` itself (the services it drives and the live state it owns), the
 //! types its fields hold, and the small helpers every part of the hub uses (fan-out, health).
 //! Every other file of the hub adds `impl Hub` methods for one concern and imports from here;
-//! this file imports none of them.
+//! this file imports none of them, only the plain-data leaves `errors.rs` and `lanes.rs`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
