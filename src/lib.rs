@@ -22,6 +22,7 @@ pub mod ids;
 pub mod lan;
 pub mod logring;
 pub mod media;
+pub mod outlet;
 pub mod pairing;
 pub mod protocol;
 pub mod push;

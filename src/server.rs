@@ -203,7 +203,7 @@ async fn recover(core: &Core) -> Result<(), RunError> {
     let closed = hub
         .close_interrupted_turns()
         .await
-        .map_err(|e| RunError::Recover(e.0))?;
+        .map_err(|e| RunError::Recover(e.to_string()))?;
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }

@@ -1,4 +1,4 @@
-//! Property tests of a connection's outbound queue (`src/connection/queue.rs`), against what
+//! Property tests of a connection's outbound queue (`src/outlet/queue.rs`), against what
 //! docs/backpressure.md and the module promise, for random interleavings of pushes and pops:
 //!
 //! - never-dropped frames (and replays and media pulls) are never lost, duplicated or
@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use iris_gateway::connection::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
+use iris_gateway::outlet::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
 use iris_gateway::protocol::Delivery;
 use proptest::prelude::*;
 use tokio_tungstenite::tungstenite::Utf8Bytes;

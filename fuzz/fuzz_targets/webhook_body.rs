@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use iris_gateway::connection::http::HookError;
+use iris_gateway::hub::HookError;
 use iris_gateway::hub::parse_webhook_body;
 use iris_gateway_fuzz::{check_alloc, measure, Counting};
 use libfuzzer_sys::fuzz_target;

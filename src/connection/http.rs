@@ -42,7 +42,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info};
 
 use crate::admin::{self, Admin};
-use crate::hub::Hub;
+use crate::hub::{HookError, Hub};
 use crate::pairing::page::{self, PairingPage};
 use crate::tls::{Tls, HANDSHAKE_RECORD};
 
@@ -54,48 +54,15 @@ pub const MAX_HEAD_BYTES: usize = 16 << 10;
 
 type Reply = Response<Full<Bytes>>;
 
-/// Why a webhook request was not posted; each maps to one HTTP status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookError {
-    /// 404: no `[[webhook]]` has this name.
-    NotFound,
-    /// 401: the `Authorization: Bearer` token is missing or wrong.
-    Unauthorized,
-    /// 413: the body (or its text) is over its limit.
-    TooLarge(String),
-    /// 429: over `limits.webhooks_per_minute`; retry after this many seconds.
-    RateLimited { retry_after_secs: u64 },
-    /// 400: the body is not usable (not UTF-8, bad JSON, empty text).
-    BadRequest(String),
-    /// 503: the gateway cannot post it now (storage failing, the channel unusable).
-    Unavailable(String),
-}
-
-impl HookError {
-    fn status(&self) -> StatusCode {
-        match self {
-            HookError::NotFound => StatusCode::NOT_FOUND,
-            HookError::Unauthorized => StatusCode::UNAUTHORIZED,
-            HookError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            HookError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            HookError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-
-    fn message(&self) -> String {
-        match self {
-            HookError::NotFound => "no such webhook".into(),
-            HookError::Unauthorized => {
-                "missing or wrong token: send Authorization: Bearer <the webhook's token>".into()
-            }
-            HookError::RateLimited { retry_after_secs } => format!(
-                "too many webhook requests (limits.webhooks_per_minute); retry in {retry_after_secs} s"
-            ),
-            HookError::TooLarge(m) | HookError::BadRequest(m) | HookError::Unavailable(m) => {
-                m.clone()
-            }
-        }
+/// The HTTP status a refused webhook gets: one per kind of refusal.
+fn hook_status(e: &HookError) -> StatusCode {
+    match e {
+        HookError::NotFound => StatusCode::NOT_FOUND,
+        HookError::Unauthorized => StatusCode::UNAUTHORIZED,
+        HookError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        HookError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        HookError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
@@ -469,7 +436,7 @@ async fn webhook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>, peer: Socket
             )
         }
         Err(e) => {
-            let status = e.status();
+            let status = hook_status(&e);
             info!(hook = %shown, %peer, status = status.as_u16(), "webhook refused: {}", e.message());
             let mut reply = json(status, &serde_json::json!({ "error": e.message() }));
             let h = reply.headers_mut();

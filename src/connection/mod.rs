@@ -8,180 +8,48 @@
 
 mod admit;
 pub mod http;
-mod queue;
 mod upload;
 mod violation;
 
-use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, info, warn};
 
 pub use admit::{address_key, Admission, Admitted};
 pub use http::serve;
-pub use queue::{OutQueue, Outbound, Pushed, QUEUE_CAPACITY};
 
+use crate::config::Limits;
 use crate::hub::Hub;
-use crate::protocol::{decode_request, Delivery, ErrorCode, Frame, Request};
+use crate::outlet::{encode_text, CloseReason, FrameText, Outbound, Outlet};
+use crate::protocol::{decode_request, ErrorCode, Frame, Request};
 
 /// tungstenite's own buffers; its 128 KiB defaults would cost ~13 MB for 100 idle phones.
 const SOCKET_BUFFER_BYTES: usize = 4096;
 /// How long a closing connection may take to flush what it still has queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Identifies a live connection inside the hub.
-pub type ConnId = u64;
-
-/// Whether outboxed frames published by the hub go into this connection's queue (`Live`) or are
-/// left for the running `sync` replay to read from the store (`CatchingUp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Live,
-    CatchingUp,
-}
-
-/// Why and how a connection ends, as its close frame will say.
-#[derive(Debug, Clone)]
-pub struct Closing {
-    pub code: CloseCode,
-    pub reason: &'static str,
-    /// Send what is queued first (shutdown, revocation) or drop it (a reader too slow to drain).
-    pub drain: bool,
-}
-
-/// The hub's handle on a connection: where frames for it go.
-pub struct Outlet {
-    pub conn_id: ConnId,
-    pub device_id: String,
-    queue: RefCell<OutQueue>,
-    mode: Cell<Mode>,
-    closing: RefCell<Option<Closing>>,
-    /// Wakes the writer: something was queued or closing was requested.
-    wake: Notify,
-    /// Wakes the reader (and a writer stuck on a stalled socket) when closing is requested.
-    closed: Notify,
-}
-
-impl Outlet {
-    fn new(conn_id: ConnId, device_id: String) -> Outlet {
-        Outlet {
-            conn_id,
-            device_id,
-            queue: RefCell::new(OutQueue::default()),
-            mode: Cell::new(Mode::Live),
-            closing: RefCell::new(None),
-            wake: Notify::new(),
-            closed: Notify::new(),
-        }
+/// The close code a reason is told with (RFC 6455 §7.4): the outlet says why, the socket says
+/// it in WebSocket terms.
+fn close_code(reason: CloseReason) -> CloseCode {
+    match reason {
+        CloseReason::Bye => CloseCode::Normal,
+        CloseReason::Revoked | CloseReason::RateLimited => CloseCode::Policy,
+        CloseReason::Restarting => CloseCode::Restart,
+        CloseReason::SlowConsumer => CloseCode::Again,
+        CloseReason::FrameTooLarge => CloseCode::Size,
+        CloseReason::SendFailed => CloseCode::Error,
+        CloseReason::InvalidUtf8 => CloseCode::Invalid,
+        CloseReason::ProtocolViolation => CloseCode::Protocol,
     }
-
-    /// Queues one encoded frame. A queue that cannot take a never-dropped frame closes the
-    /// connection (the device will `sync`), rather than losing the frame.
-    pub fn push(&self, text: &Utf8Bytes, delivery: Delivery, key: Option<u64>) {
-        if self.is_closing() {
-            return;
-        }
-        let pushed = self
-            .queue
-            .borrow_mut()
-            .push_frame(text.clone(), delivery, key);
-        self.after_push(pushed);
-    }
-
-    pub fn push_frame(&self, frame: &Frame) {
-        let text = encode_text(frame.encode());
-        self.push(&text, frame.delivery(), None);
-    }
-
-    /// Queues a media pull; its binary frames go out when the writer reaches it, in order with
-    /// everything else, so a client knows the binary frames after its `media.pull` and before
-    /// the matching `media.pull.end` are that file's bytes.
-    pub fn push_pull(&self, path: std::path::PathBuf, id: Option<i64>) {
-        let pushed = self.queue.borrow_mut().push(Outbound::Pull { path, id });
-        self.after_push(pushed);
-    }
-
-    pub fn push_replay(&self, cursor: u64, id: Option<i64>) {
-        self.mode.set(Mode::CatchingUp);
-        let pushed = self
-            .queue
-            .borrow_mut()
-            .push(Outbound::Replay { cursor, id });
-        self.after_push(pushed);
-    }
-
-    fn after_push(&self, pushed: Pushed) {
-        match pushed {
-            Pushed::Queued | Pushed::Coalesced => self.wake.notify_one(),
-            Pushed::Overflow => {
-                warn!(conn = self.conn_id, device = %self.device_id, "device is not reading fast enough; disconnecting it (it will catch up with sync)");
-                self.close(Closing {
-                    code: CloseCode::Again,
-                    reason: "too slow: reconnect and sync",
-                    drain: false,
-                });
-            }
-        }
-    }
-
-    pub fn mode(&self) -> Mode {
-        self.mode.get()
-    }
-
-    pub fn set_live(&self) {
-        self.mode.set(Mode::Live);
-    }
-
-    pub fn coalesced(&self) -> u64 {
-        self.queue.borrow().coalesced
-    }
-
-    /// Asks the writer to close the socket; the first reason wins.
-    pub fn close(&self, closing: Closing) {
-        let mut c = self.closing.borrow_mut();
-        if c.is_none() {
-            *c = Some(closing);
-        }
-        drop(c);
-        self.wake.notify_one();
-        self.closed.notify_waiters();
-    }
-
-    /// Resolves once closing has been requested.
-    pub async fn wait_closing(&self) {
-        loop {
-            let notified = self.closed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_closing() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    fn must_abort(&self) -> bool {
-        matches!(&*self.closing.borrow(), Some(c) if !c.drain)
-    }
-
-    pub fn is_closing(&self) -> bool {
-        self.closing.borrow().is_some()
-    }
-}
-
-/// Turns an encoded frame into the WebSocket text type once, so fan-out shares one buffer.
-pub fn encode_text(bytes: Bytes) -> Utf8Bytes {
-    Utf8Bytes::try_from(bytes).expect("serde_json writes UTF-8")
 }
 
 /// `max_frame_bytes` bounds what is read; the write buffer must hold the largest frame written
@@ -209,11 +77,7 @@ async fn session(hub: Rc<Hub>, mut ws: Ws, peer: SocketAddr, deadline: tokio::ti
     let writer = tokio::task::spawn_local(write_loop(hub.clone(), outlet.clone(), sink));
     read_loop(&hub, &outlet, stream).await;
     hub.detach(outlet.conn_id);
-    outlet.close(Closing {
-        code: CloseCode::Normal,
-        reason: "bye",
-        drain: true,
-    });
+    outlet.close(CloseReason::Bye);
     let mut writer = writer;
     if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer)
         .await
@@ -246,10 +110,11 @@ async fn hello_gate(
             return None;
         }
         Ok(Some(Err(e))) => {
-            if let Some((code, reason, message)) = violation::violation(&e) {
+            if let Some((reason, message)) = violation::violation(&e) {
+                let code = close_code(reason);
                 info!(%peer, "closing before hello with {}: {e}", u16::from(code));
                 let e = refuse(None, ErrorCode::Unsupported, message);
-                close_with(ws, e, code, reason).await;
+                close_with(ws, e, code, reason.text()).await;
             }
             return None;
         }
@@ -288,15 +153,16 @@ async fn hello_gate(
             hub.attach(&outlet, frame.id);
             Some(outlet)
         }
-        Err((code, message)) => {
-            info!(%peer, "hello refused: {message}");
-            let e = refuse(frame.id, code, message);
+        Err(refused) => {
+            info!(%peer, "hello refused: {}", refused.message);
+            let e = refuse(frame.id, refused.code, refused.message);
             close_with(ws, e, CloseCode::Policy, "hello refused").await;
             None
         }
     }
 }
 
+/// Before a hello: the refusal, then the close frame, within the drain timeout.
 async fn close_with(ws: &mut Ws, frame: Bytes, code: CloseCode, reason: &'static str) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
         ws.send(Message::Text(encode_text(frame))).await?;
@@ -331,6 +197,7 @@ impl RateLimit {
         }
     }
 
+    /// Adds what the rate earned since the last look, up to the burst.
     fn refill(&mut self) {
         let now = tokio::time::Instant::now();
         let elapsed = now.duration_since(self.last).as_secs_f64();
@@ -349,6 +216,7 @@ impl RateLimit {
         }
     }
 
+    /// One frame's token.
     fn allow(&mut self) -> bool {
         self.take(1.0)
     }
@@ -380,141 +248,183 @@ fn data_bytes(msg: &Message) -> usize {
     }
 }
 
+/// Reads the device's frames in order and hands each to the hub (or to the upload in
+/// progress), within the connection's frame and byte rates, until the socket ends or the
+/// connection is told to close.
 async fn read_loop(hub: &Rc<Hub>, outlet: &Rc<Outlet>, mut stream: WsStream) {
-    let limits = hub.limits().clone();
-    let mut rate = RateLimit::new(limits.frames_per_second as f64, limits.frame_burst as f64);
-    let (byte_rate, byte_burst) = (limits.bytes_per_second as f64, limits.byte_burst as f64);
-    let mut bytes = RateLimit::new(byte_rate, byte_burst);
-    // Bytes sent after being refused, allowed at the same rate; a connection that goes past
-    // that keeps flooding whatever it is told, and is closed.
-    let mut refused = RateLimit::new(byte_rate, byte_burst);
-    let mut uploading: Option<upload::Uploading> = None;
-    loop {
-        let upload_deadline = uploading.as_ref().map(|u| u.deadline);
-        let idle = async move {
-            match upload_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let next = tokio::select! {
-            m = stream.next() => m,
-            _ = outlet.wait_closing() => return,
-            _ = idle => {
-                upload::abandon(outlet, &mut uploading);
-                continue;
-            }
-        };
-        let msg = match next {
-            Some(Ok(m)) => m,
-            Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size }))) => {
-                outlet.push_frame(&Frame::error(
-                    None,
-                    ErrorCode::Unsupported,
-                    format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
-                ));
-                outlet.close(Closing {
-                    code: CloseCode::Size,
-                    reason: "frame too large",
-                    drain: true,
-                });
-                return;
-            }
-            Some(Err(e)) => {
-                if let Some((code, reason, message)) = violation::violation(&e) {
-                    info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(code));
-                    outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
-                    outlet.close(Closing {
-                        code,
-                        reason,
-                        drain: true,
-                    });
-                } else {
-                    debug!(conn = outlet.conn_id, "read error: {e}");
+    let mut reader = Reader::new(hub.limits().clone());
+    while let Some(msg) = reader.next_message(outlet, &mut stream).await {
+        match reader.admit(outlet, &msg).await {
+            Admit::Take => {}
+            Admit::Skip => continue,
+            Admit::End => return,
+        }
+        if !reader.dispatch(hub, outlet, msg).await {
+            return;
+        }
+    }
+}
+
+/// What the read loop keeps between frames: the connection's rate buckets and its upload.
+struct Reader {
+    limits: Limits,
+    rate: RateLimit,
+    bytes: RateLimit,
+    /// Bytes sent after being refused, allowed at the same rate; a connection that goes past
+    /// that keeps flooding whatever it is told, and is closed.
+    refused: RateLimit,
+    uploading: Option<upload::Uploading>,
+}
+
+/// What the rate limits say about one frame.
+enum Admit {
+    Take,
+    /// Refused with an `error`; the connection goes on.
+    Skip,
+    /// The connection is closing.
+    End,
+}
+
+impl Reader {
+    fn new(limits: Limits) -> Reader {
+        let (byte_rate, byte_burst) = (limits.bytes_per_second as f64, limits.byte_burst as f64);
+        Reader {
+            rate: RateLimit::new(limits.frames_per_second as f64, limits.frame_burst as f64),
+            bytes: RateLimit::new(byte_rate, byte_burst),
+            refused: RateLimit::new(byte_rate, byte_burst),
+            uploading: None,
+            limits,
+        }
+    }
+
+    /// The next frame, or `None` when the connection ends: the socket closed or failed (a
+    /// frame too large or a protocol violation is told first), or closing was requested. An
+    /// upload that goes quiet past its deadline is abandoned meanwhile.
+    async fn next_message(&mut self, outlet: &Outlet, stream: &mut WsStream) -> Option<Message> {
+        loop {
+            let upload_deadline = self.uploading.as_ref().map(|u| u.deadline);
+            let idle = async move {
+                match upload_deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                return;
-            }
-            None => return,
-        };
-        // An upload's chunks are bounded by its announced size, not by the frame rate.
-        let is_chunk = uploading.is_some() && matches!(msg, Message::Binary(_));
-        let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
-        if is_data && !is_chunk && !rate.allow() {
-            let id = match &msg {
-                Message::Text(t) => request_id_of(t.as_str()),
-                _ => None,
             };
+            let next = tokio::select! {
+                m = stream.next() => m,
+                _ = outlet.wait_closing() => return None,
+                _ = idle => {
+                    upload::abandon(outlet, &mut self.uploading);
+                    continue;
+                }
+            };
+            return match next {
+                Some(Ok(m)) => Some(m),
+                Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size }))) => {
+                    outlet.push_frame(&Frame::error(
+                        None,
+                        ErrorCode::Unsupported,
+                        format!("frame of {size} bytes is over the {max_size}-byte limit (limits.max_frame_bytes); closing"),
+                    ));
+                    outlet.close(CloseReason::FrameTooLarge);
+                    None
+                }
+                Some(Err(e)) => {
+                    if let Some((reason, message)) = violation::violation(&e) {
+                        info!(conn = outlet.conn_id, device = %outlet.device_id, "closing with {}: {e}", u16::from(close_code(reason)));
+                        outlet.push_frame(&Frame::error(None, ErrorCode::Unsupported, message));
+                        outlet.close(reason);
+                    } else {
+                        debug!(conn = outlet.conn_id, "read error: {e}");
+                    }
+                    None
+                }
+                None => None,
+            };
+        }
+    }
+
+    /// Applies the frame and byte rates to a frame. An upload's chunks are bounded by its
+    /// announced size, not by the frame rate; and a chunk is never refused for the byte rate
+    /// (that would ruin the upload): it is taken later instead, so TCP slows the phone down,
+    /// keeping `max_frame_bytes` of the budget free for requests sent meanwhile. Other frames
+    /// over the budget are refused.
+    async fn admit(&mut self, outlet: &Outlet, msg: &Message) -> Admit {
+        let limits = &self.limits;
+        let is_chunk = self.uploading.is_some() && matches!(msg, Message::Binary(_));
+        let is_data = matches!(msg, Message::Text(_) | Message::Binary(_));
+        let id = || match msg {
+            Message::Text(t) => request_id_of(t.as_str()),
+            _ => None,
+        };
+        if is_data && !is_chunk && !self.rate.allow() {
             outlet.push_frame(&Frame::error(
-                id,
+                id(),
                 ErrorCode::RateLimited,
                 format!(
                     "more than {} frames per second (burst {}); this frame was not processed, retry it later",
                     limits.frames_per_second, limits.frame_burst
                 ),
             ));
-            continue;
+            return Admit::Skip;
         }
-        // The byte rate. An upload chunk is never refused (that would ruin the upload): it is
-        // taken later instead, so TCP slows the phone down, keeping `max_frame_bytes` of the
-        // budget free for requests sent meanwhile. Other frames over the budget are refused.
-        let size = data_bytes(&msg) as f64;
+        let size = data_bytes(msg) as f64;
         if is_chunk {
-            let wait = bytes.wait_for(size + limits.max_frame_bytes as f64);
+            let wait = self.bytes.wait_for(size + limits.max_frame_bytes as f64);
             if !wait.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = outlet.wait_closing() => return,
+                    _ = outlet.wait_closing() => return Admit::End,
                 }
             }
-            bytes.spend(size);
-        } else if is_data && !bytes.take(size) {
-            let id = match &msg {
-                Message::Text(t) => request_id_of(t.as_str()),
-                _ => None,
-            };
-            if !refused.take(size) {
+            self.bytes.spend(size);
+        } else if is_data && !self.bytes.take(size) {
+            if !self.refused.take(size) {
                 outlet.push_frame(&Frame::error(
-                    id,
+                    id(),
                     ErrorCode::RateLimited,
                     format!(
                         "still sending more than {} bytes per second (burst {}) after being refused; closing",
                         limits.bytes_per_second, limits.byte_burst
                     ),
                 ));
-                outlet.close(Closing {
-                    code: CloseCode::Policy,
-                    reason: "rate limited",
-                    drain: true,
-                });
-                return;
+                outlet.close(CloseReason::RateLimited);
+                return Admit::End;
             }
             outlet.push_frame(&Frame::error(
-                id,
+                id(),
                 ErrorCode::RateLimited,
                 format!(
                     "more than {} bytes per second (burst {}, limits.bytes_per_second); this frame was not processed, retry it later",
                     limits.bytes_per_second, limits.byte_burst
                 ),
             ));
-            continue;
+            return Admit::Skip;
         }
+        Admit::Take
+    }
+
+    /// Hands an admitted frame on: uploads are handled here, every other request by the hub.
+    /// `false` when the device closed the socket.
+    async fn dispatch(&mut self, hub: &Rc<Hub>, outlet: &Rc<Outlet>, msg: Message) -> bool {
+        let uploading = &mut self.uploading;
         match msg {
             Message::Text(text) => match decode_request(text.as_str()) {
                 Ok(frame) => match frame.request {
                     Request::MediaUploadStart(start) => {
-                        upload::start(hub, outlet, &mut uploading, frame.id, start).await
+                        upload::start(hub, outlet, uploading, frame.id, start).await
                     }
                     Request::MediaUploadEnd { media_ref, sha256 } => {
-                        upload::end(hub, outlet, &mut uploading, frame.id, media_ref, sha256).await
+                        upload::end(hub, outlet, uploading, frame.id, media_ref, sha256).await
                     }
                     _ => hub.handle(outlet, frame).await,
                 },
                 Err(e) => outlet.push_frame(&Frame::error(e.id, e.code, e.message)),
             },
-            Message::Binary(bytes) => upload::chunk(outlet, &mut uploading, &bytes).await,
-            Message::Close(_) => return,
+            Message::Binary(bytes) => upload::chunk(outlet, uploading, &bytes).await,
+            Message::Close(_) => return false,
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
+        true
     }
 }
 
@@ -529,13 +439,14 @@ fn request_id_of(text: &str) -> Option<i64> {
         .and_then(|(v, _)| v.id)
 }
 
+/// Drains the outlet onto the socket in order until it closes, then sends the close frame.
 async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
     let max_out = hub.limits().max_out_frame_bytes;
     loop {
         if outlet.must_abort() {
             break;
         }
-        let item = outlet.queue.borrow_mut().pop();
+        let item = outlet.pop();
         match item {
             Some(Outbound::Frame { text, .. }) => {
                 if send_text(&outlet, &mut sink, text, max_out).await.is_err() {
@@ -559,20 +470,19 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
                 if outlet.is_closing() {
                     break;
                 }
-                outlet.wake.notified().await;
+                outlet.woken().await;
             }
         }
     }
     // An aborted send leaves its frame in tungstenite's buffer; the close frame queues behind
     // it, so a device that resumes reading within the timeout still learns why (1013) instead
     // of seeing a bare reset. A socket that failed outright has no closing reason set.
-    let closing = outlet.closing.borrow().clone();
-    if let Some(c) = closing {
+    if let Some(reason) = outlet.closing() {
         let _ = tokio::time::timeout(
             DRAIN_TIMEOUT,
             sink.send(Message::Close(Some(CloseFrame {
-                code: c.code,
-                reason: c.reason.into(),
+                code: close_code(reason),
+                reason: reason.text().into(),
             }))),
         )
         .await;
@@ -601,7 +511,7 @@ fn frame_kind(text: &str) -> String {
 async fn send_text(
     outlet: &Outlet,
     sink: &mut WsSink,
-    text: Utf8Bytes,
+    text: FrameText,
     max_out: usize,
 ) -> Result<(), ()> {
     if text.len() <= max_out {
@@ -617,11 +527,7 @@ async fn send_text(
         None => {
             warn!(conn = outlet.conn_id, device = %outlet.device_id, kind, bytes = text.len(), max = max_out,
                 "frame over limits.max_out_frame_bytes cannot be cut to fit; closing the connection");
-            outlet.close(Closing {
-                code: CloseCode::Error,
-                reason: "a frame could not be sent",
-                drain: false,
-            });
+            outlet.close(CloseReason::SendFailed);
             Err(())
         }
     }
@@ -667,11 +573,7 @@ async fn send_or_abort(outlet: &Outlet, sink: &mut WsSink, msg: Message) -> Resu
         }
         Err(e) => {
             warn!(conn = outlet.conn_id, device = %outlet.device_id, kind = kind(), bytes = size, "could not write a frame: {e}; closing the connection");
-            outlet.close(Closing {
-                code: CloseCode::Error,
-                reason: "a frame could not be sent",
-                drain: false,
-            });
+            outlet.close(CloseReason::SendFailed);
             Err(())
         }
     }

@@ -5,22 +5,21 @@
 //! close; without this the session would end with 1000 "bye", as if nothing were wrong.
 
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-/// How to close after a read error that is the peer's fault: the close code and reason, and
+use crate::outlet::CloseReason;
+
+/// How to close after a read error that is the peer's fault: the close reason, and
 /// the message of the `error` frame sent before it. `None` for errors that leave nobody to
 /// tell (a reset, an I/O failure) or that are handled elsewhere (an oversized frame).
-pub fn violation(e: &WsError) -> Option<(CloseCode, &'static str, String)> {
+pub fn violation(e: &WsError) -> Option<(CloseReason, String)> {
     match e {
         // RFC 6455 §8.1: a text frame that is not UTF-8 fails the connection with 1007.
         WsError::Utf8(detail) => Some((
-            CloseCode::Invalid,
-            "invalid UTF-8",
+            CloseReason::InvalidUtf8,
             format!("a text frame (or close reason) is not valid UTF-8 ({detail}); closing"),
         )),
         WsError::Protocol(p) if is_framing(p) => Some((
-            CloseCode::Protocol,
-            "protocol error",
+            CloseReason::ProtocolViolation,
             format!("WebSocket protocol violation: {p}; closing"),
         )),
         _ => None,
@@ -52,7 +51,8 @@ mod tests {
 
     #[test]
     fn each_fault_gets_its_close_code() {
-        let code = |e: WsError| violation(&e).map(|(c, _, _)| u16::from(c));
+        let code =
+            |e: WsError| violation(&e).map(|(r, _)| u16::from(crate::connection::close_code(r)));
         assert_eq!(code(WsError::Utf8("bad".into())), Some(1007));
         for p in [
             ProtocolError::NonZeroReservedBits,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use tracing::info;
 
-use super::Hub;
+use super::state::Hub;
 use crate::push::{PushJob, Target};
 use crate::store::StoreError;
 
@@ -86,7 +86,7 @@ impl Hub {
     /// was wrong with the old one and check the new one now.
     pub fn agent_switched(&self) {
         self.update_health(|st| st.agent_error = None);
-        self.agent_back.notify_waiters();
-        self.agent_check.notify_one();
+        self.agent_watch.back.notify_waiters();
+        self.agent_watch.check.notify_one();
     }
 }

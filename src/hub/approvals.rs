@@ -18,10 +18,11 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::{Hub, Refusal};
+use super::errors::Refusal;
+use super::state::Hub;
 use crate::agent::ApprovalRequest;
-use crate::connection::Outlet;
 use crate::ids;
+use crate::outlet::Outlet;
 use crate::protocol::{fit, ErrorCode, Frame, Lane};
 use crate::store::{ApprovalRecord, Change};
 
@@ -57,12 +58,14 @@ fn values(req: &ApprovalRequest) -> Vec<&'static str> {
     out
 }
 
+/// The command as the approval shows it: one line, within a label's size.
 fn shown_command(req: &ApprovalRequest) -> String {
     let mut command = req.command.trim().replace('`', "'");
     fit::cut_in_place(&mut command, COMMAND_BYTES);
     command
 }
 
+/// The picker's title: what Hermes asks to run, and why, when it says.
 fn title(req: &ApprovalRequest) -> String {
     let mut why = req.description.trim().to_owned();
     fit::cut_in_place(&mut why, DESCRIPTION_BYTES);
@@ -138,7 +141,7 @@ impl Hub {
             info!(lane = %a.lane, picker = %a.picker_id, "approval closed unanswered");
             if self.lane_exists(&a.lane) {
                 let text = why(&shown_command(&a.request));
-                super::commands::post_system(self, &a.lane, text).await;
+                self.post_system(&a.lane, text).await;
             }
         }
     }
@@ -164,102 +167,105 @@ pub(super) fn not_in_time(command: &str) -> String {
     format!("\u{23f1}\u{fe0f} `{command}` was not approved in time; Hermes did not run it.")
 }
 
-/// Answers an approval picker. The first answer wins; any later one (or one to a closed
-/// request) is refused with a clear `error`, changing nothing.
-pub(super) async fn select(
-    hub: &Rc<Hub>,
-    outlet: &Rc<Outlet>,
-    picker_id: &str,
-    value: &str,
-) -> Result<(), Refusal> {
-    let value = value.trim().to_ascii_lowercase();
-    let record = hub.state.borrow_mut().approvals.remove(picker_id);
-    let Some(record) = record else {
-        return Err((ErrorCode::NotFound, NOT_OPEN.to_owned()));
-    };
-    let offered = values(&record.request);
-    if !offered.contains(&value.as_str()) {
-        let why = if value == "always" {
-            "`always` is not answered from the phone: it would allow this kind of command in Hermes for ever (add it to Hermes' command_allowlist in its config.yaml if you mean that)".to_owned()
-        } else {
-            format!(
-                "`{}` is not an answer to this approval; choose one of: {}",
-                value.chars().take(40).collect::<String>(),
-                offered.join(", ")
-            )
+impl Hub {
+    /// Answers an approval picker. The first answer wins; any later one (or one to a closed
+    /// request) is refused with a clear `error`, changing nothing.
+    pub(super) async fn select_approval(
+        self: &Rc<Self>,
+        outlet: &Rc<Outlet>,
+        picker_id: &str,
+        value: &str,
+    ) -> Result<(), Refusal> {
+        let value = value.trim().to_ascii_lowercase();
+        let record = self.state.borrow_mut().approvals.remove(picker_id);
+        let Some(record) = record else {
+            return Err(Refusal::not_found(NOT_OPEN));
         };
-        hub.state
-            .borrow_mut()
-            .approvals
-            .insert(picker_id.to_owned(), record);
-        return Err((ErrorCode::Unsupported, why));
-    }
-    let who = hub
-        .store
-        .device(&outlet.device_id)
-        .ok()
-        .flatten()
-        .map(|d| d.name)
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| "A device".to_owned());
-    let command = shown_command(&record.request);
-    let lane = record.lane.clone();
-    if value == "stop" {
-        forget(hub, &record).await;
-        info!(%lane, run = %record.run_id, "approval answered: stop the task");
-        let abort = hub.state.borrow().lanes.get(&lane).and_then(|ls| {
-            (ls.run_id.as_deref() == Some(record.run_id.as_str()))
-                .then(|| ls.abort.clone())
-                .flatten()
-        });
-        match abort {
-            // The turn's end stops the run at Hermes and says "Stopped." in the answer.
-            Some(a) => a.stop(),
-            None => hub.agent.stop_run(&record.run_id).await,
-        }
-        let text = format!("{who} stopped the task: Hermes did not run `{command}`.");
-        super::commands::post_system(hub, &lane, text).await;
-        return Ok(());
-    }
-    match hub.agent.answer_approval(&record.run_id, &value).await {
-        Ok(true) => {
-            forget(hub, &record).await;
-            info!(%lane, run = %record.run_id, choice = %value, "approval answered");
-            let text = match value.as_str() {
-                "deny" => format!("{who} denied `{command}`: Hermes will not run it."),
-                "session" => format!(
-                    "{who} allowed `{command}` for this task (Hermes asks again in the next one)."
-                ),
-                _ => format!("{who} allowed `{command}` once."),
+        let offered = values(&record.request);
+        if !offered.contains(&value.as_str()) {
+            let why = if value == "always" {
+                "`always` is not answered from the phone: it would allow this kind of command in Hermes for ever (add it to Hermes' command_allowlist in its config.yaml if you mean that)".to_owned()
+            } else {
+                format!(
+                    "`{}` is not an answer to this approval; choose one of: {}",
+                    value.chars().take(40).collect::<String>(),
+                    offered.join(", ")
+                )
             };
-            super::commands::post_system(hub, &lane, text).await;
-            Ok(())
-        }
-        Ok(false) => {
-            // Hermes had already stopped waiting (timeout, or the run is over).
-            forget(hub, &record).await;
-            super::commands::post_system(hub, &lane, not_in_time(&command)).await;
-            Err((ErrorCode::NotFound, NOT_OPEN.to_owned()))
-        }
-        Err(e) => {
-            // Not delivered: the request stays open for another try.
-            hub.state
+            self.state
                 .borrow_mut()
                 .approvals
                 .insert(picker_id.to_owned(), record);
-            Err((
-                ErrorCode::Internal,
-                format!(
+            return Err(Refusal::unsupported(why));
+        }
+        let who = self
+            .store
+            .device(&outlet.device_id)
+            .ok()
+            .flatten()
+            .map(|d| d.name)
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| "A device".to_owned());
+        let command = shown_command(&record.request);
+        let lane = record.lane.clone();
+        if value == "stop" {
+            self.forget_approval(&record).await;
+            info!(%lane, run = %record.run_id, "approval answered: stop the task");
+            let abort = self.state.borrow().lanes.get(&lane).and_then(|ls| {
+                (ls.run_id.as_deref() == Some(record.run_id.as_str()))
+                    .then(|| ls.abort.clone())
+                    .flatten()
+            });
+            match abort {
+                // The turn's end stops the run at Hermes and says "Stopped." in the answer.
+                Some(a) => a.stop(),
+                None => self.agent.stop_run(&record.run_id).await,
+            }
+            let text = format!("{who} stopped the task: Hermes did not run `{command}`.");
+            self.post_system(&lane, text).await;
+            return Ok(());
+        }
+        match self.agent.answer_approval(&record.run_id, &value).await {
+            Ok(true) => {
+                self.forget_approval(&record).await;
+                info!(%lane, run = %record.run_id, choice = %value, "approval answered");
+                let text = match value.as_str() {
+                    "deny" => format!("{who} denied `{command}`: Hermes will not run it."),
+                    "session" => format!(
+                    "{who} allowed `{command}` for this task (Hermes asks again in the next one)."
+                ),
+                    _ => format!("{who} allowed `{command}` once."),
+                };
+                self.post_system(&lane, text).await;
+                Ok(())
+            }
+            Ok(false) => {
+                // Hermes had already stopped waiting (timeout, or the run is over).
+                self.forget_approval(&record).await;
+                self.post_system(&lane, not_in_time(&command)).await;
+                Err(Refusal::not_found(NOT_OPEN))
+            }
+            Err(e) => {
+                // Not delivered: the request stays open for another try.
+                self.state
+                    .borrow_mut()
+                    .approvals
+                    .insert(picker_id.to_owned(), record);
+                Err(Refusal::new(
+                    ErrorCode::Internal,
+                    format!(
                     "could not give Hermes the answer ({e}); the request is still open, try again"
                 ),
-            ))
+                ))
+            }
         }
     }
-}
 
-async fn forget(hub: &Hub, record: &ApprovalRecord) {
-    if let Err(e) = hub.store.remove_approval(&record.picker_id).await {
-        warn!("could not forget an answered approval: {e}");
+    /// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
+    async fn forget_approval(&self, record: &ApprovalRecord) {
+        if let Err(e) = self.store.remove_approval(&record.picker_id).await {
+            warn!("could not forget an answered approval: {e}");
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! A webhook's text becomes a stored message (role `cron`) with its `message` frame and a
 //! `notification{kind:cron}`, committed together: durable before any device sees them, and
 //! pushed to away devices like any other message. A cron job's prompt is queued as an agent
-//! turn in its channel's lane (`turns::enqueue_automation` stores the answer).
+//! turn in its channel's lane (`Hub::enqueue_automation` stores the answer).
 //!
 //! The cron task sleeps until the earliest due job, never more than [`MAX_CRON_SLEEP`], and
 //! checks the wall clock at each wake-up. A Pi has no real-time clock: its clock jumps when NTP
@@ -18,18 +18,54 @@
 //! missed runs is ever replayed; a job due in normal time fires once, and its next run is
 //! computed from then.
 
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
-use super::{CommitError, Hub};
-use crate::connection::http::HookError;
+use super::errors::CommitError;
+use super::state::{gateway_message, Hook, Hub};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::store::Change;
+
+/// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
+/// picks it), and the automation that refuses it owns the type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
+pub enum HookError {
+    /// 404: no `[[webhook]]` has this name.
+    NotFound,
+    /// 401: the `Authorization: Bearer` token is missing or wrong.
+    Unauthorized,
+    /// 413: the body (or its text) is over its limit.
+    TooLarge(String),
+    /// 429: over `limits.webhooks_per_minute`; retry after this many seconds.
+    RateLimited { retry_after_secs: u64 },
+    /// 400: the body is not usable (not UTF-8, bad JSON, empty text).
+    BadRequest(String),
+    /// 503: the gateway cannot post it now (storage failing, the channel unusable).
+    Unavailable(String),
+}
+
+impl HookError {
+    /// The plain-text body of the refusal.
+    pub fn message(&self) -> String {
+        match self {
+            HookError::NotFound => "no such webhook".into(),
+            HookError::Unauthorized => {
+                "missing or wrong token: send Authorization: Bearer <the webhook's token>".into()
+            }
+            HookError::RateLimited { retry_after_secs } => format!(
+                "too many webhook requests (limits.webhooks_per_minute); retry in {retry_after_secs} s"
+            ),
+            HookError::TooLarge(m) | HookError::BadRequest(m) | HookError::Unavailable(m) => {
+                m.clone()
+            }
+        }
+    }
+}
 
 /// Shortest webhook token accepted (config validation checks inline tokens; files are checked
 /// when they are read, at start).
@@ -44,24 +80,6 @@ const NOTIFICATION_BODY_CHARS: usize = 200;
 const MAX_TITLE_CHARS: usize = 200;
 /// The rate window of `limits.webhooks_per_minute`.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
-
-/// A configured webhook, with its token kept only as a SHA-256 digest.
-struct Hook {
-    name: String,
-    channel: String,
-    digest: Vec<u8>,
-}
-
-/// The hub's automation state (`Hub::automation`).
-#[derive(Default)]
-pub(super) struct Automation {
-    hooks: Vec<Hook>,
-    /// When the webhook requests admitted within the last minute arrived, oldest first.
-    admitted: VecDeque<Instant>,
-    /// Held while an automation channel is looked up and maybe created, so two posts arriving
-    /// together cannot both create it.
-    directory: Rc<tokio::sync::Mutex<()>>,
-}
 
 /// A scheduled prompt, parsed.
 struct Job {
@@ -128,7 +146,7 @@ impl Hub {
         let (hook_count, job_count) = (hooks.len(), jobs.len());
         self.automation.borrow_mut().hooks = hooks;
         if !jobs.is_empty() {
-            tokio::task::spawn_local(cron_loop(self.clone(), jobs));
+            tokio::task::spawn_local(self.clone().cron_loop(jobs));
         }
         if hook_count + job_count > 0 {
             info!(
@@ -315,7 +333,7 @@ impl Hub {
         text: String,
     ) -> Result<String, CommitError> {
         let lane = Lane::new(&channel.chat_id, None);
-        let message = super::gateway_message(Role::Cron, text);
+        let message = gateway_message(Role::Cron, text);
         let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
         let notification = Frame::notification("cron", title, &body, message.ts)
             .in_lane(&lane.chat_id, None)
@@ -410,66 +428,68 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
     (wall - monotonic).abs() > step
 }
 
-/// The one cron task: fires due jobs, skips a job whose previous run is still queued or
-/// running, and stops when the gateway shuts down.
-async fn cron_loop(hub: Rc<Hub>, jobs: Vec<Job>) {
-    let mut last = (Local::now(), Instant::now());
-    let mut next: Vec<Option<DateTime<Local>>> = jobs
-        .iter()
-        .map(|j| next_run(&j.schedule, &last.0))
-        .collect();
-    // The lane of each job's last run, until that lane has been seen idle. Only cron runs turns
-    // in automation lanes, so a job whose lane is busy may still have its run queued; a job
-    // sharing a busy channel with another job is skipped too (conservatively).
-    let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
-    loop {
-        if hub.is_shutting_down() {
-            return;
-        }
-        let now = (Local::now(), Instant::now());
-        if clock_stepped(now.0 - last.0, now.1.duration_since(last.1)) {
-            warn!(
-                "the clock jumped by {} s; cron jobs are rescheduled from the new time",
-                ((now.0 - last.0).num_seconds() - now.1.duration_since(last.1).as_secs() as i64)
-            );
-            next = jobs.iter().map(|j| next_run(&j.schedule, &now.0)).collect();
-        }
-        last = now;
-        for p in pending.iter_mut() {
-            if p.as_ref().is_some_and(|lane| hub.lane_idle(lane)) {
-                *p = None;
+impl Hub {
+    /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
+    /// running, and stops when the gateway shuts down.
+    async fn cron_loop(self: Rc<Self>, jobs: Vec<Job>) {
+        let mut last = (Local::now(), Instant::now());
+        let mut next: Vec<Option<DateTime<Local>>> = jobs
+            .iter()
+            .map(|j| next_run(&j.schedule, &last.0))
+            .collect();
+        // The lane of each job's last run, until that lane has been seen idle. Only cron runs turns
+        // in automation lanes, so a job whose lane is busy may still have its run queued; a job
+        // sharing a busy channel with another job is skipped too (conservatively).
+        let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
+        loop {
+            if self.is_shutting_down() {
+                return;
             }
-        }
-        for (i, job) in jobs.iter().enumerate() {
-            if next[i].is_none_or(|at| at > now.0) {
-                continue;
+            let now = (Local::now(), Instant::now());
+            if clock_stepped(now.0 - last.0, now.1.duration_since(last.1)) {
+                warn!(
+                    "the clock jumped by {} s; cron jobs are rescheduled from the new time",
+                    ((now.0 - last.0).num_seconds()
+                        - now.1.duration_since(last.1).as_secs() as i64)
+                );
+                next = jobs.iter().map(|j| next_run(&j.schedule, &now.0)).collect();
             }
-            next[i] = next_run(&job.schedule, &now.0);
-            if pending[i].is_some() {
-                info!(job = %job.label, "skipping a run: the previous one is still queued or running");
-                continue;
-            }
-            match hub.automation_channel(&job.channel, &job.label).await {
-                Ok(channel) => {
-                    let lane = Lane::new(&channel.chat_id, None);
-                    info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
-                    super::turns::enqueue_automation(
-                        &hub,
-                        lane.clone(),
-                        job.prompt.clone(),
-                        channel.name.clone(),
-                    );
-                    pending[i] = Some(lane);
+            last = now;
+            for p in pending.iter_mut() {
+                if p.as_ref().is_some_and(|lane| self.lane_idle(lane)) {
+                    *p = None;
                 }
-                Err(e) => warn!(job = %job.label, "cron run skipped: {e}"),
             }
+            for (i, job) in jobs.iter().enumerate() {
+                if next[i].is_none_or(|at| at > now.0) {
+                    continue;
+                }
+                next[i] = next_run(&job.schedule, &now.0);
+                if pending[i].is_some() {
+                    info!(job = %job.label, "skipping a run: the previous one is still queued or running");
+                    continue;
+                }
+                match self.automation_channel(&job.channel, &job.label).await {
+                    Ok(channel) => {
+                        let lane = Lane::new(&channel.chat_id, None);
+                        info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
+                        self.enqueue_automation(
+                            lane.clone(),
+                            job.prompt.clone(),
+                            channel.name.clone(),
+                        );
+                        pending[i] = Some(lane);
+                    }
+                    Err(e) => warn!(job = %job.label, "cron run skipped: {e}"),
+                }
+            }
+            let earliest = next.iter().flatten().min().copied();
+            let wait = earliest
+                .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
+                .unwrap_or(MAX_CRON_SLEEP)
+                .min(MAX_CRON_SLEEP);
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
         }
-        let earliest = next.iter().flatten().min().copied();
-        let wait = earliest
-            .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
-            .unwrap_or(MAX_CRON_SLEEP)
-            .min(MAX_CRON_SLEEP);
-        tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
     }
 }
 

@@ -8,109 +8,101 @@ use std::rc::Rc;
 
 use base64::Engine;
 
-use super::{Hub, Origin, Refusal};
-use crate::connection::ConnId;
+use super::errors::Refusal;
+use super::state::{Hub, Origin};
 use crate::ids;
+use crate::outlet::ConnId;
 use crate::protocol::{
-    is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, ErrorCode, Frame,
-    Lane, Request,
+    is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, Frame, Lane, Request,
 };
 use crate::store::Change;
 
-pub async fn handle(
-    hub: &Rc<Hub>,
-    conn: ConnId,
-    id: Option<i64>,
-    target: Option<String>,
-    request: Request,
-) -> Result<(), Refusal> {
-    if let Request::ChannelCreate(c) = request {
-        return create(hub, conn, id, target, c).await;
-    }
-    let target = target.ok_or_else(|| {
-        (
-            ErrorCode::NotFound,
-            "this request needs the channel's chat_id in the envelope".to_owned(),
-        )
-    })?;
-    let mut entry = hub.channel(&target)?;
-    match request {
-        Request::ChannelRename { name } => {
-            entry.name = valid_name(hub, &name)?;
-            save(hub, conn, id, vec![entry]).await
+impl Hub {
+    /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
+    pub async fn handle_channel_request(
+        self: &Rc<Self>,
+        conn: ConnId,
+        id: Option<i64>,
+        target: Option<String>,
+        request: Request,
+    ) -> Result<(), Refusal> {
+        if let Request::ChannelCreate(c) = request {
+            return self.create_channel(conn, id, target, c).await;
         }
-        Request::ChannelFavorite { on } => {
-            entry.favorite = on;
-            save(hub, conn, id, vec![entry]).await
-        }
-        Request::ChannelIcon(icon) => {
-            set_icon(hub, &mut entry, icon)?;
-            save(hub, conn, id, vec![entry]).await
-        }
-        Request::ChannelSetAutomation { on } => {
-            if entry.is_default {
-                return Err((
-                    ErrorCode::NotFound,
-                    "the default channel cannot be an automation channel".into(),
-                ));
+        let target = target.ok_or_else(|| {
+            Refusal::not_found("this request needs the channel's chat_id in the envelope")
+        })?;
+        let mut entry = self.channel(&target)?;
+        match request {
+            Request::ChannelRename { name } => {
+                entry.name = self.valid_channel_name(&name)?;
+                self.save_channel(conn, id, vec![entry]).await
             }
-            if entry.is_thread() {
-                return Err((
-                    ErrorCode::Unsupported,
-                    "a thread cannot be an automation channel; mark its parent channel".into(),
-                ));
+            Request::ChannelFavorite { on } => {
+                entry.favorite = on;
+                self.save_channel(conn, id, vec![entry]).await
             }
-            if on && !entry.automation {
-                let threads = hub
-                    .store
-                    .channels()
-                    .map_err(super::internal)?
-                    .iter()
-                    .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str()))
-                    .count();
-                if threads > 0 {
-                    return Err((
-                        ErrorCode::Unsupported,
-                        format!(
-                            "this channel has {threads} thread(s), and an automation channel has \
-                             none: delete its threads first"
-                        ),
+            Request::ChannelIcon(icon) => {
+                self.set_channel_icon(&mut entry, icon)?;
+                self.save_channel(conn, id, vec![entry]).await
+            }
+            Request::ChannelSetAutomation { on } => {
+                if entry.is_default {
+                    return Err(Refusal::not_found(
+                        "the default channel cannot be an automation channel",
                     ));
                 }
+                if entry.is_thread() {
+                    return Err(Refusal::unsupported(
+                        "a thread cannot be an automation channel; mark its parent channel",
+                    ));
+                }
+                if on && !entry.automation {
+                    let threads = self
+                        .store
+                        .channels()
+                        .map_err(Refusal::internal)?
+                        .iter()
+                        .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str()))
+                        .count();
+                    if threads > 0 {
+                        return Err(Refusal::unsupported(format!(
+                            "this channel has {threads} thread(s), and an automation channel has \
+                             none: delete its threads first"
+                        )));
+                    }
+                }
+                entry.automation = on;
+                self.save_channel(conn, id, vec![entry]).await
             }
-            entry.automation = on;
-            save(hub, conn, id, vec![entry]).await
+            Request::ChannelSetDefault => self.set_default_channel(conn, id, entry).await,
+            Request::ChannelDelete => self.delete_channel(conn, id, entry).await,
+            _ => unreachable!("self routes only channel requests here"),
         }
-        Request::ChannelSetDefault => set_default(hub, conn, id, entry).await,
-        Request::ChannelDelete => delete(hub, conn, id, entry).await,
-        _ => unreachable!("hub routes only channel requests here"),
     }
-}
 
-fn valid_name(hub: &Hub, name: &str) -> Result<String, Refusal> {
-    let name = name.trim();
-    let max = hub.limits().max_name_chars;
-    if is_blank(name) {
-        return Err((
-            ErrorCode::Unsupported,
-            "a channel name cannot be empty (spaces and invisible characters such as U+200B \
-             do not count)"
-                .into(),
-        ));
+    /// A channel name as stored: trimmed, visible, within `limits.max_name_chars`.
+    fn valid_channel_name(&self, name: &str) -> Result<String, Refusal> {
+        let name = name.trim();
+        let max = self.limits().max_name_chars;
+        if is_blank(name) {
+            return Err(Refusal::unsupported(
+                "a channel name cannot be empty (spaces and invisible characters such as U+200B \
+             do not count)",
+            ));
+        }
+        if name.chars().count() > max {
+            return Err(Refusal::unsupported(format!(
+                "a channel name is at most {max} characters (limits.max_name_chars)"
+            )));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(Refusal::unsupported(
+                "a channel name cannot contain control characters",
+            ));
+        }
+        Ok(name.to_owned())
     }
-    if name.chars().count() > max {
-        return Err((
-            ErrorCode::Unsupported,
-            format!("a channel name is at most {max} characters (limits.max_name_chars)"),
-        ));
-    }
-    if name.chars().any(char::is_control) {
-        return Err((
-            ErrorCode::Unsupported,
-            "a channel name cannot contain control characters".into(),
-        ));
-    }
-    Ok(name.to_owned())
 }
 
 /// Nothing a person could see or select in a list: only whitespace and invisible characters.
@@ -156,59 +148,47 @@ fn is_invisible(c: char) -> bool {
     )
 }
 
-fn set_icon(hub: &Hub, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
-    if let Some(icon) = &req.icon {
-        let max = hub.limits().max_icon_bytes;
-        // Base64 is 4/3 of the bytes: refuse before decoding anything oversized.
-        if icon.len() > max / 3 * 4 + 4 {
-            return Err((
-                ErrorCode::Unsupported,
-                format!("the icon is over {max} bytes (limits.max_icon_bytes)"),
-            ));
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(icon.trim())
-            .map_err(|e| {
-                (
-                    ErrorCode::Unsupported,
-                    format!("the icon is not valid base64: {e}"),
-                )
-            })?;
-        if raw.len() > max {
-            return Err((
-                ErrorCode::Unsupported,
-                format!(
+impl Hub {
+    /// Checks and sets a channel icon: an image of a known type within `limits.max_icon_bytes`.
+    fn set_channel_icon(&self, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
+        if let Some(icon) = &req.icon {
+            let max = self.limits().max_icon_bytes;
+            // Base64 is 4/3 of the bytes: refuse before decoding anything oversized.
+            if icon.len() > max / 3 * 4 + 4 {
+                return Err(Refusal::unsupported(format!(
+                    "the icon is over {max} bytes (limits.max_icon_bytes)"
+                )));
+            }
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(icon.trim())
+                .map_err(|e| Refusal::unsupported(format!("the icon is not valid base64: {e}")))?;
+            if raw.len() > max {
+                return Err(Refusal::unsupported(format!(
                     "the icon is {} bytes, over {max} (limits.max_icon_bytes)",
                     raw.len()
-                ),
-            ));
+                )));
+            }
+            let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
+            let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
+            if !(is_png || is_jpeg) {
+                return Err(Refusal::unsupported("the icon must be a PNG or JPEG image"));
+            }
         }
-        let is_png = raw.starts_with(b"\x89PNG\r\n\x1a\n");
-        let is_jpeg = raw.starts_with(&[0xff, 0xd8, 0xff]);
-        if !(is_png || is_jpeg) {
-            return Err((
-                ErrorCode::Unsupported,
-                "the icon must be a PNG or JPEG image".into(),
-            ));
-        }
-    }
-    if let Some(color) = &req.color {
-        let ok = color.len() == 7
-            && color.starts_with('#')
-            && color[1..].bytes().all(|b| b.is_ascii_hexdigit());
-        if !ok {
-            return Err((
-                ErrorCode::Unsupported,
-                format!(
+        if let Some(color) = &req.color {
+            let ok = color.len() == 7
+                && color.starts_with('#')
+                && color[1..].bytes().all(|b| b.is_ascii_hexdigit());
+            if !ok {
+                return Err(Refusal::unsupported(format!(
                     "color must look like #RRGGBB (got `{}`)",
                     color.chars().take(16).collect::<String>()
-                ),
-            ));
+                )));
+            }
         }
+        entry.icon = req.icon;
+        entry.color = req.color;
+        Ok(())
     }
-    entry.icon = req.icon;
-    entry.color = req.color;
-    Ok(())
 }
 
 /// Encoded size of the directory as `hello.ack` and `channel.list` carry it.
@@ -216,170 +196,158 @@ fn directory_bytes(channels: &[Channel]) -> usize {
     serde_json::to_vec(channels).map_or(usize::MAX, |b| b.len())
 }
 
-/// The whole directory travels in one frame (`hello.ack`, `channel.list`), so a change that
-/// would grow it past `limits.max_out_frame_bytes` (less the reserve for the rest of the frame)
-/// is refused: otherwise no device could ever say hello again, and no client could undo it.
-/// Icons are what can fill it (names are at most `max_name_chars`), so the message says how
-/// much they take. A change that does not grow an over-full directory (one from before this
-/// limit) is always allowed, so it can be brought back under.
-pub(super) fn directory_room(hub: &Hub, changed: &[Channel]) -> Result<(), Refusal> {
-    let mut all = hub.store.channels().map_err(super::internal)?;
-    let before = directory_bytes(&all);
-    for c in changed {
-        match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
-            Some(e) => *e = c.clone(),
-            None => all.push(c.clone()),
+impl Hub {
+    /// The whole directory travels in one frame (`hello.ack`, `channel.list`), so a change that
+    /// would grow it past `limits.max_out_frame_bytes` (less the reserve for the rest of the frame)
+    /// is refused: otherwise no device could ever say hello again, and no client could undo it.
+    /// Icons are what can fill it (names are at most `max_name_chars`), so the message says how
+    /// much they take. A change that does not grow an over-full directory (one from before this
+    /// limit) is always allowed, so it can be brought back under.
+    pub(super) fn directory_room(&self, changed: &[Channel]) -> Result<(), Refusal> {
+        let mut all = self.store.channels().map_err(Refusal::internal)?;
+        let before = directory_bytes(&all);
+        for c in changed {
+            match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
+                Some(e) => *e = c.clone(),
+                None => all.push(c.clone()),
+            }
         }
-    }
-    let after = directory_bytes(&all);
-    let budget = hub.out_budget().content;
-    if after <= budget || after <= before {
-        return Ok(());
-    }
-    let icons: usize = all
-        .iter()
-        .filter_map(|c| c.icon.as_ref())
-        .map(String::len)
-        .sum();
-    Err((
-        ErrorCode::Unsupported,
-        format!(
+        let after = directory_bytes(&all);
+        let budget = self.out_budget().content;
+        if after <= budget || after <= before {
+            return Ok(());
+        }
+        let icons: usize = all
+            .iter()
+            .filter_map(|c| c.icon.as_ref())
+            .map(String::len)
+            .sum();
+        Err(Refusal::unsupported(format!(
             "the channel directory would take {after} bytes; it is sent whole in hello.ack and must fit {budget} \
              (limits.max_out_frame_bytes less {reserve} for the rest of the frame); icons take {icons} of it: \
              use a smaller icon or clear another channel's icon",
             reserve = crate::protocol::fit::OUT_RESERVE,
-        ),
-    ))
-}
+        )))
+    }
 
-/// The directory as it is sent. One stored before the directory limit existed may be over it:
-/// the largest icons are left out of the frame (the app shows its letter avatar instead) until
-/// it fits, so a hello always works and the owner can clear an icon.
-pub(super) fn directory_for_wire(hub: &Hub, mut channels: Vec<Channel>) -> Vec<Channel> {
-    let budget = hub.out_budget().content;
-    let mut size = directory_bytes(&channels);
-    if size <= budget {
-        return channels;
-    }
-    let mut by_icon: Vec<(usize, usize)> = channels
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.icon.as_ref().map(|icon| (icon.len(), i)))
-        .collect();
-    by_icon.sort_unstable_by(|a, b| b.cmp(a));
-    let mut left_out = 0;
-    for (len, i) in by_icon {
+    /// The directory as it is sent. One stored before the directory limit existed may be over it:
+    /// the largest icons are left out of the frame (the app shows its letter avatar instead) until
+    /// it fits, so a hello always works and the owner can clear an icon.
+    pub(super) fn directory_for_wire(&self, mut channels: Vec<Channel>) -> Vec<Channel> {
+        let budget = self.out_budget().content;
+        let mut size = directory_bytes(&channels);
         if size <= budget {
-            break;
+            return channels;
         }
-        channels[i].icon = None;
-        size = size.saturating_sub(len);
-        left_out += 1;
-    }
-    tracing::warn!(
+        let mut by_icon: Vec<(usize, usize)> = channels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.icon.as_ref().map(|icon| (icon.len(), i)))
+            .collect();
+        by_icon.sort_unstable_by(|a, b| b.cmp(a));
+        let mut left_out = 0;
+        for (len, i) in by_icon {
+            if size <= budget {
+                break;
+            }
+            channels[i].icon = None;
+            size = size.saturating_sub(len);
+            left_out += 1;
+        }
+        tracing::warn!(
         left_out,
         bytes = size,
         budget,
         "the channel directory is over limits.max_out_frame_bytes: the largest icons are left out of hello.ack and channel.list; clear or shrink them"
     );
-    channels
-}
-
-/// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
-async fn save(
-    hub: &Hub,
-    conn: ConnId,
-    id: Option<i64>,
-    entries: Vec<Channel>,
-) -> Result<(), Refusal> {
-    directory_room(hub, &entries)?;
-    let mut changes = Vec::new();
-    for e in &entries {
-        changes.push(Change::PutChannel(e.clone()));
-        changes.push(Change::Outbox(
-            Frame::channel_entry("channel.renamed", e).encode(),
-        ));
+        channels
     }
-    let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
-    commit(hub, conn, changes, reply).await
-}
 
-async fn commit(
-    hub: &Hub,
-    conn: ConnId,
-    changes: Vec<Change>,
-    reply: Frame,
-) -> Result<(), Refusal> {
-    hub.commit(
-        changes,
-        Some(Origin {
-            conn,
-            before: None,
-            reply: Some((0, reply)),
-        }),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| (ErrorCode::Internal, e.0))
-}
-
-async fn create(
-    hub: &Hub,
-    conn: ConnId,
-    id: Option<i64>,
-    envelope_chat: Option<String>,
-    req: ChannelCreate,
-) -> Result<(), Refusal> {
-    let name = valid_name(hub, &req.name)?;
-    let all = hub.store.channels().map_err(super::internal)?;
-    let max = hub.limits().max_channels;
-    if all.len() >= max {
-        return Err((
-            ErrorCode::RateLimited,
-            format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first"),
-        ));
+    /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
+    async fn save_channel(
+        &self,
+        conn: ConnId,
+        id: Option<i64>,
+        entries: Vec<Channel>,
+    ) -> Result<(), Refusal> {
+        self.directory_room(&entries)?;
+        let mut changes = Vec::new();
+        for e in &entries {
+            changes.push(Change::PutChannel(e.clone()));
+            changes.push(Change::Outbox(
+                Frame::channel_entry("channel.renamed", e).encode(),
+            ));
+        }
+        let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
+        self.commit_directory(conn, changes, reply).await
     }
-    let wants_thread = req.kind == Some(CreateKind::Thread) || req.parent_chat_id.is_some();
-    let entry = if wants_thread {
-        let parent_id = req.parent_chat_id.or(envelope_chat).ok_or_else(|| {
-            (
-                ErrorCode::NotFound,
-                "a thread needs parent_chat_id (the channel it belongs to)".to_owned(),
-            )
-        })?;
-        if !is_valid_id(&parent_id) {
-            return Err((
-                ErrorCode::NotFound,
-                format!(
+
+    /// Commits directory changes and answers the requester with the broadcast frame carrying its `id`.
+    async fn commit_directory(
+        &self,
+        conn: ConnId,
+        changes: Vec<Change>,
+        reply: Frame,
+    ) -> Result<(), Refusal> {
+        self.commit(
+            changes,
+            Some(Origin {
+                conn,
+                before: None,
+                reply: Some((0, reply)),
+            }),
+        )
+        .await
+        .map(|_| ())
+        .map_err(Refusal::from)
+    }
+
+    /// `channel.create`: a channel, or a thread under its parent, within the directory's limits.
+    async fn create_channel(
+        &self,
+        conn: ConnId,
+        id: Option<i64>,
+        envelope_chat: Option<String>,
+        req: ChannelCreate,
+    ) -> Result<(), Refusal> {
+        let name = self.valid_channel_name(&req.name)?;
+        let all = self.store.channels().map_err(Refusal::internal)?;
+        let max = self.limits().max_channels;
+        if all.len() >= max {
+            return Err(Refusal::rate_limited(format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first")));
+        }
+        let wants_thread = req.kind == Some(CreateKind::Thread) || req.parent_chat_id.is_some();
+        let entry = if wants_thread {
+            let parent_id = req.parent_chat_id.or(envelope_chat).ok_or_else(|| {
+                Refusal::not_found("a thread needs parent_chat_id (the channel it belongs to)")
+            })?;
+            if !is_valid_id(&parent_id) {
+                return Err(Refusal::not_found(format!(
                     "no channel `{}`",
                     parent_id.chars().take(64).collect::<String>()
-                ),
-            ));
-        }
-        let parent = hub.channel(&parent_id)?;
-        if parent.is_thread() {
-            return Err((
-                ErrorCode::Unsupported,
-                "threads cannot nest: use the parent channel as parent_chat_id".into(),
-            ));
-        }
-        if parent.automation {
-            return Err((
-                ErrorCode::Unsupported,
-                "an automation channel has no threads".into(),
-            ));
-        }
-        new_thread(&parent_id, name, false)
-    } else {
-        Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
-    };
-    directory_room(hub, std::slice::from_ref(&entry))?;
-    let changes = vec![
-        Change::PutChannel(entry.clone()),
-        Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),
-    ];
-    let reply = Frame::channel_entry("channel.created", &entry).reply_to(id);
-    commit(hub, conn, changes, reply).await
+                )));
+            }
+            let parent = self.channel(&parent_id)?;
+            if parent.is_thread() {
+                return Err(Refusal::unsupported(
+                    "threads cannot nest: use the parent channel as parent_chat_id",
+                ));
+            }
+            if parent.automation {
+                return Err(Refusal::unsupported("an automation channel has no threads"));
+            }
+            new_thread(&parent_id, name, false)
+        } else {
+            Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
+        };
+        self.directory_room(std::slice::from_ref(&entry))?;
+        let changes = vec![
+            Change::PutChannel(entry.clone()),
+            Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),
+        ];
+        let reply = Frame::channel_entry("channel.created", &entry).reply_to(id);
+        self.commit_directory(conn, changes, reply).await
+    }
 }
 
 /// What an auto-thread is called when its message's first line shows nothing.
@@ -404,112 +372,110 @@ pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
     thread
 }
 
-/// Moves the default mark: the old default becomes a plain channel in the same commit, so
-/// there is exactly one default at every instant a device or a crash could observe.
-async fn set_default(
-    hub: &Hub,
-    conn: ConnId,
-    id: Option<i64>,
-    mut entry: Channel,
-) -> Result<(), Refusal> {
-    if entry.is_thread() {
-        return Err((
-            ErrorCode::Unsupported,
-            "a thread cannot be the default channel".into(),
-        ));
-    }
-    if entry.automation {
-        return Err((
-            ErrorCode::Unsupported,
-            "an automation channel cannot be the default; turn automation off first".into(),
-        ));
-    }
-    let mut entries = Vec::new();
-    if !entry.is_default {
-        let old = hub
-            .store
-            .channels()
-            .map_err(super::internal)?
-            .into_iter()
-            .find(|c| c.is_default);
-        entry.is_default = true;
-        entry.kind = ChannelKind::Default;
-        entries.push(entry);
-        if let Some(mut old) = old {
-            old.is_default = false;
-            old.kind = ChannelKind::Channel;
-            entries.push(old);
+impl Hub {
+    /// Moves the default mark: the old default becomes a plain channel in the same commit, so
+    /// there is exactly one default at every instant a device or a crash could observe.
+    async fn set_default_channel(
+        &self,
+        conn: ConnId,
+        id: Option<i64>,
+        mut entry: Channel,
+    ) -> Result<(), Refusal> {
+        if entry.is_thread() {
+            return Err(Refusal::unsupported(
+                "a thread cannot be the default channel",
+            ));
         }
-    } else {
-        entries.push(entry);
-    }
-    save(hub, conn, id, entries).await
-}
-
-/// Deletes a channel with its threads (or one thread) and their history.
-async fn delete(
-    hub: &Rc<Hub>,
-    conn: ConnId,
-    id: Option<i64>,
-    entry: Channel,
-) -> Result<(), Refusal> {
-    if entry.is_default {
-        return Err((
-            ErrorCode::Unsupported,
-            "the default channel cannot be deleted; make another channel the default first".into(),
-        ));
-    }
-    let mut doomed: Vec<Channel> = Vec::new();
-    if !entry.is_thread() {
-        doomed.extend(
-            hub.store
+        if entry.automation {
+            return Err(Refusal::unsupported(
+                "an automation channel cannot be the default; turn automation off first",
+            ));
+        }
+        let mut entries = Vec::new();
+        if !entry.is_default {
+            let old = self
+                .store
                 .channels()
-                .map_err(super::internal)?
+                .map_err(Refusal::internal)?
                 .into_iter()
-                .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str())),
-        );
+                .find(|c| c.is_default);
+            entry.is_default = true;
+            entry.kind = ChannelKind::Default;
+            entries.push(entry);
+            if let Some(mut old) = old {
+                old.is_default = false;
+                old.kind = ChannelKind::Channel;
+                entries.push(old);
+            }
+        } else {
+            entries.push(entry);
+        }
+        self.save_channel(conn, id, entries).await
     }
-    doomed.push(entry.clone());
-    let mut changes = Vec::new();
-    for c in &doomed {
-        changes.push(Change::DeleteChannel(c.chat_id.clone()));
-        changes.push(Change::Outbox(Frame::channel_deleted(&c.chat_id).encode()));
+
+    /// Deletes a channel with its threads (or one thread) and their history.
+    async fn delete_channel(
+        self: &Rc<Self>,
+        conn: ConnId,
+        id: Option<i64>,
+        entry: Channel,
+    ) -> Result<(), Refusal> {
+        if entry.is_default {
+            return Err(Refusal::unsupported(
+                "the default channel cannot be deleted; make another channel the default first",
+            ));
+        }
+        let mut doomed: Vec<Channel> = Vec::new();
+        if !entry.is_thread() {
+            doomed.extend(
+                self.store
+                    .channels()
+                    .map_err(Refusal::internal)?
+                    .into_iter()
+                    .filter(|c| c.parent_chat_id.as_deref() == Some(entry.chat_id.as_str())),
+            );
+        }
+        doomed.push(entry.clone());
+        let mut changes = Vec::new();
+        for c in &doomed {
+            changes.push(Change::DeleteChannel(c.chat_id.clone()));
+            changes.push(Change::Outbox(Frame::channel_deleted(&c.chat_id).encode()));
+        }
+        // History goes first and the directory change after: the directory commit's fsync then
+        // covers the purge too. A crash before it leaves the channel in place, partly emptied, and
+        // deleting it again (idempotent) finishes the job; never a deleted channel whose messages
+        // come back.
+        let (chat, thread) = match &entry.parent_chat_id {
+            Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
+            _ => (entry.chat_id.as_str(), None),
+        };
+        // Stop the lanes' turns first, so no reply lands in a lane being emptied.
+        self.forget_lanes(|lane: &Lane| {
+            lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
+        })
+        .await;
+        let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
+        let media = self
+            .store
+            .purge_history(chat, thread, tombstone)
+            .map_err(Refusal::internal)?
+            .1;
+        let reply_at = doomed.len() - 1;
+        self.commit(
+            changes,
+            Some(Origin {
+                conn,
+                before: None,
+                reply: Some((
+                    reply_at,
+                    Frame::channel_deleted(&entry.chat_id).reply_to(id),
+                )),
+            }),
+        )
+        .await?;
+        self.collect_media(&media).await;
+        Ok(())
     }
-    // History goes first and the directory change after: the directory commit's fsync then
-    // covers the purge too. A crash before it leaves the channel in place, partly emptied, and
-    // deleting it again (idempotent) finishes the job; never a deleted channel whose messages
-    // come back.
-    let (chat, thread) = match &entry.parent_chat_id {
-        Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
-        _ => (entry.chat_id.as_str(), None),
-    };
-    // Stop the lanes' turns first, so no reply lands in a lane being emptied.
-    hub.forget_lanes(|lane: &Lane| {
-        lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
-    })
-    .await;
-    let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
-    let media = hub
-        .store
-        .purge_history(chat, thread, tombstone)
-        .map_err(super::internal)?
-        .1;
-    let reply_at = doomed.len() - 1;
-    hub.commit(
-        changes,
-        Some(Origin {
-            conn,
-            before: None,
-            reply: Some((
-                reply_at,
-                Frame::channel_deleted(&entry.chat_id).reply_to(id),
-            )),
-        }),
-    )
-    .await
-    .map_err(|e| (ErrorCode::Internal, e.0))?;
-    hub.collect_media(&media).await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::{Hub, Refusal};
+use super::errors::Refusal;
+use super::state::{gateway_message, Hub, Picker, Setting};
 use crate::agent::AgentSettings;
-use crate::connection::Outlet;
 use crate::ids;
+use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, Role};
 use crate::store::Change;
 
@@ -113,20 +114,6 @@ const SPECS: &[Spec] = &[
     },
 ];
 
-/// A picker waiting for `picker.select`.
-pub struct Picker {
-    lane: Lane,
-    setting: Setting,
-    created: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Setting {
-    Reasoning,
-    Fast,
-    Model,
-}
-
 /// The command in `text`, if it starts with one the gateway knows.
 pub fn parse(text: &str) -> Option<Command> {
     let text = text.trim();
@@ -151,276 +138,281 @@ pub fn parse(text: &str) -> Option<Command> {
     })
 }
 
-/// The catalog for the app's `/` drawer.
-pub fn catalog(hub: &Hub) -> Value {
-    let can_pick_model = hub.agent.name() != "demo";
-    Value::Array(
-        SPECS
-            .iter()
-            .filter(|s| can_pick_model || !s.needs_models)
-            .map(|s| {
-                json!({
-                    "name": s.name,
-                    "description": s.description,
-                    "args_hint": s.args_hint,
-                    "category": s.category,
-                    "aliases": s.aliases,
-                })
-            })
-            .collect(),
-    )
-}
-
-/// Runs a command sent in `lane` and posts the gateway's answer there.
-pub async fn execute(hub: &Rc<Hub>, lane: &Lane, command: Command) {
-    let answer = match command {
-        Command::New => {
-            hub.new_lane_session(lane, ids::now_ms()).await;
-            hub.clear_todos(lane);
-            "Started a new conversation: the agent will not see the earlier messages of this chat."
-                .to_owned()
-        }
-        Command::Stop => {
-            if hub.stop_lane(lane) {
-                "Stopped the agent's answer.".to_owned()
-            } else {
-                "Nothing is running in this chat.".to_owned()
-            }
-        }
-        Command::Help => help_text(hub),
-        Command::Status => status_text(hub),
-        Command::Reasoning(None) => return open_picker(hub, lane, Setting::Reasoning).await,
-        Command::Fast(None) => return open_picker(hub, lane, Setting::Fast).await,
-        Command::Model(None) => return open_picker(hub, lane, Setting::Model).await,
-        Command::Reasoning(Some(v)) => apply(hub, Setting::Reasoning, &v).await,
-        Command::Fast(Some(v)) => apply(hub, Setting::Fast, &v).await,
-        Command::Model(Some(v)) => apply(hub, Setting::Model, &v).await,
-    };
-    post_system(hub, lane, answer).await;
-}
-
-/// Answers a picker. Unknown or expired ids are a no-op, as the schema says.
-pub async fn picker_select(
-    hub: &Rc<Hub>,
-    _outlet: &Rc<Outlet>,
-    picker_id: &str,
-    value: &str,
-) -> Result<(), Refusal> {
-    let picker = {
-        let mut st = hub.state.borrow_mut();
-        st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
-        st.pickers.remove(picker_id)
-    };
-    if let Some(p) = picker {
-        if hub.lane_exists(&p.lane) {
-            let answer = apply(hub, p.setting, value).await;
-            post_system(hub, &p.lane, answer).await;
-        }
-    }
-    Ok(())
-}
-
-/// Changes one setting from a command argument or a picker value; returns what to tell the user.
-async fn apply(hub: &Hub, setting: Setting, value: &str) -> String {
-    let value = value.trim();
-    let mut settings = hub.state.borrow().agent_settings.clone();
-    let answer = match setting {
-        Setting::Reasoning => {
-            let v = value.to_ascii_lowercase();
-            if !REASONING_LEVELS.contains(&v.as_str()) {
-                return format!(
-                    "`{}` is not a reasoning level; choose one of: {}.",
-                    shorten(value),
-                    REASONING_LEVELS.join(", ")
-                );
-            }
-            settings.reasoning = (v != "default").then(|| v.clone());
-            with_note(hub, format!("Reasoning effort: {v}."))
-        }
-        Setting::Fast => {
-            let on = match value.to_ascii_lowercase().as_str() {
-                "on" | "true" | "yes" | "1" => true,
-                "off" | "false" | "no" | "0" => false,
-                _ => return format!("`{}`: say `/fast on` or `/fast off`.", shorten(value)),
-            };
-            settings.fast = on;
-            with_note(hub, format!("Fast mode {}.", if on { "on" } else { "off" }))
-        }
-        Setting::Model => {
-            let models = match hub.agent.models().await {
-                Ok(m) if !m.is_empty() => m,
-                Ok(_) => return "This agent does not offer a choice of model.".into(),
-                Err(e) => return format!("Could not ask the agent for its models: {e}."),
-            };
-            if value.eq_ignore_ascii_case("default") {
-                settings.model = None;
-                "Model: the agent's default.".to_owned()
-            } else if models.iter().any(|m| m == value) {
-                settings.model = Some(value.to_owned());
-                format!("Model: {value}.")
-            } else {
-                return format!(
-                    "The agent has no model `{}`; it offers: {}.",
-                    shorten(value),
-                    models.join(", ")
-                );
-            }
-        }
-    };
-    if let Err(e) = hub.store.put_agent_settings(&settings).await {
-        warn!("could not store the agent settings: {e}");
-        return format!("Could not save the setting: {e}.");
-    }
-    hub.state.borrow_mut().agent_settings = settings;
-    answer
-}
-
-/// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
-async fn open_picker(hub: &Rc<Hub>, lane: &Lane, setting: Setting) {
-    let current = hub.state.borrow().agent_settings.clone();
-    let (title, choices) = match setting {
-        Setting::Reasoning => (
-            "Reasoning effort",
-            REASONING_LEVELS
+impl Hub {
+    /// The catalog for the app's `/` drawer.
+    pub fn commands_catalog(&self) -> Value {
+        let can_pick_model = self.agent.name() != "demo";
+        Value::Array(
+            SPECS
                 .iter()
-                .map(|l| {
-                    let is_current = current.reasoning.as_deref().unwrap_or("default") == *l;
-                    (l.to_string(), capitalised(l), is_current)
+                .filter(|s| can_pick_model || !s.needs_models)
+                .map(|s| {
+                    json!({
+                        "name": s.name,
+                        "description": s.description,
+                        "args_hint": s.args_hint,
+                        "category": s.category,
+                        "aliases": s.aliases,
+                    })
                 })
-                .collect::<Vec<_>>(),
-        ),
-        Setting::Fast => (
-            "Fast mode",
-            vec![
-                ("on".into(), "On".into(), current.fast),
-                ("off".into(), "Off".into(), !current.fast),
-            ],
-        ),
-        Setting::Model => {
-            let models = match hub.agent.models().await {
-                Ok(m) if !m.is_empty() => m,
-                Ok(_) => {
-                    let text = "This agent does not offer a choice of model.".to_owned();
-                    return post_system(hub, lane, text).await;
+                .collect(),
+        )
+    }
+
+    /// Runs a command sent in `lane` and posts the gateway's answer there.
+    pub async fn execute_command(self: &Rc<Self>, lane: &Lane, command: Command) {
+        let answer = match command {
+            Command::New => {
+                self.new_lane_session(lane, ids::now_ms()).await;
+                self.clear_todos(lane);
+                "Started a new conversation: the agent will not see the earlier messages of this chat."
+                .to_owned()
+            }
+            Command::Stop => {
+                if self.stop_lane(lane) {
+                    "Stopped the agent's answer.".to_owned()
+                } else {
+                    "Nothing is running in this chat.".to_owned()
                 }
-                Err(e) => {
-                    let text = format!("Could not ask the agent for its models: {e}.");
-                    return post_system(hub, lane, text).await;
-                }
-            };
-            let mut choices = vec![(
-                "default".to_owned(),
-                "Agent default".to_owned(),
-                current.model.is_none(),
-            )];
-            choices.extend(models.into_iter().take(30).map(|m| {
-                let is_current = current.model.as_deref() == Some(m.as_str());
-                (m.clone(), m, is_current)
-            }));
-            ("Model", choices)
+            }
+            Command::Help => self.help_text(),
+            Command::Status => self.status_text(),
+            Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
+            Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
+            Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
+            Command::Reasoning(Some(v)) => self.apply_setting(Setting::Reasoning, &v).await,
+            Command::Fast(Some(v)) => self.apply_setting(Setting::Fast, &v).await,
+            Command::Model(Some(v)) => self.apply_setting(Setting::Model, &v).await,
+        };
+        self.post_system(lane, answer).await;
+    }
+
+    /// Answers a picker. Unknown or expired ids are a no-op, as the schema says.
+    pub async fn picker_select(
+        self: &Rc<Self>,
+        _outlet: &Rc<Outlet>,
+        picker_id: &str,
+        value: &str,
+    ) -> Result<(), Refusal> {
+        let picker = {
+            let mut st = self.state.borrow_mut();
+            st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+            st.pickers.remove(picker_id)
+        };
+        if let Some(p) = picker {
+            if self.lane_exists(&p.lane) {
+                let answer = self.apply_setting(p.setting, value).await;
+                self.post_system(&p.lane, answer).await;
+            }
         }
-    };
-    let picker_id = ids::time_ordered("pk");
-    let choices: Vec<Value> = choices
+        Ok(())
+    }
+
+    /// Changes one setting from a command argument or a picker value; returns what to tell the user.
+    async fn apply_setting(&self, setting: Setting, value: &str) -> String {
+        let value = value.trim();
+        let mut settings = self.state.borrow().agent_settings.clone();
+        let answer = match setting {
+            Setting::Reasoning => {
+                let v = value.to_ascii_lowercase();
+                if !REASONING_LEVELS.contains(&v.as_str()) {
+                    return format!(
+                        "`{}` is not a reasoning level; choose one of: {}.",
+                        shorten(value),
+                        REASONING_LEVELS.join(", ")
+                    );
+                }
+                settings.reasoning = (v != "default").then(|| v.clone());
+                self.with_note(format!("Reasoning effort: {v}."))
+            }
+            Setting::Fast => {
+                let on = match value.to_ascii_lowercase().as_str() {
+                    "on" | "true" | "yes" | "1" => true,
+                    "off" | "false" | "no" | "0" => false,
+                    _ => return format!("`{}`: say `/fast on` or `/fast off`.", shorten(value)),
+                };
+                settings.fast = on;
+                self.with_note(format!("Fast mode {}.", if on { "on" } else { "off" }))
+            }
+            Setting::Model => {
+                let models = match self.agent.models().await {
+                    Ok(m) if !m.is_empty() => m,
+                    Ok(_) => return "This agent does not offer a choice of model.".into(),
+                    Err(e) => return format!("Could not ask the agent for its models: {e}."),
+                };
+                if value.eq_ignore_ascii_case("default") {
+                    settings.model = None;
+                    "Model: the agent's default.".to_owned()
+                } else if models.iter().any(|m| m == value) {
+                    settings.model = Some(value.to_owned());
+                    format!("Model: {value}.")
+                } else {
+                    return format!(
+                        "The agent has no model `{}`; it offers: {}.",
+                        shorten(value),
+                        models.join(", ")
+                    );
+                }
+            }
+        };
+        if let Err(e) = self.store.put_agent_settings(&settings).await {
+            warn!("could not store the agent settings: {e}");
+            return format!("Could not save the setting: {e}.");
+        }
+        self.state.borrow_mut().agent_settings = settings;
+        answer
+    }
+
+    /// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
+    async fn open_picker(self: &Rc<Self>, lane: &Lane, setting: Setting) {
+        let current = self.state.borrow().agent_settings.clone();
+        let (title, choices) = match setting {
+            Setting::Reasoning => (
+                "Reasoning effort",
+                REASONING_LEVELS
+                    .iter()
+                    .map(|l| {
+                        let is_current = current.reasoning.as_deref().unwrap_or("default") == *l;
+                        (l.to_string(), capitalised(l), is_current)
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            Setting::Fast => (
+                "Fast mode",
+                vec![
+                    ("on".into(), "On".into(), current.fast),
+                    ("off".into(), "Off".into(), !current.fast),
+                ],
+            ),
+            Setting::Model => {
+                let models = match self.agent.models().await {
+                    Ok(m) if !m.is_empty() => m,
+                    Ok(_) => {
+                        let text = "This agent does not offer a choice of model.".to_owned();
+                        return self.post_system(lane, text).await;
+                    }
+                    Err(e) => {
+                        let text = format!("Could not ask the agent for its models: {e}.");
+                        return self.post_system(lane, text).await;
+                    }
+                };
+                let mut choices = vec![(
+                    "default".to_owned(),
+                    "Agent default".to_owned(),
+                    current.model.is_none(),
+                )];
+                choices.extend(models.into_iter().take(30).map(|m| {
+                    let is_current = current.model.as_deref() == Some(m.as_str());
+                    (m.clone(), m, is_current)
+                }));
+                ("Model", choices)
+            }
+        };
+        let picker_id = ids::time_ordered("pk");
+        let choices: Vec<Value> = choices
         .into_iter()
         .map(|(value, label, is_current)| {
             json!({ "value": value, "label": label, "is_current": is_current })
         })
         .collect();
-    let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
-        .in_lane(&lane.chat_id, lane.thread());
-    {
-        let mut st = hub.state.borrow_mut();
-        st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
-        if st.pickers.len() >= MAX_PENDING_PICKERS {
-            let oldest = st
-                .pickers
-                .iter()
-                .min_by_key(|(_, p)| p.created)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                st.pickers.remove(&k);
+        let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
+            .in_lane(&lane.chat_id, lane.thread());
+        {
+            let mut st = self.state.borrow_mut();
+            st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+            if st.pickers.len() >= MAX_PENDING_PICKERS {
+                let oldest = st
+                    .pickers
+                    .iter()
+                    .min_by_key(|(_, p)| p.created)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    st.pickers.remove(&k);
+                }
             }
+            st.pickers.insert(
+                picker_id,
+                Picker {
+                    lane: lane.clone(),
+                    setting,
+                    created: Instant::now(),
+                },
+            );
         }
-        st.pickers.insert(
-            picker_id,
-            Picker {
-                lane: lane.clone(),
-                setting,
-                created: Instant::now(),
+        if let Err(e) = self
+            .commit(vec![Change::Outbox(frame.encode())], None)
+            .await
+        {
+            warn!(%lane, "could not send a picker: {e}");
+        }
+    }
+
+    /// Posts the gateway's answer as a `system` message in `lane`.
+    pub(super) async fn post_system(&self, lane: &Lane, text: String) {
+        let message = gateway_message(Role::System, text);
+        let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
+        let changes = vec![
+            Change::PutMessage(lane.clone(), message.clone()),
+            Change::OutboxOf {
+                message_id: message.message_id.clone(),
+                frame: frame.encode(),
             },
-        );
-    }
-    if let Err(e) = hub.commit(vec![Change::Outbox(frame.encode())], None).await {
-        warn!(%lane, "could not send a picker: {e}");
-    }
-}
-
-/// Posts the gateway's answer as a `system` message in `lane`.
-pub(super) async fn post_system(hub: &Hub, lane: &Lane, text: String) {
-    let message = super::gateway_message(Role::System, text);
-    let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-    let changes = vec![
-        Change::PutMessage(lane.clone(), message.clone()),
-        Change::OutboxOf {
-            message_id: message.message_id.clone(),
-            frame: frame.encode(),
-        },
-    ];
-    if let Err(e) = hub.commit(changes, None).await {
-        warn!(%lane, "could not post the gateway's answer: {e}");
-    }
-}
-
-fn help_text(hub: &Hub) -> String {
-    let can_pick_model = hub.agent.name() != "demo";
-    let mut out = String::from("Commands the gateway answers:");
-    for s in SPECS.iter().filter(|s| can_pick_model || !s.needs_models) {
-        out.push_str(&format!("\n{} {}", s.name, s.args_hint));
-        let out_len = out.trim_end().len();
-        out.truncate(out_len);
-        if !s.aliases.is_empty() {
-            out.push_str(&format!(" (also {})", s.aliases.join(", ")));
+        ];
+        if let Err(e) = self.commit(changes, None).await {
+            warn!(%lane, "could not post the gateway's answer: {e}");
         }
-        out.push_str(&format!(" \u{2014} {}", s.description));
     }
-    out.push_str("\nAnything else starting with / is sent to the agent as typed.");
-    out
-}
 
-/// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
-/// with the agent settings and waiting approvals that only a chat needs.
-fn status_text(hub: &Hub) -> String {
-    let report = hub.status_report();
-    let gateway = if report.causes.is_empty() {
-        "online".to_owned()
-    } else {
-        format!("degraded ({})", report.causes.join("; "))
-    };
-    let up = report.uptime_secs;
-    let agent_state = match &report.agent_error {
-        Some(e) => format!("not usable: {e}"),
-        None => "reachable".to_owned(),
-    };
-    let settings: AgentSettings = hub.state.borrow().agent_settings.clone();
-    let storage = match report.store_bytes {
-        Some(bytes) => format!(
-            "{:.1} MB on disk, {} outbox frames",
-            bytes as f64 / 1e6,
-            report.cursor_head
-        ),
-        None => "unreadable".to_owned(),
-    };
-    let push = match &report.push_error {
-        Some(e) => format!("{}, failing: {e}", report.push),
-        None => report.push.clone(),
-    };
-    let open = hub.state.borrow().approvals.len();
-    let approvals = match hub.agent.approvals_note() {
-        Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),
-        None => String::new(),
-    };
-    format!(
+    /// `/help`: the gateway's own commands, from the same table as the catalog.
+    fn help_text(&self) -> String {
+        let can_pick_model = self.agent.name() != "demo";
+        let mut out = String::from("Commands the gateway answers:");
+        for s in SPECS.iter().filter(|s| can_pick_model || !s.needs_models) {
+            out.push_str(&format!("\n{} {}", s.name, s.args_hint));
+            let out_len = out.trim_end().len();
+            out.truncate(out_len);
+            if !s.aliases.is_empty() {
+                out.push_str(&format!(" (also {})", s.aliases.join(", ")));
+            }
+            out.push_str(&format!(" \u{2014} {}", s.description));
+        }
+        out.push_str("\nAnything else starting with / is sent to the agent as typed.");
+        out
+    }
+
+    /// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
+    /// with the agent settings and waiting approvals that only a chat needs.
+    fn status_text(&self) -> String {
+        let report = self.status_report();
+        let gateway = if report.causes.is_empty() {
+            "online".to_owned()
+        } else {
+            format!("degraded ({})", report.causes.join("; "))
+        };
+        let up = report.uptime_secs;
+        let agent_state = match &report.agent_error {
+            Some(e) => format!("not usable: {e}"),
+            None => "reachable".to_owned(),
+        };
+        let settings: AgentSettings = self.state.borrow().agent_settings.clone();
+        let storage = match report.store_bytes {
+            Some(bytes) => format!(
+                "{:.1} MB on disk, {} outbox frames",
+                bytes as f64 / 1e6,
+                report.cursor_head
+            ),
+            None => "unreadable".to_owned(),
+        };
+        let push = match &report.push_error {
+            Some(e) => format!("{}, failing: {e}", report.push),
+            None => report.push.clone(),
+        };
+        let open = self.state.borrow().approvals.len();
+        let approvals = match self.agent.approvals_note() {
+            Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),
+            None => String::new(),
+        };
+        format!(
         "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.{approvals}\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
         up / 3600,
         (up % 3600) / 60,
@@ -431,16 +423,18 @@ fn status_text(hub: &Hub) -> String {
         settings.model.as_deref().unwrap_or("default"),
         push,
     )
-}
+    }
 
-/// Adds the backend's caveat, when it cannot apply these choices per message.
-fn with_note(hub: &Hub, answer: String) -> String {
-    match hub.agent.choices_note() {
-        Some(note) => format!("{answer} {note}"),
-        None => answer,
+    /// Adds the backend's caveat, when it cannot apply these choices per message.
+    fn with_note(&self, answer: String) -> String {
+        match self.agent.choices_note() {
+            Some(note) => format!("{answer} {note}"),
+            None => answer,
+        }
     }
 }
 
+/// A setting's value as a sentence starts.
 fn capitalised(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {
@@ -449,6 +443,7 @@ fn capitalised(s: &str) -> String {
     }
 }
 
+/// A model name short enough for a picker label.
 fn shorten(s: &str) -> String {
     s.chars().take(40).collect()
 }

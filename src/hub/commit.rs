@@ -9,39 +9,16 @@
 use std::rc::Rc;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::warn;
 
-use super::Hub;
-use crate::connection::{encode_text, ConnId, Mode};
+use super::errors::CommitError;
+use super::state::{CommitJob, Hub, Origin};
+use crate::outlet::{encode_text, ConnId, FrameText, Mode};
 use crate::protocol::Frame;
 use crate::store::Change;
 
-/// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
-pub const QUEUE_DEPTH: usize = 256;
 /// Most jobs folded into one fsync.
 const MAX_GROUP: usize = 64;
-
-/// The storage error a requester is told about.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct CommitError(pub String);
-
-/// How the requesting connection is answered, next to the broadcast.
-pub struct Origin {
-    pub conn: ConnId,
-    /// Sent to the requester just before the first broadcast frame (e.g. `read.receipt`).
-    pub before: Option<Frame>,
-    /// Sent to the requester instead of the broadcast frame at this index (the same frame
-    /// carrying the request's `id`).
-    pub reply: Option<(usize, Frame)>,
-}
-
-pub struct CommitJob {
-    changes: Vec<Change>,
-    origin: Option<Origin>,
-    done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
-}
 
 impl Hub {
     /// Makes `changes` durable, publishes their outbox frames, and returns their cursors.
@@ -58,9 +35,8 @@ impl Hub {
                 done,
             })
             .await
-            .map_err(|_| CommitError("the gateway is shutting down".into()))?;
-        rx.await
-            .map_err(|_| CommitError("the gateway is shutting down".into()))?
+            .map_err(|_| CommitError::ShuttingDown)?;
+        rx.await.map_err(|_| CommitError::ShuttingDown)?
     }
 
     /// Fans one durable outbox frame out. Devices replaying the outbox (`sync`) skip it: their
@@ -68,7 +44,7 @@ impl Hub {
     fn publish(
         &self,
         cursor: u64,
-        text: &Utf8Bytes,
+        text: &FrameText,
         delivery_for_origin: Option<(ConnId, &Frame)>,
     ) {
         let outlets: Vec<_> = {
@@ -87,79 +63,87 @@ impl Hub {
     }
 }
 
-pub async fn run(hub: Rc<Hub>, mut rx: mpsc::Receiver<CommitJob>) {
-    let retain = hub.config.store.outbox_retain_frames;
-    while let Some(first) = rx.recv().await {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
+impl Hub {
+    /// The committer task: group commit of everything queued, one flush, then publication in cursor order.
+    pub async fn run_committer(self: Rc<Self>, mut rx: mpsc::Receiver<CommitJob>) {
+        let retain = self.config.store.outbox_retain_frames;
+        while let Some(first) = rx.recv().await {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
             }
-        }
-        let applied: Vec<_> = group.iter().map(|j| hub.store.commit(&j.changes)).collect();
-        let synced = hub.store.sync().await;
-        // A full or read-only disk refuses a commit before its flush (`Store::writable`), so
-        // the health follows the commits' results too, not only the flush's: clearing it on a
-        // flush that had nothing to write would report `online` while every write is refused.
-        let failure = match &synced {
-            Err(e) => Some(e.to_string()),
-            Ok(()) => applied
+            let applied: Vec<_> = group
                 .iter()
-                .filter_map(|r| r.as_ref().err())
-                .find(|e| e.is_storage_failure())
-                .map(|e| e.to_string())
-                // Durable in sled, but not yet in the history database (docs/storage.md).
-                .or_else(|| hub.store.history_behind()),
-        };
-        match failure {
-            Some(e) => {
-                warn!("storage write failed: {e}");
-                hub.set_storage_error(Some(e));
-            }
-            None if applied.iter().any(Result::is_ok) => hub.set_storage_error(None),
-            None => {}
-        }
-        for (job, result) in group.into_iter().zip(applied) {
-            let result = match (result, &synced) {
-                (Ok(cursors), Ok(())) => Ok(cursors),
-                (Err(e), _) => Err(CommitError(format!("storage error: {e}"))),
-                (_, Err(e)) => Err(CommitError(format!("storage error: {e}"))),
+                .map(|j| self.store.commit(&j.changes))
+                .collect();
+            // One flush for the group: its failure is every job's, so it is shared, not copied.
+            let synced = self.store.sync().await.map_err(Rc::new);
+            // A full or read-only disk refuses a commit before its flush (`Store::writable`), so
+            // the health follows the commits' results too, not only the flush's: clearing it on a
+            // flush that had nothing to write would report `online` while every write is refused.
+            let failure = match &synced {
+                Err(e) => Some(e.to_string()),
+                Ok(()) => applied
+                    .iter()
+                    .filter_map(|r| r.as_ref().err())
+                    .find(|e| e.is_storage_failure())
+                    .map(|e| e.to_string())
+                    // Durable in sled, but not yet in the history database (docs/storage.md).
+                    .or_else(|| self.store.history_behind()),
             };
-            if let Ok(cursors) = &result {
-                publish_job(&hub, &job, cursors);
+            match failure {
+                Some(e) => {
+                    warn!("storage write failed: {e}");
+                    self.set_storage_error(Some(e));
+                }
+                None if applied.iter().any(Result::is_ok) => self.set_storage_error(None),
+                None => {}
             }
-            let _ = job.done.send(result);
-        }
-        if let Err(e) = hub.store.prune_outbox(retain) {
-            if !e.is_storage_failure() {
-                warn!("outbox pruning failed: {e}");
+            for (job, result) in group.into_iter().zip(applied) {
+                let result = match (result, &synced) {
+                    (Ok(cursors), Ok(())) => Ok(cursors),
+                    (Err(e), _) => Err(CommitError::from(e)),
+                    (_, Err(e)) => Err(CommitError::Store(e.clone())),
+                };
+                if let Ok(cursors) = &result {
+                    self.publish_job(&job, cursors);
+                }
+                let _ = job.done.send(result);
+            }
+            if let Err(e) = self.store.prune_outbox(retain) {
+                if !e.is_storage_failure() {
+                    warn!("outbox pruning failed: {e}");
+                }
             }
         }
     }
-}
 
-fn publish_job(hub: &Hub, job: &CommitJob, cursors: &[u64]) {
-    let origin_outlet = job
-        .origin
-        .as_ref()
-        .and_then(|o| hub.state.borrow().outlets.get(&o.conn).cloned());
-    if let (Some(o), Some(outlet)) = (&job.origin, &origin_outlet) {
-        if let Some(before) = &o.before {
-            outlet.push_frame(before);
+    /// Publishes one job's outbox frames, with the requester's own answer first or in place of its frame.
+    fn publish_job(&self, job: &CommitJob, cursors: &[u64]) {
+        let origin_outlet = job
+            .origin
+            .as_ref()
+            .and_then(|o| self.state.borrow().outlets.get(&o.conn).cloned());
+        if let (Some(o), Some(outlet)) = (&job.origin, &origin_outlet) {
+            if let Some(before) = &o.before {
+                outlet.push_frame(before);
+            }
         }
-    }
-    let frames = job.changes.iter().filter_map(|c| match c {
-        Change::Outbox(bytes) | Change::OutboxOf { frame: bytes, .. } => Some(bytes),
-        _ => None,
-    });
-    for (i, (bytes, cursor)) in frames.zip(cursors).enumerate() {
-        let text = encode_text(bytes.clone());
-        let reply = job.origin.as_ref().and_then(|o| match &o.reply {
-            Some((idx, frame)) if *idx == i => Some((o.conn, frame)),
+        let frames = job.changes.iter().filter_map(|c| match c {
+            Change::Outbox(bytes) | Change::OutboxOf { frame: bytes, .. } => Some(bytes),
             _ => None,
         });
-        hub.publish(*cursor, &text, reply);
-        hub.push_if_away(*cursor, bytes);
+        for (i, (bytes, cursor)) in frames.zip(cursors).enumerate() {
+            let text = encode_text(bytes.clone());
+            let reply = job.origin.as_ref().and_then(|o| match &o.reply {
+                Some((idx, frame)) if *idx == i => Some((o.conn, frame)),
+                _ => None,
+            });
+            self.publish(*cursor, &text, reply);
+            self.push_if_away(*cursor, bytes);
+        }
     }
 }

@@ -11,8 +11,9 @@
 
 use tracing::{info, warn};
 
-use super::{Hub, Refusal};
-use crate::protocol::{decode_pushable, ErrorCode, PushNote};
+use super::errors::Refusal;
+use super::state::Hub;
+use crate::protocol::{decode_pushable, PushNote};
 use crate::push::{Outcome, PushJob};
 
 /// How far back a restart looks for pushes still owed to each away device.
@@ -115,27 +116,21 @@ impl Hub {
         let mut d = self
             .store
             .device(device_id)
-            .map_err(super::internal)?
-            .ok_or_else(|| (ErrorCode::Auth, "this device was revoked".to_owned()))?;
+            .map_err(Refusal::internal)?
+            .ok_or_else(|| Refusal::auth("this device was revoked"))?;
         if let Some(t) = fcm_token {
             if t.len() > 4096 {
-                return Err((
-                    ErrorCode::Unsupported,
-                    "fcm_token is over 4096 bytes".into(),
-                ));
+                return Err(Refusal::unsupported("fcm_token is over 4096 bytes"));
             }
             d.fcm_token = Some(t);
         }
         if let Some(t) = ntfy_topic {
             if t.len() > 256 {
-                return Err((
-                    ErrorCode::Unsupported,
-                    "ntfy_topic is over 256 bytes".into(),
-                ));
+                return Err(Refusal::unsupported("ntfy_topic is over 256 bytes"));
             }
             d.ntfy_topic = Some(t);
         }
-        self.store.update_device(&d).map_err(super::internal)
+        self.store.update_device(&d).map_err(Refusal::internal)
     }
 
     /// The push worker's report: advance `last_pushed_cursor` durably, track push health.

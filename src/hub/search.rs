@@ -4,158 +4,155 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
-use super::{Hub, Origin, Refusal};
-use crate::connection::Outlet;
-use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
+use super::errors::Refusal;
+use super::state::{Hub, Origin};
+use crate::outlet::Outlet;
+use crate::protocol::{is_valid_id, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
 use crate::store::Change;
 
-pub fn search(
-    hub: &Hub,
-    outlet: &Outlet,
-    id: Option<i64>,
-    envelope: (Option<String>, Option<String>),
-    req: SearchRequest,
-) -> Result<(), Refusal> {
-    let limits = hub.limits();
-    let query = req.query.trim();
-    if query.is_empty() {
-        return Err((ErrorCode::Unsupported, "the search query is empty".into()));
-    }
-    if query.chars().count() > limits.max_query_chars {
-        return Err((
-            ErrorCode::Unsupported,
-            format!(
+impl Hub {
+    /// `search`: the messages matching a query, in one lane or in all of them.
+    pub fn search(
+        &self,
+        outlet: &Outlet,
+        id: Option<i64>,
+        envelope: (Option<String>, Option<String>),
+        req: SearchRequest,
+    ) -> Result<(), Refusal> {
+        let limits = self.limits();
+        let query = req.query.trim();
+        if query.is_empty() {
+            return Err(Refusal::unsupported("the search query is empty"));
+        }
+        if query.chars().count() > limits.max_query_chars {
+            return Err(Refusal::unsupported(format!(
                 "the search query is over {} characters (limits.max_query_chars)",
                 limits.max_query_chars
-            ),
-        ));
-    }
-    let words = query_terms(query);
-    if words.is_empty() {
-        return Err((
-            ErrorCode::Unsupported,
-            "the search query has no letters or digits to look for".into(),
-        ));
-    }
-    let limit = match req.limit {
-        None => limits.search_default,
-        Some(n) if n >= 1 => (n as usize).min(limits.search_max),
-        Some(n) => {
-            return Err((
-                ErrorCode::Unsupported,
-                format!("search limit must be at least 1 (got {n})"),
-            ))
+            )));
         }
-    };
-    let scope_kind = req.scope.unwrap_or(SearchScope::All);
-    let scope = match scope_kind {
-        SearchScope::All => Scope::All,
-        SearchScope::Chat => {
-            let chat = req.chat_id.or(envelope.0).ok_or_else(|| {
-                (
-                    ErrorCode::NotFound,
-                    "scope `chat` needs a chat_id".to_owned(),
-                )
-            })?;
-            let thread = req.thread_id.or(envelope.1);
-            for id in std::iter::once(&chat).chain(thread.as_ref()) {
-                if !is_valid_id(id) {
-                    return Err((ErrorCode::NotFound, "no such chat".into()));
-                }
-            }
-            let (lane, _) = hub.resolve_lane(Some(&chat), thread.as_deref())?;
-            Scope::Chat {
-                chat_id: lane.chat_id,
-                thread_id: lane.thread_id,
-            }
-        }
-    };
-    let hits = hub
-        .store
-        .search(&words, &scope, limit)
-        .map_err(super::internal)?;
-    let hits: Vec<Value> = hits
-        .into_iter()
-        .map(|mut h| {
-            // A snippet centres on the matching word, and a "word" can be a whole message of
-            // letters: bound it by its encoded size so 100 hits always fit one frame.
-            crate::protocol::fit::cut_in_place(&mut h.snippet, crate::protocol::fit::SNIPPET_BYTES);
-            json!({
-                "message_id": h.message.message_id,
-                "chat_id": h.lane.chat_id,
-                "thread_id": h.lane.thread_id,
-                "role": h.message.role,
-                "snippet": h.snippet,
-                "ts": h.message.ts,
-            })
-        })
-        .collect();
-    outlet.push_frame(&Frame::search_results(
-        id,
-        query,
-        scope_kind,
-        Value::Array(hits),
-    ));
-    Ok(())
-}
-
-/// Deletes messages from history, the index and the outbox, then tells every device (and,
-/// through the outbox, every device that is away). Unknown ids are fine: deletion is idempotent.
-pub async fn delete(
-    hub: &Rc<Hub>,
-    outlet: &Outlet,
-    id: Option<i64>,
-    message_ids: Vec<String>,
-) -> Result<(), Refusal> {
-    let max = hub.limits().max_delete_ids;
-    if message_ids.is_empty() {
-        return Err((ErrorCode::Unsupported, "message_ids is empty".into()));
-    }
-    if message_ids.len() > max {
-        return Err((
-            ErrorCode::Unsupported,
-            format!("at most {max} message ids per request (limits.max_delete_ids)"),
-        ));
-    }
-    let mut ids: Vec<String> = Vec::new();
-    for m in message_ids {
-        if !is_valid_id(&m) {
-            return Err((
-                ErrorCode::Unsupported,
-                "message ids are 1-64 characters of [A-Za-z0-9_.:-]".into(),
+        let words = query_terms(query);
+        if words.is_empty() {
+            return Err(Refusal::unsupported(
+                "the search query has no letters or digits to look for",
             ));
         }
-        if !ids.contains(&m) {
-            ids.push(m);
-        }
+        let limit = match req.limit {
+            None => limits.search_default,
+            Some(n) if n >= 1 => (n as usize).min(limits.search_max),
+            Some(n) => {
+                return Err(Refusal::unsupported(format!(
+                    "search limit must be at least 1 (got {n})"
+                )))
+            }
+        };
+        let scope_kind = req.scope.unwrap_or(SearchScope::All);
+        let scope = match scope_kind {
+            SearchScope::All => Scope::All,
+            SearchScope::Chat => {
+                let chat = req
+                    .chat_id
+                    .or(envelope.0)
+                    .ok_or_else(|| Refusal::not_found("scope `chat` needs a chat_id"))?;
+                let thread = req.thread_id.or(envelope.1);
+                for id in std::iter::once(&chat).chain(thread.as_ref()) {
+                    if !is_valid_id(id) {
+                        return Err(Refusal::not_found("no such chat"));
+                    }
+                }
+                let (lane, _) = self.resolve_lane(Some(&chat), thread.as_deref())?;
+                Scope::Chat {
+                    chat_id: lane.chat_id,
+                    thread_id: lane.thread_id,
+                }
+            }
+        };
+        let hits = self
+            .store
+            .search(&words, &scope, limit)
+            .map_err(Refusal::internal)?;
+        let hits: Vec<Value> = hits
+            .into_iter()
+            .map(|mut h| {
+                // A snippet centres on the matching word, and a "word" can be a whole message of
+                // letters: bound it by its encoded size so 100 hits always fit one frame.
+                crate::protocol::fit::cut_in_place(
+                    &mut h.snippet,
+                    crate::protocol::fit::SNIPPET_BYTES,
+                );
+                json!({
+                    "message_id": h.message.message_id,
+                    "chat_id": h.lane.chat_id,
+                    "thread_id": h.lane.thread_id,
+                    "role": h.message.role,
+                    "snippet": h.snippet,
+                    "ts": h.message.ts,
+                })
+            })
+            .collect();
+        outlet.push_frame(&Frame::search_results(
+            id,
+            query,
+            scope_kind,
+            Value::Array(hits),
+        ));
+        Ok(())
     }
-    let mut changes: Vec<Change> = ids
-        .iter()
-        .map(|m| Change::DeleteMessage {
-            message_id: m.clone(),
-            tombstone: Frame::message_deleted(None, std::slice::from_ref(m)).encode(),
-        })
-        .collect();
-    changes.push(Change::Outbox(Frame::message_deleted(None, &ids).encode()));
-    hub.drop_turns_of(&ids);
-    // The files these messages reference, to collect once the messages are gone.
-    let media: Vec<String> = ids
-        .iter()
-        .filter_map(|m| hub.store.message(m).ok().flatten())
-        .flat_map(|(_, msg)| msg.media.into_iter().map(|r| r.media_id))
-        .collect();
-    hub.commit(
-        changes,
-        Some(Origin {
-            conn: outlet.conn_id,
-            before: None,
-            reply: Some((0, Frame::message_deleted(id, &ids))),
-        }),
-    )
-    .await
-    .map_err(|e| (ErrorCode::Internal, e.0))?;
-    hub.collect_media(&media).await;
-    hub.agent.forget(&ids);
-    Ok(())
+
+    /// Deletes messages from history, the index and the outbox, then tells every device (and,
+    /// through the outbox, every device that is away). Unknown ids are fine: deletion is idempotent.
+    pub async fn delete_messages(
+        self: &Rc<Self>,
+        outlet: &Outlet,
+        id: Option<i64>,
+        message_ids: Vec<String>,
+    ) -> Result<(), Refusal> {
+        let max = self.limits().max_delete_ids;
+        if message_ids.is_empty() {
+            return Err(Refusal::unsupported("message_ids is empty"));
+        }
+        if message_ids.len() > max {
+            return Err(Refusal::unsupported(format!(
+                "at most {max} message ids per request (limits.max_delete_ids)"
+            )));
+        }
+        let mut ids: Vec<String> = Vec::new();
+        for m in message_ids {
+            if !is_valid_id(&m) {
+                return Err(Refusal::unsupported(
+                    "message ids are 1-64 characters of [A-Za-z0-9_.:-]",
+                ));
+            }
+            if !ids.contains(&m) {
+                ids.push(m);
+            }
+        }
+        let mut changes: Vec<Change> = ids
+            .iter()
+            .map(|m| Change::DeleteMessage {
+                message_id: m.clone(),
+                tombstone: Frame::message_deleted(None, std::slice::from_ref(m)).encode(),
+            })
+            .collect();
+        changes.push(Change::Outbox(Frame::message_deleted(None, &ids).encode()));
+        self.drop_turns_of(&ids);
+        // The files these messages reference, to collect once the messages are gone.
+        let media: Vec<String> = ids
+            .iter()
+            .filter_map(|m| self.store.message(m).ok().flatten())
+            .flat_map(|(_, msg)| msg.media.into_iter().map(|r| r.media_id))
+            .collect();
+        self.commit(
+            changes,
+            Some(Origin {
+                conn: outlet.conn_id,
+                before: None,
+                reply: Some((0, Frame::message_deleted(id, &ids))),
+            }),
+        )
+        .await?;
+        self.collect_media(&media).await;
+        self.agent.forget(&ids);
+        Ok(())
+    }
 }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Hub;
+use super::state::Hub;
 use crate::protocol::HealthState;
 
 /// A snapshot of the gateway's health and use, in plain data (serialisable for the control
@@ -34,9 +34,11 @@ pub struct StatusReport {
 }
 
 impl Hub {
+    /// Everything `/status` and the admin page show, gathered at once.
     pub fn status_report(&self) -> StatusReport {
         let st = self.state.borrow();
-        let (agent_error, push_error) = (st.agent_error.clone(), st.push_error.clone());
+        let (agent_error, push_error) =
+            (st.causes.agent_error.clone(), st.causes.push_error.clone());
         drop(st);
         StatusReport {
             state: self.health(),

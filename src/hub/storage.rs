@@ -16,60 +16,63 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::Hub;
+use super::state::Hub;
 use crate::store::StoreError;
 
 /// How often the disk is looked at (one `statvfs`; a probe write only while degraded).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 const PROBE_FILE: &str = ".write-probe";
 
-pub(super) async fn monitor(hub: Rc<Hub>) {
-    loop {
-        tokio::time::sleep(CHECK_EVERY).await;
-        if hub.is_shutting_down() {
-            return;
-        }
-        let failing = hub.state.borrow().storage_error.is_some();
-        if !failing {
-            // Seen before any write is refused: the LED and `status` tell the household early.
-            if let Err(e) = hub.store.writable() {
-                hub.set_storage_error(Some(e.to_string()));
-            } else if hub.store.needs_reopen() {
-                hub.set_storage_error(Some(
-                    "a write to the store failed; retrying once the disk works".into(),
-                ));
-            } else if let Some(why) = hub.store.history_behind() {
-                hub.set_storage_error(Some(why));
+impl Hub {
+    /// Watches a failed disk until it takes writes again, then stores what waited and clears `degraded`.
+    pub(super) async fn storage_monitor(self: Rc<Self>) {
+        loop {
+            tokio::time::sleep(CHECK_EVERY).await;
+            if self.is_shutting_down() {
+                return;
             }
-            continue;
-        }
-        if let Err(e) = hub.store.disk_ok(0) {
-            hub.set_storage_error(Some(e.to_string()));
-            continue;
-        }
-        if let Err(e) = probe_write(hub.store.dir()) {
-            hub.set_storage_error(Some(format!("the data disk does not accept writes: {e}")));
-            continue;
-        }
-        if hub.store.needs_reopen() {
-            info!("the data disk accepts writes again: reopening the store");
-            match hub.store.reopen().await {
-                Ok(()) => {}
-                Err(StoreError::Stuck) => return restart(&hub).await,
-                Err(e) => {
-                    warn!("could not reopen the store: {e}");
-                    hub.set_storage_error(Some(e.to_string()));
-                    continue;
+            let failing = self.state.borrow().causes.storage_error.is_some();
+            if !failing {
+                // Seen before any write is refused: the LED and `status` tell the household early.
+                if let Err(e) = self.store.writable() {
+                    self.set_storage_error(Some(e.to_string()));
+                } else if self.store.needs_reopen() {
+                    self.set_storage_error(Some(
+                        "a write to the store failed; retrying once the disk works".into(),
+                    ));
+                } else if let Some(why) = self.store.history_behind() {
+                    self.set_storage_error(Some(why));
+                }
+                continue;
+            }
+            if let Err(e) = self.store.disk_ok(0) {
+                self.set_storage_error(Some(e.to_string()));
+                continue;
+            }
+            if let Err(e) = probe_write(self.store.dir()) {
+                self.set_storage_error(Some(format!("the data disk does not accept writes: {e}")));
+                continue;
+            }
+            if self.store.needs_reopen() {
+                info!("the data disk accepts writes again: reopening the store");
+                match self.store.reopen().await {
+                    Ok(()) => {}
+                    Err(StoreError::Stuck) => return self.restart_store().await,
+                    Err(e) => {
+                        warn!("could not reopen the store: {e}");
+                        self.set_storage_error(Some(e.to_string()));
+                        continue;
+                    }
                 }
             }
+            // Changes durable in sled that the history database could not take yet.
+            if let Err(e) = self.store.retry_apply() {
+                self.set_storage_error(Some(e.to_string()));
+                continue;
+            }
+            self.set_storage_error(None);
+            self.settle_unsettled().await;
         }
-        // Changes durable in sled that the history database could not take yet.
-        if let Err(e) = hub.store.retry_apply() {
-            hub.set_storage_error(Some(e.to_string()));
-            continue;
-        }
-        hub.set_storage_error(None);
-        settle(&hub).await;
     }
 }
 
@@ -88,35 +91,37 @@ impl Hub {
     }
 }
 
-/// Stores (and so delivers) the answers that finished while the disk was failing.
-async fn settle(hub: &Hub) {
-    let kept = std::mem::take(&mut hub.state.borrow_mut().unsettled);
-    if kept.is_empty() {
-        return;
-    }
-    info!(
-        "storing {} answer(s) that finished while the disk was failing",
-        kept.len()
-    );
-    for changes in kept {
-        if let Err(e) = hub.commit(changes.clone(), None).await {
-            warn!("could not store a kept answer: {e}");
-            hub.keep_unsettled(changes);
+impl Hub {
+    /// Stores (and so delivers) the answers that finished while the disk was failing.
+    async fn settle_unsettled(&self) {
+        let kept = std::mem::take(&mut self.state.borrow_mut().unsettled);
+        if kept.is_empty() {
+            return;
+        }
+        info!(
+            "storing {} answer(s) that finished while the disk was failing",
+            kept.len()
+        );
+        for changes in kept {
+            if let Err(e) = self.commit(changes.clone(), None).await {
+                warn!("could not store a kept answer: {e}");
+                self.keep_unsettled(changes);
+            }
         }
     }
-}
 
-/// The disk works again but sled cannot resume in this process (`StoreError::Stuck`): tell
-/// the devices the gateway is restarting and exit with status 1, so that systemd
-/// (`Restart=on-failure`) starts it again; the new process opens the store from disk.
-async fn restart(hub: &Hub) {
-    error!(
-        "the data disk works again, but the storage engine cannot resume after the failure \
+    /// The disk works again but sled cannot resume in this process (`StoreError::Stuck`): tell
+    /// the devices the gateway is restarting and exit with status 1, so that systemd
+    /// (`Restart=on-failure`) starts it again; the new process opens the store from disk.
+    async fn restart_store(&self) {
+        error!(
+            "the data disk works again, but the storage engine cannot resume after the failure \
          without a restart: exiting with status 1 so the service manager restarts the gateway"
-    );
-    hub.begin_shutdown();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    std::process::exit(1);
+        );
+        self.begin_shutdown();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        std::process::exit(1);
+    }
 }
 
 /// Writes, fsyncs and removes a small file: whether the disk really takes writes again.

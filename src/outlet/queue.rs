@@ -9,8 +9,8 @@
 //!   schema calls never-dropped is discarded while the device stays connected.
 
 use heapless::Deque;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
+use super::FrameText;
 use crate::protocol::Delivery;
 
 /// Frames a connection may have waiting. At a 60 ms demo pace a turn emits ~20 frames per
@@ -21,7 +21,7 @@ pub const QUEUE_CAPACITY: usize = 128;
 #[derive(Debug, Clone)]
 pub enum Outbound {
     /// An encoded text frame; `key` is set for coalescable frames.
-    Frame { text: Utf8Bytes, key: Option<u64> },
+    Frame { text: FrameText, key: Option<u64> },
     /// Replay the outbox after `cursor`, then send `sync.done` answering request `id`.
     Replay { cursor: u64, id: Option<i64> },
     /// Stream a media file as binary frames, then `media.pull.end` answering request `id`.
@@ -48,7 +48,8 @@ pub struct OutQueue {
 }
 
 impl OutQueue {
-    pub fn push_frame(&mut self, text: Utf8Bytes, delivery: Delivery, key: Option<u64>) -> Pushed {
+    /// Queues a text frame; a coalescable one replaces its unsent twin with the same key.
+    pub fn push_frame(&mut self, text: FrameText, delivery: Delivery, key: Option<u64>) -> Pushed {
         if self.overflowed {
             return Pushed::Overflow;
         }
@@ -74,6 +75,7 @@ impl OutQueue {
         self.push(Outbound::Frame { text, key })
     }
 
+    /// Queues any item; a full queue overflows and empties itself.
     pub fn push(&mut self, item: Outbound) -> Pushed {
         if self.overflowed {
             return Pushed::Overflow;
@@ -89,6 +91,7 @@ impl OutQueue {
         }
     }
 
+    /// The oldest item, for the writer.
     pub fn pop(&mut self) -> Option<Outbound> {
         self.items.pop_front()
     }
@@ -98,6 +101,7 @@ impl OutQueue {
         self.items.len()
     }
 
+    /// Nothing waits.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -106,6 +110,7 @@ impl OutQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio_tungstenite::tungstenite::Utf8Bytes;
 
     fn b(s: &'static str) -> Utf8Bytes {
         Utf8Bytes::from_static(s)

@@ -1,0 +1,177 @@
+//! Devices: checking a hello's token, attaching and detaching a connection's outlet, pairing
+//! and revoking.
+
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use crate::ids;
+use crate::outlet::{CloseReason, ConnId, Outlet};
+use crate::protocol::{ErrorCode, Frame, Hello};
+use crate::store::{Device, DeviceOrigin, StoreError};
+
+use super::errors::Refusal;
+use super::state::Hub;
+
+impl Hub {
+    /// Checks a hello's token. Repeated failures from one address (IPv6: one /64), or from a
+    /// rotation through more addresses than are counted one by one, are refused before the
+    /// token is even looked at, so guessing tokens is slow (`guessing.rs`).
+    ///
+    /// The token is found by its SHA-256 (the `tokens` tree's key), never compared itself: how
+    /// long the lookup takes depends only on the hash of what was presented, and learning how
+    /// many leading bytes of that hash match a stored one tells nothing about any token (it
+    /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
+    pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
+        let limit = self.config.limits.bad_hellos_per_minute;
+        if let Err(limited) = self.state.borrow().bad_hellos.check(ip, Instant::now()) {
+            let wait = limited.retry_after.as_secs().max(1);
+            let whose = if limited.shared {
+                "from too many addresses at once"
+            } else {
+                "from this address"
+            };
+            return Err(Refusal::rate_limited(format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s")));
+        }
+        if self.state.borrow().shutting_down {
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                "the gateway is restarting",
+            ));
+        }
+        let found = if hello.token.len() <= 256 {
+            self.store
+                .device_by_token_hash(&ids::token_hash(&hello.token))
+                .map_err(|e| Refusal::new(ErrorCode::Internal, e.to_string()))?
+        } else {
+            None
+        };
+        let Some(mut device) = found else {
+            self.state.borrow_mut().bad_hellos.fail(ip, Instant::now());
+            return Err(Refusal::auth(
+                "unknown or revoked token: pair this device again (iris-gateway pair)",
+            ));
+        };
+        device.last_seen_ms = Some(ids::now_ms());
+        if let Some(app_id) = hello.device_id.as_deref().filter(|s| s.len() <= 128) {
+            device.app_device_id = Some(app_id.to_owned());
+        }
+        if device.name.is_empty() {
+            if let Some(name) = hello.device_name.as_deref() {
+                device.name = name
+                    .chars()
+                    .take(self.config.limits.max_name_chars)
+                    .collect();
+            }
+        }
+        if let Some(t) = hello.fcm_token.as_deref().filter(|s| s.len() <= 4096) {
+            device.fcm_token = Some(t.to_owned());
+        }
+        if let Some(t) = hello.ntfy_topic.as_deref().filter(|s| s.len() <= 256) {
+            device.ntfy_topic = Some(t.to_owned());
+        }
+        if let Err(e) = self.store.update_device(&device) {
+            warn!("could not record the device's hello: {e}");
+        }
+        // Not a reset: see `guessing.rs` for why a success keeps the count.
+        self.state
+            .borrow_mut()
+            .bad_hellos
+            .succeed(ip, Instant::now());
+        Ok(device)
+    }
+
+    /// Registers an authenticated connection and queues its greeting: `hello.ack`, `status`,
+    /// then the todo snapshot of every lane that has one. Done without an await, so the
+    /// `sync_cursor` it reports is exactly where live delivery to this device starts.
+    pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
+        let channels = self.directory_for_wire(self.store.channels().unwrap_or_default());
+        let device = self.store.device(&outlet.device_id).ok().flatten();
+        let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
+        let health = self.health();
+        let mut st = self.state.borrow_mut();
+        outlet.push_frame(&Frame::hello_ack(
+            hello_id,
+            &self.caps(),
+            st.published_head,
+            last_pushed,
+            &channels,
+        ));
+        outlet.push_frame(&Frame::status(health));
+        for (lane, ls) in st.lanes.iter() {
+            if !ls.todos.is_empty() {
+                outlet.push_frame(
+                    &Frame::todo_update(&ls.todos).in_lane(&lane.chat_id, lane.thread()),
+                );
+            }
+        }
+        st.outlets.insert(outlet.conn_id, outlet.clone());
+        drop(st);
+        self.pusher.cancel(&outlet.device_id);
+    }
+
+    /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
+    pub fn detach(&self, conn_id: ConnId) {
+        let gone = self.state.borrow_mut().outlets.remove(&conn_id);
+        if let Some(outlet) = gone {
+            self.device_left(&outlet.device_id);
+        }
+    }
+
+    /// Mints a device and its token (the `pair` command, through the control socket).
+    pub async fn pair(&self, name: &str) -> Result<(Device, String), StoreError> {
+        let (device, token) = new_device(name, DeviceOrigin::Pair);
+        self.store.add_device(&device)?;
+        self.store.sync().await?;
+        info!(device = %device.device_id, name = %device.name, "paired a new device");
+        Ok((device, token))
+    }
+
+    /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
+    pub async fn revoke(&self, device_id: &str) -> Result<bool, StoreError> {
+        let existed = self.store.remove_device(device_id)?;
+        self.pusher.cancel(device_id);
+        self.store.sync().await?;
+        let outlets: Vec<Rc<Outlet>> = self
+            .state
+            .borrow()
+            .outlets
+            .values()
+            .filter(|o| o.device_id == device_id)
+            .cloned()
+            .collect();
+        for o in outlets {
+            o.push_frame(&Frame::error(
+                None,
+                ErrorCode::Auth,
+                "this device was revoked",
+            ));
+            o.close(CloseReason::Revoked);
+        }
+        if existed {
+            info!(device = %device_id, "revoked a device");
+        }
+        Ok(existed)
+    }
+}
+
+/// A new device record and the token that authenticates it (returned once, never stored).
+pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
+    let token = ids::pairing_token();
+    let device = Device {
+        device_id: ids::time_ordered("dev"),
+        name: name.chars().take(100).collect(),
+        origin,
+        created_ms: ids::now_ms(),
+        last_seen_ms: None,
+        app_device_id: None,
+        last_pushed_cursor: 0,
+        fcm_token: None,
+        ntfy_topic: None,
+        token_hash: ids::token_hash(&token),
+        seen_cursor: 0,
+    };
+    (device, token)
+}

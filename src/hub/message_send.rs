@@ -1,0 +1,221 @@
+//! `message.send`: the user's message (with a record that its turn is pending) is stored before
+//! anything is announced; then the sender gets `read.receipt`, every device gets the echo, and
+//! the message is queued for its lane's turn (or, for a gateway command, answered at once).
+
+use std::rc::Rc;
+
+use crate::ids;
+use crate::outlet::Outlet;
+use crate::protocol::fit;
+use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
+use crate::store::{Change, PendingTurn};
+
+use super::channels;
+use super::errors::Refusal;
+use super::lanes::QueuedTurn;
+use super::state::{Hub, Origin};
+
+/// Longest auto-thread title derived from the first message.
+const AUTO_TITLE_CHARS: usize = 48;
+
+impl Hub {
+    /// `message.send`: checks the message, stores it (in a new auto-thread if asked), echoes it
+    /// to every device with a `read.receipt` to the sender first, then queues its turn or, for
+    /// a gateway command, answers it.
+    pub async fn send_message(
+        self: &Rc<Self>,
+        outlet: &Rc<Outlet>,
+        chat_id: Option<String>,
+        thread_id: Option<String>,
+        id: Option<i64>,
+        req: MessageSend,
+    ) -> Result<(), Refusal> {
+        self.check_text_size(&req.text)?;
+        let media = self.attachments(&outlet.device_id, &req.media_refs)?;
+        if req.text.trim().is_empty() && media.is_empty() {
+            return Err(Refusal::unsupported("an empty message has nothing to send"));
+        }
+        let (mut lane, root) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        if root.automation {
+            return Err(Refusal::unsupported(format!(
+                "`{}` is an automation channel: it only receives gateway output",
+                root.name
+            )));
+        }
+        let command = super::commands::parse(&req.text);
+        let mut changes = Vec::new();
+        if let Some(thread) = self.auto_thread(&lane, &root, &req) {
+            lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
+            changes.push(Change::PutChannel(thread.clone()));
+            changes.push(Change::Outbox(
+                Frame::channel_entry("channel.created", &thread).encode(),
+            ));
+        }
+        if command.is_none() {
+            self.check_lane_room(&lane)?;
+        }
+        let message = HistoryMessage {
+            message_id: ids::message_id(),
+            role: Role::User,
+            text: req.text,
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts: ids::now_ms(),
+            media,
+        };
+        let reply_to = req
+            .reply_to
+            .as_deref()
+            .filter(|r| crate::protocol::is_valid_id(r));
+        let echo = Frame::message(&message)
+            .with_reply_to(reply_to)
+            .in_lane(&lane.chat_id, lane.thread());
+        changes.push(Change::PutMessage(lane.clone(), message.clone()));
+        changes.push(Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: echo.encode(),
+        });
+        if command.is_none() {
+            changes.push(Change::BeginTurn(PendingTurn {
+                user_message_id: message.message_id.clone(),
+                lane: lane.clone(),
+                text: message.text.clone(),
+            }));
+        }
+        let receipt =
+            Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
+        self.commit(
+            changes,
+            Some(Origin {
+                conn: outlet.conn_id,
+                before: Some(receipt),
+                reply: None,
+            }),
+        )
+        .await?;
+        if let Some(command) = command {
+            // Answered by the gateway itself, never sent to the agent.
+            self.execute_command(&lane, command).await;
+            return Ok(());
+        }
+        self.enqueue_turn(
+            lane,
+            QueuedTurn {
+                user_message_id: message.message_id,
+                text: message.text,
+                media: message.media,
+                automation: None,
+                resume_run: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// A message's text must fit both the request limit and, once JSON-escaped, its share of
+    /// an outgoing frame: raw bytes understate the wire, since the echo, history and sync all
+    /// carry the text escaped.
+    fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
+        let limits = self.limits();
+        if text.len() > limits.max_text_bytes {
+            return Err(Refusal::unsupported(format!(
+                "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
+                text.len(),
+                limits.max_text_bytes
+            )));
+        }
+        let escaped = fit::escaped_len(text);
+        let text_budget = self.out_budget().text;
+        if escaped > text_budget {
+            return Err(Refusal::unsupported(format!(
+                "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
+                 frames the gateway sends must fit limits.max_out_frame_bytes, which leaves {text_budget} for a message's text"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The thread a message to the default channel asked to start (`auto_thread`), titled from
+    /// its first line. A directory with no room left for another entry (its icons fill the
+    /// hello.ack budget) keeps the message in the default lane rather than refusing it.
+    fn auto_thread(&self, lane: &Lane, root: &Channel, req: &MessageSend) -> Option<Channel> {
+        let wants_thread = req.auto_thread
+            && root.is_default
+            && lane.thread_id.is_none()
+            && !req.text.trim_start().starts_with('/');
+        wants_thread
+            .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
+            .filter(|t| self.directory_room(std::slice::from_ref(t)).is_ok())
+    }
+
+    /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
+    fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
+        let st = self.state.borrow();
+        if let Some(ls) = st.lanes.get(lane) {
+            if ls.running && ls.queue.len() >= self.limits().lane_queue_depth {
+                return Err(Refusal::rate_limited(format!(
+                    "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
+                    ls.queue.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a device's upload refs to the stored files they name.
+    pub(super) fn attachments(
+        &self,
+        device_id: &str,
+        refs: &[String],
+    ) -> Result<Vec<MediaRef>, Refusal> {
+        let max = self.limits().max_media_per_message;
+        if refs.len() > max {
+            return Err(Refusal::unsupported(format!(
+                "at most {max} attachments per message (limits.max_media_per_message)"
+            )));
+        }
+        let mut out = Vec::new();
+        for r in refs {
+            let record = self
+                .store
+                .media_by_ref(device_id, r)
+                .map_err(Refusal::internal)?
+                .ok_or_else(|| {
+                    Refusal::not_found(format!(
+                        "media_ref `{}` is not an upload of this device (upload it first)",
+                        r.chars().take(64).collect::<String>()
+                    ))
+                })?;
+            out.push(record.to_ref(None));
+        }
+        Ok(out)
+    }
+}
+
+/// A thread title from the first line of a message, cut at a word boundary.
+fn auto_title(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    if line.chars().count() <= AUTO_TITLE_CHARS {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(AUTO_TITLE_CHARS).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i > AUTO_TITLE_CHARS / 2 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}\u{2026}", cut.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::auto_title;
+
+    #[test]
+    fn auto_titles_are_short_first_lines() {
+        assert_eq!(auto_title("  Plan the garden\nmore"), "Plan the garden");
+        let long = "word ".repeat(30);
+        let t = auto_title(&long);
+        assert!(t.chars().count() <= 49 && t.ends_with('\u{2026}'), "{t}");
+    }
+}

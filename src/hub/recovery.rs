@@ -1,0 +1,110 @@
+//! Start-up recovery: turns a previous run never finished (power cut, kill -9) are settled
+//! before the gateway listens, without ever handing a message to the agent twice.
+
+use std::rc::Rc;
+
+use tracing::info;
+
+use crate::agent::{Recovery, RunState};
+use crate::protocol::{Frame, HistoryMessage, Role, Runtime};
+use crate::store::StoreError;
+
+use super::lanes::QueuedTurn;
+use super::state::{gateway_message, Hub};
+
+/// The longest start-up spends asking the agent about interrupted turns.
+const RECOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Hub {
+    /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
+    /// before listening. Nothing is ever sent to the agent twice: a turn the agent took as a
+    /// run that is still going is followed to its end (its approval, if it waits for one,
+    /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
+    /// own store has the answer (or its start), that is delivered; else the user is told.
+    pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, StoreError> {
+        let pending = self.store.pending_turns()?;
+        let count = pending.len();
+        let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
+        let mut followed = Vec::new();
+        for p in pending {
+            let run = self.store.run_of(&p.user_message_id).ok().flatten();
+            let state = match &run {
+                Some(r) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
+                        .await
+                        .unwrap_or(RunState::Gone)
+                }
+                _ => RunState::Gone,
+            };
+            info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
+            let text = match state {
+                RunState::Active { .. } => {
+                    let run_id = run.map(|r| r.run_id).unwrap_or_default();
+                    followed.push((p, run_id));
+                    continue;
+                }
+                RunState::Completed { output, .. } => output,
+                RunState::Failed(e) => format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
+                RunState::Cancelled => "\u{23f9}\u{fe0f} Stopped.".to_owned(),
+                RunState::Gone => {
+                    let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+                        Some(session) if tokio::time::Instant::now() < deadline => {
+                            let ask = self.agent.recover(&session.session_id, &p.text);
+                            tokio::time::timeout_at(deadline, ask)
+                                .await
+                                .unwrap_or(Recovery::Unknown)
+                        }
+                        _ => Recovery::Unknown,
+                    };
+                    info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
+                    match recovery {
+                        Recovery::Answered(text) => text,
+                        Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
+                        Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+                    }
+                }
+            };
+            let reply = HistoryMessage {
+                runtime: Some(Runtime::default()),
+                ..gateway_message(Role::Assistant, text)
+            };
+            self.finish_turn(&p.lane, &p.user_message_id, reply, Frame::message, None)
+                .await;
+            self.forget_run(&p.user_message_id);
+        }
+        // Approvals of runs that are over can no longer be answered: close them.
+        let live: Vec<String> = followed.iter().map(|(_, r)| r.clone()).collect();
+        for run_id in self.approval_runs() {
+            if !live.contains(&run_id) {
+                self.close_approvals_of(&run_id, |command| {
+                    format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
+                })
+                .await;
+            }
+        }
+        // Runs whose turns were settled before a crash removed their records.
+        let pending: Vec<String> = followed
+            .iter()
+            .map(|(p, _)| p.user_message_id.clone())
+            .collect();
+        for r in self.store.runs().unwrap_or_default() {
+            if !pending.contains(&r.user_message_id) {
+                self.forget_run(&r.user_message_id);
+            }
+        }
+        for (p, run_id) in followed {
+            info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
+            self.enqueue_turn(
+                p.lane,
+                QueuedTurn {
+                    user_message_id: p.user_message_id,
+                    text: p.text,
+                    media: Vec::new(),
+                    automation: None,
+                    resume_run: Some(run_id),
+                },
+            );
+        }
+        Ok(count)
+    }
+}

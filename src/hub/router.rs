@@ -1,0 +1,202 @@
+//! The router: one decoded request from an authenticated connection goes to the part of the hub
+//! that answers it, and a refusal comes back as an `error` frame. Also how a frame's
+//! `chat_id`/`thread_id` name a lane.
+
+use std::rc::Rc;
+
+use crate::ids;
+use crate::outlet::Outlet;
+use crate::protocol::fit;
+use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
+use crate::store::DEFAULT_CHAT_ID;
+
+use super::approvals;
+use super::errors::Refusal;
+use super::state::Hub;
+
+impl Hub {
+    /// Routes one decoded request from an authenticated connection.
+    pub async fn handle(self: &Rc<Self>, outlet: &Rc<Outlet>, frame: RequestFrame) {
+        let id = frame.id;
+        let result: Result<(), Refusal> = match frame.request {
+            Request::Hello(_) => Err(Refusal::unsupported("this connection already said hello")),
+            Request::Ping { ts } => {
+                outlet.push_frame(&Frame::pong(id, ts.unwrap_or_else(ids::now_ms)));
+                Ok(())
+            }
+            Request::Sync { cursor } => {
+                outlet.push_replay(cursor.max(0) as u64, id);
+                Ok(())
+            }
+            Request::History(h) => self.history(outlet, &frame.chat_id, &frame.thread_id, id, h),
+            Request::MessageSend(m) => {
+                self.send_message(outlet, frame.chat_id, frame.thread_id, id, m)
+                    .await
+            }
+            Request::ChannelList => {
+                self.store
+                    .channels()
+                    .map_err(Refusal::internal)
+                    .map(|channels| {
+                        let channels = self.directory_for_wire(channels);
+                        outlet.push_frame(&Frame::channel_list(id, &channels));
+                    })
+            }
+            Request::Search(req) => self.search(outlet, id, (frame.chat_id, frame.thread_id), req),
+            Request::MessageDelete { message_ids } => {
+                self.delete_messages(outlet, id, message_ids).await
+            }
+            Request::MediaPull { media_id } => match self.store.media(&media_id) {
+                Ok(Some(record)) => {
+                    outlet.push_pull(self.media.blob_path(&record.sha256), id);
+                    Ok(())
+                }
+                Ok(None) => Err(Refusal::not_found(format!(
+                    "no media `{}`",
+                    media_id.chars().take(64).collect::<String>()
+                ))),
+                Err(e) => Err(Refusal::internal(e)),
+            },
+            Request::MediaUploadStart(_) | Request::MediaUploadEnd { .. } => Err(
+                Refusal::unsupported("uploads are handled by the connection"),
+            ),
+            Request::FcmRegister {
+                fcm_token,
+                ntfy_topic,
+            } => self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic),
+            Request::CommandsCatalog => {
+                outlet.push_frame(&Frame::commands_catalog(id, self.commands_catalog()));
+                Ok(())
+            }
+            Request::PickerSelect { picker_id, value }
+                if picker_id.starts_with(approvals::PICKER_PREFIX) =>
+            {
+                self.select_approval(outlet, &picker_id, &value).await
+            }
+            Request::PickerSelect { picker_id, value } => {
+                self.picker_select(outlet, &picker_id, &value).await
+            }
+            Request::AgentStop => self
+                .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
+                .and_then(|(lane, _)| {
+                    // The same as `/stop` in that lane, without a command message to answer.
+                    if self.stop_lane(&lane) {
+                        Ok(())
+                    } else {
+                        Err(Refusal::not_found(format!("nothing is running in {lane}")))
+                    }
+                }),
+            other => {
+                let target = frame.thread_id.or(frame.chat_id);
+                self.handle_channel_request(outlet.conn_id, id, target, other)
+                    .await
+            }
+        };
+        if let Err(refusal) = result {
+            outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
+        }
+    }
+
+    /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
+    pub(super) fn history(
+        &self,
+        outlet: &Outlet,
+        chat_id: &Option<String>,
+        thread_id: &Option<String>,
+        id: Option<i64>,
+        req: HistoryRequest,
+    ) -> Result<(), Refusal> {
+        let (lane, _) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        let limits = &self.config.limits;
+        let limit = match req.limit {
+            None => limits.history_default,
+            Some(n) if n >= 1 => (n as usize).min(limits.history_max),
+            Some(n) => {
+                return Err(Refusal::unsupported(format!(
+                    "history limit must be at least 1 (got {n})"
+                )))
+            }
+        };
+        let page = self
+            .store
+            .history_page(&lane, req.before_message_id.as_deref(), limit)
+            .map_err(Refusal::internal)?
+            .ok_or_else(|| {
+                let before = req.before_message_id.as_deref().unwrap_or("");
+                let message = match self.store.message(before) {
+                    Ok(Some((other, _))) => {
+                        format!("before_message_id `{before}` belongs to {other}, not {lane}")
+                    }
+                    _ => format!("before_message_id `{before}`: no such message"),
+                };
+                Refusal::not_found(message)
+            })?;
+        // Bounded by bytes as well as by count: a page that would not fit one frame ends
+        // early, saying `has_more`, and the app pages on from its oldest message.
+        let (messages, cut_short) = fit::history_within(page.messages, &self.out_budget());
+        let oldest = messages.first().map(|m| m.message_id.as_str());
+        outlet.push_frame(
+            &Frame::history(id, &messages, page.has_more || cut_short, oldest)
+                .in_lane(&lane.chat_id, lane.thread()),
+        );
+        Ok(())
+    }
+
+    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
+    ///
+    /// The addressing rule: a thread's frames carry `chat_id` = its parent channel and
+    /// `thread_id` = the thread's own id. For convenience a thread's own id alone in `chat_id`
+    /// is accepted too and means the same lane. No `chat_id` means the default channel.
+    pub fn resolve_lane(
+        &self,
+        chat_id: Option<&str>,
+        thread_id: Option<&str>,
+    ) -> Result<(Lane, Channel), Refusal> {
+        let default_id;
+        let chat_id = match chat_id {
+            Some(c) => c,
+            None => {
+                default_id = self.default_channel_id();
+                default_id.as_str()
+            }
+        };
+        let entry = self.channel(chat_id)?;
+        if entry.is_thread() {
+            if thread_id.is_some() {
+                return Err(Refusal::not_found(format!(
+                    "`{chat_id}` is a thread; use its parent as chat_id"
+                )));
+            }
+            let parent = entry.parent_chat_id.clone().unwrap_or_default();
+            let root = self.channel(&parent)?;
+            return Ok((Lane::new(&parent, Some(chat_id)), root));
+        }
+        if let Some(t) = thread_id {
+            let thread = self.channel(t)?;
+            if !thread.is_thread() || thread.parent_chat_id.as_deref() != Some(chat_id) {
+                return Err(Refusal::not_found(format!(
+                    "no thread `{t}` in channel `{chat_id}`"
+                )));
+            }
+        }
+        Ok((Lane::new(chat_id, thread_id), entry))
+    }
+
+    /// A directory entry, or the `not_found` refusal naming it.
+    pub(super) fn channel(&self, chat_id: &str) -> Result<Channel, Refusal> {
+        self.store
+            .channel(chat_id)
+            .map_err(Refusal::internal)?
+            .ok_or_else(|| Refusal::not_found(format!("no channel `{chat_id}`")))
+    }
+
+    /// The default channel, which always exists (the store's own id before any directory change).
+    pub(super) fn default_channel_id(&self) -> String {
+        self.store
+            .channels()
+            .ok()
+            .and_then(|all| all.into_iter().find(|c| c.is_default))
+            .map(|c| c.chat_id)
+            .unwrap_or_else(|| DEFAULT_CHAT_ID.to_owned())
+    }
+}

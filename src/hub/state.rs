@@ -1,0 +1,384 @@
+//! The hub's base: the `Hub` itself (the services it drives and the live state it owns), the
+//! types its fields hold, and the small helpers every part of the hub uses (fan-out, health).
+//! Every other file of the hub adds `impl Hub` methods for one concern and imports from here;
+//! this file imports none of them, only the plain-data leaves `errors.rs` and `lanes.rs`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tracing::{info, warn};
+
+use crate::agent::Agent;
+use crate::config::{Config, Limits};
+use crate::guessing::GuessLimiter;
+use crate::ids;
+use crate::media::MediaFiles;
+use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
+use crate::protocol::fit::OutBudget;
+use crate::protocol::{Frame, HealthState, Lane, ServerCaps};
+use crate::store::{Change, Store, StoreError};
+
+use super::errors::CommitError;
+use super::lanes::LaneState;
+
+/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
+/// count (`guessing.rs`). A household's phones fit many times over.
+const BAD_HELLO_TABLE: usize = 32;
+
+/// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
+pub const QUEUE_DEPTH: usize = 256;
+
+pub(super) struct State {
+    pub(super) outlets: HashMap<ConnId, Rc<Outlet>>,
+    pub(super) lanes: HashMap<Lane, LaneState>,
+    /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
+    pub(super) published_head: u64,
+    pub(super) next_conn_id: ConnId,
+    pub(super) bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
+    /// Why the gateway is degraded, while it is.
+    pub(super) causes: Causes,
+    /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
+    pub(super) unsettled: Vec<Vec<crate::store::Change>>,
+    /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
+    pub(super) pickers: HashMap<String, Picker>,
+    /// Approvals offered and not answered yet, by picker id (also in the store: they survive
+    /// restarts, unlike the settings pickers).
+    pub(super) approvals: HashMap<String, crate::store::ApprovalRecord>,
+    /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
+    pub(super) agent_settings: crate::agent::AgentSettings,
+    pub(super) shutting_down: bool,
+}
+
+/// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
+/// while it lasts. Any cause set means degraded; all clear means online.
+#[derive(Default)]
+pub(super) struct Causes {
+    pub(super) storage_error: Option<String>,
+    /// Why pushes are failing, while they are.
+    pub(super) push_error: Option<String>,
+    /// Why media storage refuses uploads (quota or disk full), while it does.
+    pub(super) media_full: Option<String>,
+    /// Why the agent is unusable (unreachable, key refused), while it is.
+    pub(super) agent_error: Option<String>,
+}
+
+impl Causes {
+    /// The reasons that are set, in a fixed order (storage first: it matters most).
+    pub(super) fn reasons(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.storage_error,
+            &self.media_full,
+            &self.push_error,
+            &self.agent_error,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+
+    /// Any cause set: the gateway is degraded.
+    pub(super) fn any(&self) -> bool {
+        self.reasons().next().is_some()
+    }
+}
+
+/// The agent monitor and the turns waiting for the agent wake each other through these.
+#[derive(Default)]
+pub(super) struct AgentWatch {
+    /// Wakes the monitor for an immediate check (a turn just failed to reach the agent)...
+    pub(super) check: tokio::sync::Notify,
+    /// ...and the monitor wakes turns waiting for the agent when it is back.
+    pub(super) back: tokio::sync::Notify,
+}
+
+/// Backups streaming media right now (`hold_media_files`), and the files whose removal waits
+/// for them.
+#[derive(Default)]
+pub(super) struct MediaHolds {
+    pub(super) count: Cell<usize>,
+    pub(super) deferred: RefCell<Vec<String>>,
+}
+
+pub struct Hub {
+    /// The health state, for whoever shows it outside the protocol (the status LED).
+    pub(super) health_tx: tokio::sync::watch::Sender<HealthState>,
+    pub(super) store: Store,
+    pub(super) media: MediaFiles,
+    pub(super) pusher: crate::push::Pusher,
+    pub(super) config: Config,
+    pub(super) agent: Rc<dyn Agent>,
+    pub(super) state: RefCell<State>,
+    pub(super) committer: mpsc::Sender<CommitJob>,
+    pub(super) turn_slots: Semaphore,
+    pub(super) agent_watch: AgentWatch,
+    pub(super) started: Instant,
+    /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
+    pub(super) automation: RefCell<Automation>,
+    pub(super) media_holds: MediaHolds,
+}
+
+/// How the requesting connection is answered, next to the broadcast.
+pub struct Origin {
+    pub conn: ConnId,
+    /// Sent to the requester just before the first broadcast frame (e.g. `read.receipt`).
+    pub before: Option<Frame>,
+    /// Sent to the requester instead of the broadcast frame at this index (the same frame
+    /// carrying the request's `id`).
+    pub reply: Option<(usize, Frame)>,
+}
+
+pub struct CommitJob {
+    pub(super) changes: Vec<Change>,
+    pub(super) origin: Option<Origin>,
+    pub(super) done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
+}
+
+/// A picker waiting for `picker.select`.
+pub(super) struct Picker {
+    pub(super) lane: Lane,
+    pub(super) setting: Setting,
+    pub(super) created: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Setting {
+    Reasoning,
+    Fast,
+    Model,
+}
+
+/// A configured webhook, with its token kept only as a SHA-256 digest.
+pub(super) struct Hook {
+    pub(super) name: String,
+    pub(super) channel: String,
+    pub(super) digest: Vec<u8>,
+}
+
+/// The hub's automation state (`Hub::automation`).
+#[derive(Default)]
+pub(super) struct Automation {
+    pub(super) hooks: Vec<Hook>,
+    /// When the webhook requests admitted within the last minute arrived, oldest first.
+    pub(super) admitted: VecDeque<Instant>,
+    /// Held while an automation channel is looked up and maybe created, so two posts arriving
+    /// together cannot both create it.
+    pub(super) directory: Rc<tokio::sync::Mutex<()>>,
+}
+
+impl Hub {
+    /// Builds the hub and starts its committer task (must be called inside a `LocalSet`).
+    pub fn start(
+        store: Store,
+        media: MediaFiles,
+        pusher: crate::push::Pusher,
+        config: Config,
+        agent: Rc<dyn Agent>,
+    ) -> Result<Rc<Hub>, StoreError> {
+        let head = store.cursor_head()?;
+        let mut lanes: HashMap<Lane, LaneState> = HashMap::new();
+        for (lane, todos) in store.all_todos()? {
+            lanes.entry(lane).or_default().todos = todos;
+        }
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let agent_settings = store.agent_settings()?;
+        let approvals = store
+            .approvals()?
+            .into_iter()
+            .map(|a| (a.picker_id.clone(), a))
+            .collect();
+        let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
+        let hub = Rc::new(Hub {
+            health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
+            turn_slots: Semaphore::new(config.limits.max_running_turns),
+            store,
+            media,
+            pusher,
+            config,
+            agent,
+            state: RefCell::new(State {
+                outlets: HashMap::new(),
+                lanes,
+                published_head: head,
+                next_conn_id: 1,
+                bad_hellos,
+                causes: Causes::default(),
+                unsettled: Vec::new(),
+                pickers: HashMap::new(),
+                approvals,
+                agent_settings,
+                shutting_down: false,
+            }),
+            committer: tx,
+            agent_watch: AgentWatch::default(),
+            started: Instant::now(),
+            automation: RefCell::default(),
+            media_holds: MediaHolds::default(),
+        });
+        tokio::task::spawn_local(hub.clone().run_committer(rx));
+        tokio::task::spawn_local(hub.clone().storage_monitor());
+        // Also for the demo (whose probe always succeeds): the admin page can switch the agent
+        // to a network backend while the gateway runs, and that one needs watching.
+        tokio::task::spawn_local(hub.clone().agent_monitor());
+        Ok(hub)
+    }
+
+    /// The configured limits, for the connection's read limits.
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
+    /// What each kind of outgoing content may take (`limits.max_out_frame_bytes`).
+    pub fn out_budget(&self) -> OutBudget {
+        OutBudget::new(self.config.limits.max_out_frame_bytes)
+    }
+
+    /// The store, for the connection's `sync` replay and the doors that read it.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Where live fan-out is: a replay reads up to here, then switches to live.
+    pub fn published_head(&self) -> u64 {
+        self.state.borrow().published_head
+    }
+
+    /// A fresh id for a connection that passed the hello gate.
+    pub fn next_conn_id(&self) -> ConnId {
+        let mut st = self.state.borrow_mut();
+        st.next_conn_id += 1;
+        st.next_conn_id
+    }
+
+    /// Sockets currently open past the hello gate.
+    pub fn connected(&self) -> usize {
+        self.state.borrow().outlets.len()
+    }
+
+    /// The one health state: drives `status` frames (and, with the board, the LED).
+    pub fn health(&self) -> HealthState {
+        let st = self.state.borrow();
+        if st.shutting_down {
+            HealthState::Restarting
+        } else if st.causes.any() {
+            HealthState::Degraded
+        } else {
+            HealthState::Online
+        }
+    }
+
+    /// What this gateway offers, as `hello.ack` says it.
+    pub(super) fn caps(&self) -> ServerCaps {
+        ServerCaps {
+            streaming: true,
+            reasoning: true,
+            tools: true,
+            media: true,
+            search: true,
+            push: self.pusher.backend(),
+            push_ntfy_server: self.pusher.ntfy_server().to_owned(),
+            pickers: true,
+        }
+    }
+
+    /// Sends a live-only frame to every connected device, encoded once.
+    pub fn broadcast(&self, frame: &Frame, coalesce_key: Option<u64>) {
+        let text = encode_text(frame.encode());
+        let delivery = frame.delivery();
+        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
+        for o in outlets {
+            o.push(&text, delivery, coalesce_key);
+        }
+    }
+
+    /// Storage is failing (`Some(why)`) or works again (`None`).
+    pub(super) fn set_storage_error(&self, error: Option<String>) {
+        self.update_health(|st| st.storage_error = error);
+    }
+
+    /// What is wrong while the gateway is degraded, for `/status`.
+    pub(super) fn health_causes(&self) -> Vec<String> {
+        let st = self.state.borrow();
+        st.causes.reasons().map(str::to_owned).collect()
+    }
+
+    /// Media storage is full (`Some(why)`) or has room again (`None`).
+    pub fn set_media_full(&self, why: Option<String>) {
+        self.update_health(|st| st.media_full = why);
+    }
+
+    /// Changes a cause of `degraded`; a change of the health state itself is logged, sent to
+    /// every device as `status`, and passed to whoever watches it.
+    pub(super) fn update_health(&self, change: impl FnOnce(&mut Causes)) {
+        let before = self.health();
+        change(&mut self.state.borrow_mut().causes);
+        let after = self.health();
+        if before != after {
+            match after {
+                HealthState::Degraded => {
+                    let st = self.state.borrow();
+                    let causes: Vec<&str> = st.causes.reasons().collect();
+                    warn!("gateway degraded: {}", causes.join("; "));
+                }
+                _ => info!("gateway back online"),
+            }
+            self.broadcast(&Frame::status(after), None);
+            self.health_tx.send_replace(after);
+        }
+    }
+
+    /// Follows the health state: the same one `status` frames report.
+    pub fn watch_health(&self) -> tokio::sync::watch::Receiver<HealthState> {
+        self.health_tx.subscribe()
+    }
+
+    /// The shutdown path: tell every device the gateway is restarting, then close them all.
+    pub fn begin_shutdown(&self) {
+        self.state.borrow_mut().shutting_down = true;
+        self.health_tx.send_replace(HealthState::Restarting);
+        self.broadcast(&Frame::status(HealthState::Restarting), None);
+        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
+        for o in outlets {
+            o.close(CloseReason::Restarting);
+        }
+    }
+
+    /// Set once by `begin_shutdown`: no new turns, no new hellos.
+    pub fn is_shutting_down(&self) -> bool {
+        self.state.borrow().shutting_down
+    }
+
+    /// The media files, for the connection's uploads.
+    pub fn media_files(&self) -> &MediaFiles {
+        &self.media
+    }
+}
+
+/// A message the gateway itself writes (command answers, automation posts, restart notices):
+/// no model, no footer data, stamped now.
+pub(super) fn gateway_message(
+    role: crate::protocol::Role,
+    text: String,
+) -> crate::protocol::HistoryMessage {
+    crate::protocol::HistoryMessage {
+        message_id: ids::message_id(),
+        role,
+        text,
+        reasoning: None,
+        model: None,
+        tokens: None,
+        runtime: None,
+        ts: ids::now_ms(),
+        media: Vec::new(),
+    }
+}
+
+/// Coalescing key for a streamed frame: same kind, same message, same tool → same key.
+pub(super) fn coalesce_key(kind: &str, message_id: &str, index: i64) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (kind, message_id, index).hash(&mut h);
+    h.finish()
+}

@@ -1,0 +1,340 @@
+//! The event mapping: what the agent streams during a turn becomes frames for every device,
+//! each bounded by its share of `limits.max_out_frame_bytes`, and the turn's text, reasoning,
+//! tools and files are gathered for its final message.
+
+use std::collections::HashMap;
+
+use tracing::warn;
+
+use crate::agent::AgentEvent;
+use crate::ids;
+use crate::protocol::fit;
+use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
+use crate::store::Change;
+
+use super::state::{coalesce_key, Hub};
+
+/// What ends a reply cut at its share of `limits.max_out_frame_bytes` (`OutBudget::text`).
+const REPLY_CUT_NOTE: &str = "\n\n[reply cut: longer than the gateway keeps]";
+
+/// A tool's name or emoji, escaped: a label, never a page.
+const TOOL_LABEL_BYTES: usize = 256;
+
+/// Todo items the agent sends: each item a line, the list within half a frame.
+const TODO_ITEM_BYTES: usize = 1 << 10;
+
+/// What a turn has produced so far.
+#[derive(Default)]
+pub(super) struct TurnText {
+    pub(super) text: String,
+    /// Where the current stretch of text began: text streamed before a tool call is the
+    /// agent commenting on what it is about to do, so it becomes `commentary` and the answer
+    /// restarts here.
+    pub(super) segment_start: usize,
+    pub(super) reasoning: String,
+    /// Escaped (on-the-wire) sizes of `text` and `reasoning`: agent text is budgeted by what
+    /// it encodes to, since JSON escaping can grow it sixfold.
+    pub(super) text_escaped: usize,
+    pub(super) reasoning_escaped: usize,
+    pub(super) tool_names: HashMap<i64, String>,
+    pub(super) truncated: bool,
+    /// Files the agent produced, stored and offered.
+    pub(super) media: Vec<MediaRef>,
+    /// The user message this turn answers, and the agent's run of it (once it has one).
+    pub(super) user_message_id: String,
+    pub(super) run_id: Option<String>,
+}
+
+impl TurnText {
+    /// Adds streamed answer text within `budget` (escaped bytes); `false` when nothing changed:
+    /// the answer was already cut, or a stretch after a tool starts with blank lines only.
+    fn push_text(&mut self, delta: String, budget: usize) -> bool {
+        if self.truncated {
+            return false;
+        }
+        // A stretch after a tool starts fresh: no blank lines carried over from the split.
+        let delta = if self.text.len() == self.segment_start {
+            delta.trim_start().to_owned()
+        } else {
+            delta
+        };
+        if delta.is_empty() {
+            return false;
+        }
+        self.truncated = fit::push_within(
+            &mut self.text,
+            &mut self.text_escaped,
+            &delta,
+            budget,
+            REPLY_CUT_NOTE,
+        );
+        true
+    }
+
+    /// Reasoning past its share is left out silently: the answer is what matters.
+    fn push_reasoning(&mut self, delta: &str, budget: usize) {
+        fit::push_within(
+            &mut self.reasoning,
+            &mut self.reasoning_escaped,
+            delta,
+            budget,
+            "",
+        );
+    }
+
+    /// At a tool call, text streamed since the last one was the agent saying what it is about
+    /// to do: it leaves the answer and is returned as commentary. The answer restarts here.
+    fn take_commentary(&mut self) -> Option<String> {
+        let said = self.text[self.segment_start..].trim().to_owned();
+        let taken = (!said.is_empty() && !self.truncated).then(|| {
+            self.text.truncate(self.segment_start);
+            self.text_escaped = fit::escaped_len(&self.text);
+            said
+        });
+        self.segment_start = self.text.len();
+        taken
+    }
+}
+
+impl Hub {
+    /// Applies one agent event to the running turn: frames to every device, and what the reply keeps.
+    pub(super) async fn apply_event(
+        &self,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        event: AgentEvent,
+    ) {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        match event {
+            AgentEvent::Text(delta) => {
+                if acc.push_text(delta, self.out_budget().text) {
+                    self.broadcast_answer(lane, message_id, &acc.text);
+                }
+            }
+            AgentEvent::Reasoning(delta) => acc.push_reasoning(&delta, self.out_budget().reasoning),
+            AgentEvent::Commentary(mut text) => {
+                fit::cut_in_place(&mut text, self.out_budget().text);
+                self.broadcast(
+                    &Frame::commentary(message_id, &text).in_lane(chat, thread),
+                    None,
+                );
+            }
+            AgentEvent::ToolStart {
+                index,
+                name,
+                preview,
+                args,
+                emoji,
+            } => {
+                if let Some(said) = acc.take_commentary() {
+                    self.broadcast(
+                        &Frame::commentary(message_id, &said).in_lane(chat, thread),
+                        None,
+                    );
+                    self.broadcast_answer(lane, message_id, &acc.text);
+                }
+                let (name, preview, args, emoji) = self.bounded_tool(name, preview, args, emoji);
+                let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
+                acc.tool_names.insert(index, name);
+                self.broadcast(&f.in_lane(chat, thread), None);
+            }
+            AgentEvent::ToolProgress { index, mut note } => {
+                fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
+                let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
+                self.broadcast(
+                    &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
+                    Some(coalesce_key("tool.progress", message_id, index)),
+                );
+            }
+            AgentEvent::ToolEnd {
+                index,
+                ok,
+                duration_secs,
+                mut output_preview,
+            } => {
+                fit::cut_in_place(&mut output_preview, fit::PREVIEW_BYTES);
+                let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
+                let f = Frame::tool_end(index, &name, ok, duration_secs, &output_preview)
+                    .in_lane(chat, thread);
+                self.outbox_tool_end(lane, message_id, f).await;
+            }
+            AgentEvent::Todos(todos) => self.set_todos(lane, todos),
+            AgentEvent::RunStarted(run_id) => self.run_started(lane, acc, run_id).await,
+            AgentEvent::Approval(request) => match acc.run_id.clone() {
+                Some(run_id) => self.offer_approval(lane, &run_id, request).await,
+                None => warn!(%lane, "an approval request outside a run was ignored"),
+            },
+            AgentEvent::ApprovalExpired => {
+                if let Some(run_id) = acc.run_id.clone() {
+                    self.approval_expired(&run_id).await;
+                }
+            }
+            AgentEvent::File {
+                filename,
+                mime,
+                kind,
+                bytes,
+            } => {
+                if let Some(m) = self
+                    .store_agent_file(lane, message_id, filename, mime, kind, &bytes)
+                    .await
+                {
+                    acc.media.push(m);
+                }
+            }
+        }
+    }
+
+    /// The answer so far, to every device; a newer one replaces an unsent older one.
+    fn broadcast_answer(&self, lane: &Lane, message_id: &str, text: &str) {
+        self.broadcast(
+            &Frame::message_update(message_id, text).in_lane(&lane.chat_id, lane.thread()),
+            Some(coalesce_key("message.update", message_id, 0)),
+        );
+    }
+
+    /// `tool.end` is never dropped, so it is outboxed: a device that missed the stream still
+    /// learns the tool's outcome on sync. The turn waits for it to be durable, keeping order.
+    async fn outbox_tool_end(&self, lane: &Lane, message_id: &str, frame: Frame) {
+        let change = Change::OutboxOf {
+            message_id: message_id.to_owned(),
+            frame: frame.encode(),
+        };
+        if let Err(e) = self.commit(vec![change], None).await {
+            warn!(%lane, "could not store tool.end: {e}");
+        }
+    }
+
+    /// The agent took the turn as a run: recorded durably before anything else happens in it,
+    /// since a restart must find it (to follow it, never to hand the message over again).
+    async fn run_started(&self, lane: &Lane, acc: &mut TurnText, run_id: String) {
+        let record = crate::store::RunRecord {
+            user_message_id: acc.user_message_id.clone(),
+            lane: lane.clone(),
+            run_id: run_id.clone(),
+        };
+        if let Err(e) = self.store.put_run(&record).await {
+            warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
+        }
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.run_id = Some(run_id.clone());
+        }
+        acc.run_id = Some(run_id);
+    }
+
+    /// A tool call as the agent described it, cut to what a `tool.start` may carry: a preview is a
+    /// glance ([`fit::PREVIEW_BYTES`]), the name and emoji are labels, and the arguments (any JSON
+    /// the agent sent) get half a frame, their longest strings cut first.
+    pub(super) fn bounded_tool(
+        &self,
+        mut name: String,
+        mut preview: String,
+        mut args: serde_json::Value,
+        mut emoji: Option<String>,
+    ) -> (String, String, serde_json::Value, Option<String>) {
+        fit::cut_in_place(&mut name, TOOL_LABEL_BYTES);
+        fit::cut_in_place(&mut preview, fit::PREVIEW_BYTES);
+        if let Some(e) = emoji.as_mut() {
+            fit::cut_in_place(e, TOOL_LABEL_BYTES);
+        }
+        if !fit::shrink_value(&mut args, self.out_budget().content / 2) {
+            args = serde_json::json!({});
+        }
+        (name, preview, args, emoji)
+    }
+
+    /// A fresh conversation has no plan yet.
+    pub(super) fn clear_todos(&self, lane: &Lane) {
+        let had = self
+            .state
+            .borrow()
+            .lanes
+            .get(lane)
+            .is_some_and(|ls| !ls.todos.is_empty());
+        if had {
+            self.set_todos(lane, Vec::new());
+        }
+    }
+
+    /// A lane's todo list changed: remember it (memory and store) and tell every device.
+    pub(super) fn set_todos(&self, lane: &Lane, mut todos: Vec<TodoItem>) {
+        if !self.lane_exists(lane) {
+            return;
+        }
+        // The list goes out whole in one `todo.update` (and after every hello): bounded per
+        // item and in all, the first items kept.
+        let mut used = 0;
+        let budget = self.out_budget().content / 2;
+        todos.retain_mut(|t| {
+            fit::cut_in_place(&mut t.content, TODO_ITEM_BYTES);
+            fit::cut_in_place(&mut t.id, TOOL_LABEL_BYTES);
+            used += fit::escaped_len(&t.content) + fit::escaped_len(&t.id) + 64;
+            used <= budget
+        });
+        self.broadcast(
+            &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
+            None,
+        );
+        if let Err(e) = self.store.put_todos(lane, &todos) {
+            warn!(%lane, "could not save the todo list: {e}");
+        }
+        self.state
+            .borrow_mut()
+            .lanes
+            .entry(lane.clone())
+            .or_default()
+            .todos = todos;
+    }
+
+    /// Stores a file the agent produced and offers it to every device (outboxed with the reply,
+    /// so deleting the reply withdraws the offer too).
+    pub(super) async fn store_agent_file(
+        &self,
+        lane: &Lane,
+        message_id: &str,
+        filename: String,
+        mime: String,
+        kind: String,
+        bytes: &[u8],
+    ) -> Option<MediaRef> {
+        let (sha256, size) = match self.media.store_bytes(bytes).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                warn!(%lane, "could not store a file from the agent: {e}");
+                if e.is_space() {
+                    self.set_media_full(Some(e.to_string()));
+                }
+                return None;
+            }
+        };
+        let record = crate::store::MediaRecord {
+            media_id: ids::time_ordered("med"),
+            sha256,
+            kind: if crate::media::KINDS.contains(&kind.as_str()) {
+                kind
+            } else {
+                "document".into()
+            },
+            mime,
+            size,
+            filename: crate::media::clean_filename(&filename),
+            created_ms: ids::now_ms(),
+        };
+        if let Err(e) = self.store.add_media(&record, "", "") {
+            warn!(%lane, "could not record a file from the agent: {e}");
+            return None;
+        }
+        let offer = Frame::media_offer(&record.to_ref(Some(message_id)))
+            .in_lane(&lane.chat_id, lane.thread());
+        let change = Change::OutboxOf {
+            message_id: message_id.to_owned(),
+            frame: offer.encode(),
+        };
+        if let Err(e) = self.commit(vec![change], None).await {
+            warn!(%lane, "could not offer a file from the agent: {e}");
+            return None;
+        }
+        Some(record.to_ref(None))
+    }
+}

@@ -1,0 +1,440 @@
+//! Running a turn: the agent is asked (and asked again while it cannot be reached, within
+//! `agent.unreachable_wait_secs`), its events are applied as they come, and the finished
+//! assistant message, its `message.stop` and the end of the pending record are committed
+//! together, so after a crash a message either has its answer or is known to be unanswered.
+
+use std::rc::Rc;
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::agent::{AgentError, PastMessage, TurnInput, TurnSummary};
+use crate::ids;
+use crate::protocol::fit;
+use crate::protocol::{Frame, HistoryMessage, Lane, Role, Runtime};
+use crate::store::{AgentSession, Change};
+
+use super::lanes::{Abort, QueuedTurn};
+use super::state::Hub;
+use super::turn_events::TurnText;
+
+/// A gap long enough between tries that a flapping agent is not hammered, short enough that
+/// a message is answered soon after the agent is back.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How one attempt to run a turn ended.
+pub(super) enum Attempt {
+    Done(Result<TurnSummary, AgentError>),
+    /// `/stop`: keep what was streamed.
+    Stopped,
+    /// The lane or the reply was deleted: keep nothing.
+    Abandoned,
+}
+
+impl Hub {
+    /// Runs one queued turn to its end: the agent's answer (or what was streamed before a
+    /// `/stop`, or the failure) becomes the lane's reply; an abandoned turn leaves nothing.
+    pub(super) async fn run_turn(self: &Rc<Self>, lane: &Lane, turn: QueuedTurn) {
+        let message_id = ids::message_id();
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        let started = tokio::time::Instant::now();
+        let abort = self.begin_turn(lane, &message_id);
+        let input = self.turn_input(lane, &turn).await;
+        let mut acc = TurnText {
+            user_message_id: turn.user_message_id.clone(),
+            run_id: turn.resume_run.clone(),
+            ..TurnText::default()
+        };
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.run_id = turn.resume_run.clone();
+        }
+        let outcome = self
+            .attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
+            .await;
+        // Stopping for a restart: the run goes on at the agent, and the next start follows it.
+        if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
+            self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            return;
+        }
+        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
+            ls.abort = None;
+            ls.streaming = None;
+            ls.run_id = None;
+        }
+        if let Some(run_id) = acc.run_id.clone() {
+            self.settle_run(&run_id, &outcome).await;
+        }
+        if let Some(summary) = self.close_attempt(lane, &turn, &mut acc, outcome).await {
+            let reply = reply_message(message_id, &turn, acc, summary, started);
+            let notice = turn.automation.as_deref().map(|title| {
+                let body: String = reply.text.chars().take(200).collect();
+                Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
+            });
+            self.finish_turn(
+                lane,
+                &turn.user_message_id,
+                reply,
+                Frame::message_stop,
+                notice,
+            )
+            .await;
+            self.forget_run(&turn.user_message_id);
+        }
+        self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+    }
+
+    /// Announces the turn (typing, `message.start`) and registers how to end it early. Done
+    /// before the first await, so a `/stop` or a deletion of the reply that arrives while the
+    /// turn is still getting ready is not missed.
+    fn begin_turn(&self, lane: &Lane, message_id: &str) -> Rc<Abort> {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        let abort = Rc::new(Abort::default());
+        {
+            let mut st = self.state.borrow_mut();
+            let ls = st.lanes.entry(lane.clone()).or_default();
+            ls.abort = Some(abort.clone());
+            ls.streaming = Some(message_id.to_owned());
+        }
+        self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
+        self.broadcast(
+            &Frame::message_start(message_id).in_lane(chat, thread),
+            None,
+        );
+        abort
+    }
+
+    /// What the agent is given for a turn: the message, its files, the lane's conversation
+    /// (and, for backends that keep none, its recent history) and the user's settings.
+    async fn turn_input(&self, lane: &Lane, turn: &QueuedTurn) -> TurnInput {
+        let media = turn
+            .media
+            .iter()
+            .filter_map(|m| {
+                let record = self.store.media(&m.media_id).ok().flatten()?;
+                Some((m.clone(), self.media.blob_path(&record.sha256)))
+            })
+            .collect();
+        let session = self.lane_session(lane).await;
+        TurnInput {
+            lane: lane.clone(),
+            user_message_id: turn.user_message_id.clone(),
+            text: turn.text.clone(),
+            media,
+            history: self.past_messages(lane, &session, &turn.user_message_id),
+            session: session.session_id,
+            settings: self.state.borrow().agent_settings.clone(),
+            resume_run: turn.resume_run.clone(),
+        }
+    }
+
+    /// Tries the turn, and while the agent could not even be reached (nothing was handed over,
+    /// nothing streamed), waits for it and tries again, within `agent.unreachable_wait_secs`.
+    async fn attempt_until_reached(
+        self: &Rc<Self>,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        input: &TurnInput,
+        abort: &Abort,
+        started: tokio::time::Instant,
+    ) -> Attempt {
+        let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        let agent_config = &self.config.agent;
+        let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
+        let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
+        let mut told_waiting = false;
+        loop {
+            let attempt = self
+                .attempt_turn(lane, message_id, acc, input, abort, turn_limit)
+                .await;
+            let Attempt::Done(Err(e)) = &attempt else {
+                return attempt;
+            };
+            if e.agent_is_down() {
+                self.agent_unusable(e);
+            }
+            let waited = started.elapsed();
+            if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
+                return attempt;
+            }
+            // Never reached the agent: safe to wait for it and try again.
+            if !told_waiting {
+                told_waiting = true;
+                let note = format!(
+                    "{e}. Your message is kept and will be answered when the agent is back."
+                );
+                self.broadcast(
+                    &Frame::commentary(message_id, &note).in_lane(chat, thread),
+                    None,
+                );
+            }
+            let pause = match e {
+                AgentError::Busy {
+                    retry_after: Some(d),
+                    ..
+                } => *d,
+                _ => RETRY_PAUSE,
+            }
+            .min(wait_limit.saturating_sub(waited))
+            .max(std::time::Duration::from_millis(100));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.agent_watch.back.notified() => {}
+                stop = abort.fired() => return if stop { Attempt::Stopped } else { Attempt::Abandoned },
+            }
+            if self.is_shutting_down() {
+                return Attempt::Abandoned;
+            }
+        }
+    }
+
+    /// How the turn's last attempt ended decides its answer: `None` for an abandoned turn (its
+    /// pending record is closed, nothing is kept), else the summary to build the reply from,
+    /// with a note about a `/stop` or a failure added to what was streamed.
+    async fn close_attempt(
+        &self,
+        lane: &Lane,
+        turn: &QueuedTurn,
+        acc: &mut TurnText,
+        outcome: Attempt,
+    ) -> Option<TurnSummary> {
+        match outcome {
+            Attempt::Abandoned => {
+                // Its conversation or its reply was deleted (or the gateway is stopping, and the
+                // next start settles it): keep nothing of it.
+                info!(%lane, "turn abandoned");
+                if !self.is_shutting_down() {
+                    let end = vec![Change::EndTurn(turn.user_message_id.clone())];
+                    if let Err(e) = self.commit(end, None).await {
+                        warn!(%lane, "could not close an abandoned turn: {e}");
+                    }
+                    self.forget_run(&turn.user_message_id);
+                }
+                None
+            }
+            Attempt::Stopped => {
+                info!(%lane, "turn stopped by /stop");
+                if !acc.text.is_empty() {
+                    acc.text.push_str("\n\n");
+                }
+                acc.text.push_str("\u{23f9}\u{fe0f} Stopped.");
+                Some(TurnSummary::default())
+            }
+            Attempt::Done(Ok(s)) => {
+                self.agent_usable();
+                Some(s)
+            }
+            Attempt::Done(Err(e)) => {
+                warn!(%lane, "agent turn failed: {e}");
+                if !acc.text.is_empty() {
+                    acc.text.push_str("\n\n");
+                }
+                acc.text
+                    .push_str(&format!("\u{26a0}\u{fe0f} {}", failure_text(&e)));
+                Some(TurnSummary::default())
+            }
+        }
+    }
+
+    /// A turn with a run at the agent is over: a run the gateway gave up on (stopped, timed out,
+    /// its lane deleted) is stopped at the agent too, since closing its events stream does not
+    /// stop it; and an approval still open for it is closed, saying why.
+    pub(super) async fn settle_run(self: &Rc<Self>, run_id: &str, outcome: &Attempt) {
+        let gave_up = matches!(
+            outcome,
+            Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
+        );
+        if gave_up {
+            let (hub2, id) = (self.clone(), run_id.to_owned());
+            tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
+        }
+        let stopped = matches!(outcome, Attempt::Stopped);
+        self.close_approvals_of(run_id, |command| {
+            if stopped {
+                format!("The task was stopped: Hermes did not run `{command}`.")
+            } else {
+                format!("The agent's turn ended: the approval for `{command}` is no longer open.")
+            }
+        })
+        .await;
+    }
+
+    /// One try at a turn: runs the agent and applies its events until it ends, the time limit
+    /// passes, or the turn is stopped.
+    pub(super) async fn attempt_turn(
+        self: &Rc<Self>,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        input: &TurnInput,
+        abort: &Abort,
+        limit: std::time::Duration,
+    ) -> Attempt {
+        let (tx, mut rx) = mpsc::channel(16);
+        let agent = self.agent.clone();
+        let run = agent.run_turn(input.clone(), tx);
+        let consume = async {
+            while let Some(event) = rx.recv().await {
+                self.apply_event(lane, message_id, acc, event).await;
+            }
+        };
+        let both = async { tokio::join!(run, consume).0 };
+        tokio::select! {
+            done = tokio::time::timeout(limit, both) => Attempt::Done(
+                done.unwrap_or(Err(AgentError::TimedOut(limit.as_secs())))
+            ),
+            stop = abort.fired() => if stop { Attempt::Stopped } else { Attempt::Abandoned },
+        }
+    }
+
+    /// Commits a turn's final message (and its notification, for automation turns) and closes
+    /// its pending record, in one transaction.
+    pub(super) async fn finish_turn(
+        &self,
+        lane: &Lane,
+        user_message_id: &str,
+        reply: HistoryMessage,
+        frame: fn(&HistoryMessage) -> Frame,
+        notice: Option<Frame>,
+    ) {
+        // Built within budget as it streamed; this catches what was not (an error text, a
+        // partial answer recovered after a restart).
+        let mut reply = reply;
+        fit::fit_message(&mut reply, &self.out_budget());
+        let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
+        // A lane deleted while its turn ran gets no message (its history is gone too).
+        if self.lane_exists(lane) {
+            changes.push(Change::PutMessage(lane.clone(), reply.clone()));
+            changes.push(Change::OutboxOf {
+                message_id: reply.message_id.clone(),
+                frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
+            });
+            if let Some(n) = notice {
+                changes.push(Change::OutboxOf {
+                    message_id: reply.message_id.clone(),
+                    frame: n.encode(),
+                });
+            }
+        }
+        if let Err(e) = self.commit(changes.clone(), None).await {
+            warn!(%lane, "could not store the agent's reply: {e}");
+            // The disk filled (or failed) while the turn ran: the user's message is stored and
+            // waits for this answer. Keep it and store it once the disk works again
+            // (`storage::monitor`), rather than leave the message unanswered until a restart.
+            self.keep_unsettled(changes);
+        }
+    }
+
+    /// The lane's conversation at the agent, started (and stored) on first use.
+    pub(super) async fn lane_session(&self, lane: &Lane) -> AgentSession {
+        if let Ok(Some(s)) = self.store.agent_session(lane) {
+            return s;
+        }
+        // The first conversation covers the lane's whole history (including the message
+        // that is starting it).
+        self.new_lane_session(lane, 0).await
+    }
+
+    /// Starts a fresh conversation for the lane: on first use, or from now on (`/new`).
+    pub(super) async fn new_lane_session(&self, lane: &Lane, started_ms: i64) -> AgentSession {
+        let session = AgentSession {
+            session_id: ids::time_ordered("iris"),
+            started_ms,
+        };
+        if let Err(e) = self.store.put_agent_session(lane, &session).await {
+            warn!(%lane, "could not store the lane's agent session: {e}");
+        }
+        session
+    }
+
+    /// The lane's messages since its conversation began, for backends that keep no history:
+    /// the user's and the agent's words only (no gateway notices, no slash commands).
+    pub(super) fn past_messages(
+        &self,
+        lane: &Lane,
+        session: &AgentSession,
+        current: &str,
+    ) -> Vec<PastMessage> {
+        if !self.agent.wants_history() {
+            return Vec::new();
+        }
+        let limit = self.config.agent.history_messages;
+        let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
+            return Vec::new();
+        };
+        let mut past: Vec<PastMessage> = page
+            .messages
+            .into_iter()
+            .filter(|m| m.ts >= session.started_ms && m.message_id != current)
+            .filter(|m| match m.role {
+                Role::User => super::commands::parse(&m.text).is_none(),
+                Role::Assistant => true,
+                Role::System | Role::Cron => false,
+            })
+            .map(|m| PastMessage {
+                role: m.role,
+                text: m.text,
+            })
+            .collect();
+        let skip = past.len().saturating_sub(limit);
+        past.drain(..skip);
+        past
+    }
+
+    /// A settled turn's run record is no longer needed.
+    pub(super) fn forget_run(&self, user_message_id: &str) {
+        if let Err(e) = self.store.remove_run(user_message_id) {
+            warn!("could not forget a settled run: {e}");
+        }
+    }
+}
+
+/// What the user reads when a turn fails: what happened, and what to do about it.
+fn failure_text(e: &AgentError) -> String {
+    match e {
+        AgentError::Unreachable(_) | AgentError::Busy { .. } => format!(
+            "{e}. The gateway waited agent.unreachable_wait_secs for it; send the message again once it is back."
+        ),
+        AgentError::Interrupted(_) => format!(
+            "{e}. The answer above may be incomplete; the agent was not asked again."
+        ),
+        _ => e.to_string(),
+    }
+}
+
+/// The turn's reply as stored: what was streamed, the model and its runtime figures, and the
+/// files the agent produced; a cron prompt's answer has the role `cron`.
+fn reply_message(
+    message_id: String,
+    turn: &QueuedTurn,
+    acc: TurnText,
+    summary: TurnSummary,
+    started: tokio::time::Instant,
+) -> HistoryMessage {
+    let model = summary.model.as_deref().map(bare_model);
+    let runtime = Runtime {
+        model: model.clone(),
+        latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
+        ..summary.runtime
+    };
+    HistoryMessage {
+        message_id,
+        role: if turn.automation.is_some() {
+            Role::Cron
+        } else {
+            Role::Assistant
+        },
+        text: acc.text,
+        reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
+        model,
+        tokens: summary.tokens,
+        runtime: Some(runtime),
+        ts: ids::now_ms(),
+        media: acc.media,
+    }
+}
+
+/// `openai/gpt-5.4` → `gpt-5.4`: the app shows bare model names.
+fn bare_model(model: &str) -> String {
+    model.rsplit('/').next().unwrap_or(model).to_owned()
+}
