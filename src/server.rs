@@ -93,8 +93,10 @@ pub async fn run(
             }
         });
     }
-    let core = open_core(config, &data_dir, pinned, &shutdown)?;
-    recover(&core).await?;
+    // The committer stops after everything else, so it gets a shutdown of its own.
+    let last = Shutdown::new();
+    let core = open_core(config, &data_dir, pinned, &shutdown, &last)?;
+    recover(&core, &shutdown).await?;
     let doors = open_doors(&core, &data_dir, &shutdown).await?;
     if let Some(n) = &notifier {
         n.ready();
@@ -106,7 +108,7 @@ pub async fn run(
     if let (Some(n), Exit::Stopped) = (&notifier, exit) {
         n.stopping();
     }
-    stop(core, doors, shutdown, &data_dir).await;
+    stop(core, doors, [shutdown, last], &data_dir).await;
     Ok(exit)
 }
 
@@ -128,6 +130,7 @@ fn open_core(
     data_dir: &Path,
     pinned: crate::config::Pinned,
     shutdown: &Shutdown,
+    last: &Shutdown,
 ) -> Result<Core, RunError> {
     // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
     crate::control::restore::apply_pending_restore(data_dir);
@@ -162,7 +165,15 @@ fn open_core(
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
     let admin_config = config.clone();
     let led_config = config.led.clone();
-    let hub = Hub::start(store.clone(), media, pusher, config, agent.clone())?;
+    let hub = Hub::start(
+        store.clone(),
+        media,
+        pusher,
+        config,
+        agent.clone(),
+        shutdown,
+        last.listener(),
+    )?;
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
@@ -192,7 +203,7 @@ fn open_core(
 
 /// Finishes what the last run left: pushes still owed, uploads nothing used, turns interrupted
 /// by the stop; then starts automation, so its channels exist before any device can look.
-async fn recover(core: &Core) -> Result<(), RunError> {
+async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
     let hub = &core.hub;
     hub.catch_up_pushes();
     // Uploads acked but never sent in a message would hold their quota forever.
@@ -207,7 +218,9 @@ async fn recover(core: &Core) -> Result<(), RunError> {
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
-    hub.start_automation().await.map_err(RunError::Automation)?;
+    hub.start_automation(shutdown)
+        .await
+        .map_err(RunError::Automation)?;
     Ok(())
 }
 
@@ -256,20 +269,14 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         source,
     })?;
     {
-        let served = control::serve(
+        tokio::task::spawn_local(control::serve(
             control,
             core.hub.clone(),
             url.clone(),
             tls_advert.clone(),
             pairing.clone(),
-        );
-        let mut stop = shutdown.listener();
-        tokio::task::spawn_local(async move {
-            tokio::select! {
-                _ = served => {}
-                _ = stop.recv() => {}
-            }
-        });
+            shutdown.listener(),
+        ));
     }
     // Tests and scripts wait for this exact line on stdout.
     println!("listening on ws://{local}");
@@ -335,8 +342,8 @@ async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown) -> Result<Exit, 
                 // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
                 // or the pairing page.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer, tls, pairing, admin).await;
-                    drop((admitted, done));
+                    connection::serve(hub, tcp, peer, tls, pairing, admin, done).await;
+                    drop(admitted);
                 });
             }
             _ = sigterm.recv() => return Ok(Exit::Stopped),
@@ -347,8 +354,9 @@ async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown) -> Result<Exit, 
 }
 
 /// The way out: no new connections, the LAN told, every device told and closed, every task
-/// stopped (or the bound reached), then the final flush and the clean-stop witness.
-async fn stop(core: Core, doors: Doors, shutdown: Shutdown, data_dir: &Path) {
+/// stopped (or the bound reached), then the committer once its queue is empty, then the final
+/// flush and the clean-stop witness. `stages` are completed in order, each within the bound.
+async fn stop(core: Core, doors: Doors, stages: [Shutdown; 2], data_dir: &Path) {
     let Doors {
         listener,
         advertised,
@@ -358,8 +366,10 @@ async fn stop(core: Core, doors: Doors, shutdown: Shutdown, data_dir: &Path) {
     // Withdrawn while the devices are told, so browsers drop the gateway at once.
     let withdrawn = advertised.map(|a| tokio::task::spawn_local(a.stop()));
     core.hub.begin_shutdown();
-    if let Err(lingering) = shutdown.complete(SHUTDOWN_GRACE).await {
-        warn!("{lingering}; flushing anyway");
+    for stage in stages {
+        if let Err(lingering) = stage.complete(SHUTDOWN_GRACE).await {
+            warn!("{lingering}; flushing anyway");
+        }
     }
     if let Some(withdrawn) = withdrawn {
         let _ = withdrawn.await;

@@ -1074,6 +1074,57 @@ async fn sigterm_sends_restarting() {
     );
 }
 
+/// The shutdown waits for what matters and for nothing else: a request left half-sent on the
+/// HTTP front (a page left loading, a scanner) is dropped at once, while a device session gets
+/// `status{restarting}` and 1012, and a message sent just before the signal is acknowledged and
+/// kept. Were the half-sent request waited for, the gateway would log that tasks lingered past
+/// the shutdown bound (the request may take `limits.hello_timeout_secs`, 10 s, to time out).
+#[tokio::test]
+async fn sigterm_drops_a_half_sent_request_and_keeps_what_a_device_sent() {
+    use tokio::io::AsyncWriteExt;
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let pa = pair(dir.path(), "phone A");
+    let mut half = TcpStream::connect(gw.addr).await.expect("connect");
+    half.write_all(b"GET /pair HTTP/1.1\r\nHost: iris\r\n")
+        .await
+        .expect("half a request");
+    let (mut a, _) = hello_paired(&gw, &pa).await;
+    let said = say(&mut a, "sent just before the stop").await;
+
+    let started = std::time::Instant::now();
+    let stopping = tokio::task::spawn_blocking(move || {
+        let mut gw = gw;
+        let status = gw.sigterm();
+        (gw, status)
+    });
+    a.recv_until(|f| frame_type(f) == "status" && pstr(f, "state") == "restarting")
+        .await;
+    assert_eq!(a.expect_closed().await, Some(1012), "{}", a.recent());
+    let (gw, status) = stopping.await.expect("sigterm task");
+    let took = started.elapsed();
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status}\n{}",
+        gw.output_tail()
+    );
+    let out = gw.output_tail();
+    assert!(
+        !out.contains("had not finished within the shutdown bound"),
+        "the shutdown waited for a half-sent request ({took:?}):\n{out}"
+    );
+    drop((gw, half));
+
+    let gw = Gateway::start(dir.path(), &[]);
+    let (mut a, _) = hello_paired(&gw, &pa).await;
+    let hist = history_all(&mut a).await;
+    assert!(
+        hist.iter()
+            .any(|m| m["message_id"].as_str() == Some(said.user_id.as_str())),
+        "the message sent before the stop is gone: {hist:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. A stalled reader
 // ---------------------------------------------------------------------------------------------

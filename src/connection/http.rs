@@ -44,7 +44,10 @@ use tracing::{debug, info};
 use crate::admin::{self, Admin};
 use crate::hub::{HookError, Hub};
 use crate::pairing::page::{self, PairingPage};
+use crate::shutdown::Listener;
 use crate::tls::{Tls, HANDSHAKE_RECORD};
+
+use super::Ws;
 
 /// The upgraded socket a device session runs on.
 pub type Io = TokioIo<hyper::upgrade::Upgraded>;
@@ -77,7 +80,10 @@ enum Transport {
 
 /// Serves one accepted TCP connection until it closes: one HTTP request, or a WebSocket
 /// session after an upgrade. With `tls`, a connection that starts with a TLS handshake is
-/// decrypted first.
+/// decrypted first. `stop` is this connection's share of the shutdown: until a device session
+/// begins, the shutdown ends the connection at once (a half-sent request or a page left open
+/// must not hold the final flush up); a session is closed by the hub (`status{restarting}`,
+/// then 1012 after its queue drains) and keeps `stop` until it has.
 pub async fn serve(
     hub: Rc<Hub>,
     tcp: TcpStream,
@@ -85,10 +91,32 @@ pub async fn serve(
     tls: Option<Rc<Tls>>,
     pairing: Rc<PairingPage>,
     admin: Rc<Admin>,
+    mut stop: Listener,
 ) {
     let _ = tcp.set_nodelay(true);
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
     let deadline = Instant::now() + hello_timeout;
+    let front = front(hub.clone(), tcp, peer, deadline, tls, pairing, admin);
+    let ws = tokio::select! {
+        ws = front => ws,
+        _ = stop.recv() => return debug!(%peer, "gateway stopping; closed before a session began"),
+    };
+    if let Some(ws) = ws {
+        super::session(hub, ws, peer, deadline, stop).await;
+    }
+}
+
+/// Everything before a device session: TLS (if the first byte asks for it), then HTTP. Gives
+/// the upgraded WebSocket when the request was one; answers every other request itself.
+async fn front(
+    hub: Rc<Hub>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+    tls: Option<Rc<Tls>>,
+    pairing: Rc<PairingPage>,
+    admin: Rc<Admin>,
+) -> Option<Ws> {
     let Some(tls) = tls else {
         return serve_http(
             hub,
@@ -104,8 +132,11 @@ pub async fn serve(
     let mut first = [0u8; 1];
     match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
         Ok(Ok(1)) => {}
-        Ok(_) => return,
-        Err(_) => return debug!(%peer, "nothing sent within limits.hello_timeout_secs; closed"),
+        Ok(_) => return None,
+        Err(_) => {
+            debug!(%peer, "nothing sent within limits.hello_timeout_secs; closed");
+            return None;
+        }
     }
     if first[0] != HANDSHAKE_RECORD {
         let transport = if tls.allow_plain {
@@ -137,9 +168,13 @@ pub async fn serve(
             )
             .await
         }
-        Ok(Err(e)) => debug!(%peer, "TLS handshake failed: {e}"),
+        Ok(Err(e)) => {
+            debug!(%peer, "TLS handshake failed: {e}");
+            None
+        }
         Err(_) => {
-            debug!(%peer, "TLS handshake not complete within limits.hello_timeout_secs; closed")
+            debug!(%peer, "TLS handshake not complete within limits.hello_timeout_secs; closed");
+            None
         }
     }
 }
@@ -152,7 +187,8 @@ async fn serve_http<I>(
     transport: Transport,
     pairing: Rc<PairingPage>,
     admin: Rc<Admin>,
-) where
+) -> Option<Ws>
+where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (hello_timeout, max_frame_bytes) = {
@@ -214,17 +250,23 @@ async fn serve_http<I>(
     };
     match finished {
         Some(Ok(())) => {}
-        Some(Err(e)) => return debug!(%peer, "http connection ended: {e}"),
+        Some(Err(e)) => {
+            debug!(%peer, "http connection ended: {e}");
+            return None;
+        }
         None => {
-            return debug!(%peer, "request not complete within limits.hello_timeout_secs; closed")
+            debug!(%peer, "request not complete within limits.hello_timeout_secs; closed");
+            return None;
         }
     }
-    let pending = upgrade.borrow_mut().take();
-    let Some(pending) = pending else { return };
+    let pending = upgrade.borrow_mut().take()?;
     let upgraded = match tokio::time::timeout_at(deadline, pending).await {
         Ok(Ok(upgraded)) => upgraded,
-        Ok(Err(e)) => return debug!(%peer, "websocket upgrade failed: {e}"),
-        Err(_) => return,
+        Ok(Err(e)) => {
+            debug!(%peer, "websocket upgrade failed: {e}");
+            return None;
+        }
+        Err(_) => return None,
     };
     let ws = WebSocketStream::from_raw_socket(
         TokioIo::new(upgraded),
@@ -235,7 +277,7 @@ async fn serve_http<I>(
         )),
     )
     .await;
-    super::session(hub, ws, peer, deadline).await;
+    Some(ws)
 }
 
 /// A whole answer as the body type every answer shares (the admin page also streams).

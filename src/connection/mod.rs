@@ -31,6 +31,7 @@ use crate::config::Limits;
 use crate::hub::Hub;
 use crate::outlet::{encode_text, CloseReason, FrameText, Outbound, Outlet};
 use crate::protocol::{decode_request, ErrorCode, Frame, Request};
+use crate::shutdown::Listener;
 
 /// tungstenite's own buffers; its 128 KiB defaults would cost ~13 MB for 100 idle phones.
 const SOCKET_BUFFER_BYTES: usize = 4096;
@@ -68,8 +69,20 @@ type Ws = WebSocketStream<http::Io>;
 
 /// Runs one device session on an upgraded socket until it closes. `deadline` is when the
 /// connection's hello time (`limits.hello_timeout_secs`, counted from accept) runs out.
-async fn session(hub: Rc<Hub>, mut ws: Ws, peer: SocketAddr, deadline: tokio::time::Instant) {
-    let Some(outlet) = hello_gate(&hub, &mut ws, peer, deadline).await else {
+/// `stop` is held until the session ends, so the server's shutdown waits for it; before the
+/// hello, the shutdown ends the session at once (no device to tell yet).
+async fn session(
+    hub: Rc<Hub>,
+    mut ws: Ws,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+    mut stop: Listener,
+) {
+    let gate = tokio::select! {
+        gate = hello_gate(&hub, &mut ws, peer, deadline) => gate,
+        _ = stop.recv() => None,
+    };
+    let Some(outlet) = gate else {
         return;
     };
     info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device connected");

@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::wire::{socket_path, ControlRequest, ControlResponse, CLIENT_TIMEOUT};
 use crate::hub::Hub;
+use crate::shutdown::Listener;
 
 /// Longest request line accepted on the control socket.
 const MAX_LINE: usize = 4096;
@@ -43,18 +44,26 @@ pub fn bind(data_dir: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves control requests until the listener is dropped.
+/// Serves control requests until the shutdown begins. A request under way (a `pair`, a
+/// backup streaming out) holds its own listener, so the server waits for it (bounded) before
+/// the final flush.
 pub async fn serve(
     listener: UnixListener,
     hub: Rc<Hub>,
     url: String,
     tls: Option<crate::tls::Advert>,
     page: Rc<dyn PageCodeIssuer>,
+    mut stop: Listener,
 ) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.recv() => return,
+        };
+        let Ok((stream, _)) = accepted else {
             continue;
         };
+        let done = stop.clone();
         let hub = hub.clone();
         let url = url.clone();
         let tls = tls.clone();
@@ -63,6 +72,7 @@ pub async fn serve(
             if let Err(e) = serve_one(stream, &hub, &url, tls, &*page).await {
                 debug!("control request failed: {e}");
             }
+            drop(done);
         });
     }
 }

@@ -8,6 +8,7 @@ use tracing::warn;
 use crate::agent::AgentError;
 
 use super::state::Hub;
+use crate::shutdown::Listener;
 
 impl Hub {
     /// A turn found the agent unusable: report `degraded` and have the monitor watch for its
@@ -28,10 +29,10 @@ impl Hub {
     /// Watches the agent: every `agent.probe_interval_secs` while it is usable, every second while
     /// it is not, and at once when a turn could not reach it. Drives the `degraded` state and wakes
     /// turns waiting for the agent.
-    pub(super) async fn agent_monitor(self: Rc<Self>) {
+    pub(super) async fn agent_monitor(self: Rc<Self>, mut stop: Listener) {
         let calm = std::time::Duration::from_secs(self.config.agent.probe_interval_secs.max(1));
         let mut first = true;
-        while !self.is_shutting_down() {
+        loop {
             if !first {
                 let down = self.state.borrow().causes.agent_error.is_some();
                 let pause = if down {
@@ -42,10 +43,16 @@ impl Hub {
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = self.agent_watch.check.notified() => {}
+                    _ = stop.recv() => return,
                 }
             }
             first = false;
-            match self.agent.probe().await {
+            // A probe of a hung agent must not hold the shutdown up.
+            let probed = tokio::select! {
+                probed = self.agent.probe() => probed,
+                _ = stop.recv() => return,
+            };
+            match probed {
                 Ok(()) => self.agent_usable(),
                 Err(e) if e.agent_is_down() => {
                     if self.state.borrow().causes.agent_error.is_none() {

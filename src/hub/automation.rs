@@ -28,6 +28,7 @@ use super::errors::CommitError;
 use super::state::{gateway_message, Hook, Hub};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
+use crate::shutdown::{Listener, Shutdown};
 use crate::store::Change;
 
 /// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
@@ -94,7 +95,7 @@ impl Hub {
     /// Prepares automation before the gateway listens: reads the webhook tokens, makes sure every
     /// channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel, and starts the
     /// cron task. An error names the config entry; the gateway must not start with it.
-    pub async fn start_automation(self: &Rc<Self>) -> Result<(), String> {
+    pub async fn start_automation(self: &Rc<Self>, shutdown: &Shutdown) -> Result<(), String> {
         let mut hooks = Vec::new();
         for hook in &self.config.webhook {
             let label = format!("[[webhook]] `{}`", hook.name);
@@ -146,7 +147,7 @@ impl Hub {
         let (hook_count, job_count) = (hooks.len(), jobs.len());
         self.automation.borrow_mut().hooks = hooks;
         if !jobs.is_empty() {
-            tokio::task::spawn_local(self.clone().cron_loop(jobs));
+            tokio::task::spawn_local(self.clone().cron_loop(jobs, shutdown.listener()));
         }
         if hook_count + job_count > 0 {
             info!(
@@ -431,7 +432,7 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
 impl Hub {
     /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
     /// running, and stops when the gateway shuts down.
-    async fn cron_loop(self: Rc<Self>, jobs: Vec<Job>) {
+    async fn cron_loop(self: Rc<Self>, jobs: Vec<Job>, mut stop: Listener) {
         let mut last = (Local::now(), Instant::now());
         let mut next: Vec<Option<DateTime<Local>>> = jobs
             .iter()
@@ -442,7 +443,7 @@ impl Hub {
         // sharing a busy channel with another job is skipped too (conservatively).
         let mut pending: Vec<Option<Lane>> = vec![None; jobs.len()];
         loop {
-            if self.is_shutting_down() {
+            if stop.is_shutdown() {
                 return;
             }
             let now = (Local::now(), Instant::now());
@@ -488,7 +489,10 @@ impl Hub {
                 .map(|at| (at - Local::now()).to_std().unwrap_or(Duration::ZERO))
                 .unwrap_or(MAX_CRON_SLEEP)
                 .min(MAX_CRON_SLEEP);
-            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+                _ = stop.recv() => return,
+            }
         }
     }
 }

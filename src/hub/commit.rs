@@ -15,6 +15,7 @@ use super::errors::CommitError;
 use super::state::{CommitJob, Hub, Origin};
 use crate::outlet::{encode_text, ConnId, FrameText, Mode};
 use crate::protocol::Frame;
+use crate::shutdown::Listener;
 use crate::store::Change;
 
 /// Most jobs folded into one fsync.
@@ -64,10 +65,25 @@ impl Hub {
 }
 
 impl Hub {
-    /// The committer task: group commit of everything queued, one flush, then publication in cursor order.
-    pub async fn run_committer(self: Rc<Self>, mut rx: mpsc::Receiver<CommitJob>) {
+    /// The committer task: group commit of everything queued, one flush, then publication in
+    /// cursor order. It stops last (`stop`, after every door and task is done), and only once its
+    /// queue is empty, so what it accepted is written before the server's final flush.
+    pub async fn run_committer(
+        self: Rc<Self>,
+        mut rx: mpsc::Receiver<CommitJob>,
+        mut stop: Listener,
+    ) {
         let retain = self.config.store.outbox_retain_frames;
-        while let Some(first) = rx.recv().await {
+        loop {
+            let first = tokio::select! {
+                // Queued work before the stop: nothing accepted is left behind.
+                biased;
+                job = rx.recv() => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+                _ = stop.recv() => break,
+            };
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
                 match rx.try_recv() {

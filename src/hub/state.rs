@@ -20,6 +20,7 @@ use crate::media::MediaFiles;
 use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
 use crate::protocol::fit::OutBudget;
 use crate::protocol::{Frame, HealthState, Lane, ServerCaps};
+use crate::shutdown::{Listener, Shutdown};
 use crate::store::{Change, Store, StoreError};
 
 use super::errors::CommitError;
@@ -170,13 +171,17 @@ pub(super) struct Automation {
 }
 
 impl Hub {
-    /// Builds the hub and starts its committer task (must be called inside a `LocalSet`).
+    /// Builds the hub and starts its tasks (must be called inside a `LocalSet`): the storage
+    /// and agent monitors stop with `shutdown`; the committer stops at `committer_stop`, which
+    /// the server gives last, once nothing is left to commit.
     pub fn start(
         store: Store,
         media: MediaFiles,
         pusher: crate::push::Pusher,
         config: Config,
         agent: Rc<dyn Agent>,
+        shutdown: &Shutdown,
+        committer_stop: Listener,
     ) -> Result<Rc<Hub>, StoreError> {
         let head = store.cursor_head()?;
         let mut lanes: HashMap<Lane, LaneState> = HashMap::new();
@@ -218,11 +223,11 @@ impl Hub {
             automation: RefCell::default(),
             media_holds: MediaHolds::default(),
         });
-        tokio::task::spawn_local(hub.clone().run_committer(rx));
-        tokio::task::spawn_local(hub.clone().storage_monitor());
+        tokio::task::spawn_local(hub.clone().run_committer(rx, committer_stop));
+        tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));
         // Also for the demo (whose probe always succeeds): the admin page can switch the agent
         // to a network backend while the gateway runs, and that one needs watching.
-        tokio::task::spawn_local(hub.clone().agent_monitor());
+        tokio::task::spawn_local(hub.clone().agent_monitor(shutdown.listener()));
         Ok(hub)
     }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use super::state::Hub;
+use crate::shutdown::Listener;
 use crate::store::StoreError;
 
 /// How often the disk is looked at (one `statvfs`; a probe write only while degraded).
@@ -25,11 +26,11 @@ const PROBE_FILE: &str = ".write-probe";
 
 impl Hub {
     /// Watches a failed disk until it takes writes again, then stores what waited and clears `degraded`.
-    pub(super) async fn storage_monitor(self: Rc<Self>) {
+    pub(super) async fn storage_monitor(self: Rc<Self>, mut stop: Listener) {
         loop {
-            tokio::time::sleep(CHECK_EVERY).await;
-            if self.is_shutting_down() {
-                return;
+            tokio::select! {
+                _ = tokio::time::sleep(CHECK_EVERY) => {}
+                _ = stop.recv() => return,
             }
             let failing = self.state.borrow().causes.storage_error.is_some();
             if !failing {
