@@ -52,7 +52,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         .map_err(|e| {
             // A damaged store: its own status, on which systemd does not restart (every try
             // would fail the same way, and copy the store first).
-            if let server::RunError::Store(store::StoreError::Damaged { .. }) = &e {
+            if e.store_is_damaged() {
                 eprintln!("iris-gateway: {e}");
                 std::process::exit(store::EXIT_DAMAGED.into());
             }

@@ -17,7 +17,7 @@ use crate::hub::{new_device, Hub};
 use crate::pairing::codes::PageCodes;
 use crate::pairing::page::PairingPage;
 use crate::shutdown::Shutdown;
-use crate::store::{DeviceOrigin, Store};
+use crate::store::{DeviceOrigin, Store, StoreError};
 
 /// How long shutdown waits for every task to finish: devices to receive `status{restarting}`
 /// and the close frame, the committer to write what it accepted, the rest to let go.
@@ -30,7 +30,7 @@ const STORE_LOCK_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -55,9 +55,21 @@ pub enum RunError {
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error("could not close interrupted turns: {0}")]
-    Recover(String),
+    Recover(#[source] StoreError),
     #[error("cannot start automation: {0}")]
     Automation(String),
+}
+
+impl RunError {
+    /// The store on disk is damaged, however the start met it: systemd must not retry (every
+    /// start would fail alike), and the user copies the store first (`store::EXIT_DAMAGED`).
+    pub fn store_is_damaged(&self) -> bool {
+        matches!(
+            self,
+            RunError::Store(StoreError::Damaged { .. })
+                | RunError::Recover(StoreError::Damaged { .. })
+        )
+    }
 }
 
 /// How `run` ended.
@@ -81,6 +93,9 @@ pub async fn run(
     pinned: crate::config::Pinned,
 ) -> Result<Exit, RunError> {
     let shutdown = Shutdown::new();
+    // Installed first: a SIGTERM that comes while the store opens (or the moment the
+    // "listening" line is out) is kept, and ends the gateway gracefully once it serves.
+    let signals = Signals::install()?;
     // Under systemd: READY once serving, WATCHDOG from this event loop, STOPPING on the way out.
     // systemd enforces the watchdog only after READY, so starting the pings early is harmless.
     let notifier = crate::service::Notifier::from_env().map(Rc::new);
@@ -101,7 +116,7 @@ pub async fn run(
     if let Some(n) = &notifier {
         n.ready();
     }
-    let exit = serve(&core, &doors, &shutdown).await?;
+    let exit = serve(&core, &doors, &shutdown, signals).await;
     info!("shutting down: telling devices the gateway is restarting");
     // A restart stays the same process (it execs itself, `main.rs`): systemd must not be told
     // it is stopping, or it would not take the new start's READY=1.
@@ -214,7 +229,7 @@ async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
     let closed = hub
         .close_interrupted_turns()
         .await
-        .map_err(|e| RunError::Recover(e.to_string()))?;
+        .map_err(RunError::Recover)?;
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
@@ -310,10 +325,23 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
     })
 }
 
+/// SIGTERM (systemd's stop) and SIGINT (Ctrl-C), either of which stops the gateway gracefully.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, RunError> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(RunError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(RunError::Signals)?,
+        })
+    }
+}
+
 /// Accepts connections until SIGTERM, SIGINT or the admin page's restart.
-async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown) -> Result<Exit, RunError> {
-    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown, mut signals: Signals) -> Exit {
     let restart = doors.admin.restart.clone();
     let limits = core.hub.limits();
     let admission =
@@ -346,9 +374,9 @@ async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown) -> Result<Exit, 
                     drop(admitted);
                 });
             }
-            _ = sigterm.recv() => return Ok(Exit::Stopped),
-            _ = sigint.recv() => return Ok(Exit::Stopped),
-            _ = restart.notified() => return Ok(Exit::Restart),
+            _ = signals.term.recv() => return Exit::Stopped,
+            _ = signals.int.recv() => return Exit::Stopped,
+            _ = restart.notified() => return Exit::Restart,
         }
     }
 }

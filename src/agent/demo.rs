@@ -76,6 +76,11 @@ impl Agent for DemoAgent {
         "demo"
     }
 
+    /// The demo answers as itself: there is no model to pick.
+    fn can_pick_model(&self) -> bool {
+        false
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,

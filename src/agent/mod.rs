@@ -224,6 +224,11 @@ pub trait Agent {
         None
     }
 
+    /// Whether `/model` is offered: false for a backend that has one model only (the demo).
+    fn can_pick_model(&self) -> bool {
+        true
+    }
+
     /// Models the user may pick with `/model`; empty when the backend cannot switch.
     fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
         Box::pin(async { Ok(Vec::new()) })

@@ -60,6 +60,10 @@ impl Agent for Switchable {
         self.current().choices_note()
     }
 
+    fn can_pick_model(&self) -> bool {
+        self.current().can_pick_model()
+    }
+
     fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
         let agent = self.current();
         Box::pin(async move { agent.models().await })

@@ -51,7 +51,7 @@ impl Hub {
 
     /// Queues one push to a device, as a real one would be sent; returns where it goes.
     pub fn test_push(&self, device_id: &str) -> Result<String, TestPushError> {
-        if self.pusher.backend() == "none" {
+        if !self.pusher.is_enabled() {
             return Err(TestPushError::Off);
         }
         let device = self

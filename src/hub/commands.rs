@@ -141,7 +141,7 @@ pub fn parse(text: &str) -> Option<Command> {
 impl Hub {
     /// The catalog for the app's `/` drawer.
     pub fn commands_catalog(&self) -> Value {
-        let can_pick_model = self.agent.name() != "demo";
+        let can_pick_model = self.agent.can_pick_model();
         Value::Array(
             SPECS
                 .iter()
@@ -365,7 +365,7 @@ impl Hub {
 
     /// `/help`: the gateway's own commands, from the same table as the catalog.
     fn help_text(&self) -> String {
-        let can_pick_model = self.agent.name() != "demo";
+        let can_pick_model = self.agent.can_pick_model();
         let mut out = String::from("Commands the gateway answers:");
         for s in SPECS.iter().filter(|s| can_pick_model || !s.needs_models) {
             out.push_str(&format!("\n{} {}", s.name, s.args_hint));

@@ -24,7 +24,7 @@ impl Hub {
     /// hands over only the encoded frame, so it is read back through the protocol's typed
     /// decoder, which turns every frame that cannot be pushed away without allocating.
     pub(super) fn push_if_away(&self, cursor: u64, encoded: &[u8]) {
-        if self.pusher.backend() == "none" {
+        if !self.pusher.is_enabled() {
             return;
         }
         if let Some(note) = decode_pushable(encoded).and_then(|f| f.push_note()) {
@@ -163,7 +163,7 @@ impl Hub {
     /// At start: queue the pushes still owed to away devices (the queue died with the process).
     /// Each owed frame is offered once; `push_if_away` picks the devices it is owed to.
     pub fn catch_up_pushes(&self) {
-        if self.pusher.backend() == "none" {
+        if !self.pusher.is_enabled() {
             return;
         }
         let head = self.published_head();

@@ -283,7 +283,7 @@ impl Hub {
             tools: true,
             media: true,
             search: true,
-            push: self.pusher.backend(),
+            push: self.pusher.backend().as_str(),
             push_ntfy_server: self.pusher.ntfy_server().to_owned(),
             pickers: true,
         }

@@ -47,7 +47,7 @@ impl Hub {
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
-            push: self.pusher.backend().to_owned(),
+            push: self.pusher.backend().as_str().to_owned(),
             push_error,
             store_bytes: self.store.size_on_disk().ok(),
             cursor_head: self.published_head(),

@@ -164,9 +164,30 @@ trait Deliver: Send {
     fn deliver(&mut self, job: &PushJob, content: Content) -> Result<(), Failure>;
 }
 
+/// Which push service delivers, chosen once by `push.backend`: decisions are made on this, not
+/// on the config string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// No push: nothing is queued, and `server_caps.push` says `none`.
+    None,
+    Ntfy,
+    Fcm,
+}
+
+impl Backend {
+    /// As `push.backend` and `server_caps.push` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::None => "none",
+            Backend::Ntfy => "ntfy",
+            Backend::Fcm => "fcm",
+        }
+    }
+}
+
 /// The hub's handle on the push worker.
 pub struct Pusher {
-    backend: &'static str,
+    backend: Backend,
     ntfy_server: String,
     shared: Option<Arc<Shared>>,
 }
@@ -191,22 +212,20 @@ impl Pusher {
         outcomes: mpsc::UnboundedSender<Outcome>,
     ) -> Result<Pusher, PushError> {
         let content = Content::parse(&config.content)?;
-        let deliver: Box<dyn Deliver> = match config.backend.as_str() {
+        let (backend, deliver): (Backend, Box<dyn Deliver>) = match config.backend.as_str() {
             "none" => {
                 return Ok(Pusher {
-                    backend: "none",
+                    backend: Backend::None,
                     ntfy_server: String::new(),
                     shared: None,
                 })
             }
-            "ntfy" => Box::new(ntfy::Ntfy::new(config, http_agent())?),
-            "fcm" => Box::new(fcm::Fcm::new(config, http_agent())?),
+            "ntfy" => (
+                Backend::Ntfy,
+                Box::new(ntfy::Ntfy::new(config, http_agent())?),
+            ),
+            "fcm" => (Backend::Fcm, Box::new(fcm::Fcm::new(config, http_agent())?)),
             other => return Err(PushError::Backend(other.to_owned())),
-        };
-        let backend = if config.backend == "ntfy" {
-            "ntfy"
-        } else {
-            "fcm"
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -225,10 +244,10 @@ impl Pusher {
             .name("push".into())
             .spawn(move || worker.run())
             .map_err(|e| PushError::Credentials(format!("cannot start the push worker: {e}")))?;
-        info!(backend, "push worker started");
+        info!(backend = backend.as_str(), "push worker started");
         Ok(Pusher {
             backend,
-            ntfy_server: if backend == "ntfy" {
+            ntfy_server: if backend == Backend::Ntfy {
                 config.ntfy_server.trim_end_matches('/').to_owned()
             } else {
                 String::new()
@@ -238,8 +257,13 @@ impl Pusher {
     }
 
     /// `server_caps.push`.
-    pub fn backend(&self) -> &'static str {
+    pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether any push service is configured (with none, nothing is worth working out).
+    pub fn is_enabled(&self) -> bool {
+        self.backend != Backend::None
     }
 
     /// `server_caps.push_ntfy_server`: empty unless the backend is ntfy.
@@ -250,13 +274,13 @@ impl Pusher {
     /// Which target a device has for this backend, if any.
     pub fn target_for(&self, ntfy_topic: Option<&str>, fcm_token: Option<&str>) -> Option<Target> {
         match self.backend {
-            "ntfy" => ntfy_topic.filter(|t| !t.is_empty()).map(|t| Target::Ntfy {
+            Backend::Ntfy => ntfy_topic.filter(|t| !t.is_empty()).map(|t| Target::Ntfy {
                 topic: t.to_owned(),
             }),
-            "fcm" => fcm_token.filter(|t| !t.is_empty()).map(|t| Target::Fcm {
+            Backend::Fcm => fcm_token.filter(|t| !t.is_empty()).map(|t| Target::Fcm {
                 token: t.to_owned(),
             }),
-            _ => None,
+            Backend::None => None,
         }
     }
 
@@ -447,7 +471,7 @@ mod tests {
             wake: Condvar::new(),
         });
         let p = Pusher {
-            backend: "ntfy",
+            backend: Backend::Ntfy,
             ntfy_server: String::new(),
             shared: Some(shared.clone()),
         };
