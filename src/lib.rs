@@ -1,9 +1,11 @@
 //! iris-gateway: connects the Iris chat app on a household's phones to their Hermes agent.
 //!
 //! One process, one thread, one event loop (tokio `current_thread`). The modules follow a
-//! frame's path: `connection` (socket, limits, per-device queue) → `hub` (routing, lanes,
-//! fan-out) → `store` (sled: outbox, history, directory, devices) and `agent` (backends). The
-//! wire format lives in `protocol`, pure and I/O-free. See docs/architecture.md.
+//! frame's path: `connection` (socket, limits) hands requests to the `hub` (routing, lanes,
+//! fan-out), which writes through the `store` (sled and SQLite), asks the `agent`, and sends
+//! through each device's `outlet` (the bounded per-device queue the connection drains). The wire
+//! format lives in `protocol`, pure and I/O-free. Imports only go down the layers that
+//! docs/architecture.md draws and tests/layering.rs holds.
 
 pub mod admin;
 pub mod agent;
