@@ -240,7 +240,7 @@ fn prefill(dir: &Path, n: usize) {
             ts: 1_760_000_000_000 + i as i64,
             media: Vec::new(),
         };
-        let frame = Frame::message(&m).in_lane("default", None).encode();
+        let frame = Frame::message(&m).in_lane("default", None).outboxed();
         store
             .commit(&[Change::PutMessage(lane.clone(), m), Change::Outbox(frame)])
             .unwrap();
@@ -688,7 +688,7 @@ fn fill(dir: &Path, n: usize) {
         };
         let frame = Frame::message(&m)
             .in_lane(&lane.chat_id, lane.thread())
-            .encode();
+            .outboxed();
         batch.push(Change::OutboxOf {
             message_id: m.message_id.clone(),
             frame,
@@ -723,7 +723,7 @@ fn fill(dir: &Path, n: usize) {
             media: Vec::new(),
         };
         filler.push(Change::Outbox(
-            Frame::message(&m).in_lane("default", None).encode(),
+            Frame::message(&m).in_lane("default", None).outboxed(),
         ));
     }
     for chunk in filler.chunks(1000) {

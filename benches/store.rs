@@ -61,7 +61,7 @@ fn user_message_changes(lane: &Lane, i: usize) -> Vec<Change> {
     let m = message(i);
     let echo = Frame::message(&m)
         .in_lane(&lane.chat_id, lane.thread())
-        .encode();
+        .outboxed();
     vec![
         Change::PutMessage(lane.clone(), m.clone()),
         Change::Outbox(echo),
@@ -118,7 +118,7 @@ fn file_append(dir: &Path, n: usize, group: usize) -> (Duration, u64) {
         for _ in 0..group.min(n - i) {
             for c in user_message_changes(&lane, i) {
                 let bytes = match c {
-                    Change::Outbox(b) => b.to_vec(),
+                    Change::Outbox(b) => b.bytes.to_vec(),
                     Change::PutMessage(_, m) => serde_json::to_vec(&m).unwrap(),
                     Change::BeginTurn(p) => serde_json::to_vec(&p).unwrap(),
                     _ => Vec::new(),

@@ -105,8 +105,8 @@ impl Hub {
             .approvals
             .insert(record.picker_id.clone(), record);
         let changes = vec![
-            Change::Outbox(picker.encode()),
-            Change::Outbox(notice.encode()),
+            Change::Outbox(picker.outboxed()),
+            Change::Outbox(notice.outboxed()),
         ];
         if let Err(e) = self.commit(changes, None).await {
             warn!(%lane, "could not send an approval picker: {e}");

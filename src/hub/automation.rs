@@ -224,7 +224,7 @@ impl Hub {
         };
         let changes = vec![
             Change::PutChannel(entry.clone()),
-            Change::Outbox(Frame::channel_entry(frame, &entry).encode()),
+            Change::Outbox(Frame::channel_entry(frame, &entry).outboxed()),
         ];
         self.commit(changes, None)
             .await
@@ -338,14 +338,14 @@ impl Hub {
         let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
         let notification = Frame::notification("cron", title, &body, message.ts)
             .in_lane(&lane.chat_id, None)
-            .encode();
+            .outboxed();
         let changes = vec![
             Change::PutMessage(lane.clone(), message.clone()),
             Change::OutboxOf {
                 message_id: message.message_id.clone(),
                 frame: Frame::message(&message)
                     .in_lane(&lane.chat_id, None)
-                    .encode(),
+                    .outboxed(),
             },
             Change::OutboxOf {
                 message_id: message.message_id.clone(),

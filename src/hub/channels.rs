@@ -275,7 +275,7 @@ impl Hub {
         for e in &entries {
             changes.push(Change::PutChannel(e.clone()));
             changes.push(Change::Outbox(
-                Frame::channel_entry("channel.renamed", e).encode(),
+                Frame::channel_entry("channel.renamed", e).outboxed(),
             ));
         }
         let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
@@ -343,7 +343,7 @@ impl Hub {
         self.directory_room(std::slice::from_ref(&entry))?;
         let changes = vec![
             Change::PutChannel(entry.clone()),
-            Change::Outbox(Frame::channel_entry("channel.created", &entry).encode()),
+            Change::Outbox(Frame::channel_entry("channel.created", &entry).outboxed()),
         ];
         let reply = Frame::channel_entry("channel.created", &entry).reply_to(id);
         self.commit_directory(conn, changes, reply).await
@@ -439,7 +439,9 @@ impl Hub {
         let mut changes = Vec::new();
         for c in &doomed {
             changes.push(Change::DeleteChannel(c.chat_id.clone()));
-            changes.push(Change::Outbox(Frame::channel_deleted(&c.chat_id).encode()));
+            changes.push(Change::Outbox(
+                Frame::channel_deleted(&c.chat_id).outboxed(),
+            ));
         }
         // History goes first and the directory change after: the directory commit's fsync then
         // covers the purge too. A crash before it leaves the channel in place, partly emptied, and

@@ -340,7 +340,7 @@ impl Hub {
             );
         }
         if let Err(e) = self
-            .commit(vec![Change::Outbox(frame.encode())], None)
+            .commit(vec![Change::Outbox(frame.outboxed())], None)
             .await
         {
             warn!(%lane, "could not send a picker: {e}");
@@ -355,7 +355,7 @@ impl Hub {
             Change::PutMessage(lane.clone(), message.clone()),
             Change::OutboxOf {
                 message_id: message.message_id.clone(),
-                frame: frame.encode(),
+                frame: frame.outboxed(),
             },
         ];
         if let Err(e) = self.commit(changes, None).await {

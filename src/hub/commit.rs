@@ -149,17 +149,19 @@ impl Hub {
             }
         }
         let frames = job.changes.iter().filter_map(|c| match c {
-            Change::Outbox(bytes) | Change::OutboxOf { frame: bytes, .. } => Some(bytes),
+            Change::Outbox(frame) | Change::OutboxOf { frame, .. } => Some(frame),
             _ => None,
         });
-        for (i, (bytes, cursor)) in frames.zip(cursors).enumerate() {
-            let text = encode_text(bytes.clone());
+        for (i, (frame, cursor)) in frames.zip(cursors).enumerate() {
+            let text = encode_text(frame.bytes.clone());
             let reply = job.origin.as_ref().and_then(|o| match &o.reply {
                 Some((idx, frame)) if *idx == i => Some((o.conn, frame)),
                 _ => None,
             });
             self.publish(*cursor, &text, reply);
-            self.push_if_away(*cursor, bytes);
+            if let Some(note) = &frame.push {
+                self.push_if_away(*cursor, note);
+            }
         }
     }
 }

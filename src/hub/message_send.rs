@@ -48,7 +48,7 @@ impl Hub {
             lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
             changes.push(Change::PutChannel(thread.clone()));
             changes.push(Change::Outbox(
-                Frame::channel_entry("channel.created", &thread).encode(),
+                Frame::channel_entry("channel.created", &thread).outboxed(),
             ));
         }
         if command.is_none() {
@@ -75,7 +75,7 @@ impl Hub {
         changes.push(Change::PutMessage(lane.clone(), message.clone()));
         changes.push(Change::OutboxOf {
             message_id: message.message_id.clone(),
-            frame: echo.encode(),
+            frame: echo.outboxed(),
         });
         if command.is_none() {
             changes.push(Change::BeginTurn(PendingTurn {

@@ -20,20 +20,13 @@ use crate::push::{Outcome, PushJob};
 const CATCH_UP_FRAMES: u64 = 200;
 
 impl Hub {
-    /// Called for every published outbox frame: queues pushes for away devices. The outbox
-    /// hands over only the encoded frame, so it is read back through the protocol's typed
-    /// decoder, which turns every frame that cannot be pushed away without allocating.
-    pub(super) fn push_if_away(&self, cursor: u64, encoded: &[u8]) {
+    /// Called for every published outbox frame that can be pushed (its note was made from the
+    /// frame's type when it was built): queues `note` (the frame at `cursor`) for every device
+    /// that is away and still owed it.
+    pub(super) fn push_if_away(&self, cursor: u64, note: &PushNote) {
         if !self.pusher.is_enabled() {
             return;
         }
-        if let Some(note) = decode_pushable(encoded).and_then(|f| f.push_note()) {
-            self.push_note_if_away(cursor, &note);
-        }
-    }
-
-    /// Queues `note` (the frame at `cursor`) for every device that is away and still owed it.
-    fn push_note_if_away(&self, cursor: u64, note: &PushNote) {
         let devices = match self.store.devices() {
             Ok(d) => d,
             Err(e) => return warn!("cannot read devices for push: {e}"),
@@ -189,8 +182,12 @@ impl Hub {
         else {
             return;
         };
+        // Only bytes are left of these frames: the protocol's one decoder reads them back into
+        // the typed form (turning every unpushable frame away without allocating).
         for (cursor, bytes) in &frames {
-            self.push_if_away(*cursor, bytes);
+            if let Some(note) = decode_pushable(bytes).and_then(|f| f.push_note()) {
+                self.push_if_away(*cursor, &note);
+            }
         }
         if !frames.is_empty() {
             info!(

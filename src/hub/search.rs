@@ -134,7 +134,9 @@ impl Hub {
                 tombstone: Frame::message_deleted(None, std::slice::from_ref(m)).encode(),
             })
             .collect();
-        changes.push(Change::Outbox(Frame::message_deleted(None, &ids).encode()));
+        changes.push(Change::Outbox(
+            Frame::message_deleted(None, &ids).outboxed(),
+        ));
         self.drop_turns_of(&ids);
         // The files these messages reference, to collect once the messages are gone.
         let media: Vec<String> = ids

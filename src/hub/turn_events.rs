@@ -199,7 +199,7 @@ impl Hub {
     async fn outbox_tool_end(&self, lane: &Lane, message_id: &str, frame: Frame) {
         let change = Change::OutboxOf {
             message_id: message_id.to_owned(),
-            frame: frame.encode(),
+            frame: frame.outboxed(),
         };
         if let Err(e) = self.commit(vec![change], None).await {
             warn!(%lane, "could not store tool.end: {e}");
@@ -329,7 +329,7 @@ impl Hub {
             .in_lane(&lane.chat_id, lane.thread());
         let change = Change::OutboxOf {
             message_id: message_id.to_owned(),
-            frame: offer.encode(),
+            frame: offer.outboxed(),
         };
         if let Err(e) = self.commit(vec![change], None).await {
             warn!(%lane, "could not offer a file from the agent: {e}");

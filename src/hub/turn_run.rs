@@ -307,12 +307,14 @@ impl Hub {
             changes.push(Change::PutMessage(lane.clone(), reply.clone()));
             changes.push(Change::OutboxOf {
                 message_id: reply.message_id.clone(),
-                frame: frame(&reply).in_lane(&lane.chat_id, lane.thread()).encode(),
+                frame: frame(&reply)
+                    .in_lane(&lane.chat_id, lane.thread())
+                    .outboxed(),
             });
             if let Some(n) = notice {
                 changes.push(Change::OutboxOf {
                     message_id: reply.message_id.clone(),
-                    frame: n.encode(),
+                    frame: n.outboxed(),
                 });
             }
         }

@@ -19,7 +19,7 @@ pub use decode::{
 };
 pub use encode::{with_cursor, Frame};
 pub use payload::{Delivery, MessagePayload, MessageStop, Notification, Payload};
-pub use push_note::{decode_pushable, PushNote};
+pub use push_note::{decode_pushable, Outboxed, PushNote};
 pub use types::*;
 
 /// The only protocol version this gateway speaks; a frame with any other `v` is refused.

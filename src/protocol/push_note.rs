@@ -5,12 +5,44 @@
 //! and `notification`s other than automation's. The rule is a match on the frame's type here, so
 //! the live path and a restart's catch-up (which has only the outbox's bytes) cannot disagree.
 
+use bytes::Bytes;
 use serde::Deserialize;
 
 use super::payload::{MessagePayload, MessageStop, Notification, Payload};
 use super::{Frame, Role};
 
 /// The content of one push: where it points the app to and the text it shows.
+/// An outboxed frame as the committer receives it: the bytes the outbox keeps, and what a push
+/// of it would say, worked out from its type while it was still typed, so publication never
+/// reads the bytes back. Frames from elsewhere (tombstones, fixtures) carry no note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outboxed {
+    pub bytes: Bytes,
+    pub push: Option<PushNote>,
+}
+
+impl From<Bytes> for Outboxed {
+    fn from(bytes: Bytes) -> Outboxed {
+        Outboxed { bytes, push: None }
+    }
+}
+
+impl AsRef<[u8]> for Outboxed {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Frame {
+    /// The frame encoded for the outbox, with its push note.
+    pub fn outboxed(&self) -> Outboxed {
+        Outboxed {
+            bytes: self.encode(),
+            push: self.push_note(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushNote {
     pub chat_id: String,
@@ -200,5 +232,31 @@ mod tests {
         assert_eq!(decode_pushable(&Frame::typing(true).encode()), None);
         assert_eq!(decode_pushable(b"{\"v\":1,\"type\":\"message\"}"), None);
         assert_eq!(decode_pushable(b"not json"), None);
+    }
+
+    /// The live path (the note made while typed) and a restart's catch-up (the note read back
+    /// from the stored bytes) must say the same for every frame.
+    #[test]
+    fn an_outboxed_frame_carries_what_its_bytes_would_say() {
+        let frames = [
+            Frame::message_stop(&message(Role::Assistant)).in_lane("c", Some("t")),
+            Frame::message(&message(Role::Cron)).in_lane("c", None),
+            Frame::message(&message(Role::System)),
+            Frame::notification("cron", "t", "b", 1),
+            Frame::notification("approval", "Approve?", "rm", 7),
+            Frame::tool_end(0, "x", true, 0.1, "out"),
+        ];
+        for f in frames {
+            let out = f.outboxed();
+            assert_eq!(out.bytes, f.encode());
+            let read_back = decode_pushable(&out.bytes).and_then(|g| g.push_note());
+            assert_eq!(
+                out.push,
+                read_back,
+                "{}",
+                String::from_utf8_lossy(&out.bytes)
+            );
+        }
+        assert_eq!(Outboxed::from(Frame::typing(true).encode()).push, None);
     }
 }

@@ -39,6 +39,7 @@ pub use media::MediaRecord;
 /// The history database's directory in the data dir.
 pub use sql::HISTORY_DIR;
 
+use crate::protocol::Outboxed;
 use crate::protocol::{Channel, HistoryMessage, Lane, TodoItem};
 
 /// Layout version written at creation. 1: everything in sled (up to 0.1.0 of early 2026);
@@ -145,13 +146,14 @@ impl StoreError {
 /// One change to persist. A `commit` applies a list of them atomically, in order.
 #[derive(Debug, Clone)]
 pub enum Change {
-    /// Append an encoded frame to the outbox under the next cursor.
-    Outbox(Bytes),
+    /// Append an encoded frame to the outbox under the next cursor (its push note rides along
+    /// for publication; the store keeps only the bytes).
+    Outbox(Outboxed),
     /// Append a frame that carries (part of) a message's content: deleting the message later
     /// replaces this outbox entry with a tombstone, so no replay returns the content.
     OutboxOf {
         message_id: String,
-        frame: Bytes,
+        frame: Outboxed,
     },
     /// Remove a message from history, the search index and the outbox (whose entries become
     /// `tombstone`, keeping cursors contiguous). Unknown ids are no-ops.
@@ -179,7 +181,7 @@ impl Change {
     /// Roughly what the change writes (its value sizes), for the free-space check.
     fn approx_bytes(&self) -> u64 {
         let n = match self {
-            Change::Outbox(f) | Change::OutboxOf { frame: f, .. } => f.len(),
+            Change::Outbox(f) | Change::OutboxOf { frame: f, .. } => f.bytes.len(),
             Change::PutMessage(_, m) => m.text.len() * 2 + 512,
             Change::PutChannel(c) => to_json(c).len(),
             Change::BeginTurn(t) => t.text.len() + 128,
@@ -1256,7 +1258,12 @@ mod tests {
         {
             let s = Store::open(dir.path(), 1 << 20, Duration::from_secs(1)).unwrap();
             let c = s
-                .commit(&vec![Change::Outbox(Bytes::from_static(b"{\"v\":1,}")); 3])
+                .commit(&vec![
+                    Change::Outbox(
+                        Bytes::from_static(b"{\"v\":1,}").into()
+                    );
+                    3
+                ])
                 .unwrap();
             assert_eq!(c, vec![1, 2, 3]);
             s.sync_blocking().unwrap();
@@ -1264,7 +1271,7 @@ mod tests {
         let s = Store::open(dir.path(), 1 << 20, Duration::from_secs(1)).unwrap();
         assert_eq!(s.cursor_head().unwrap(), 3);
         let c = s
-            .commit(&[Change::Outbox(Bytes::from_static(b"{\"v\":1,}"))])
+            .commit(&[Change::Outbox(Bytes::from_static(b"{\"v\":1,}").into())])
             .unwrap();
         assert_eq!(c, vec![4]);
     }

@@ -84,7 +84,7 @@ mod tests {
     fn range_and_prune() {
         let (_d, s) = temp_store();
         let frames: Vec<_> = (0..10)
-            .map(|i| Change::Outbox(Bytes::from(format!("{{\"v\":1,\"n\":{i}}}"))))
+            .map(|i| Change::Outbox(Bytes::from(format!("{{\"v\":1,\"n\":{i}}}")).into()))
             .collect();
         s.commit(&frames).unwrap();
         let r = s.outbox_range(3, 10, 4).unwrap();
