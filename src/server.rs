@@ -57,7 +57,7 @@ pub enum RunError {
     #[error("could not close interrupted turns: {0}")]
     Recover(#[source] StoreError),
     #[error("cannot start automation: {0}")]
-    Automation(String),
+    Automation(#[from] crate::hub::AutomationError),
 }
 
 impl RunError {
@@ -233,9 +233,7 @@ async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
-    hub.start_automation(shutdown)
-        .await
-        .map_err(RunError::Automation)?;
+    hub.start_automation(shutdown).await?;
     Ok(())
 }
 

@@ -29,7 +29,7 @@ use super::state::{gateway_message, Hook, Hub};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::shutdown::{Listener, Shutdown};
-use crate::store::Change;
+use crate::store::{Change, StoreError};
 
 /// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
 /// picks it), and the automation that refuses it owns the type.
@@ -48,6 +48,25 @@ pub enum HookError {
     BadRequest(String),
     /// 503: the gateway cannot post it now (storage failing, the channel unusable).
     Unavailable(String),
+}
+
+/// Why an automation entry cannot be served. At start this stops the gateway (the config names
+/// a channel it cannot use); for a webhook it is a 503; for a cron run it skips the run.
+#[derive(Debug, thiserror::Error)]
+pub enum AutomationError {
+    /// The entry asks for what cannot be: a bad name, the default channel, a channel with
+    /// threads, a full directory, an unreadable token or schedule. The message names the entry.
+    #[error("{0}")]
+    Entry(String),
+    #[error("cannot read the channel directory: {0}")]
+    Directory(#[source] StoreError),
+    #[error("{origin}: could not save the channel `{name}`: {source}")]
+    Save {
+        origin: String,
+        name: String,
+        #[source]
+        source: CommitError,
+    },
 }
 
 impl HookError {
@@ -95,7 +114,10 @@ impl Hub {
     /// Prepares automation before the gateway listens: reads the webhook tokens, makes sure every
     /// channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel, and starts the
     /// cron task. An error names the config entry; the gateway must not start with it.
-    pub async fn start_automation(self: &Rc<Self>, shutdown: &Shutdown) -> Result<(), String> {
+    pub async fn start_automation(
+        self: &Rc<Self>,
+        shutdown: &Shutdown,
+    ) -> Result<(), AutomationError> {
         let mut hooks = Vec::new();
         for hook in &self.config.webhook {
             let label = format!("[[webhook]] `{}`", hook.name);
@@ -103,14 +125,17 @@ impl Hub {
                 Some(path) => std::fs::read_to_string(path)
                     .map(|t| t.lines().next().unwrap_or("").trim().to_owned())
                     .map_err(|e| {
-                        format!("{label}: cannot read token_file {}: {e}", path.display())
+                        AutomationError::Entry(format!(
+                            "{label}: cannot read token_file {}: {e}",
+                            path.display()
+                        ))
                     })?,
                 None => hook.token.expose().to_owned(),
             };
             if token.chars().count() < MIN_TOKEN_CHARS {
-                return Err(format!(
+                return Err(AutomationError::Entry(format!(
                     "{label}: the token must be at least {MIN_TOKEN_CHARS} characters"
-                ));
+                )));
             }
             hooks.push(Hook {
                 name: hook.name.clone(),
@@ -124,7 +149,7 @@ impl Hub {
             let schedule = job
                 .schedule
                 .parse::<cron::Schedule>()
-                .map_err(|e| format!("{label}: {e}"))?;
+                .map_err(|e| AutomationError::Entry(format!("{label}: {e}")))?;
             jobs.push(Job {
                 label,
                 channel: job.channel.trim().to_owned(),
@@ -167,37 +192,34 @@ impl Hub {
         &self,
         name: &str,
         origin: &str,
-    ) -> Result<Channel, String> {
+    ) -> Result<Channel, AutomationError> {
         let max_chars = self.config.limits.max_name_chars;
         if name.is_empty() || name.chars().count() > max_chars || name.chars().any(char::is_control)
         {
-            return Err(format!(
+            return Err(AutomationError::Entry(format!(
                 "{origin}: the channel name `{name}` must be 1 to {max_chars} characters (limits.max_name_chars), without control characters"
-            ));
+            )));
         }
         let lock = self.automation.borrow().directory.clone();
         let _held = lock.lock().await;
-        let all = self
-            .store
-            .channels()
-            .map_err(|e| format!("cannot read the channel directory: {e}"))?;
+        let all = self.store.channels().map_err(AutomationError::Directory)?;
         let found = all
             .iter()
             .find(|c| !c.is_thread() && c.name == name)
             .cloned();
         let (entry, frame) = match found {
             Some(c) if c.is_default => {
-                return Err(format!(
+                return Err(AutomationError::Entry(format!(
                     "{origin} posts into `{name}`, which is the default channel; automation channels only receive gateway output, so name another channel (or make another channel the default first)"
-                ))
+                )))
             }
             Some(c) if c.automation => return Ok(c),
             // The same rule as `channel.set_automation`: an automation channel has no threads
             // (its composer is hidden, so they could never be written to again).
             Some(c) if all.iter().any(|t| t.parent_chat_id.as_deref() == Some(c.chat_id.as_str())) => {
-                return Err(format!(
+                return Err(AutomationError::Entry(format!(
                     "{origin} posts into `{name}`, which has threads; an automation channel has none, so name another channel (or delete its threads first)"
-                ))
+                )))
             }
             Some(mut c) => {
                 c.automation = true;
@@ -207,9 +229,9 @@ impl Hub {
             None => {
                 let max = self.config.limits.max_channels;
                 if all.len() >= max {
-                    return Err(format!(
+                    return Err(AutomationError::Entry(format!(
                         "{origin}: cannot create the channel `{name}`: the directory is full ({max} channels and threads, limits.max_channels)"
-                    ));
+                    )));
                 }
                 let mut c = Channel::new(
                     ids::time_ordered("chan"),
@@ -228,7 +250,11 @@ impl Hub {
         ];
         self.commit(changes, None)
             .await
-            .map_err(|e| format!("{origin}: could not save the channel `{name}`: {e}"))?;
+            .map_err(|source| AutomationError::Save {
+                origin: origin.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?;
         Ok(entry)
     }
 
@@ -312,7 +338,7 @@ impl Hub {
         let entry = self
             .automation_channel(channel, &format!("[[webhook]] `{hook}`"))
             .await
-            .map_err(HookError::Unavailable)?;
+            .map_err(|e| HookError::Unavailable(e.to_string()))?;
         let title = title
             .as_deref()
             .map(|t| t.lines().next().unwrap_or("").trim())

@@ -35,7 +35,7 @@ mod turn_run;
 
 pub use admin::TestPushError;
 /// For the fuzz targets: the webhook body parser is pure.
-pub use automation::{parse_webhook_body, HookError};
+pub use automation::{parse_webhook_body, AutomationError, HookError};
 pub use devices::new_device;
 pub use errors::{CommitError, Refusal};
 pub use media::MediaHold;
