@@ -49,7 +49,7 @@ struct Import {
     path: Vec<String>,
 }
 
-/// A source file and the module path it defines (`src/hub/turns.rs` → `["hub", "turns"]`).
+/// A source file and the module path it defines (`src/hub/turn_run.rs` → `["hub", "turn_run"]`).
 struct SourceFile {
     file: PathBuf,
     module: Vec<String>,
