@@ -34,8 +34,9 @@ mod turn_queue;
 mod turn_run;
 
 pub use admin::TestPushError;
+pub use automation::{AutomationError, HookError};
 /// For the fuzz targets: the webhook body parser is pure.
-pub use automation::{parse_webhook_body, AutomationError, HookError};
+pub use automation::parse_webhook_body;
 pub use devices::new_device;
 pub use errors::{CommitError, Refusal};
 pub use media::MediaHold;
