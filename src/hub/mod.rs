@@ -34,9 +34,9 @@ mod turn_queue;
 mod turn_run;
 
 pub use admin::TestPushError;
-pub use automation::{AutomationError, HookError};
 /// For the fuzz targets: the webhook body parser is pure.
 pub use automation::parse_webhook_body;
+pub use automation::{AutomationError, HookError};
 pub use devices::new_device;
 pub use errors::{CommitError, Refusal};
 pub use media::MediaHold;
