@@ -134,8 +134,9 @@ struct Core {
     agent: Rc<crate::agent::Switchable>,
     tls: Option<Rc<crate::tls::Tls>>,
     led: crate::board::LedHandle,
-    /// The configuration the admin page starts from, and the flags it may not override.
-    admin_config: Config,
+    /// The configuration as the gateway started: the doors read where to listen and what to
+    /// advertise from it, and the admin page starts from it (below the flags in `pinned`).
+    config: Config,
     pinned: crate::config::Pinned,
 }
 
@@ -178,7 +179,7 @@ fn open_core(
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
-    let admin_config = config.clone();
+    let started_with = config.clone();
     let led_config = config.led.clone();
     let hub = Hub::start(
         store.clone(),
@@ -211,7 +212,7 @@ fn open_core(
         agent,
         tls,
         led,
-        admin_config,
+        config: started_with,
         pinned,
     })
 }
@@ -249,7 +250,7 @@ struct Doors {
 /// Binds the socket, builds the pairing and admin pages, starts the control socket, prints how
 /// to reach the gateway and advertises it on the LAN.
 async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result<Doors, RunError> {
-    let listen = core.admin_config.listen;
+    let listen = core.config.listen;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| RunError::Listen {
@@ -271,7 +272,7 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
     };
     let admin = Rc::new(crate::admin::Admin::new(
         data_dir.to_path_buf(),
-        core.admin_config.clone(),
+        core.config.clone(),
         core.pinned.clone(),
         core.agent.clone(),
         url.clone(),
@@ -307,7 +308,7 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
     print_page_code(&pairing);
     print_admin_hint(data_dir, &url, tls_advert.as_ref());
     let advertised = crate::discovery::start(
-        &core.admin_config.discovery,
+        &core.config.discovery,
         local,
         crate::discovery::Record {
             protocol_version: crate::protocol::PROTOCOL_VERSION,

@@ -59,11 +59,6 @@ impl Shutdown {
         self.notify.send_replace(true);
     }
 
-    /// Whether [`begin`](Self::begin) was called.
-    pub fn has_begun(&self) -> bool {
-        *self.notify.borrow()
-    }
-
     /// Begins the shutdown (if not yet) and waits until every listener is dropped, for at most
     /// `bound`.
     pub async fn complete(self, bound: Duration) -> Result<(), Lingering> {
@@ -156,6 +151,5 @@ mod tests {
         let mut late = shutdown.listener();
         assert!(late.is_shutdown());
         late.recv().await;
-        assert!(shutdown.has_begun());
     }
 }

@@ -44,6 +44,9 @@ pub fn bind(data_dir: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// How long the accept loop waits after a failed accept (as the gateway's own listener does).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Serves control requests until the shutdown begins. A request under way (a `pair`, a
 /// backup streaming out) holds its own listener, so the server waits for it (bounded) before
 /// the final flush.
@@ -60,8 +63,14 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             _ = stop.recv() => return,
         };
-        let Ok((stream, _)) = accepted else {
-            continue;
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                warn!("control socket accept failed: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let done = stop.clone();
         let hub = hub.clone();
