@@ -60,8 +60,7 @@ impl From<CommitError> for Refusal {
     }
 }
 
-/// Why a commit did not happen, keeping the store's own error so callers can still ask what
-/// kind it was (`is_storage_failure`).
+/// Why a commit did not happen, keeping the store's own error (its kind, not only its text).
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
     /// The store refused the changes, or could not make them durable. Shared: one failed
@@ -76,12 +75,5 @@ pub enum CommitError {
 impl From<StoreError> for CommitError {
     fn from(e: StoreError) -> CommitError {
         CommitError::Store(Rc::new(e))
-    }
-}
-
-impl CommitError {
-    /// The disk failed (full, read-only, I/O): the health reports it, and it may come back.
-    pub fn is_storage_failure(&self) -> bool {
-        matches!(self, CommitError::Store(e) if e.is_storage_failure())
     }
 }
