@@ -644,6 +644,23 @@ async fn replay(
     max_out: usize,
 ) -> Result<(), ()> {
     const CHUNK: usize = 64;
+    // A cursor a restore's gap holds names a frame of the store the restore replaced: what the
+    // device shows is not this store's, and replaying what follows would skip what it lacks.
+    // `sync.done` with a cursor below the device's tells it to reload (docs/protocol.md).
+    match hub.store().forked_at(cursor) {
+        Ok(Some(fork)) => {
+            outlet.set_live();
+            let done = Frame::sync_done(id, fork).encode();
+            return send_or_abort(outlet, sink, Message::Text(encode_text(done))).await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warn!("sync replay failed: {e}");
+            outlet.set_live();
+            let f = Frame::error(id, ErrorCode::Internal, format!("sync failed: {e}"));
+            return send_or_abort(outlet, sink, Message::Text(encode_text(f.encode()))).await;
+        }
+    }
     let mut next = cursor;
     loop {
         let head = hub.published_head();

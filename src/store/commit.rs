@@ -110,6 +110,21 @@ impl Store {
     }
 }
 
+/// The commit record that moves the cursor head up to `cursor` and changes nothing else, for
+/// a batch that writes it with what explains the jump (`Store::raise_cursor_head`). Nothing to
+/// redo: the record it replaces was applied when the store opened.
+pub(super) fn raised_record(heads: Heads, cursor: u64) -> (Heads, Vec<u8>) {
+    let heads = Heads {
+        cursor: cursor.max(heads.cursor),
+        journal: heads.journal,
+    };
+    let record = CommitRecord {
+        heads,
+        redo: Vec::new(),
+    };
+    (heads, to_json(&record))
+}
+
 /// Step 1: the entries under new keys, and the record that will make them count.
 fn new_entries(
     t: &Sled,
