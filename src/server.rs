@@ -149,7 +149,7 @@ fn open_core(
     last: &Shutdown,
 ) -> Result<Core, RunError> {
     // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
-    crate::control::restore::apply_pending_restore(data_dir);
+    let restore_failure = crate::control::restore::apply_pending_restore(data_dir);
     let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     info!(
         data_dir = %data_dir.display(),
@@ -190,6 +190,9 @@ fn open_core(
         shutdown,
         last.listener(),
     )?;
+    if let Some(why) = restore_failure {
+        hub.note_restore_failure(why);
+    }
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {

@@ -77,6 +77,8 @@ pub struct Admin {
     https: Option<String>,
     /// Asks `run` to stop and start again (after a restore was uploaded).
     pub restart: Rc<tokio::sync::Notify>,
+    /// A restore upload is being received or checked: one at a time (`transfer.rs`).
+    restoring: std::cell::Cell<bool>,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -136,6 +138,7 @@ impl Admin {
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
+            restoring: std::cell::Cell::new(false),
             url,
             tls,
         }

@@ -234,8 +234,14 @@ pub fn status(r: &StatusReport, n: &Notice) -> String {
         None => format!("{}: working", escape(&r.push)),
     };
     let up = r.uptime_secs;
+    let restore = r.restore_failure.as_ref().map_or_else(String::new, |why| {
+        format!(
+            "<p class=\"bad\" id=\"restore-failure\">Restore failed: {}</p>",
+            escape(why)
+        )
+    });
     format!(
-        "{}<p class=\"{class}\" id=\"health\">Gateway: <strong>{state}</strong></p>{causes}\
+        "{}<p class=\"{class}\" id=\"health\">Gateway: <strong>{state}</strong></p>{causes}{restore}\
          <dl><dt>Version</dt><dd>{}</dd>\
          <dt>Up</dt><dd>{}d {}h {:02}m</dd>\
          <dt>Agent</dt><dd id=\"agent\">{agent}</dd>\

@@ -37,6 +37,9 @@ pub(super) enum Refusal {
     NotFound,
     #[error("{0}")]
     Unavailable(String),
+    /// Something else of its kind is under way (a second restore upload).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl Refusal {
@@ -48,6 +51,7 @@ impl Refusal {
             Refusal::BadInput(_) => StatusCode::BAD_REQUEST,
             Refusal::NotFound => StatusCode::NOT_FOUND,
             Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 }

@@ -109,8 +109,10 @@ pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<B
     reply
 }
 
-/// `POST /admin/backup/restore`: the body is a backup file. Streamed to the data dir (bounded,
-/// with the disk checked as it grows), checked in full, then left for the restart to restore.
+/// `POST /admin/backup/restore`: the body is a backup file. One upload at a time: streamed to
+/// the data dir (bounded, with room for it and for the store built from it checked first and as
+/// it grows), then checked and built in full off the event loop (`restore::prepare_upload`), and
+/// only then accepted and left for the restart to move in.
 pub(super) async fn restore(
     admin: &Admin,
     hub: &Rc<Hub>,
@@ -119,8 +121,47 @@ pub(super) async fn restore(
     secure: bool,
 ) -> Reply {
     let limit = hub.limits().media_quota_bytes + RESTORE_STORE_ALLOWANCE;
-    if hyper::body::Body::size_hint(req.body()).lower() > limit {
+    let announced = hyper::body::Body::size_hint(req.body()).lower();
+    if announced > limit {
         return refused(admin, Refusal::TooLarge, secure);
+    }
+    if admin.restoring.replace(true) {
+        info!(%peer, "admin page: a second restore upload while one is under way; refused");
+        return refused(
+            admin,
+            Refusal::Conflict(
+                "another restore upload is being received or checked; wait for its answer, \
+                 nothing was changed"
+                    .into(),
+            ),
+            secure,
+        );
+    }
+    let _done = RestoreSlot(&admin.restoring);
+    if admin
+        .data_dir
+        .join(crate::control::restore::PENDING_RESTORE)
+        .exists()
+    {
+        return refused(
+            admin,
+            Refusal::Conflict(
+                "a restore is already waiting for the restart; nothing was changed".into(),
+            ),
+            secure,
+        );
+    }
+    // The upload and the store built from it, about as big, both stay until the restart.
+    if let Err(e) = hub.store().disk_ok(announced) {
+        info!(%peer, "admin page: restore upload refused: {e}");
+        return refused(
+            admin,
+            Refusal::Unavailable(format!(
+                "not enough room on the data disk for the upload and the store restored from \
+                 it ({e}); nothing was changed"
+            )),
+            secure,
+        );
     }
     let partial = admin.data_dir.join(format!(
         "{}.partial",
@@ -131,30 +172,41 @@ pub(super) async fn restore(
         let _ = std::fs::remove_file(&partial);
         refused(admin, r, secure)
     };
-    if let Err(r) = result {
-        return fail(r);
-    }
-    let checked = {
-        let path = partial.clone();
-        tokio::task::spawn_blocking(move || crate::control::restore::check_upload(&path)).await
+    let size = match result {
+        Ok(size) => size,
+        Err(r) => return fail(r),
     };
-    let summary = match checked {
+    if let Err(e) = hub.store().disk_ok(size / 2) {
+        info!(%peer, "admin page: restore upload refused: {e}");
+        return fail(Refusal::Unavailable(format!(
+            "not enough room on the data disk for the store restored from the upload ({e}); \
+             nothing was changed"
+        )));
+    }
+    let prepared = {
+        let (dir, path, store) = (admin.data_dir.clone(), partial.clone(), hub.store().clone());
+        tokio::task::spawn_blocking(move || {
+            crate::control::restore::prepare_upload(&dir, &path, || {
+                store.disk_ok(0).map_err(|e| e.to_string())
+            })
+        })
+        .await
+    };
+    let summary = match prepared {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             info!(%peer, "admin page: uploaded backup refused: {e}");
-            return fail(Refusal::BadInput(format!(
-                "not a whole, undamaged backup ({e}); nothing was changed"
-            )));
+            let why = match e {
+                crate::control::backup::Error::Refused(why) => Refusal::Unavailable(why),
+                e => Refusal::BadInput(format!(
+                    "not a whole, undamaged backup ({e}); nothing was changed"
+                )),
+            };
+            return fail(why);
         }
         Err(e) => return fail(Refusal::Unavailable(e.to_string())),
     };
-    let pending = admin
-        .data_dir
-        .join(crate::control::restore::PENDING_RESTORE);
-    if let Err(e) = std::fs::rename(&partial, &pending) {
-        return fail(Refusal::Unavailable(e.to_string()));
-    }
-    info!(%peer, "admin page: backup uploaded and checked ({summary}); restarting into it");
+    info!(%peer, "admin page: backup uploaded, checked and built ({summary}); restarting into it");
     schedule_restart(admin);
     page(
         admin,
@@ -165,12 +217,21 @@ pub(super) async fn restore(
         secure,
         &pages::message(
             &format!(
-                "The backup is whole ({summary}). The gateway now restarts into it; the \
-                 current store is kept aside in the data dir. Sign in again in a moment."
+                "The backup is whole and ready ({summary}). The gateway now restarts into it; \
+                 the current store is kept aside in the data dir. Sign in again in a moment."
             ),
             &Notice::Good("Restore accepted."),
         ),
     )
+}
+
+/// Frees the one restore slot when the upload's answer is made, whichever way it went.
+struct RestoreSlot<'a>(&'a std::cell::Cell<bool>);
+
+impl Drop for RestoreSlot<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 /// Asks `run` to restart once this answer has had time to reach the browser.
@@ -202,7 +263,8 @@ pub(super) async fn receive(
         if written > limit {
             return Err(Refusal::TooLarge);
         }
-        if written - checked >= DISK_CHECK_EVERY {
+        // At the first bytes too: a small upload must not eat the store's reserve either.
+        if checked == 0 || written - checked >= DISK_CHECK_EVERY {
             hub.store()
                 .disk_ok(DISK_CHECK_EVERY)
                 .map_err(|e| Refusal::Unavailable(format!("no room for the upload: {e}")))?;

@@ -4,8 +4,19 @@
 //! whole, undamaged backup before touching anything, builds the store in a staging directory
 //! inside the data dir, checks it opens with the backup's cursor head, then moves the current
 //! store and media aside (`DATA_DIR/before-restore-TIME/`, never deleted) and the restored ones
-//! in. `iris-gateway restore` runs it; so does the gateway at start, for a backup uploaded from
-//! the admin page ([`apply_pending_restore`]).
+//! in. `iris-gateway restore` runs it.
+//!
+//! Cursors never go backwards across a restore: the restored store's head is raised above every
+//! cursor the replaced store issued (read from the witness beside it, [`cursor_floor`]), and the
+//! cursors skipped are kept as a gap, so a device that synced past the backup is told to reload
+//! (`store/outbox.rs`).
+//!
+//! A backup uploaded from the admin page is checked and built in full while the gateway runs
+//! ([`prepare_upload`], off the event loop): every entry, and the room it takes, before the page
+//! says "accepted". The built store waits in `DATA_DIR/pending-restore/` for the restart, which
+//! only opens it, raises its head and moves it in ([`apply_pending_restore`]). A restore that
+//! still fails there is deleted (its space given back) and its reason reported in `status` and
+//! on the admin page; the gateway starts on the store it had.
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -17,9 +28,21 @@ use super::wire::{socket_path, ControlRequest};
 use crate::store::backup::{read_backup, restore_into, Header, Item};
 use crate::store::{human_bytes, Store};
 
-/// A restore uploaded from the admin page waits here (checked in full) until the gateway
-/// restarts into it: the store is in use while the gateway runs.
-pub const PENDING_RESTORE: &str = "pending-restore.iris";
+/// A restore uploaded from the admin page waits here, built in full, until the gateway restarts
+/// into it (the store is in use while the gateway runs).
+pub const PENDING_RESTORE: &str = "pending-restore";
+/// What an earlier version left for the restart: the uploaded file itself, restored at start.
+const LEGACY_PENDING: &str = "pending-restore.iris";
+/// An earlier version's failed upload, left in the data dir for good (and filling it).
+const LEGACY_FAILED: &str = "pending-restore.failed";
+/// The backup's header, beside the store built from it.
+const STAGED_HEADER: &str = "restore-header.json";
+/// Where an upload is built before it is accepted.
+const UPLOAD_STAGING: &str = ".restore-upload";
+/// Cursors added above the replaced store's witnessed head when that head may be behind what
+/// devices hold: the witness follows the head every 30 s, so after a crash devices may have
+/// seen later cursors (far more than 30 s of frames would need a flood no gateway sees).
+pub const RESTORE_CURSOR_MARGIN: u64 = 10_000;
 
 /// What the store consists of on disk, moved aside and replaced as a whole.
 const STORE_PARTS: [&str; 4] = [
@@ -79,7 +102,11 @@ pub fn restore(dir: &Path, file: &Path) -> Result<Restored, Error> {
     let (header, counts) = verify(&name, file)?;
     let stamp = free_stamp(dir);
     let staging = dir.join(format!(".restore-{stamp}"));
-    let bad_media = match stage(&name, file, &staging, &header) {
+    let staged = stage(&name, file, &staging).and_then(|bad| {
+        finish_staged(&staging, &header, cursor_floor(dir, header.cursor_head))?;
+        Ok(bad)
+    });
+    let bad_media = match staged {
         Ok(bad) => bad,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
@@ -127,11 +154,17 @@ fn free_stamp(dir: &Path) -> String {
     stamp
 }
 
-/// Builds the store in `staging` and checks it opens at the backup's cursor head; returns the
-/// media files left out for a bad checksum.
-fn stage(name: &str, file: &Path, staging: &Path, header: &Header) -> Result<Vec<String>, Error> {
+/// Builds the store in `staging` from the backup, reading and storing every entry (a bad one
+/// fails it); returns the media files left out for a bad checksum.
+fn stage(name: &str, file: &Path, staging: &Path) -> Result<Vec<String>, Error> {
     let input = std::fs::File::open(file).map_err(io(format!("cannot open {name}")))?;
     let (_, bad_media) = restore_into(name, BufReader::with_capacity(CHUNK, input), staging)?;
+    Ok(bad_media)
+}
+
+/// Opens the store built in `staging`, checks it has the backup's cursor head, raises the head
+/// to `floor` (the cursors skipped become a gap: `store/outbox.rs`) and closes it cleanly.
+fn finish_staged(staging: &Path, header: &Header, floor: u64) -> Result<(), Error> {
     let store = Store::open(staging, 1 << 20, Duration::from_secs(1))?;
     let head = store.cursor_head()?;
     if head != header.cursor_head {
@@ -140,8 +173,38 @@ fn stage(name: &str, file: &Path, staging: &Path, header: &Header) -> Result<Vec
             header.cursor_head
         )));
     }
-    store.sync_blocking()?;
-    Ok(bad_media)
+    if let Some(gap) = store.raise_cursor_head(floor)? {
+        tracing::info!(
+            backup_head = gap.from,
+            raised_to = gap.to,
+            "restore: cursors continue above every cursor the replaced store issued"
+        );
+    }
+    store.close_cleanly()?;
+    Ok(())
+}
+
+/// The highest cursor a device may hold from the store in `dir` that a restore of a backup
+/// with head `backup_head` replaces: its witness's head, exact after a clean stop, plus
+/// [`RESTORE_CURSOR_MARGIN`] when not (a crash, or a store without a witness). A data dir
+/// without a store gives the backup's own head: nothing is known to be ahead of it.
+pub fn cursor_floor(dir: &Path, backup_head: u64) -> u64 {
+    let witness = std::fs::read(dir.join(crate::store::WITNESS_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    match witness {
+        Some(w) => {
+            let head = w["cursor_head"].as_u64().unwrap_or(0);
+            let margin = if w["clean"].as_bool() == Some(true) {
+                0
+            } else {
+                RESTORE_CURSOR_MARGIN
+            };
+            head.saturating_add(margin).max(backup_head)
+        }
+        None if dir.join("db").exists() => backup_head.saturating_add(RESTORE_CURSOR_MARGIN),
+        None => backup_head,
+    }
 }
 
 /// The switch: the current store and media aside (kept), the restored ones in. Returns the
@@ -194,45 +257,132 @@ fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
     Ok(Some(f))
 }
 
-/// Checks an uploaded backup end to end (structure and checksum) before anything is touched;
-/// returns what it holds, in words.
-pub fn check_upload(path: &Path) -> Result<String, Error> {
-    let (header, counts) = verify("the uploaded backup", path)?;
-    Ok(format!(
-        "cursor {}, {} store entries, {} media file(s) ({}), made by iris-gateway {}",
-        header.cursor_head,
-        counts.entries,
-        counts.media,
-        human_bytes(counts.media_bytes),
-        header.gateway_version
-    ))
+/// An uploaded backup, checked and built in full in the data dir `dir` while the gateway
+/// runs (call it off the event loop): structure and checksum, then every entry stored into a
+/// new store beside the current one, then `room` (the disk keeps the store's reserve with the
+/// built store on it). Only then is it moved to [`PENDING_RESTORE`] for the restart; the
+/// uploaded file is deleted either way. Returns what it holds, in words.
+pub fn prepare_upload(
+    dir: &Path,
+    upload: &Path,
+    room: impl Fn() -> Result<(), String>,
+) -> Result<String, Error> {
+    let result = (|| {
+        let pending = dir.join(PENDING_RESTORE);
+        if pending.exists() {
+            return Err(Error::Refused(
+                "a restore is already waiting for the restart; nothing was changed".into(),
+            ));
+        }
+        let name = "the uploaded backup";
+        let (header, counts) = verify(name, upload)?;
+        let staging = dir.join(UPLOAD_STAGING);
+        let _ = std::fs::remove_dir_all(&staging);
+        let built = stage(name, upload, &staging).and_then(|bad| {
+            let _ = std::fs::remove_file(upload);
+            room().map_err(|why| {
+                Error::Refused(format!(
+                    "there is not enough room on the data disk to restore it ({why}); free \
+                     some space and upload it again"
+                ))
+            })?;
+            let json = serde_json::to_vec(&header).unwrap_or_default();
+            crate::atomic_file::write(&staging.join(STAGED_HEADER), &json, 0o600)
+                .map_err(io("cannot record the backup's header"))?;
+            std::fs::rename(&staging, &pending).map_err(io(format!(
+                "cannot move the restore to {}",
+                pending.display()
+            )))?;
+            Ok(bad)
+        });
+        let bad_media = match built {
+            Ok(bad) => bad,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(e);
+            }
+        };
+        Ok(format!(
+            "cursor {}, {} store entries, {} media file(s) ({}){}, made by iris-gateway {}",
+            header.cursor_head,
+            counts.entries,
+            counts.media,
+            human_bytes(counts.media_bytes),
+            if bad_media.is_empty() {
+                String::new()
+            } else {
+                format!(", {} left out for a bad checksum", bad_media.len())
+            },
+            header.gateway_version
+        ))
+    })();
+    let _ = std::fs::remove_file(upload);
+    result
 }
 
-/// At start, before the store is opened: restores a backup the admin page left in
-/// [`PENDING_RESTORE`], exactly as `iris-gateway restore` does (the old store moved aside).
-/// A restore that fails leaves the current store as it was and the file renamed
-/// `pending-restore.failed`, so the gateway never loops on it; the reason is logged.
-pub fn apply_pending_restore(dir: &Path) -> bool {
-    let pending = dir.join(PENDING_RESTORE);
-    if !pending.exists() {
-        return false;
+/// At start, before the store is opened: moves in the store an admin page's upload built in
+/// [`PENDING_RESTORE`], its head raised above the current store's (the current store moved
+/// aside, as `iris-gateway restore` does). Returns why a restore waiting there failed (the
+/// pending store is then deleted, the current one is as it was, and nothing is left behind
+/// that keeps the gateway degraded); `None` when nothing waited or it was restored.
+pub fn apply_pending_restore(dir: &Path) -> Option<String> {
+    let legacy_failed = dir.join(LEGACY_FAILED);
+    if legacy_failed.exists() {
+        tracing::warn!(
+            "removing {}: an upload an earlier version could not restore",
+            legacy_failed.display()
+        );
+        let _ = std::fs::remove_file(&legacy_failed);
     }
-    tracing::info!("restoring the backup uploaded from the admin page");
-    match restore(dir, &pending) {
-        Ok(done) => {
-            let _ = std::fs::remove_file(&pending);
+    // Left by a start or an upload cut short: nothing was accepted from it.
+    let _ = std::fs::remove_dir_all(dir.join(UPLOAD_STAGING));
+    let legacy = dir.join(LEGACY_PENDING);
+    let pending = dir.join(PENDING_RESTORE);
+    let outcome = if pending.is_dir() {
+        tracing::info!("restoring the backup uploaded from the admin page");
+        let result = apply_staged(dir, &pending);
+        let _ = std::fs::remove_dir_all(&pending);
+        result
+    } else if legacy.exists() {
+        tracing::info!("restoring the backup uploaded from the admin page");
+        let result = restore(dir, &legacy).map(|done| (done.header, done.aside));
+        let _ = std::fs::remove_file(&legacy);
+        result
+    } else {
+        return None;
+    };
+    match outcome {
+        Ok((header, aside)) => {
             tracing::info!(
-                cursor = done.header.cursor_head,
-                media = done.counts.media - done.bad_media.len() as u64,
-                aside = %done.aside.display(),
+                cursor = header.cursor_head,
+                aside = %aside.display(),
                 "restored the uploaded backup"
             );
-            true
+            None
         }
         Err(e) => {
-            let _ = std::fs::rename(&pending, dir.join("pending-restore.failed"));
-            tracing::warn!("the uploaded backup was not restored ({e}); the store is unchanged");
-            false
+            let why = format!(
+                "the backup uploaded from the admin page was not restored: {e}; the store is \
+                 unchanged (upload it again, or restore it with iris-gateway restore FILE)"
+            );
+            tracing::warn!("{why}");
+            Some(why)
         }
     }
+}
+
+/// The restart's part of an upload: the built store opened, checked, raised and moved in.
+fn apply_staged(dir: &Path, pending: &Path) -> Result<(Header, PathBuf), Error> {
+    let _lock = lock_store(dir)?;
+    let header: Header = std::fs::read(pending.join(STAGED_HEADER))
+        .map_err(io("cannot read the pending restore's header"))
+        .and_then(|b| {
+            serde_json::from_slice(&b).map_err(|e| {
+                Error::Refused(format!("the pending restore's header is unreadable ({e})"))
+            })
+        })?;
+    finish_staged(pending, &header, cursor_floor(dir, header.cursor_head))?;
+    let aside = dir.join(format!("before-restore-{}", free_stamp(dir)));
+    switch_in(dir, pending, &aside)?;
+    Ok((header, aside))
 }

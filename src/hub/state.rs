@@ -52,6 +52,8 @@ pub(super) struct State {
     /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
     pub(super) agent_settings: crate::agent::AgentSettings,
     pub(super) shutting_down: bool,
+    /// Why the restore uploaded from the admin page failed at this start (`status`, the page).
+    pub(super) restore_failure: Option<String>,
 }
 
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
@@ -59,6 +61,9 @@ pub(super) struct State {
 #[derive(Default)]
 pub(super) struct Causes {
     pub(super) storage_error: Option<String>,
+    /// The history database turned out damaged while running (a backup could not read it):
+    /// it does not heal, so this lasts until a restart (whose start-up check looks again).
+    pub(super) history_damaged: Option<String>,
     /// Why pushes are failing, while they are.
     pub(super) push_error: Option<String>,
     /// Why media storage refuses uploads (quota or disk full), while it does.
@@ -72,6 +77,7 @@ impl Causes {
     pub(super) fn reasons(&self) -> impl Iterator<Item = &str> {
         [
             &self.storage_error,
+            &self.history_damaged,
             &self.media_full,
             &self.push_error,
             &self.agent_error,
@@ -216,6 +222,7 @@ impl Hub {
                 approvals,
                 agent_settings,
                 shutting_down: false,
+                restore_failure: None,
             }),
             committer: tx,
             agent_watch: AgentWatch::default(),

@@ -31,6 +31,10 @@ pub struct StatusReport {
     pub disk_free_bytes: Option<u64>,
     pub devices_paired: usize,
     pub devices_connected: usize,
+    /// Why the restore uploaded from the admin page failed at this start (not a cause of
+    /// `degraded`: the gateway runs on the store it had).
+    #[serde(default)]
+    pub restore_failure: Option<String>,
 }
 
 impl Hub {
@@ -39,6 +43,7 @@ impl Hub {
         let st = self.state.borrow();
         let (agent_error, push_error) =
             (st.causes.agent_error.clone(), st.causes.push_error.clone());
+        let restore_failure = st.restore_failure.clone();
         drop(st);
         StatusReport {
             state: self.health(),
@@ -56,7 +61,19 @@ impl Hub {
             disk_free_bytes: fs2::available_space(self.store.dir()).ok(),
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
             devices_connected: self.connected(),
+            restore_failure,
         }
+    }
+
+    /// The restore waiting for this start failed (`control/restore.rs` says why).
+    pub fn note_restore_failure(&self, why: String) {
+        self.state.borrow_mut().restore_failure = Some(why);
+    }
+
+    /// A backup found the history database damaged: `degraded`, with that cause, until a
+    /// restart (damage does not heal; the start-up check looks at the files again).
+    pub fn note_history_damaged(&self, why: String) {
+        self.update_health(|c| c.history_damaged = Some(why));
     }
 }
 
@@ -84,13 +101,18 @@ impl StatusReport {
         let free = self
             .disk_free_bytes
             .map_or_else(|| "unknown".to_owned(), human);
+        let restore = self
+            .restore_failure
+            .as_ref()
+            .map(|why| format!("\nRestore: {why}"))
+            .unwrap_or_default();
         format!(
             "Gateway: {state}\n\
              Version: {}, up {}d {}h {:02}m\n\
              Agent:   {agent}\n\
              Push:    {push}\n\
              Storage: store {store}, media {} of {} quota, {free} free on the data disk\n\
-             Devices: {} paired, {} connected",
+             Devices: {} paired, {} connected{restore}",
             self.version,
             up / 86_400,
             (up % 86_400) / 3600,
