@@ -109,8 +109,50 @@ fn add_media<W: Write>(
     Ok((w.finish()?, included))
 }
 
-/// Streams a backup to a `backup` command on the control socket.
-pub async fn serve(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Result<()> {
+/// Streams a backup to a `backup` command on the control socket. The store part goes to a spool
+/// file first ([`stream`]), so that a snapshot that fails (a damaged history database) is
+/// answered with an `Error` line naming the cause, not with the start of a backup the command
+/// would then call damaged. When the spool cannot be written (a full or read-only disk: just
+/// when a backup matters most) the store part goes straight to the socket instead.
+pub async fn serve(hub: &std::rc::Rc<Hub>, stream: tokio::net::UnixStream) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let started = std::time::Instant::now();
+    let mut rx = match self::stream(hub) {
+        Ok(rx) => rx,
+        Err(
+            Error::Io { .. } | Error::Store(StoreError::Full { .. } | StoreError::ReadOnly { .. }),
+        ) => {
+            return serve_direct(hub, stream).await;
+        }
+        Err(e) => return refuse(stream, &e).await,
+    };
+    let mut stream = stream;
+    while let Some(chunk) = rx.recv().await {
+        // A failure half-way ends the stream: the command's read-back then refuses the file.
+        let chunk = chunk?;
+        tokio::time::timeout(STALLED_READER, stream.write_all(&chunk))
+            .await
+            .map_err(|_| std::io::Error::other("the backup command stopped reading"))??;
+    }
+    tracing::info!(ms = started.elapsed().as_millis() as u64, "backup sent");
+    stream.shutdown().await
+}
+
+/// The `Error` line for a backup that cannot be made.
+async fn refuse(mut stream: tokio::net::UnixStream, e: &Error) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    tracing::warn!("backup refused: {e}");
+    let answer = ControlResponse::Error {
+        message: format!("cannot make a backup: {e}"),
+    };
+    let mut line = serde_json::to_vec(&answer).unwrap_or_default();
+    line.push(b'\n');
+    stream.write_all(&line).await?;
+    stream.shutdown().await
+}
+
+/// The store part straight to the socket, for when no spool can be written.
+async fn serve_direct(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Result<()> {
     let std_stream = stream.into_std()?;
     std_stream.set_nonblocking(false)?;
     std_stream.set_write_timeout(Some(STALLED_READER))?;
@@ -121,6 +163,7 @@ pub async fn serve(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Result
     let (writer, media) = match snapshot(hub.store(), &media_dir, out) {
         Ok(done) => done,
         Err(e) => {
+            note_damage(hub, &e);
             tracing::warn!("backup refused: {e}");
             let answer = ControlResponse::Error {
                 message: format!("cannot make a backup: {e}"),
@@ -154,6 +197,14 @@ pub async fn serve(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Result
             tracing::warn!("backup not completed: {e}");
             Err(e)
         }
+    }
+}
+
+/// A snapshot that found the history database damaged makes the gateway `degraded` with that
+/// cause: every later backup would fail the same way, and nothing else may show it.
+fn note_damage(hub: &Hub, e: &Error) {
+    if let Error::Backup(BackupError::HistoryDamaged { .. }) = e {
+        hub.note_history_damaged(e.to_string());
     }
 }
 
@@ -248,7 +299,9 @@ pub fn stream(
         BufWriter::with_capacity(CHUNK, spool),
     )));
     let media_dir = store.dir().join("media");
-    let (writer, media) = snapshot(store, &media_dir, Switch(mode.clone()))?;
+    let (writer, media) = snapshot(store, &media_dir, Switch(mode.clone())).inspect_err(|e| {
+        note_damage(hub, e);
+    })?;
     let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
     // Media files stay on disk until the worker is done with them.
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();

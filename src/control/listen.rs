@@ -89,7 +89,7 @@ pub async fn serve(
 /// One request line, one answer line (or a backup stream).
 async fn serve_one(
     stream: UnixStream,
-    hub: &Hub,
+    hub: &Rc<Hub>,
     url: &str,
     tls: Option<crate::tls::Advert>,
     page: &dyn PageCodeIssuer,

@@ -29,7 +29,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{Result, Store, StoreError, LAYOUT_VERSION};
+use super::{Store, StoreError, LAYOUT_VERSION};
 
 pub const MAGIC: &[u8; 20] = b"IRIS-GATEWAY-BACKUP\n";
 /// Version of the file format above (not of the store layout, which the header also carries).
@@ -164,6 +164,10 @@ pub enum BackupError {
     TooNew { file: String, what: String },
     #[error("cannot read {file}: {source}")]
     Io { file: String, source: io::Error },
+    /// Making a backup: the gateway's own history database could not be read. The backup was
+    /// not made; the history needs repair (a restore of an earlier backup).
+    #[error("the history database {file} is damaged or unreadable ({detail}); no backup can be made of it. Restore your latest backup (iris-gateway restore FILE), which keeps the damaged files aside")]
+    HistoryDamaged { file: String, detail: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -330,18 +334,22 @@ impl<R: Read> Read for HashingReader<R> {
 
 impl Store {
     /// Writes every tree, entry by entry, without yielding: a consistent snapshot. Returns the
-    /// number of entries.
-    pub fn export_trees<W: Write>(&self, w: &mut BackupWriter<W>) -> Result<u64> {
+    /// number of entries. A history database SQLite cannot read is `HistoryDamaged`, named as
+    /// such: the backup being written is not what is wrong.
+    pub fn export_trees<W: Write>(
+        &self,
+        w: &mut BackupWriter<W>,
+    ) -> std::result::Result<u64, BackupError> {
         let t = self.t()?;
         let mut entries = 0;
         for name in t.db.tree_names() {
             if HISTORY_TREES.contains(&name.as_ref()) {
                 continue;
             }
-            let tree = t.db.open_tree(&name)?;
+            let tree = t.db.open_tree(&name).map_err(StoreError::from)?;
             w.tree(&name).map_err(io_store)?;
             for item in tree.iter() {
-                let (k, v) = item?;
+                let (k, v) = item.map_err(StoreError::from)?;
                 w.entry(&k, &v).map_err(io_store)?;
                 entries += 1;
             }
@@ -349,18 +357,30 @@ impl Store {
         // The history database, as layout 1 kept it in sled: one message per entry.
         w.tree(b"messages").map_err(io_store)?;
         let mut uses = Vec::new();
-        let applied = t.hist.export(
-            |lane, seq, m| {
-                let key = super::history::message_key(lane, seq);
-                w.entry(&key, &super::to_json(m)).map_err(io_store)?;
-                entries += 1;
-                Ok(())
-            },
-            |media, message| {
-                uses.push([media.as_bytes(), &[0], message.as_bytes()].concat());
-                Ok(())
-            },
-        )?;
+        let applied = t
+            .hist
+            .export(
+                |lane, seq, m| {
+                    let key = super::history::message_key(lane, seq);
+                    w.entry(&key, &super::to_json(m)).map_err(io_store)?;
+                    entries += 1;
+                    Ok(())
+                },
+                |media, message| {
+                    uses.push([media.as_bytes(), &[0], message.as_bytes()].concat());
+                    Ok(())
+                },
+            )
+            .map_err(|e| match e {
+                // Errors of the writer are sled-wrapped I/O; SQLite's own are the history's.
+                e @ (StoreError::History(_) | StoreError::Corrupt { .. }) => {
+                    BackupError::HistoryDamaged {
+                        file: super::sql::history_path(self.dir()).display().to_string(),
+                        detail: e.to_string(),
+                    }
+                }
+                other => other.into(),
+            })?;
         w.tree(b"media_uses").map_err(io_store)?;
         for k in uses {
             w.entry(&k, &[]).map_err(io_store)?;
