@@ -518,7 +518,9 @@ async fn a_history_damaged_after_start_is_named_by_backup_and_degrades_the_gatew
     );
     let status = status_text(data.path());
     assert!(
-        status.contains("Gateway: degraded") && status.contains("history database"),
+        status.contains("Gateway: degraded")
+            && status.contains("the history database")
+            && status.contains("history.sqlite3 is damaged or unreadable"),
         "{status}"
     );
     drop(c);
