@@ -288,7 +288,10 @@ impl Web {
 
 /// A backup file written here, to the format of `src/store/backup.rs`: trees of entries and
 /// media files, with a valid checksum.
-fn craft_backup(trees: &[(&str, Vec<(Vec<u8>, Vec<u8>)>)], media: &[Vec<u8>]) -> Vec<u8> {
+/// A tree's name and its entries (key, value).
+type Tree<'a> = (&'a str, Vec<(Vec<u8>, Vec<u8>)>);
+
+fn craft_backup(trees: &[Tree<'_>], media: &[Vec<u8>]) -> Vec<u8> {
     use sha2::{Digest, Sha256};
     let header = json!({
         "format": 1, "gateway_version": "0.1.0", "layout_version": 3, "cursor_head": 0,

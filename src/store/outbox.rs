@@ -148,7 +148,7 @@ impl Store {
 /// hold no frame, so they do not count.
 fn keep_from(head: u64, retain: u64, gaps: &[CursorGap]) -> u64 {
     let mut sorted = gaps.to_vec();
-    sorted.sort_by(|a, b| b.to.cmp(&a.to));
+    sorted.sort_by_key(|g| std::cmp::Reverse(g.to));
     // Walking down from the head, counting the cursors that hold frames.
     let (mut pos, mut needed) = (head, retain);
     for g in sorted {
