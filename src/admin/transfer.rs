@@ -263,10 +263,10 @@ pub(super) async fn receive(
         if written > limit {
             return Err(Refusal::TooLarge);
         }
-        // At the first bytes too: a small upload must not eat the store's reserve either.
+        // From the first bytes on: a small upload must not eat the store's reserve either.
         if checked == 0 || written - checked >= DISK_CHECK_EVERY {
             hub.store()
-                .disk_ok(DISK_CHECK_EVERY)
+                .disk_ok(DISK_CHECK_EVERY.min(written))
                 .map_err(|e| Refusal::Unavailable(format!("no room for the upload: {e}")))?;
             checked = written;
         }
