@@ -118,13 +118,32 @@ impl Post<'_> {
         if let Err(e) = owner::check_new(new) {
             return bad(&e.to_string());
         }
+        // The same passphrase as at sign-in, so the same count: a session (an unlocked
+        // browser left alone) must not buy guesses at a secret that outlives it. Counted as
+        // it begins, as at sign-in.
+        let begun = admin
+            .signin
+            .borrow_mut()
+            .begin(self.peer.ip(), Instant::now());
+        let attempt = match begun {
+            Ok(a) => a,
+            Err(limited) => {
+                let (n, secs) = limited_notice(limited, self.peer, "passphrase change");
+                let mut reply = self.show(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Owner",
+                    "/admin/owner",
+                    pages::owner(self.csrf, &Notice::Bad(&n)),
+                )?;
+                retry_after(&mut reply, secs);
+                return Ok(reply);
+            }
+        };
         if !verify(admin, owner, form.get("current")).await {
-            admin
-                .signin
-                .borrow_mut()
-                .fail(self.peer.ip(), Instant::now());
+            info!(peer = %self.peer, "admin page: wrong current passphrase in a change");
             return bad("The current passphrase is not right.");
         }
+        admin.signin.borrow_mut().succeeded(attempt, Instant::now());
         let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();

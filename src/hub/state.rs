@@ -160,14 +160,29 @@ pub(super) struct Hook {
 }
 
 /// The hub's automation state (`Hub::automation`).
-#[derive(Default)]
 pub(super) struct Automation {
     pub(super) hooks: Vec<Hook>,
     /// When the webhook requests admitted within the last minute arrived, oldest first.
     pub(super) admitted: VecDeque<Instant>,
+    /// Wrong webhook tokens per source address (`guessing.rs`).
+    pub(super) bad_tokens: GuessLimiter<{ super::automation::WEBHOOK_FAILURE_TABLE }>,
     /// Held while an automation channel is looked up and maybe created, so two posts arriving
     /// together cannot both create it.
     pub(super) directory: Rc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Automation {
+    fn default() -> Automation {
+        Automation {
+            hooks: Vec::new(),
+            admitted: VecDeque::new(),
+            bad_tokens: GuessLimiter::new(
+                super::automation::WEBHOOK_FAILURES_PER_MINUTE,
+                Instant::now(),
+            ),
+            directory: Rc::default(),
+        }
+    }
 }
 
 impl Hub {
