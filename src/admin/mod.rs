@@ -7,6 +7,7 @@
 //!   counter as the hello gate (`guessing.rs`: no reset by a success), each attempt counted
 //!   before its hash runs so attempts sent together cannot all be checked; the
 //!   change-passphrase form shares that count;
+//! - the agent key and the ntfy token go only to the address they were saved for (`forms.rs`);
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
