@@ -26,7 +26,7 @@ use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
 use super::errors::CommitError;
-use super::state::{gateway_message, Hook, Hub};
+use super::state::{gateway_message, Hook, Hub, WEBHOOK_FAILURES_PER_MINUTE};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::shutdown::{Listener, Shutdown};
@@ -115,13 +115,6 @@ pub const CLOCK_STEP: Duration = Duration::from_secs(60);
 const NOTIFICATION_BODY_CHARS: usize = 200;
 /// Longest notification title taken from a webhook's JSON `title`.
 const MAX_TITLE_CHARS: usize = 200;
-/// Wrong (or missing) webhook tokens accepted from one address (IPv6: one /64) a minute; past
-/// it, that address's webhook requests get 429 before their token is looked at. A token has at
-/// least [`MIN_TOKEN_CHARS`] characters, but the owner may choose a weak one.
-pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
-/// Addresses whose wrong tokens are counted one by one; past them, the rest share one count, so
-/// at most 33 × [`WEBHOOK_FAILURES_PER_MINUTE`] guesses a minute from any number of addresses.
-pub const WEBHOOK_FAILURE_TABLE: usize = 32;
 /// The rate window of `limits.webhooks_per_minute`.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
