@@ -303,6 +303,28 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_saved_token_means_no_credentials_at_all() {
+        let mut config: Config = toml::from_str(
+            "[push]\nntfy_server = \"http://old\"\nntfy_token_file = \"/t\"\n\
+             ntfy_user = \"u\"\nntfy_password = \"p\"\n",
+        )
+        .unwrap();
+        let saved = Settings {
+            push: PushSettings {
+                ntfy_server: Some("http://new".into()),
+                ntfy_token: Some(Hidden(String::new())),
+                ..PushSettings::default()
+            },
+            ..Settings::default()
+        };
+        saved.apply(&mut config);
+        let p = &config.push;
+        assert_eq!(p.ntfy_server, "http://new");
+        assert!(p.ntfy_token.is_none() && p.ntfy_token_file.is_none());
+        assert!(p.ntfy_user.is_none() && p.ntfy_password.is_none());
+    }
+
+    #[test]
     fn a_broken_file_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(path(dir.path()), "[agent]\nbogus = 1\n").unwrap();
