@@ -15,6 +15,13 @@
 //! that got in from it is still judged by its own count while strangers who rotate addresses
 //! share the overflow count and run it out.
 //!
+//! An attempt is counted when it begins, not when it turns out wrong ([`GuessLimiter::begin`]):
+//! a door that checks its secret off the event loop (the admin passphrase, an Argon2 hash that
+//! takes a second) would otherwise let every attempt sent at once pass the check before the
+//! first failure was counted. Only a success gives its own attempt back
+//! ([`GuessLimiter::succeeded`]), and only within the minute it was counted in; an attempt that
+//! is dropped unanswered (the client went away mid-check) stays counted.
+//!
 //! Used from the event loop only; callers wrap it in a `RefCell`.
 
 use std::net::{IpAddr, Ipv6Addr};
@@ -88,6 +95,27 @@ impl Count {
     fn retry_after(&self, now: Instant) -> Duration {
         WINDOW.saturating_sub(now.saturating_duration_since(self.since))
     }
+
+    /// Gives back one attempt counted in the minute that began at `since`; a count that has
+    /// started a new minute since owes nothing.
+    fn give_back(&mut self, since: Instant) {
+        if self.since == since {
+            self.failures = self.failures.saturating_sub(1);
+        }
+    }
+}
+
+/// One attempt, counted as a failure from the moment it began ([`GuessLimiter::begin`]). Pass
+/// it to [`GuessLimiter::succeeded`] or [`GuessLimiter::cancel`] to give it back; dropping it
+/// (a wrong secret, or an attempt abandoned half-way) leaves it counted.
+#[derive(Debug)]
+#[must_use = "an attempt is counted as a failure unless it is given back"]
+pub struct Attempt {
+    key: IpAddr,
+    /// Counted in the overflow count, not the address's own.
+    shared: bool,
+    /// Which minute of that count it was counted in.
+    since: Instant,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -144,12 +172,46 @@ impl<const N: usize> GuessLimiter<N> {
         }
     }
 
-    /// Counts a failed attempt from `ip`.
-    pub fn fail(&mut self, ip: IpAddr, now: Instant) {
+    /// Checks `ip` and, if it may try, counts the attempt as a failure at once, before its
+    /// secret is looked at: however many attempts are in flight together, at most the limit
+    /// are ever checked. The check and the count happen without an await in between.
+    pub fn begin(&mut self, ip: IpAddr, now: Instant) -> Result<Attempt, Limited> {
+        self.check(ip, now)?;
+        let (shared, since) = self.fail(ip, now);
+        Ok(Attempt {
+            key: address_key(ip),
+            shared,
+            since,
+        })
+    }
+
+    /// The attempt's secret was right: the attempt is given back (it was no guess), and the
+    /// address is known good for a day. Earlier failures stay counted.
+    pub fn succeeded(&mut self, attempt: Attempt, now: Instant) {
+        self.give_back(&attempt);
+        self.succeed(attempt.key, now);
+    }
+
+    /// The attempt never reached its secret (a bad form, the store unavailable): given back.
+    pub fn cancel(&mut self, attempt: Attempt) {
+        self.give_back(&attempt);
+    }
+
+    fn give_back(&mut self, attempt: &Attempt) {
+        if attempt.shared {
+            self.overflow.give_back(attempt.since);
+        } else if let Some(e) = self.entries.get_mut(&attempt.key) {
+            e.count.give_back(attempt.since);
+        }
+    }
+
+    /// Counts a failed attempt from `ip`: in its own count (`false`) or the shared one
+    /// (`true`), and since when that count runs.
+    fn fail(&mut self, ip: IpAddr, now: Instant) -> (bool, Instant) {
         let key = address_key(ip);
         if let Some(e) = self.entries.get_mut(&key) {
             e.count.add(now);
-            return;
+            return (false, e.count.since);
         }
         if self.make_room(now, false) {
             let entry = Entry {
@@ -157,13 +219,15 @@ impl<const N: usize> GuessLimiter<N> {
                 good_until: None,
             };
             let _ = self.entries.insert(key, entry);
+            (false, now)
         } else {
             self.overflow.add(now);
+            (true, self.overflow.since)
         }
     }
 
     /// Records a success from `ip`: its count stays, it is known good for a day.
-    pub fn succeed(&mut self, ip: IpAddr, now: Instant) {
+    fn succeed(&mut self, ip: IpAddr, now: Instant) {
         let key = address_key(ip);
         let good_until = Some(now + KNOWN_GOOD_FOR);
         if let Some(e) = self.entries.get_mut(&key) {
@@ -326,6 +390,50 @@ mod tests {
         assert_eq!(g.len(), 2);
         assert!(g.check(v4(1), t1).is_err(), "the live count is kept");
         assert_eq!(g.check(v4(3), t1), Ok(()));
+    }
+
+    #[test]
+    fn attempts_in_flight_together_are_counted_as_they_begin() {
+        let t0 = Instant::now();
+        let mut g = GuessLimiter::<4>::new(3, t0);
+        // Sixteen begun before any is answered: three get through.
+        let begun: Vec<_> = (0..16).filter_map(|_| g.begin(v4(1), t0).ok()).collect();
+        assert_eq!(begun.len(), 3);
+        // One of them was right: it gives its own attempt back, no more.
+        let mut begun = begun.into_iter();
+        g.succeeded(begun.next().unwrap(), t0);
+        drop(begun);
+        let again = g
+            .begin(v4(1), t0)
+            .expect("the success's attempt was given back");
+        assert!(
+            g.begin(v4(1), t0).is_err(),
+            "the two wrong ones still count"
+        );
+        drop(again);
+        // A cancelled attempt is given back too; one from an earlier minute gives nothing back.
+        let t1 = t0 + WINDOW;
+        let late = g.begin(v4(2), t0).unwrap();
+        let now = g.begin(v4(2), t1).unwrap();
+        g.cancel(late);
+        let _ = g.begin(v4(2), t1).unwrap();
+        let _ = g.begin(v4(2), t1).unwrap();
+        assert!(
+            g.begin(v4(2), t1).is_err(),
+            "{now:?} and two more are the minute's three"
+        );
+    }
+
+    #[test]
+    fn attempts_from_many_addresses_at_once_stay_within_the_bound() {
+        let t0 = Instant::now();
+        const CAP: usize = 4;
+        let mut g = GuessLimiter::<CAP>::new(2, t0);
+        let begun: Vec<_> = (0..100)
+            .flat_map(|n| (0..5).map(move |_| n))
+            .filter_map(|n| g.begin(v4(n), t0).ok())
+            .collect();
+        assert_eq!(begun.len(), (CAP + 1) * 2);
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! The file holds the agent key and the ntfy token as typed, so it is written mode 0600
 //! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
 //! fsync, rename), and nothing in it is ever shown back on a page or logged ([`Hidden`]).
+//!
+//! A saved secret that is empty means "none": the page saves it so when the owner points the
+//! agent or push at a new address without typing a new secret, so the old address's secret
+//! (saved, or from the config file) is never sent to the new one.
 
 use std::path::{Path, PathBuf};
 
@@ -120,8 +124,15 @@ impl Settings {
             config.push.ntfy_server = v.clone();
         }
         if let Some(v) = &p.ntfy_token {
-            config.push.ntfy_token = Some(v.0.clone());
+            // Empty: saved when the page moved push to a new server without a token, so no
+            // credentials at all, not even the config file's user and password, which were
+            // given for the old server.
+            config.push.ntfy_token = (!v.0.is_empty()).then(|| v.0.clone());
             config.push.ntfy_token_file = None;
+            if v.0.is_empty() {
+                config.push.ntfy_user = None;
+                config.push.ntfy_password = None;
+            }
         }
         if let Some(v) = &p.content {
             config.push.content = v.clone();
@@ -289,6 +300,28 @@ mod tests {
         assert_eq!(source("push.backend"), Source::Default);
         let key = rows.iter().find(|r| r.key == "agent.key").unwrap();
         assert_eq!(key.value, "(set)");
+    }
+
+    #[test]
+    fn an_empty_saved_token_means_no_credentials_at_all() {
+        let mut config: Config = toml::from_str(
+            "[push]\nntfy_server = \"http://old\"\nntfy_token_file = \"/t\"\n\
+             ntfy_user = \"u\"\nntfy_password = \"p\"\n",
+        )
+        .unwrap();
+        let saved = Settings {
+            push: PushSettings {
+                ntfy_server: Some("http://new".into()),
+                ntfy_token: Some(Hidden(String::new())),
+                ..PushSettings::default()
+            },
+            ..Settings::default()
+        };
+        saved.apply(&mut config);
+        let p = &config.push;
+        assert_eq!(p.ntfy_server, "http://new");
+        assert!(p.ntfy_token.is_none() && p.ntfy_token_file.is_none());
+        assert!(p.ntfy_user.is_none() && p.ntfy_password.is_none());
     }
 
     #[test]

@@ -1293,3 +1293,220 @@ async fn push_settings_saved_from_the_page_apply_after_a_restart_from_the_page()
     let report: Value = serde_json::from_slice(&out.stdout).expect("status --json");
     assert_eq!(report["push"], "ntfy", "{report}");
 }
+
+/// A request line and its `Authorization` header, if any.
+type Seen = (String, Option<String>);
+
+/// A fake HTTP server (agent or ntfy) that answers `200` with an empty model list to anything
+/// and records each request line with its `Authorization` header, if any.
+struct Recorder {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Recorder {
+    fn start() -> Recorder {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the recorder");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                let (mut length, mut auth) = (0usize, None);
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    let (name, value) = h.split_once(':').unwrap_or((&h, ""));
+                    match name.trim().to_ascii_lowercase().as_str() {
+                        "content-length" => length = value.trim().parse().unwrap_or(0),
+                        "authorization" => auth = Some(value.trim().to_owned()),
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                log.lock().unwrap().push((line.trim().to_owned(), auth));
+                let answer = br#"{"object":"list","data":[]}"#;
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        answer.len()
+                    )
+                    .as_bytes(),
+                );
+                let _ = stream.write_all(answer);
+            }
+        });
+        Recorder { url, seen }
+    }
+
+    /// Takes what was recorded so far.
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
+    /// Waits (bounded) for a request, and takes what was recorded.
+    async fn wait(&self) -> Vec<Seen> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while self.seen.lock().unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no request reached {}",
+                self.url
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.take()
+    }
+}
+
+/// Posts the agent form (Save or Test connection) for the OpenAI-compatible backend.
+async fn agent_form(web: &mut Web, csrf: &str, path: &str, url: String, key: &str) -> Reply {
+    let r = web
+        .post(
+            path,
+            &[
+                ("csrf", csrf),
+                ("backend", "openai"),
+                ("url", &url),
+                ("model", "m"),
+                ("key", key),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r
+}
+
+/// Saves push settings, restarts from the page (the `n`th start), signs in again and sends
+/// a test push to `device`.
+async fn push_round(
+    web: &mut Web,
+    gw: &Gateway,
+    n: usize,
+    server: &str,
+    token: &str,
+    device: &str,
+) {
+    let csrf = web.csrf().await;
+    let saved = web
+        .post(
+            "/admin/push",
+            &[
+                ("csrf", &csrf),
+                ("backend", "ntfy"),
+                ("ntfy_server", server),
+                ("ntfy_token", token),
+                ("content", "title"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{saved:?}");
+    assert_eq!(
+        web.post("/admin/restart", &[("csrf", &csrf)]).await.status,
+        200
+    );
+    web.addr = nth_listening(gw, n).await;
+    web.jar.clear();
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let r = web
+        .post(
+            "/admin/push/test",
+            &[("csrf", &csrf), ("device_id", device)],
+        )
+        .await;
+    assert!(r.body.contains("Test push queued"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_saved_agent_key_goes_only_to_the_url_it_was_saved_for() {
+    let (a, b) = (Recorder::start(), Recorder::start());
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let w = &mut web;
+    let saved = agent_form(w, &csrf, "/admin/agent", a.url.clone(), "sk-for-a").await;
+    assert!(saved.body.contains("Saved"), "{}", saved.body);
+    // Its own URL, the key field left empty: the saved key goes with it.
+    agent_form(w, &csrf, "/admin/agent/test", a.url.clone(), "").await;
+    let to_a = a.wait().await;
+    assert!(
+        to_a.iter()
+            .all(|(_, auth)| auth.as_deref() == Some("Bearer sk-for-a")),
+        "{to_a:?}"
+    );
+    // A new URL with the field empty: no key, for a test and for a save.
+    agent_form(w, &csrf, "/admin/agent/test", b.url.clone(), "").await;
+    let to_b = b.wait().await;
+    assert!(
+        to_b.iter().all(|(_, auth)| auth.is_none()),
+        "the key went to a URL it was not saved for: {to_b:?}"
+    );
+    let moved = agent_form(w, &csrf, "/admin/agent", b.url.clone(), "").await;
+    assert!(moved.body.contains("No key is saved"), "{}", moved.body);
+    let settings = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
+    assert!(!settings.contains("sk-for-a"), "{settings}");
+    agent_form(w, &csrf, "/admin/agent/test", b.url.clone(), "").await;
+    let to_b = b.wait().await;
+    assert!(to_b.iter().all(|(_, auth)| auth.is_none()), "{to_b:?}");
+    // Nor does it come back with the old URL.
+    agent_form(w, &csrf, "/admin/agent/test", a.url.clone(), "").await;
+    let to_a = a.wait().await;
+    assert!(to_a.iter().all(|(_, auth)| auth.is_none()), "{to_a:?}");
+    // A key typed with the new URL goes to it.
+    agent_form(w, &csrf, "/admin/agent/test", b.url.clone(), "sk-for-b").await;
+    let to_b = b.wait().await;
+    assert!(
+        to_b.iter()
+            .all(|(_, auth)| auth.as_deref() == Some("Bearer sk-for-b")),
+        "{to_b:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_saved_ntfy_token_goes_only_to_the_server_it_was_saved_for() {
+    let (a, b) = (Recorder::start(), Recorder::start());
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.claim(PASSPHRASE).await.status, 200);
+    let p = pair(dir.path(), "phone");
+    let mut c = Client::open(&gw.url).await;
+    let id = c.next_id();
+    c.send(json!({ "v": 1, "type": "hello", "id": id, "payload": {
+        "token": p.token, "device_id": p.device_id, "device_name": "iris-test",
+        "ntfy_topic": "iris-guard-test" } }))
+        .await;
+    let ack = c
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(frame_type(&ack), "hello.ack", "{ack}");
+    c.close().await;
+
+    push_round(&mut web, &gw, 2, &a.url, "tok-for-a", &p.device_id).await;
+    let to_a = a.wait().await;
+    assert!(
+        to_a.iter()
+            .all(|(_, auth)| auth.as_deref() == Some("Bearer tok-for-a")),
+        "{to_a:?}"
+    );
+    // A new server with the token field empty: the old server's token is not sent to it.
+    push_round(&mut web, &gw, 3, &b.url, "", &p.device_id).await;
+    let to_b = b.wait().await;
+    assert!(
+        to_b.iter().all(|(_, auth)| auth.is_none()),
+        "the token went to a server it was not saved for: {to_b:?}"
+    );
+    assert!(a.take().is_empty());
+}

@@ -118,13 +118,32 @@ impl Post<'_> {
         if let Err(e) = owner::check_new(new) {
             return bad(&e.to_string());
         }
+        // The same passphrase as at sign-in, so the same count: a session (an unlocked
+        // browser left alone) must not buy guesses at a secret that outlives it. Counted as
+        // it begins, as at sign-in.
+        let begun = admin
+            .signin
+            .borrow_mut()
+            .begin(self.peer.ip(), Instant::now());
+        let attempt = match begun {
+            Ok(a) => a,
+            Err(limited) => {
+                let (n, secs) = limited_notice(limited, self.peer, "passphrase change");
+                let mut reply = self.show(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Owner",
+                    "/admin/owner",
+                    pages::owner(self.csrf, &Notice::Bad(&n)),
+                )?;
+                retry_after(&mut reply, secs);
+                return Ok(reply);
+            }
+        };
         if !verify(admin, owner, form.get("current")).await {
-            admin
-                .signin
-                .borrow_mut()
-                .fail(self.peer.ip(), Instant::now());
+            info!(peer = %self.peer, "admin page: wrong current passphrase in a change");
             return bad("The current passphrase is not right.");
         }
+        admin.signin.borrow_mut().succeeded(attempt, Instant::now());
         let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
@@ -242,6 +261,9 @@ impl Post<'_> {
                 "the token is over {MAX_KEY_BYTES} bytes"
             )));
         }
+        // The server the saved (or configured) credentials were given for, before this form.
+        let mut before = admin.config.borrow().clone();
+        saved.apply(&mut before);
         saved.push.backend = Some(backend.to_owned());
         saved.push.content = Some(content.to_owned());
         if !server.is_empty() {
@@ -249,6 +271,20 @@ impl Post<'_> {
         }
         if !token.is_empty() {
             saved.push.ntfy_token = Some(Hidden(token.to_owned()));
+        } else if !server.is_empty()
+            && !admin.pinned.contains("push.ntfy_server")
+            && !same_server(server, &before.push.ntfy_server)
+        {
+            // As for the agent key: credentials go only to the server they were given for.
+            // An empty saved token means none at all (`Settings::apply`).
+            if admin.pinned.contains("push.ntfy_token") {
+                return Err(Refusal::BadInput(
+                    "the ntfy token is set by a command-line flag for the current server; it \
+                     is not sent to a new one: change the server where the token is set"
+                        .into(),
+                ));
+            }
+            saved.push.ntfy_token = Some(Hidden(String::new()));
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         info!(peer = %self.peer, "admin page: push settings saved (they apply at the next start)");
@@ -288,6 +324,11 @@ impl Post<'_> {
             ),
         )
     }
+}
+
+/// Two server URLs name the same server (a trailing `/` aside).
+fn same_server(a: &str, b: &str) -> bool {
+    a.trim().trim_end_matches('/') == b.trim().trim_end_matches('/')
 }
 
 /// At most 64 characters of something a client sent, for a message.
@@ -332,9 +373,10 @@ pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Set
     saved.agent.backend = Some(backend.to_owned());
     saved.agent.url = Some(url.to_owned());
     saved.agent.model = Some(model.to_owned());
+    let typed = !key.is_empty();
     if form.get("clear_key") == "1" {
         saved.agent.key = Some(Hidden(String::new()));
-    } else if !key.is_empty() {
+    } else if typed {
         saved.agent.key = Some(Hidden(key.trim().to_owned()));
     }
     let old = admin.config.borrow().clone();
@@ -352,6 +394,21 @@ pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Set
             "agent.model" => config.agent.model = old.agent.model.clone(),
             _ => {}
         }
+    }
+    // A key was given for one address: a new address with the key field left empty gets no
+    // key, for a test as for a save, or a typo'd or hostile URL would receive it. The saved
+    // key is dropped, not kept for later, so it can never follow the URL afterwards either.
+    if !typed && config.agent.base_url() != old.agent.base_url() {
+        if admin.pinned.contains("agent.key") {
+            return Err(Refusal::BadInput(
+                "the agent key is set by a command-line flag for the current URL; it is not \
+                 sent to a new one: change the URL where the key is set"
+                    .into(),
+            ));
+        }
+        saved.agent.key = Some(Hidden(String::new()));
+        config.agent.key = crate::config::Secret(String::new());
+        config.agent.key_file = None;
     }
     Ok((config, saved))
 }

@@ -4,7 +4,10 @@
 //! It is a door into the house, so (docs/security.md, "The admin page"):
 //! - the passphrase is kept only as an Argon2id hash (`owner.rs`), checked on a blocking thread
 //!   one at a time, and wrong ones are limited per address and in all by the same rotation-proof
-//!   counter as the hello gate (`guessing.rs`: no reset by a success);
+//!   counter as the hello gate (`guessing.rs`: no reset by a success), each attempt counted
+//!   before its hash runs so attempts sent together cannot all be checked; the
+//!   change-passphrase form shares that count;
+//! - the agent key and the ntfy token go only to the address they were saved for (`forms.rs`);
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
@@ -401,29 +404,9 @@ async fn sign_in(
     peer: SocketAddr,
     secure: bool,
 ) -> Reply {
-    // Refused before the passphrase is looked at (or even read).
+    // Refused before the passphrase is read, when the limit is already spent.
     if let Err(limited) = admin.signin.borrow().check(peer.ip(), Instant::now()) {
-        let whose = if limited.shared {
-            "from too many addresses at once"
-        } else {
-            "from this address"
-        };
-        let secs = limited.retry_after.as_secs().max(1);
-        info!(%peer, "admin page: sign-in refused, over limits.admin_signin_failures_per_minute");
-        let n = format!(
-            "Too many wrong passphrases {whose} (limits.admin_signin_failures_per_minute). \
-             Try again in {secs} s."
-        );
-        let mut reply = signin_page(
-            admin,
-            StatusCode::TOO_MANY_REQUESTS,
-            &Notice::Bad(&n),
-            secure,
-        );
-        reply
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        return reply;
+        return signin_limited(admin, limited, peer, secure);
     }
     let pre = session::cookie(req.headers(), session::PRE_COOKIE).map(str::to_owned);
     let form = match read_form(admin, req).await {
@@ -433,8 +416,14 @@ async fn sign_in(
     if !pre.is_some_and(|p| session::same(&p, form.get("pre"))) {
         return refused(admin, Refusal::BadCsrf, secure);
     }
+    // Counted now, before the hash: attempts in flight together are counted as they begin,
+    // so no more than the limit ever reach `verify` (`guessing.rs`).
+    let begun = admin.signin.borrow_mut().begin(peer.ip(), Instant::now());
+    let attempt = match begun {
+        Ok(a) => a,
+        Err(limited) => return signin_limited(admin, limited, peer, secure),
+    };
     if !verify(admin, owner, form.get("passphrase")).await {
-        admin.signin.borrow_mut().fail(peer.ip(), Instant::now());
         info!(%peer, "admin page: wrong passphrase");
         return signin_page(
             admin,
@@ -443,7 +432,7 @@ async fn sign_in(
             secure,
         );
     }
-    admin.signin.borrow_mut().succeed(peer.ip(), Instant::now());
+    admin.signin.borrow_mut().succeeded(attempt, Instant::now());
     info!(%peer, "admin page: owner signed in");
     let id = admin
         .sessions
@@ -458,6 +447,50 @@ async fn sign_in(
         ],
     );
     reply
+}
+
+/// What a refusal by the passphrase limit says: why, and when to try again (`Retry-After`).
+/// The page is for the owner, so it names no config key; the log line does.
+fn limited_notice(
+    limited: crate::guessing::Limited,
+    peer: SocketAddr,
+    door: &str,
+) -> (String, u64) {
+    let whose = if limited.shared {
+        "from too many addresses at once"
+    } else {
+        "from this address"
+    };
+    let secs = limited.retry_after.as_secs().max(1);
+    info!(%peer, "admin page: {door} refused, over limits.admin_signin_failures_per_minute");
+    let n = format!(
+        "Too many wrong passphrases {whose}. For safety, passphrases are not checked for a \
+         while: try again in {secs} s."
+    );
+    (n, secs)
+}
+
+fn signin_limited(
+    admin: &Admin,
+    limited: crate::guessing::Limited,
+    peer: SocketAddr,
+    secure: bool,
+) -> Reply {
+    let (n, secs) = limited_notice(limited, peer, "sign-in");
+    let mut reply = signin_page(
+        admin,
+        StatusCode::TOO_MANY_REQUESTS,
+        &Notice::Bad(&n),
+        secure,
+    );
+    retry_after(&mut reply, secs);
+    reply
+}
+
+fn retry_after(reply: &mut Reply, secs: u64) {
+    reply
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
 /// The signed-in pages (GET): each renders fresh state, nothing is cached.

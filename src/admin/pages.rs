@@ -350,7 +350,7 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
         )
     };
     let key_note = if v.key_set {
-        "A key is saved (it is never shown). Type a new one to replace it."
+        "A key is saved (it is never shown). Type a new one to replace it. A key goes only to the URL it was saved with: a new URL with this field empty gets no key."
     } else {
         "No key is saved."
     };
@@ -427,7 +427,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
         )
     };
     let token_note = if v.token_set {
-        "A token is saved (never shown). Type a new one to replace it."
+        "A token is saved (never shown). Type a new one to replace it. A token goes only to the server it was saved with: a new server with this field empty gets none."
     } else {
         "No token is saved."
     };

@@ -63,7 +63,7 @@ fn hook_status(e: &HookError) -> StatusCode {
         HookError::NotFound => StatusCode::NOT_FOUND,
         HookError::Unauthorized => StatusCode::UNAUTHORIZED,
         HookError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-        HookError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        HookError::RateLimited { .. } | HookError::Guessing { .. } => StatusCode::TOO_MANY_REQUESTS,
         HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
         HookError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -467,7 +467,7 @@ fn with_allow(mut reply: Reply, methods: &'static str) -> Reply {
 /// `POST /hooks/<name>`: 404 unknown name, 401 bad token, 413 too large (announced or read),
 /// 429 over the rate, 400 unusable body, 202 `{"message_id"}` once the message is durable.
 async fn webhook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>, peer: SocketAddr) -> Reply {
-    let result = post_hook(hub, name, req).await;
+    let result = post_hook(hub, name, req, peer).await;
     let shown: String = name.chars().take(64).collect();
     match result {
         Ok(message_id) => {
@@ -486,7 +486,10 @@ async fn webhook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>, peer: Socket
                 HookError::Unauthorized => {
                     h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 }
-                HookError::RateLimited { retry_after_secs } => {
+                HookError::RateLimited { retry_after_secs }
+                | HookError::Guessing {
+                    retry_after_secs, ..
+                } => {
                     h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
                 }
                 _ => {}
@@ -496,7 +499,12 @@ async fn webhook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>, peer: Socket
     }
 }
 
-async fn post_hook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>) -> Result<String, HookError> {
+async fn post_hook(
+    hub: &Rc<Hub>,
+    name: &str,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<String, HookError> {
     let limit = hub.limits().max_webhook_bytes;
     // Content-Length when the request has one; a chunked body is counted while it is read.
     let announced = req.body().size_hint().lower();
@@ -504,7 +512,7 @@ async fn post_hook(hub: &Rc<Hub>, name: &str, req: Request<Incoming>) -> Result<
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let channel = hub.webhook_admit(name, authorization, announced)?;
+    let channel = hub.webhook_admit(name, authorization, announced, peer.ip())?;
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)

@@ -18,6 +18,7 @@
 //! missed runs is ever replayed; a job due in normal time fires once, and its next run is
 //! computed from then.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
 use super::errors::CommitError;
-use super::state::{gateway_message, Hook, Hub};
+use super::state::{gateway_message, Hook, Hub, WEBHOOK_FAILURES_PER_MINUTE};
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
 use crate::shutdown::{Listener, Shutdown};
@@ -44,6 +45,9 @@ pub enum HookError {
     TooLarge(String),
     /// 429: over `limits.webhooks_per_minute`; retry after this many seconds.
     RateLimited { retry_after_secs: u64 },
+    /// 429: over [`WEBHOOK_FAILURES_PER_MINUTE`] wrong tokens from this address (or, `shared`,
+    /// from too many addresses at once); refused before the token is looked at.
+    Guessing { retry_after_secs: u64, shared: bool },
     /// 400: the body is not usable (not UTF-8, bad JSON, empty text).
     BadRequest(String),
     /// 503: the gateway cannot post it now (storage failing, the channel unusable).
@@ -80,6 +84,19 @@ impl HookError {
             HookError::RateLimited { retry_after_secs } => format!(
                 "too many webhook requests (limits.webhooks_per_minute); retry in {retry_after_secs} s"
             ),
+            HookError::Guessing {
+                retry_after_secs,
+                shared,
+            } => {
+                let whose = if *shared {
+                    "from too many addresses at once"
+                } else {
+                    "from this address"
+                };
+                format!(
+                    "too many wrong webhook tokens {whose} ({WEBHOOK_FAILURES_PER_MINUTE} a minute); retry in {retry_after_secs} s"
+                )
+            }
             HookError::TooLarge(m) | HookError::BadRequest(m) | HookError::Unavailable(m) => {
                 m.clone()
             }
@@ -258,31 +275,43 @@ impl Hub {
         Ok(entry)
     }
 
-    /// Admits a webhook request before its body is read: the hook exists (404), the bearer
-    /// token matches (401, compared as SHA-256 digests in constant time), the announced length
-    /// fits `limits.max_webhook_bytes` (413), and the rate is under
-    /// `limits.webhooks_per_minute` over all hooks (429; only authorised requests count).
-    /// Returns the channel name the hook posts into.
+    /// Admits a webhook request before its body is read: the hook exists (404), `ip` is under
+    /// [`WEBHOOK_FAILURES_PER_MINUTE`] wrong tokens (429, before the token is looked at), the
+    /// bearer token matches (401, compared as SHA-256 digests in constant time; counted as it
+    /// begins, `guessing.rs`), the announced length fits `limits.max_webhook_bytes` (413), and
+    /// the rate is under `limits.webhooks_per_minute` over all hooks (429; only authorised
+    /// requests count). Returns the channel name the hook posts into.
     pub fn webhook_admit(
         &self,
         name: &str,
         authorization: Option<&str>,
         announced_bytes: u64,
+        ip: IpAddr,
     ) -> Result<String, HookError> {
         let limits = &self.config.limits;
         {
             let mut a = self.automation.borrow_mut();
+            let a = &mut *a;
             let hook = a
                 .hooks
                 .iter()
                 .find(|h| h.name == name)
                 .ok_or(HookError::NotFound)?;
+            let now = Instant::now();
+            let attempt = a
+                .bad_tokens
+                .begin(ip, now)
+                .map_err(|limited| HookError::Guessing {
+                    retry_after_secs: limited.retry_after.as_secs().max(1),
+                    shared: limited.shared,
+                })?;
             let presented = authorization
                 .and_then(bearer_token)
                 .ok_or(HookError::Unauthorized)?;
             if !same_bytes(&ids::token_hash(presented), &hook.digest) {
                 return Err(HookError::Unauthorized);
             }
+            a.bad_tokens.succeeded(attempt, now);
             let channel = hook.channel.clone();
             if announced_bytes > limits.max_webhook_bytes as u64 {
                 return Err(HookError::TooLarge(format!(

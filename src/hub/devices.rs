@@ -26,30 +26,43 @@ impl Hub {
     /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
     pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
         let limit = self.config.limits.bad_hellos_per_minute;
-        if let Err(limited) = self.state.borrow().bad_hellos.check(ip, Instant::now()) {
-            let wait = limited.retry_after.as_secs().max(1);
-            let whose = if limited.shared {
-                "from too many addresses at once"
-            } else {
-                "from this address"
-            };
-            return Err(Refusal::rate_limited(format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s")));
-        }
         if self.state.borrow().shutting_down {
             return Err(Refusal::new(
                 ErrorCode::Internal,
                 "the gateway is restarting",
             ));
         }
+        // Counted as it begins (`guessing.rs`), so the count holds even if a wait ever comes
+        // between here and the answer; given back below if the token was good.
+        let begun = self.state.borrow_mut().bad_hellos.begin(ip, Instant::now());
+        let attempt = match begun {
+            Ok(a) => a,
+            Err(limited) => {
+                let wait = limited.retry_after.as_secs().max(1);
+                let whose = if limited.shared {
+                    "from too many addresses at once"
+                } else {
+                    "from this address"
+                };
+                return Err(Refusal::rate_limited(format!("too many failed hellos {whose} ({limit} per minute, limits.bad_hellos_per_minute); wait {wait} s")));
+            }
+        };
         let found = if hello.token.len() <= 256 {
-            self.store
+            match self
+                .store
                 .device_by_token_hash(&ids::token_hash(&hello.token))
-                .map_err(|e| Refusal::new(ErrorCode::Internal, e.to_string()))?
+            {
+                Ok(found) => found,
+                Err(e) => {
+                    // Not an answer about the token: the attempt is given back.
+                    self.state.borrow_mut().bad_hellos.cancel(attempt);
+                    return Err(Refusal::new(ErrorCode::Internal, e.to_string()));
+                }
+            }
         } else {
             None
         };
         let Some(mut device) = found else {
-            self.state.borrow_mut().bad_hellos.fail(ip, Instant::now());
             return Err(Refusal::auth(
                 "unknown or revoked token: pair this device again (iris-gateway pair)",
             ));
@@ -79,7 +92,7 @@ impl Hub {
         self.state
             .borrow_mut()
             .bad_hellos
-            .succeed(ip, Instant::now());
+            .succeeded(attempt, Instant::now());
         Ok(device)
     }
 

@@ -165,15 +165,36 @@ pub(super) struct Hook {
     pub(super) digest: Vec<u8>,
 }
 
+/// Wrong (or missing) webhook tokens accepted from one address (IPv6: one /64) a minute; past
+/// it, that address's webhook requests get 429 before their token is looked at. A token has at
+/// least 16 characters, but the owner may choose a weak one.
+pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
+/// Addresses whose wrong webhook tokens are counted one by one; past them, the rest share one
+/// count, so at most 33 × [`WEBHOOK_FAILURES_PER_MINUTE`] guesses a minute from any number of
+/// addresses.
+pub const WEBHOOK_FAILURE_TABLE: usize = 32;
+
 /// The hub's automation state (`Hub::automation`).
-#[derive(Default)]
 pub(super) struct Automation {
     pub(super) hooks: Vec<Hook>,
     /// When the webhook requests admitted within the last minute arrived, oldest first.
     pub(super) admitted: VecDeque<Instant>,
+    /// Wrong webhook tokens per source address (`guessing.rs`).
+    pub(super) bad_tokens: GuessLimiter<{ WEBHOOK_FAILURE_TABLE }>,
     /// Held while an automation channel is looked up and maybe created, so two posts arriving
     /// together cannot both create it.
     pub(super) directory: Rc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Automation {
+    fn default() -> Automation {
+        Automation {
+            hooks: Vec::new(),
+            admitted: VecDeque::new(),
+            bad_tokens: GuessLimiter::new(WEBHOOK_FAILURES_PER_MINUTE, Instant::now()),
+            directory: Rc::default(),
+        }
+    }
 }
 
 impl Hub {

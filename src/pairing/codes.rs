@@ -96,12 +96,16 @@ impl PageCodes {
     pub fn redeem(&self, presented: &str, ip: IpAddr) -> Result<(), Refusal> {
         let now = Instant::now();
         let mut st = self.state.borrow_mut();
-        if let Err(limited) = st.failures.check(ip, now) {
-            return Err(Refusal::RateLimited {
-                retry_after_secs: limited.retry_after.as_secs().max(1),
-                shared: limited.shared,
-            });
-        }
+        // Counted as it begins (`guessing.rs`): the check and the count are one step.
+        let attempt = match st.failures.begin(ip, now) {
+            Ok(a) => a,
+            Err(limited) => {
+                return Err(Refusal::RateLimited {
+                    retry_after_secs: limited.retry_after.as_secs().max(1),
+                    shared: limited.shared,
+                })
+            }
+        };
         let presented = normalize(presented).map(|c| digest(&c));
         let outcome = match (&presented, st.live) {
             (Some(p), Some((live, expires))) if same_digest(p, &live) => {
@@ -116,9 +120,8 @@ impl PageCodes {
             (Some(p), _) if st.spent.iter().any(|s| same_digest(p, s)) => Err(Refusal::Spent),
             _ => Err(Refusal::Wrong),
         };
-        match outcome {
-            Ok(()) => st.failures.succeed(ip, now),
-            Err(_) => st.failures.fail(ip, now),
+        if outcome.is_ok() {
+            st.failures.succeeded(attempt, now);
         }
         outcome
     }
