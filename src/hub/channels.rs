@@ -15,7 +15,7 @@ use crate::outlet::ConnId;
 use crate::protocol::{
     is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, Frame, Lane, Request,
 };
-use crate::store::Change;
+use crate::store::{purge_changes, Change};
 
 impl Hub {
     /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
@@ -350,6 +350,10 @@ impl Hub {
     }
 }
 
+/// Messages one commit of a channel's deletion removes: as many as one `message.delete` may
+/// name (`limits.max_delete_ids` by default), so either costs the event loop the same.
+const PURGE_BATCH: usize = 100;
+
 /// What an auto-thread is called when its message's first line shows nothing.
 const AUTO_THREAD_FALLBACK_NAME: &str = "Thread";
 
@@ -456,12 +460,30 @@ impl Hub {
             lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
         })
         .await;
+        // The messages go in batches of `PURGE_BATCH`, each one commit through the committer:
+        // what the event loop does per batch is bounded (the outbox frames to tombstone), the
+        // history database applies each batch on a worker, and other devices' frames are
+        // served between batches, however large the channel.
         let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
-        let media = self
+        let contents = self
             .store
-            .purge_history(chat, thread, tombstone)
-            .map_err(Refusal::internal)?
-            .1;
+            .query_lane_contents(chat.to_owned(), thread.map(str::to_owned))
+            .await
+            .map_err(Refusal::internal)?;
+        let mut media = Vec::new();
+        for batch in contents.chunks(PURGE_BATCH) {
+            let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+            media.extend(batch.iter().flat_map(|(_, m)| m.iter().cloned()));
+            self.commit(purge_changes(&ids, tombstone), None).await?;
+        }
+        // Whatever reached the lanes since they were listed goes with the directory change.
+        changes.insert(
+            0,
+            Change::PurgeHistory {
+                chat_id: chat.to_owned(),
+                thread_id: thread.map(str::to_owned),
+            },
+        );
         let reply_at = doomed.len() - 1;
         self.commit(
             changes,
