@@ -170,13 +170,14 @@ impl Hub {
         changes.push(Change::Outbox(
             Frame::message_deleted(None, &ids).outboxed(),
         ));
-        self.drop_turns_of(&ids);
-        // The files these messages reference, to collect once the messages are gone.
+        // The files these messages reference, to collect once the messages are gone (read
+        // before the turns are dropped, so nothing runs between that and the commit).
         let media = self
             .store
             .query_media_of(ids.clone())
             .await
             .unwrap_or_default();
+        self.drop_turns_of(&ids);
         self.commit(
             changes,
             Some(Origin {
