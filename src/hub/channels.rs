@@ -455,11 +455,6 @@ impl Hub {
             Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
             _ => (entry.chat_id.as_str(), None),
         };
-        // Stop the lanes' turns first, so no reply lands in a lane being emptied.
-        self.forget_lanes(|lane: &Lane| {
-            lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
-        })
-        .await;
         // The messages go in batches of `PURGE_BATCH`, each one commit through the committer:
         // what the event loop does per batch is bounded (the outbox frames to tombstone), the
         // history database applies each batch on a worker, and other devices' frames are
@@ -470,20 +465,34 @@ impl Hub {
             .query_lane_contents(chat.to_owned(), thread.map(str::to_owned))
             .await
             .map_err(Refusal::internal)?;
+        // Stop the lanes' turns before anything is deleted, so no reply lands in a lane being
+        // emptied. (Listed first: with nothing awaited between this and the last commit, a
+        // small channel's deletion answers before the abandoned turn's last frames, as it
+        // always did.)
+        self.forget_lanes(|lane: &Lane| {
+            lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
+        })
+        .await;
         let mut media = Vec::new();
-        for batch in contents.chunks(PURGE_BATCH) {
+        let mut batches = contents.chunks(PURGE_BATCH).peekable();
+        let mut last = Vec::new();
+        while let Some(batch) = batches.next() {
             let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
             media.extend(batch.iter().flat_map(|(_, m)| m.iter().cloned()));
-            self.commit(purge_changes(&ids, tombstone), None).await?;
+            if batches.peek().is_none() {
+                // The last batch rides with the directory change: a small channel is one
+                // commit, as before.
+                last = purge_changes(&ids, tombstone);
+            } else {
+                self.commit(purge_changes(&ids, tombstone), None).await?;
+            }
         }
         // Whatever reached the lanes since they were listed goes with the directory change.
-        changes.insert(
-            0,
-            Change::PurgeHistory {
-                chat_id: chat.to_owned(),
-                thread_id: thread.map(str::to_owned),
-            },
-        );
+        last.push(Change::PurgeHistory {
+            chat_id: chat.to_owned(),
+            thread_id: thread.map(str::to_owned),
+        });
+        changes.splice(0..0, last);
         let reply_at = doomed.len() - 1;
         self.commit(
             changes,
