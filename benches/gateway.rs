@@ -14,7 +14,7 @@
 //!   SIGKILL, process start to `hello.ack`, `history` and `search` over the socket, data dir
 //!   bytes per message;
 //! - queries beside other devices: another device's ping while one device sends the costliest
-//!   searches every 50 ms over 20,000 messages (5,000 with `--quick`), against an idle ping;
+//!   searches every 50 ms over 20,000 messages, against an idle ping;
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
 //!   against a plain file with the same frames and fdatasyncs;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
@@ -922,8 +922,8 @@ async fn pings_until(ws: &mut Ws, every: Duration, stop: &std::cell::Cell<bool>)
 /// character no index term has, `n ᦰ`, and the 36 one-character prefixes) every 50 ms for
 /// 6 s without waiting for the answers, against the same device's ping with nobody
 /// searching, at `stored` history messages (`--scale`). Before the query thread: 8–19 s.
-async fn query_section(opts: &Opts) {
-    let stored = if opts.quick { 5_000 } else { 20_000 };
+async fn query_section() {
+    let stored = 20_000;
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     fill(tmp.path(), stored);
     let ids = pair_devices(tmp.path(), 2);
@@ -1447,7 +1447,7 @@ async fn run(opts: Opts) {
         scale_section(&opts).await;
     }
     if opts.wants("queries") {
-        query_section(&opts).await;
+        query_section().await;
     }
     if opts.wants("turns") {
         turns_section(&opts).await;

@@ -44,7 +44,7 @@ fn text(i: usize) -> String {
 fn message(id: String, text: String, i: usize) -> HistoryMessage {
     HistoryMessage {
         message_id: id,
-        role: if i % 2 == 0 {
+        role: if i.is_multiple_of(2) {
             Role::User
         } else {
             Role::Assistant
