@@ -146,20 +146,32 @@ async fn an_old_history_is_reindexed_and_a_kill_during_it_is_finished_at_the_nex
     assert_eq!(schema(dir.path()), 1);
 
     // Killed in the middle of the re-index: after every row was indexed, before the commit.
-    let out = gateway_command()
+    let mut child = gateway_command()
         .args(["run", "--data-dir"])
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0"])
         .env("IRIS_GATEWAY_KILL_AT", "reindex")
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the gateway did not die at the re-index hook within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_eq!(
-        out.status.signal(),
+        status.signal(),
         Some(libc::SIGKILL),
-        "the gateway must die at the re-index hook: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        "the gateway must die at the re-index hook: {status:?}"
     );
     assert_eq!(
         schema(dir.path()),

@@ -25,6 +25,10 @@ pub(super) fn is_word_char(c: char) -> bool {
 
 /// `text` normalised and case-folded.
 pub fn fold(text: &str) -> String {
+    // ASCII is its own NFKC, and its case folding is its lowercase: most text, at no cost.
+    if text.is_ascii() {
+        return text.to_ascii_lowercase();
+    }
     let mut out = String::with_capacity(text.len());
     for c in text.nfkc() {
         match c {

@@ -36,7 +36,6 @@ use serde::{de::DeserializeOwned, Serialize};
 pub use check::{EXIT_DAMAGED, WITNESS_FILE};
 pub use devices::{Device, DeviceOrigin};
 pub use directory::DEFAULT_CHAT_ID;
-pub use fold::fold;
 pub use history::purge_changes;
 pub use media::MediaRecord;
 /// The history database's directory in the data dir.
@@ -708,10 +707,10 @@ impl Store {
 
     /// Runs `f` on the history database's query thread, after bringing the database up to
     /// date with the journal there (read-your-writes, as `read_history`); returns what it gave
-    /// and how long the thread spent on it. The event loop only awaits: the queue is first in
-    /// first out, and each device has at most one query in it (the hub answers a device's
-    /// frames one at a time), so one device's queries cannot keep another's waiting for more
-    /// than one of them.
+    /// and how long the thread spent on it (the device's query budget, `hub/budget.rs`). The
+    /// event loop only awaits: the queue is first in first out, and each device has at most
+    /// one query in it (the hub answers a device's frames one at a time), so one device's
+    /// queries cannot keep another's waiting for more than one of them.
     async fn query<T: Send + 'static>(
         &self,
         f: impl FnOnce(&sql::Query<'_>) -> Result<T> + Send + 'static,
@@ -720,8 +719,9 @@ impl Store {
         let store = self.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         t.hist.run(Box::new(move |q| {
-            let started = std::time::Instant::now();
             store.catch_up();
+            // Timed after the catch-up: a device pays for its query, not for others' writes.
+            let started = std::time::Instant::now();
             let r = f(q).map(|v| (v, started.elapsed()));
             let _ = tx.send(r);
         }))?;
