@@ -13,6 +13,8 @@
 //!   against 1,000 messages with an equally full outbox: idle RSS after a clean stop and after a
 //!   SIGKILL, process start to `hello.ack`, `history` and `search` over the socket, data dir
 //!   bytes per message;
+//! - queries beside other devices: another device's ping while one device sends the costliest
+//!   searches every 50 ms over 20,000 messages, against an idle ping;
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
 //!   against a plain file with the same frames and fdatasyncs;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
@@ -44,7 +46,7 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
-    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, turns, memory, sizes), for measuring one
+    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, turns, memory, sizes), for measuring one
     /// figure without waiting for the others.
     only: Option<String>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).
@@ -897,6 +899,121 @@ async fn scale_section(opts: &Opts) {
     );
 }
 
+/// Pings from one device every `every` until `stop`; the round trips.
+async fn pings_until(ws: &mut Ws, every: Duration, stop: &std::cell::Cell<bool>) -> Vec<Duration> {
+    let mut times = Vec::new();
+    let mut id = 10_000;
+    while !stop.get() {
+        let t = Instant::now();
+        id += 1;
+        ws.send(Message::text(
+            json!({"v":1,"type":"ping","id": id,"payload":{}}).to_string(),
+        ))
+        .await
+        .unwrap();
+        while recv_json(ws).await["id"] != json!(id) {}
+        times.push(t.elapsed());
+        tokio::time::sleep_until((t + every).into()).await;
+    }
+    times
+}
+
+/// Another device's ping while one device sends the costliest searches (the query with a
+/// character no index term has, `n ᦰ`, and the 36 one-character prefixes) every 50 ms for
+/// 6 s without waiting for the answers, against the same device's ping with nobody
+/// searching, at `stored` history messages (`--scale`). Before the query thread: 8–19 s.
+async fn query_section() {
+    let stored = 20_000;
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    fill(tmp.path(), stored);
+    let ids = pair_devices(tmp.path(), 2);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let mut searcher = hello(&gw.url, &ids[0], None).await;
+    let mut pinger = hello(&gw.url, &ids[1], None).await;
+    let stop = std::cell::Cell::new(false);
+    let idle = {
+        let quiet = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            stop.set(true);
+        };
+        tokio::join!(
+            quiet,
+            pings_until(&mut pinger, Duration::from_millis(100), &stop)
+        )
+        .1
+    };
+    stop.set(false);
+    let alphabet: String = ('a'..='z')
+        .chain('0'..='9')
+        .map(|c| format!("{c} "))
+        .collect();
+    let queries = ["n \u{19b0}".to_owned(), alphabet.trim().to_owned()];
+    let (busy, answered) = {
+        let search = async {
+            let end = Instant::now() + Duration::from_secs(6);
+            let (mut sent, mut answered) = (0usize, 0usize);
+            let mut next = Instant::now();
+            while Instant::now() < end || answered < sent {
+                if Instant::now() >= next && Instant::now() < end {
+                    let q = &queries[sent % 2];
+                    let f = json!({"v":1,"type":"search","id": 100 + sent,"payload":{"query": q, "limit": 20}});
+                    searcher.send(Message::text(f.to_string())).await.unwrap();
+                    sent += 1;
+                    next += Duration::from_millis(50);
+                }
+                let until = if Instant::now() < end {
+                    next
+                } else {
+                    Instant::now() + Duration::from_secs(30)
+                };
+                if let Ok(Some(Ok(Message::Text(t)))) =
+                    tokio::time::timeout_at(until.into(), searcher.next()).await
+                {
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    if v["type"] == "search.results" || v["type"] == "error" {
+                        answered += 1;
+                    }
+                }
+            }
+            stop.set(true);
+            answered
+        };
+        let (answered, busy) = tokio::join!(
+            search,
+            pings_until(&mut pinger, Duration::from_millis(100), &stop)
+        );
+        (busy, answered)
+    };
+    drop((searcher, pinger));
+    gw.stop();
+    let pct = |v: &[Duration], p: usize| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[(v.len() * p / 100).min(v.len() - 1)]
+    };
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
+    let rows = vec![
+        row(
+            format!(
+                "ping of another device while one searches every 50 ms, {stored} messages, p50"
+            ),
+            ms(pct(&busy, 50)),
+            format!("{} (idle ping, p50)", ms(pct(&idle, 50))),
+            pct(&busy, 50).as_secs_f64() / pct(&idle, 50).as_secs_f64(),
+        ),
+        row(
+            format!(
+                "the same, slowest of {} pings ({answered} searches answered or refused)",
+                busy.len()
+            ),
+            ms(pct(&busy, 100)),
+            format!("{} (idle ping, slowest)", ms(pct(&idle, 100))),
+            pct(&busy, 100).as_secs_f64() / pct(&idle, 100).as_secs_f64(),
+        ),
+    ];
+    print("Queries beside other devices", &rows);
+}
+
 /// Bytes the process `pid` caused to be written to the block device (`/proc/PID/io`).
 fn write_bytes(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/io"))
@@ -1328,6 +1445,9 @@ async fn run(opts: Opts) {
     }
     if opts.wants("scale") {
         scale_section(&opts).await;
+    }
+    if opts.wants("queries") {
+        query_section().await;
     }
     if opts.wants("turns") {
         turns_section(&opts).await;

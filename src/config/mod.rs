@@ -240,6 +240,11 @@ pub struct Limits {
     pub search_max: usize,
     /// Longest search query (characters).
     pub max_query_chars: usize,
+    /// Milliseconds of the query worker's time one device may use per second, on average
+    /// (searches and history pages, charged what each took)...
+    pub query_ms_per_second: u32,
+    /// ...and the burst above that rate it may use.
+    pub query_burst_ms: u32,
     /// Message ids one `message.delete` may name.
     pub max_delete_ids: usize,
     /// Largest single media file (upload or agent-produced).
@@ -331,6 +336,8 @@ impl Default for Limits {
             search_default: 20,
             search_max: 100,
             max_query_chars: 256,
+            query_ms_per_second: 250,
+            query_burst_ms: 2000,
             max_delete_ids: 100,
             max_media_bytes: 128 << 20,
             media_quota_bytes: 2 << 30,

@@ -74,7 +74,7 @@ fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
 }
 
 /// The limits a socket and its frames live under.
-fn socket_checks(l: &Limits) -> [Check; 8] {
+fn socket_checks(l: &Limits) -> [Check; 9] {
     [
         (
             "limits.max_frame_bytes",
@@ -106,6 +106,11 @@ fn socket_checks(l: &Limits) -> [Check; 8] {
         (
             "limits.frames_per_second",
             l.frames_per_second >= 1 && l.frame_burst >= 1,
+            "rate and burst must be at least 1",
+        ),
+        (
+            "limits.query_ms_per_second",
+            l.query_ms_per_second >= 1 && l.query_burst_ms >= 1,
             "rate and burst must be at least 1",
         ),
         (

@@ -15,7 +15,7 @@ use crate::outlet::ConnId;
 use crate::protocol::{
     is_valid_id, Channel, ChannelCreate, ChannelIcon, ChannelKind, CreateKind, Frame, Lane, Request,
 };
-use crate::store::Change;
+use crate::store::{purge_changes, Change};
 
 impl Hub {
     /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
@@ -350,6 +350,10 @@ impl Hub {
     }
 }
 
+/// Messages one commit of a channel's deletion removes: as many as one `message.delete` may
+/// name (`limits.max_delete_ids` by default), so either costs the event loop the same.
+const PURGE_BATCH: usize = 100;
+
 /// What an auto-thread is called when its message's first line shows nothing.
 const AUTO_THREAD_FALLBACK_NAME: &str = "Thread";
 
@@ -451,17 +455,44 @@ impl Hub {
             Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
             _ => (entry.chat_id.as_str(), None),
         };
-        // Stop the lanes' turns first, so no reply lands in a lane being emptied.
+        // The messages go in batches of `PURGE_BATCH`, each one commit through the committer:
+        // what the event loop does per batch is bounded (the outbox frames to tombstone), the
+        // history database applies each batch on a worker, and other devices' frames are
+        // served between batches, however large the channel.
+        let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
+        let contents = self
+            .store
+            .query_lane_contents(chat.to_owned(), thread.map(str::to_owned))
+            .await
+            .map_err(Refusal::internal)?;
+        // Stop the lanes' turns before anything is deleted, so no reply lands in a lane being
+        // emptied. (Listed first: with nothing awaited between this and the last commit, a
+        // small channel's deletion answers before the abandoned turn's last frames, as it
+        // always did.)
         self.forget_lanes(|lane: &Lane| {
             lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
         })
         .await;
-        let tombstone = |id: &str| Frame::message_deleted(None, &[id.to_owned()]).encode();
-        let media = self
-            .store
-            .purge_history(chat, thread, tombstone)
-            .map_err(Refusal::internal)?
-            .1;
+        let mut media = Vec::new();
+        let mut batches = contents.chunks(PURGE_BATCH).peekable();
+        let mut last = Vec::new();
+        while let Some(batch) = batches.next() {
+            let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+            media.extend(batch.iter().flat_map(|(_, m)| m.iter().cloned()));
+            if batches.peek().is_none() {
+                // The last batch rides with the directory change: a small channel is one
+                // commit, as before.
+                last = purge_changes(&ids, tombstone);
+            } else {
+                self.commit(purge_changes(&ids, tombstone), None).await?;
+            }
+        }
+        // Whatever reached the lanes since they were listed goes with the directory change.
+        last.push(Change::PurgeHistory {
+            chat_id: chat.to_owned(),
+            thread_id: thread.map(str::to_owned),
+        });
+        changes.splice(0..0, last);
         let reply_at = doomed.len() - 1;
         self.commit(
             changes,

@@ -14,6 +14,7 @@ mod admin;
 mod agent_health;
 mod approvals;
 mod automation;
+mod budget;
 mod channels;
 mod commands;
 mod commit;

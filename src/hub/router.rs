@@ -28,7 +28,10 @@ impl Hub {
                 outlet.push_replay(cursor.max(0) as u64, id);
                 Ok(())
             }
-            Request::History(h) => self.history(outlet, &frame.chat_id, &frame.thread_id, id, h),
+            Request::History(h) => {
+                self.history(outlet, &frame.chat_id, &frame.thread_id, id, h)
+                    .await
+            }
             Request::MessageSend(m) => {
                 self.send_message(outlet, frame.chat_id, frame.thread_id, id, m)
                     .await
@@ -42,7 +45,10 @@ impl Hub {
                         outlet.push_frame(&Frame::channel_list(id, &channels));
                     })
             }
-            Request::Search(req) => self.search(outlet, id, (frame.chat_id, frame.thread_id), req),
+            Request::Search(req) => {
+                self.search(outlet, id, (frame.chat_id, frame.thread_id), req)
+                    .await
+            }
             Request::MessageDelete { message_ids } => {
                 self.delete_messages(outlet, id, message_ids).await
             }
@@ -98,7 +104,7 @@ impl Hub {
     }
 
     /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
-    pub(super) fn history(
+    pub(super) async fn history(
         &self,
         outlet: &Outlet,
         chat_id: &Option<String>,
@@ -117,20 +123,22 @@ impl Hub {
                 )))
             }
         };
-        let page = self
+        self.query_budget_check(&outlet.device_id)?;
+        let (page, took) = self
             .store
-            .history_page(&lane, req.before_message_id.as_deref(), limit)
-            .map_err(Refusal::internal)?
-            .ok_or_else(|| {
-                let before = req.before_message_id.as_deref().unwrap_or("");
-                let message = match self.store.message(before) {
-                    Ok(Some((other, _))) => {
-                        format!("before_message_id `{before}` belongs to {other}, not {lane}")
-                    }
-                    _ => format!("before_message_id `{before}`: no such message"),
-                };
-                Refusal::not_found(message)
-            })?;
+            .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
+            .await
+            .map_err(Refusal::internal)?;
+        self.query_budget_charge(&outlet.device_id, took);
+        let page = page.map_err(|other| {
+            let before = req.before_message_id.as_deref().unwrap_or("");
+            Refusal::not_found(match other {
+                Some(other) => {
+                    format!("before_message_id `{before}` belongs to {other}, not {lane}")
+                }
+                None => format!("before_message_id `{before}`: no such message"),
+            })
+        })?;
         // Bounded by bytes as well as by count: a page that would not fit one frame ends
         // early, saying `has_more`, and the app pages on from its oldest message.
         let (messages, cut_short) = fit::history_within(page.messages, &self.out_budget());

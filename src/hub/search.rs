@@ -1,6 +1,7 @@
 //! `search` and `message.delete`: reading the index, and removing messages everywhere.
 
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -12,8 +13,37 @@ use crate::store::search::{query_terms, Scope};
 use crate::store::Change;
 
 impl Hub {
-    /// `search`: the messages matching a query, in one lane or in all of them.
-    pub fn search(
+    /// Refuses a query (search, history page) while the device has spent its share of the
+    /// history query thread (`budget.rs`).
+    pub(super) fn query_budget_check(&self, device: &str) -> Result<(), Refusal> {
+        let l = self.limits();
+        self.query_budgets
+            .borrow_mut()
+            .check(device, Instant::now(), l.query_ms_per_second, l.query_burst_ms)
+            .map_err(|wait| {
+                Refusal::rate_limited(format!(
+                    "this device's searches and history pages used more than {} ms of query time per second (limits.query_ms_per_second, burst limits.query_burst_ms); this request was not processed, retry in {} ms",
+                    l.query_ms_per_second,
+                    wait.as_millis().max(1)
+                ))
+            })
+    }
+
+    /// Charges what a query took on the query thread to the device's budget.
+    pub(super) fn query_budget_charge(&self, device: &str, took: Duration) {
+        let l = self.limits();
+        self.query_budgets.borrow_mut().charge(
+            device,
+            Instant::now(),
+            took,
+            l.query_ms_per_second,
+            l.query_burst_ms,
+        );
+    }
+
+    /// `search`: the messages matching a query, in one lane or in all of them. The query runs
+    /// on the history query thread; the event loop only awaits it.
+    pub async fn search(
         &self,
         outlet: &Outlet,
         id: Option<i64>,
@@ -67,10 +97,13 @@ impl Hub {
                 }
             }
         };
-        let hits = self
+        self.query_budget_check(&outlet.device_id)?;
+        let (hits, took) = self
             .store
-            .search(&words, &scope, limit)
+            .query_search(words, scope, limit)
+            .await
             .map_err(Refusal::internal)?;
+        self.query_budget_charge(&outlet.device_id, took);
         let hits: Vec<Value> = hits
             .into_iter()
             .map(|mut h| {
@@ -137,13 +170,14 @@ impl Hub {
         changes.push(Change::Outbox(
             Frame::message_deleted(None, &ids).outboxed(),
         ));
+        // The files these messages reference, to collect once the messages are gone (read
+        // before the turns are dropped, so nothing runs between that and the commit).
+        let media = self
+            .store
+            .query_media_of(ids.clone())
+            .await
+            .unwrap_or_default();
         self.drop_turns_of(&ids);
-        // The files these messages reference, to collect once the messages are gone.
-        let media: Vec<String> = ids
-            .iter()
-            .filter_map(|m| self.store.message(m).ok().flatten())
-            .flat_map(|(_, msg)| msg.media.into_iter().map(|r| r.media_id))
-            .collect();
         self.commit(
             changes,
             Some(Origin {

@@ -23,6 +23,7 @@ use crate::protocol::{Frame, HealthState, Lane, ServerCaps};
 use crate::shutdown::{Listener, Shutdown};
 use crate::store::{Change, Store, StoreError};
 
+use super::budget::QueryBudgets;
 use super::errors::CommitError;
 use super::lanes::LaneState;
 
@@ -126,6 +127,8 @@ pub struct Hub {
     /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
     pub(super) automation: RefCell<Automation>,
     pub(super) media_holds: MediaHolds,
+    /// Each device's share of the history query thread (`budget.rs`).
+    pub(super) query_budgets: RefCell<QueryBudgets>,
 }
 
 /// How the requesting connection is answered, next to the broadcast.
@@ -250,6 +253,7 @@ impl Hub {
             started: Instant::now(),
             automation: RefCell::default(),
             media_holds: MediaHolds::default(),
+            query_budgets: RefCell::default(),
         });
         tokio::task::spawn_local(hub.clone().run_committer(rx, committer_stop));
         tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));

@@ -4,6 +4,8 @@
 //! position (`seq`, arrival order), and an index on (lane, seq), so a page is one index range
 //! read of `limit + 1` rows: its cost does not depend on how much history is stored.
 
+use std::time::Duration;
+
 use crate::protocol::{HistoryMessage, Lane};
 
 use super::{Result, Store};
@@ -42,41 +44,86 @@ pub(super) fn lane_from_prefix(prefix: &[u8]) -> Option<Lane> {
 }
 
 impl Store {
-    /// The page of up to `limit` messages older than `before` (newest page when `None`).
-    /// `Ok(None)` when `before` is not a message of this lane.
+    /// The page of up to `limit` messages older than `before` (newest page when `None`), read
+    /// on the query thread; with how long that took. `Ok(None)` when `before` is not a message
+    /// of this lane: then also the lane it belongs to, if any.
+    pub async fn query_history_page(
+        &self,
+        lane: Lane,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(std::result::Result<HistoryPage, Option<Lane>>, Duration)> {
+        self.query(move |q| {
+            Ok(match page_in(q, &lane, before.as_deref(), limit)? {
+                Some(page) => Ok(page),
+                None => Err(match &before {
+                    Some(id) => q.locate(id)?.map(|(l, _)| l),
+                    None => None,
+                }),
+            })
+        })
+        .await
+    }
+
+    /// `query_history_page` on this thread (the agent's context at a turn's start: one short
+    /// index range; tools, tests).
     pub fn history_page(
         &self,
         lane: &Lane,
         before: Option<&str>,
         limit: usize,
     ) -> Result<Option<HistoryPage>> {
-        let t = self.read_history()?;
-        let before = match before {
-            Some(id) => match t.hist.locate(id)? {
-                Some((l, seq)) if &l == lane => Some(seq),
-                _ => return Ok(None),
-            },
-            None => None,
-        };
-        let mut newest_first = t.hist.page(lane, before, limit)?;
-        let has_more = newest_first.len() > limit;
-        newest_first.truncate(limit);
-        newest_first.reverse();
-        Ok(Some(HistoryPage {
-            messages: newest_first,
-            has_more,
-        }))
+        self.query_blocking(|q| page_in(q, lane, before, limit))
     }
 
     /// The stored message with this id, if any (used to tell "unknown" from "other lane").
     pub fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        self.read_history()?.hist.message(message_id)
+        self.query_blocking(|q| q.message(message_id))
+    }
+
+    /// The media the stored messages among `ids` reference, read on the query thread.
+    pub async fn query_media_of(&self, ids: Vec<String>) -> Result<Vec<String>> {
+        let (media, _) = self
+            .query(move |q| {
+                let mut media = Vec::new();
+                for id in &ids {
+                    if let Some((_, m)) = q.message(id)? {
+                        media.extend(m.media.into_iter().map(|r| r.media_id));
+                    }
+                }
+                Ok(media)
+            })
+            .await?;
+        Ok(media)
+    }
+
+    /// The id and media of every message of a channel (all its lanes) or of one thread, oldest
+    /// first, read on the query thread: what deleting it must remove (`purge_changes`).
+    pub async fn query_lane_contents(
+        &self,
+        chat_id: String,
+        thread_id: Option<String>,
+    ) -> Result<Vec<(String, Vec<String>)>> {
+        let (doomed, _) = self
+            .query(move |q| {
+                Ok(q.lane_messages(&chat_id, thread_id.as_deref())?
+                    .into_iter()
+                    .map(|m| {
+                        let media = m.media.into_iter().map(|r| r.media_id).collect();
+                        (m.message_id, media)
+                    })
+                    .collect())
+            })
+            .await?;
+        Ok(doomed)
     }
 
     /// Removes every message of a channel (all its lanes) or of one thread, with its search
-    /// entries, and turns its outbox frames into `tombstone(message_id)`. Used when a channel or
-    /// thread is deleted; idempotent, so a crash half-way is finished by the next call. The
-    /// history database has the removal once the caller's next `sync` returns.
+    /// entries, and turns its outbox frames into `tombstone(message_id)`, on this thread, in
+    /// one commit per message (tools and tests; the hub deletes in bounded batches through its
+    /// committer instead: `query_lane_contents`, `purge_changes`). Idempotent, so a crash
+    /// half-way is finished by the next call. The history database has the removal once the
+    /// caller's next `sync` returns.
     pub fn purge_history(
         &self,
         chat_id: &str,
@@ -84,10 +131,7 @@ impl Store {
         tombstone: impl Fn(&str) -> bytes::Bytes,
     ) -> Result<(usize, Vec<String>)> {
         self.writable()?;
-        let doomed = self
-            .read_history()?
-            .hist
-            .lane_messages(chat_id, thread_id)?;
+        let doomed = self.query_blocking(|q| q.lane_messages(chat_id, thread_id))?;
         let mut media = Vec::new();
         for m in &doomed {
             media.extend(m.media.iter().map(|r| r.media_id.clone()));
@@ -102,6 +146,43 @@ impl Store {
         }])?;
         Ok((doomed.len(), media))
     }
+}
+
+/// The changes that delete `ids` (their outbox frames become `tombstone(id)`): one batch of a
+/// channel's deletion.
+pub fn purge_changes(
+    ids: &[String],
+    tombstone: impl Fn(&str) -> bytes::Bytes,
+) -> Vec<super::Change> {
+    ids.iter()
+        .map(|id| super::Change::DeleteMessage {
+            tombstone: tombstone(id),
+            message_id: id.clone(),
+        })
+        .collect()
+}
+
+fn page_in(
+    q: &super::sql::Query<'_>,
+    lane: &Lane,
+    before: Option<&str>,
+    limit: usize,
+) -> Result<Option<HistoryPage>> {
+    let before = match before {
+        Some(id) => match q.locate(id)? {
+            Some((l, seq)) if &l == lane => Some(seq),
+            _ => return Ok(None),
+        },
+        None => None,
+    };
+    let mut newest_first = q.page(lane, before, limit)?;
+    let has_more = newest_first.len() > limit;
+    newest_first.truncate(limit);
+    newest_first.reverse();
+    Ok(Some(HistoryPage {
+        messages: newest_first,
+        has_more,
+    }))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod check;
 mod commit;
 mod devices;
 mod directory;
+mod fold;
 mod history;
 mod media;
 mod migrate;
@@ -35,6 +36,7 @@ use serde::{de::DeserializeOwned, Serialize};
 pub use check::{EXIT_DAMAGED, WITNESS_FILE};
 pub use devices::{Device, DeviceOrigin};
 pub use directory::DEFAULT_CHAT_ID;
+pub use history::purge_changes;
 pub use media::MediaRecord;
 /// The history database's directory in the data dir.
 pub use sql::HISTORY_DIR;
@@ -691,12 +693,55 @@ impl Store {
         // Applied now unless a turn is waiting for its answer: its user message then goes to
         // the history database with the reply, one transaction for the turn instead of two
         // (each writes the lane's index pages, the id index, FTS5's structure and `applied`
-        // again). Reads catch up first either way (`read_history`).
+        // again). Reads catch up first either way (`read_history`, `query`). On a worker
+        // thread: its cost follows the changes (a channel's deletion is thousands of index
+        // removals), and the event loop waits on nothing whose cost grows with the data; the
+        // caller (the committer) awaits it, so the health it reports includes its result.
         if t.turns.is_empty() {
-            self.apply_or_note();
+            let store = self.clone();
+            let _ = tokio::task::spawn_blocking(move || store.apply_or_note()).await;
         }
         self.maybe_checkpoint();
         Ok(())
+    }
+
+    /// Runs `f` on the history database's query thread, after bringing the database up to
+    /// date with the journal there (read-your-writes, as `read_history`); returns what it gave
+    /// and how long the thread spent on it (the device's query budget, `hub/budget.rs`). The
+    /// event loop only awaits: the queue is first in first out, and each device has at most
+    /// one query in it (the hub answers a device's frames one at a time), so one device's
+    /// queries cannot keep another's waiting for more than one of them.
+    async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&sql::Query<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<(T, Duration)> {
+        let t = self.t()?;
+        let store = self.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        t.hist.run(Box::new(move |q| {
+            store.catch_up();
+            // Timed after the catch-up: a device pays for its query, not for others' writes.
+            let started = std::time::Instant::now();
+            let r = f(q).map(|v| (v, started.elapsed()));
+            let _ = tx.send(r);
+        }))?;
+        drop(t);
+        rx.await
+            .map_err(|_| StoreError::Closed("a history query did not finish".into()))?
+    }
+
+    /// `query` on this thread, through the writing connection (tools, tests, benchmarks).
+    fn query_blocking<T>(&self, f: impl FnOnce(&sql::Query<'_>) -> Result<T>) -> Result<T> {
+        self.read_history()?.hist.read(f)
+    }
+
+    /// Applies what is durable but not yet in the history database (off the event loop).
+    fn catch_up(&self) {
+        if let Ok(t) = self.t() {
+            if t.durable_journal.load(Ordering::SeqCst) > t.hist.applied().unwrap_or(0) {
+                self.apply_or_note();
+            }
+        }
     }
 
     /// The trees, with the history database first brought up to date with the journal. Every
@@ -821,18 +866,22 @@ impl Store {
                     .saturating_sub(applied),
             )
         });
-        if due || backlog.is_some_and(|n| n >= APPLY_BATCH as u64) {
-            self.apply_or_note();
-        }
-        if !due || self.shared.checkpointing.swap(true, Ordering::SeqCst) {
+        let checkpoint = due && !self.shared.checkpointing.swap(true, Ordering::SeqCst);
+        if !checkpoint {
+            if backlog.is_some_and(|n| n >= APPLY_BATCH as u64) {
+                let store = self.clone();
+                tokio::task::spawn_blocking(move || store.apply_or_note());
+            }
             return;
         }
         let Ok(t) = self.t() else {
             self.shared.checkpointing.store(false, Ordering::SeqCst);
             return;
         };
-        let shared = self.shared.clone();
+        let store = self.clone();
         tokio::task::spawn_blocking(move || {
+            store.apply_or_note();
+            let shared = &store.shared;
             match t.hist.checkpoint() {
                 Ok(Some(p)) => shared.durable_applied.store(p, Ordering::SeqCst),
                 Ok(None) => {}

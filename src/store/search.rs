@@ -1,13 +1,18 @@
 //! Search over message text: the history database's FTS5 index (`sql.rs`, table `search`),
 //! kept by triggers on the messages table, so it never disagrees with history.
 //!
-//! FTS5's `unicode61` tokenizer (diacritics kept) splits text on everything that is not a
-//! letter or digit and folds case, as `words` below does; each query word becomes a prefix
-//! query (`"word"*`), all of them required. FTS5 returns candidates newest first (by position),
-//! and each is checked against the query words with the same splitting as before (`words`), so
-//! what matches does not depend on the tokenizer's corner cases. A query reads at most
+//! The index holds each message's words as `fold::words` makes them (normalised, case-folded),
+//! split again by FTS5's `ascii` tokenizer at exactly the same places; each query word,
+//! folded the same way, becomes a prefix query (`"word"*`), all of them required. So a term
+//! the index holds is a term a query can name and the reverse: no candidate is read only to
+//! be rejected. FTS5 returns candidates newest first (by position); each is still checked
+//! against the query words (cheap, and the snippet needs the match). A query reads at most
 //! `MAX_SCANNED` candidates, never all history.
+//!
+//! The queries run on the history database's query thread (`Store::query`), never on the
+//! event loop.
 
+use super::fold::{is_word_char, words};
 use super::{Result, Store};
 use crate::protocol::{HistoryMessage, Lane};
 
@@ -16,14 +21,7 @@ const MAX_SCANNED: usize = 50_000;
 /// Characters of context on each side of the match in a snippet.
 const SNIPPET_CONTEXT: usize = 60;
 
-/// The lowercased words of `text`, uncut.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.chars().flat_map(char::to_lowercase).collect())
-}
-
-/// Query words, lowercased, each once.
+/// Query words, folded, each once.
 pub fn query_terms(query: &str) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for w in words(query) {
@@ -63,38 +61,21 @@ pub struct Hit {
 }
 
 impl Store {
-    /// Messages matching every query word (each as a word prefix), newest first.
+    /// Messages matching every query word (each as a word prefix), newest first. Runs on the
+    /// query thread; also returns how long it took there (the device's query budget).
+    pub async fn query_search(
+        &self,
+        query: Vec<String>,
+        scope: Scope,
+        limit: usize,
+    ) -> Result<(Vec<Hit>, std::time::Duration)> {
+        self.query(move |q| search_in(q, &query, &scope, limit))
+            .await
+    }
+
+    /// `query_search`, on this thread (tools, tests, benchmarks).
     pub fn search(&self, query: &[String], scope: &Scope, limit: usize) -> Result<Vec<Hit>> {
-        if query.is_empty() || limit == 0 {
-            return Ok(Vec::new());
-        }
-        let t = self.read_history()?;
-        let filter = match scope {
-            Scope::All => (None, None),
-            Scope::Chat { chat_id, thread_id } => (
-                Some(chat_id.as_str()),
-                // A thread is a lane of its own; the channel itself is every lane of it.
-                thread_id.as_deref(),
-            ),
-        };
-        let mut hits = Vec::new();
-        t.hist
-            .search(&fts_query(query), filter, MAX_SCANNED, |lane, message| {
-                let msg_words: Vec<String> = words(&message.text).collect();
-                let all_match = query
-                    .iter()
-                    .all(|w| msg_words.iter().any(|t| t.starts_with(w.as_str())));
-                if all_match {
-                    let snippet = snippet(&message.text, query);
-                    hits.push(Hit {
-                        lane,
-                        message,
-                        snippet,
-                    });
-                }
-                Ok(hits.len() >= limit)
-            })?;
-        Ok(hits)
+        self.query_blocking(|q| search_in(q, query, scope, limit))
     }
 
     /// How many messages history holds (counts them all: for the benchmarks only).
@@ -116,15 +97,54 @@ impl Store {
     }
 }
 
+fn search_in(
+    q: &super::sql::Query<'_>,
+    query: &[String],
+    scope: &Scope,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    if query.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let filter = match scope {
+        Scope::All => (None, None),
+        Scope::Chat { chat_id, thread_id } => (
+            Some(chat_id.as_str()),
+            // A thread is a lane of its own; the channel itself is every lane of it.
+            thread_id.as_deref(),
+        ),
+    };
+    let mut hits = Vec::new();
+    q.search(&fts_query(query), filter, MAX_SCANNED, |lane, message| {
+        let msg_words = words(&message.text);
+        let all_match = query
+            .iter()
+            .all(|w| msg_words.iter().any(|t| t.starts_with(w.as_str())));
+        if all_match {
+            let snippet = snippet(&message.text, query);
+            hits.push(Hit {
+                lane,
+                message,
+                snippet,
+            });
+        }
+        Ok(hits.len() >= limit)
+    })?;
+    Ok(hits)
+}
+
 /// A short excerpt of `text` around the first word that matches a query word: up to
 /// `SNIPPET_CONTEXT` characters on each side of it.
 pub fn snippet(text: &str, words: &[String]) -> String {
     let mut at = 0;
     let mut word_chars = 0;
     let mut offset = 0;
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
-        let lower: String = word.chars().flat_map(char::to_lowercase).collect();
-        if !word.is_empty() && words.iter().any(|w| lower.starts_with(w.as_str())) {
+    for word in text.split(|c: char| !is_word_char(c)) {
+        let folded = super::fold::words(word);
+        if folded
+            .iter()
+            .any(|f| words.iter().any(|w| f.starts_with(w.as_str())))
+        {
             at = offset;
             word_chars = word.chars().count();
             break;
@@ -251,5 +271,42 @@ mod tests {
         assert!(s.starts_with('\u{2026}') && s.ends_with('\u{2026}'), "{s}");
         assert!(s.contains("the zucchini grew"), "{s}");
         assert_eq!(snippet("Zucchini!", &query_terms("zuc")), "Zucchini!");
+    }
+
+    #[test]
+    fn case_variants_and_normalisation_forms_find_each_other() {
+        let (_d, s) = temp_store();
+        let a = Lane::new("default", None);
+        for (id, text) in [
+            ("upper", "ΣΑΣ ΕΥΧΑΡΙΣΤΟΥΜΕ"),
+            ("lower", "σας ευχαριστούμε"),
+            ("dotted", "İstanbul in May"),
+            ("composed", "caf\u{e9} tonight"),
+            ("decomposed", "cafe\u{301} tomorrow"),
+        ] {
+            s.commit(&[Change::PutMessage(a.clone(), msg(id, text))])
+                .unwrap();
+        }
+        s.sync_blocking().unwrap();
+        let found = |q: &str| {
+            let mut ids: Vec<String> = s
+                .search(&query_terms(q), &Scope::All, 10)
+                .unwrap()
+                .into_iter()
+                .map(|h| h.message.message_id)
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(found("σας"), ["lower", "upper"]);
+        assert_eq!(found("ΣΑΣ"), ["lower", "upper"]);
+        assert_eq!(found("istanbul"), ["dotted"]);
+        assert_eq!(found("İSTANBUL"), ["dotted"]);
+        assert_eq!(found("caf\u{e9}"), ["composed", "decomposed"]);
+        assert_eq!(found("cafe\u{301}"), ["composed", "decomposed"]);
+        // What the index cannot see is not a candidate either: nothing to read and reject.
+        assert!(found("n \u{19b0}").is_empty());
+        let snip = snippet("Wir sehen uns in İstanbul!", &query_terms("istan"));
+        assert_eq!(snip, "Wir sehen uns in İstanbul!");
     }
 }

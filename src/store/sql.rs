@@ -29,10 +29,16 @@ const CACHE_KIB: i64 = 512;
 /// FTS5 index leaf size: what a table row keeps in a 1 KiB page without an overflow page
 /// (989 bytes of payload, less the row's own header).
 const FTS_LEAF_BYTES: i64 = 960;
-/// Schema version of this database (inside the store's layout 2).
-const SCHEMA: i64 = 1;
+/// Schema version of this database (inside the store's layout 2). 1: the search index over
+/// `messages.text` with FTS5's `unicode61` tokenizer; 2: over the folded words
+/// (`fold.rs`), contentless, with the `ascii` tokenizer. A schema-1 database is re-indexed
+/// at open, in one transaction (`reindex`).
+const SCHEMA: i64 = 2;
+/// The SQL function that gives the index a message's words (`fold::index_text`): every
+/// connection that writes messages has it (`register_fold`).
+const FOLD_FN: &str = "iris_fold";
 
-const SCHEMA_SQL: &str = "
+const BASE_SQL: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages(
     seq INTEGER PRIMARY KEY,
@@ -43,25 +49,37 @@ CREATE TABLE IF NOT EXISTS messages(
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_lane ON messages(chat_id, thread_id, seq);
-CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
-    text, content='messages', content_rowid='seq',
-    tokenize='unicode61 remove_diacritics 0', columnsize=0
-);
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO search(rowid, text) VALUES (new.seq, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO search(search, rowid, text) VALUES ('delete', old.seq, old.text);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF text ON messages BEGIN
-    INSERT INTO search(search, rowid, text) VALUES ('delete', old.seq, old.text);
-    INSERT INTO search(rowid, text) VALUES (new.seq, new.text);
-END;
 CREATE TABLE IF NOT EXISTS media_uses(
     media_id TEXT NOT NULL,
     message_id TEXT NOT NULL,
     PRIMARY KEY (media_id, message_id)
 ) WITHOUT ROWID;
+";
+
+/// The search index (schema 2): contentless, so a removal needs only the row's position (not
+/// the words it was indexed with, which a newer `fold` might make differently).
+const SEARCH_SQL: &str = "
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
+    words, content='', contentless_delete=1, tokenize='ascii'
+);
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO search(rowid, words) VALUES (new.seq, iris_fold(new.text));
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    DELETE FROM search WHERE rowid = old.seq;
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF text ON messages BEGIN
+    DELETE FROM search WHERE rowid = old.seq;
+    INSERT INTO search(rowid, words) VALUES (new.seq, iris_fold(new.text));
+END;
+";
+
+/// What schema 1 had of the index, dropped by `reindex`.
+const DROP_V1_SQL: &str = "
+DROP TRIGGER IF EXISTS messages_ai;
+DROP TRIGGER IF EXISTS messages_ad;
+DROP TRIGGER IF EXISTS messages_au;
+DROP TABLE IF EXISTS search;
 ";
 
 /// One change to history, as the journal carries it. Built and dropped one at a time, so
@@ -129,10 +147,19 @@ pub(super) fn history_path(dir: &Path) -> PathBuf {
     dir.join(HISTORY_DIR).join(HISTORY_FILE)
 }
 
-/// The database, with the connection the event loop uses and one for checkpoints on a worker.
+/// A read of the history database, handed to its query thread.
+pub(super) type Job = Box<dyn FnOnce(&Query<'_>) + Send>;
+
+/// The database: the connection that writes (the journal's apply: on a worker after each sync,
+/// on the query thread when a read finds the database behind; the few bounded reads that still
+/// run on the event loop, `History::read`, use it too), one for checkpoints on a worker, and
+/// the query thread with a read connection of its own. WAL lets that reader run beside the
+/// writer: a query sees the last committed apply and never waits for the next.
 pub(super) struct History {
     conn: Mutex<Connection>,
     ckpt: Mutex<Connection>,
+    /// The query thread's queue, first in first out; the thread ends when this is dropped.
+    queries: Mutex<std::sync::mpsc::Sender<Job>>,
     /// `meta.applied` as last committed through this connection: every sync and every read of
     /// history asks for it, so it is kept here rather than read back each time.
     applied: std::sync::atomic::AtomicU64,
@@ -159,6 +186,106 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(())
+}
+
+/// Gives `conn` the function the index triggers call (`FOLD_FN`).
+fn register_fold(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        FOLD_FN,
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let text = ctx.get_raw(0).as_str().unwrap_or("");
+            Ok(super::fold::index_text(text))
+        },
+    )
+}
+
+/// The index's own options, written only when they differ (a clean start on a read-only disk
+/// writes nothing).
+fn set_fts_options(conn: &Connection) -> rusqlite::Result<()> {
+    let fts_option = |name: &str, want: i64| -> rusqlite::Result<()> {
+        let now: Option<i64> = conn
+            .query_row(
+                "SELECT v FROM search_config WHERE k = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if now != Some(want) {
+            conn.execute(
+                "INSERT INTO search(search, rank) VALUES (?1, ?2)",
+                params![name, want],
+            )?;
+        }
+        Ok(())
+    };
+    // Removed messages leave nothing in the index either (FTS5 otherwise keeps a delete
+    // marker beside the old postings until the next merge).
+    fts_option("secure-delete", 1)?;
+    // Index leaves that fit in one 1 KiB database page: FTS5's default (4,050 bytes) spills
+    // every merged leaf into overflow pages, four page writes where one does.
+    fts_option("pgsz", FTS_LEAF_BYTES)
+}
+
+/// Schema 1 to 2: the index dropped and made again from every message's folded words, in one
+/// transaction with the new schema number. A crash before its commit leaves schema 1 as it
+/// was (SQLite rolls the transaction back), and the next open does it all again; after it,
+/// schema 2 is complete. Its cost follows history (about a second per 20,000 messages here),
+/// paid once, at start-up, before the gateway serves.
+fn reindex(conn: &mut Connection) -> Result<()> {
+    let started = std::time::Instant::now();
+    let tx = conn.transaction()?;
+    tx.execute_batch(DROP_V1_SQL)?;
+    tx.execute_batch(SEARCH_SQL)?;
+    set_fts_options(&tx)?;
+    let n = tx.execute(
+        "INSERT INTO search(rowid, words) SELECT seq, iris_fold(text) FROM messages",
+        [],
+    )?;
+    if super::kill_hook().as_deref() == Some("reindex") {
+        // Test hook: every row indexed, the commit not made (tests/search_fold.rs).
+        super::kill_now();
+    }
+    tx.execute(
+        "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+        params![SCHEMA],
+    )?;
+    tx.commit()?;
+    tracing::info!(
+        messages = n,
+        ms = started.elapsed().as_millis() as u64,
+        "search index rebuilt with case folding (history schema 1 to 2)"
+    );
+    Ok(())
+}
+
+/// Page cache of the query thread's connection.
+const QUERY_CACHE_KIB: i64 = 1024;
+
+/// Starts the query thread with its read-only connection to `path`.
+fn spawn_query_thread(path: &Path) -> Result<std::sync::mpsc::Sender<Job>> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.pragma_update(None, "cache_size", -QUERY_CACHE_KIB)?;
+    conn.pragma_update(None, "mmap_size", 0)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.set_prepared_statement_cache_capacity(16);
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("history-query".into())
+        .spawn(move || {
+            let q = Query { c: &conn };
+            for job in rx {
+                job(&q);
+            }
+        })
+        .map_err(|e| StoreError::Closed(format!("cannot start the history query thread: {e}")))?;
+    Ok(tx)
 }
 
 fn lane_of(chat: String, thread: String) -> Lane {
@@ -202,32 +329,24 @@ impl History {
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE
         } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)?;
+        let mut conn = Connection::open_with_flags(path, flags)?;
         configure(&conn)?;
-        conn.execute_batch(SCHEMA_SQL)?;
-        // Removed messages leave nothing in the index either (FTS5 otherwise keeps a
-        // delete marker beside the old postings until the next merge).
-        let fts_option = |name: &str, want: i64| -> rusqlite::Result<()> {
-            let now: Option<i64> = conn
-                .query_row(
-                    "SELECT v FROM search_config WHERE k = ?1",
-                    params![name],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            // Written only when it differs: a clean start on a read-only disk writes nothing.
-            if now != Some(want) {
-                conn.execute(
-                    "INSERT INTO search(search, rank) VALUES (?1, ?2)",
-                    params![name, want],
-                )?;
+        register_fold(&conn)?;
+        conn.execute_batch(BASE_SQL)?;
+        let schema: Option<i64> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match schema {
+            Some(1) => reindex(&mut conn)?,
+            // Newer: `quick_look` says so, before anything is written.
+            Some(n) if n > SCHEMA => {}
+            _ => {
+                conn.execute_batch(SEARCH_SQL)?;
+                set_fts_options(&conn)?;
             }
-            Ok(())
-        };
-        fts_option("secure-delete", 1)?;
-        // Index leaves that fit in one 1 KiB database page: FTS5's default (4,050 bytes)
-        // spills every merged leaf into overflow pages, four page writes where one does.
-        fts_option("pgsz", FTS_LEAF_BYTES)?;
+        }
         conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1), ('applied', 0)",
             params![SCHEMA],
@@ -240,11 +359,28 @@ impl History {
             conn.query_row("SELECT value FROM meta WHERE key = 'applied'", [], |r| {
                 r.get(0)
             })?;
+        let queries = spawn_query_thread(path)?;
         Ok(History {
             conn: Mutex::new(conn),
             ckpt: Mutex::new(ckpt),
+            queries: Mutex::new(queries),
             applied: (applied as u64).into(),
         })
+    }
+
+    /// Queues a read for the query thread. `Closed` if the thread is gone (it never ends while
+    /// the database is open, unless a query panicked).
+    pub(super) fn run(&self, job: Job) -> Result<()> {
+        self.queries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job)
+            .map_err(|_| StoreError::Closed("the history query thread has stopped".into()))
+    }
+
+    /// A read through the writing connection, on this thread (tools, tests, start-up).
+    pub(super) fn read<T>(&self, f: impl FnOnce(&Query<'_>) -> T) -> T {
+        f(&Query { c: &self.c() })
     }
 
     fn c(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -300,11 +436,16 @@ impl History {
     }
 
     /// Applies journal entries (position, op) in one transaction, with the new position.
+    /// Entries at or below what is applied already are skipped: two threads may apply at once
+    /// (the committer's worker and the query thread catching up), and the one that comes second
+    /// with an older batch must neither apply it again nor move `applied` back.
     pub(super) fn apply(&self, ops: &[(u64, Op)]) -> Result<()> {
+        let mut c = self.c();
+        let done = self.applied.load(std::sync::atomic::Ordering::SeqCst);
+        let ops = &ops[ops.partition_point(|(p, _)| *p <= done)..];
         let Some(last) = ops.last().map(|(p, _)| *p) else {
             return Ok(());
         };
-        let mut c = self.c();
         let deletes = ops
             .iter()
             .any(|(_, op)| matches!(op, Op::Delete { .. } | Op::Purge { .. }));
@@ -394,117 +535,6 @@ impl History {
         Ok((busy == 0 && log == done).then_some(applied as u64))
     }
 
-    /// Up to `limit + 1` messages of the lane before position `before`, newest first.
-    pub(super) fn page(
-        &self,
-        lane: &Lane,
-        before: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<HistoryMessage>> {
-        let c = self.c();
-        let mut stmt = c.prepare_cached(
-            "SELECT text, body FROM messages WHERE chat_id = ?1 AND thread_id = ?2 AND seq < ?3
-             ORDER BY seq DESC LIMIT ?4",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                lane.chat_id,
-                lane.thread_id.as_deref().unwrap_or(""),
-                before.map(|b| b as i64).unwrap_or(i64::MAX),
-                (limit + 1) as i64
-            ],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-        )?;
-        let mut out = Vec::with_capacity(limit + 1);
-        for row in rows {
-            let (text, body) = row?;
-            out.push(message_of(text, &body)?);
-        }
-        Ok(out)
-    }
-
-    /// A message's lane and position.
-    pub(super) fn locate(&self, message_id: &str) -> Result<Option<(Lane, u64)>> {
-        let c = self.c();
-        let mut stmt =
-            c.prepare_cached("SELECT chat_id, thread_id, seq FROM messages WHERE message_id = ?1")?;
-        Ok(stmt
-            .query_row(params![message_id], |r| {
-                Ok((lane_of(r.get(0)?, r.get(1)?), r.get::<_, i64>(2)? as u64))
-            })
-            .optional()?)
-    }
-
-    pub(super) fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        let c = self.c();
-        let mut stmt = c.prepare_cached(
-            "SELECT chat_id, thread_id, text, body FROM messages WHERE message_id = ?1",
-        )?;
-        let row = stmt
-            .query_row(params![message_id], |r| {
-                Ok((
-                    lane_of(r.get(0)?, r.get(1)?),
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .optional()?;
-        match row {
-            Some((lane, text, body)) => Ok(Some((lane, message_of(text, &body)?))),
-            None => Ok(None),
-        }
-    }
-
-    /// The ids and media of every message of a channel (all lanes) or of one thread.
-    pub(super) fn lane_messages(
-        &self,
-        chat_id: &str,
-        thread_id: Option<&str>,
-    ) -> Result<Vec<HistoryMessage>> {
-        let c = self.c();
-        let mut stmt = c.prepare_cached(
-            "SELECT text, body FROM messages WHERE chat_id = ?1 AND (?2 IS NULL OR thread_id = ?2)
-             ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![chat_id, thread_id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (text, body) = row?;
-            out.push(message_of(text, &body)?);
-        }
-        Ok(out)
-    }
-
-    /// Runs an FTS5 query newest first, handing each match to `visit` until it returns true or
-    /// `max_scanned` matches were looked at.
-    pub(super) fn search(
-        &self,
-        fts_query: &str,
-        scope: (Option<&str>, Option<&str>),
-        max_scanned: usize,
-        mut visit: impl FnMut(Lane, HistoryMessage) -> Result<bool>,
-    ) -> Result<()> {
-        let c = self.c();
-        let mut stmt = c.prepare_cached(
-            "SELECT m.chat_id, m.thread_id, m.text, m.body FROM search
-             JOIN messages m ON m.seq = search.rowid
-             WHERE search MATCH ?1 AND (?3 IS NULL OR m.chat_id = ?3)
-             AND (?4 IS NULL OR m.thread_id = ?4)
-             ORDER BY search.rowid DESC LIMIT ?2",
-        )?;
-        let mut rows = stmt.query(params![fts_query, max_scanned as i64, scope.0, scope.1])?;
-        while let Some(r) = rows.next()? {
-            let lane = lane_of(r.get(0)?, r.get(1)?);
-            let m = message_of(r.get(2)?, &r.get::<_, String>(3)?)?;
-            if visit(lane, m)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-
     pub(super) fn is_used(&self, media_id: &str) -> Result<bool> {
         let c = self.c();
         let mut stmt = c.prepare_cached("SELECT 1 FROM media_uses WHERE media_id = ?1 LIMIT 1")?;
@@ -549,6 +579,125 @@ impl History {
             .c()
             .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
         Ok(n as u64)
+    }
+}
+
+/// Reads of the history database through one connection: the query thread's, or the
+/// writer's (`History::read`).
+pub(super) struct Query<'a> {
+    c: &'a Connection,
+}
+
+impl Query<'_> {
+    /// Up to `limit + 1` messages of the lane before position `before`, newest first.
+    pub(super) fn page(
+        &self,
+        lane: &Lane,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<HistoryMessage>> {
+        let c = self.c;
+        let mut stmt = c.prepare_cached(
+            "SELECT text, body FROM messages WHERE chat_id = ?1 AND thread_id = ?2 AND seq < ?3
+             ORDER BY seq DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                lane.chat_id,
+                lane.thread_id.as_deref().unwrap_or(""),
+                before.map(|b| b as i64).unwrap_or(i64::MAX),
+                (limit + 1) as i64
+            ],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )?;
+        let mut out = Vec::with_capacity(limit + 1);
+        for row in rows {
+            let (text, body) = row?;
+            out.push(message_of(text, &body)?);
+        }
+        Ok(out)
+    }
+
+    /// A message's lane and position.
+    pub(super) fn locate(&self, message_id: &str) -> Result<Option<(Lane, u64)>> {
+        let c = self.c;
+        let mut stmt =
+            c.prepare_cached("SELECT chat_id, thread_id, seq FROM messages WHERE message_id = ?1")?;
+        Ok(stmt
+            .query_row(params![message_id], |r| {
+                Ok((lane_of(r.get(0)?, r.get(1)?), r.get::<_, i64>(2)? as u64))
+            })
+            .optional()?)
+    }
+
+    pub(super) fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
+        let c = self.c;
+        let mut stmt = c.prepare_cached(
+            "SELECT chat_id, thread_id, text, body FROM messages WHERE message_id = ?1",
+        )?;
+        let row = stmt
+            .query_row(params![message_id], |r| {
+                Ok((
+                    lane_of(r.get(0)?, r.get(1)?),
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .optional()?;
+        match row {
+            Some((lane, text, body)) => Ok(Some((lane, message_of(text, &body)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The ids and media of every message of a channel (all lanes) or of one thread.
+    pub(super) fn lane_messages(
+        &self,
+        chat_id: &str,
+        thread_id: Option<&str>,
+    ) -> Result<Vec<HistoryMessage>> {
+        let c = self.c;
+        let mut stmt = c.prepare_cached(
+            "SELECT text, body FROM messages WHERE chat_id = ?1 AND (?2 IS NULL OR thread_id = ?2)
+             ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![chat_id, thread_id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (text, body) = row?;
+            out.push(message_of(text, &body)?);
+        }
+        Ok(out)
+    }
+
+    /// Runs an FTS5 query newest first, handing each match to `visit` until it returns true or
+    /// `max_scanned` matches were looked at.
+    pub(super) fn search(
+        &self,
+        fts_query: &str,
+        scope: (Option<&str>, Option<&str>),
+        max_scanned: usize,
+        mut visit: impl FnMut(Lane, HistoryMessage) -> Result<bool>,
+    ) -> Result<()> {
+        let c = self.c;
+        let mut stmt = c.prepare_cached(
+            "SELECT m.chat_id, m.thread_id, m.text, m.body FROM search
+             JOIN messages m ON m.seq = search.rowid
+             WHERE search MATCH ?1 AND (?3 IS NULL OR m.chat_id = ?3)
+             AND (?4 IS NULL OR m.thread_id = ?4)
+             ORDER BY search.rowid DESC LIMIT ?2",
+        )?;
+        let mut rows = stmt.query(params![fts_query, max_scanned as i64, scope.0, scope.1])?;
+        while let Some(r) = rows.next()? {
+            let lane = lane_of(r.get(0)?, r.get(1)?);
+            let m = message_of(r.get(2)?, &r.get::<_, String>(3)?)?;
+            if visit(lane, m)? {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -682,7 +831,75 @@ mod tests {
             },
         )])
         .unwrap();
-        assert!(h.message("a").unwrap().is_none());
-        assert!(h.message("b").unwrap().is_some());
+        assert!(h.read(|q| q.message("a")).unwrap().is_none());
+        assert!(h.read(|q| q.message("b")).unwrap().is_some());
+    }
+
+    /// Schema 1 as iris-gateway 0.1 wrote it: the index over the raw text, `unicode61`.
+    pub(crate) const V1_SQL: &str = "
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE messages(seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE,
+        chat_id TEXT NOT NULL, thread_id TEXT NOT NULL, text TEXT NOT NULL, body TEXT NOT NULL);
+    CREATE INDEX messages_lane ON messages(chat_id, thread_id, seq);
+    CREATE VIRTUAL TABLE search USING fts5(text, content='messages', content_rowid='seq',
+        tokenize='unicode61 remove_diacritics 0', columnsize=0);
+    CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO search(rowid, text) VALUES (new.seq, new.text); END;
+    CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO search(search, rowid, text) VALUES ('delete', old.seq, old.text); END;
+    CREATE TABLE media_uses(media_id TEXT NOT NULL, message_id TEXT NOT NULL,
+        PRIMARY KEY (media_id, message_id)) WITHOUT ROWID;
+    INSERT INTO meta VALUES ('schema', 1), ('applied', 0);
+    ";
+
+    fn found(h: &History, fts: &str) -> Vec<String> {
+        let mut ids = Vec::new();
+        h.read(|q| {
+            q.search(fts, (None, None), 100, |_, m| {
+                ids.push(m.message_id);
+                Ok(false)
+            })
+        })
+        .unwrap();
+        ids
+    }
+
+    #[test]
+    fn a_schema_1_index_is_rebuilt_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite3");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(V1_SQL).unwrap();
+            for (i, text) in ["ΣΑΣ ευχαριστώ", "İstanbul trip", "cafe\u{301} au lait"]
+                .iter()
+                .enumerate()
+            {
+                let m = msg(&format!("m{i}"), text);
+                c.execute(
+                    "INSERT INTO messages(message_id, chat_id, thread_id, text, body)
+                     VALUES (?1, 'default', '', ?2, ?3)",
+                    params![m.message_id, m.text, body_of(&m)],
+                )
+                .unwrap();
+            }
+        }
+        let h = History::open(&path, false).unwrap();
+        assert_eq!(found(&h, "\"σασ\"*"), ["m0"]);
+        assert_eq!(found(&h, "\"istanbul\"*"), ["m1"]);
+        assert_eq!(found(&h, "\"caf\u{e9}\"*"), ["m2"]);
+        assert_eq!(h.quick_look().unwrap(), 0);
+        // Deleting after the rebuild leaves nothing behind; opening again changes nothing.
+        h.apply(&[(
+            1,
+            Op::Delete {
+                message_id: "m1".into(),
+            },
+        )])
+        .unwrap();
+        drop(h);
+        let h = History::open(&path, false).unwrap();
+        assert!(found(&h, "\"istanbul\"*").is_empty());
+        assert_eq!(found(&h, "\"σασ\"*"), ["m0"]);
     }
 }

@@ -1125,6 +1125,21 @@ impl Client {
         }
     }
 
+    /// The next text frame if one arrives before `deadline` (binary frames skipped), else
+    /// `None`: for a client that keeps sending while it reads.
+    pub async fn recv_before(&mut self, deadline: tokio::time::Instant) -> Option<Value> {
+        loop {
+            match self.next_incoming(deadline).await {
+                Some(Incoming::Text(v)) => return Some(v),
+                Some(Incoming::Binary(_)) => {}
+                Some(Incoming::Closed(info)) => {
+                    panic!("connection closed ({info:?})\n{}", self.recent())
+                }
+                None => return None,
+            }
+        }
+    }
+
     /// Sends a normal close and waits (bounded) for the server's answer.
     pub async fn close(mut self) {
         let _ = tokio::time::timeout(self.timeout, self.ws.close(None)).await;
