@@ -25,7 +25,14 @@
 //! store failed and, on a panic, ends the process so that the next start checks in full.
 //!
 //! A failure is `StoreError::Damaged`, whose message says what is wrong and how to restore a
-//! backup; nothing was written to the store by then.
+//! backup, and what the start changed before it found that (`damaged_message`): nothing, when
+//! the safety copy was put back; else, honestly, what (sled opened without a copy, a rebuild an
+//! interrupted start had begun finished, the history database opened).
+//!
+//! The witness claims only what is durable (format 2): sled's snapshot once its name is
+//! fsynced, and not across the compression rebuild (`withdraw_snapshot_claim`). A power cut at
+//! any step of a start must leave a store the next start opens; `START_KILL_POINTS` and
+//! tests/start_crash.rs hold every step to that.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

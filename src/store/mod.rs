@@ -467,6 +467,19 @@ impl Store {
             }),
         };
         store.init_layout()?;
+        // Entries below the journal's first are durable in SQLite (a checkpoint pruned them):
+        // the volume bound of `maybe_checkpoint` counts from there, not from 0.
+        {
+            let t = store.t()?;
+            let settled = match t.journal.first()? {
+                Some((k, _)) => u64_from(&k).saturating_sub(1),
+                None => t.heads().journal,
+            };
+            store
+                .shared
+                .durable_applied
+                .store(settled, Ordering::SeqCst);
+        }
         // What sled made durable before a crash but the history database lost or never got.
         store.apply_journal()?;
         kill_point("open-journal-applied", None);
@@ -928,13 +941,21 @@ impl Store {
         if durable > 0 {
             let _ = self.prune_journal(durable);
         }
+        // The journal entries not yet durable in SQLite: what sled holds of history and what a
+        // start after a crash reads back and SQLite replays from its WAL. A burst (a restore,
+        // an automation storm) checkpoints by volume, not only every 5 minutes.
+        let unsettled = self.t().ok().map_or(0, |t| {
+            t.durable_journal
+                .load(Ordering::SeqCst)
+                .saturating_sub(durable)
+        });
         let due = {
             let last = self
                 .shared
                 .last_checkpoint
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            last.elapsed() >= CHECKPOINT_EVERY
+            last.elapsed() >= CHECKPOINT_EVERY || unsettled >= CHECKPOINT_AFTER_ENTRIES
         };
         let backlog = self.t().ok().and_then(|t| {
             let applied = t.hist.applied().ok()?;
@@ -1070,6 +1091,10 @@ const APPLY_BATCH: usize = 256;
 /// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes
 /// since touched once, so a longer interval writes the SD card less (docs/storage.md).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(300);
+/// Journal entries after which a checkpoint is due whatever the time: bounds the journal in
+/// sled, the WAL and what a start after a crash reads back during a burst of writes (a
+/// household's 5 minutes are a few dozen entries).
+const CHECKPOINT_AFTER_ENTRIES: u64 = 5_000;
 const KILL_ENV: &str = "IRIS_GATEWAY_KILL_AT";
 /// sled records written after which `bound_replay` reopens sled (its snapshot): what a start
 /// after a crash replays at most. About 5,000 messages of a burst; a reopen then costs what
