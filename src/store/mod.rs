@@ -714,7 +714,7 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Under the write lock nobody can take a new handle: a count of one is this slot's.
-        if !slot.as_ref().is_some_and(|t| Arc::strong_count(t) == 1) {
+        if slot.as_ref().is_none_or(|t| Arc::strong_count(t) != 1) {
             return;
         }
         let Some(Ok(Trees { s, hist })) = slot.take().map(Arc::try_unwrap) else {
