@@ -717,8 +717,15 @@ impl Store {
         if slot.as_ref().is_none_or(|t| Arc::strong_count(t) != 1) {
             return;
         }
-        let Some(Ok(Trees { s, hist })) = slot.take().map(Arc::try_unwrap) else {
+        let Some(current) = slot.take() else {
             return;
+        };
+        let Trees { s, hist } = match Arc::try_unwrap(current) {
+            Ok(trees) => trees,
+            Err(current) => {
+                *slot = Some(current);
+                return;
+            }
         };
         let started = std::time::Instant::now();
         let durable_journal = s.durable_journal.load(Ordering::SeqCst);
