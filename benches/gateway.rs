@@ -15,6 +15,9 @@
 //!   bytes per message;
 //! - queries beside other devices: another device's ping while one device sends the costliest
 //!   searches every 50 ms over 20,000 messages, against an idle ping;
+//! - a start after a burst: process start to `hello.ack` after a SIGKILL that follows
+//!   `IRIS_BENCH_BURST` history messages written through the protocol as fast as it takes them
+//!   (CI-sized by default), against the same after a burst of 1,000;
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
 //!   against a plain file with the same frames and fdatasyncs;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
@@ -46,7 +49,7 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
-    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, turns, memory, sizes), for measuring one
+    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, burst, turns, memory, sizes), for measuring one
     /// figure without waiting for the others.
     only: Option<String>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).
@@ -839,6 +842,91 @@ async fn at_scale(stored: usize) -> AtScale {
     }
 }
 
+/// Lanes a burst writes into at once, one device and one channel each.
+const BURST_LANES: usize = 4;
+/// Messages each burst device keeps in flight in its lane.
+const BURST_WINDOW: usize = 16;
+
+/// Writes about `n` history messages through the protocol as fast as it takes them (a restore,
+/// an automation storm): `BURST_LANES` devices each send into a channel of their own, keeping
+/// `BURST_WINDOW` messages in flight; every message and the demo's answer to it are history.
+/// Returns once every answer arrived, with how long the burst took.
+async fn burst(url: &str, devices: &[(String, String)], n: usize) -> Duration {
+    let t = Instant::now();
+    let per_lane = n.div_ceil(2 * devices.len());
+    let mut tasks = Vec::new();
+    for (k, device) in devices.iter().enumerate() {
+        let mut ws = hello(url, device, None).await;
+        let create = json!({"v":1,"type":"channel.create","id":2,"payload":{"name": format!("burst {k}"),"kind":"channel"}});
+        ws.send(Message::text(create.to_string())).await.unwrap();
+        let chat = loop {
+            let f = recv_json(&mut ws).await;
+            if f["type"] == "channel.created" && f["id"] == 2 {
+                break f["payload"]["chat_id"].as_str().unwrap().to_owned();
+            }
+        };
+        tasks.push(tokio::task::spawn_local(async move {
+            let (mut sent, mut answered) = (0, 0);
+            while answered < per_lane {
+                while sent < per_lane && sent - answered < BURST_WINDOW {
+                    let f = json!({"v":1,"type":"message.send","id": 100 + sent,"chat_id": chat,
+                        "payload":{"text": format!("burst {k}/{sent}: {}", scale_text(sent))}});
+                    ws.send(Message::text(f.to_string())).await.unwrap();
+                    sent += 1;
+                }
+                let f = recv_json(&mut ws).await;
+                match f["type"].as_str() {
+                    Some("message.stop") if f["chat_id"] == chat.as_str() => answered += 1,
+                    Some("error") => panic!("the burst was refused: {f}"),
+                    _ => {}
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    t.elapsed()
+}
+
+/// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages.
+async fn crash_after_burst(n: usize) -> (Duration, Duration) {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ids = pair_devices(tmp.path(), BURST_LANES);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let took = burst(&gw.url, &ids, n).await;
+    gw.kill();
+    let (gw, ws, hello_crash) = start_to_hello(tmp.path(), &ids[0]).await;
+    drop(ws);
+    gw.stop();
+    (hello_crash, took)
+}
+
+/// A start after a SIGKILL that follows a burst of writes through the protocol (scale:
+/// `IRIS_BENCH_BURST` history messages, CI-sized by default), against one after a burst of 1,000.
+async fn burst_section(opts: &Opts) {
+    let big = std::env::var("IRIS_BENCH_BURST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if opts.quick { 4_000 } else { 20_000 });
+    let small = 1000;
+    let (b, took) = crash_after_burst(big).await;
+    let (s, _) = crash_after_burst(small).await;
+    let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+    print(
+        &format!("A start after a burst ({big} history messages through the protocol)"),
+        &[row(
+            format!(
+                "process start to hello.ack after a SIGKILL that follows {big} history messages written in {:.0} s ({BURST_LANES} lanes)",
+                took.as_secs_f64()
+            ),
+            ms(b),
+            format!("{} (after a burst of {small})", ms(s)),
+            b.as_secs_f64() / s.as_secs_f64(),
+        )],
+    );
+}
+
 /// The store at scale: `big` history messages against 1,000, both with a full outbox.
 async fn scale_section(opts: &Opts) {
     let big = opts.scale;
@@ -1448,6 +1536,9 @@ async fn run(opts: Opts) {
     }
     if opts.wants("queries") {
         query_section().await;
+    }
+    if opts.wants("burst") {
+        burst_section(&opts).await;
     }
     if opts.wants("turns") {
         turns_section(&opts).await;

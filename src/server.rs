@@ -112,6 +112,7 @@ pub async fn run(
     let last = Shutdown::new();
     let core = open_core(config, &data_dir, pinned, &shutdown, &last)?;
     recover(&core, &shutdown).await?;
+    crate::store::kill_point("start-recovered", None);
     let doors = open_doors(&core, &data_dir, &shutdown).await?;
     if let Some(n) = &notifier {
         n.ready();

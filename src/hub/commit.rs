@@ -134,6 +134,8 @@ impl Hub {
                     warn!("outbox pruning failed: {e}");
                 }
             }
+            // Between groups no commit is half-way: sled may be reopened for its snapshot.
+            self.store.bound_replay();
         }
     }
 

@@ -25,7 +25,14 @@
 //! store failed and, on a panic, ends the process so that the next start checks in full.
 //!
 //! A failure is `StoreError::Damaged`, whose message says what is wrong and how to restore a
-//! backup; nothing was written to the store by then.
+//! backup, and what the start changed before it found that (`damaged_message`): nothing, when
+//! the safety copy was put back; else, honestly, what (sled opened without a copy, a rebuild an
+//! interrupted start had begun finished, the history database opened).
+//!
+//! The witness claims only what is durable (format 2): sled's snapshot once its name is
+//! fsynced, and not across the compression rebuild (`withdraw_snapshot_claim`). A power cut at
+//! any step of a start must leave a store the next start opens; `START_KILL_POINTS` and
+//! tests/start_crash.rs hold every step to that.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -65,6 +72,60 @@ pub(super) struct Witness {
     clean: bool,
     #[serde(default)]
     about: String,
+    /// 2 from this version on: `snapshot` is claimed only once the snapshot's name is durable
+    /// (sled renames it into place without an fsync of its directory), and withdrawn before
+    /// the compression rebuild swaps in a copy that has none yet. Older witnesses (0) made the
+    /// claim without either, so their claim alone cannot prove damage (`before_open`).
+    #[serde(default)]
+    format: u32,
+    /// With `clean`: sled's files as the graceful stop left them (`stamp_files`). A start that
+    /// finds them otherwise (an older copy put back, a file replaced) checks in full, with the
+    /// safety copy, instead of trusting the clean stop.
+    #[serde(default)]
+    files: Option<Vec<FileStamp>>,
+}
+
+/// The current witness format (see `Witness::format`).
+const WITNESS_FORMAT: u32 = 2;
+
+/// One file of sled's directory as the graceful stop left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct FileStamp {
+    name: String,
+    len: u64,
+    mtime_ns: i128,
+    inode: u64,
+}
+
+/// Every file under `db/` (names relative to it), sorted: enough to see that the files are not
+/// the ones a clean stop left, without reading them.
+fn stamp_files(db_dir: &Path) -> std::io::Result<Vec<FileStamp>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![db_dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let m = entry.metadata()?;
+            if m.is_dir() {
+                stack.push(entry.path());
+                continue;
+            }
+            let name = entry
+                .path()
+                .strip_prefix(db_dir)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.push(FileStamp {
+                name,
+                len: m.len(),
+                mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                inode: m.ino(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }
 
 impl Witness {
@@ -92,15 +153,33 @@ impl WitnessClock {
     pub(super) fn checked_ms(&self) -> i64 {
         self.checked_ms.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// Whether the last witness written claimed a snapshot (made durable at open).
+    fn claims_snapshot(&self) -> bool {
+        self.last
+            .lock()
+            .ok()
+            .and_then(|l| l.map(|(_, _, snap)| snap))
+            .unwrap_or(false)
+    }
 }
 
-/// The user-facing text of `StoreError::Damaged`.
-pub fn damaged_message(dir: &Path, detail: &str) -> String {
+/// The user-facing text of `StoreError::Damaged`. `touched`: what the start changed before it
+/// found the damage; the message says "nothing" only when that is so.
+pub fn damaged_message(dir: &Path, detail: &str, touched: &[String]) -> String {
+    let changed = if touched.is_empty() {
+        "Nothing was changed or removed.".to_owned()
+    } else {
+        format!(
+            "Before it found that, this start changed: {}; nothing else was changed or removed.",
+            touched.join("; ")
+        )
+    };
     format!(
-        "the store in {db} is damaged: {detail}. Nothing was changed or removed. To recover, \
-         restore your latest backup with `iris-gateway restore FILE --data-dir {dir}` (backups \
-         are made with `iris-gateway backup FILE`; restore keeps the damaged files aside). \
-         Without a backup, move {dir} aside (keep it) to start with an empty store",
+        "the store in {db} is damaged: {detail}. {changed} To recover, restore your latest \
+         backup with `iris-gateway restore FILE --data-dir {dir}` (backups are made with \
+         `iris-gateway backup FILE`; restore keeps the damaged files aside). Without a backup, \
+         move {dir} aside (keep it) to start with an empty store",
         db = dir.join("db").display(),
         dir = dir.display(),
     )
@@ -110,7 +189,55 @@ fn damaged(dir: &Path, detail: impl Into<String>) -> StoreError {
     StoreError::Damaged {
         dir: dir.to_owned(),
         detail: detail.into(),
+        touched: Vec::new(),
     }
+}
+
+/// Adds what the start changed to a refusal's message (other errors pass unchanged).
+pub(super) fn with_touched(e: StoreError, notes: &[String]) -> StoreError {
+    match e {
+        StoreError::Damaged {
+            dir,
+            detail,
+            mut touched,
+        } if !notes.is_empty() => {
+            let mut all = notes.to_vec();
+            all.append(&mut touched);
+            StoreError::Damaged {
+                dir,
+                detail,
+                touched: all,
+            }
+        }
+        e => e,
+    }
+}
+
+/// Withdraws the witness's snapshot claim, durably, before the compression rebuild puts a copy
+/// in `db/` that has no snapshot yet (a claim left standing would refuse the next start if the
+/// power went before sled wrote one: the copy is whole, only the claim was wrong). The next
+/// open claims the new snapshot once it is durable.
+pub(super) fn withdraw_snapshot_claim(dir: &Path) -> std::io::Result<()> {
+    let path = witness_path(dir);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Ok(mut w) = serde_json::from_slice::<Witness>(&text) else {
+        // `before_open` read it at this start: it is not changed.
+        return Ok(());
+    };
+    if !w.snapshot {
+        return Ok(());
+    }
+    w.snapshot = false;
+    w.clean = false;
+    w.files = None;
+    w.format = WITNESS_FORMAT;
+    w.updated_ms = crate::ids::now_ms();
+    let text = serde_json::to_vec_pretty(&w).expect("witness serialises");
+    crate::atomic_file::write(&path, &text, 0o644)
 }
 
 fn witness_path(dir: &Path) -> PathBuf {
@@ -145,7 +272,7 @@ pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
             ))
         }
     };
-    let witness: Witness = serde_json::from_slice(&text).map_err(|e| {
+    let mut witness: Witness = serde_json::from_slice(&text).map_err(|e| {
         damaged(
             dir,
             format!(
@@ -174,6 +301,31 @@ pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
                 format!("{} is missing ({seen})", log.display()),
             ))
         }
+    }
+    if witness.snapshot && !has_snapshot(&db_dir) && witness.format < WITNESS_FORMAT {
+        // An older version claimed the snapshot before its name was durable, and kept the
+        // claim across the compression rebuild, whose copy has none until sled first opens
+        // it: a start cut short there left exactly this, with every file whole. The claim
+        // proves nothing; the full check (read-back, cursor head, journal) still runs.
+        tracing::warn!(
+            "{} says sled had a snapshot, and there is none: an older version wrote that claim \
+             before it was durable (or before the store's files were rebuilt); checking the \
+             store in full instead",
+            path.display()
+        );
+        witness.snapshot = false;
+        witness.clean = false;
+        // And with the safety copy, however recent the last full check.
+        witness.checked_ms = 0;
+    }
+    if witness.clean && witness.files.as_ref() != stamp_files(&db_dir).ok().as_ref() {
+        // Put back, replaced or changed since: checked in full, with the safety copy, however
+        // recent the last full check (that spares only a crash loop a copy per start).
+        tracing::info!(
+            "sled's files are not as the last clean stop left them: checking the store in full"
+        );
+        witness.clean = false;
+        witness.checked_ms = 0;
     }
     if witness.snapshot && !has_snapshot(&db_dir) {
         return Err(damaged(
@@ -314,7 +466,14 @@ impl Store {
             .witness
             .checked_ms
             .store(checked_ms, std::sync::atomic::Ordering::SeqCst);
-        let snapshot = has_snapshot(&self.shared.dir.join("db"));
+        let db_dir = self.shared.dir.join("db");
+        // sled renames its snapshot into place without an fsync of the directory, and its log
+        // is only `sync_file_range`d: both made durable before the witness claims them.
+        let durable = self
+            .t()
+            .ok()
+            .map(|t| t.db_file.sync_all().is_ok() && crate::atomic_file::sync_dir(&db_dir).is_ok());
+        let snapshot = durable == Some(true) && has_snapshot(&db_dir);
         if let Ok(head) = self.cursor_head() {
             self.write_witness(head, snapshot, false);
         }
@@ -331,7 +490,7 @@ impl Store {
         }
         self.sync_blocking()?;
         let head = self.cursor_head()?;
-        let snapshot = has_snapshot(&self.shared.dir.join("db"));
+        let snapshot = self.shared.witness.claims_snapshot();
         self.write_witness(head, snapshot, true);
         Ok(())
     }
@@ -354,7 +513,14 @@ impl Store {
     }
 
     fn write_witness(&self, head: u64, snapshot: bool, clean: bool) {
+        let files = if clean {
+            stamp_files(&self.shared.dir.join("db")).ok()
+        } else {
+            None
+        };
         let w = Witness {
+            format: WITNESS_FORMAT,
+            files,
             clean,
             cursor_head: head,
             snapshot,
@@ -419,6 +585,11 @@ impl PanicGuard {
                             .unwrap_or_default();
                         let mut detail =
                             format!("the storage engine failed while reading it: {what}{at}");
+                        let touched = if safety.is_none() {
+                            vec![format!("{NO_COPY_NOTE})")]
+                        } else {
+                            Vec::new()
+                        };
                         if let Some(root) = safety {
                             if let Err(e) = SafetyCopy::put_back(&dir, &root) {
                                 detail.push_str(&format!(
@@ -428,7 +599,7 @@ impl PanicGuard {
                                 ));
                             }
                         }
-                        eprintln!("iris-gateway: {}", damaged_message(&dir, &detail));
+                        eprintln!("iris-gateway: {}", damaged_message(&dir, &detail, &touched));
                         std::process::exit(EXIT_DAMAGED.into());
                     }
                 }
@@ -473,32 +644,57 @@ pub(super) struct SafetyCopy {
 
 const SAFETY_DIR: &str = ".open-check";
 const SAFETY_COMPLETE: &str = "complete";
+/// The files of the copy, one relative path a line, written before `complete`: putting the
+/// copy back moves files out of it one by one, and a start cut short half-way must not take
+/// the files already moved back for ones sled created.
+const SAFETY_MANIFEST: &str = "manifest";
+
+/// What a refusal says when sled opened the files without a copy taken first.
+pub(super) const NO_COPY_NOTE: &str =
+    "sled may have rewritten parts of its files in db/ while opening them (no copy was taken first";
+
+/// What `SafetyCopy::take` did.
+pub(super) struct Taken {
+    pub copy: Option<SafetyCopy>,
+    /// Why there is no copy of a store that was used before, for an honest refusal.
+    pub why_none: Option<&'static str>,
+    /// A copy an interrupted start had left was put back first.
+    pub put_back_leftover: bool,
+}
 
 impl SafetyCopy {
     /// Takes the copy, or `None` for a new store (nothing to protect), a store another process
     /// has open (sled will say so; nothing here may touch its files), or when it does not fit.
     /// The caller holds the open lock (`open_lock`).
-    pub(super) fn take(
-        dir: &Path,
-        witness: Option<&Witness>,
-    ) -> std::io::Result<Option<SafetyCopy>> {
+    pub(super) fn take(dir: &Path, witness: Option<&Witness>) -> std::io::Result<Taken> {
         let db_dir = dir.join("db");
         let root = dir.join(SAFETY_DIR);
+        let none = |why_none, put_back_leftover| Taken {
+            copy: None,
+            why_none,
+            put_back_leftover,
+        };
         if in_use(&db_dir.join("db")) {
-            return Ok(None);
+            return Ok(none(None, false));
         }
-        Self::recover_leftover(dir, &root)?;
+        let put_back = Self::recover_leftover(dir, &root)?;
         if !Witness::wants_full_check(witness) {
             tracing::debug!("the store was stopped cleanly and checked in full this week: no copy before opening");
-            return Ok(None);
+            return Ok(none(
+                Some("the last run stopped cleanly and the store was checked in full this week"),
+                put_back,
+            ));
         }
         if witness.is_some_and(|w| crate::ids::now_ms() - w.checked_ms < RECHECK_AFTER_MS) {
             tracing::debug!("the store was read back in full minutes ago: no copy before opening");
-            return Ok(None);
+            return Ok(none(
+                Some("the store had been read back in full less than 10 minutes before"),
+                put_back,
+            ));
         }
         let size = match std::fs::metadata(db_dir.join("db")) {
             Ok(m) if m.len() > 0 => m.len(),
-            _ => return Ok(None),
+            _ => return Ok(none(None, put_back)),
         };
         if let Ok(st) = super::statvfs(dir) {
             if st.available < size.saturating_add(super::STORE_RESERVE_BYTES) {
@@ -507,20 +703,29 @@ impl SafetyCopy {
                      opening without one, so a damaged store may be changed by the attempt",
                     super::human_bytes(size)
                 );
-                return Ok(None);
+                return Ok(none(Some("the disk had no room for it"), put_back));
             }
         }
         let copied = (|| {
             std::fs::create_dir_all(root.join("db"))?;
-            copy_tree(&db_dir, &root.join("db"))?;
+            let mut names = Vec::new();
+            copy_tree(&db_dir, &root.join("db"), Path::new(""), &mut names)?;
+            let mut manifest = names.join("\n");
+            manifest.push('\n');
+            crate::atomic_file::write(&root.join(SAFETY_MANIFEST), manifest.as_bytes(), 0o600)?;
             std::fs::File::create(root.join(SAFETY_COMPLETE))?;
+            crate::atomic_file::sync_dir(&root)?;
             std::io::Result::Ok(())
         })();
         if let Err(e) = copied {
             let _ = std::fs::remove_dir_all(&root);
             return Err(e);
         }
-        Ok(Some(SafetyCopy { root }))
+        Ok(Taken {
+            copy: Some(SafetyCopy { root }),
+            why_none: None,
+            put_back_leftover: put_back,
+        })
     }
 
     /// The open succeeded: the copy goes. Its "complete" mark first, and durably: a complete
@@ -543,28 +748,65 @@ impl SafetyCopy {
     fn put_back(dir: &Path, root: &Path) -> std::io::Result<()> {
         let db_dir = dir.join("db");
         let saved_db = root.join("db");
-        // Files sled created while opening (a new snapshot, say) go; saved ones come back.
-        remove_files_not_in(&db_dir, &saved_db)?;
-        move_tree(&saved_db, &db_dir)?;
-        std::fs::File::open(&db_dir)?.sync_all()?;
+        match std::fs::read_to_string(root.join(SAFETY_MANIFEST)) {
+            Ok(manifest) => {
+                let keep: std::collections::HashSet<&str> =
+                    manifest.lines().filter(|l| !l.is_empty()).collect();
+                // Files sled created while opening (a new snapshot, say) go; the saved ones
+                // come back, each by a rename over what sled made of it. Run again after a
+                // cut, it finds the files already back listed, and moves the rest.
+                std::fs::create_dir_all(&db_dir)?;
+                remove_unlisted(&db_dir, Path::new(""), &keep)?;
+                let mut moved = 0;
+                for name in &keep {
+                    let from = saved_db.join(name);
+                    if !from.exists() {
+                        continue;
+                    }
+                    let to = db_dir.join(name);
+                    if let Some(parent) = to.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::rename(&from, &to)?;
+                    moved += 1;
+                    if moved == 1 {
+                        super::kill_point("put-back-partial", None);
+                    }
+                }
+                sync_dirs(&db_dir)?;
+            }
+            // A copy taken by an older version, put back as that version did.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                remove_files_not_in(&db_dir, &saved_db)?;
+                move_tree(&saved_db, &db_dir)?;
+                std::fs::File::open(&db_dir)?.sync_all()?;
+            }
+            Err(e) => return Err(e),
+        }
+        // Not complete any more before anything else of it goes: a cut from here leaves an
+        // incomplete copy, which the next start only removes.
+        std::fs::remove_file(root.join(SAFETY_COMPLETE))?;
+        crate::atomic_file::sync_dir(root)?;
         std::fs::remove_dir_all(root)
     }
 
     /// A copy left by an open that was cut short (power cut, kill): a complete one is the
     /// state before that open and is put back; an incomplete one was taken before sled was
-    /// given the files, which are therefore untouched.
-    fn recover_leftover(dir: &Path, root: &Path) -> std::io::Result<()> {
+    /// given the files, which are therefore untouched. True when a copy was put back.
+    fn recover_leftover(dir: &Path, root: &Path) -> std::io::Result<bool> {
         if !root.exists() {
-            return Ok(());
+            return Ok(false);
         }
         if root.join(SAFETY_COMPLETE).exists() {
             tracing::warn!(
                 "an earlier start was interrupted while opening the store: putting back the copy \
                  of its files taken before that"
             );
-            Self::put_back(dir, root)
+            Self::put_back(dir, root)?;
+            Ok(true)
         } else {
-            std::fs::remove_dir_all(root)
+            std::fs::remove_dir_all(root)?;
+            Ok(false)
         }
     }
 }
@@ -604,16 +846,19 @@ pub(super) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
 }
 
 /// Copies a directory tree: files of sled's `blobs/` are hard-linked (sled never rewrites one,
-/// it only deletes them), the others copied and fsynced.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+/// it only deletes them), the others copied and fsynced. `names` gets every file's path
+/// relative to the top (`rel` is `from`'s).
+fn copy_tree(from: &Path, to: &Path, rel: &Path, names: &mut Vec<String>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
         let kind = entry.file_type()?;
+        let rel = rel.join(entry.file_name());
         if kind.is_dir() {
             std::fs::create_dir_all(&target)?;
-            copy_tree(&entry.path(), &target)?;
+            copy_tree(&entry.path(), &target, &rel, names)?;
         } else if kind.is_file() {
+            names.push(rel.to_string_lossy().into_owned());
             if from.file_name().is_some_and(|n| n == "blobs") {
                 std::fs::hard_link(entry.path(), &target)?;
             } else {
@@ -623,6 +868,35 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     std::fs::File::open(to)?.sync_all()
+}
+
+/// Removes the files under `dir` whose relative path is not in `keep`.
+fn remove_unlisted(
+    dir: &Path,
+    rel: &Path,
+    keep: &std::collections::HashSet<&str>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let rel = rel.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            remove_unlisted(&entry.path(), &rel, keep)?;
+        } else if !keep.contains(rel.to_string_lossy().as_ref()) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// fsyncs `dir` and every directory below it.
+fn sync_dirs(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_dirs(&entry.path())?;
+        }
+    }
+    crate::atomic_file::sync_dir(dir)
 }
 
 fn remove_files_not_in(current: &Path, saved: &Path) -> std::io::Result<()> {

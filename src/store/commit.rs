@@ -91,6 +91,12 @@ impl Store {
         self.note_failure(t.meta.insert(META_COMMIT, to_json(&record)))?;
         *heads = record.heads;
         self.kill_at_commit("after-commit-record", &t, &cursors);
+        // Each change writes one to three sled records, the record one more: roughly what a
+        // start after a crash would replay (`Store::bound_replay`).
+        self.shared.written_since_open.fetch_add(
+            2 * changes.len() as u64 + 1,
+            std::sync::atomic::Ordering::SeqCst,
+        );
         for redo in &record.redo {
             // The commit stands (its record is written); a failure here is the disk's, and
             // sled refuses every later write until the store is reopened, which replays this.
@@ -318,10 +324,12 @@ pub(super) fn upgrade_to_layout3(t: &Sled) -> Result<()> {
         redo: Vec::new(),
     };
     t.meta.insert(META_COMMIT, to_json(&record))?;
+    super::kill_point("layout3-record", Some(&t.db));
     t.meta.insert(super::META_LAYOUT, &3u64.to_be_bytes())?;
     t.meta.remove(META_CURSOR_V2)?;
     t.meta.remove(META_JOURNAL_V2)?;
     t.db.flush()?;
+    super::kill_point("layout3-done", None);
     *t.heads
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = heads;

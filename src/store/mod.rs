@@ -62,8 +62,14 @@ pub enum StoreError {
     Open { dir: PathBuf, source: sled::Error },
     /// Found at open: the files are damaged or older than the store last seen. Nothing was
     /// changed on disk (see `check.rs`).
-    #[error("{}", check::damaged_message(.dir, .detail))]
-    Damaged { dir: PathBuf, detail: String },
+    #[error("{}", check::damaged_message(.dir, .detail, .touched))]
+    Damaged {
+        dir: PathBuf,
+        detail: String,
+        /// What the refused start changed in the data dir before it found the damage (each
+        /// said in a few words); empty when it changed nothing.
+        touched: Vec<String>,
+    },
     /// The disk is (nearly) full: refused before sled is asked to write (`Store::writable`), or
     /// sled's write failed with ENOSPC.
     #[error("the data disk is full ({detail}); nothing new can be saved until space is freed: delete messages with media, or remove other files from that disk")]
@@ -284,6 +290,11 @@ struct Shared {
     checkpointing: AtomicBool,
     last_checkpoint: std::sync::Mutex<std::time::Instant>,
     kill_at: Option<String>,
+    /// sled records written since sled last opened (about: `Store::commit` counts its
+    /// changes): what a start after a crash would replay (`bound_replay`).
+    written_since_open: std::sync::atomic::AtomicU64,
+    /// `REPLAY_BOUND`, or the test hook's value.
+    replay_bound: u64,
     /// Why the last apply of the journal failed, until one succeeds.
     history_behind: std::sync::Mutex<Option<String>>,
 }
@@ -306,15 +317,29 @@ impl Store {
     pub fn open(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::open_io(dir, e))?;
         let _open_lock = check::open_lock(dir, lock_wait)?;
-        rebuild::finish_or_undo(dir)?;
-        let witness = check::before_open(dir)?;
+        // What this start changed before a refusal, so its message can say so honestly.
+        let mut touched = Vec::new();
+        if let Some(note) = rebuild::finish_or_undo(dir)? {
+            touched.push(note);
+        }
+        let witness = check::before_open(dir).map_err(|e| check::with_touched(e, &touched))?;
         let full_check = check::Witness::wants_full_check(witness.as_ref());
         let checked_ms = match &witness {
             Some(w) if !full_check => w.checked_ms(),
             _ => crate::ids::now_ms(),
         };
-        let safety = check::SafetyCopy::take(dir, witness.as_ref())
+        let taken = check::SafetyCopy::take(dir, witness.as_ref())
             .map_err(|e| StoreError::open_io(dir, e))?;
+        if taken.put_back_leftover {
+            touched.push(
+                "it put sled's files back from the copy an interrupted earlier start had taken \
+                 of them"
+                    .into(),
+            );
+        }
+        let (safety, why_none) = (taken.copy, taken.why_none);
+        kill_point("open-copied", None);
+        let mut history_opened = false;
         let opened = {
             // sled 0.34 panics on some damaged files, at open or when a damaged page is first
             // read: the guard turns that into the "damaged store" message and exit status 1
@@ -322,6 +347,7 @@ impl Store {
             let _guard = check::PanicGuard::new(dir, safety.as_ref());
             let started = std::time::Instant::now();
             open_sled(dir, cache_bytes, lock_wait).and_then(|s| {
+                kill_point("open-sled-opened", None);
                 check::after_open(dir, &s, witness.as_ref(), full_check)?;
                 // Reading every record back leaves sled's pages resident beyond its cache; closed
                 // and opened again, sled holds only what it needs. (Measured alone this did not
@@ -334,8 +360,12 @@ impl Store {
                 } else {
                     s
                 };
+                kill_point("open-read-back", None);
                 commit::recover(&s)?;
+                kill_point("open-recovered", Some(&s.db));
+                history_opened = true;
                 let hist = open_history(dir, &s)?;
+                kill_point("open-history-checked", Some(&s.db));
                 let trees = Trees { s, hist };
                 let ms = started.elapsed().as_millis();
                 if full_check {
@@ -345,6 +375,23 @@ impl Store {
                 }
                 Ok(trees)
             })
+        };
+        let refused = |e: StoreError, mut touched: Vec<String>, put_back: bool| {
+            // sled has been given the files: without a copy put back, a refusal cannot say
+            // they are as they were.
+            if !put_back {
+                if let Some(why) = why_none {
+                    touched.push(format!("{}: {why})", check::NO_COPY_NOTE));
+                }
+            }
+            if history_opened {
+                touched.push(format!(
+                    "SQLite opened the history database in {} (which replays or drops what its \
+                     WAL holds) and, for a layout-1 store, built it afresh from sled",
+                    dir.join(sql::HISTORY_DIR).display()
+                ));
+            }
+            check::with_touched(e, &touched)
         };
         let trees = match (opened, safety) {
             (Ok(trees), safety) => {
@@ -363,15 +410,21 @@ impl Store {
                 // Closes sled's files (the error dropped everything opened) before they are
                 // put back as they were.
                 return Err(match s.restore(dir) {
-                    Ok(()) => e,
-                    Err(io) => StoreError::Damaged {
-                        dir: dir.to_owned(),
-                        detail: format!("{e}; and the copy of its files taken before opening could not be put back ({io}): it is in {}", dir.join(".open-check").display()),
-                    },
+                    Ok(()) => refused(e, touched, true),
+                    Err(io) => refused(
+                        StoreError::Damaged {
+                            dir: dir.to_owned(),
+                            detail: format!("{e}; and the copy of its files taken before opening could not be put back ({io}): it is in {}", dir.join(".open-check").display()),
+                            touched: Vec::new(),
+                        },
+                        touched,
+                        false,
+                    ),
                 });
             }
-            (Err(e), None) => return Err(e),
+            (Err(e), None) => return Err(refused(e, touched, false)),
         };
+        kill_point("open-copy-discarded", Some(&trees.db));
         let trees = if rebuild::compresses(&dir.join("db")) {
             trees
         } else {
@@ -381,10 +434,9 @@ impl Store {
             let db = s.db.clone();
             drop(s);
             rebuild::compress(dir, db, cache_bytes)?;
-            Trees {
-                s: open_sled(dir, cache_bytes, lock_wait)?,
-                hist,
-            }
+            let s = open_sled(dir, cache_bytes, lock_wait)?;
+            kill_point("rebuild-reopened", None);
+            Trees { s, hist }
         };
         // The override is a test hook: debug builds only.
         let reserve = std::env::var(RESERVE_ENV)
@@ -407,12 +459,32 @@ impl Store {
                 checkpointing: AtomicBool::new(false),
                 last_checkpoint: std::sync::Mutex::new(std::time::Instant::now()),
                 kill_at: kill_hook(),
+                written_since_open: Default::default(),
+                replay_bound: std::env::var(REPLAY_BOUND_ENV)
+                    .ok()
+                    .filter(|_| cfg!(debug_assertions))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(REPLAY_BOUND),
                 history_behind: Default::default(),
             }),
         };
         store.init_layout()?;
+        // Entries below the journal's first are durable in SQLite (a checkpoint pruned them):
+        // the volume bound of `maybe_checkpoint` counts from there, not from 0.
+        {
+            let t = store.t()?;
+            let settled = match t.journal.first()? {
+                Some((k, _)) => u64_from(&k).saturating_sub(1),
+                None => t.heads().journal,
+            };
+            store
+                .shared
+                .durable_applied
+                .store(settled, Ordering::SeqCst);
+        }
         // What sled made durable before a crash but the history database lost or never got.
         store.apply_journal()?;
+        kill_point("open-journal-applied", None);
         // What opening allocated and freed (the read-back after a crash above all: ~11 MiB
         // with a full outbox) stays in malloc's arenas; give it back, so the idle gateway is
         // as small after a crash as after a clean stop.
@@ -422,6 +494,7 @@ impl Store {
             libc::malloc_trim(0);
         }
         store.record_witness(checked_ms);
+        kill_point("open-witness", None);
         Ok(store)
     }
 
@@ -601,6 +674,7 @@ impl Store {
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(trees));
                 self.shared.failed.store(false, Ordering::SeqCst);
+                self.shared.written_since_open.store(0, Ordering::SeqCst);
                 if let Ok(mut saved) = self.shared.failure.lock() {
                     *saved = None;
                 }
@@ -617,6 +691,75 @@ impl Store {
                     *why = e.to_string();
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// Bounds what a start after a crash replays: sled 0.34.7 writes its snapshot (the page
+    /// table a start reads instead of the log) only when it opens (`advance_snapshot` in its
+    /// `pagecache/snapshot.rs`; `snapshot_after_ops` does nothing since 0.31), so a start after
+    /// a SIGKILL replays every record written since the last open: 100,000 messages written in
+    /// a burst took 0.95 s to `hello.ack` here. Once `REPLAY_BOUND` records were written, this
+    /// closes sled and opens it again, which writes a new snapshot; the start after a crash
+    /// then replays at most that many records. Done only when nothing else holds the database
+    /// (a checkpoint on a worker thread, a flush being awaited): the caller (the committer,
+    /// after a group) tries again after its next group. Its cost is the replay it saves a
+    /// crash start, bounded by `REPLAY_BOUND` (docs/benchmarks.md, "A start after a burst").
+    pub fn bound_replay(&self) {
+        let written = self.shared.written_since_open.load(Ordering::SeqCst);
+        if written < self.shared.replay_bound || self.shared.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut slot = self
+            .shared
+            .trees
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Under the write lock nobody can take a new handle: a count of one is this slot's.
+        if slot.as_ref().is_none_or(|t| Arc::strong_count(t) != 1) {
+            return;
+        }
+        let Some(current) = slot.take() else {
+            return;
+        };
+        let Trees { s, hist } = match Arc::try_unwrap(current) {
+            Ok(trees) => trees,
+            Err(current) => {
+                *slot = Some(current);
+                return;
+            }
+        };
+        let started = std::time::Instant::now();
+        let durable_journal = s.durable_journal.load(Ordering::SeqCst);
+        // sled flushes and lets go of its files (and its lock) with its last handle.
+        drop(s);
+        let dir = &self.shared.dir;
+        let reopened =
+            open_sled(dir, self.shared.cache_bytes, Duration::from_secs(1)).and_then(|s| {
+                // What was durable stays so; the new snapshot's name made durable like the log.
+                s.durable_journal.store(durable_journal, Ordering::SeqCst);
+                s.db_file
+                    .sync_all()
+                    .and_then(|()| crate::atomic_file::sync_dir(&dir.join("db")))
+                    .map_err(|e| StoreError::open_io(dir, e))?;
+                Ok(s)
+            });
+        match reopened {
+            Ok(s) => {
+                *slot = Some(Arc::new(Trees { s, hist }));
+                self.shared.written_since_open.store(0, Ordering::SeqCst);
+                tracing::info!(
+                    records = written,
+                    ms = started.elapsed().as_millis() as u64,
+                    "sled reopened to write its snapshot: a start after a crash replays only what follows"
+                );
+            }
+            Err(e) => {
+                // As after a storage failure: the storage monitor reopens it once it can.
+                tracing::warn!("reopening sled to write its snapshot failed: {e}");
+                if let Ok(mut why) = self.shared.closed_why.lock() {
+                    *why = e.to_string();
+                }
             }
         }
     }
@@ -850,13 +993,21 @@ impl Store {
         if durable > 0 {
             let _ = self.prune_journal(durable);
         }
+        // The journal entries not yet durable in SQLite: what sled holds of history and what a
+        // start after a crash reads back and SQLite replays from its WAL. A burst (a restore,
+        // an automation storm) checkpoints by volume, not only every 5 minutes.
+        let unsettled = self.t().ok().map_or(0, |t| {
+            t.durable_journal
+                .load(Ordering::SeqCst)
+                .saturating_sub(durable)
+        });
         let due = {
             let last = self
                 .shared
                 .last_checkpoint
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            last.elapsed() >= CHECKPOINT_EVERY
+            last.elapsed() >= CHECKPOINT_EVERY || unsettled >= CHECKPOINT_AFTER_ENTRIES
         };
         let backlog = self.t().ok().and_then(|t| {
             let applied = t.hist.applied().ok()?;
@@ -996,7 +1147,100 @@ const APPLY_BATCH: usize = 256;
 /// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes
 /// since touched once, so a longer interval writes the SD card less (docs/storage.md).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(300);
+/// Journal entries after which a checkpoint is due whatever the time: bounds the journal in
+/// sled, the WAL and what a start after a crash reads back during a burst of writes (a
+/// household's 5 minutes are a few dozen entries).
+const CHECKPOINT_AFTER_ENTRIES: u64 = 5_000;
 const KILL_ENV: &str = "IRIS_GATEWAY_KILL_AT";
+/// sled records written after which `bound_replay` reopens sled (its snapshot): what a start
+/// after a crash replays at most. About 300 demo turns (a commit counts twice its changes plus
+/// one); a reopen then costs what replaying them costs (docs/benchmarks.md, "A start after a
+/// burst"). With 20,000 a start after a 100,000-message burst still took 0.62 s here.
+const REPLAY_BOUND: u64 = 5_000;
+/// Test hook (debug builds only): a smaller `REPLAY_BOUND`, so a short burst reopens sled.
+const REPLAY_BOUND_ENV: &str = "IRIS_GATEWAY_REPLAY_BOUND";
+
+/// A place where a start can be cut short by the test hook `IRIS_GATEWAY_KILL_AT`.
+#[derive(Debug, Clone, Copy)]
+pub struct KillPoint {
+    pub name: &'static str,
+    /// A start killed at this point first leaves the state the hook needs (a start that puts
+    /// a safety copy back needs one left behind).
+    pub after: Option<&'static str>,
+}
+
+const fn point(name: &'static str) -> KillPoint {
+    KillPoint { name, after: None }
+}
+
+/// Every kill point of a start, in the order a start meets them (open, migration from layout
+/// 1, the compression rebuild, the upgrade to layout 3, the server's recovery). The tests in
+/// tests/start_crash.rs kill a start at each of them and require the next start to serve
+/// everything that was acknowledged, so a step added here is covered at once. A point that
+/// flushes sled first stands for sled's background flush having run just before the power went.
+pub const START_KILL_POINTS: &[KillPoint] = &[
+    // A complete copy of `db/` is in `.open-check/`; sled has not seen the files.
+    point("open-copied"),
+    // sled has opened the files: written its snapshot, cut the torn tail of its log.
+    point("open-sled-opened"),
+    // Half of the files of a copy put back (after a start killed with its copy in place).
+    KillPoint {
+        name: "put-back-partial",
+        after: Some("open-sled-opened"),
+    },
+    // Every record read back, sled opened again.
+    point("open-read-back"),
+    // A commit cut short dropped, the last record's redo applied (flushed).
+    point("open-recovered"),
+    // Layout 1: the history database built and checkpointed; sled still layout 1.
+    point("migrate-history-built"),
+    // Layout 1: frame lists rewritten in sled (flushed); the layout record still says 1.
+    point("migrate-frames"),
+    // Layout 1: the layout record says 2 (flushed); the old trees are still there.
+    point("migrate-layout2"),
+    // The history database opened and checked against sled's journal.
+    point("open-history-checked"),
+    // The safety copy removed.
+    point("open-copy-discarded"),
+    // The compressed copy written to `db.rebuild/`, not yet fsynced.
+    point("rebuild-copied"),
+    // The copy fsynced, the witness no longer claims a snapshot; nothing swapped yet.
+    point("rebuild-synced"),
+    // `db/` renamed to `db.uncompressed/`, the copy not yet renamed to `db/`.
+    point("rebuild-old-aside"),
+    // The copy is `db/`; the old files are still beside it.
+    point("rebuild-swapped"),
+    // The old files removed; sled has not opened the copy yet, so it has no snapshot.
+    point("rebuild-done"),
+    // sled opened the copy (its first snapshot).
+    point("rebuild-reopened"),
+    // Layout 2 → 3: the commit record written (flushed), the layout record still says 2.
+    point("layout3-record"),
+    // Layout 3 written and flushed; the default channel not checked yet.
+    point("layout3-done"),
+    // The journal applied to the history database.
+    point("open-journal-applied"),
+    // The witness written: the store is open.
+    point("open-witness"),
+    // The server settled the turns the last run left (their notices committed and synced).
+    point("start-recovered"),
+];
+
+/// Test hook: ends the process as a power cut would at the start's kill point `name`, when
+/// `IRIS_GATEWAY_KILL_AT` names it (debug builds only). With `flush`, sled's writes so far are
+/// made to reach the file first, as its background flush might have done.
+pub fn kill_point(name: &str, flush: Option<&sled::Db>) {
+    debug_assert!(
+        START_KILL_POINTS.iter().any(|p| p.name == name),
+        "kill point {name} is not in START_KILL_POINTS"
+    );
+    if kill_hook().as_deref() == Some(name) {
+        if let Some(db) = flush {
+            let _ = db.flush();
+        }
+        kill_now();
+    }
+}
 
 /// The test hook `IRIS_GATEWAY_KILL_AT` (tests/durability.rs): where to kill the process with
 /// SIGKILL, to prove what a crash there leaves. Debug builds only: the release binary people
@@ -1068,6 +1312,7 @@ fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
     let path = sql::history_path(dir);
     if !create && !path.exists() {
         return Err(StoreError::Damaged {
+            touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!("its history database {} is missing", path.display()),
         });
@@ -1075,6 +1320,7 @@ fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
     let disk_read_only = || statvfs(dir).map(|s| s.read_only).unwrap_or(true);
     sql::History::open(&path, create).map_err(|e| match e {
         StoreError::History(e) if sql::is_damage(&e) => StoreError::Damaged {
+            touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!(
                 "its history database {} cannot be read ({e})",
@@ -1083,6 +1329,7 @@ fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
         },
         // SQLite opens a file whose header names a format it cannot write read-only.
         StoreError::ReadOnly { detail } if !disk_read_only() => StoreError::Damaged {
+            touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!(
                 "its history database {} cannot be written ({detail}): its header is damaged",
@@ -1103,6 +1350,7 @@ fn open_history(dir: &Path, s: &Sled) -> Result<sql::History> {
         None => {
             if sql::history_path(dir).exists() {
                 return Err(StoreError::Damaged {
+                    touched: Vec::new(),
                     dir: dir.to_owned(),
                     detail: format!(
                         "it has no layout record but a history database ({}) is there",
@@ -1159,6 +1407,7 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
     let heads = commit::load_heads(&meta).map_err(|e| match e {
         StoreError::Sled(source) | StoreError::Open { source, .. } => open_failure(dir, source),
         StoreError::Corrupt { what, source } => StoreError::Damaged {
+            touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!("its {what} cannot be read ({source})"),
         },
@@ -1196,6 +1445,7 @@ fn open_failure(dir: &Path, source: sled::Error) -> StoreError {
         sled::Error::Corruption { .. }
         | sled::Error::ReportableBug(_)
         | sled::Error::Unsupported(_) => StoreError::Damaged {
+            touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!("sled cannot open it ({source})"),
         },

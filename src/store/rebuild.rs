@@ -11,9 +11,13 @@
 //! `finish_or_undo` recognises at the next start:
 //!
 //! 1. `db.rebuild/` is written and fsynced (a crash here: it is removed, `db/` is as it was);
-//! 2. `db/` becomes `db.uncompressed/`, then `db.rebuild/` becomes `db/` (a crash between the
+//! 2. the witness stops claiming a snapshot (durably): the copy has none until sled first
+//!    opens it, and a claim left standing would make the next start refuse a whole store;
+//! 3. `db/` becomes `db.uncompressed/`, then `db.rebuild/` becomes `db/` (a crash between the
 //!    two: the second rename is done at the next start);
-//! 3. `db.uncompressed/` is removed.
+//! 4. `db.uncompressed/` is removed.
+//!
+//! Each step has a kill point (`START_KILL_POINTS`): tests/start_crash.rs cuts a start at each.
 
 use std::path::{Path, PathBuf};
 
@@ -40,25 +44,39 @@ pub(super) fn compresses(db: &Path) -> bool {
 }
 
 /// Completes or undoes a rebuild a crash interrupted (see the module comment). Run before
-/// anything opens sled.
-pub(super) fn finish_or_undo(dir: &Path) -> Result<()> {
+/// anything opens sled. Says what it changed, if anything (for an honest refusal).
+pub(super) fn finish_or_undo(dir: &Path) -> Result<Option<String>> {
     let db = dir.join("db");
     let rebuilt = dir.join(REBUILD_DIR);
     let old = dir.join(OLD_DIR);
+    let mut done = Vec::new();
     if rebuilt.exists() {
         if db.exists() {
             // Step 1 did not finish: the old files are still in place.
             std::fs::remove_dir_all(&rebuilt).map_err(|e| StoreError::open_io(dir, e))?;
+            done.push(format!(
+                "it removed {}, a compressed copy of the store an interrupted start had not finished",
+                rebuilt.display()
+            ));
         } else {
             std::fs::rename(&rebuilt, &db).map_err(|e| StoreError::open_io(dir, e))?;
             crate::atomic_file::sync_dir(dir).map_err(|e| StoreError::open_io(dir, e))?;
             tracing::info!("finished swapping in the compressed copy of the store");
+            done.push(format!(
+                "it renamed {} to {}, finishing the swap an interrupted start had begun",
+                rebuilt.display(),
+                db.display()
+            ));
         }
     }
     if old.exists() && db.exists() {
         std::fs::remove_dir_all(&old).map_err(|e| StoreError::open_io(dir, e))?;
+        done.push(format!(
+            "it removed {}, the uncompressed files a finished rebuild had replaced",
+            old.display()
+        ));
     }
-    Ok(())
+    Ok((!done.is_empty()).then(|| done.join("; ")))
 }
 
 /// Copies every tree of the sled database `from` into a new compressed one beside it, and
@@ -93,15 +111,21 @@ pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<(
         }
         to.flush()?;
     }
+    super::kill_point("rebuild-copied", None);
     // sled's own files are only `sync_file_range`d: fsync them before they replace the old.
     sync_tree(&target).map_err(|e| StoreError::open_io(dir, e))?;
+    super::check::withdraw_snapshot_claim(dir).map_err(|e| StoreError::open_io(dir, e))?;
+    super::kill_point("rebuild-synced", None);
     drop(from);
     let db = dir.join("db");
     let old = dir.join(OLD_DIR);
     std::fs::rename(&db, &old).map_err(|e| StoreError::open_io(dir, e))?;
+    super::kill_point("rebuild-old-aside", None);
     std::fs::rename(&target, &db).map_err(|e| StoreError::open_io(dir, e))?;
     crate::atomic_file::sync_dir(dir).map_err(|e| StoreError::open_io(dir, e))?;
+    super::kill_point("rebuild-swapped", None);
     std::fs::remove_dir_all(&old).map_err(|e| StoreError::open_io(dir, e))?;
+    super::kill_point("rebuild-done", None);
     tracing::info!(
         entries,
         ms = started.elapsed().as_millis() as u64,
@@ -173,7 +197,7 @@ mod tests {
         std::fs::create_dir_all(tmp.path().join("db")).unwrap();
         std::fs::write(tmp.path().join("db/db"), b"old").unwrap();
         std::fs::create_dir_all(tmp.path().join(REBUILD_DIR)).unwrap();
-        finish_or_undo(tmp.path()).unwrap();
+        assert!(finish_or_undo(tmp.path()).unwrap().is_some());
         assert!(!tmp.path().join(REBUILD_DIR).exists());
         assert_eq!(std::fs::read(tmp.path().join("db/db")).unwrap(), b"old");
         // Between the two renames: the copy becomes the store, the old files go.
