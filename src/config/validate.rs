@@ -74,7 +74,7 @@ fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
 }
 
 /// The limits a socket and its frames live under.
-fn socket_checks(l: &Limits) -> [Check; 8] {
+fn socket_checks(l: &Limits) -> [Check; 9] {
     [
         (
             "limits.max_frame_bytes",
@@ -117,6 +117,12 @@ fn socket_checks(l: &Limits) -> [Check; 8] {
             "limits.max_connections_per_ip",
             l.max_connections_per_ip >= 1,
             "must be at least 1",
+        ),
+        // Beyond a few seconds a streamed answer no longer looks streamed.
+        (
+            "limits.stream_update_ms",
+            l.stream_update_ms <= 5000,
+            "must be at most 5000",
         ),
     ]
 }
