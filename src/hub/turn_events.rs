@@ -201,14 +201,11 @@ impl Hub {
         event: AgentEvent,
     ) {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
-        // What follows a held state in the stream (a tool, a file, commentary) must not
+        // What follows a held state in the stream (a tool, a plan, a file, commentary) must not
         // overtake it, so it goes first; text, reasoning and progress only wait their turn.
         if !matches!(
             event,
-            AgentEvent::Text(_)
-                | AgentEvent::Reasoning(_)
-                | AgentEvent::ToolProgress { .. }
-                | AgentEvent::Todos(_)
+            AgentEvent::Text(_) | AgentEvent::Reasoning(_) | AgentEvent::ToolProgress { .. }
         ) {
             self.flush_held(lane, message_id, acc, Flush::Settle);
         } else {
