@@ -142,12 +142,14 @@ async fn two_devices_in_one_lane_each_get_their_own_form_within_the_byte_bounds(
         listed.as_array().unwrap().contains(&json!("update_append")),
         "{ack}"
     );
-    // 300 tokens at 100 a second (the pace of a fast provider), 3 s.
-    send(&mut app, "[[stream 300 100]]").await;
+    // 300 tokens of 6 bytes (like the 8.5 KB of a 1,500-token answer) at 100 a second (the
+    // pace of a fast provider), 3 s.
+    send(&mut app, "[[stream 300 100 6]]").await;
     let (mut whole, mut parts) = (Seen::default(), Seen::default());
     let (stop_v1, stop_app) =
         tokio::join!(follow(&mut v1, &mut whole), follow(&mut app, &mut parts));
-    let want = streamed_words(300);
+    // The reply's leading blank is trimmed, its trailing one kept.
+    let want = format!("{}{}", "xxxxx ".repeat(299), "xxxxx ").trim_start().to_owned();
     assert_eq!(pstr(&stop_v1, "final_text"), want);
     assert_eq!(pstr(&stop_app, "final_text"), want);
     // The append device ends on the agent's text from its updates alone.
@@ -172,8 +174,11 @@ async fn two_devices_in_one_lane_each_get_their_own_form_within_the_byte_bounds(
         "whole-text updates cost {:.1}x the answer",
         ratio(&whole)
     );
+    // Each update's envelope (~130 bytes) outweighs the ~120 bytes of text that 200 ms brings
+    // at this pace, so 5 updates a second cannot cost less than ~2.1x (docs/backpressure.md);
+    // what matters is that it no longer grows with the answer.
     assert!(
-        ratio(&parts) <= 2.0,
+        ratio(&parts) <= 2.5,
         "append updates cost {:.2}x the answer",
         ratio(&parts)
     );
