@@ -24,9 +24,9 @@
 
 use std::cell::Cell;
 use std::io::{BufRead, BufReader};
-use std::rc::Rc;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1573,7 +1573,10 @@ async fn watch_stream(mut ws: Ws) -> StreamSeen {
             }
             Some("message.stop") => {
                 let fin = p["final_text"].as_str().unwrap_or("");
-                assert!(fin.starts_with(&text), "updates are not a prefix of the final text");
+                assert!(
+                    fin.starts_with(&text),
+                    "updates are not a prefix of the final text"
+                );
                 seen.answer_bytes = fin.len();
                 return seen;
             }
@@ -1607,7 +1610,10 @@ async fn stream_run(
     let agent = paced_agent(tokens, rate, first.clone()).await;
     let mut cfg = config(Some(&agent));
     if let Some(ms) = update_ms {
-        cfg = cfg.replace("stream_update_ms = 0\n", &format!("stream_update_ms = {ms}\n"));
+        cfg = cfg.replace(
+            "stream_update_ms = 0\n",
+            &format!("stream_update_ms = {ms}\n"),
+        );
     } else {
         cfg = cfg.replace("stream_update_ms = 0\n", "");
     }

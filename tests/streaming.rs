@@ -149,7 +149,9 @@ async fn two_devices_in_one_lane_each_get_their_own_form_within_the_byte_bounds(
     let (stop_v1, stop_app) =
         tokio::join!(follow(&mut v1, &mut whole), follow(&mut app, &mut parts));
     // The reply's leading blank is trimmed, its trailing one kept.
-    let want = format!("{}{}", "xxxxx ".repeat(299), "xxxxx ").trim_start().to_owned();
+    let want = format!("{}{}", "xxxxx ".repeat(299), "xxxxx ")
+        .trim_start()
+        .to_owned();
     assert_eq!(pstr(&stop_v1, "final_text"), want);
     assert_eq!(pstr(&stop_app, "final_text"), want);
     // The append device ends on the agent's text from its updates alone.
