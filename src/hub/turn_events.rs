@@ -502,3 +502,37 @@ impl Hub {
         Some(record.to_ref(None))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_state_goes_at_once_and_later_ones_wait_for_their_interval() {
+        let interval = Duration::from_secs(60);
+        let mut p = Pacer::default();
+        assert!(p.admit(1, interval), "the first update is never held");
+        assert!(!p.admit(1, interval));
+        assert!(p.admit(2, interval), "another key has its own interval");
+        assert!(p.next_due(interval).is_none(), "nothing held yet");
+        p.hold(1, Held::Answer);
+        p.hold(
+            1,
+            Held::Progress {
+                index: 0,
+                name: "t".into(),
+                note: "newest".into(),
+            },
+        );
+        // One held state per key, the newest.
+        assert_eq!(p.held.len(), 1);
+        let due = p.next_due(interval).expect("a held state has a deadline");
+        assert!(due > Instant::now() + Duration::from_secs(59));
+        assert!(p.take_due(interval, false).is_empty(), "not due yet");
+        let flushed = p.take_due(interval, true);
+        assert!(matches!(&flushed[..], [(1, Held::Progress { note, .. })] if note == "newest"));
+        assert!(p.held.is_empty());
+        // With no interval every state goes at once.
+        assert!(p.admit(1, Duration::ZERO));
+    }
+}
