@@ -212,8 +212,15 @@ impl Outlet {
             };
             let appended = &text[from..];
             now.chars = at + appended.chars().count() as u64;
-            let frame = Frame::message_update_append(&streamed.message_id, appended, at)
-                .in_lane(&streamed.chat_id, streamed.thread_id.as_deref());
+            let frame = Frame::message_update_append(&streamed.message_id, appended, at);
+            // A continuation extends a message this connection was already sent whole, with
+            // its lane: its id is all the app needs, and at five updates a second the lane's
+            // ids are a fifth of what the device receives (docs/protocol.md, `update_append`).
+            let frame = if at == 0 {
+                frame.in_lane(&streamed.chat_id, streamed.thread_id.as_deref())
+            } else {
+                frame
+            };
             encode_text(frame.encode())
         } else {
             let first = before.is_none();
