@@ -27,9 +27,11 @@
 //! `cargo bench --bench gateway` (Markdown on stdout; `benches/regenerate` writes
 //! docs/benchmarks.md). `-- --quick` for a smoke run, `-- --only catchup` for one section.
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,7 +51,7 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
-    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, burst, turns, memory, sizes), for measuring one
+    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, burst, turns, memory, sizes, stream), for measuring one
     /// figure without waiting for the others.
     only: Option<String>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).
@@ -201,6 +203,11 @@ fn config(agent_url: Option<&str>) -> String {
     // Keys other work may add; set them only when this build knows them.
     if template.contains("#max_connections_per_ip") {
         limits.push_str("max_connections_per_ip = 1000\n");
+    }
+    // The fan-out and latency figures measure every chunk through the gateway, as before
+    // pacing; the streaming section sets its own.
+    if template.contains("#stream_update_ms") {
+        limits.push_str("stream_update_ms = 0\n");
     }
     let agent = match agent_url {
         Some(url) => format!("[agent]\nbackend = \"openai\"\nurl = \"{url}\"\nmodel = \"bench\"\n"),
@@ -1549,6 +1556,9 @@ async fn run(opts: Opts) {
     if opts.wants("sizes") {
         sizes_section();
     }
+    if opts.wants("stream") {
+        stream_section(&opts).await;
+    }
 }
 
 /// Turn fan-out against the bare broadcast, and the aarch64 build's under qemu-user.
@@ -1667,4 +1677,261 @@ fn sizes_section() {
     for (name, size) in binary_sizes() {
         println!("| {name} | {size} |");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streamed answers: what a device receives for one answer
+// ---------------------------------------------------------------------------------------------
+
+/// An OpenAI-compatible server that streams `tokens` tokens (" w1", " w2", ...: ~5.3 bytes
+/// each, like the 8.5 KB of a 1,500-token answer) at `rate` tokens a second (0: as fast as it
+/// can), and notes when it sent the first one.
+async fn paced_agent(tokens: usize, rate: u32, first: Rc<Cell<Option<Instant>>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::task::spawn_local(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let first = first.clone();
+            tokio::task::spawn_local(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = tcp.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                    let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&req[..i]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if req.len() >= i + 4 + len {
+                        break;
+                    }
+                }
+                if req.starts_with(b"GET") {
+                    let body = r#"{"data":[{"id":"bench"}]}"#;
+                    let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    let _ = tcp.write_all(reply.as_bytes()).await;
+                    return;
+                }
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                    .await;
+                let start = tokio::time::Instant::now();
+                for i in 1..=tokens {
+                    if rate > 0 {
+                        let at = start + Duration::from_secs_f64(i as f64 / rate as f64);
+                        tokio::time::sleep_until(at).await;
+                    }
+                    let chunk = json!({"choices": [{"delta": {"content": format!(" w{i}")}}]});
+                    if first.get().is_none() {
+                        first.set(Some(Instant::now()));
+                    }
+                    if tcp
+                        .write_all(format!("data: {chunk}\n\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if rate == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": tokens}});
+                let _ = tcp
+                    .write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes())
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// What one device received of one streamed answer.
+#[derive(Default, Clone)]
+struct StreamSeen {
+    update_bytes: usize,
+    updates: usize,
+    answer_bytes: usize,
+    first_update: Option<Instant>,
+}
+
+/// Reads one answer: every `message.update` (reassembled when in the append form, and checked
+/// against `message.stop`'s text), until `message.stop`.
+async fn watch_stream(mut ws: Ws) -> StreamSeen {
+    let mut seen = StreamSeen::default();
+    let mut text = String::new();
+    loop {
+        let f = recv_json(&mut ws).await;
+        let p = &f["payload"];
+        match f["type"].as_str() {
+            Some("message.update") => {
+                seen.first_update.get_or_insert_with(Instant::now);
+                seen.updates += 1;
+                seen.update_bytes += f.to_string().len();
+                let part = p["text"].as_str().unwrap_or("");
+                text = match p["append_at"].as_u64() {
+                    Some(at) => text.chars().take(at as usize).collect::<String>() + part,
+                    None => part.to_owned(),
+                };
+            }
+            Some("message.stop") => {
+                let fin = p["final_text"].as_str().unwrap_or("");
+                assert!(
+                    fin.starts_with(&text),
+                    "updates are not a prefix of the final text"
+                );
+                seen.answer_bytes = fin.len();
+                return seen;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// CPU seconds a process has used (user + system), from `/proc/PID/stat`.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the `)`.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// One streamed answer to `n` whole-text and `n` append devices in one lane:
+/// (whole-text devices, append devices, agent's first token → first update of device 0, gateway
+/// CPU seconds for the answer).
+async fn stream_run(
+    n: usize,
+    tokens: usize,
+    rate: u32,
+    update_ms: Option<u64>,
+) -> (Vec<StreamSeen>, Vec<StreamSeen>, Duration, f64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = pair_devices(tmp.path(), 2 * n);
+    let first = Rc::new(Cell::new(None));
+    let agent = paced_agent(tokens, rate, first.clone()).await;
+    let mut cfg = config(Some(&agent));
+    if let Some(ms) = update_ms {
+        cfg = cfg.replace(
+            "stream_update_ms = 0\n",
+            &format!("stream_update_ms = {ms}\n"),
+        );
+    } else {
+        cfg = cfg.replace("stream_update_ms = 0\n", "");
+    }
+    let (gw, _) = Gateway::start(tmp.path(), &cfg, None);
+    let mut whole = Vec::new();
+    let mut append = Vec::new();
+    for (i, d) in ids.iter().enumerate() {
+        let mut ws = connect(&gw.url, None).await;
+        let mut payload = json!({"token": d.1, "device_id": d.0, "device_name": "bench"});
+        if i >= n {
+            payload["caps"] = json!({"extensions": ["update_append"]});
+        }
+        let hello = json!({"v": 1, "type": "hello", "id": 1, "payload": payload});
+        ws.send(Message::text(hello.to_string())).await.unwrap();
+        while recv_json(&mut ws).await["type"] != "hello.ack" {}
+        if i < n {
+            whole.push(ws);
+        } else {
+            append.push(ws);
+        }
+    }
+    let m = json!({"v":1,"type":"message.send","id": 10,"chat_id":"default","payload":{"text": "stream"}});
+    whole[0].send(Message::text(m.to_string())).await.unwrap();
+    let cpu0 = cpu_secs(gw.child.id());
+    let w: Vec<_> = whole
+        .into_iter()
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .collect();
+    let a: Vec<_> = append
+        .into_iter()
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .collect();
+    let mut ws_seen = Vec::new();
+    for t in w {
+        ws_seen.push(t.await.unwrap());
+    }
+    let mut a_seen = Vec::new();
+    for t in a {
+        a_seen.push(t.await.unwrap());
+    }
+    let cpu = cpu_secs(gw.child.id()) - cpu0;
+    gw.stop();
+    let ttfu = ws_seen[0]
+        .first_update
+        .zip(first.get())
+        .map(|(u, f)| u.saturating_duration_since(f))
+        .unwrap_or_default();
+    (ws_seen, a_seen, ttfu, cpu)
+}
+
+/// Bytes in updates per device ÷ the answer's bytes, averaged over the devices.
+fn update_ratio(seen: &[StreamSeen]) -> (f64, f64, f64) {
+    let n = seen.len() as f64;
+    let bytes = seen.iter().map(|s| s.update_bytes).sum::<usize>() as f64 / n;
+    let updates = seen.iter().map(|s| s.updates).sum::<usize>() as f64 / n;
+    let answer = seen[0].answer_bytes as f64;
+    (bytes, updates, answer)
+}
+
+/// Bytes a device receives per streamed answer, whole-text and append, at a fast provider's
+/// pace and as fast as the agent can stream; time to the first update and CPU against the
+/// unpaced gateway (`stream_update_ms = 0`, how every token was sent before pacing).
+async fn stream_section(opts: &Opts) {
+    let tokens = if opts.quick { 300 } else { 1500 };
+    let mut rows = Vec::new();
+    for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
+        for n in [1, 10] {
+            let (whole, append, _, cpu) = stream_run(n, tokens, rate, None).await;
+            for (form, seen) in [("whole text", &whole), ("append", &append)] {
+                let (bytes, updates, answer) = update_ratio(seen);
+                rows.push(row(
+                    format!("{pace}, {n} device(s) per form: update bytes per device ({form})"),
+                    format!("{:.0} KB in {updates:.0} updates", bytes / 1e3),
+                    format!("{:.1} KB (the answer)", answer / 1e3),
+                    bytes / answer,
+                ));
+            }
+            if rate == 0 && n == 10 {
+                let (_, _, _, cpu_unpaced) = stream_run(n, tokens, rate, Some(0)).await;
+                rows.push(row(
+                    format!("full speed, {n}+{n} devices: gateway CPU s per 1000 tokens"),
+                    format!("{:.3}", cpu * 1000.0 / tokens as f64),
+                    format!(
+                        "{:.3} (unpaced, stream_update_ms = 0)",
+                        cpu_unpaced * 1000.0 / tokens as f64
+                    ),
+                    cpu / cpu_unpaced.max(1e-3),
+                ));
+            }
+        }
+    }
+    // Time to the first update: a short answer at 100 tokens/s, paced and unpaced, median of 5.
+    let mut paced = Vec::new();
+    let mut unpaced = Vec::new();
+    for _ in 0..5 {
+        paced.push(stream_run(1, 20, 100, None).await.2.as_micros() as u64);
+        unpaced.push(stream_run(1, 20, 100, Some(0)).await.2.as_micros() as u64);
+    }
+    let (p, u) = (percentile(&mut paced, 0.5), percentile(&mut unpaced, 0.5));
+    rows.push(row(
+        "agent's first token → device's first update (median of 5)",
+        format!("{:.2} ms", p as f64 / 1e3),
+        format!("{:.2} ms (unpaced)", u as f64 / 1e3),
+        p as f64 / u.max(1) as f64,
+    ));
+    print(
+        &format!("Streamed answers ({tokens} tokens; updates paced at the default interval)"),
+        &rows,
+    );
 }

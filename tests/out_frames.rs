@@ -417,6 +417,7 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
         push: "ntfy",
         push_ntfy_server: huge.clone(),
         pickers: true,
+        extensions: iris_gateway::protocol::EXTENSIONS,
     };
     let ids: Vec<String> = (0..100_000).map(|i| format!("msg_{i}")).collect();
     let todos: Vec<TodoItem> = (0..20_000)
@@ -448,6 +449,7 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
         Frame::message(&message(1)),
         Frame::message_start("msg_1"),
         Frame::message_update("msg_1", &huge),
+        Frame::message_update_append("msg_1", &huge, 1 << 40),
         Frame::message_stop(&message(1)),
         Frame::message_deleted(Some(1), &ids),
         Frame::commentary("msg_1", &huge),

@@ -137,7 +137,8 @@ async fn good_hello_gets_ack_then_online_status_and_nothing_before() {
         json!({
             "streaming": true, "reasoning": true, "tools": true,
             "media": true, "search": true, "pickers": true,
-            "push": "none", "push_ntfy_server": ""
+            "push": "none", "push_ntfy_server": "",
+            "extensions": ["update_append"]
         }),
         "server_caps differ from the contract: {ack}"
     );

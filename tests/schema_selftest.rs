@@ -301,3 +301,32 @@ fn schema_copy_matches_shared() {
         "protocol/wire-v1.schema.json differs from {shared}; re-copy it"
     );
 }
+
+/// The extensions file only adds: new optional fields and descriptions. Anything else it
+/// replaced would change what v1 means, for apps that never asked for an extension too.
+#[test]
+fn extensions_only_add_to_the_shared_schema() {
+    fn walk(base: &Value, over: &Value, at: &str, bad: &mut Vec<String>) {
+        let Some(over) = over.as_object() else { return };
+        for (k, v) in over {
+            let here = format!("{at}/{k}");
+            match base.get(k) {
+                None => {}
+                Some(b) if b == v => {}
+                Some(b) if b.is_object() && v.is_object() => walk(b, v, &here, bad),
+                Some(_) if k == "description" => {}
+                Some(_) => bad.push(here),
+            }
+        }
+    }
+    let read =
+        |p: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let base = read(common::SCHEMA_PATH);
+    let mut over = read(common::EXTENSIONS_PATH);
+    over.as_object_mut().unwrap().remove("description");
+    let mut bad = Vec::new();
+    walk(&base, &over, "", &mut bad);
+    assert!(bad.is_empty(), "the extensions replace v1's {bad:?}");
+    // And the fields they add are optional: no `required` anywhere in them.
+    assert!(!over.to_string().contains("\"required\""));
+}

@@ -273,7 +273,9 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
 
 /// Sends `hello` and waits for its `hello.ack` (an `error` is the gateway's refusal).
 async fn hello(ws: &mut Socket, token: &str) -> Result<Value, ChatError> {
-    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat"}});
+    // Append updates: the terminal prints only what is new anyway, and a long answer then
+    // costs its length, not its square, on the wire.
+    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat","caps":{"extensions":[crate::protocol::EXT_UPDATE_APPEND]}}});
     ws.send(Message::text(hello.to_string())).await?;
     loop {
         match ws.next().await {
@@ -352,6 +354,23 @@ fn printable(v: Value) -> Value {
     }
 }
 
+/// The streamed text after a `message.update`: the whole text, or (`update_append`) the first
+/// `append_at` characters of what the screen has, followed by the update's text.
+fn updated_text(printed: &str, payload: &Value) -> String {
+    let text = payload["text"].as_str().unwrap_or("");
+    match payload["append_at"].as_u64() {
+        Some(at) => {
+            let mut kept: String = printed
+                .chars()
+                .take(usize::try_from(at).unwrap_or(usize::MAX))
+                .collect();
+            kept.push_str(text);
+            kept
+        }
+        None => text.to_owned(),
+    }
+}
+
 /// One frame from the gateway, as the terminal shows it: status and errors always, a turn only
 /// when it is in this channel (not a thread).
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
@@ -366,7 +385,10 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
             p["message"].as_str().unwrap_or("")
         )),
         _ if !in_lane => {}
-        "message.update" => screen.update(p["text"].as_str().unwrap_or("")),
+        "message.update" => {
+            let text = updated_text(&screen.printed, p);
+            screen.update(&text);
+        }
         "message.stop" => screen.stop(frame),
         "message" if p["role"] != "user" => screen.line(&format!(
             "\x1b[1m{}:\x1b[0m {}",
@@ -420,6 +442,17 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_updates_reassemble_and_whole_ones_replace() {
+        let mut text = updated_text("", &json!({"text": "héllo", "append_at": 0}));
+        text = updated_text(&text, &json!({"text": " wörld", "append_at": 5}));
+        assert_eq!(text, "héllo wörld");
+        text = updated_text(&text, &json!({"text": "héllo", "append_at": 0}));
+        assert_eq!(text, "héllo");
+        text = updated_text(&text, &json!({"text": "whole"}));
+        assert_eq!(text, "whole");
+    }
 
     #[test]
     fn relayed_text_cannot_send_terminal_escapes() {

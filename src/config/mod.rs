@@ -275,6 +275,10 @@ pub struct Limits {
     pub admin_max_sessions: usize,
     /// Largest admin form body (a backup upload is bounded by the media limits instead).
     pub admin_max_form_bytes: usize,
+    /// Milliseconds between two `message.update` (or `tool.progress`) frames of one message:
+    /// each carries the latest state, so a fast stream costs a device what the text costs, not
+    /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
+    pub stream_update_ms: u64,
 }
 
 impl Default for Config {
@@ -352,6 +356,7 @@ impl Default for Limits {
             admin_session_max_secs: 12 * 3600,
             admin_max_sessions: 8,
             admin_max_form_bytes: 16 << 10,
+            stream_update_ms: 200,
         }
     }
 }

@@ -123,6 +123,12 @@ fn socket_checks(l: &Limits) -> [Check; 9] {
             l.max_connections_per_ip >= 1,
             "must be at least 1",
         ),
+        // Beyond a few seconds a streamed answer no longer looks streamed.
+        (
+            "limits.stream_update_ms",
+            l.stream_update_ms <= 5000,
+            "must be at most 5000",
+        ),
     ]
 }
 

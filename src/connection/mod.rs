@@ -163,6 +163,7 @@ async fn hello_gate(
     match hub.authenticate(hello, peer.ip()) {
         Ok(device) => {
             let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
+            outlet.set_append_updates(hello.wants(crate::protocol::EXT_UPDATE_APPEND));
             hub.attach(&outlet, frame.id);
             Some(outlet)
         }
@@ -462,6 +463,14 @@ async fn write_loop(hub: Rc<Hub>, outlet: Rc<Outlet>, mut sink: WsSink) {
         let item = outlet.pop();
         match item {
             Some(Outbound::Frame { text, .. }) => {
+                if send_text(&outlet, &mut sink, text, max_out).await.is_err() {
+                    break;
+                }
+            }
+            Some(Outbound::Update { key, streamed }) => {
+                let Some(text) = outlet.render_update(key, &streamed) else {
+                    continue;
+                };
                 if send_text(&outlet, &mut sink, text, max_out).await.is_err() {
                     break;
                 }

@@ -318,6 +318,7 @@ impl Hub {
             push: self.pusher.backend().as_str(),
             push_ntfy_server: self.pusher.ntfy_server().to_owned(),
             pickers: true,
+            extensions: crate::protocol::EXTENSIONS,
         }
     }
 

@@ -3,11 +3,15 @@
 //! tools and files are gathered for its final message.
 
 use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::warn;
 
 use crate::agent::AgentEvent;
 use crate::ids;
+use crate::outlet::{encode_text, Outlet, StreamedText};
 use crate::protocol::fit;
 use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
 use crate::store::Change;
@@ -43,6 +47,97 @@ pub(super) struct TurnText {
     /// The user message this turn answers, and the agent's run of it (once it has one).
     pub(super) user_message_id: String,
     pub(super) run_id: Option<String>,
+    /// Streamed frames held back until their interval is over.
+    pub(super) pacer: Pacer,
+    /// The answer as last sent to devices: an update whose text does not extend it starts a
+    /// new generation, so append devices get the whole text again.
+    pub(super) published: Option<Rc<StreamedText>>,
+}
+
+/// Paces the frames that only carry the latest state (`message.update`, `tool.progress`): per
+/// key at most one per `limits.stream_update_ms`, the first at once, and a held one goes out
+/// when its interval is over with whatever is newest then. Every device gets the same paced
+/// stream (encoded once); a device that reads slower still coalesces in its own queue.
+#[derive(Default)]
+pub(super) struct Pacer {
+    /// When each key last went out.
+    sent: HashMap<u64, Instant>,
+    /// Keys with a newer state than was sent, in the order they were held.
+    held: Vec<(u64, Held)>,
+}
+
+/// Which held states `Hub::flush_held` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flush {
+    /// Those whose interval is over.
+    Due,
+    /// All: a frame that must not overtake them is next, and the stream pauses there.
+    Settle,
+    /// All: the agent's stream ended, so every device ends on the agent's last state (a
+    /// whole-text device within its budget; `message.stop` carries the final text anyway).
+    End,
+}
+
+/// A state waiting for its key's interval to pass.
+enum Held {
+    /// The answer: what goes out is the turn's text at that moment.
+    Answer,
+    Progress {
+        index: i64,
+        name: String,
+        note: String,
+    },
+}
+
+impl Pacer {
+    /// Whether `key` may go out now; if so it counts as sent now.
+    fn admit(&mut self, key: u64, interval: Duration) -> bool {
+        let now = Instant::now();
+        let open = self
+            .sent
+            .get(&key)
+            .is_none_or(|last| now.duration_since(*last) >= interval);
+        if open {
+            self.sent.insert(key, now);
+            self.held.retain(|(k, _)| *k != key);
+        }
+        open
+    }
+
+    fn hold(&mut self, key: u64, state: Held) {
+        match self.held.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = state,
+            None => self.held.push((key, state)),
+        }
+    }
+
+    /// When the earliest held state is due, if one is held.
+    pub(super) fn next_due(&self, interval: Duration) -> Option<Instant> {
+        self.held
+            .iter()
+            .filter_map(|(k, _)| self.sent.get(k))
+            .min()
+            .map(|last| *last + interval)
+    }
+
+    /// Takes the held states that are due (all of them with `all`), marking them sent now.
+    fn take_due(&mut self, interval: Duration, all: bool) -> Vec<(u64, Held)> {
+        let now = Instant::now();
+        let sent = &self.sent;
+        let (due, keep): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.held)
+                .into_iter()
+                .partition(|(k, _)| {
+                    all || sent
+                        .get(k)
+                        .is_none_or(|last| now.duration_since(*last) >= interval)
+                });
+        self.held = keep;
+        for (k, _) in &due {
+            self.sent.insert(*k, now);
+        }
+        due
+    }
 }
 
 impl TurnText {
@@ -106,10 +201,25 @@ impl Hub {
         event: AgentEvent,
     ) {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
+        // What follows a held state in the stream (a tool, a plan, a file, commentary) must not
+        // overtake it, so it goes first; text, reasoning and progress only wait their turn.
+        if !matches!(
+            event,
+            AgentEvent::Text(_) | AgentEvent::Reasoning(_) | AgentEvent::ToolProgress { .. }
+        ) {
+            self.flush_held(lane, message_id, acc, Flush::Settle);
+        } else {
+            self.flush_held(lane, message_id, acc, Flush::Due);
+        }
         match event {
             AgentEvent::Text(delta) => {
                 if acc.push_text(delta, self.out_budget().text) {
-                    self.broadcast_answer(lane, message_id, &acc.text);
+                    let key = coalesce_key("message.update", message_id, 0);
+                    if acc.pacer.admit(key, self.update_interval()) {
+                        self.broadcast_answer(lane, message_id, acc, false);
+                    } else {
+                        acc.pacer.hold(key, Held::Answer);
+                    }
                 }
             }
             AgentEvent::Reasoning(delta) => acc.push_reasoning(&delta, self.out_budget().reasoning),
@@ -132,7 +242,12 @@ impl Hub {
                         &Frame::commentary(message_id, &said).in_lane(chat, thread),
                         None,
                     );
-                    self.broadcast_answer(lane, message_id, &acc.text);
+                    // The answer lost its last stretch: said at once, not paced.
+                    acc.pacer.admit(
+                        coalesce_key("message.update", message_id, 0),
+                        Duration::ZERO,
+                    );
+                    self.broadcast_answer(lane, message_id, acc, true);
                 }
                 let (name, preview, args, emoji) = self.bounded_tool(name, preview, args, emoji);
                 let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
@@ -142,10 +257,15 @@ impl Hub {
             AgentEvent::ToolProgress { index, mut note } => {
                 fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
                 let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
-                self.broadcast(
-                    &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
-                    Some(coalesce_key("tool.progress", message_id, index)),
-                );
+                let key = coalesce_key("tool.progress", message_id, index);
+                if acc.pacer.admit(key, self.update_interval()) {
+                    self.broadcast(
+                        &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
+                        Some(key),
+                    );
+                } else {
+                    acc.pacer.hold(key, Held::Progress { index, name, note });
+                }
             }
             AgentEvent::ToolEnd {
                 index,
@@ -186,12 +306,56 @@ impl Hub {
         }
     }
 
-    /// The answer so far, to every device; a newer one replaces an unsent older one.
-    fn broadcast_answer(&self, lane: &Lane, message_id: &str, text: &str) {
-        self.broadcast(
-            &Frame::message_update(message_id, text).in_lane(&lane.chat_id, lane.thread()),
-            Some(coalesce_key("message.update", message_id, 0)),
-        );
+    /// `limits.stream_update_ms`: the least time between two updates of one message.
+    pub(super) fn update_interval(&self) -> Duration {
+        Duration::from_millis(self.limits().stream_update_ms)
+    }
+
+    /// Sends the held states that `how` asks for. The turn's loop calls it when
+    /// `Pacer::next_due` passes, and at the end of the agent's stream.
+    pub(super) fn flush_held(&self, lane: &Lane, message_id: &str, acc: &mut TurnText, how: Flush) {
+        if acc.pacer.held.is_empty() {
+            return;
+        }
+        let all = how != Flush::Due;
+        for (key, held) in acc.pacer.take_due(self.update_interval(), all) {
+            match held {
+                Held::Answer => self.broadcast_answer(lane, message_id, acc, how == Flush::Settle),
+                Held::Progress { index, name, note } => self.broadcast(
+                    &Frame::tool_progress(index, &name, &note)
+                        .in_lane(&lane.chat_id, lane.thread()),
+                    Some(key),
+                ),
+            }
+        }
+    }
+
+    /// The answer so far, to every device; a newer one replaces an unsent older one. Each
+    /// device's writer turns it into the form the device asked for (`Outlet::render_update`).
+    /// `settles`: the stream pauses after it (see `StreamedText::settles`).
+    fn broadcast_answer(&self, lane: &Lane, message_id: &str, acc: &mut TurnText, settles: bool) {
+        let generation = match &acc.published {
+            Some(p) if acc.text.starts_with(p.text.as_str()) => p.generation,
+            Some(p) => p.generation + 1,
+            None => 1,
+        };
+        let full =
+            Frame::message_update(message_id, &acc.text).in_lane(&lane.chat_id, lane.thread());
+        let streamed = Rc::new(StreamedText {
+            message_id: message_id.to_owned(),
+            chat_id: lane.chat_id.clone(),
+            thread_id: lane.thread_id.clone(),
+            generation,
+            text: acc.text.clone(),
+            full: encode_text(full.encode()),
+            settles,
+        });
+        let key = coalesce_key("message.update", message_id, 0);
+        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
+        for o in outlets {
+            o.push_update(key, &streamed);
+        }
+        acc.published = Some(streamed);
     }
 
     /// `tool.end` is never dropped, so it is outboxed: a device that missed the stream still
@@ -336,5 +500,39 @@ impl Hub {
             return None;
         }
         Some(record.to_ref(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_state_goes_at_once_and_later_ones_wait_for_their_interval() {
+        let interval = Duration::from_secs(60);
+        let mut p = Pacer::default();
+        assert!(p.admit(1, interval), "the first update is never held");
+        assert!(!p.admit(1, interval));
+        assert!(p.admit(2, interval), "another key has its own interval");
+        assert!(p.next_due(interval).is_none(), "nothing held yet");
+        p.hold(1, Held::Answer);
+        p.hold(
+            1,
+            Held::Progress {
+                index: 0,
+                name: "t".into(),
+                note: "newest".into(),
+            },
+        );
+        // One held state per key, the newest.
+        assert_eq!(p.held.len(), 1);
+        let due = p.next_due(interval).expect("a held state has a deadline");
+        assert!(due > Instant::now() + Duration::from_secs(59));
+        assert!(p.take_due(interval, false).is_empty(), "not due yet");
+        let flushed = p.take_due(interval, true);
+        assert!(matches!(&flushed[..], [(1, Held::Progress { note, .. })] if note == "newest"));
+        assert!(p.held.is_empty());
+        // With no interval every state goes at once.
+        assert!(p.admit(1, Duration::ZERO));
     }
 }

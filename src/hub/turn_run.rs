@@ -16,7 +16,7 @@ use crate::store::{AgentSession, Change};
 
 use super::lanes::{Abort, QueuedTurn};
 use super::state::Hub;
-use super::turn_events::TurnText;
+use super::turn_events::{Flush, TurnText};
 
 /// A gap long enough between tries that a flapping agent is not hammered, short enough that
 /// a message is answered soon after the agent is back.
@@ -273,10 +273,20 @@ impl Hub {
         let (tx, mut rx) = mpsc::channel(16);
         let agent = self.agent.clone();
         let run = agent.run_turn(input.clone(), tx);
+        let interval = self.update_interval();
         let consume = async {
-            while let Some(event) = rx.recv().await {
-                self.apply_event(lane, message_id, acc, event).await;
+            loop {
+                // A held update goes out when its interval is over, even if the agent pauses.
+                let due = acc.pacer.next_due(interval);
+                tokio::select! {
+                    event = rx.recv() => match event {
+                        Some(event) => self.apply_event(lane, message_id, acc, event).await,
+                        None => break,
+                    },
+                    () = sleep_until_due(due) => self.flush_held(lane, message_id, acc, Flush::Due),
+                }
             }
+            self.flush_held(lane, message_id, acc, Flush::End);
         };
         let both = async { tokio::join!(run, consume).0 };
         tokio::select! {
@@ -439,4 +449,12 @@ fn reply_message(
 /// `openai/gpt-5.4` → `gpt-5.4`: the app shows bare model names.
 fn bare_model(model: &str) -> String {
     model.rsplit('/').next().unwrap_or(model).to_owned()
+}
+
+/// Resolves at `due`, never without one.
+async fn sleep_until_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }

@@ -8,6 +8,7 @@
 pub mod queue;
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -24,6 +25,48 @@ pub type ConnId = u64;
 /// An encoded text frame as the socket sends it: converted once (`encode_text`), then shared by
 /// every queue it is fanned out to, so a broadcast costs one buffer, not one per device.
 pub type FrameText = Utf8Bytes;
+
+/// A streamed message's text as the hub last published it, shared by every queue it is pushed
+/// to. Within one `generation` the text only ever grows at its end; anything else (a cut, the
+/// answer restarting after a tool call, a retry) starts a new generation.
+#[derive(Debug)]
+pub struct StreamedText {
+    pub message_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub generation: u64,
+    pub text: String,
+    /// The whole-text `message.update`, encoded once for every device in the v1 form.
+    pub full: FrameText,
+    /// The stream pauses here (a tool, a file follows): every device gets this state, whatever
+    /// its whole-text budget says.
+    pub settles: bool,
+}
+
+/// A device in the v1 (whole-text) form is sent at most this many times the text it holds, in
+/// `message.update` text for one message: each update repeats everything before it, so pacing
+/// by time alone costs the square of the answer (a 1,500-token answer at 100 tokens/s paced
+/// at 200 ms is ~37x its bytes). An update over the budget is skipped; later ones get through
+/// as the text grows, so updates thin out as the answer gets long.
+pub const WHOLE_TEXT_UPDATE_FACTOR: usize = 16;
+
+/// Streams whose last-sent state a connection remembers (for append updates and the
+/// whole-text budget). A few turns run
+/// at once (`limits.max_running_turns`); forgetting one only costs its next update being the
+/// whole text, so the oldest is dropped rather than the memory growing with turns.
+pub const APPEND_STREAMS_TRACKED: usize = 16;
+
+/// What one device was last sent of a stream: enough to send only what it lacks.
+#[derive(Debug, Clone, Copy)]
+struct SentText {
+    key: u64,
+    generation: u64,
+    /// UTF-8 bytes and characters (Unicode scalar values) the device has.
+    bytes: usize,
+    chars: u64,
+    /// Text bytes sent in whole-text updates of this stream so far.
+    spent: usize,
+}
 
 /// Whether outboxed frames published by the hub go into this connection's queue (`Live`) or are
 /// left for the running `sync` replay to read from the store (`CatchingUp`).
@@ -86,6 +129,10 @@ pub struct Outlet {
     queue: RefCell<OutQueue>,
     mode: Cell<Mode>,
     closing: Cell<Option<CloseReason>>,
+    /// The device asked for `update_append` in its hello.
+    append_updates: Cell<bool>,
+    /// Per stream, what the device was last sent (append updates only), newest last.
+    sent: RefCell<Vec<SentText>>,
     /// Wakes the writer: something was queued or closing was requested.
     wake: Notify,
     /// Wakes the reader (and a writer stuck on a stalled socket) when closing is requested.
@@ -101,6 +148,8 @@ impl Outlet {
             queue: RefCell::new(OutQueue::default()),
             mode: Cell::new(Mode::Live),
             closing: Cell::new(None),
+            append_updates: Cell::new(false),
+            sent: RefCell::new(Vec::new()),
             wake: Notify::new(),
             closed: Notify::new(),
         }
@@ -117,6 +166,81 @@ impl Outlet {
             .borrow_mut()
             .push_frame(text.clone(), delivery, key);
         self.after_push(pushed);
+    }
+
+    /// Turns on `update_append` for this connection (its hello listed the extension).
+    pub fn set_append_updates(&self, on: bool) {
+        self.append_updates.set(on);
+    }
+
+    /// Queues a streamed message's latest text; an unsent older one is replaced.
+    pub fn push_update(&self, key: u64, streamed: &Rc<StreamedText>) {
+        if self.is_closing() {
+            return;
+        }
+        let pushed = self.queue.borrow_mut().push_update(key, streamed.clone());
+        self.after_push(pushed);
+    }
+
+    /// The frame this device gets for a streamed text, made as the writer sends it: for an
+    /// append device only what follows what it was last sent (the whole text at offset 0 when
+    /// it has nothing of this generation), costing the appended part; for a v1 device the
+    /// shared whole-text frame, or nothing when it would pass the device's budget
+    /// ([`WHOLE_TEXT_UPDATE_FACTOR`]).
+    pub fn render_update(&self, key: u64, streamed: &StreamedText) -> Option<FrameText> {
+        let text = streamed.text.as_str();
+        let mut sent = self.sent.borrow_mut();
+        let had = sent.iter().position(|s| s.key == key);
+        let before = had.map(|i| sent[i]);
+        let mut now = SentText {
+            key,
+            generation: streamed.generation,
+            bytes: text.len(),
+            chars: 0,
+            spent: before.map_or(0, |s| s.spent),
+        };
+        let frame = if self.append_updates.get() {
+            let (from, at) = match before {
+                Some(s)
+                    if s.generation == streamed.generation
+                        && s.bytes <= text.len()
+                        && text.is_char_boundary(s.bytes) =>
+                {
+                    (s.bytes, s.chars)
+                }
+                _ => (0, 0),
+            };
+            let appended = &text[from..];
+            now.chars = at + appended.chars().count() as u64;
+            let frame = Frame::message_update_append(&streamed.message_id, appended, at);
+            // A continuation extends a message this connection was already sent whole, with
+            // its lane: its id is all the app needs, and at five updates a second the lane's
+            // ids are a fifth of what the device receives (docs/protocol.md, `update_append`).
+            let frame = if at == 0 {
+                frame.in_lane(&streamed.chat_id, streamed.thread_id.as_deref())
+            } else {
+                frame
+            };
+            encode_text(frame.encode())
+        } else {
+            let first = before.is_none();
+            let spent = now.spent + text.len();
+            if !first && !streamed.settles && spent > WHOLE_TEXT_UPDATE_FACTOR * text.len() {
+                return None;
+            }
+            now.spent = spent;
+            streamed.full.clone()
+        };
+        match had {
+            Some(i) => sent[i] = now,
+            None => {
+                if sent.len() >= APPEND_STREAMS_TRACKED {
+                    sent.remove(0);
+                }
+                sent.push(now);
+            }
+        }
+        Some(frame)
     }
 
     /// Encodes and queues one frame meant for this connection only.
@@ -220,4 +344,79 @@ impl Outlet {
 /// Turns an encoded frame into the socket's text type once, so fan-out shares one buffer.
 pub fn encode_text(bytes: Bytes) -> FrameText {
     Utf8Bytes::try_from(bytes).expect("serde_json writes UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streamed(generation: u64, text: &str, settles: bool) -> StreamedText {
+        StreamedText {
+            message_id: "msg_1".into(),
+            chat_id: "default".into(),
+            thread_id: None,
+            generation,
+            text: text.into(),
+            full: encode_text(Frame::message_update("msg_1", text).encode()),
+            settles,
+        }
+    }
+
+    fn payload(frame: &FrameText) -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(frame.as_str()).unwrap()["payload"].clone()
+    }
+
+    #[test]
+    fn append_updates_carry_what_the_device_lacks_and_replace_on_a_rewrite() {
+        let o = Outlet::new(1, "d".into());
+        o.set_append_updates(true);
+        let first = o.render_update(7, &streamed(1, "héllo", false)).unwrap();
+        assert_eq!(payload(&first)["append_at"], 0);
+        assert_eq!(payload(&first)["text"], "héllo");
+        // Offsets count characters, not bytes.
+        let next = o
+            .render_update(7, &streamed(1, "héllo wörld", false))
+            .unwrap();
+        assert_eq!(payload(&next)["append_at"], 5);
+        assert_eq!(payload(&next)["text"], " wörld");
+        // A new generation (a cut, the answer restarting after a tool) is sent whole.
+        let rewritten = o.render_update(7, &streamed(2, "héllo", false)).unwrap();
+        assert_eq!(payload(&rewritten)["append_at"], 0);
+        assert_eq!(payload(&rewritten)["text"], "héllo");
+        // Another stream has its own offsets.
+        let other = o.render_update(8, &streamed(1, "x", false)).unwrap();
+        assert_eq!(payload(&other)["append_at"], 0);
+    }
+
+    #[test]
+    fn a_forgotten_stream_is_sent_whole_again() {
+        let o = Outlet::new(1, "d".into());
+        o.set_append_updates(true);
+        o.render_update(0, &streamed(1, "ab", false));
+        for key in 1..=APPEND_STREAMS_TRACKED as u64 {
+            o.render_update(key, &streamed(1, "x", false));
+        }
+        let again = o.render_update(0, &streamed(1, "abc", false)).unwrap();
+        assert_eq!(payload(&again)["append_at"], 0);
+        assert_eq!(payload(&again)["text"], "abc");
+    }
+
+    #[test]
+    fn whole_text_updates_stay_within_their_budget_unless_the_stream_pauses() {
+        let o = Outlet::new(1, "d".into());
+        let mut text = String::new();
+        let mut sent = 0;
+        for _ in 0..1000 {
+            text.push_str("word ");
+            if let Some(f) = o.render_update(1, &streamed(1, &text, false)) {
+                assert!(payload(&f).get("append_at").is_none());
+                sent += text.len();
+            }
+            assert!(sent <= WHOLE_TEXT_UPDATE_FACTOR * text.len() + 5);
+        }
+        // A state the stream pauses on always goes out.
+        assert!(o.render_update(1, &streamed(1, &text, true)).is_some());
+        // The first update of a stream always goes out, however small.
+        assert!(o.render_update(2, &streamed(1, "a", false)).is_some());
+    }
 }

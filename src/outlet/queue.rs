@@ -8,9 +8,11 @@
 //!   the device catches up with `sync`, which replays every outboxed frame it missed. Nothing the
 //!   schema calls never-dropped is discarded while the device stays connected.
 
+use std::rc::Rc;
+
 use heapless::Deque;
 
-use super::FrameText;
+use super::{FrameText, StreamedText};
 use crate::protocol::Delivery;
 
 /// Frames a connection may have waiting. At a 60 ms demo pace a turn emits ~20 frames per
@@ -22,6 +24,13 @@ pub const QUEUE_CAPACITY: usize = 128;
 pub enum Outbound {
     /// An encoded text frame; `key` is set for coalescable frames.
     Frame { text: FrameText, key: Option<u64> },
+    /// The latest text of a streamed message (`message.update`, coalescable by `key`): each
+    /// device's form of it (whole text, or what it lacks) is made when the writer takes it,
+    /// since only then is it known what the device has.
+    Update {
+        key: u64,
+        streamed: Rc<StreamedText>,
+    },
     /// Replay the outbox after `cursor`, then send `sync.done` answering request `id`.
     Replay { cursor: u64, id: Option<i64> },
     /// Stream a media file as binary frames, then `media.pull.end` answering request `id`.
@@ -73,6 +82,27 @@ impl OutQueue {
             }
         }
         self.push(Outbound::Frame { text, key })
+    }
+
+    /// Queues a streamed message's latest text, replacing its unsent predecessor in place.
+    pub fn push_update(&mut self, key: u64, streamed: Rc<StreamedText>) -> Pushed {
+        if self.overflowed {
+            return Pushed::Overflow;
+        }
+        for item in self.items.iter_mut() {
+            if let Outbound::Update {
+                key: k,
+                streamed: s,
+            } = item
+            {
+                if *k == key {
+                    *s = streamed;
+                    self.coalesced += 1;
+                    return Pushed::Coalesced;
+                }
+            }
+        }
+        self.push(Outbound::Update { key, streamed })
     }
 
     /// Queues any item; a full queue overflows and empties itself.
@@ -130,7 +160,9 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop())
             .map(|o| match o {
                 Outbound::Frame { text, .. } => text.as_str().to_owned(),
-                Outbound::Replay { .. } | Outbound::Pull { .. } => "other".into(),
+                Outbound::Replay { .. } | Outbound::Pull { .. } | Outbound::Update { .. } => {
+                    "other".into()
+                }
             })
             .collect();
         assert_eq!(order, ["start", "u2", "tool", "other"]);

@@ -140,6 +140,55 @@ pub struct Hello {
     pub fcm_token: Option<String>,
     #[serde(default)]
     pub ntfy_topic: Option<String>,
+    #[serde(default, deserialize_with = "lenient_caps")]
+    pub caps: HelloCaps,
+}
+
+/// Caps that are not an object (v1 never read them) still make a good hello.
+fn lenient_caps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HelloCaps, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(HelloCaps::deserialize(v).unwrap_or_default())
+}
+
+/// What the app says it can do. Only `extensions` changes what the gateway sends; the other
+/// v1 caps are informational and left unread.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct HelloCaps {
+    /// Extension names the app turns on; names this gateway does not know are ignored, and
+    /// the list is cut at [`MAX_HELLO_EXTENSIONS`] names.
+    #[serde(default, deserialize_with = "extension_names")]
+    pub extensions: Vec<String>,
+}
+
+/// Extension names a hello may list that are looked at; the rest are ignored (this build
+/// knows one, so a long list is either a future app or garbage).
+pub const MAX_HELLO_EXTENSIONS: usize = 32;
+
+/// An extension name longer than this is not one the gateway knows; it is ignored.
+const MAX_EXTENSION_NAME_BYTES: usize = 64;
+
+/// A list of names, kept to what is worth comparing: a non-list or a non-string entry is
+/// ignored rather than refused, since caps are advisory and a hello must still succeed.
+fn extension_names<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|x| x.as_str())
+                .filter(|n| n.len() <= MAX_EXTENSION_NAME_BYTES)
+                .take(MAX_HELLO_EXTENSIONS)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+impl Hello {
+    /// Whether the app listed extension `name` in `caps.extensions`.
+    pub fn wants(&self, name: &str) -> bool {
+        self.caps.extensions.iter().any(|e| e == name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -687,6 +736,25 @@ mod tests {
         };
         assert_eq!(h.token, "t\"x");
         assert_eq!(h.device_id.as_deref(), Some("d1"));
+        assert!(!h.wants("update_append"));
+    }
+
+    #[test]
+    fn hello_extensions_are_read_and_junk_is_ignored() {
+        let hello = |caps: &str| {
+            let text =
+                format!(r#"{{"v":1,"type":"hello","payload":{{"token":"t","caps":{caps}}}}}"#);
+            match decode_request(&text).unwrap().request {
+                Request::Hello(h) => h,
+                _ => panic!(),
+            }
+        };
+        assert!(hello(r#"{"extensions":["x","update_append"]}"#).wants("update_append"));
+        assert!(!hello(r#"{"extensions":"update_append"}"#).wants("update_append"));
+        assert!(hello(r#"{"extensions":[1,null,"update_append"]}"#).wants("update_append"));
+        assert!(!hello(r#"{"media":true}"#).wants("update_append"));
+        assert!(!hello("null").wants("update_append"));
+        assert!(!hello("[1]").wants("update_append"));
     }
 
     #[test]

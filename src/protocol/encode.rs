@@ -197,6 +197,17 @@ impl Frame {
         Frame::new(Payload::MessageUpdate {
             message_id: message_id.to_owned(),
             text: text.to_owned(),
+            append_at: None,
+        })
+    }
+
+    /// A `message.update` in the `update_append` form: `appended` goes after the first
+    /// `append_at` characters (Unicode scalar values) of the text the device has; 0 replaces it.
+    pub fn message_update_append(message_id: &str, appended: &str, append_at: u64) -> Frame {
+        Frame::new(Payload::MessageUpdate {
+            message_id: message_id.to_owned(),
+            text: appended.to_owned(),
+            append_at: Some(append_at),
         })
     }
 

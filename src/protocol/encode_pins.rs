@@ -58,6 +58,7 @@ fn caps() -> ServerCaps {
         push: "ntfy",
         push_ntfy_server: "https://ntfy.sh".into(),
         pickers: true,
+        extensions: &["update_append"],
     }
 }
 
@@ -111,6 +112,10 @@ fn conversation() -> Vec<(&'static str, Frame)> {
         ("typing", Frame::typing(false)),
         ("message.start", Frame::message_start("msg_1")),
         ("message.update", Frame::message_update("msg_1", "partial")),
+        (
+            "message.update append",
+            Frame::message_update_append("msg_1", " more", 7).in_lane("default", None),
+        ),
         (
             "message.stop bare",
             Frame::message_stop(&message(Role::Assistant, false)),
@@ -214,7 +219,7 @@ const PINNED: &[(&str, &str)] = &[
     ),
     (
         "hello.ack",
-        r#"{"v":1,"id":1,"type":"hello.ack","payload":{"channels":[{"archived":false,"auto":true,"automation":false,"chat_id":"chan_1","color":null,"favorite":false,"icon":"🌱","is_default":false,"kind":"thread","name":"Work","parent_chat_id":"default"}],"last_pushed_cursor":4,"server_caps":{"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
+        r#"{"v":1,"id":1,"type":"hello.ack","payload":{"channels":[{"archived":false,"auto":true,"automation":false,"chat_id":"chan_1","color":null,"favorite":false,"icon":"🌱","is_default":false,"kind":"thread","name":"Work","parent_chat_id":"default"}],"last_pushed_cursor":4,"server_caps":{"extensions":["update_append"],"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
     ),
     (
         "channel.list",
@@ -255,6 +260,10 @@ const PINNED: &[(&str, &str)] = &[
     (
         "message.update",
         r#"{"v":1,"type":"message.update","payload":{"message_id":"msg_1","text":"partial"}}"#,
+    ),
+    (
+        "message.update append",
+        r#"{"v":1,"type":"message.update","chat_id":"default","payload":{"append_at":7,"message_id":"msg_1","text":" more"}}"#,
     ),
     (
         "message.stop bare",

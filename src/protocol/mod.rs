@@ -14,8 +14,8 @@ mod push_note;
 mod types;
 
 pub use decode::{
-    decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HistoryRequest, MessageSend,
-    Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
+    decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HelloCaps, HistoryRequest,
+    MessageSend, Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
 };
 pub use encode::{with_cursor, Frame};
 pub use payload::{Delivery, MessagePayload, MessageStop, Notification, Payload};

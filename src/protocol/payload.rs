@@ -67,9 +67,13 @@ pub enum Payload {
         message_id: String,
         role: Role,
     },
+    /// `text` is the whole text so far; with `append_at` (the `update_append` extension) it is
+    /// only what follows the first `append_at` characters the device already has.
     MessageUpdate {
         message_id: String,
         text: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        append_at: Option<u64>,
     },
     MessageStop(MessageStop),
     Commentary {

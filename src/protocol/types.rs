@@ -176,7 +176,17 @@ pub struct ServerCaps {
     pub push: &'static str,
     pub push_ntfy_server: String,
     pub pickers: bool,
+    /// Protocol extensions beyond v1 this gateway implements ([`EXTENSIONS`]); an app turns
+    /// one on by listing its name in `hello.caps.extensions`.
+    pub extensions: &'static [&'static str],
 }
+
+/// `update_append`: `message.update` carries only the text appended since the device's last
+/// update, and where it goes (docs/protocol.md, "Extensions").
+pub const EXT_UPDATE_APPEND: &str = "update_append";
+
+/// Every extension this build implements, as `hello.ack.server_caps.extensions` lists them.
+pub const EXTENSIONS: &[&str] = &[EXT_UPDATE_APPEND];
 
 /// A conversation lane: a channel's flat lane (`thread_id` None) or one thread inside it.
 /// Turns run one at a time per lane; history and todo lists are kept per lane.

@@ -27,6 +27,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub const SCHEMA_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/protocol/wire-v1.schema.json");
+/// What the gateway adds to the shared schema (the extensions beyond v1), laid over it.
+pub const EXTENSIONS_PATH: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/protocol/extensions-v1.json");
 /// The binary Cargo built for this host. Prefer [`gateway_command`], which honours the run-time
 /// overrides below; `BIN` itself always names the host build.
 pub const BIN: &str = env!("CARGO_BIN_EXE_iris-gateway");
@@ -99,14 +102,22 @@ pub struct Schema {
 }
 
 impl Schema {
-    /// Parses the protocol file once per test binary; every caller shares the validators.
+    /// Parses the protocol file, with the gateway's extensions laid over it, once per test
+    /// binary; every caller shares the validators.
     pub fn load() -> &'static Schema {
         static SCHEMA: OnceLock<Schema> = OnceLock::new();
         SCHEMA.get_or_init(|| {
-            let text = std::fs::read_to_string(SCHEMA_PATH)
-                .unwrap_or_else(|e| panic!("cannot read {SCHEMA_PATH}: {e}"));
-            let doc: Value = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{SCHEMA_PATH} is not JSON: {e}"));
+            let read = |path: &str| -> Value {
+                let text = std::fs::read_to_string(path)
+                    .unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not JSON: {e}"))
+            };
+            let mut doc = read(SCHEMA_PATH);
+            let mut extensions = read(EXTENSIONS_PATH);
+            if let Some(o) = extensions.as_object_mut() {
+                o.remove("description");
+            }
+            lay_over(&mut doc, extensions);
             Schema::from_document(&doc)
         })
     }
@@ -1607,5 +1618,23 @@ pub async fn raw_http(mut tcp: TcpStream, request: &str, within: Duration) -> Ra
         status,
         headers,
         body: body.to_owned(),
+    }
+}
+
+/// Lays `over` onto `base`: an object is merged key by key into the object at the same place,
+/// anything else replaces what is there (`protocol/extensions-v1.json` says the same).
+pub fn lay_over(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) if slot.is_object() && v.is_object() => lay_over(slot, v),
+                    _ => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o,
     }
 }

@@ -16,6 +16,8 @@ scripted by the LAST role=user message (text parts of list content are joined):
                result follows it: "The plan is ready." (finish "stop")
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
+  [[stream N RATE]]  N tokens "word1", " word2", ... at RATE tokens a second (0: as fast as it
+               can); [[stream N RATE BYTES]] makes every token BYTES long ("x" and a space)
   [[fail500]]  HTTP 500 with an OpenAI error body
   [[escape]]   worst-case JSON escaping: ~300 KB of reasoning and ~400 KB of content made of
                control characters, quotes and backslashes (each escapes to 2-6 bytes), in 16 KB
@@ -93,6 +95,15 @@ def script(messages):
         piece = ("\u0001\u001f\"\\\u0007" * 3200)[:16000]
         events = [("reasoning", piece) for _ in range(19)]
         return events + [("content", piece) for _ in range(25)], "stop", 0
+    if "[[stream " in newest:
+        spec = newest.split("[[stream ", 1)[1].split("]]", 1)[0].split()
+        count, rate = int(spec[0]), float(spec[1])
+        if len(spec) > 2:
+            size = int(spec[2])
+            tokens = [("x" * (size - 1) + " ") for _ in range(count)]
+        else:
+            tokens = [f"word{i}" if i == 1 else f" word{i}" for i in range(1, count + 1)]
+        return [("content", t) for t in tokens], "stop", (1.0 / rate if rate else 0)
     if "[[slow]]" in newest:
         return [("content", f"word{i}" if i == 1 else f" word{i}") for i in range(1, 81)], "stop", 0.25
     earlier = [text_of(messages[i].get("content")).strip() for i in users[:-1]]
@@ -198,9 +209,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         send({"role": "assistant", "content": ""})
-        for kind, value in events:
-            if delay:
-                time.sleep(delay)
+        started = time.monotonic()
+        for i, (kind, value) in enumerate(events):
+            if delay:  # paced by the clock, so a fast rate is not slowed by sleep overhead
+                time.sleep(max(0.0, started + (i + 1) * delay - time.monotonic()))
             if kind == "content":
                 send({"content": value})
             elif kind == "reasoning":
