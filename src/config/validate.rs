@@ -74,7 +74,7 @@ fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
 }
 
 /// The limits a socket and its frames live under.
-fn socket_checks(l: &Limits) -> [Check; 9] {
+fn socket_checks(l: &Limits) -> [Check; 10] {
     [
         (
             "limits.max_frame_bytes",
