@@ -7,17 +7,17 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cdp::{assert_page_shows, decode_qr, Browser};
 use common::peers::MockLlm;
 use common::{
-    cli, devices_json, frame_type, gateway_command, pair, temp_data_dir, Client, Gateway,
+    cli, devices_json, fake_http, frame_type, nth_listening, owner_set, pair, temp_data_dir,
+    Client, Gateway,
 };
 use serde_json::{json, Value};
 
@@ -192,30 +192,6 @@ impl Web {
         assert_eq!(page.status, 200, "not signed in: {page:?}");
         page.field("csrf")
     }
-}
-
-/// `owner set` from a pipe, as at the box.
-fn owner_set(data_dir: &Path, passphrase: &str) {
-    let mut child = gateway_command()
-        .args(["owner", "set", "--data-dir"])
-        .arg(data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn owner set");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{passphrase}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("owner set");
-    assert!(
-        out.status.success(),
-        "owner set failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn admin_config(dir: &Path, limits: &str) -> String {
@@ -846,38 +822,15 @@ struct FakeNtfy {
 }
 
 fn fake_ntfy() -> FakeNtfy {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake ntfy");
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let mut length = 0usize;
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0u8; length];
-            let _ = reader.read_exact(&mut body);
-            log.lock().unwrap().push(format!(
-                "{} {}",
-                line.trim(),
-                String::from_utf8_lossy(&body)
-            ));
-            let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
-            );
-        }
+    let url = fake_http::start(move |req| {
+        log.lock().unwrap().push(format!(
+            "{} {}",
+            req.line,
+            String::from_utf8_lossy(&req.body)
+        ));
+        fake_http::json_200(b"{}")
     });
     FakeNtfy { url, seen }
 }
@@ -990,27 +943,6 @@ async fn in_a_browser_switch_the_agent_test_push_and_read_the_log() {
     let _ = Command::new("true").status();
 }
 
-/// The address of the `n`th `listening on ws://` line the gateway printed (1-based).
-async fn nth_listening(gw: &Gateway, n: usize) -> SocketAddr {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = gw.stdout_tail();
-        let found: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.strip_prefix("listening on ws://"))
-            .collect();
-        if let Some(addr) = found.get(n - 1) {
-            return addr.trim().parse().expect("an address");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no listening line #{n}:\n{}",
-            gw.output_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn device_names(dir: &Path) -> Vec<String> {
     devices_json(dir)
         .as_array()
@@ -1082,7 +1014,7 @@ async fn in_a_browser_download_a_backup_and_restore_it() {
         "the restore answer",
     )
     .await;
-    let addr = nth_listening(&gw, 2).await;
+    let addr = nth_listening(&gw, 2, Duration::from_secs(30)).await;
     let names = device_names(dir.path());
     assert!(names.contains(&"before the backup".to_owned()), "{names:?}");
     assert!(!names.contains(&"after the backup".to_owned()), "{names:?}");
@@ -1270,7 +1202,7 @@ async fn push_settings_saved_from_the_page_apply_after_a_restart_from_the_page()
         web.post("/admin/restart", &[("csrf", &csrf)]).await.status,
         200
     );
-    let addr = nth_listening(&gw, 2).await;
+    let addr = nth_listening(&gw, 2, Duration::from_secs(30)).await;
     let mut web = Web {
         addr,
         from: "127.0.0.1".into(),
@@ -1306,43 +1238,12 @@ struct Recorder {
 
 impl Recorder {
     fn start() -> Recorder {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the recorder");
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let log = seen.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { break };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                let _ = reader.read_line(&mut line);
-                let (mut length, mut auth) = (0usize, None);
-                loop {
-                    let mut h = String::new();
-                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                        break;
-                    }
-                    let (name, value) = h.split_once(':').unwrap_or((&h, ""));
-                    match name.trim().to_ascii_lowercase().as_str() {
-                        "content-length" => length = value.trim().parse().unwrap_or(0),
-                        "authorization" => auth = Some(value.trim().to_owned()),
-                        _ => {}
-                    }
-                }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
-                log.lock().unwrap().push((line.trim().to_owned(), auth));
-                let answer = br#"{"object":"list","data":[]}"#;
-                let _ = stream.write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        answer.len()
-                    )
-                    .as_bytes(),
-                );
-                let _ = stream.write_all(answer);
-            }
+        let url = fake_http::start(move |req| {
+            let auth = req.header("authorization").map(str::to_owned);
+            log.lock().unwrap().push((req.line, auth));
+            fake_http::json_200(br#"{"object":"list","data":[]}"#)
         });
         Recorder { url, seen }
     }
@@ -1413,7 +1314,7 @@ async fn push_round(
         web.post("/admin/restart", &[("csrf", &csrf)]).await.status,
         200
     );
-    web.addr = nth_listening(gw, n).await;
+    web.addr = nth_listening(gw, n, Duration::from_secs(30)).await;
     web.jar.clear();
     assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
     let csrf = web.csrf().await;

@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{frame_type, pair, temp_data_dir, Client, Gateway, RawHttp};
+use common::{
+    frame_type, owner_set, pair, startup_page_code, temp_data_dir, Client, Gateway, RawHttp,
+};
 use serde_json::json;
 use tokio::sync::{mpsc, Barrier};
 
@@ -143,28 +145,6 @@ fn signin(gw: &Gateway, token: &(String, String), passphrase: &str) -> String {
     post(gw.addr, "/admin/signin", &token.0, &body)
 }
 
-/// `owner set` from a pipe, as at the box.
-fn owner_set(data_dir: &std::path::Path) {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = common::gateway_command()
-        .args(["owner", "set", "--data-dir"])
-        .arg(data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn owner set");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{PASSPHRASE}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("owner set");
-    assert!(out.status.success(), "owner set failed: {out:?}");
-}
-
 fn admin_gateway(per_minute: u32) -> (tempfile::TempDir, Gateway) {
     let dir = temp_data_dir();
     let config = dir.path().join("config.toml");
@@ -174,7 +154,7 @@ fn admin_gateway(per_minute: u32) -> (tempfile::TempDir, Gateway) {
     )
     .unwrap();
     let data = dir.path().join("data");
-    owner_set(&data);
+    owner_set(&data, PASSPHRASE);
     let gw = Gateway::start(&data, &["--config", config.to_str().unwrap()]);
     (dir, gw)
 }
@@ -310,28 +290,6 @@ async fn wrong_current_passphrases_are_refused_past_the_limit() {
         "the passphrase must be unchanged: {}",
         show(&ok)
     );
-}
-
-/// The code the gateway printed at start (`pairing page: URL code XXXX-XXXX …`).
-fn startup_page_code(gw: &Gateway) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = gw.stdout_tail();
-        let code = out
-            .lines()
-            .find_map(|l| l.strip_prefix("pairing page: "))
-            .and_then(|l| l.split(" code ").nth(1))
-            .and_then(|l| l.split_whitespace().next())
-            .map(str::to_owned);
-        if let Some(code) = code {
-            return code;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no pairing page code printed:\n{out}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test]

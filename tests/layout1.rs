@@ -24,17 +24,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use common::fixtures::{expected, fixture_dir, unpack_fixture};
 use common::{frame_type, pstr, Client, Gateway};
 use serde_json::{json, Value};
-
-/// The fixture of a store written by layout `layout`'s release (1: everything in sled; 2:
-/// history in SQLite, commits as sled transactions).
-fn fixture_dir(layout: u64) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/layout{layout}"))
-}
 
 /// Words the searches look for, each in a known set of messages.
 const SEARCHES: &[&str] = &[
@@ -286,23 +281,6 @@ async fn make_layout1_fixture() {
         serde_json::to_string_pretty(&expected).unwrap(),
     )
     .unwrap();
-}
-
-fn expected(layout: u64) -> Value {
-    let text = std::fs::read_to_string(fixture_dir(layout).join("expected.json")).expect("fixture");
-    serde_json::from_str(&text).expect("fixture JSON")
-}
-
-fn unpack_fixture(into: &Path, layout: u64) {
-    std::fs::create_dir_all(into).unwrap();
-    let status = std::process::Command::new("tar")
-        .arg("xzf")
-        .arg(fixture_dir(layout).join("data.tar.gz"))
-        .arg("-C")
-        .arg(into)
-        .status()
-        .unwrap();
-    assert!(status.success(), "unpacking the fixture failed");
 }
 
 /// Every tree of a backup file: name → (key → value).

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cli_ok, frame_type, temp_data_dir, Client, Gateway};
+use common::{cli_ok, frame_type, startup_page_code, temp_data_dir, Client, Gateway};
 use serde_json::Value;
 
 const BLOCK: char = '\u{2588}';
@@ -229,29 +229,6 @@ async fn http(gw: &Gateway, from: &str, method: &str, body: Option<&str>) -> Rep
 
 async fn post_code(gw: &Gateway, from: &str, code: &str) -> Reply {
     http(gw, from, "POST", Some(&format!("code={code}"))).await
-}
-
-/// The code the gateway printed at start (`pairing page: URL code XXXX-XXXX …`); it follows
-/// the `listening on` line `Gateway::start` waits for, so it may take a moment.
-fn startup_page_code(gw: &Gateway) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = gw.stdout_tail();
-        let code = out
-            .lines()
-            .find_map(|l| l.strip_prefix("pairing page: "))
-            .and_then(|l| l.split(" code ").nth(1))
-            .and_then(|l| l.split_whitespace().next())
-            .map(str::to_owned);
-        if let Some(code) = code {
-            return code;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pairing page code printed:\n{out}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn page_code(data_dir: &Path) -> String {

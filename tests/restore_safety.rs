@@ -11,11 +11,14 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{frame_type, hello_paired, pair, pstr, sync_from, Client, Gateway, Paired};
+use common::mounts::{free_bytes, mount_tmpfs};
+use common::{
+    frame_type, hello_paired, nth_listening, owner_set, pair, pstr, sync_from, Client, Gateway,
+    Paired,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -123,35 +126,6 @@ async fn after_a_restore_an_away_phone_is_told_to_reload_and_misses_nothing() {
 // ---------------------------------------------------------------------------------------------
 // The admin page's restore
 // ---------------------------------------------------------------------------------------------
-
-fn owner_set(data_dir: &Path) {
-    let mut child = common::gateway_command()
-        .args(["owner", "set", "--data-dir"])
-        .arg(data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn owner set");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all_sync(format!("{PASSPHRASE}\n").as_bytes());
-    let done = child.wait_with_output().expect("owner set");
-    assert!(done.status.success(), "{done:?}");
-}
-
-trait WriteAllSync {
-    fn write_all_sync(&mut self, b: &[u8]);
-}
-
-impl WriteAllSync for std::process::ChildStdin {
-    fn write_all_sync(&mut self, b: &[u8]) {
-        use std::io::Write;
-        self.write_all(b).expect("write to the child");
-    }
-}
 
 /// One answer: status and body.
 struct Answer {
@@ -328,27 +302,6 @@ fn craft_backup(trees: &[Tree<'_>], media: &[Vec<u8>]) -> Vec<u8> {
     b
 }
 
-/// Where the gateway listens after its `n`th start in this process (a restart execs itself).
-async fn nth_listening(gw: &Gateway, n: usize) -> SocketAddr {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = gw.stdout_tail();
-        let found: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.split("listening on ws://").nth(1))
-            .collect();
-        if let Some(addr) = found.get(n - 1) {
-            return addr.trim().parse().expect("an address");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no listening line #{n}:\n{}",
-            gw.output_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn leftovers(data: &Path) -> Vec<String> {
     std::fs::read_dir(data)
         .unwrap()
@@ -361,7 +314,7 @@ fn leftovers(data: &Path) -> Vec<String> {
 #[tokio::test]
 async fn an_upload_is_accepted_only_when_it_will_be_applied() {
     let data = common::temp_data_dir();
-    owner_set(data.path());
+    owner_set(data.path(), PASSPHRASE);
     let gw = Gateway::start(data.path(), &[]);
     let phone = pair(data.path(), "phone");
     let tablet = pair(data.path(), "tablet");
@@ -414,7 +367,7 @@ async fn an_upload_is_accepted_only_when_it_will_be_applied() {
     assert!(first.body.contains("Restore accepted"), "{}", first.body);
 
     // The restart moves it in, with cursors above any the phone holds.
-    let addr = nth_listening(&gw, 2).await;
+    let addr = nth_listening(&gw, 2, Duration::from_secs(60)).await;
     assert!(
         leftovers(data.path()).is_empty(),
         "{:?}",
@@ -533,39 +486,6 @@ async fn a_history_damaged_after_start_is_named_by_backup_and_degrades_the_gatew
 // A disk without room for the restore (a tmpfs: needs root, as tests/storage_faults.rs)
 // ---------------------------------------------------------------------------------------------
 
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-struct Mounted {
-    at: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-    }
-}
-
-fn free_bytes(dir: &Path) -> u64 {
-    let out = run(Command::new("df").args(["--output=avail", "-B1"]).arg(dir)).unwrap_or_default();
-    out.lines()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
 #[tokio::test]
 async fn an_upload_without_room_to_restore_it_is_refused_and_changes_nothing() {
     // SAFETY: geteuid has no preconditions.
@@ -575,20 +495,10 @@ async fn an_upload_without_room_to_restore_it_is_refused_and_changes_nothing() {
         );
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("iris-gw-restore-")
-        .tempdir()
-        .unwrap();
-    let at = dir.path().join("mnt");
-    std::fs::create_dir(&at).unwrap();
-    run(Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs"])
-        .arg(&at))
-    .unwrap_or_else(|e| panic!("cannot mount a tmpfs: {e}"));
-    let mnt = Mounted { at, _dir: dir };
+    let mnt = mount_tmpfs("48m").unwrap_or_else(|e| panic!("cannot mount a tmpfs: {e}"));
     let data = mnt.at.join("data");
     std::fs::create_dir(&data).unwrap();
-    owner_set(&data);
+    owner_set(&data, PASSPHRASE);
     let gw = Gateway::start(&data, &[]);
     let phone = pair(&data, "phone");
     // 14 MiB left, for a 7 MiB backup: room for the upload, not for it and the store built

@@ -18,34 +18,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::fixtures::{expected, unpack_fixture};
 use common::{frame_type, Client, Gateway};
 use iris_gateway::store::{KillPoint, START_KILL_POINTS};
 use serde_json::{json, Value};
-
-fn fixture_dir(layout: u64) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/layout{layout}"))
-}
-
-fn expected(layout: u64) -> Value {
-    let text = std::fs::read_to_string(fixture_dir(layout).join("expected.json")).expect("fixture");
-    serde_json::from_str(&text).expect("fixture JSON")
-}
-
-fn unpack_fixture(into: &Path, layout: u64) {
-    std::fs::create_dir_all(into).unwrap();
-    let status = std::process::Command::new("tar")
-        .arg("xzf")
-        .arg(fixture_dir(layout).join("data.tar.gz"))
-        .arg("-C")
-        .arg(into)
-        .status()
-        .unwrap();
-    assert!(status.success(), "unpacking the fixture failed");
-}
 
 /// How a start with a kill point ended.
 #[derive(Debug, PartialEq)]

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::mounts::{free_bytes, mount_tmpfs, run, Mounted};
 use common::{frame_type, hello_paired, id_of, pair, pstr, Client, Gateway, Paired};
 use serde_json::{json, Value};
 
@@ -27,53 +28,6 @@ fn skip_loudly(test: &str, why: &str) {
     eprintln!(
         "\n*** {test}: NOT RUN: {why}.\n*** The full/read-only disk behaviour is untested on this machine; run the suite as root (or in a container with CAP_SYS_ADMIN) to cover it. See docs/storage.md.\n"
     );
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// A mount point that is unmounted (lazily, so a leftover process cannot block it) on drop.
-struct Mounted {
-    at: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-    }
-}
-
-fn mount_tmpfs(size: &str) -> Result<Mounted, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("iris-gw-fault-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
-    let at = dir.path().join("mnt");
-    std::fs::create_dir(&at).map_err(|e| e.to_string())?;
-    run(Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            &format!("size={size},mode=0700"),
-            "tmpfs",
-        ])
-        .arg(&at))?;
-    Ok(Mounted { at, _dir: dir })
 }
 
 /// Fills the file system holding `dir` to its last byte; returns the filler's path.
@@ -95,14 +49,6 @@ fn fill_disk(dir: &Path) -> PathBuf {
     while f.write(&small).is_ok_and(|n| n > 0) {}
     let _ = f.sync_all();
     path
-}
-
-fn free_bytes(dir: &Path) -> u64 {
-    let out = run(Command::new("df").args(["--output=avail", "-B1"]).arg(dir)).unwrap_or_default();
-    out.lines()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(u64::MAX)
 }
 
 /// `message.send` and what came back: the receipt (and the turn's end) or an error frame.

@@ -5,6 +5,9 @@
 
 pub mod cdp;
 pub mod cursors;
+pub mod fake_http;
+pub mod fixtures;
+pub mod mounts;
 pub mod peers;
 pub mod proc;
 pub mod rng;
@@ -618,6 +621,51 @@ fn parse_listening_line(line: &str) -> Option<String> {
     Some(url.trim_end_matches([',', '.', ';', ')']).to_owned())
 }
 
+/// The address of the `n`th `listening on ws://` line the gateway printed (1-based; a restart
+/// execs the gateway in the same process, which prints it again), waiting up to `within`.
+pub async fn nth_listening(gw: &Gateway, n: usize, within: Duration) -> SocketAddr {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = gw.stdout_tail();
+        let found: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split("listening on ws://").nth(1))
+            .collect();
+        if let Some(addr) = found.get(n - 1) {
+            return addr.trim().parse().expect("an address");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no listening line #{n}:\n{}",
+            gw.output_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The code the gateway printed at start (`pairing page: URL code XXXX-XXXX …`); it follows
+/// the `listening on` line `Gateway::start` waits for, so it may take a moment.
+pub fn startup_page_code(gw: &Gateway) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = gw.stdout_tail();
+        let code = out
+            .lines()
+            .find_map(|l| l.strip_prefix("pairing page: "))
+            .and_then(|l| l.split(" code ").nth(1))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_owned);
+        if let Some(code) = code {
+            return code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pairing page code printed:\n{out}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // CLI helpers
 // ---------------------------------------------------------------------------------------------
@@ -683,6 +731,27 @@ pub fn cli_ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("cli stdout is UTF-8")
+}
+
+/// `owner set` from a pipe, as at the box: sets the admin passphrase of `data_dir`.
+pub fn owner_set(data_dir: &Path, passphrase: &str) {
+    use std::io::Write;
+    let mut child = gateway_command()
+        .args(["owner", "set", "--data-dir"])
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn owner set");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{passphrase}\n").as_bytes())
+        .expect("write to the child");
+    let out = child.wait_with_output().expect("owner set");
+    assert!(out.status.success(), "owner set failed: {out:?}");
 }
 
 #[derive(Debug, Clone)]
