@@ -342,6 +342,56 @@ fn percentile(v: &mut [u64], p: f64) -> u64 {
 // The scripted agent: an OpenAI-compatible server streaming stamped chunks as fast as it can
 // ---------------------------------------------------------------------------------------------
 
+/// Reads one request of the agent (its head, then as much body as Content-Length says).
+/// `GET /v1/models` is answered here and `false` returned; a chat completion gets the
+/// event-stream head and `true`: the caller streams its chunks, then `end_stream`.
+async fn open_stream(tcp: &mut tokio::net::TcpStream) -> bool {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (head_end, len) = loop {
+        let n = tcp.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            return false;
+        }
+        req.extend_from_slice(&buf[..n]);
+        if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&req[..i]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (i + 4, len);
+        }
+    };
+    while req.len() < head_end + len {
+        let n = tcp.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    if req.starts_with(b"GET") {
+        let body = r#"{"data":[{"id":"bench"}]}"#;
+        let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        let _ = tcp.write_all(reply.as_bytes()).await;
+        return false;
+    }
+    tcp.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .is_ok()
+}
+
+/// The stream's last chunk (its usage) and its end.
+async fn end_stream(tcp: &mut tokio::net::TcpStream, tokens: usize) {
+    let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": tokens}});
+    let _ = tcp
+        .write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes())
+        .await;
+}
+
 async fn scripted_agent(epoch: Instant) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -351,41 +401,9 @@ async fn scripted_agent(epoch: Instant) -> String {
                 return;
             };
             tokio::task::spawn_local(async move {
-                let mut req = Vec::new();
-                let mut buf = [0u8; 4096];
-                // Head, then as much body as Content-Length says.
-                let (head_end, len) = loop {
-                    let n = tcp.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    req.extend_from_slice(&buf[..n]);
-                    if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&req[..i]).to_ascii_lowercase();
-                        let len = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        break (i + 4, len);
-                    }
-                };
-                while req.len() < head_end + len {
-                    let n = tcp.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    req.extend_from_slice(&buf[..n]);
-                }
-                if req.starts_with(b"GET") {
-                    let body = r#"{"data":[{"id":"bench"}]}"#;
-                    let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-                    let _ = tcp.write_all(reply.as_bytes()).await;
+                if !open_stream(&mut tcp).await {
                     return;
                 }
-                let _ = tcp
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-                    .await;
                 for _ in 0..CHUNKS_PER_TURN {
                     let chunk =
                         json!({"choices": [{"delta": {"content": format!(" {}", now_us(epoch))}}]});
@@ -398,10 +416,7 @@ async fn scripted_agent(epoch: Instant) -> String {
                     }
                     tokio::task::yield_now().await;
                 }
-                let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": CHUNKS_PER_TURN}});
-                let _ = tcp
-                    .write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes())
-                    .await;
+                end_stream(&mut tcp, CHUNKS_PER_TURN).await;
             });
         }
     });
@@ -1693,36 +1708,9 @@ async fn paced_agent(tokens: usize, rate: u32, first: Rc<Cell<Option<Instant>>>)
         while let Ok((mut tcp, _)) = listener.accept().await {
             let first = first.clone();
             tokio::task::spawn_local(async move {
-                let mut req = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let n = tcp.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    req.extend_from_slice(&buf[..n]);
-                    let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&req[..i]).to_ascii_lowercase();
-                    let len = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if req.len() >= i + 4 + len {
-                        break;
-                    }
-                }
-                if req.starts_with(b"GET") {
-                    let body = r#"{"data":[{"id":"bench"}]}"#;
-                    let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-                    let _ = tcp.write_all(reply.as_bytes()).await;
+                if !open_stream(&mut tcp).await {
                     return;
                 }
-                let _ = tcp
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-                    .await;
                 let start = tokio::time::Instant::now();
                 for i in 1..=tokens {
                     if rate > 0 {
@@ -1744,10 +1732,7 @@ async fn paced_agent(tokens: usize, rate: u32, first: Rc<Cell<Option<Instant>>>)
                         tokio::task::yield_now().await;
                     }
                 }
-                let end = json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"total_tokens": tokens}});
-                let _ = tcp
-                    .write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes())
-                    .await;
+                end_stream(&mut tcp, tokens).await;
             });
         }
     });
