@@ -235,23 +235,20 @@ fn prefill(dir: &Path, n: usize) {
     let store = Store::open(&dir.join("data"), 1 << 20, Duration::from_secs(5)).unwrap();
     let lane = Lane::new("default", None);
     for i in 0..n {
-        let m = HistoryMessage {
-            message_id: format!("msg_{i:016x}"),
-            role: if i % 2 == 0 {
-                Role::User
-            } else {
-                Role::Assistant
-            },
-            text: format!(
-                "stored message {i}: the tomatoes want water at eight, and the forecast says rain"
-            ),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1_760_000_000_000 + i as i64,
-            media: Vec::new(),
+        let role = if i % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
         };
+        let text = format!(
+            "stored message {i}: the tomatoes want water at eight, and the forecast says rain"
+        );
+        let m = HistoryMessage::text_only(
+            format!("msg_{i:016x}"),
+            role,
+            text,
+            1_760_000_000_000 + i as i64,
+        );
         let frame = Frame::message(&m).in_lane("default", None).outboxed();
         store
             .commit(&[Change::PutMessage(lane.clone(), m), Change::Outbox(frame)])

@@ -43,17 +43,12 @@ fn disk_writes() -> u64 {
 }
 
 fn message(i: usize) -> HistoryMessage {
-    HistoryMessage {
-        message_id: format!("msg_{i:016x}"),
-        role: Role::User,
-        text: format!("message number {i}: could you remind me to water the tomatoes tomorrow at eight, and check the forecast first?"),
-        reasoning: None,
-        model: None,
-        tokens: None,
-        runtime: None,
-        ts: 1_760_000_000_000 + i as i64,
-        media: Vec::new(),
-    }
+    HistoryMessage::text_only(
+        format!("msg_{i:016x}"),
+        Role::User,
+        format!("message number {i}: could you remind me to water the tomatoes tomorrow at eight, and check the forecast first?"),
+        1_760_000_000_000 + i as i64,
+    )
 }
 
 /// What `message.send` commits for one user message.

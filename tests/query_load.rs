@@ -42,21 +42,12 @@ fn text(i: usize) -> String {
 }
 
 fn message(id: String, text: String, i: usize) -> HistoryMessage {
-    HistoryMessage {
-        message_id: id,
-        role: if i.is_multiple_of(2) {
-            Role::User
-        } else {
-            Role::Assistant
-        },
-        text,
-        reasoning: None,
-        model: None,
-        tokens: None,
-        runtime: None,
-        ts: 1_760_000_000_000 + i as i64,
-        media: Vec::new(),
-    }
+    let role = if i.is_multiple_of(2) {
+        Role::User
+    } else {
+        Role::Assistant
+    };
+    HistoryMessage::text_only(id, role, text, 1_760_000_000_000 + i as i64)
 }
 
 /// `HISTORY` messages in the default channel, and a channel `BULK` of `CHANNEL` messages with

@@ -156,6 +156,24 @@ pub struct HistoryMessage {
     pub media: Vec<MediaRef>,
 }
 
+impl HistoryMessage {
+    /// A message of text alone: no reasoning, model, usage or media (what a user sends, and
+    /// what tools and benchmarks fill a history with).
+    pub fn text_only(message_id: String, role: Role, text: String, ts: i64) -> HistoryMessage {
+        HistoryMessage {
+            message_id,
+            role,
+            text,
+            reasoning: None,
+            model: None,
+            tokens: None,
+            runtime: None,
+            ts,
+            media: Vec::new(),
+        }
+    }
+}
+
 /// `status.state`: one gateway health state feeds these frames (and, later, the LED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
