@@ -373,7 +373,10 @@ impl Store {
             )
             .map_err(|e| match e {
                 // Errors of the writer are sled-wrapped I/O; SQLite's own are the history's.
-                e @ (StoreError::History(_) | StoreError::Corrupt { .. }) => {
+                // Only damage: a busy or failing disk is not a damaged database.
+                e if matches!(&e, StoreError::History(h) if super::sql::is_damage(h))
+                    || matches!(e, StoreError::Corrupt { .. }) =>
+                {
                     BackupError::HistoryDamaged {
                         file: super::sql::history_path(self.dir()).display().to_string(),
                         detail: e.to_string(),

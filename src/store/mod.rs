@@ -363,7 +363,8 @@ impl Store {
                 kill_point("open-read-back", None);
                 commit::recover(&s)?;
                 kill_point("open-recovered", Some(&s.db));
-                history_opened = true;
+                // SQLite touches the file only if there is one (a missing one is refused).
+                history_opened = sql::history_path(dir).exists();
                 let hist = open_history(dir, &s)?;
                 kill_point("open-history-checked", Some(&s.db));
                 let trees = Trees { s, hist };
@@ -715,10 +716,8 @@ impl Store {
             .trees
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Under the write lock nobody can take a new handle: a count of one is this slot's.
-        if slot.as_ref().is_none_or(|t| Arc::strong_count(t) != 1) {
-            return;
-        }
+        // Under the write lock nobody can take a new handle; one still held elsewhere makes
+        // `try_unwrap` give the trees back.
         let Some(current) = slot.take() else {
             return;
         };

@@ -109,8 +109,17 @@ impl Store {
     /// lookup of the first key. Returns how many were dropped.
     pub fn prune_outbox(&self, retain: u64) -> Result<u64> {
         let head = self.cursor_head()?;
-        let gaps = self.cursor_gaps()?;
         let t = self.t()?;
+        // Gaps only lower where to keep from: with the first frame at or above the point that
+        // ignores them, nothing is over, and the gaps need not be read.
+        let tail = t
+            .outbox
+            .first()?
+            .map_or(u64::MAX, |(k, _)| super::u64_from(&k));
+        if tail > head.saturating_sub(retain) {
+            return Ok(0);
+        }
+        let gaps = self.cursor_gaps()?;
         let keep_from = keep_from(head, retain, &gaps);
         let mut dropped = 0;
         while let Some((k, _)) = t.outbox.first()? {
@@ -147,11 +156,10 @@ impl Store {
 /// The lowest cursor kept so that `retain` frames remain below `head`: the cursors in gaps
 /// hold no frame, so they do not count.
 fn keep_from(head: u64, retain: u64, gaps: &[CursorGap]) -> u64 {
-    let mut sorted = gaps.to_vec();
-    sorted.sort_by_key(|g| std::cmp::Reverse(g.to));
-    // Walking down from the head, counting the cursors that hold frames.
+    // Walking down from the head, counting the cursors that hold frames. Gaps are kept oldest
+    // first, and each lies above the last (the head only rises).
     let (mut pos, mut needed) = (head, retain);
-    for g in sorted {
+    for g in gaps.iter().rev() {
         if g.from >= pos {
             continue;
         }
