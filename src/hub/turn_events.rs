@@ -202,15 +202,32 @@ impl Hub {
     ) {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         // What follows a held state in the stream (a tool, a plan, a file, commentary) must not
-        // overtake it, so it goes first; text, reasoning and progress only wait their turn.
-        if !matches!(
+        // overtake it, so it goes first; text, reasoning and progress only wait their turn,
+        // and the states that are due go after them, so a due one carries this event too
+        // (flushed before, it would go out a delta stale and hold this one an interval).
+        let paced = matches!(
             event,
             AgentEvent::Text(_) | AgentEvent::Reasoning(_) | AgentEvent::ToolProgress { .. }
-        ) {
+        );
+        if !paced {
             self.flush_held(lane, message_id, acc, Flush::Settle);
-        } else {
+        }
+        self.apply_event_frames(lane, message_id, acc, event, chat, thread)
+            .await;
+        if paced {
             self.flush_held(lane, message_id, acc, Flush::Due);
         }
+    }
+
+    async fn apply_event_frames(
+        &self,
+        lane: &Lane,
+        message_id: &str,
+        acc: &mut TurnText,
+        event: AgentEvent,
+        chat: &str,
+        thread: Option<&str>,
+    ) {
         match event {
             AgentEvent::Text(delta) => {
                 if acc.push_text(delta, self.out_budget().text) {
