@@ -350,10 +350,6 @@ impl Hub {
     }
 }
 
-/// Messages one commit of a channel's deletion removes: as many as one `message.delete` may
-/// name (`limits.max_delete_ids` by default), so either costs the event loop the same.
-const PURGE_BATCH: usize = 100;
-
 /// What an auto-thread is called when its message's first line shows nothing.
 const AUTO_THREAD_FALLBACK_NAME: &str = "Thread";
 
@@ -455,7 +451,8 @@ impl Hub {
             Some(parent) if entry.is_thread() => (parent.as_str(), Some(entry.chat_id.as_str())),
             _ => (entry.chat_id.as_str(), None),
         };
-        // The messages go in batches of `PURGE_BATCH`, each one commit through the committer:
+        // The messages go in batches of `limits.max_delete_ids` (as many as one `message.delete`
+        // may name, so either costs the event loop the same), each one commit through the committer:
         // what the event loop does per batch is bounded (the outbox frames to tombstone), the
         // history database applies each batch on a worker, and other devices' frames are
         // served between batches, however large the channel.
@@ -474,7 +471,9 @@ impl Hub {
         })
         .await;
         let mut media = Vec::new();
-        let mut batches = contents.chunks(PURGE_BATCH).peekable();
+        let mut batches = contents
+            .chunks(self.limits().max_delete_ids.max(1))
+            .peekable();
         let mut last = Vec::new();
         while let Some(batch) = batches.next() {
             let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
