@@ -312,3 +312,133 @@ fn chat_says_clearly_why_a_file_was_not_sent() {
     );
     assert_eq!(saved_paths(&out), [dl.join("received.txt")], "{out}");
 }
+
+/// The peak resident memory of a process, in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kb * 1024
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_large_file_from_a_phone_streams_to_disk_not_memory() {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+
+    const SIZE: usize = 48 << 20;
+    let dir = common::temp_data_dir();
+    let cfg = common::temp_data_dir();
+    let config = cfg.path().join("gateway.toml");
+    // Uploads here are limited by the test's speed, not the gateway's byte rate.
+    std::fs::write(
+        &config,
+        "[limits]\nbytes_per_second = 1073741824\nbyte_burst = 1073741824\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(
+        dir.path(),
+        &["--demo-pace-ms", "1", "--config", config.to_str().unwrap()],
+    );
+    let work = common::temp_data_dir();
+    let dl = work.path().join("dl");
+
+    let mut child = Command::new(BIN)
+        .args(["chat", "--data-dir"])
+        .arg(dir.path())
+        .arg("--downloads")
+        .arg(&dl)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chat");
+    let out = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let out = out.clone();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut o = out.lock().unwrap();
+                o.push_str(&line);
+                o.push('\n');
+            }
+        })
+    };
+    let wait_for = |what: &str, within: Duration| {
+        let deadline = Instant::now() + within;
+        while !out.lock().unwrap().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "no {what:?} in:\n{}",
+                out.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("[gateway online]", Duration::from_secs(20));
+    let before = peak_rss(child.id());
+
+    // Another device (a phone) sends a large file into the channel the terminal shows.
+    let data: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+    let phone = common::pair(dir.path(), "phone");
+    let (mut c, _) = common::connect_online(&gw, &phone).await;
+    let start = c
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({"media_ref": "big", "kind": "video", "mime": "video/mp4", "size": SIZE, "filename": "clip.mp4"}),
+        )
+        .await;
+    for piece in data.chunks(256 << 10) {
+        c.send_raw_binary(piece.to_vec()).await;
+    }
+    let end = c
+        .request(
+            "media.upload.end",
+            None,
+            None,
+            json!({"media_ref": "big", "sha256": common::sha_hex(&data)}),
+        )
+        .await;
+    let ack = c.recv_reply(end).await;
+    assert_eq!(ack["payload"]["ok"], true, "upload (start {start}): {ack}");
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({"text": "a clip", "media_refs": ["big"]}),
+    )
+    .await;
+
+    wait_for("[saved clip.mp4", Duration::from_secs(60));
+    wait_for("[saved received.txt", Duration::from_secs(20));
+    let peak = peak_rss(child.id());
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}");
+    let saved = saved_paths(&out);
+    assert_eq!(saved[0], dl.join("clip.mp4"), "{out}");
+    assert!(
+        std::fs::read(&saved[0]).unwrap() == data,
+        "the saved clip differs"
+    );
+    // The pull went to disk as it arrived: the client never held the file (a few chunks'
+    // worth of buffers at most).
+    assert!(
+        peak < before + (8 << 20),
+        "the client grew from {before} to {peak} bytes resident for a {SIZE}-byte file"
+    );
+    eprintln!(
+        "chat client peak RSS: {} KiB before, {} KiB after",
+        before / 1024,
+        peak / 1024
+    );
+}
