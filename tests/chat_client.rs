@@ -107,6 +107,87 @@ fn png(w: u32, h: u32) -> Vec<u8> {
     out.into_inner()
 }
 
+/// A running `iris-gateway chat` whose output is read as it comes, for tests that wait for
+/// something to be printed instead of for a fixed time.
+struct Live {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Live {
+    fn start(data_dir: &std::path::Path, extra: &[&str]) -> Live {
+        use std::io::BufRead;
+        let mut child = Command::new(BIN)
+            .arg("chat")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chat");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stdout = child.stdout.take().unwrap();
+        let reader = {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let mut o = out.lock().unwrap();
+                    o.push_str(&line);
+                    o.push('\n');
+                }
+            })
+        };
+        Live {
+            child,
+            out,
+            reader: Some(reader),
+        }
+    }
+
+    fn type_lines(&mut self, lines: &str) {
+        let stdin = self.child.stdin.as_mut().expect("stdin open");
+        stdin.write_all(lines.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until `what` was printed `times` times.
+    fn wait_for(&self, what: &str, times: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.output().matches(what).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "{what:?} not printed {times} times within {within:?}:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Ends input (Ctrl-D) and waits for the client to quit: (exit ok, everything printed).
+    fn finish(mut self) -> (bool, String) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ok = self.child.wait().unwrap().success();
+        self.reader.take().unwrap().join().unwrap();
+        (ok, self.output())
+    }
+}
+
 /// The paths the client printed for saved files (`[saved NAME (N bytes): PATH]`), in order.
 fn saved_paths(out: &str) -> Vec<std::path::PathBuf> {
     out.lines()
@@ -177,12 +258,13 @@ async fn chat_attaches_files_and_saves_the_agents_file_without_replacing_any() {
         notes.display()
     );
     let dl = downloads.to_str().unwrap();
-    let (ok, out) = chat(
-        dir.path(),
-        &["--downloads", dl],
-        &lines,
-        Duration::from_secs(6),
-    );
+    let mut live = Live::start(dir.path(), &["--downloads", dl]);
+    live.wait_for("[gateway online]", 1, Duration::from_secs(20));
+    live.type_lines(&lines);
+    // Each turn's answer is streamed and its file saved.
+    live.wait_for("[saved received.txt", 2, Duration::from_secs(60));
+    live.wait_for("[iris-demo", 2, Duration::from_secs(20));
+    let (ok, out) = live.finish();
     assert!(ok, "chat failed:\n{out}");
 
     // (a) The demo names what it was shown: the image's size, the document's first line.
@@ -280,12 +362,11 @@ fn chat_says_clearly_why_a_file_was_not_sent() {
         big.display(),
         note.display()
     );
-    let (ok, out) = chat(
-        dir.path(),
-        &["--downloads", dl.to_str().unwrap()],
-        &lines,
-        Duration::from_secs(4),
-    );
+    let mut live = Live::start(dir.path(), &["--downloads", dl.to_str().unwrap()]);
+    live.wait_for("[gateway online]", 1, Duration::from_secs(20));
+    live.type_lines(&lines);
+    live.wait_for("[saved received.txt", 1, Duration::from_secs(60));
+    let (ok, out) = live.finish();
     assert!(ok, "chat failed:\n{out}");
     assert!(
         out.contains(&format!(
@@ -326,9 +407,6 @@ fn peak_rss(pid: u32) -> u64 {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_large_file_from_a_phone_streams_to_disk_not_memory() {
-    use std::io::BufRead;
-    use std::sync::{Arc, Mutex};
-
     const SIZE: usize = 48 << 20;
     let dir = common::temp_data_dir();
     let cfg = common::temp_data_dir();
@@ -346,42 +424,9 @@ async fn a_large_file_from_a_phone_streams_to_disk_not_memory() {
     let work = common::temp_data_dir();
     let dl = work.path().join("dl");
 
-    let mut child = Command::new(BIN)
-        .args(["chat", "--data-dir"])
-        .arg(dir.path())
-        .arg("--downloads")
-        .arg(&dl)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn chat");
-    let out = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let out = out.clone();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let mut o = out.lock().unwrap();
-                o.push_str(&line);
-                o.push('\n');
-            }
-        })
-    };
-    let wait_for = |what: &str, within: Duration| {
-        let deadline = Instant::now() + within;
-        while !out.lock().unwrap().contains(what) {
-            assert!(
-                Instant::now() < deadline,
-                "no {what:?} in:\n{}",
-                out.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    wait_for("[gateway online]", Duration::from_secs(20));
-    let before = peak_rss(child.id());
+    let live = Live::start(dir.path(), &["--downloads", dl.to_str().unwrap()]);
+    live.wait_for("[gateway online]", 1, Duration::from_secs(20));
+    let before = peak_rss(live.child.id());
 
     // Another device (a phone) sends a large file into the channel the terminal shows.
     let data: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
@@ -416,14 +461,11 @@ async fn a_large_file_from_a_phone_streams_to_disk_not_memory() {
     )
     .await;
 
-    wait_for("[saved clip.mp4", Duration::from_secs(60));
-    wait_for("[saved received.txt", Duration::from_secs(20));
-    let peak = peak_rss(child.id());
-    drop(child.stdin.take());
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let out = out.lock().unwrap().clone();
-    assert!(status.success(), "{out}");
+    live.wait_for("[saved clip.mp4", 1, Duration::from_secs(60));
+    live.wait_for("[saved received.txt", 1, Duration::from_secs(20));
+    let peak = peak_rss(live.child.id());
+    let (ok, out) = live.finish();
+    assert!(ok, "{out}");
     let saved = saved_paths(&out);
     assert_eq!(saved[0], dl.join("clip.mp4"), "{out}");
     assert!(

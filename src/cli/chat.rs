@@ -391,6 +391,7 @@ impl Files {
                 ));
                 // A wrong checksum ends the upload at the gateway, so the next one can start.
                 upload.stage = Stage::Ending;
+                upload.reported = true;
                 let end = json!({"v":1,"type":"media.upload.end","id":upload.end_id,"payload":{"media_ref":upload.media_ref,"sha256":""}});
                 ws.send(Message::text(end.to_string())).await?;
             }
@@ -438,7 +439,7 @@ impl Files {
                             "[sent {} ({}, {}, {} bytes)]",
                             upload.filename, upload.kind, upload.mime, upload.size
                         ));
-                    } else {
+                    } else if !upload.reported {
                         let why = if upload.changed {
                             "the file changed while it was sent"
                         } else if id.is_none() {

@@ -144,6 +144,8 @@ pub struct Upload {
     sent: u64,
     /// The file's length differed from what was announced (it changed while it was sent).
     pub changed: bool,
+    /// Why it failed was already said (a read error): the refused ack adds nothing.
+    pub reported: bool,
 }
 
 /// What the next step of an upload sends.
@@ -208,6 +210,7 @@ impl Upload {
                 hasher: Sha256::new(),
                 sent: 0,
                 changed: false,
+                reported: false,
             },
             start,
             ping,
@@ -414,11 +417,36 @@ impl Downloads {
             match tokio::fs::hard_link(&pull.part, &target).await {
                 Ok(()) => return Ok(target),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("cannot save as {}: {e}", target.display())),
+                // Some filesystems (FAT on a USB stick) have no hard links: copy instead, into
+                // a file that must be new.
+                Err(_) => match copy_to_new(&pull.part, &target).await {
+                    Ok(()) => return Ok(target),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(format!("cannot save as {}: {e}", target.display())),
+                },
             }
         }
         unreachable!("some suffix is free")
     }
+}
+
+/// Copies `from` into `to`, which must not exist yet (a half-copied `to` is removed).
+async fn copy_to_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut out = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .await?;
+    let copied = async {
+        let mut src = tokio::fs::File::open(from).await?;
+        tokio::io::copy(&mut src, &mut out).await?;
+        out.sync_all().await
+    }
+    .await;
+    if copied.is_err() {
+        let _ = tokio::fs::remove_file(to).await;
+    }
+    copied
 }
 
 /// A name that stays inside the downloads folder: no path separators, no leading dot, no
@@ -541,5 +569,18 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["_r (1).txt", "_r.txt"]);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_copy_without_hard_links_never_replaces_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("part"), dir.path().join("a.txt"));
+        std::fs::write(&from, b"new bytes").unwrap();
+        copy_to_new(&from, &to).await.unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"new bytes");
+        std::fs::write(&from, b"other").unwrap();
+        let e = copy_to_new(&from, &to).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&to).unwrap(), b"new bytes");
     }
 }
