@@ -612,7 +612,7 @@ fn updated_text(printed: &str, payload: &Value) -> String {
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
     let p = &frame["payload"];
     let kind = frame["type"].as_str().unwrap_or("");
-    let in_lane = in_lane(frame, chat_id);
+    let shown = in_lane(frame, chat_id);
     match kind {
         "status" => screen.line(&format!("[gateway {}]", p["state"].as_str().unwrap_or("?"))),
         "error" => screen.line(&format!(
@@ -620,7 +620,7 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
             p["code"].as_str().unwrap_or("?"),
             p["message"].as_str().unwrap_or("")
         )),
-        _ if !in_lane => {}
+        _ if !shown => {}
         "message.update" => {
             let text = updated_text(&screen.printed, p);
             screen.update(&text);
