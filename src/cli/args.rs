@@ -216,6 +216,10 @@ pub struct ChatArgs {
     /// Channel to talk in, by name or chat id (created if no channel has that name).
     #[arg(long)]
     pub channel: Option<String>,
+    /// Where files the agent sends are saved (created when needed; an existing file is never
+    /// replaced). Default: $XDG_DOWNLOAD_DIR/iris, else ~/Downloads/iris.
+    #[arg(long, value_name = "DIR")]
+    pub downloads: Option<PathBuf>,
 }
 
 // `backup FILE`.

@@ -1,8 +1,11 @@
 //! `iris-gateway chat`: a small terminal client over the same WebSocket protocol as the app.
 //!
 //! It pairs itself when pointed at a local data dir (keeping its token in that dir), sends what
-//! the user types and renders the streamed turn live. It doubles as a debugging tool on the Pi.
+//! the user types and renders the streamed turn live; `/attach` sends a file and files the
+//! gateway offers are saved to a downloads folder (`chat_files`). It doubles as a debugging tool
+//! on the Pi.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::args::ChatArgs;
+use super::chat_files::{default_downloads, parse_attach, Downloads, Stage, Step, Upload};
 use super::error::CliError;
 use super::pair::pair;
 use crate::config::default_data_dir;
@@ -171,6 +175,8 @@ struct Screen {
     streaming: bool,
     /// The cursor sits after streamed text (not at the start of a line).
     mid_line: bool,
+    /// Lines about files, held while an answer streams so they do not split its text.
+    held: Vec<String>,
 }
 
 impl Screen {
@@ -181,6 +187,15 @@ impl Screen {
             self.mid_line = false;
         }
         println!("{s}");
+    }
+
+    /// A line that can wait for the answer streaming now to finish.
+    fn note(&mut self, s: String) {
+        if self.streaming {
+            self.held.push(s);
+        } else {
+            self.line(&s);
+        }
     }
 
     /// The streamed answer grew: print only what is new.
@@ -218,11 +233,15 @@ impl Screen {
         ));
         self.streaming = false;
         self.printed.clear();
+        for held in std::mem::take(&mut self.held) {
+            self.line(&held);
+        }
     }
 }
 
 /// Pairs or reads the saved credentials, says hello, picks the channel, then relays lines typed
-/// to `message.send` and renders what comes back until Ctrl-D or the gateway closes.
+/// to `message.send` (and `/attach` to an upload) and renders what comes back, saving offered
+/// files, until Ctrl-D (once uploads and downloads in flight are done) or the gateway closes.
 pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let creds = credentials(&args)?;
     let mut ws = connect(&creds).await?;
@@ -230,25 +249,59 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let ack = hello(&mut ws, &token).await?;
     let mut next_id = 2i64;
     let mut chat_id = pick_channel(&mut ws, &ack, args.channel.as_deref(), &mut next_id).await?;
-    println!("connected to {url}. Type a message and press Enter; Ctrl-D quits.");
+    let downloads_dir = args.downloads.clone().unwrap_or_else(default_downloads);
+    println!("connected to {url}. Type a message and press Enter; /attach PATH [caption] sends a file; Ctrl-D quits.");
+    println!(
+        "files from the agent are saved in {}",
+        downloads_dir.display()
+    );
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut screen = Screen::default();
+    let mut files = Files {
+        upload: None,
+        downloads: Downloads::new(downloads_dir),
+        mine: HashSet::new(),
+    };
+    let mut typing = true;
     loop {
+        if !typing && files.upload.is_none() && !files.downloads.busy() {
+            break;
+        }
+        let sending = files
+            .upload
+            .as_ref()
+            .is_some_and(|u| u.stage == Stage::Sending);
         tokio::select! {
-            line = stdin.next_line() => {
-                let Some(line) = line? else { break };
+            // One upload at a time: what is typed after an `/attach` waits for it.
+            line = stdin.next_line(), if typing && files.upload.is_none() => {
+                let Some(line) = line? else {
+                    typing = false;
+                    continue;
+                };
                 if line.trim().is_empty() { continue; }
                 if chat_id.is_empty() {
                     println!("(still creating the channel; try again in a moment)");
+                    continue;
+                }
+                if let Some(rest) = attach_command(&line) {
+                    files.attach(&mut ws, &mut screen, rest, &mut next_id).await?;
                     continue;
                 }
                 let req = json!({"v":1,"type":"message.send","id":next_id,"chat_id":chat_id,"payload":{"text":line}});
                 next_id += 1;
                 ws.send(Message::text(req.to_string())).await?;
             }
+            // The next chunk goes out between frames read, so a long upload does not stall them.
+            _ = std::future::ready(()), if sending => {
+                files.send_chunk(&mut ws, &mut screen).await?;
+            }
             msg = ws.next() => {
                 let text = match msg {
                     Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Binary(bytes))) => {
+                        files.downloads.chunk(&bytes).await;
+                        continue;
+                    }
                     Some(Ok(Message::Close(c))) => {
                         screen.line(&format!("[gateway closed the connection{}]", c.map(|c| format!(": {}", c.reason)).unwrap_or_default()));
                         break;
@@ -263,12 +316,195 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
                     screen.line(&format!("[created channel {}]", frame["payload"]["name"].as_str().unwrap_or("")));
                     continue;
                 }
+                if files.on_frame(&mut ws, &mut screen, &frame, &chat_id, &mut next_id).await? {
+                    continue;
+                }
                 render(&mut screen, &frame, &chat_id);
             }
         }
     }
+    for held in std::mem::take(&mut screen.held) {
+        screen.line(&held);
+    }
     let _ = ws.close(None).await;
     Ok(())
+}
+
+/// The rest of an `/attach …` line (`None` for any other line).
+fn attach_command(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix("/attach")?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then_some(rest)
+}
+
+/// Whether a frame belongs to the lane the terminal shows (this channel, not a thread).
+fn in_lane(frame: &Value, chat_id: &str) -> bool {
+    frame["chat_id"].as_str() == Some(chat_id) && frame.get("thread_id").is_none()
+}
+
+/// The client's file traffic: the upload in flight and the pulls.
+struct Files {
+    upload: Option<Upload>,
+    downloads: Downloads,
+    /// This client's own messages (from their `read.receipt`s): their files came from here and
+    /// are not downloaded back.
+    mine: HashSet<String>,
+}
+
+impl Files {
+    /// `/attach PATH [caption]`: announces the upload, or says why the file cannot be sent.
+    async fn attach(
+        &mut self,
+        ws: &mut Socket,
+        screen: &mut Screen,
+        rest: &str,
+        next_id: &mut i64,
+    ) -> Result<(), ChatError> {
+        let Some((path, caption)) = parse_attach(rest) else {
+            screen.line("usage: /attach PATH [caption]  (quote a path with spaces)");
+            return Ok(());
+        };
+        match Upload::open(&path, caption, *next_id).await {
+            Ok((upload, start, ping)) => {
+                *next_id = upload.end_id + 1;
+                ws.send(Message::text(start.to_string())).await?;
+                // The start has no reply when accepted: the pong after it says it was.
+                ws.send(Message::text(ping.to_string())).await?;
+                self.upload = Some(upload);
+            }
+            Err(why) => screen.line(&format!("[{why}]")),
+        }
+        Ok(())
+    }
+
+    /// Sends the upload's next chunk, or its end.
+    async fn send_chunk(&mut self, ws: &mut Socket, screen: &mut Screen) -> Result<(), ChatError> {
+        let Some(upload) = self.upload.as_mut() else {
+            return Ok(());
+        };
+        match upload.step().await {
+            Ok(Step::Chunk(bytes)) => ws.send(Message::binary(bytes)).await?,
+            Ok(Step::End(end)) => ws.send(Message::text(end.to_string())).await?,
+            Err(e) => {
+                screen.line(&format!(
+                    "[{} was not sent: cannot read it: {e}]",
+                    upload.filename
+                ));
+                // A wrong checksum ends the upload at the gateway, so the next one can start.
+                upload.stage = Stage::Ending;
+                upload.reported = true;
+                let end = json!({"v":1,"type":"media.upload.end","id":upload.end_id,"payload":{"media_ref":upload.media_ref,"sha256":""}});
+                ws.send(Message::text(end.to_string())).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles what concerns files; `true` when the frame needs no rendering.
+    async fn on_frame(
+        &mut self,
+        ws: &mut Socket,
+        screen: &mut Screen,
+        frame: &Value,
+        chat_id: &str,
+        next_id: &mut i64,
+    ) -> Result<bool, ChatError> {
+        let p = &frame["payload"];
+        let id = frame["id"].as_i64();
+        let kind = frame["type"].as_str().unwrap_or("");
+        if let Some(upload) = self.upload.as_mut() {
+            match kind {
+                "pong" if id == Some(upload.ping_id) => {
+                    if upload.stage == Stage::Announced {
+                        upload.stage = Stage::Sending;
+                    }
+                    return Ok(true);
+                }
+                "error" if id == Some(upload.start_id) || id == Some(upload.end_id) => {
+                    screen.line(&format!(
+                        "[{} was not sent: {}]",
+                        upload.filename,
+                        p["message"].as_str().unwrap_or("the gateway refused it")
+                    ));
+                    self.upload = None;
+                    return Ok(true);
+                }
+                "media.upload.ack" if p["media_ref"] == upload.media_ref.as_str() => {
+                    let upload = self.upload.take().expect("matched above");
+                    if p["ok"] == true && upload.stage == Stage::Ending && !upload.changed {
+                        let req = json!({"v":1,"type":"message.send","id":*next_id,"chat_id":chat_id,
+                            "payload":{"text":upload.caption,"media_refs":[upload.media_ref]}});
+                        *next_id += 1;
+                        ws.send(Message::text(req.to_string())).await?;
+                        screen.line(&format!(
+                            "[sent {} ({}, {}, {} bytes)]",
+                            upload.filename, upload.kind, upload.mime, upload.size
+                        ));
+                    } else if !upload.reported {
+                        let why = if upload.changed {
+                            "the file changed while it was sent"
+                        } else if id.is_none() {
+                            "the upload went idle and the gateway dropped it"
+                        } else {
+                            "the gateway did not accept it"
+                        };
+                        screen.line(&format!("[{} was not sent: {why}]", upload.filename));
+                    }
+                    return Ok(true);
+                }
+                _ => {}
+            }
+        }
+        match kind {
+            "read.receipt" if id.is_some() => {
+                if let Some(m) = p["message_id"].as_str() {
+                    self.mine.insert(m.to_owned());
+                }
+            }
+            "media.pull.end" | "error" if id.is_some() => {
+                let refused = (kind == "error").then(|| p["message"].as_str().unwrap_or(""));
+                let ok = p["ok"] == true;
+                if let Some(line) = self.downloads.end(id.unwrap_or(0), ok, refused).await {
+                    screen.note(line);
+                    return Ok(true);
+                }
+            }
+            "media.offer" if in_lane(frame, chat_id) => {
+                self.pull(ws, screen, p, next_id).await?;
+                return Ok(true);
+            }
+            "message" if in_lane(frame, chat_id) => {
+                let own = p["message_id"]
+                    .as_str()
+                    .is_some_and(|m| self.mine.contains(m));
+                if !own {
+                    for media in p["media"].as_array().into_iter().flatten() {
+                        self.pull(ws, screen, media, next_id).await?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// Asks for a file's bytes (once per file), to be saved in the downloads folder.
+    async fn pull(
+        &mut self,
+        ws: &mut Socket,
+        screen: &mut Screen,
+        media: &Value,
+        next_id: &mut i64,
+    ) -> Result<(), ChatError> {
+        match self.downloads.begin(media, *next_id).await {
+            Ok(Some(req)) => {
+                *next_id += 1;
+                ws.send(Message::text(req.to_string())).await?;
+            }
+            Ok(None) => {}
+            Err(why) => screen.note(format!("[{why}]")),
+        }
+        Ok(())
+    }
 }
 
 /// Sends `hello` and waits for its `hello.ack` (an `error` is the gateway's refusal).
@@ -376,7 +612,7 @@ fn updated_text(printed: &str, payload: &Value) -> String {
 fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
     let p = &frame["payload"];
     let kind = frame["type"].as_str().unwrap_or("");
-    let in_lane = frame["chat_id"].as_str() == Some(chat_id) && frame.get("thread_id").is_none();
+    let shown = in_lane(frame, chat_id);
     match kind {
         "status" => screen.line(&format!("[gateway {}]", p["state"].as_str().unwrap_or("?"))),
         "error" => screen.line(&format!(
@@ -384,7 +620,7 @@ fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
             p["code"].as_str().unwrap_or("?"),
             p["message"].as_str().unwrap_or("")
         )),
-        _ if !in_lane => {}
+        _ if !shown => {}
         "message.update" => {
             let text = updated_text(&screen.printed, p);
             screen.update(&text);

@@ -6,6 +6,7 @@
 mod args;
 mod backup;
 mod chat;
+mod chat_files;
 mod devices;
 mod effective;
 mod error;
