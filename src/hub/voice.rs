@@ -58,6 +58,11 @@ impl Hub {
         *self.transcriber.borrow_mut() = transcriber;
     }
 
+    /// Where voice notes are transcribed now (never with its key), or `None` when off.
+    pub fn transcription_service(&self) -> Option<String> {
+        self.transcriber.borrow().as_ref().map(Transcriber::describe)
+    }
+
     /// The text the agent gets for a queued turn: the typed text, then the transcript of each
     /// voice note. Transcripts (or why there is none) are posted in the lane first.
     pub(super) async fn hear(&self, lane: &Lane, turn: &QueuedTurn) -> String {
