@@ -11,10 +11,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::fake_stt::{FakeStt, SttAnswer};
+use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
 use common::peers::{HermesRig, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, connect_online, dump, frame_type, id_of, pair, pstr, sha_hex,
+    connect_awaiting_online, connect_online, dump, frame_type, pair, pstr,
     sync_cursor, sync_from, temp_data_dir, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
@@ -62,36 +62,6 @@ fn note_bytes(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed as u32) as u8)
         .collect()
-}
-
-/// Uploads `data` as a voice note `filename` (audio/ogg) under `media_ref`.
-async fn upload_voice(c: &mut Client, media_ref: &str, filename: &str, data: &[u8]) {
-    let start = c
-        .request(
-            "media.upload.start",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "kind": "voice", "mime": "audio/ogg", "size": data.len(), "filename": filename }),
-        )
-        .await;
-    for piece in data.chunks(64 * 1024) {
-        c.send_raw_binary(piece.to_vec()).await;
-    }
-    let end = c
-        .request(
-            "media.upload.end",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "sha256": sha_hex(data) }),
-        )
-        .await;
-    let ack = c.recv_reply(end).await;
-    assert!(
-        c.seen.iter().all(|f| id_of(f) != Some(start)),
-        "upload refused: {}",
-        c.recent()
-    );
-    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
 }
 
 /// One turn as the sender saw it: the user message id and every frame through `typing` off.
