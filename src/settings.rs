@@ -271,9 +271,7 @@ pub fn explain(
         ),
         (
             "transcription.key",
-            secret(
-                !config.transcription.key.is_empty() || config.transcription.key_file.is_some(),
-            ),
+            secret(!config.transcription.key.is_empty() || config.transcription.key_file.is_some()),
             saved.transcription.key.is_some(),
         ),
         (

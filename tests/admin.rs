@@ -1439,7 +1439,12 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
         ]
     };
     // Test: the service gets a one-second WAV tone, and the page shows what it heard.
-    let r = transcription_form(&mut web, "/admin/transcription/test", fields(&good.url, "stt-secret-key")).await;
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription/test",
+        fields(&good.url, "stt-secret-key"),
+    )
+    .await;
     assert!(
         r.body.contains("It works") && r.body.contains("testing one two"),
         "{}",
@@ -1450,29 +1455,58 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
     let t = &taken[0];
     assert!(t.malformed.is_none(), "{:?}", t.malformed);
     assert_eq!(&t.file[..4], b"RIFF");
-    assert_eq!(t.file.len(), 44 + 32_000, "one second of 16 kHz 16-bit mono");
-    assert_eq!((t.filename.as_str(), t.file_type.as_str()), ("iris-test-tone.wav", "audio/wav"));
+    assert_eq!(
+        t.file.len(),
+        44 + 32_000,
+        "one second of 16 kHz 16-bit mono"
+    );
+    assert_eq!(
+        (t.filename.as_str(), t.file_type.as_str()),
+        ("iris-test-tone.wav", "audio/wav")
+    );
     assert_eq!(t.fields["model"], "whisper-1");
     assert_eq!(t.fields["language"], "en");
     assert_eq!(t.authorization.as_deref(), Some("Bearer stt-secret-key"));
     // A test saves nothing.
-    assert!(web.get("/admin/agent").await.body.contains("off: voice notes"));
+    assert!(web
+        .get("/admin/agent")
+        .await
+        .body
+        .contains("off: voice notes"));
 
     // Save: the key is never shown back.
-    let r = transcription_form(&mut web, "/admin/transcription", fields(&good.url, "stt-secret-key")).await;
-    assert!(r.body.contains("Saved: the next voice note is transcribed by"), "{}", r.body);
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription",
+        fields(&good.url, "stt-secret-key"),
+    )
+    .await;
+    assert!(
+        r.body
+            .contains("Saved: the next voice note is transcribed by"),
+        "{}",
+        r.body
+    );
     assert!(!r.body.contains("stt-secret-key"), "the key was shown back");
     assert!(r.body.contains("A key is saved"), "{}", r.body);
 
     // A service that refuses, tested at another URL with the key field empty: no key goes
     // there, and the page says what went wrong.
-    let r = transcription_form(&mut web, "/admin/transcription/test", fields(&refusing.url, "")).await;
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription/test",
+        fields(&refusing.url, ""),
+    )
+    .await;
     assert!(
         r.body.contains("Not working") && r.body.contains("refused the key"),
         "{}",
         r.body
     );
-    assert!(refusing.requests()[0].authorization.is_none(), "the key followed a new URL");
+    assert!(
+        refusing.requests()[0].authorization.is_none(),
+        "the key followed a new URL"
+    );
 
     // No restart: the next voice note is heard by the saved service, with its key.
     let p = pair(dir.path(), "phone");
@@ -1494,12 +1528,18 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
                 && f["payload"]["text"] == "Heard: \u{201c}testing one two\u{201d}"
         })
         .await;
-    assert!(heard["payload"]["message_id"].as_str().unwrap().ends_with(".heard"));
+    assert!(heard["payload"]["message_id"]
+        .as_str()
+        .unwrap()
+        .ends_with(".heard"));
     let last = good.requests().pop().unwrap();
     assert_eq!(last.file, b"OggS pretend voice");
     assert_eq!(last.authorization.as_deref(), Some("Bearer stt-secret-key"));
     let log = gw.output_tail();
-    assert!(!log.contains("stt-secret-key"), "the key was logged:\n{log}");
+    assert!(
+        !log.contains("stt-secret-key"),
+        "the key was logged:\n{log}"
+    );
     let settings = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
     assert!(settings.contains("[transcription]"), "{settings}");
 }

@@ -12,10 +12,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
-use common::peers::{HermesRig, HERMES_TURN_TIMEOUT, ONE_HERMES};
+use common::peers::{HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, connect_online, dump, frame_type, pair, pstr,
-    sync_cursor, sync_from, temp_data_dir, typing_off, Client, Gateway, Paired,
+    connect_awaiting_online, connect_online, dump, frame_type, pair, pstr, sync_cursor, sync_from,
+    temp_data_dir, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -60,7 +60,11 @@ fn with_service(stt: &FakeStt, extra: &str) -> String {
 /// Bytes that stand for a recorded voice note (any bytes: the fake service does not decode).
 fn note_bytes(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed as u32) as u8)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed as u32) as u8
+        })
         .collect()
 }
 
@@ -163,10 +167,16 @@ async fn a_voice_note_is_heard_by_the_agent_and_shown_on_every_device() {
     assert!(r.malformed.is_none(), "{:?}", r.malformed);
     assert!(r.content_type.starts_with("multipart/form-data; boundary="));
     assert_eq!(r.fields.get("model").map(String::as_str), Some("whisper-1"));
-    assert_eq!(r.fields.get("response_format").map(String::as_str), Some("json"));
+    assert_eq!(
+        r.fields.get("response_format").map(String::as_str),
+        Some("json")
+    );
     assert_eq!(r.fields.get("language").map(String::as_str), Some("en"));
     assert_eq!(r.file, note, "the file sent is the note as uploaded");
-    assert_eq!((r.filename.as_str(), r.file_type.as_str()), ("note.ogg", "audio/ogg"));
+    assert_eq!(
+        (r.filename.as_str(), r.file_type.as_str()),
+        ("note.ogg", "audio/ogg")
+    );
     assert!(r.authorization.is_none(), "no key configured, none sent");
 
     // The lane shows what was heard, as a reply to the note, before the answer starts.
@@ -175,11 +185,18 @@ async fn a_voice_note_is_heard_by_the_agent_and_shown_on_every_device() {
     let heard = notes[0];
     let heard_id = format!("{}.heard", t.user);
     assert_eq!(pstr(heard, "message_id"), heard_id);
-    assert_eq!(pstr(heard, "text"), format!("Heard: \u{201c}{HEARD}\u{201d}"));
+    assert_eq!(
+        pstr(heard, "text"),
+        format!("Heard: \u{201c}{HEARD}\u{201d}")
+    );
     let heard_at = t.position(|f| pstr(f, "message_id") == heard_id);
     let start_at = t.position(|f| frame_type(f) == "message.start");
     let typing_at = t.position(|f| frame_type(f) == "typing" && f["payload"]["on"] == true);
-    assert!(typing_at < heard_at && heard_at < start_at, "{}", dump(&t.frames));
+    assert!(
+        typing_at < heard_at && heard_at < start_at,
+        "{}",
+        dump(&t.frames)
+    );
 
     // The agent got the transcript as the message's text, and still the note.
     let answer = pstr(t.stop(), "final_text");
@@ -221,7 +238,10 @@ async fn a_voice_note_is_heard_by_the_agent_and_shown_on_every_device() {
 #[tokio::test(flavor = "current_thread")]
 async fn typed_text_comes_first_and_the_key_goes_along() {
     let stt = FakeStt::hearing(HEARD);
-    let env = Env::start(&with_service(&stt, "key = \"stt-key-123\"\nmodel = \"whisper-large-v3\"\n"));
+    let env = Env::start(&with_service(
+        &stt,
+        "key = \"stt-key-123\"\nmodel = \"whisper-large-v3\"\n",
+    ));
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
     upload_voice(&mut a, "v1", "memo", &note_bytes(3000, 2)).await;
     let t = voice_turn(&mut a, "default", "from the garden", &["v1"]).await;
@@ -236,13 +256,19 @@ async fn typed_text_comes_first_and_the_key_goes_along() {
         "typed text first, then the transcript: {answer}"
     );
     let log = env.gw.output_tail();
-    assert!(!log.contains("stt-key-123"), "the key is never logged:\n{log}");
+    assert!(
+        !log.contains("stt-key-123"),
+        "the key is never logged:\n{log}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_note_at_the_limit_is_sent_and_one_byte_over_is_not() {
     let stt = FakeStt::hearing(HEARD);
-    let env = Env::start(&with_service(&stt, "[limits]\ntranscription_bytes = 4096\n"));
+    let env = Env::start(&with_service(
+        &stt,
+        "[limits]\ntranscription_bytes = 4096\n",
+    ));
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
 
     let at = note_bytes(4096, 3);
@@ -278,7 +304,10 @@ async fn without_a_service_each_lane_is_told_once() {
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
     let other = common::create_channel(&mut a, "other").await;
     let mut notices = Vec::new();
-    for (n, chat) in ["default", "default", other.as_str()].into_iter().enumerate() {
+    for (n, chat) in ["default", "default", other.as_str()]
+        .into_iter()
+        .enumerate()
+    {
         let media_ref = format!("v{n}");
         upload_voice(&mut a, &media_ref, "n.ogg", &note_bytes(500, n as u8)).await;
         let t = voice_turn(&mut a, chat, "", &[&media_ref]).await;
@@ -300,7 +329,12 @@ async fn without_a_service_each_lane_is_told_once() {
     let hist = history(&mut a, "default").await;
     let told = hist
         .iter()
-        .filter(|m| m["text"].as_str().unwrap().contains("no transcription service"))
+        .filter(|m| {
+            m["text"]
+                .as_str()
+                .unwrap()
+                .contains("no transcription service")
+        })
         .count();
     assert_eq!(told, 1, "{hist:?}");
 }
@@ -317,11 +351,16 @@ async fn a_failing_service_is_a_note_and_the_turn_is_answered() {
     assert_eq!(notes.len(), 1, "{}", dump(&t.frames));
     let said = pstr(notes[0], "text");
     assert!(
-        said.contains("note.ogg") && said.contains("HTTP 500") && said.contains("the model is not loaded"),
+        said.contains("note.ogg")
+            && said.contains("HTTP 500")
+            && said.contains("the model is not loaded"),
         "{said}"
     );
     let answer = pstr(t.stop(), "final_text");
-    assert!(answer.contains("listen") && answer.contains("note.ogg"), "{answer}");
+    assert!(
+        answer.contains("listen") && answer.contains("note.ogg"),
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -382,10 +421,91 @@ async fn hermes_hears_the_transcript_as_the_users_words() {
         })
         .collect();
     assert!(
-        asked.iter().any(|u| u.contains(&format!("please note\n\n{HEARD}")) && u.contains("note.ogg")),
+        asked
+            .iter()
+            .any(|u| u.contains(&format!("please note\n\n{HEARD}")) && u.contains("note.ogg")),
         "the model never got the transcript: {asked:?}"
     );
     // Hermes echoes the user's words back through the mock model.
     let answer = pstr(t.stop(), "final_text");
     assert!(answer.contains(HEARD), "{answer}");
+}
+
+/// The last user message of each request the mock model got.
+fn user_words(llm: &MockLlm) -> Vec<Vec<String>> {
+    llm.requests()
+        .iter()
+        .map(|req| {
+            req["messages"]
+                .as_array()
+                .map(|ms| {
+                    ms.iter()
+                        .filter(|m| m["role"] == "user")
+                        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_openai_backend_hears_the_transcript_now_and_in_later_history() {
+    let llm = MockLlm::start();
+    let stt = FakeStt::hearing(HEARD);
+    let env = Env::start(&format!(
+        "[agent]\nbackend = \"openai\"\nurl = \"{}\"\n{}",
+        llm.url(),
+        with_service(&stt, "")
+    ));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    upload_voice(&mut a, "v1", "note.ogg", &note_bytes(2000, 8)).await;
+    let t = voice_turn(&mut a, "default", "", &["v1"]).await;
+    let answer = pstr(t.stop(), "final_text");
+    assert!(
+        answer.starts_with(&format!("Echo: {HEARD}\n[attached: note.ogg")),
+        "{answer}"
+    );
+
+    // The next turn's history carries what was heard as the user's earlier words.
+    let next = voice_turn(&mut a, "default", "and the roses?", &[]).await;
+    assert!(pstr(next.stop(), "final_text").contains(&format!("the first was: {HEARD}")));
+    let asked = user_words(&llm);
+    let last = asked.last().unwrap();
+    assert_eq!(last[0], HEARD, "{asked:?}");
+    assert_eq!(last[1], "and the roses?");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn stop_while_a_note_is_heard_ends_the_turn_without_asking_the_agent() {
+    let stt = FakeStt::start(|_| {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        SttAnswer::Text(HEARD.into())
+    });
+    let env = Env::start(&with_service(&stt, ""));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    upload_voice(&mut a, "v1", "note.ogg", &note_bytes(2000, 9)).await;
+    let id = a
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            json!({ "text": "", "media_refs": ["v1"] }),
+        )
+        .await;
+    a.recv_reply(id).await;
+    a.recv_until(|f| frame_type(f) == "typing" && f["payload"]["on"] == true)
+        .await;
+    a.send_text(Some("default"), None, "/stop").await;
+    let stop = a.recv_type("message.stop").await;
+    assert!(pstr(&stop, "final_text").contains("Stopped"), "{stop}");
+    // Past the moment the service answers: what it heard is dropped with the turn.
+    a.collect_quiet(std::time::Duration::from_millis(2500))
+        .await;
+    assert_eq!(stt.requests().len(), 1);
+    assert!(
+        !a.seen.iter().any(|f| pstr(f, "text").starts_with("Heard:")),
+        "nothing heard is posted after the stop: {}",
+        dump(&a.seen)
+    );
 }

@@ -275,9 +275,14 @@ impl Post<'_> {
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         let said = match &transcriber {
-            Some(tr) => format!("Saved: the next voice note is transcribed by {}.", tr.describe()),
-            None => "Saved: transcription is off; voice notes reach the agent as an attachment line."
-                .to_owned(),
+            Some(tr) => format!(
+                "Saved: the next voice note is transcribed by {}.",
+                tr.describe()
+            ),
+            None => {
+                "Saved: transcription is off; voice notes reach the agent as an attachment line."
+                    .to_owned()
+            }
         };
         self.admin.config.borrow_mut().transcription = config.transcription.clone();
         self.hub.set_transcriber(transcriber);
@@ -477,7 +482,11 @@ pub(super) fn transcription_from_form(
             "the model is at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
         )));
     }
-    if language.len() > 16 || !language.chars().all(|c| c.is_ascii_alphabetic() || c == '-') {
+    if language.len() > 16
+        || !language
+            .chars()
+            .all(|c| c.is_ascii_alphabetic() || c == '-')
+    {
         return Err(Refusal::BadInput(
             "the language is a short code such as en or pt-BR, or empty".into(),
         ));

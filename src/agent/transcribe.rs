@@ -31,7 +31,9 @@ pub enum TranscribeError {
     Unreachable { url: String, why: String },
     #[error("the transcription service refused the key ({0}); check transcription.key")]
     Unauthorized(String),
-    #[error("the transcription service did not answer within {0} seconds (transcription.timeout_secs)")]
+    #[error(
+        "the transcription service did not answer within {0} seconds (transcription.timeout_secs)"
+    )]
     TimedOut(u64),
     #[error("the transcription service answered with an error: {0}")]
     Refused(String),
@@ -380,15 +382,24 @@ mod tests {
         };
         let body = multipart("B", &t, &audio);
         let text = String::from_utf8_lossy(&body);
-        assert!(text.starts_with("--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"), "{text}");
+        assert!(
+            text.starts_with(
+                "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("name=\"response_format\"\r\n\r\njson\r\n"));
         assert!(text.contains("name=\"language\"\r\n\r\nde\r\n"));
-        assert!(text.contains("name=\"file\"; filename=\"note.ogg\"\r\nContent-Type: audio/ogg\r\n\r\n"));
+        assert!(text
+            .contains("name=\"file\"; filename=\"note.ogg\"\r\nContent-Type: audio/ogg\r\n\r\n"));
         let tail = b"\r\n--B--\r\n";
         assert!(body.ends_with(tail));
         let start = body.len() - tail.len() - audio.bytes.len();
         assert_eq!(&body[start..body.len() - tail.len()], &audio.bytes[..]);
-        assert!(!String::from_utf8_lossy(&multipart("B", &transcriber(""), &audio)).contains("language"));
+        assert!(
+            !String::from_utf8_lossy(&multipart("B", &transcriber(""), &audio))
+                .contains("language")
+        );
         assert_eq!(t.describe(), "http://127.0.0.1:9/v1 (whisper-1)");
     }
 
@@ -401,10 +412,19 @@ mod tests {
 
     #[test]
     fn answers_are_read_as_json_or_plain_text() {
-        assert_eq!(transcript_of("{\"text\":\" hi there \"}").unwrap(), "hi there");
+        assert_eq!(
+            transcript_of("{\"text\":\" hi there \"}").unwrap(),
+            "hi there"
+        );
         assert_eq!(transcript_of("hello\n").unwrap(), "hello");
-        assert!(matches!(transcript_of("{\"x\":1}"), Err(TranscribeError::BadAnswer(_))));
-        assert_eq!(error_detail("{\"error\":{\"message\":\"bad file\"}}"), "bad file");
+        assert!(matches!(
+            transcript_of("{\"x\":1}"),
+            Err(TranscribeError::BadAnswer(_))
+        ));
+        assert_eq!(
+            error_detail("{\"error\":{\"message\":\"bad file\"}}"),
+            "bad file"
+        );
     }
 
     #[test]
@@ -423,7 +443,13 @@ mod tests {
             mime: "audio/wav".into(),
         };
         let e = t.transcribe(big).await.unwrap_err();
-        assert_eq!(e, TranscribeError::TooLarge { size: 101, limit: 100 });
+        assert_eq!(
+            e,
+            TranscribeError::TooLarge {
+                size: 101,
+                limit: 100
+            }
+        );
         let ok = Audio {
             bytes: vec![0; 10],
             filename: "a.wav".into(),

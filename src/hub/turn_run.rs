@@ -386,20 +386,31 @@ impl Hub {
         let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
             return Vec::new();
         };
-        let mut past: Vec<PastMessage> = page
+        let mut past: Vec<PastMessage> = Vec::new();
+        for m in page
             .messages
             .into_iter()
             .filter(|m| m.ts >= session.started_ms && m.message_id != current)
-            .filter(|m| match m.role {
+        {
+            // What was heard in a voice note was part of the user's words when it was asked.
+            if let Some(heard) = super::voice::transcript_of(&m) {
+                if let Some(user) = past.last_mut().filter(|p| p.role == Role::User) {
+                    user.text = super::voice::agent_text(&user.text, &[heard]);
+                }
+                continue;
+            }
+            let keep = match m.role {
                 Role::User => super::commands::parse(&m.text).is_none(),
                 Role::Assistant => true,
                 Role::System | Role::Cron => false,
-            })
-            .map(|m| PastMessage {
-                role: m.role,
-                text: m.text,
-            })
-            .collect();
+            };
+            if keep {
+                past.push(PastMessage {
+                    role: m.role,
+                    text: m.text,
+                });
+            }
+        }
         let skip = past.len().saturating_sub(limit);
         past.drain(..skip);
         past

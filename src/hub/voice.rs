@@ -60,7 +60,10 @@ impl Hub {
 
     /// Where voice notes are transcribed now (never with its key), or `None` when off.
     pub fn transcription_service(&self) -> Option<String> {
-        self.transcriber.borrow().as_ref().map(Transcriber::describe)
+        self.transcriber
+            .borrow()
+            .as_ref()
+            .map(Transcriber::describe)
     }
 
     /// The text the agent gets for a queued turn: the typed text, then the transcript of each
@@ -117,8 +120,7 @@ impl Hub {
     /// A transcript stored for this id by an earlier run of the turn.
     fn stored_transcript(&self, id: &str) -> Option<String> {
         let (_, m) = self.store.message(id).ok().flatten()?;
-        let inner = m.text.strip_prefix(HEARD_OPEN)?.strip_suffix(HEARD_CLOSE)?;
-        Some(inner.to_owned())
+        transcript_of(&m)
     }
 
     /// Sends one stored file to the service (read and sent on a worker thread).
@@ -146,6 +148,10 @@ impl Hub {
 
     /// Commits a `system` message answering `reply_to`: durable, outboxed, live on every device.
     async fn post_voice_note(&self, lane: &Lane, reply_to: &str, text: String, id: Option<String>) {
+        // Deleted while its note was being heard: its history is gone, and so is the reply.
+        if !self.lane_exists(lane) {
+            return;
+        }
         let mut message: HistoryMessage = gateway_message(Role::System, text);
         if let Some(id) = id {
             message.message_id = id;
@@ -166,8 +172,17 @@ impl Hub {
     }
 }
 
+/// What was heard, when `m` is a voice note's transcript (a `system` message with a derived id).
+pub(super) fn transcript_of(m: &HistoryMessage) -> Option<String> {
+    if m.role != Role::System || !m.message_id.contains(".heard") {
+        return None;
+    }
+    let inner = m.text.strip_prefix(HEARD_OPEN)?.strip_suffix(HEARD_CLOSE)?;
+    Some(inner.to_owned())
+}
+
 /// The typed text first, then each transcript, as one message.
-fn agent_text(typed: &str, heard: &[String]) -> String {
+pub(super) fn agent_text(typed: &str, heard: &[String]) -> String {
     let mut parts: Vec<&str> = Vec::new();
     if !typed.trim().is_empty() {
         parts.push(typed);
