@@ -387,6 +387,8 @@ impl Hub {
             return Vec::new();
         };
         let mut past: Vec<PastMessage> = Vec::new();
+        // The id of the user message `past` ends with, if it does.
+        let mut last_user: Option<String> = None;
         for m in page
             .messages
             .into_iter()
@@ -394,7 +396,10 @@ impl Hub {
         {
             // What was heard in a voice note was part of the user's words when it was asked.
             if let Some(heard) = super::voice::transcript_of(&m) {
-                if let Some(user) = past.last_mut().filter(|p| p.role == Role::User) {
+                let of_last = last_user
+                    .as_deref()
+                    .is_some_and(|u| super::voice::is_heard_of(&m.message_id, u));
+                if let (true, Some(user)) = (of_last, past.last_mut()) {
                     user.text = super::voice::agent_text(&user.text, &[heard]);
                 }
                 continue;
@@ -405,6 +410,7 @@ impl Hub {
                 Role::System | Role::Cron => false,
             };
             if keep {
+                last_user = (m.role == Role::User).then(|| m.message_id.clone());
                 past.push(PastMessage {
                     role: m.role,
                     text: m.text,

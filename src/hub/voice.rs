@@ -47,6 +47,13 @@ fn heard_id(user_message_id: &str, n: usize) -> String {
     }
 }
 
+/// Whether `id` is the id of a transcript of the user message `user_message_id`.
+pub(super) fn is_heard_of(id: &str, user_message_id: &str) -> bool {
+    id.strip_prefix(user_message_id)
+        .and_then(|rest| rest.strip_prefix(".heard"))
+        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 impl Hub {
     /// The transcription service new voice notes go to (`None`: off). The admin page sets it
     /// when its Transcription form is saved; the next voice note uses it.
@@ -210,5 +217,7 @@ mod tests {
         assert_eq!(heard_id("msg_1", 0), "msg_1.heard");
         assert_eq!(heard_id("msg_1", 1), "msg_1.heard2");
         assert!(heard_id(&"m".repeat(64), 0).starts_with("msg_"));
+        assert!(is_heard_of("msg_1.heard", "msg_1") && is_heard_of("msg_1.heard3", "msg_1"));
+        assert!(!is_heard_of("msg_12.heard", "msg_1") && !is_heard_of("msg_1.heardx", "msg_1"));
     }
 }
