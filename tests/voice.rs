@@ -509,3 +509,41 @@ async fn stop_while_a_note_is_heard_ends_the_turn_without_asking_the_agent() {
         dump(&a.seen)
     );
 }
+
+#[test]
+fn a_transcription_setting_that_cannot_work_is_refused_at_start() {
+    let cfg = temp_data_dir();
+    for (toml, wanted) in [
+        (
+            "[transcription]\nurl = \"ftp://192.168.1.20/v1\"\n",
+            "transcription.url",
+        ),
+        (
+            "[transcription]\nurl = \"http://127.0.0.1:1/v1\"\nmodel = \" \"\n",
+            "transcription.model",
+        ),
+        (
+            "[limits]\ntranscription_bytes = 10\n",
+            "limits.transcription_bytes",
+        ),
+        (
+            "[transcription]\nurl = \"http://127.0.0.1:1/v1\"\nkey_file = \"/nonexistent/stt.key\"\n",
+            "/nonexistent/stt.key",
+        ),
+    ] {
+        let data = temp_data_dir();
+        let path = config_file(cfg.path(), toml);
+        let out = common::cli_os(&[
+            std::ffi::OsStr::new("run"),
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--data-dir".as_ref(),
+            data.path().as_os_str(),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{toml} was accepted");
+        assert!(stderr.contains(wanted), "{toml}: {stderr}");
+    }
+}
