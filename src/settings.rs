@@ -6,7 +6,7 @@
 //! built-in defaults (README, "Where settings come from"). `iris-gateway config --effective`
 //! shows each value with where it came from ([`explain`]).
 //!
-//! The file holds the agent key and the ntfy token as typed, so it is written mode 0600
+//! The file holds the agent key, the transcription key and the ntfy token as typed, so it is written mode 0600
 //! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
 //! fsync, rename), and nothing in it is ever shown back on a page or logged ([`Hidden`]).
 //!

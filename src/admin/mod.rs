@@ -7,7 +7,7 @@
 //!   counter as the hello gate (`guessing.rs`: no reset by a success), each attempt counted
 //!   before its hash runs so attempts sent together cannot all be checked; the
 //!   change-passphrase form shares that count;
-//! - the agent key and the ntfy token go only to the address they were saved for (`forms.rs`);
+//! - the agent key, the transcription key and the ntfy token go only to the address they were saved for (`forms.rs`);
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
@@ -15,7 +15,7 @@
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
-//! - secrets (the agent key, the ntfy token, device tokens after their one showing) are never
+//! - secrets (the agent key, the transcription key, the ntfy token, device tokens after their one showing) are never
 //!   rendered, and the passphrase is never logged.
 //!
 //! Routes live under `/admin/`; a browser's `GET /` is sent here. What it changes goes through
