@@ -48,6 +48,8 @@ pub enum RunError {
     },
     #[error("the agent is misconfigured: {0}")]
     Agent(crate::config::ConfigError),
+    #[error("transcription is misconfigured: {0}")]
+    Transcription(crate::config::ConfigError),
     #[error("push is misconfigured: {0}")]
     Push(crate::push::PushError),
     #[error("TLS is misconfigured: {0}")]
@@ -194,6 +196,13 @@ fn open_core(
     if let Some(why) = restore_failure {
         hub.note_restore_failure(why);
     }
+    hub.set_transcriber(
+        crate::agent::Transcriber::from_config(
+            &started_with.transcription,
+            started_with.limits.transcription_bytes,
+        )
+        .map_err(RunError::Transcription)?,
+    );
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {

@@ -6,7 +6,7 @@
 //! built-in defaults (README, "Where settings come from"). `iris-gateway config --effective`
 //! shows each value with where it came from ([`explain`]).
 //!
-//! The file holds the agent key and the ntfy token as typed, so it is written mode 0600
+//! The file holds the agent key, the transcription key and the ntfy token as typed, so it is written mode 0600
 //! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
 //! fsync, rename), and nothing in it is ever shown back on a page or logged ([`Hidden`]).
 //!
@@ -42,6 +42,17 @@ impl std::fmt::Debug for Hidden {
 pub struct Settings {
     pub agent: AgentSettings,
     pub push: PushSettings,
+    pub transcription: TranscriptionSettings,
+}
+
+/// `[transcription]` as the page sets it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TranscriptionSettings {
+    pub url: Option<String>,
+    pub key: Option<Hidden>,
+    pub model: Option<String>,
+    pub language: Option<String>,
 }
 
 /// `[agent]` as the page sets it.
@@ -136,6 +147,21 @@ impl Settings {
         }
         if let Some(v) = &p.content {
             config.push.content = v.clone();
+        }
+        let t = &self.transcription;
+        if let Some(v) = &t.url {
+            config.transcription.url = v.clone();
+        }
+        if let Some(v) = &t.key {
+            // Empty: none (the page moved the service to a new address without a new key).
+            config.transcription.key = Secret(v.0.clone());
+            config.transcription.key_file = None;
+        }
+        if let Some(v) = &t.model {
+            config.transcription.model = v.clone();
+        }
+        if let Some(v) = &t.language {
+            config.transcription.language = v.clone();
         }
     }
 }
@@ -238,6 +264,21 @@ pub fn explain(
             config.push.content.clone(),
             p.content.is_some(),
         ),
+        (
+            "transcription.url",
+            config.transcription.base_url(),
+            saved.transcription.url.is_some(),
+        ),
+        (
+            "transcription.key",
+            secret(!config.transcription.key.is_empty() || config.transcription.key_file.is_some()),
+            saved.transcription.key.is_some(),
+        ),
+        (
+            "transcription.model",
+            config.transcription.model.clone(),
+            saved.transcription.model.is_some(),
+        ),
         ("tls.enabled", config.tls.enabled.to_string(), false),
         ("tls.allow_plain", config.tls.allow_plain.to_string(), false),
     ];
@@ -250,6 +291,7 @@ pub fn explain(
             } else if in_file(key)
                 || (key == "agent.key" && in_file("agent.key_file"))
                 || (key == "push.ntfy_token" && in_file("push.ntfy_token_file"))
+                || (key == "transcription.key" && in_file("transcription.key_file"))
             {
                 Source::File
             } else {
@@ -276,6 +318,11 @@ mod tests {
                 model: None,
             },
             push: PushSettings::default(),
+            transcription: TranscriptionSettings {
+                url: Some("http://127.0.0.1:2/v1".into()),
+                key: Some(Hidden("stt-secret".into())),
+                ..TranscriptionSettings::default()
+            },
         };
         saved.save(dir.path()).unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -285,6 +332,7 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(!format!("{saved:?}").contains("sk-secret"));
+        assert!(!format!("{saved:?}").contains("stt-secret"));
         let loaded = Settings::load(dir.path()).unwrap();
         assert_eq!(loaded, saved);
 
@@ -299,6 +347,10 @@ mod tests {
         assert_eq!(source("agent.model"), Source::File);
         assert_eq!(source("push.backend"), Source::Default);
         let key = rows.iter().find(|r| r.key == "agent.key").unwrap();
+        assert_eq!(key.value, "(set)");
+        assert_eq!(source("transcription.url"), Source::Saved);
+        assert_eq!(config.transcription.key.expose(), "stt-secret");
+        let key = rows.iter().find(|r| r.key == "transcription.key").unwrap();
         assert_eq!(key.value, "(set)");
     }
 

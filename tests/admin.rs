@@ -1411,3 +1411,146 @@ async fn a_saved_ntfy_token_goes_only_to_the_server_it_was_saved_for() {
     );
     assert!(a.take().is_empty());
 }
+
+#[tokio::test]
+async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once() {
+    use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+    let good = FakeStt::hearing("testing one two");
+    let refusing = FakeStt::start(|_| SttAnswer::Fail(401, "invalid api key".into()));
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let page = web.get("/admin/agent").await;
+    assert!(
+        page.body.contains("id=\"transcription-form\"") && page.body.contains("off: voice notes"),
+        "{}",
+        page.body
+    );
+    let fields = |url: &str, key: &str| {
+        vec![
+            ("csrf".to_owned(), csrf.clone()),
+            ("url".to_owned(), url.to_owned()),
+            ("key".to_owned(), key.to_owned()),
+            ("model".to_owned(), "whisper-1".to_owned()),
+            ("language".to_owned(), "en".to_owned()),
+        ]
+    };
+    // Test: the service gets a one-second WAV tone, and the page shows what it heard.
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription/test",
+        fields(&good.url, "stt-secret-key"),
+    )
+    .await;
+    assert!(
+        r.body.contains("It works") && r.body.contains("testing one two"),
+        "{}",
+        r.body
+    );
+    let taken = good.requests();
+    assert_eq!(taken.len(), 1);
+    let t = &taken[0];
+    assert!(t.malformed.is_none(), "{:?}", t.malformed);
+    assert_eq!(&t.file[..4], b"RIFF");
+    assert_eq!(
+        t.file.len(),
+        44 + 32_000,
+        "one second of 16 kHz 16-bit mono"
+    );
+    assert_eq!(
+        (t.filename.as_str(), t.file_type.as_str()),
+        ("iris-test-tone.wav", "audio/wav")
+    );
+    assert_eq!(t.fields["model"], "whisper-1");
+    assert_eq!(t.fields["language"], "en");
+    assert_eq!(t.authorization.as_deref(), Some("Bearer stt-secret-key"));
+    // A test saves nothing.
+    assert!(web
+        .get("/admin/agent")
+        .await
+        .body
+        .contains("off: voice notes"));
+
+    // Save: the key is never shown back.
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription",
+        fields(&good.url, "stt-secret-key"),
+    )
+    .await;
+    assert!(
+        r.body
+            .contains("Saved: the next voice note is transcribed by"),
+        "{}",
+        r.body
+    );
+    assert!(!r.body.contains("stt-secret-key"), "the key was shown back");
+    assert!(r.body.contains("A key is saved"), "{}", r.body);
+
+    // A service that refuses, tested at another URL with the key field empty: no key goes
+    // there, and the page says what went wrong.
+    let r = transcription_form(
+        &mut web,
+        "/admin/transcription/test",
+        fields(&refusing.url, ""),
+    )
+    .await;
+    assert!(
+        r.body.contains("Not working") && r.body.contains("refused the key"),
+        "{}",
+        r.body
+    );
+    assert!(
+        refusing.requests()[0].authorization.is_none(),
+        "the key followed a new URL"
+    );
+
+    // No restart: the next voice note is heard by the saved service, with its key.
+    let p = pair(dir.path(), "phone");
+    let (mut c, _) = common::connect_online(&gw, &p).await;
+    upload_voice(&mut c, "v1", "note.ogg", b"OggS pretend voice").await;
+    let id = c
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            json!({ "text": "", "media_refs": ["v1"] }),
+        )
+        .await;
+    c.recv_reply(id).await;
+    let heard = c
+        .recv_until(|f| {
+            frame_type(f) == "message"
+                && f["payload"]["role"] == "system"
+                && f["payload"]["text"] == "Heard: \u{201c}testing one two\u{201d}"
+        })
+        .await;
+    assert!(heard["payload"]["message_id"]
+        .as_str()
+        .unwrap()
+        .ends_with(".heard"));
+    let last = good.requests().pop().unwrap();
+    assert_eq!(last.file, b"OggS pretend voice");
+    assert_eq!(last.authorization.as_deref(), Some("Bearer stt-secret-key"));
+    let log = gw.output_tail();
+    assert!(
+        !log.contains("stt-secret-key"),
+        "the key was logged:\n{log}"
+    );
+    let settings = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
+    assert!(settings.contains("[transcription]"), "{settings}");
+}
+
+/// Posts the Agent page's transcription form (Save or Test); the page answers 200 either way.
+async fn transcription_form(web: &mut Web, path: &str, fields: Vec<(String, String)>) -> Reply {
+    let pairs: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let r = web.post(path, &pairs).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r
+}

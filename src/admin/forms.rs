@@ -13,6 +13,9 @@ use super::*;
 
 /// How long "Test connection" waits for the agent.
 pub(super) const TEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the transcription form's "Test" waits: a service on a small box may first load
+/// its model.
+pub(super) const TRANSCRIPTION_TEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest agent URL, model name and key accepted from the form.
 pub(super) const MAX_URL_BYTES: usize = 2048;
 pub(super) const MAX_MODEL_BYTES: usize = 256;
@@ -47,6 +50,8 @@ pub(super) async fn post(
         "/admin/devices/revoke" => post.revoke_device().await,
         "/admin/agent" => post.agent(false).await,
         "/admin/agent/test" => post.agent(true).await,
+        "/admin/transcription" => post.transcription(false).await,
+        "/admin/transcription/test" => post.transcription(true).await,
         "/admin/push" => post.save_push(),
         "/admin/push/test" => post.test_push(),
         "/admin/restart" => Ok(post.restart()),
@@ -210,7 +215,7 @@ impl Post<'_> {
                 status,
                 "Agent",
                 "/admin/agent",
-                agent_body(admin, self.csrf, n),
+                agent_body(admin, self.hub, self.csrf, n, &Notice::None),
             )
         };
         let (config, saved) = agent_from_form(admin, self.form)?;
@@ -236,6 +241,53 @@ impl Post<'_> {
             StatusCode::OK,
             &Notice::Good("Saved: new messages go to this agent."),
         )
+    }
+
+    /// Saves the transcription form (the next voice note uses it), or with `test` sends the
+    /// service a one-second tone and shows its answer or what went wrong.
+    async fn transcription(&self, test: bool) -> Result<Reply, Refusal> {
+        let admin = self.admin;
+        let section = |n: &Notice<'_>| {
+            self.show(
+                StatusCode::OK,
+                "Agent",
+                "/admin/agent",
+                agent_body(admin, self.hub, self.csrf, &Notice::None, n),
+            )
+        };
+        let (config, saved) = transcription_from_form(admin, self.form)?;
+        let t = &config.transcription;
+        let transcriber =
+            match crate::agent::Transcriber::from_config(t, config.limits.transcription_bytes) {
+                Ok(tr) => tr,
+                Err(e) => return section(&Notice::Bad(&format!("Not usable: {e}"))),
+            };
+        if test {
+            let Some(tr) = transcriber else {
+                return section(&Notice::Bad(
+                    "Nothing to test: the URL is empty, so transcription is off.",
+                ));
+            };
+            return match test_transcription(&tr).await {
+                Ok(t) => section(&Notice::Good(&t)),
+                Err(t) => section(&Notice::Bad(&t)),
+            };
+        }
+        saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        let said = match &transcriber {
+            Some(tr) => format!(
+                "Saved: the next voice note is transcribed by {}.",
+                tr.describe()
+            ),
+            None => {
+                "Saved: transcription is off; voice notes reach the agent as an attachment line."
+                    .to_owned()
+            }
+        };
+        self.admin.config.borrow_mut().transcription = config.transcription.clone();
+        self.hub.set_transcriber(transcriber);
+        info!(peer = %self.peer, "admin page: transcription settings saved; the next voice note uses them");
+        section(&Notice::Good(&said))
     }
 
     /// Saves the push form; it applies at the next start.
@@ -411,6 +463,80 @@ pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Set
         config.agent.key_file = None;
     }
     Ok((config, saved))
+}
+
+/// The configuration the transcription form asks for, and the settings to save. As with the
+/// agent, a key goes only to the address it was given for.
+pub(super) fn transcription_from_form(
+    admin: &Admin,
+    form: &Form,
+) -> Result<(Config, Settings), Refusal> {
+    let url = checked_url(form.get("url"), "the transcription")?;
+    let (model, language, key) = (
+        form.get("model").trim(),
+        form.get("language").trim(),
+        form.get("key"),
+    );
+    if model.len() > MAX_MODEL_BYTES || key.len() > MAX_KEY_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "the model is at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
+        )));
+    }
+    if language.len() > 16
+        || !language
+            .chars()
+            .all(|c| c.is_ascii_alphabetic() || c == '-')
+    {
+        return Err(Refusal::BadInput(
+            "the language is a short code such as en or pt-BR, or empty".into(),
+        ));
+    }
+    let mut saved =
+        Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    let t = &mut saved.transcription;
+    t.url = Some(url.to_owned());
+    t.model = Some(if model.is_empty() { "whisper-1" } else { model }.to_owned());
+    t.language = Some(language.to_owned());
+    let typed = !key.is_empty();
+    if form.get("clear_key") == "1" {
+        t.key = Some(Hidden(String::new()));
+    } else if typed {
+        t.key = Some(Hidden(key.trim().to_owned()));
+    }
+    let old = admin.config.borrow().clone();
+    let mut config = old.clone();
+    saved.apply(&mut config);
+    if !typed && config.transcription.base_url() != old.transcription.base_url() {
+        saved.transcription.key = Some(Hidden(String::new()));
+        config.transcription.key = crate::config::Secret(String::new());
+        config.transcription.key_file = None;
+    }
+    Ok((config, saved))
+}
+
+/// What the service makes of a one-second tone: its answer, or what went wrong, in words.
+pub(super) async fn test_transcription(t: &crate::agent::Transcriber) -> Result<String, String> {
+    let audio = crate::agent::transcribe::Audio {
+        bytes: crate::agent::transcribe::test_sound(),
+        filename: "iris-test-tone.wav".into(),
+        mime: "audio/wav".into(),
+    };
+    match tokio::time::timeout(TRANSCRIPTION_TEST_TIMEOUT, t.transcribe(audio)).await {
+        Err(_) => Err(format!(
+            "{}: no answer within {} s",
+            t.describe(),
+            TRANSCRIPTION_TEST_TIMEOUT.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("Not working: {e}")),
+        Ok(Ok(text)) if text.is_empty() => Ok(format!(
+            "It works: {} answered with no words, as expected for a test tone.",
+            t.describe()
+        )),
+        Ok(Ok(text)) => Ok(format!(
+            "It works: {} heard \u{201c}{text}\u{201d} in a test tone.",
+            t.describe()
+        )),
+    }
 }
 
 /// What the gateway sees of an agent: reachable with our key, and its models when it lists them.

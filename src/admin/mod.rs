@@ -7,7 +7,7 @@
 //!   counter as the hello gate (`guessing.rs`: no reset by a success), each attempt counted
 //!   before its hash runs so attempts sent together cannot all be checked; the
 //!   change-passphrase form shares that count;
-//! - the agent key and the ntfy token go only to the address they were saved for (`forms.rs`);
+//! - the agent key, the transcription key and the ntfy token go only to the address they were saved for (`forms.rs`);
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
@@ -15,7 +15,7 @@
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
-//! - secrets (the agent key, the ntfy token, device tokens after their one showing) are never
+//! - secrets (the agent key, the transcription key, the ntfy token, device tokens after their one showing) are never
 //!   rendered, and the passphrase is never logged.
 //!
 //! Routes live under `/admin/`; a browser's `GET /` is sent here. What it changes goes through
@@ -515,7 +515,10 @@ async fn get(
     match path {
         PREFIX => ok("Status", pages::status(&hub.status_report(), &Notice::None)),
         "/admin/devices" => ok("Devices", devices_body(hub, csrf, &Notice::None)?),
-        "/admin/agent" => ok("Agent", agent_body(admin, csrf, &Notice::None)),
+        "/admin/agent" => ok(
+            "Agent",
+            agent_body(admin, hub, csrf, &Notice::None, &Notice::None),
+        ),
         "/admin/push" => ok("Push", push_body(admin, hub, csrf, &Notice::None)?),
         "/admin/backup" => ok("Backup", pages::backup(csrf, &Notice::None)),
         "/admin/log" => ok("Log", pages::log(&crate::logring::lines())),
@@ -534,8 +537,9 @@ fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
     Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
 }
 
-/// The agent section: what is in effect now (never the key), and what flags pin.
-fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
+/// The agent section: what is in effect now (never the key), and what flags pin; then the
+/// transcription section (`nt` its notice).
+fn agent_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice, nt: &Notice) -> String {
     let config = admin.config.borrow();
     let a = &config.agent;
     let view = pages::AgentView {
@@ -551,7 +555,15 @@ fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
             .collect(),
         describe: admin.agent.describe(),
     };
-    pages::agent(&view, csrf, n)
+    let t = &config.transcription;
+    let transcription = pages::TranscriptionView {
+        url: &t.url,
+        model: &t.model,
+        language: &t.language,
+        key_set: !t.key.is_empty() || t.key_file.is_some(),
+        now: hub.transcription_service(),
+    };
+    pages::agent(&view, csrf, n) + &pages::transcription(&transcription, csrf, nt)
 }
 
 /// The push section: what runs now, and the saved settings (they apply at the next start).

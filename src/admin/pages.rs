@@ -385,6 +385,55 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
     )
 }
 
+/// What the transcription form shows: never the key itself.
+pub struct TranscriptionView<'a> {
+    pub url: &'a str,
+    pub model: &'a str,
+    pub language: &'a str,
+    pub key_set: bool,
+    /// The service voice notes go to now, or `None` when it is off.
+    pub now: Option<String>,
+}
+
+/// The Agent page's Transcription section: where voice notes are turned into text.
+pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
+    let key_note = if v.key_set {
+        "A key is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
+    } else {
+        "No key is saved (a service on your network usually needs none)."
+    };
+    let now = match &v.now {
+        Some(d) => format!("voice notes are transcribed by {}", escape(d)),
+        None => "off: voice notes reach the agent as an attachment line".to_owned(),
+    };
+    format!(
+        "<h2 id=\"transcription\">Transcription</h2>{}\
+         <p>Voice notes are turned into text before the agent is asked, by any OpenAI-compatible \
+         speech-to-text service (OpenAI, Groq, or a faster-whisper or whisper.cpp server on your \
+         network). Everyone in the conversation sees what was heard.</p>\
+         <p>Now: <span id=\"transcription-now\">{now}</span></p>\
+         <form method=\"post\" action=\"/admin/transcription\" id=\"transcription-form\">{}\
+         <label for=\"t-url\">URL, with its version (e.g. http://192.168.1.20:8000/v1 or https://api.openai.com/v1; empty: off)</label>\
+         <input type=\"url\" id=\"t-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
+         <label for=\"t-key\">Key</label>\
+         <input type=\"password\" id=\"t-key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
+         <small>{key_note}</small>\
+         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
+         <label for=\"t-model\">Model</label>\
+         <input type=\"text\" id=\"t-model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
+         <label for=\"t-language\">Language (e.g. en; empty: the service detects it)</label>\
+         <input type=\"text\" id=\"t-language\" name=\"language\" value=\"{}\" maxlength=\"16\">\
+         <p><button id=\"transcription-save\" formaction=\"/admin/transcription\">Save (applies to the next voice note)</button> \
+         <button id=\"transcription-test\" formaction=\"/admin/transcription/test\">Test (sends a one-second tone)</button></p>\
+         </form>",
+        notice(n),
+        csrf_field(csrf),
+        escape(v.url),
+        escape(v.model),
+        escape(v.language),
+    )
+}
+
 /// What the push form shows.
 pub struct PushView<'a> {
     pub running: &'a str,

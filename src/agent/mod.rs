@@ -10,6 +10,7 @@ mod hermes;
 mod http;
 mod openai;
 mod switch;
+pub mod transcribe;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +22,7 @@ pub use demo::DemoAgent;
 pub use hermes::HermesAgent;
 pub use openai::OpenAiAgent;
 pub use switch::Switchable;
+pub use transcribe::{TranscribeError, Transcriber};
 
 // Plain data the store keeps too; it lives below both (a sibling service may not import this
 // one), and is re-exported here, where a reader of the agent looks for it.

@@ -14,12 +14,14 @@ pub mod agent;
 pub mod board;
 pub mod discovery;
 pub mod push;
+pub mod transcription;
 mod validate;
 
 pub use agent::{AgentConfig, AgentSettings};
 pub use board::LedConfig;
 pub use discovery::DiscoveryConfig;
 pub use push::PushConfig;
+pub use transcription::TranscriptionConfig;
 
 /// The port the app expects a gateway on when the user types only a host name.
 pub const DEFAULT_PORT: u16 = 8765;
@@ -69,6 +71,8 @@ pub struct Config {
     pub cron: Vec<CronJob>,
     /// `[[webhook]]`: HTTP endpoints that post into automation channels.
     pub webhook: Vec<WebhookConfig>,
+    /// `[transcription]`: the speech-to-text service voice notes go to before the agent.
+    pub transcription: TranscriptionConfig,
 }
 
 /// The config keys command-line flags set (`agent.url`, …), beside the `Config` they shaped: a
@@ -279,6 +283,9 @@ pub struct Limits {
     /// each carries the latest state, so a fast stream costs a device what the text costs, not
     /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
     pub stream_update_ms: u64,
+    /// Largest voice note or audio file sent to the transcription service (OpenAI's own
+    /// limit); a larger one reaches the agent as an attachment line, with a note in the lane.
+    pub transcription_bytes: u64,
 }
 
 impl Default for Config {
@@ -297,6 +304,7 @@ impl Default for Config {
             discovery: DiscoveryConfig::default(),
             cron: Vec::new(),
             webhook: Vec::new(),
+            transcription: TranscriptionConfig::default(),
         }
     }
 }
@@ -357,6 +365,7 @@ impl Default for Limits {
             admin_max_sessions: 8,
             admin_max_form_bytes: 16 << 10,
             stream_update_ms: 200,
+            transcription_bytes: 25 << 20,
         }
     }
 }

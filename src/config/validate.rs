@@ -16,7 +16,8 @@ impl Config {
             .into_iter()
             .chain([self.plain_check()])
             .chain(door_checks(&self.limits))
-            .chain(self.service_checks());
+            .chain(self.service_checks())
+            .chain(self.transcription_checks());
         for (key, ok, why) in checks {
             if !ok {
                 return Err(invalid(key, why));
@@ -60,6 +61,36 @@ impl Config {
                     && self.agent.idle_timeout_secs >= 1
                     && self.agent.connect_timeout_secs >= 1,
                 "timeouts must be at least 1 second",
+            ),
+        ]
+    }
+}
+
+impl Config {
+    /// `[transcription]` and its limit: a URL the client can call, a model to ask for.
+    fn transcription_checks(&self) -> [Check; 4] {
+        let t = &self.transcription;
+        let url = t.base_url();
+        [
+            (
+                "transcription.url",
+                url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+                "must be empty (off) or start with http:// or https://",
+            ),
+            (
+                "transcription.model",
+                !t.model.trim().is_empty(),
+                "must name a model (whisper-1 for OpenAI)",
+            ),
+            (
+                "transcription.timeout_secs",
+                t.timeout_secs >= 1,
+                "must be at least 1",
+            ),
+            (
+                "limits.transcription_bytes",
+                self.limits.transcription_bytes >= 1024,
+                "must be at least 1024",
             ),
         ]
     }

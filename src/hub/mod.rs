@@ -33,6 +33,7 @@ mod storage;
 mod turn_events;
 mod turn_queue;
 mod turn_run;
+mod voice;
 
 pub use admin::TestPushError;
 /// For the fuzz targets: the webhook body parser is pure.

@@ -55,6 +55,8 @@ pub(super) struct State {
     pub(super) shutting_down: bool,
     /// Why the restore uploaded from the admin page failed at this start (`status`, the page).
     pub(super) restore_failure: Option<String>,
+    /// Lanes told this run that voice notes need a transcription service (once each).
+    pub(super) voice_noticed: std::collections::HashSet<Lane>,
 }
 
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
@@ -129,6 +131,8 @@ pub struct Hub {
     pub(super) media_holds: MediaHolds,
     /// Each device's share of the history query thread (`budget.rs`).
     pub(super) query_budgets: RefCell<QueryBudgets>,
+    /// Where voice notes are transcribed (`voice.rs`); `None` when no service is set.
+    pub(super) transcriber: RefCell<Option<crate::agent::Transcriber>>,
 }
 
 /// How the requesting connection is answered, next to the broadcast.
@@ -247,6 +251,7 @@ impl Hub {
                 agent_settings,
                 shutting_down: false,
                 restore_failure: None,
+                voice_noticed: Default::default(),
             }),
             committer: tx,
             agent_watch: AgentWatch::default(),
@@ -254,6 +259,7 @@ impl Hub {
             automation: RefCell::default(),
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
+            transcriber: RefCell::default(),
         });
         tokio::task::spawn_local(hub.clone().run_committer(rx, committer_stop));
         tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));

@@ -39,7 +39,16 @@ impl Hub {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let started = tokio::time::Instant::now();
         let abort = self.begin_turn(lane, &message_id);
-        let input = self.turn_input(lane, &turn).await;
+        // Voice notes are heard before the answer starts, so every device shows what was heard
+        // above the reply, not below its first words. A `/stop` meanwhile ends the turn here.
+        let heard = tokio::select! {
+            text = self.hear(lane, &turn) => Ok(text),
+            stop = abort.fired() => Err(if stop { Attempt::Stopped } else { Attempt::Abandoned }),
+        };
+        self.broadcast(
+            &Frame::message_start(&message_id).in_lane(chat, thread),
+            None,
+        );
         let mut acc = TurnText {
             user_message_id: turn.user_message_id.clone(),
             run_id: turn.resume_run.clone(),
@@ -48,9 +57,14 @@ impl Hub {
         if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
             ls.run_id = turn.resume_run.clone();
         }
-        let outcome = self
-            .attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
-            .await;
+        let outcome = match heard {
+            Ok(text) => {
+                let input = self.turn_input(lane, &turn, text).await;
+                self.attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
+                    .await
+            }
+            Err(ended) => ended,
+        };
         // Stopping for a restart: the run goes on at the agent, and the next start follows it.
         if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
             self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
@@ -83,9 +97,10 @@ impl Hub {
         self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
     }
 
-    /// Announces the turn (typing, `message.start`) and registers how to end it early. Done
-    /// before the first await, so a `/stop` or a deletion of the reply that arrives while the
-    /// turn is still getting ready is not missed.
+    /// Announces the turn (typing) and registers how to end it early. Done before the first
+    /// await, so a `/stop` or a deletion of the reply that arrives while the turn is still
+    /// getting ready (hearing a voice note) is not missed. `message.start` follows once the
+    /// turn is ready.
     fn begin_turn(&self, lane: &Lane, message_id: &str) -> Rc<Abort> {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let abort = Rc::new(Abort::default());
@@ -96,16 +111,13 @@ impl Hub {
             ls.streaming = Some(message_id.to_owned());
         }
         self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
-        self.broadcast(
-            &Frame::message_start(message_id).in_lane(chat, thread),
-            None,
-        );
         abort
     }
 
-    /// What the agent is given for a turn: the message, its files, the lane's conversation
-    /// (and, for backends that keep none, its recent history) and the user's settings.
-    async fn turn_input(&self, lane: &Lane, turn: &QueuedTurn) -> TurnInput {
+    /// What the agent is given for a turn: the message (`text`: as typed, with what was heard
+    /// in its voice notes), its files, the lane's conversation (and, for backends that keep
+    /// none, its recent history) and the user's settings.
+    async fn turn_input(&self, lane: &Lane, turn: &QueuedTurn, text: String) -> TurnInput {
         let media = turn
             .media
             .iter()
@@ -118,7 +130,7 @@ impl Hub {
         TurnInput {
             lane: lane.clone(),
             user_message_id: turn.user_message_id.clone(),
-            text: turn.text.clone(),
+            text,
             media,
             history: self.past_messages(lane, &session, &turn.user_message_id),
             session: session.session_id,
@@ -374,20 +386,37 @@ impl Hub {
         let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
             return Vec::new();
         };
-        let mut past: Vec<PastMessage> = page
+        let mut past: Vec<PastMessage> = Vec::new();
+        // The id of the user message `past` ends with, if it does.
+        let mut last_user: Option<String> = None;
+        for m in page
             .messages
             .into_iter()
             .filter(|m| m.ts >= session.started_ms && m.message_id != current)
-            .filter(|m| match m.role {
+        {
+            // What was heard in a voice note was part of the user's words when it was asked.
+            if let Some(heard) = super::voice::transcript_of(&m) {
+                let of_last = last_user
+                    .as_deref()
+                    .is_some_and(|u| super::voice::is_heard_of(&m.message_id, u));
+                if let (true, Some(user)) = (of_last, past.last_mut()) {
+                    user.text = super::voice::agent_text(&user.text, &[heard]);
+                }
+                continue;
+            }
+            let keep = match m.role {
                 Role::User => super::commands::parse(&m.text).is_none(),
                 Role::Assistant => true,
                 Role::System | Role::Cron => false,
-            })
-            .map(|m| PastMessage {
-                role: m.role,
-                text: m.text,
-            })
-            .collect();
+            };
+            if keep {
+                last_user = (m.role == Role::User).then(|| m.message_id.clone());
+                past.push(PastMessage {
+                    role: m.role,
+                    text: m.text,
+                });
+            }
+        }
         let skip = past.len().saturating_sub(limit);
         past.drain(..skip);
         past

@@ -6,6 +6,7 @@
 pub mod cdp;
 pub mod cursors;
 pub mod fake_http;
+pub mod fake_stt;
 pub mod fixtures;
 pub mod mounts;
 pub mod peers;

@@ -1,0 +1,223 @@
+//! Voice notes before a turn: each voice or audio file of the message is transcribed (by the
+//! service `[transcription]` names) before the agent is asked, and the agent gets the
+//! transcript as the message's text. What was heard is a durable `system` message in the lane,
+//! a reply to the voice note, so every device shows it live, in history, in search and after
+//! `sync`; when nothing can be heard (no service, too large, a failure) the lane says why and
+//! the agent still gets the note's attachment line.
+//!
+//! A transcript's id is derived from the user message's, so a turn run again finds the one
+//! already stored and the service is asked once per note.
+
+use tracing::{info, warn};
+
+use crate::agent::{TranscribeError, Transcriber};
+use crate::protocol::{Frame, HistoryMessage, Lane, MediaRef, Role};
+use crate::store::Change;
+
+use super::lanes::QueuedTurn;
+use super::state::{gateway_message, Hub};
+
+/// How a transcript starts and ends in its message: the lane shows what the agent heard.
+const HEARD_OPEN: &str = "Heard: \u{201c}";
+const HEARD_CLOSE: &str = "\u{201d}";
+
+/// What a lane is told, once per run of the gateway, when a voice note arrives and no service
+/// is set.
+const NO_SERVICE: &str = "Voice notes reach the agent only as an attachment: no transcription \
+service is set. Set one on the gateway's admin page (Agent \u{2192} Transcription) or with \
+`[transcription] url` in config.toml; any OpenAI-compatible speech-to-text service works \
+(OpenAI, Groq, or a faster-whisper or whisper.cpp server on your network).";
+
+/// Whether a file is speech to transcribe: a voice note, or any audio.
+pub(super) fn is_audio(m: &MediaRef) -> bool {
+    matches!(m.kind.as_str(), "voice" | "audio") || m.mime.starts_with("audio/")
+}
+
+/// The transcript's message id for the `n`th audio file (from 0) of a user message.
+fn heard_id(user_message_id: &str, n: usize) -> String {
+    let id = match n {
+        0 => format!("{user_message_id}.heard"),
+        n => format!("{user_message_id}.heard{}", n + 1),
+    };
+    if crate::protocol::is_valid_id(&id) {
+        id
+    } else {
+        // Too long to derive from: a fresh id (a rerun may then transcribe again).
+        crate::ids::message_id()
+    }
+}
+
+/// Whether `id` is the id of a transcript of the user message `user_message_id`.
+pub(super) fn is_heard_of(id: &str, user_message_id: &str) -> bool {
+    id.strip_prefix(user_message_id)
+        .and_then(|rest| rest.strip_prefix(".heard"))
+        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+impl Hub {
+    /// The transcription service new voice notes go to (`None`: off). The admin page sets it
+    /// when its Transcription form is saved; the next voice note uses it.
+    pub fn set_transcriber(&self, transcriber: Option<Transcriber>) {
+        match &transcriber {
+            Some(t) => info!(service = %t.describe(), "voice notes are transcribed"),
+            None => info!("no transcription service: voice notes reach the agent as attachments"),
+        }
+        *self.transcriber.borrow_mut() = transcriber;
+    }
+
+    /// Where voice notes are transcribed now (never with its key), or `None` when off.
+    pub fn transcription_service(&self) -> Option<String> {
+        self.transcriber
+            .borrow()
+            .as_ref()
+            .map(Transcriber::describe)
+    }
+
+    /// The text the agent gets for a queued turn: the typed text, then the transcript of each
+    /// voice note. Transcripts (or why there is none) are posted in the lane first.
+    pub(super) async fn hear(&self, lane: &Lane, turn: &QueuedTurn) -> String {
+        let audio: Vec<&MediaRef> = turn.media.iter().filter(|m| is_audio(m)).collect();
+        // A followed run already has its message: nothing to hear again.
+        if audio.is_empty() || turn.resume_run.is_some() {
+            return turn.text.clone();
+        }
+        let voice_id = turn.user_message_id.as_str();
+        let transcriber = self.transcriber.borrow().clone();
+        let mut heard = Vec::new();
+        for (n, m) in audio.into_iter().enumerate() {
+            let id = heard_id(voice_id, n);
+            if let Some(text) = self.stored_transcript(&id) {
+                heard.push(text);
+                continue;
+            }
+            let Some(t) = &transcriber else {
+                let first = self.state.borrow_mut().voice_noticed.insert(lane.clone());
+                if first {
+                    self.post_voice_note(lane, voice_id, NO_SERVICE.to_owned(), None)
+                        .await;
+                }
+                continue;
+            };
+            match self.transcribe_media(t, m).await {
+                Ok(text) if text.is_empty() => {
+                    let note = format!(
+                        "The transcription service heard no words in \u{201c}{}\u{201d}; the agent was told it is attached.",
+                        m.filename
+                    );
+                    self.post_voice_note(lane, voice_id, note, None).await;
+                }
+                Ok(text) => {
+                    let shown = format!("{HEARD_OPEN}{text}{HEARD_CLOSE}");
+                    self.post_voice_note(lane, voice_id, shown, Some(id)).await;
+                    heard.push(text);
+                }
+                Err(e) => {
+                    warn!(%lane, file = %m.filename, "voice note not transcribed: {e}");
+                    let note = format!(
+                        "\u{201c}{}\u{201d} was not transcribed: {e}. The agent was told it is attached.",
+                        m.filename
+                    );
+                    self.post_voice_note(lane, voice_id, note, None).await;
+                }
+            }
+        }
+        agent_text(&turn.text, &heard)
+    }
+
+    /// A transcript stored for this id by an earlier run of the turn.
+    fn stored_transcript(&self, id: &str) -> Option<String> {
+        let (_, m) = self.store.message(id).ok().flatten()?;
+        transcript_of(&m)
+    }
+
+    /// Sends one stored file to the service (read and sent on a worker thread).
+    async fn transcribe_media(
+        &self,
+        t: &Transcriber,
+        m: &MediaRef,
+    ) -> Result<String, TranscribeError> {
+        // Refused before a byte is read: the size is known from the upload.
+        if m.size.max(0) as u64 > t.max_bytes() {
+            return Err(TranscribeError::TooLarge {
+                size: m.size as u64,
+                limit: t.max_bytes(),
+            });
+        }
+        let record = self
+            .store
+            .media(&m.media_id)
+            .map_err(|e| TranscribeError::Unreadable(e.to_string()))?
+            .ok_or_else(|| TranscribeError::Unreadable("it was deleted".into()))?;
+        let path = self.media.blob_path(&record.sha256);
+        t.transcribe_file(path, m.filename.clone(), m.mime.clone())
+            .await
+    }
+
+    /// Commits a `system` message answering `reply_to`: durable, outboxed, live on every device.
+    async fn post_voice_note(&self, lane: &Lane, reply_to: &str, text: String, id: Option<String>) {
+        // Deleted while its note was being heard: its history is gone, and so is the reply.
+        if !self.lane_exists(lane) {
+            return;
+        }
+        let mut message: HistoryMessage = gateway_message(Role::System, text);
+        if let Some(id) = id {
+            message.message_id = id;
+        }
+        let frame = Frame::message(&message)
+            .with_reply_to(Some(reply_to))
+            .in_lane(&lane.chat_id, lane.thread());
+        let changes = vec![
+            Change::PutMessage(lane.clone(), message.clone()),
+            Change::OutboxOf {
+                message_id: message.message_id,
+                frame: frame.outboxed(),
+            },
+        ];
+        if let Err(e) = self.commit(changes, None).await {
+            warn!(%lane, "could not store a voice note's transcript or note: {e}");
+        }
+    }
+}
+
+/// What was heard, when `m` is a voice note's transcript (a `system` message with a derived id).
+pub(super) fn transcript_of(m: &HistoryMessage) -> Option<String> {
+    if m.role != Role::System || !m.message_id.contains(".heard") {
+        return None;
+    }
+    let inner = m.text.strip_prefix(HEARD_OPEN)?.strip_suffix(HEARD_CLOSE)?;
+    Some(inner.to_owned())
+}
+
+/// The typed text first, then each transcript, as one message.
+pub(super) fn agent_text(typed: &str, heard: &[String]) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    if !typed.trim().is_empty() {
+        parts.push(typed);
+    }
+    parts.extend(heard.iter().map(String::as_str));
+    parts.join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_text_comes_first() {
+        assert_eq!(agent_text("", &["hello".into()]), "hello");
+        assert_eq!(
+            agent_text("see this", &["a".into(), "b".into()]),
+            "see this\n\na\n\nb"
+        );
+        assert_eq!(agent_text("only typed", &[]), "only typed");
+    }
+
+    #[test]
+    fn heard_ids_are_derived_and_valid() {
+        assert_eq!(heard_id("msg_1", 0), "msg_1.heard");
+        assert_eq!(heard_id("msg_1", 1), "msg_1.heard2");
+        assert!(heard_id(&"m".repeat(64), 0).starts_with("msg_"));
+        assert!(is_heard_of("msg_1.heard", "msg_1") && is_heard_of("msg_1.heard3", "msg_1"));
+        assert!(!is_heard_of("msg_12.heard", "msg_1") && !is_heard_of("msg_1.heardx", "msg_1"));
+    }
+}
