@@ -279,6 +279,9 @@ pub struct Limits {
     /// each carries the latest state, so a fast stream costs a device what the text costs, not
     /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
     pub stream_update_ms: u64,
+    /// Largest file taken from the agent's answer (a `MEDIA:` path or an inline data image);
+    /// never more than `max_media_bytes`. A larger one is left out with a note in the text.
+    pub agent_file_bytes: u64,
 }
 
 impl Default for Config {
@@ -357,6 +360,7 @@ impl Default for Limits {
             admin_max_sessions: 8,
             admin_max_form_bytes: 16 << 10,
             stream_update_ms: 200,
+            agent_file_bytes: 32 << 20,
         }
     }
 }
