@@ -550,6 +550,7 @@ fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
             .filter(|k| k.starts_with("agent."))
             .collect(),
         describe: admin.agent.describe(),
+        files: crate::agent::media_out::FilePolicy::from_config(&config).describe(),
     };
     pages::agent(&view, csrf, n)
 }
