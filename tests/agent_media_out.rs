@@ -219,8 +219,9 @@ async fn assert_refusals(c: &mut Client, a: &Around) {
 struct HermesSetup {
     _llm: MockLlm,
     hermes: Hermes,
-    _dir: TempDir,
+    dir: TempDir,
     _config: TempDir,
+    config: PathBuf,
     gw: Gateway,
     away: Paired,
     c: Client,
@@ -238,8 +239,9 @@ async fn hermes_setup() -> HermesSetup {
     HermesSetup {
         _llm: llm,
         hermes,
-        _dir: dir,
+        dir,
         _config: config_dir,
+        config,
         gw,
         away,
         c,
@@ -280,6 +282,48 @@ async fn hermes_paths_outside_symlinks_out_and_files_over_the_limit_are_not_read
     let mut s = hermes_setup().await;
     let around = files_around(&s.hermes.home.path().join("cache/audio"));
     assert_refusals(&mut s.c, &around).await;
+}
+
+#[tokio::test]
+async fn hermes_a_run_that_ended_while_the_gateway_was_down_still_offers_its_file() {
+    let _one = ONE_HERMES.lock().await;
+    let mut s = hermes_setup().await;
+    let audio = s.hermes.home.path().join("cache/audio");
+    std::fs::create_dir_all(&audio).unwrap();
+    let memo = audio.join("memo.ogg");
+    let bytes = b"OggS not really audio".to_vec();
+    std::fs::write(&memo, &bytes).unwrap();
+    s.c.send_text(
+        Some("default"),
+        None,
+        &format!("[[media {}]] [[slow]]", memo.display()),
+    )
+    .await;
+    s.c.recv_type("message.update").await;
+    let addr = s.gw.addr.to_string();
+    s.gw.kill9();
+    // The run goes on at Hermes and ends (16 chunks, one every 0.25 s) while no gateway runs.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    let config = s.config.to_str().unwrap().to_owned();
+    let gw = s
+        .hermes
+        .gateway(s.dir.path(), &["--listen", &addr, "--config", &config]);
+    // The restart finds the run completed and delivers its answer, with the file offered.
+    let (mut b, _) = connect(&gw, &s.away).await;
+    let (replayed, _) = sync_from(&mut b, 0).await;
+    let reply = replayed
+        .iter()
+        .find(|f| frame_type(f) == "message" && f["payload"]["role"] == "assistant")
+        .unwrap_or_else(|| panic!("no answer in {}\n{}", dump(&replayed), gw.output_tail()));
+    assert_eq!(pstr(reply, "text"), "Here it is.\nEnjoy.", "{reply}");
+    let offer = replayed
+        .iter()
+        .find(|f| frame_type(f) == "media.offer")
+        .unwrap_or_else(|| panic!("no offer in {}", dump(&replayed)));
+    assert_eq!(pstr(offer, "message_id"), pstr(reply, "message_id"));
+    assert_eq!(pstr(offer, "filename"), "memo.ogg");
+    assert_eq!(pstr(offer, "kind"), "audio");
+    assert!(pull_media(&mut b, pstr(offer, "media_id")).await == bytes);
 }
 
 // ---------------------------------------------------------------------------------------------

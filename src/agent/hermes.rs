@@ -734,6 +734,10 @@ impl Agent for HermesAgent {
         })
     }
 
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(super::media_out::files_of(self.files.clone(), text))
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,

@@ -1094,6 +1094,32 @@ impl OutFilter {
     }
 }
 
+/// A finished answer that did not stream through a turn (a run that ended while the gateway
+/// was down, an answer recovered from the agent's store): its text with the tags taken out, and
+/// the files. Off the event loop.
+pub async fn files_of(policy: Arc<FilePolicy>, text: String) -> (String, Vec<AgentEvent>) {
+    let original = text.clone();
+    let work = move |_| {
+        let mut clean = String::new();
+        let mut files = Vec::new();
+        for e in OutFilter::new(policy).whole(&text) {
+            match e {
+                AgentEvent::Text(t) => clean.push_str(&t),
+                file => files.push(file),
+            }
+        }
+        (clean, files)
+    };
+    match super::http::off_loop("agent-files", work).await {
+        Ok(done) => done,
+        // No thread to read files on: the text stays as it was rather than be lost.
+        Err(e) => {
+            tracing::warn!("could not look for files in a recovered answer: {e}");
+            (original, Vec::new())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,6 +246,13 @@ pub trait Agent {
         Box::pin(async { Recovery::Unknown })
     }
 
+    /// The files a finished answer names (`MEDIA:` lines, inline images) when it did not stream
+    /// through a turn (a run that ended while the gateway was down, an answer recovered from
+    /// the agent's store): the text without them, and `AgentEvent::File`s. The demo names none.
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(async move { (text, Vec::new()) })
+    }
+
     /// Runs one turn, sending events as they happen. Returns when the turn is over; dropping
     /// the returned future abandons the turn.
     fn run_turn(

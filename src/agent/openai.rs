@@ -191,6 +191,10 @@ impl Agent for OpenAiAgent {
         Box::pin(self.list_models())
     }
 
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(super::media_out::files_of(self.files.clone(), text))
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,

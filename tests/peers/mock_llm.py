@@ -26,7 +26,8 @@ scripted by the LAST role=user message (text parts of list content are joined):
                to `terminal` with `rm -rf PATH` (a command Hermes flags: "delete in root path");
                once a tool result follows it: "Tool said: <the first 300 chars of that result>"
   [[media PATH...]]  "Here it is.\nMEDIA:PATH\n" (one MEDIA: line per space-separated PATH) then
-               "Enjoy.", streamed 5 characters a chunk so every tag is split across deltas
+               "Enjoy.", streamed 5 characters a chunk so every tag is split across deltas (one
+               chunk every 0.25 s when the message also says [[slow]])
   [[inline N]] "Look: ![chart](data:image/png;base64,DATA) done.", DATA being inline_png(N): a
                1x1 PNG padded with zero bytes to N bytes (cut to N when N is smaller), streamed
                7 characters a chunk
@@ -110,7 +111,7 @@ def script(messages):
     if "[[media " in newest:
         paths = newest.split("[[media ", 1)[1].split("]]", 1)[0].split()
         text = "Here it is.\n" + "".join(f"MEDIA:{p}\n" for p in paths) + "Enjoy."
-        return chunked(text, 5), "stop", 0
+        return chunked(text, 5), "stop", (0.25 if "[[slow]]" in newest else 0)
     if "[[inline " in newest:
         import base64
         n = int(newest.split("[[inline ", 1)[1].split("]]", 1)[0])
