@@ -143,7 +143,7 @@ impl LineState {
     fn tags_allowed(&self) -> bool {
         let quote = self.head.first() == Some(&b'>');
         let fence_line = self.head.starts_with(b"```") || self.head.starts_with(b"~~~");
-        !self.in_fence && !quote && !fence_line && self.ticks % 2 == 0
+        !self.in_fence && !quote && !fence_line && self.ticks.is_multiple_of(2)
     }
 
     /// A tag must start a word: not glued to a word, a path or a code span.
@@ -366,21 +366,10 @@ impl MediaTags {
         if alt.len() > MAX_ALT || alt.contains('\n') {
             return Found::No;
         }
-        let mut at = 2 + close + 1;
-        for lit in ["(data:image/"] {
-            let have = &s[at..];
-            if have.len() < lit.len() {
-                return if lit.starts_with(have) {
-                    partial()
-                } else {
-                    Found::No
-                };
-            }
-            if !have.starts_with(lit) {
-                return Found::No;
-            }
-            at += lit.len();
-        }
+        let mut at = match literal(s, 2 + close + 1, "(data:image/", last) {
+            Ok(after) => after,
+            Err(found) => return found,
+        };
         let sub_len = s[at..]
             .bytes()
             .take_while(|c| c.is_ascii_alphanumeric() || b".+-".contains(c))
@@ -390,19 +379,13 @@ impl MediaTags {
         }
         let subtype = &s[at..at + sub_len];
         at += sub_len;
-        let marker = ";base64,";
-        let have = &s[at..];
-        if have.len() < marker.len() {
-            return if marker.starts_with(have) {
-                partial()
-            } else {
-                Found::No
-            };
-        }
-        if !have.starts_with(marker) || subtype.is_empty() {
+        if subtype.is_empty() && at < s.len() {
             return Found::No;
         }
-        at += marker.len();
+        at = match literal(s, at, ";base64,", last) {
+            Ok(after) => after,
+            Err(found) => return found,
+        };
         // From here it is an inline image for sure: never text again.
         let data_from = at;
         let mut count = 0;
@@ -450,6 +433,21 @@ impl MediaTags {
             Found::Hold
         }
     }
+}
+
+/// `lit` at `s[at..]`: where it ends, or what that means when it is not (all) there.
+fn literal(s: &str, at: usize, lit: &str, last: bool) -> Result<usize, Found> {
+    let have = &s[at..];
+    if have.starts_with(lit) {
+        return Ok(at + lit.len());
+    }
+    Err(
+        if have.len() < lit.len() && lit.starts_with(have) && !last {
+            Found::Hold
+        } else {
+            Found::No
+        },
+    )
 }
 
 /// `[[audio_as_voice]]` / `[[as_document]]` at `s`.
