@@ -37,11 +37,16 @@ fn inline_png(n: usize) -> Vec<u8> {
 
 /// A config file with `agent` lines under `[agent]` and the test's file limit.
 fn config(agent: &str) -> (TempDir, PathBuf) {
+    config_with(agent, "")
+}
+
+/// As [`config`], with more `[limits]` lines.
+fn config_with(agent: &str, limits: &str) -> (TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.toml");
     std::fs::write(
         &path,
-        format!("[agent]\n{agent}\n[limits]\nagent_file_bytes = {LIMIT}\n"),
+        format!("[agent]\n{agent}\n[limits]\nagent_file_bytes = {LIMIT}\n{limits}\n"),
     )
     .unwrap();
     (dir, path)
@@ -341,9 +346,16 @@ struct OpenAiSetup {
 }
 
 async fn openai_setup() -> OpenAiSetup {
+    openai_setup_with("").await
+}
+
+async fn openai_setup_with(limits: &str) -> OpenAiSetup {
     let llm = MockLlm::start();
     let allowed = tempfile::tempdir().unwrap();
-    let (config_dir, config) = config(&format!("media_dirs = [{}]", toml_path(allowed.path())));
+    let (config_dir, config) = config_with(
+        &format!("media_dirs = [{}]", toml_path(allowed.path())),
+        limits,
+    );
     let dir = temp_data_dir();
     let url = llm.url();
     let gw = Gateway::start(
@@ -447,4 +459,29 @@ async fn openai_an_inline_image_becomes_an_offer_up_to_the_limit() {
             "Look: [image not sent: an inline image is over the limit of {LIMIT} bytes (limits.agent_file_bytes)] done."
         )
     );
+}
+
+#[tokio::test]
+async fn openai_a_file_the_media_quota_cannot_hold_is_a_note_not_a_silent_loss() {
+    let mut s = openai_setup_with("media_quota_bytes = 3000").await;
+    let big = s.allowed.path().join("big.png");
+    std::fs::write(&big, inline_png(3500)).unwrap();
+    let frames =
+        s.c.say(&format!("[[media {}]]", big.display()), typing_off)
+            .await;
+    assert!(
+        of_type(&frames, "media.offer").is_empty(),
+        "{}",
+        dump(&frames)
+    );
+    let text = pstr(stop_of(&frames), "final_text");
+    assert!(
+        text.contains("[file not sent: big.png could not be kept: media storage is full"),
+        "{text:?}"
+    );
+    assert!(
+        text.starts_with("Here it is.") && text.ends_with("Enjoy."),
+        "{text:?}"
+    );
+    assert!(!text.contains("MEDIA"), "{text:?}");
 }

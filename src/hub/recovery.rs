@@ -72,7 +72,7 @@ impl Hub {
                     }
                 }
             };
-            let base = gateway_message(Role::Assistant, text);
+            let mut base = gateway_message(Role::Assistant, text);
             let mut media = Vec::new();
             for file in files {
                 if let AgentEvent::File {
@@ -82,10 +82,16 @@ impl Hub {
                     bytes,
                 } = file
                 {
-                    let stored = self
+                    let name = crate::media::clean_filename(&filename);
+                    match self
                         .store_agent_file(&p.lane, &base.message_id, filename, mime, kind, &bytes)
-                        .await;
-                    media.extend(stored);
+                        .await
+                    {
+                        Ok(m) => media.push(m),
+                        Err(why) => base.text.push_str(&format!(
+                            "\n[file not sent: {name} could not be kept: {why}]"
+                        )),
+                    }
                 }
             }
             let reply = HistoryMessage {
