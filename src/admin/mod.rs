@@ -550,7 +550,11 @@ fn agent_body(admin: &Admin, csrf: &str, n: &Notice) -> String {
             .filter(|k| k.starts_with("agent."))
             .collect(),
         describe: admin.agent.describe(),
-        files: crate::agent::media_out::FilePolicy::from_config(&config).describe(),
+        files: if a.backend == "demo" {
+            "The demo agent answers a message that has files with a small text file.".to_owned()
+        } else {
+            crate::agent::media_out::FilePolicy::from_config(&config).describe()
+        },
     };
     pages::agent(&view, csrf, n)
 }

@@ -1321,6 +1321,33 @@ mod tests {
     }
 
     #[test]
+    fn the_default_folders_follow_where_the_agent_runs() {
+        let mut config = crate::config::Config::default();
+        config.agent.backend = "hermes".into();
+        config.agent.hermes_home = Some("/srv/hermes".into());
+        let local = FilePolicy::from_config(&config);
+        assert!(!local.remote);
+        assert_eq!(local.dirs.len(), HERMES_OUTPUT_DIRS.len());
+        assert!(local
+            .dirs
+            .contains(&PathBuf::from("/srv/hermes/cache/images")));
+        assert_eq!(local.max_bytes, 32 << 20);
+        config.agent.url = "http://studio.local:8642".into();
+        let far = FilePolicy::from_config(&config);
+        assert!(far.remote && far.dirs.is_empty());
+        assert!(far.describe().contains("only images it puts inline"));
+        // Folders named by the owner are read whatever the URL (a mount of the agent's files).
+        config.agent.media_dirs = Some(vec!["/mnt/hermes-cache".into()]);
+        let mounted = FilePolicy::from_config(&config);
+        assert!(!mounted.remote);
+        assert_eq!(mounted.dirs, [PathBuf::from("/mnt/hermes-cache")]);
+        config.limits.max_media_bytes = 1000;
+        assert_eq!(FilePolicy::from_config(&config).max_bytes, 1000);
+        config.agent.media_dirs = Some(vec!["relative".into()]);
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
     fn kinds_come_from_the_extension_and_image_bytes() {
         let png = b"\x89PNG\r\n\x1a\n....";
         assert_eq!(

@@ -4,6 +4,9 @@
 //! The network backends (`hermes`, `openai`) speak HTTP with blocking `ureq` on a worker thread
 //! per running turn (`http.rs`), and hand events back over a channel: the event loop never
 //! blocks, and at most `limits.max_running_turns` threads exist.
+//!
+//! Files an agent names in its answer (`MEDIA:` lines, inline `data:` images) are taken out of
+//! the text on those threads and become `AgentEvent::File`s (`media_out.rs`).
 
 mod demo;
 mod hermes;
