@@ -85,6 +85,9 @@ enum Found {
     No,
     /// Could still become one: hold from here.
     Hold,
+    /// An inline image whose data goes on: hold from here, its first `scanned` bytes checked
+    /// (`count` base64 characters among them), so the next delta resumes there.
+    HoldData { scanned: usize, count: usize },
     /// A tag of `len` bytes; `skip`: drop the base64 that follows (an oversized image).
     Tag { len: usize, tag: Tag, skip: bool },
     /// A directive of `len` bytes (consumed, nothing shown).
@@ -163,6 +166,9 @@ pub struct MediaTags {
     max_base64: usize,
     /// Dropping the rest of an oversized inline image's data.
     skipping: bool,
+    /// How far the held inline image's data was checked (see `Found::HoldData`): each delta
+    /// costs its own length, not the whole held image again.
+    data_seen: Option<(usize, usize)>,
     /// Hermes' `[[audio_as_voice]]` was seen: audio files are voice notes.
     pub voice: bool,
 }
@@ -176,6 +182,7 @@ impl MediaTags {
             line: LineState::fresh(),
             max_base64: max.div_ceil(3).saturating_mul(4),
             skipping: false,
+            data_seen: None,
             voice: false,
         }
     }
@@ -197,15 +204,19 @@ impl MediaTags {
         let out = self.scan(true);
         self.line = LineState::fresh();
         self.skipping = false;
+        self.data_seen = None;
         out
     }
 
     fn scan(&mut self, last: bool) -> Vec<Piece> {
         let s = std::mem::take(&mut self.pending);
+        // Valid for the candidate the held tail starts with, at 0.
+        let mut resume = self.data_seen.take();
         let bytes = s.as_bytes();
         let mut out = Vec::new();
         let mut text_from = 0;
         let mut i = 0;
+        let mut hold_at = None;
         let flush = |out: &mut Vec<Piece>, from: usize, to: usize| {
             if to > from {
                 push_text(out, &s[from..to]);
@@ -228,12 +239,17 @@ impl MediaTags {
             }
             let b = bytes[i];
             if matches!(b, b'M' | b'"' | b'\'' | b'!' | b'[') && self.line.tags_allowed() {
-                match self.candidate(&s[i..], last) {
+                let resume = if i == 0 { resume.take() } else { None };
+                match self.candidate(&s[i..], last, resume) {
                     Found::No => {}
                     Found::Hold => {
-                        flush(&mut out, text_from, i);
-                        self.pending = s[i..].to_owned();
-                        return out;
+                        hold_at = Some(i);
+                        break;
+                    }
+                    Found::HoldData { scanned, count } => {
+                        self.data_seen = Some((scanned, count));
+                        hold_at = Some(i);
+                        break;
                     }
                     Found::Tag { len, tag, skip } => {
                         flush(&mut out, text_from, i);
@@ -258,15 +274,22 @@ impl MediaTags {
             self.line.advance(b);
             i += 1;
         }
-        flush(&mut out, text_from, bytes.len());
+        let end = hold_at.unwrap_or(bytes.len());
+        flush(&mut out, text_from, end);
+        self.pending = match hold_at {
+            // The held tail is the whole of it: kept as it is, not copied.
+            Some(0) => s,
+            Some(at) => s[at..].to_owned(),
+            None => String::new(),
+        };
         out
     }
 
     /// What starts at `s` (whose first byte is a possible tag start).
-    fn candidate(&self, s: &str, last: bool) -> Found {
+    fn candidate(&self, s: &str, last: bool, resume: Option<(usize, usize)>) -> Found {
         let b = s.as_bytes();
         match b[0] {
-            b'!' => self.inline_image(s, last),
+            b'!' => self.inline_image(s, last, resume),
             b'[' => directive(s, last),
             b'"' | b'\'' => {
                 // `"MEDIA:/x.png"`: the quote belongs to the tag.
@@ -345,7 +368,7 @@ impl MediaTags {
     }
 
     /// `![alt](data:image/SUBTYPE;base64,DATA)` at `s`.
-    fn inline_image(&self, s: &str, last: bool) -> Found {
+    fn inline_image(&self, s: &str, last: bool, resume: Option<(usize, usize)>) -> Found {
         let b = s.as_bytes();
         // A partial match that the stream may still complete, unless it is over.
         let partial = || if last { Found::No } else { Found::Hold };
@@ -388,8 +411,14 @@ impl MediaTags {
         };
         // From here it is an inline image for sure: never text again.
         let data_from = at;
-        let mut count = 0;
-        for (k, c) in s[data_from..].bytes().enumerate() {
+        let (start, mut count) = match resume {
+            Some((scanned, count)) if scanned >= data_from && scanned <= s.len() => {
+                (scanned, count)
+            }
+            _ => (data_from, 0),
+        };
+        for (k, c) in s[start..].bytes().enumerate() {
+            let k = k + start - data_from;
             if c == b')' {
                 let base64: String = s[data_from..data_from + k]
                     .chars()
@@ -430,7 +459,10 @@ impl MediaTags {
                 skip: false,
             }
         } else {
-            Found::Hold
+            Found::HoldData {
+                scanned: s.len(),
+                count,
+            }
         }
     }
 }
@@ -1282,6 +1314,29 @@ mod tests {
         let mut f = MediaTags::new(30);
         let (_, tags) = split(f.push(&format!("![x](data:image/png;base64,{})", "A".repeat(40))));
         assert!(matches!(tags[..], [Tag::Inline { .. }]), "{tags:?}");
+    }
+
+    #[test]
+    fn a_large_inline_image_streamed_in_small_deltas_costs_its_length_once() {
+        // 3 MB of base64 in 4-byte deltas: rescanning the held data at every delta would take
+        // minutes; resuming where the last delta ended takes well under a second.
+        let mut f = MediaTags::new(4 << 20);
+        let started = std::time::Instant::now();
+        let mut pieces = f.push("See ![big](data:image/png;base64,");
+        let chunk = "QUJD";
+        for _ in 0..(3 << 20) / chunk.len() {
+            pieces.extend(f.push(chunk));
+        }
+        pieces.extend(f.push(") done"));
+        pieces.extend(f.finish());
+        let (text, tags) = split(pieces);
+        assert_eq!(text, "See  done");
+        assert!(matches!(&tags[..], [Tag::Inline { base64, .. }] if base64.len() == 3 << 20));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
