@@ -290,6 +290,26 @@ async fn hermes_paths_outside_symlinks_out_and_files_over_the_limit_are_not_read
 }
 
 #[tokio::test]
+async fn hermes_an_inline_image_becomes_an_offer() {
+    // What reaches the phone when Hermes runs on another machine: images inline in the answer.
+    let _one = ONE_HERMES.lock().await;
+    let mut s = hermes_setup().await;
+    let frames = s.c.say("[[inline 700]]", typing_off).await;
+    let offer = assert_offered(
+        &mut s.c,
+        &frames,
+        "chart.png",
+        "image",
+        "image/png",
+        &inline_png(700),
+    )
+    .await;
+    assert_text_clean(&frames, &["data:", "base64", "![", "iVBOR"]);
+    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    assert_away_device_gets(&s.gw, &s.away, &offer, &inline_png(700)).await;
+}
+
+#[tokio::test]
 async fn hermes_a_run_that_ended_while_the_gateway_was_down_still_offers_its_file() {
     let _one = ONE_HERMES.lock().await;
     let mut s = hermes_setup().await;
