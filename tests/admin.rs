@@ -1373,6 +1373,18 @@ async fn a_saved_agent_key_goes_only_to_the_url_it_was_saved_for() {
             .all(|(_, auth)| auth.as_deref() == Some("Bearer sk-for-b")),
         "{to_b:?}"
     );
+    // The page says what of the agent's files reaches the phone (docs/media.md).
+    assert!(
+        moved.body.contains("Files the agent names with MEDIA:"),
+        "{}",
+        moved.body
+    );
+    let far = agent_form(w, &csrf, "/admin/agent", "http://192.0.2.1:9/v1".into(), "").await;
+    assert!(
+        far.body.contains("only images it puts inline"),
+        "{}",
+        far.body
+    );
 }
 
 #[tokio::test]

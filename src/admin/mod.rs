@@ -554,6 +554,11 @@ fn agent_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice, nt: &Notice) -> 
             .filter(|k| k.starts_with("agent."))
             .collect(),
         describe: admin.agent.describe(),
+        files: if a.backend == "demo" {
+            "The demo agent answers a message that has files with a small text file.".to_owned()
+        } else {
+            crate::agent::media_out::FilePolicy::from_config(&config).describe()
+        },
     };
     let t = &config.transcription;
     let transcription = pages::TranscriptionView {

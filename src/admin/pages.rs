@@ -326,6 +326,8 @@ pub struct AgentView<'a> {
     /// Keys a flag pins (the saved value cannot take effect while the flag is given).
     pub pinned: Vec<&'static str>,
     pub describe: String,
+    /// What of the agent's files reaches the phone (`media_out::FilePolicy::describe`).
+    pub files: String,
 }
 
 /// `<option>`s with the current value selected.
@@ -356,6 +358,7 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
     };
     format!(
         "{}{pinned}<p>Now: <span id=\"agent-now\">{}</span></p>\
+         <p id=\"agent-files\">{}</p>\
          <form method=\"post\" action=\"/admin/agent\" id=\"agent-form\">{}\
          <label for=\"backend\">Backend</label><select id=\"backend\" name=\"backend\">{}</select>\
          <label for=\"url\">URL (empty: the backend's usual local address)</label>\
@@ -371,6 +374,7 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
          </form>",
         notice(n),
         escape(&v.describe),
+        escape(&v.files),
         csrf_field(csrf),
         options(
             v.backend,

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::http::{off_loop, Endpoint};
+use super::media_out::{FilePolicy, OutFilter};
 use super::openai::{model_ids, user_text};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
@@ -31,6 +32,8 @@ pub struct HermesAgent {
     endpoint: Endpoint,
     /// Model to ask for; empty leaves Hermes' configured default.
     model: String,
+    /// Where files named in an answer (`MEDIA:` lines) may be read from (`media_out.rs`).
+    files: std::sync::Arc<FilePolicy>,
 }
 
 impl HermesAgent {
@@ -38,7 +41,14 @@ impl HermesAgent {
         HermesAgent {
             endpoint: Endpoint::new(config, key),
             model: config.model.trim().to_owned(),
+            files: std::sync::Arc::default(),
         }
+    }
+
+    /// Takes files from answers under `files` (without it, none are read).
+    pub fn with_files(mut self, files: std::sync::Arc<FilePolicy>) -> HermesAgent {
+        self.files = files;
+        self
     }
 }
 
@@ -54,11 +64,26 @@ struct TurnWorker {
     ep: Endpoint,
     session: String,
     events: mpsc::Sender<AgentEvent>,
+    /// The answer's text on its way out: `MEDIA:` tags and inline images become files.
+    out: std::cell::RefCell<OutFilter>,
 }
 
 impl TurnWorker {
     fn send(&self, e: AgentEvent) -> bool {
         self.events.blocking_send(e).is_ok()
+    }
+
+    /// Answer text, through the media filter.
+    fn send_text(&self, delta: &str) -> bool {
+        let events = self.out.borrow_mut().push(delta);
+        events.into_iter().all(|e| self.send(e))
+    }
+
+    /// The stretch of answer text is over (a tool call comes, or the run ended): what the
+    /// filter held back is decided and sent.
+    fn end_text(&self) -> bool {
+        let events = self.out.borrow_mut().end();
+        events.into_iter().all(|e| self.send(e))
     }
 
     fn transcript(&self) -> Option<Vec<Value>> {
@@ -304,7 +329,7 @@ impl TurnWorker {
                     return true;
                 }
                 p.streamed_text = true;
-                self.send(AgentEvent::Text(delta))
+                self.send_text(&delta)
             }
             "tool.started" => self.tool_started(p, ev),
             "tool.completed" => self.tool_completed(p, ev),
@@ -337,6 +362,9 @@ impl TurnWorker {
 
     /// A tool began: numbered in the turn, remembered until it completes.
     fn tool_started(&self, p: &mut RunProgress, ev: &Value) -> bool {
+        if !self.end_text() {
+            return false;
+        }
         p.next_index += 1;
         let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
         p.open_tools.push(RunningTool {
@@ -594,12 +622,15 @@ fn run_turn_blocking(
     if stop.is_set() {
         return Ok(summary);
     }
-    match p.end {
-        Some(RunEnd::Completed { output, .. }) => {
-            if !p.streamed_text && !output.trim().is_empty() {
-                w.send(AgentEvent::Text(output));
-            }
+    if let Some(RunEnd::Completed { output, .. }) = &p.end {
+        if !p.streamed_text && !output.trim().is_empty() {
+            w.send_text(output);
         }
+    }
+    // Whatever the end, the text the filter held back is decided (a partial answer is kept).
+    w.end_text();
+    match p.end {
+        Some(RunEnd::Completed { .. }) => {}
         Some(RunEnd::Failed(e)) => return Err(AgentError::Failed(e)),
         Some(RunEnd::Cancelled) => {
             return Err(AgentError::Failed(format!(
@@ -703,6 +734,10 @@ impl Agent for HermesAgent {
         })
     }
 
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(super::media_out::files_of(self.files.clone(), text))
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,
@@ -727,6 +762,7 @@ impl Agent for HermesAgent {
             ep: self.endpoint.clone(),
             session: turn.session.clone(),
             events,
+            out: std::cell::RefCell::new(OutFilter::new(self.files.clone())),
         };
         let resume = turn.resume_run.clone();
         let body = resume.is_none().then_some(body);

@@ -4,10 +4,14 @@
 //! The network backends (`hermes`, `openai`) speak HTTP with blocking `ureq` on a worker thread
 //! per running turn (`http.rs`), and hand events back over a channel: the event loop never
 //! blocks, and at most `limits.max_running_turns` threads exist.
+//!
+//! Files an agent names in its answer (`MEDIA:` lines, inline `data:` images) are taken out of
+//! the text on those threads and become `AgentEvent::File`s (`media_out.rs`).
 
 mod demo;
 mod hermes;
 mod http;
+pub mod media_out;
 mod openai;
 mod switch;
 pub mod transcribe;
@@ -35,9 +39,10 @@ pub fn from_config(
     config: &crate::config::Config,
 ) -> Result<std::rc::Rc<dyn Agent>, crate::config::ConfigError> {
     let a = &config.agent;
+    let files = std::sync::Arc::new(media_out::FilePolicy::from_config(config));
     Ok(match a.backend.as_str() {
-        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?)),
-        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?)),
+        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?).with_files(files)),
+        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?).with_files(files)),
         _ => std::rc::Rc::new(DemoAgent::new(config.demo.pace_ms)),
     })
 }
@@ -244,6 +249,13 @@ pub trait Agent {
         _user_text: &'a str,
     ) -> LocalBoxFuture<'a, Recovery> {
         Box::pin(async { Recovery::Unknown })
+    }
+
+    /// The files a finished answer names (`MEDIA:` lines, inline images) when it did not stream
+    /// through a turn (a run that ended while the gateway was down, an answer recovered from
+    /// the agent's store): the text without them, and `AgentEvent::File`s. The demo names none.
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(async move { (text, Vec::new()) })
     }
 
     /// Runs one turn, sending events as they happen. Returns when the turn is over; dropping

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::http::{off_loop, Endpoint};
+use super::media_out::{FilePolicy, OutFilter};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Role;
@@ -22,6 +23,8 @@ pub struct OpenAiAgent {
     system_prompt: String,
     /// The server's first model, asked once when no model is configured.
     default_model: RefCell<Option<String>>,
+    /// Where files named in an answer may be read from (`media_out.rs`).
+    files: std::sync::Arc<FilePolicy>,
 }
 
 impl OpenAiAgent {
@@ -31,7 +34,14 @@ impl OpenAiAgent {
             model: config.model.trim().to_owned(),
             system_prompt: config.system_prompt.clone(),
             default_model: RefCell::new(None),
+            files: std::sync::Arc::default(),
         }
+    }
+
+    /// Takes files from answers under `files` (without it, none are read).
+    pub fn with_files(mut self, files: std::sync::Arc<FilePolicy>) -> OpenAiAgent {
+        self.files = files;
+        self
     }
 
     async fn list_models(&self) -> Result<Vec<String>, AgentError> {
@@ -181,6 +191,10 @@ impl Agent for OpenAiAgent {
         Box::pin(self.list_models())
     }
 
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        Box::pin(super::media_out::files_of(self.files.clone(), text))
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,
@@ -190,6 +204,7 @@ impl Agent for OpenAiAgent {
             let model = self.model_for(&turn).await?;
             let body = request_body(&self.system_prompt, &model, &turn);
             let ep = self.endpoint.clone();
+            let mut out = OutFilter::new(self.files.clone());
             off_loop("agent-turn", move |stop| {
                 let mut summary = TurnSummary {
                     model: Some(model),
@@ -197,7 +212,7 @@ impl Agent for OpenAiAgent {
                 };
                 let mut finished = false;
                 let mut failure = None;
-                ep.post_sse("/chat/completions", &[], &body, &stop, |ev| {
+                let streamed = ep.post_sse("/chat/completions", &[], &body, &stop, |ev| {
                     if ev.data.trim() == "[DONE]" {
                         finished = true;
                         return false;
@@ -217,15 +232,24 @@ impl Agent for OpenAiAgent {
                     if chunk.finish_reason.is_some() {
                         finished = true;
                     }
-                    let sent = [
-                        chunk.reasoning.map(AgentEvent::Reasoning),
-                        chunk.text.map(AgentEvent::Text),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .all(|e| events.blocking_send(e).is_ok());
+                    // The text goes through the media filter: tags become files.
+                    let text = chunk.text.map(|t| out.push(&t)).unwrap_or_default();
+                    let sent = chunk
+                        .reasoning
+                        .map(AgentEvent::Reasoning)
+                        .into_iter()
+                        .chain(text)
+                        .all(|e| events.blocking_send(e).is_ok());
                     sent && !stop.is_set()
-                })?;
+                });
+                // What the filter still held (a tag on the last line) is decided now, also
+                // when the stream broke: the start of an answer is kept.
+                for e in out.end() {
+                    if events.blocking_send(e).is_err() {
+                        break;
+                    }
+                }
+                streamed?;
                 if let Some(e) = failure {
                     return Err(AgentError::Failed(e));
                 }

@@ -74,6 +74,11 @@ impl Agent for Switchable {
         Box::pin(async move { agent.recover(session, user_text).await })
     }
 
+    fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
+        let agent = self.current();
+        Box::pin(async move { agent.files_of(text).await })
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,

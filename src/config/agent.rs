@@ -41,6 +41,14 @@ pub struct AgentConfig {
     /// Seconds between health checks of the agent while it is reachable; while it is not, it
     /// is checked every second or two.
     pub probe_interval_secs: u64,
+    /// Folders a `MEDIA:<path>` in the agent's answer may be read from (docs/media.md). Unset:
+    /// Hermes' output and cache folders under `hermes_home` when the agent's URL is on this
+    /// machine, none when it is not (its paths name files there). `[]`: no `MEDIA:` file is
+    /// read; inline images still are.
+    pub media_dirs: Option<Vec<PathBuf>>,
+    /// Hermes' `HERMES_HOME`, for the default `media_dirs` and the credential files there that
+    /// are never read. Unset: `$HERMES_HOME`, else `~/.hermes` of the user the gateway runs as.
+    pub hermes_home: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -58,6 +66,8 @@ impl Default for AgentConfig {
             turn_timeout_secs: 900,
             unreachable_wait_secs: 300,
             probe_interval_secs: 30,
+            media_dirs: None,
+            hermes_home: None,
         }
     }
 }

@@ -286,6 +286,9 @@ pub struct Limits {
     /// Largest voice note or audio file sent to the transcription service (OpenAI's own
     /// limit); a larger one reaches the agent as an attachment line, with a note in the lane.
     pub transcription_bytes: u64,
+    /// Largest file taken from the agent's answer (a `MEDIA:` path or an inline data image);
+    /// never more than `max_media_bytes`. A larger one is left out with a note in the text.
+    pub agent_file_bytes: u64,
 }
 
 impl Default for Config {
@@ -366,6 +369,7 @@ impl Default for Limits {
             admin_max_form_bytes: 16 << 10,
             stream_update_ms: 200,
             transcription_bytes: 25 << 20,
+            agent_file_bytes: 32 << 20,
         }
     }
 }

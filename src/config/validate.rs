@@ -43,7 +43,7 @@ impl Config {
     }
 
     /// The store and agent sections.
-    fn service_checks(&self) -> [Check; 3] {
+    fn service_checks(&self) -> [Check; 5] {
         [
             (
                 "store.outbox_retain_frames",
@@ -61,6 +61,20 @@ impl Config {
                     && self.agent.idle_timeout_secs >= 1
                     && self.agent.connect_timeout_secs >= 1,
                 "timeouts must be at least 1 second",
+            ),
+            (
+                "limits.agent_file_bytes",
+                self.limits.agent_file_bytes >= 1,
+                "must be at least 1",
+            ),
+            (
+                "agent.media_dirs",
+                self.agent
+                    .media_dirs
+                    .iter()
+                    .flatten()
+                    .all(|d| d.is_absolute()),
+                "every folder must be an absolute path",
             ),
         ]
     }

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use tracing::info;
 
-use crate::agent::{Recovery, RunState};
+use crate::agent::{AgentEvent, Recovery, RunState};
 use crate::protocol::{Frame, HistoryMessage, Role, Runtime};
 use crate::store::StoreError;
 
@@ -37,15 +37,20 @@ impl Hub {
                 _ => RunState::Gone,
             };
             info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
-            let text = match state {
+            // What the agent answered may name files (`MEDIA:` lines, inline images): they are
+            // taken out of the text and offered with the reply, as in a streamed turn.
+            let (text, files) = match state {
                 RunState::Active { .. } => {
                     let run_id = run.map(|r| r.run_id).unwrap_or_default();
                     followed.push((p, run_id));
                     continue;
                 }
-                RunState::Completed { output, .. } => output,
-                RunState::Failed(e) => format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
-                RunState::Cancelled => "\u{23f9}\u{fe0f} Stopped.".to_owned(),
+                RunState::Completed { output, .. } => self.agent.files_of(output).await,
+                RunState::Failed(e) => (
+                    format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
+                    Vec::new(),
+                ),
+                RunState::Cancelled => ("\u{23f9}\u{fe0f} Stopped.".to_owned(), Vec::new()),
                 RunState::Gone => {
                     let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
                         Some(session) if tokio::time::Instant::now() < deadline => {
@@ -58,15 +63,41 @@ impl Hub {
                     };
                     info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
                     match recovery {
-                        Recovery::Answered(text) => text,
-                        Recovery::Partial(text) => format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."),
-                        Recovery::Unknown => "\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(),
+                        Recovery::Answered(text) => self.agent.files_of(text).await,
+                        Recovery::Partial(text) => {
+                            let (text, files) = self.agent.files_of(text).await;
+                            (format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."), files)
+                        }
+                        Recovery::Unknown => ("\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(), Vec::new()),
                     }
                 }
             };
+            let mut base = gateway_message(Role::Assistant, text);
+            let mut media = Vec::new();
+            for file in files {
+                if let AgentEvent::File {
+                    filename,
+                    mime,
+                    kind,
+                    bytes,
+                } = file
+                {
+                    let name = crate::media::clean_filename(&filename);
+                    match self
+                        .store_agent_file(&p.lane, &base.message_id, filename, mime, kind, &bytes)
+                        .await
+                    {
+                        Ok(m) => media.push(m),
+                        Err(why) => base.text.push_str(&format!(
+                            "\n[file not sent: {name} could not be kept: {why}]"
+                        )),
+                    }
+                }
+            }
             let reply = HistoryMessage {
                 runtime: Some(Runtime::default()),
-                ..gateway_message(Role::Assistant, text)
+                media,
+                ..base
             };
             self.finish_turn(&p.lane, &p.user_message_id, reply, Frame::message, None)
                 .await;

@@ -313,11 +313,27 @@ impl Hub {
                 kind,
                 bytes,
             } => {
-                if let Some(m) = self
+                let name = crate::media::clean_filename(&filename);
+                match self
                     .store_agent_file(lane, message_id, filename, mime, kind, &bytes)
                     .await
                 {
-                    acc.media.push(m);
+                    Ok(m) => acc.media.push(m),
+                    // Said where the file would have been: nothing is lost without a word.
+                    Err(why) => {
+                        let line_start = acc.text.is_empty() || acc.text.ends_with('\n');
+                        let sep = if line_start { "" } else { "\n" };
+                        let note =
+                            format!("{sep}[file not sent: {name} could not be kept: {why}]\n");
+                        if acc.push_text(note, self.out_budget().text) {
+                            let key = coalesce_key("message.update", message_id, 0);
+                            if acc.pacer.admit(key, self.update_interval()) {
+                                self.broadcast_answer(lane, message_id, acc, false);
+                            } else {
+                                acc.pacer.hold(key, Held::Answer);
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -469,7 +485,7 @@ impl Hub {
     }
 
     /// Stores a file the agent produced and offers it to every device (outboxed with the reply,
-    /// so deleting the reply withdraws the offer too).
+    /// so deleting the reply withdraws the offer too). `Err`: why it could not be, for the user.
     pub(super) async fn store_agent_file(
         &self,
         lane: &Lane,
@@ -478,7 +494,7 @@ impl Hub {
         mime: String,
         kind: String,
         bytes: &[u8],
-    ) -> Option<MediaRef> {
+    ) -> Result<MediaRef, String> {
         let (sha256, size) = match self.media.store_bytes(bytes).await {
             Ok(stored) => stored,
             Err(e) => {
@@ -486,7 +502,7 @@ impl Hub {
                 if e.is_space() {
                     self.set_media_full(Some(e.to_string()));
                 }
-                return None;
+                return Err(e.to_string());
             }
         };
         let record = crate::store::MediaRecord {
@@ -504,7 +520,7 @@ impl Hub {
         };
         if let Err(e) = self.store.add_media(&record, "", "") {
             warn!(%lane, "could not record a file from the agent: {e}");
-            return None;
+            return Err(e.to_string());
         }
         let offer = Frame::media_offer(&record.to_ref(Some(message_id)))
             .in_lane(&lane.chat_id, lane.thread());
@@ -514,9 +530,9 @@ impl Hub {
         };
         if let Err(e) = self.commit(vec![change], None).await {
             warn!(%lane, "could not offer a file from the agent: {e}");
-            return None;
+            return Err(e.to_string());
         }
-        Some(record.to_ref(None))
+        Ok(record.to_ref(None))
     }
 }
 

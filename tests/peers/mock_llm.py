@@ -25,6 +25,12 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[danger PATH]]  no tool result after that user message yet: "I will clear PATH." plus a call
                to `terminal` with `rm -rf PATH` (a command Hermes flags: "delete in root path");
                once a tool result follows it: "Tool said: <the first 300 chars of that result>"
+  [[media PATH...]]  "Here it is.\nMEDIA:PATH\n" (one MEDIA: line per space-separated PATH) then
+               "Enjoy.", streamed 5 characters a chunk so every tag is split across deltas (one
+               chunk every 0.25 s when the message also says [[slow]])
+  [[inline N]] "Look: ![chart](data:image/png;base64,DATA) done.", DATA being inline_png(N): a
+               1x1 PNG padded with zero bytes to N bytes (cut to N when N is smaller), streamed
+               7 characters a chunk
   [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
@@ -50,6 +56,11 @@ TODOS = {
         {"id": "2", "content": "Steep tea", "status": "pending"},
     ]
 }
+# A 1x1 transparent PNG (67 bytes): what [[inline N]] pads to N bytes.
+PNG_1X1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+)
 LOG_LOCK = threading.Lock()
 BUSY_SEEN = set()
 
@@ -63,6 +74,15 @@ def text_of(content):
             p.get("text", "") if isinstance(p, dict) else str(p) for p in content
         )
     return ""
+
+
+def inline_png(n):
+    """[[inline N]]'s image: PNG_1X1 padded with zero bytes (or cut) to exactly n bytes."""
+    return (PNG_1X1 + b"\0" * max(0, n - len(PNG_1X1)))[:n]
+
+
+def chunked(text, size):
+    return [("content", text[i : i + size]) for i in range(0, len(text), size)]
 
 
 def script(messages):
@@ -88,6 +108,15 @@ def script(messages):
             return [("content", "Tool said: "), ("content", said)], "stop", 0
         call = ("terminal", {"command": f"rm -rf {path}"})
         return [("content", f"I will clear {path}."), ("tool", call)], "tool_calls", 0
+    if "[[media " in newest:
+        paths = newest.split("[[media ", 1)[1].split("]]", 1)[0].split()
+        text = "Here it is.\n" + "".join(f"MEDIA:{p}\n" for p in paths) + "Enjoy."
+        return chunked(text, 5), "stop", (0.25 if "[[slow]]" in newest else 0)
+    if "[[inline " in newest:
+        import base64
+        n = int(newest.split("[[inline ", 1)[1].split("]]", 1)[0])
+        data = base64.b64encode(inline_png(n)).decode()
+        return chunked(f"Look: ![chart](data:image/png;base64,{data}) done.", 7), "stop", 0
     if "[[reason]]" in newest:
         events = [("reasoning", "Thinking about"), ("reasoning", " the question.")]
         return events + [("content", "Reasoned "), ("content", "answer.")], "stop", 0
