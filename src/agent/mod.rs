@@ -8,6 +8,7 @@
 mod demo;
 mod hermes;
 mod http;
+pub mod media_in;
 mod openai;
 mod switch;
 
@@ -33,9 +34,10 @@ pub fn from_config(
     config: &crate::config::Config,
 ) -> Result<std::rc::Rc<dyn Agent>, crate::config::ConfigError> {
     let a = &config.agent;
+    let media = media_in::MediaLimits::from_limits(&config.limits);
     Ok(match a.backend.as_str() {
-        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?)),
-        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?)),
+        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?, media)),
+        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?, media)),
         _ => std::rc::Rc::new(DemoAgent::new(config.demo.pace_ms)),
     })
 }

@@ -385,7 +385,8 @@ impl Hub {
             })
             .map(|m| PastMessage {
                 role: m.role,
-                text: m.text,
+                // Files by name only: their bytes went to the agent once, with their message.
+                text: crate::agent::media_in::history_text(&m.text, &m.media),
             })
             .collect();
         let skip = past.len().saturating_sub(limit);
