@@ -205,6 +205,13 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
         [("image/png".to_owned(), png.clone())],
         "the model is sent the photo's bytes"
     );
+    let aux = with_images[0];
+    assert!(
+        aux["tools"].is_null(),
+        "a vision-tool call, not the agent's: {aux}"
+    );
+    assert!(text_of(&last_user(aux)["content"])
+        .starts_with("Describe everything visible in this image"));
     let main = reqs.last().unwrap();
     let asked = text_of(&last_user(main)["content"]);
     assert!(
@@ -220,7 +227,7 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
         "{stop}"
     );
 
-    // What Hermes' transcript keeps: the user message as content parts, image and all.
+    // What Hermes' transcript keeps: the text parts, each image as a `[screenshot]` line.
     let sessions: Value = serde_json::from_str(&common::peers::body_text(
         ureq::get(format!("{}/api/sessions", r.hermes.url()))
             .header("Authorization", format!("Bearer {}", r.hermes.key))
@@ -230,7 +237,6 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
     .unwrap();
     let sid = sessions["data"][0]["id"]
         .as_str()
-        .or_else(|| sessions["sessions"][0]["id"].as_str())
         .unwrap_or_else(|| panic!("{sessions}"))
         .to_owned();
     let transcript: Value = serde_json::from_str(&common::peers::body_text(
@@ -246,15 +252,10 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
         .iter()
         .find(|m| m["role"] == "user")
         .unwrap();
-    assert!(stored["content"].is_array(), "{stored}");
     assert_eq!(
-        stored["content"][0]["text"],
-        "what plant is this?\n[image: plant.png]"
+        stored["content"],
+        "what plant is this?\n[image: plant.png]\n[screenshot]"
     );
-    assert!(stored["content"][1]["image_url"]["url"]
-        .as_str()
-        .unwrap()
-        .starts_with("data:image/png;base64,"));
 
     // The next turn: the earlier message's text (with the photo's name) is history; no image
     // is sent again.
@@ -278,6 +279,37 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
     assert_eq!(sent.len(), 1);
     assert_within_defaults(&sent[0].0, &sent[0].1);
     assert_aspect(&sent[0].1, 3000, 2000);
+}
+
+/// A model Hermes knows to have vision (here declared in its config.yaml, as a user of a local
+/// vision model would) is sent the image parts themselves, with no vision-tool call.
+#[tokio::test]
+async fn hermes_a_model_with_vision_gets_the_photo_itself() {
+    let _one = ONE_HERMES.lock().await;
+    let vision =
+        "providers:\n  custom:\n    models:\n      mock-model:\n        supports_vision: true\n";
+    let r = HermesRig::start(vision, &[], temp_data_dir());
+    let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
+    let jpg = encoded(&picture(64, 48, 255), ImageFormat::Jpeg);
+    upload(&mut c, "m1", "image", "image/jpeg", "plant.jpg", &jpg).await;
+    let stop = send(&mut c, "what plant is this?", &["m1"]).await;
+    let reqs = r.llm.requests();
+    let with_images: Vec<&Value> = reqs.iter().filter(|q| !images_in(q).is_empty()).collect();
+    assert_eq!(with_images.len(), 1, "{}", r.hermes.log_tail());
+    let main = with_images[0];
+    assert_eq!(images_in(main), [("image/jpeg".to_owned(), jpg)]);
+    assert_eq!(
+        last_user(main)["content"][0],
+        json!({"type": "text", "text": "what plant is this?\n[image: plant.jpg]"})
+    );
+    assert!(
+        main["tools"].is_array(),
+        "the agent's own call, not a tool's"
+    );
+    assert_eq!(
+        pstr(&stop, "final_text"),
+        "Echo: what plant is this?\n[image: plant.jpg]. I have seen 0 earlier user messages; the first was: none."
+    );
 }
 
 #[tokio::test]

@@ -296,7 +296,7 @@ impl TurnWorker {
             .iter()
             .filter_map(|m| {
                 let role = m.get("role").and_then(Value::as_str)?;
-                let content = content_text(m)?;
+                let content = without_image_placeholders(&content_text(m)?);
                 let content = content.trim();
                 (matches!(role, "user" | "assistant") && !content.is_empty())
                     .then(|| json!({ "role": role, "content": content }))
@@ -682,6 +682,19 @@ fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
     }
 }
 
+/// Hermes saves a message's images as `[screenshot]` lines (run_agent.py,
+/// `_flush_messages_to_session_db_unlocked`); the gateway's own `[image: NAME]` lines already
+/// say what was shown, and a photo is no screenshot.
+fn without_image_placeholders(text: &str) -> String {
+    if !text.contains("[image: ") {
+        return text.to_owned();
+    }
+    text.lines()
+        .filter(|l| l.trim() != "[screenshot]")
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Whether a stored user message is the one the person typed `typed` into: the same text, or
 /// that text followed by the lines for its files (`[image: …]`, `[file: …]`, `[attached: …]`).
 fn asked_by(stored: &str, typed: &str) -> bool {
@@ -951,6 +964,22 @@ mod tests {
         let files_only = json!({"role": "user", "content": "\n[attached: v.ogg (audio/ogg, 4 bytes): not read]"});
         assert_eq!(
             recovery_from(&[files_only, a], ""),
+            Recovery::Answered("a fern".into())
+        );
+    }
+
+    #[test]
+    fn hermes_image_placeholders_leave_the_history() {
+        assert_eq!(
+            without_image_placeholders("see\n[image: p.png]\n[screenshot]"),
+            "see\n[image: p.png]"
+        );
+        assert_eq!(without_image_placeholders("[screenshot]"), "[screenshot]");
+        let stored =
+            json!({"role": "user", "content": "what plant?\n[image: p.png]\n[screenshot]"});
+        let a = json!({"role": "assistant", "content": "a fern", "finish_reason": "stop"});
+        assert_eq!(
+            recovery_from(&[stored, a], "what plant?"),
             Recovery::Answered("a fern".into())
         );
     }

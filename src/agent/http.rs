@@ -266,10 +266,11 @@ impl Endpoint {
 
 impl Endpoint {
     /// GET returning the status and JSON, with every long `data:` URL in it cut to its header
-    /// (`data:image/png;base64,…`) as it streams past: a Hermes transcript keeps each image
-    /// sent with a message as a data URL, and a few photos would otherwise put it over
-    /// `MAX_JSON_BYTES` and every later turn of the lane with it. Blocking: call it in
-    /// `off_loop`.
+    /// (`data:image/png;base64,…`) as it streams past. Hermes saves a turn's images as
+    /// `[screenshot]`, but a compression that moves the conversation to a new session writes
+    /// the messages as they were sent, images included (agent/conversation_compression.py,
+    /// `replace_messages`): a few photos would then put the transcript over `MAX_JSON_BYTES`,
+    /// and every later turn of the lane with it. Blocking: call it in `off_loop`.
     pub fn get_json_lean(&self, path: &str) -> Result<(u16, Value), AgentError> {
         let mut req = self
             .http
