@@ -93,8 +93,10 @@ async fn send(c: &mut Client, text: &str, refs: &[&str]) -> Value {
         if frame_type(&f) == "message.stop" {
             stop = Some(f.clone());
         }
-        if typing_off(&f) && stop.is_some() {
-            return stop.unwrap();
+        if typing_off(&f) {
+            if let Some(stop) = stop.take() {
+                return stop;
+            }
         }
     }
 }
