@@ -397,10 +397,11 @@ async fn openai_a_photo_is_content_parts_once_and_a_name_in_history() {
     );
     assert_eq!(images_in(&req), [("image/png".to_owned(), png)]);
 
-    // A large photo: scaled and re-encoded to the default limits.
-    let big = encoded(&picture(4000, 3000, 31), ImageFormat::Png);
+    // A large photo as a phone takes it (a 12-megapixel JPEG): scaled and re-encoded to the
+    // default limits.
+    let big = encoded(&picture(4000, 3000, 31), ImageFormat::Jpeg);
     assert!(big.len() > 1 << 20);
-    upload(&mut c, "m2", "image", "image/png", "garden.png", &big).await;
+    upload(&mut c, "m2", "image", "image/jpeg", "garden.jpg", &big).await;
     send(&mut c, "and this?", &["m2"]).await;
     let req = llm.requests().pop().unwrap();
     let sent = images_in(&req);

@@ -638,6 +638,61 @@ mod tests {
     }
 
     #[test]
+    fn a_photo_stored_sideways_is_turned_upright() {
+        use image::ImageEncoder;
+        // EXIF (TIFF, big-endian) with one entry: Orientation (0x0112) = 6, turn 90° clockwise.
+        let exif = [
+            b"MM\0*\0\0\0\x08\0\x01".as_slice(),
+            &[0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0],
+            &[0, 0, 0, 0],
+        ]
+        .concat();
+        let img = noise(40, 20);
+        let mut jpg = Vec::new();
+        let mut enc = JpegEncoder::new_with_quality(&mut jpg, 90);
+        enc.set_exif_metadata(exif).unwrap();
+        enc.write_image(img.as_bytes(), 40, 20, image::ExtendedColorType::Rgb8)
+            .unwrap();
+        let got = one(
+            "",
+            "side.jpg",
+            "image",
+            "image/jpeg",
+            &jpg,
+            &MediaLimits::default(),
+        );
+        let sent = &got.images[0];
+        assert_ne!(
+            sent.bytes, jpg,
+            "re-encoded, so the EXIF note is not needed"
+        );
+        assert_eq!((sent.width, sent.height), (20, 40));
+    }
+
+    #[test]
+    fn every_format_the_agent_takes_goes_as_it_is() {
+        let img = noise(30, 20);
+        for (format, mime) in [
+            (ImageFormat::Png, "image/png"),
+            (ImageFormat::Jpeg, "image/jpeg"),
+            (ImageFormat::WebP, "image/webp"),
+            (ImageFormat::Gif, "image/gif"),
+        ] {
+            let bytes = encoded(&img, format);
+            let got = one(
+                "",
+                "x",
+                "image",
+                "application/octet-stream",
+                &bytes,
+                &MediaLimits::default(),
+            );
+            assert_eq!(got.images.len(), 1, "{format:?}: {}", got.text);
+            assert_eq!((got.images[0].mime, &got.images[0].bytes), (mime, &bytes));
+        }
+    }
+
+    #[test]
     fn an_image_at_the_byte_limit_goes_as_it_is_and_one_byte_less_is_reencoded() {
         let png = encoded(&noise(60, 60), ImageFormat::Png);
         let at = MediaLimits {
