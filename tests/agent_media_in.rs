@@ -271,12 +271,14 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
         .iter()
         .all(|q| images_in(q).is_empty()));
 
-    // A large photo is scaled and re-encoded within the limits, not refused.
+    // A large photo, alone (no text), is scaled and re-encoded within the limits, not refused.
     let big = encoded(&picture(3000, 2000, 31), ImageFormat::Png);
     assert!(big.len() > 1 << 20, "{}", big.len());
     upload(&mut c, "m2", "image", "image/png", "garden.png", &big).await;
     let before = r.llm.requests().len();
-    send(&mut c, "and this one?", &["m2"]).await;
+    send(&mut c, "", &["m2"]).await;
+    let asked = text_of(&last_user(r.llm.requests().last().unwrap())["content"]);
+    assert!(asked.ends_with("]\n\n[image: garden.png]"), "{asked}");
     let sent: Vec<_> = since(&r.llm, before).iter().flat_map(images_in).collect();
     assert_eq!(sent.len(), 1);
     assert_within_defaults(&sent[0].0, &sent[0].1);

@@ -131,6 +131,12 @@ pub fn prepare(text: &str, media: &[(MediaRef, PathBuf)], limits: &MediaLimits) 
             Prepared::Line(why) => input.text.push_str(&attachment_line(m, &why)),
         }
     }
+    // A message of files alone starts with its first file's line.
+    if text.is_empty() {
+        input
+            .text
+            .drain(..input.text.len() - input.text.trim_start_matches('\n').len());
+    }
     input
 }
 
@@ -148,6 +154,9 @@ pub fn history_text(text: &str, media: &[MediaRef]) -> String {
                 m.filename, m.mime, m.size
             ));
         }
+    }
+    if text.is_empty() {
+        out.drain(..out.len() - out.trim_start_matches('\n').len());
     }
     out
 }
@@ -927,7 +936,7 @@ mod tests {
     fn audio_video_and_other_files_are_attachment_lines() {
         let l = MediaLimits::default();
         let got = one("", "v.ogg", "voice", "audio/ogg", b"OggS", &l);
-        assert_eq!(got.text, "\n[attached: v.ogg (audio/ogg, 4 bytes): not read: the gateway sends the agent no audio]");
+        assert_eq!(got.text, "[attached: v.ogg (audio/ogg, 4 bytes): not read: the gateway sends the agent no audio]");
         let got = one("", "c.mp4", "video", "video/mp4", b"....", &l);
         assert!(got
             .text
@@ -968,6 +977,8 @@ mod tests {
             history_text("see", &[img, doc]),
             "see\n[image: p.png]\n[attached: n.txt (text/plain, 1 bytes)]"
         );
+        let (img, _, _d3) = media("p.png", "image", "image/png", b"x");
+        assert_eq!(history_text("", &[img]), "[image: p.png]");
     }
 
     #[test]
