@@ -16,8 +16,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::http::{off_loop, Endpoint};
+use super::media_in::{self, AgentInput, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
-use super::openai::{model_ids, user_text};
+use super::openai::{model_ids, user_content};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::{Runtime, TodoItem, TodoStatus};
@@ -34,14 +35,16 @@ pub struct HermesAgent {
     model: String,
     /// Where files named in an answer (`MEDIA:` lines) may be read from (`media_out.rs`).
     files: std::sync::Arc<FilePolicy>,
+    media_limits: MediaLimits,
 }
 
 impl HermesAgent {
-    pub fn new(config: &AgentConfig, key: Secret) -> HermesAgent {
+    pub fn new(config: &AgentConfig, key: Secret, media_limits: MediaLimits) -> HermesAgent {
         HermesAgent {
             endpoint: Endpoint::new(config, key),
             model: config.model.trim().to_owned(),
             files: std::sync::Arc::default(),
+            media_limits,
         }
     }
 
@@ -49,6 +52,40 @@ impl HermesAgent {
     pub fn with_files(mut self, files: std::sync::Arc<FilePolicy>) -> HermesAgent {
         self.files = files;
         self
+    }
+}
+
+/// `POST /v1/runs` `input`: the text alone when there is no image (what every Hermes takes),
+/// else one user message with OpenAI content parts. The runs path hands the last message's
+/// `content` to the agent as it is (`_handle_runs`); the agent sends the parts to a model with
+/// vision, or has its vision tool describe each image for one without (run_agent.py,
+/// `_prepare_messages_for_non_vision_model`).
+fn runs_input(input: &AgentInput) -> Value {
+    if input.images.is_empty() {
+        return Value::String(input.text.clone());
+    }
+    json!([{ "role": "user", "content": user_content(input) }])
+}
+
+/// A transcript row's words: a plain `content`, or the text parts of a list (a message sent
+/// with images; its `[image: NAME]` lines are in its text). No image bytes.
+fn content_text(m: &Value) -> Option<String> {
+    match m.get("content")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter(|p| {
+                    matches!(
+                        p.get("type").and_then(Value::as_str),
+                        Some("text" | "input_text")
+                    )
+                })
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
     }
 }
 
@@ -87,9 +124,9 @@ impl TurnWorker {
     }
 
     fn transcript(&self) -> Option<Vec<Value>> {
-        let v = self
+        let (_, v) = self
             .ep
-            .get_json(&format!("/api/sessions/{}/messages", self.session))
+            .get_json_lean(&format!("/api/sessions/{}/messages", self.session))
             .ok()?;
         v.get("messages")
             .or(v.get("data"))
@@ -263,11 +300,9 @@ impl TurnWorker {
     /// a run does not load its session's history itself. User and assistant words only
     /// (the field is text only; tool rows would reach the model without their calls).
     fn history(&self) -> Result<Vec<Value>, AgentError> {
-        let (status, v) = self.ep.call_json(
-            "GET",
-            &format!("/api/sessions/{}/messages", self.session),
-            None,
-        )?;
+        let (status, v) = self
+            .ep
+            .get_json_lean(&format!("/api/sessions/{}/messages", self.session))?;
         if status == 404 {
             return Ok(Vec::new()); // the first turn of this session: Hermes creates it
         }
@@ -286,7 +321,8 @@ impl TurnWorker {
             .iter()
             .filter_map(|m| {
                 let role = m.get("role").and_then(Value::as_str)?;
-                let content = m.get("content").and_then(Value::as_str)?.trim();
+                let content = without_image_placeholders(&content_text(m)?);
+                let content = content.trim();
                 (matches!(role, "user" | "assistant") && !content.is_empty())
                     .then(|| json!({ "role": role, "content": content }))
             })
@@ -647,10 +683,7 @@ fn run_turn_blocking(
 /// What a transcript says about `user_text`, the last message a restart interrupted. Hermes
 /// stores a partial answer (no `finish_reason`) when the stream to the gateway broke.
 fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
-    let text_of = |m: &Value| match m.get("content") {
-        Some(Value::String(s)) => s.trim().to_owned(),
-        _ => String::new(),
-    };
+    let text_of = |m: &Value| content_text(m).unwrap_or_default().trim().to_owned();
     let role_of = |m: &Value| {
         m.get("role")
             .and_then(Value::as_str)
@@ -659,7 +692,7 @@ fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
     };
     let Some(asked) = messages
         .iter()
-        .rposition(|m| role_of(m) == "user" && text_of(m) == user_text.trim())
+        .rposition(|m| role_of(m) == "user" && asked_by(&text_of(m), user_text))
     else {
         return Recovery::Unknown;
     };
@@ -677,6 +710,31 @@ fn recovery_from(messages: &[Value], user_text: &str) -> Recovery {
             }
         }
         None => Recovery::Unknown,
+    }
+}
+
+/// Hermes saves a message's images as `[screenshot]` lines (run_agent.py,
+/// `_flush_messages_to_session_db_unlocked`); the gateway's own `[image: NAME]` lines already
+/// say what was shown, and a photo is no screenshot.
+fn without_image_placeholders(text: &str) -> String {
+    if !text.contains("[image: ") {
+        return text.to_owned();
+    }
+    text.lines()
+        .filter(|l| l.trim() != "[screenshot]")
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether a stored user message is the one the person typed `typed` into: the same text, or
+/// that text followed by the lines for its files (`[image: …]`, `[file: …]`, `[attached: …]`).
+fn asked_by(stored: &str, typed: &str) -> bool {
+    let (stored, typed) = (stored.trim(), typed.trim());
+    match stored.strip_prefix(typed) {
+        Some("") => true,
+        Some(rest) if typed.is_empty() => rest.starts_with('['),
+        Some(rest) => rest.starts_with("\n["),
+        None => false,
     }
 }
 
@@ -717,8 +775,8 @@ impl Agent for HermesAgent {
         let (session, user_text) = (session.to_owned(), user_text.to_owned());
         Box::pin(async move {
             let found = off_loop("agent-recover", move |_| {
-                match ep.get_json(&format!("/api/sessions/{session}/messages")) {
-                    Ok(v) => {
+                match ep.get_json_lean(&format!("/api/sessions/{session}/messages")) {
+                    Ok((_, v)) => {
                         let messages = v
                             .get("messages")
                             .and_then(Value::as_array)
@@ -745,8 +803,9 @@ impl Agent for HermesAgent {
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>> {
         // `session_id` makes Hermes save the turn into the lane's session (so the transcript,
         // the next turn's history and a restart's recovery all find it there).
+        // `input` is filled in on the worker thread: reading and scaling images is slow.
         let mut body = json!({
-            "input": user_text(&turn),
+            "input": "",
             "session_id": turn.session,
         });
         let model = turn
@@ -766,8 +825,13 @@ impl Agent for HermesAgent {
         };
         let resume = turn.resume_run.clone();
         let body = resume.is_none().then_some(body);
+        let limits = self.media_limits;
         Box::pin(async move {
             let mut summary = off_loop("agent-turn", move |stop| {
+                let body = body.map(|mut b| {
+                    b["input"] = runs_input(&media_in::prepare(&turn.text, &turn.media, &limits));
+                    b
+                });
                 run_turn_blocking(&worker, body, resume, &stop)
             })
             .await??;
@@ -916,5 +980,65 @@ mod tests {
             Recovery::Unknown
         );
         assert_eq!(recovery_from(&[q], "other"), Recovery::Unknown);
+    }
+
+    #[test]
+    fn a_message_sent_with_images_is_found_by_its_text() {
+        let q = json!({"role": "user", "content": [
+            {"type": "text", "text": "what plant?\n[image: p.png]"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,\u{2026}"}}]});
+        let a = json!({"role": "assistant", "content": "a fern", "finish_reason": "stop"});
+        assert_eq!(
+            recovery_from(&[q.clone(), a.clone()], "what plant?"),
+            Recovery::Answered("a fern".into())
+        );
+        assert_eq!(
+            recovery_from(&[q.clone(), a.clone()], "what"),
+            Recovery::Unknown
+        );
+        assert_eq!(content_text(&q).unwrap(), "what plant?\n[image: p.png]");
+        let files_only = json!({"role": "user", "content": "\n[attached: v.ogg (audio/ogg, 4 bytes): not read]"});
+        assert_eq!(
+            recovery_from(&[files_only, a], ""),
+            Recovery::Answered("a fern".into())
+        );
+    }
+
+    #[test]
+    fn hermes_image_placeholders_leave_the_history() {
+        assert_eq!(
+            without_image_placeholders("see\n[image: p.png]\n[screenshot]"),
+            "see\n[image: p.png]"
+        );
+        assert_eq!(without_image_placeholders("[screenshot]"), "[screenshot]");
+        let stored =
+            json!({"role": "user", "content": "what plant?\n[image: p.png]\n[screenshot]"});
+        let a = json!({"role": "assistant", "content": "a fern", "finish_reason": "stop"});
+        assert_eq!(
+            recovery_from(&[stored, a], "what plant?"),
+            Recovery::Answered("a fern".into())
+        );
+    }
+
+    #[test]
+    fn runs_input_is_text_without_images_and_parts_with_them() {
+        let mut input = AgentInput {
+            text: "hi".into(),
+            images: Vec::new(),
+        };
+        assert_eq!(runs_input(&input), json!("hi"));
+        input.images.push(media_in::AgentImage {
+            filename: "p.png".into(),
+            mime: "image/png",
+            bytes: vec![1, 2, 3],
+            width: 1,
+            height: 1,
+        });
+        assert_eq!(
+            runs_input(&input),
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AQID"}}]}])
+        );
     }
 }

@@ -22,6 +22,11 @@ use crate::config::{AgentConfig, Secret};
 const MAX_SSE_LINE: usize = 1 << 20;
 /// Largest plain JSON response read (model lists, transcripts).
 const MAX_JSON_BYTES: u64 = 8 << 20;
+/// Largest answer read by [`Endpoint::get_json_lean`] (a transcript whose images are skipped
+/// as they stream past); what it keeps is still bounded by `MAX_JSON_BYTES`.
+const MAX_LEAN_JSON_BYTES: u64 = 512 << 20;
+/// A `data:` URL longer than this is left out of a lean read.
+const LEAN_DATA_URL_CHARS: usize = 1024;
 /// Plain JSON calls (probes, transcripts) must answer within this.
 const JSON_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -259,6 +264,129 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// GET returning the status and JSON, with every long `data:` URL in it cut to its header
+    /// (`data:image/png;base64,…`) as it streams past. Hermes saves a turn's images as
+    /// `[screenshot]`, but a compression that moves the conversation to a new session writes
+    /// the messages as they were sent, images included (agent/conversation_compression.py,
+    /// `replace_messages`): a few photos would then put the transcript over `MAX_JSON_BYTES`,
+    /// and every later turn of the lane with it. Blocking: call it in `off_loop`.
+    pub fn get_json_lean(&self, path: &str) -> Result<(u16, Value), AgentError> {
+        let mut req = self
+            .http
+            .get(self.url(path))
+            .config()
+            .timeout_global(Some(JSON_CALL_TIMEOUT))
+            .build();
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| before_answer(&e))?;
+        let status = resp.status().as_u16();
+        if matches!(status, 401 | 403 | 429 | 503) {
+            return Err(status_error(status, resp));
+        }
+        let reader = resp
+            .into_body()
+            .into_with_config()
+            .limit(MAX_LEAN_JSON_BYTES)
+            .reader();
+        let reader = std::io::BufReader::with_capacity(8 << 10, reader);
+        Ok((status, lean_json(reader).unwrap_or(Value::Null)))
+    }
+}
+
+/// Parses JSON from `reader` with long `data:` URLs cut (see [`Endpoint::get_json_lean`]);
+/// `None` when it is not JSON or what it keeps is over `MAX_JSON_BYTES`.
+pub(super) fn lean_json(reader: impl Read) -> Option<Value> {
+    use serde::de::DeserializeSeed;
+    let budget = std::cell::Cell::new(MAX_JSON_BYTES as usize);
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let v = Lean(&budget).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(v)
+}
+
+/// Builds a `Value` like serde_json's own, cutting long data URLs and charging what it keeps
+/// to a budget.
+#[derive(Clone, Copy)]
+struct Lean<'a>(&'a std::cell::Cell<usize>);
+
+impl Lean<'_> {
+    fn charge<E: serde::de::Error>(&self, n: usize) -> Result<(), E> {
+        let left = self
+            .0
+            .get()
+            .checked_sub(n)
+            .ok_or_else(|| E::custom("over the JSON budget"))?;
+        self.0.set(left);
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Lean<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Lean<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
+        let kept = match v.split_once(',') {
+            Some((header, _)) if v.starts_with("data:") && v.len() > LEAN_DATA_URL_CHARS => {
+                let header: String = header.chars().take(100).collect();
+                format!("{header},\u{2026}")
+            }
+            _ => v.to_owned(),
+        };
+        self.charge(kept.len())?;
+        Ok(Value::String(kept))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            self.charge(8)?;
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.charge(key.len() + 8)?;
+            let value = map.next_value_seed(self)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// Reads an SSE answer line by line (see [`Endpoint::post_sse`]).
 fn read_sse(
     resp: ureq::http::Response<ureq::Body>,
@@ -421,6 +549,29 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_lean_read_cuts_long_data_urls_and_keeps_the_rest() {
+        let url = format!("data:image/png;base64,{}", "A".repeat(5000));
+        let text = serde_json::to_string(&serde_json::json!({"data": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"},
+                {"type": "image_url", "image_url": {"url": url}}]},
+            {"role": "assistant", "content": "data:short,ok", "n": 1.5, "t": true, "z": null}
+        ]}))
+        .unwrap();
+        let v = lean_json(text.as_bytes()).unwrap();
+        assert_eq!(
+            v.pointer("/data/0/content/1/image_url/url").unwrap(),
+            "data:image/png;base64,\u{2026}"
+        );
+        assert_eq!(v.pointer("/data/0/content/0/text").unwrap(), "hi");
+        assert_eq!(v["data"][1]["content"], "data:short,ok");
+        assert_eq!(
+            (v["data"][1]["n"].as_f64(), v["data"][1]["t"].as_bool()),
+            (Some(1.5), Some(true))
+        );
+        assert!(lean_json(&b"not json"[..]).is_none());
     }
 
     #[test]

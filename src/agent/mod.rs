@@ -12,6 +12,7 @@ mod demo;
 mod hermes;
 mod http;
 pub mod media_out;
+pub mod media_in;
 mod openai;
 mod switch;
 pub mod transcribe;
@@ -40,9 +41,14 @@ pub fn from_config(
 ) -> Result<std::rc::Rc<dyn Agent>, crate::config::ConfigError> {
     let a = &config.agent;
     let files = std::sync::Arc::new(media_out::FilePolicy::from_config(config));
+    let media = media_in::MediaLimits::from_limits(&config.limits);
     Ok(match a.backend.as_str() {
-        "hermes" => std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?).with_files(files)),
-        "openai" => std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?).with_files(files)),
+        "hermes" => {
+            std::rc::Rc::new(HermesAgent::new(a, a.resolve_key()?, media).with_files(files))
+        }
+        "openai" => {
+            std::rc::Rc::new(OpenAiAgent::new(a, a.resolve_key()?, media).with_files(files))
+        }
         _ => std::rc::Rc::new(DemoAgent::new(config.demo.pace_ms)),
     })
 }

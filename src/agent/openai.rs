@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::http::{off_loop, Endpoint};
 use super::media_out::{FilePolicy, OutFilter};
+use super::media_in::{self, AgentInput, MediaLimits};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Role;
@@ -25,16 +26,18 @@ pub struct OpenAiAgent {
     default_model: RefCell<Option<String>>,
     /// Where files named in an answer may be read from (`media_out.rs`).
     files: std::sync::Arc<FilePolicy>,
+    media_limits: MediaLimits,
 }
 
 impl OpenAiAgent {
-    pub fn new(config: &AgentConfig, key: Secret) -> OpenAiAgent {
+    pub fn new(config: &AgentConfig, key: Secret, media_limits: MediaLimits) -> OpenAiAgent {
         OpenAiAgent {
             endpoint: Endpoint::new(config, key),
             model: config.model.trim().to_owned(),
             system_prompt: config.system_prompt.clone(),
             default_model: RefCell::new(None),
             files: std::sync::Arc::default(),
+            media_limits,
         }
     }
 
@@ -88,8 +91,9 @@ pub(super) fn model_ids(answer: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The request body for one turn.
-fn request_body(system_prompt: &str, model: &str, turn: &TurnInput) -> Value {
+/// The request body for one turn. Reads and converts the message's files: call it on the
+/// turn's worker thread.
+fn request_body(system_prompt: &str, model: &str, turn: &TurnInput, limits: &MediaLimits) -> Value {
     let mut messages = Vec::with_capacity(turn.history.len() + 2);
     if !system_prompt.trim().is_empty() {
         messages.push(json!({ "role": "system", "content": system_prompt }));
@@ -102,7 +106,8 @@ fn request_body(system_prompt: &str, model: &str, turn: &TurnInput) -> Value {
         };
         messages.push(json!({ "role": role, "content": past.text }));
     }
-    messages.push(json!({ "role": "user", "content": user_text(turn) }));
+    let input = media_in::prepare(&turn.text, &turn.media, limits);
+    messages.push(json!({ "role": "user", "content": user_content(&input) }));
     let mut body = json!({
         "model": model,
         "messages": messages,
@@ -119,16 +124,20 @@ fn request_body(system_prompt: &str, model: &str, turn: &TurnInput) -> Value {
     body
 }
 
-/// The user's text, with a line per attached file (this backend sends no file bytes).
-pub(super) fn user_text(turn: &TurnInput) -> String {
-    let mut text = turn.text.clone();
-    for (m, _) in &turn.media {
-        text.push_str(&format!(
-            "\n[attached: {} ({}, {} bytes)]",
-            m.filename, m.mime, m.size
-        ));
+/// The new message's `content`: its text alone, or (with images) OpenAI's content parts, the
+/// text first and each image as a `data:` URL (docs/agents.md, "Images and documents").
+pub(super) fn user_content(input: &AgentInput) -> Value {
+    if input.images.is_empty() {
+        return Value::String(input.text.clone());
     }
-    text
+    let mut parts = Vec::with_capacity(input.images.len() + 1);
+    if !input.text.is_empty() {
+        parts.push(json!({ "type": "text", "text": input.text }));
+    }
+    for img in &input.images {
+        parts.push(json!({ "type": "image_url", "image_url": { "url": img.data_url() } }));
+    }
+    Value::Array(parts)
 }
 
 /// What one streamed chunk says.
@@ -202,10 +211,11 @@ impl Agent for OpenAiAgent {
     ) -> LocalBoxFuture<'_, Result<TurnSummary, AgentError>> {
         Box::pin(async move {
             let model = self.model_for(&turn).await?;
-            let body = request_body(&self.system_prompt, &model, &turn);
+            let (system_prompt, limits) = (self.system_prompt.clone(), self.media_limits);
             let ep = self.endpoint.clone();
             let mut out = OutFilter::new(self.files.clone());
             off_loop("agent-turn", move |stop| {
+                let body = request_body(&system_prompt, &model, &turn, &limits);
                 let mut summary = TurnSummary {
                     model: Some(model),
                     ..TurnSummary::default()
@@ -300,7 +310,12 @@ mod tests {
                 text: "hello".into(),
             },
         ];
-        let body = request_body("be brief", "m", &turn(history, AgentSettings::default()));
+        let body = request_body(
+            "be brief",
+            "m",
+            &turn(history, AgentSettings::default()),
+            &MediaLimits::default(),
+        );
         let roles: Vec<&str> = body["messages"]
             .as_array()
             .unwrap()
@@ -319,7 +334,12 @@ mod tests {
             fast: true,
             model: None,
         };
-        let body = request_body("", "m", &turn(Vec::new(), settings));
+        let body = request_body(
+            "",
+            "m",
+            &turn(Vec::new(), settings),
+            &MediaLimits::default(),
+        );
         assert_eq!(body["reasoning_effort"], "high");
         assert_eq!(body["service_tier"], "priority");
         assert_eq!(body["messages"].as_array().unwrap().len(), 1);

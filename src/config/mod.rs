@@ -259,6 +259,16 @@ pub struct Limits {
     pub max_media_per_message: usize,
     /// Seconds an upload may go without a binary frame before it is abandoned.
     pub media_idle_timeout_secs: u64,
+    /// Longest side, in pixels, of an image sent to the agent: a larger photo is scaled down
+    /// (the original stays in media storage). Models look at about this much anyway
+    /// (Anthropic's guidance is 1568), and pixels beyond it cost tokens and upload time.
+    pub agent_image_side: u32,
+    /// Largest image sent to the agent, after re-encoding (JPEG at falling quality, then
+    /// smaller sides, until it fits).
+    pub agent_image_bytes: usize,
+    /// Largest text document inlined into the agent's message; a larger one reaches the agent
+    /// as an attachment line saying so.
+    pub agent_document_bytes: usize,
     /// Largest webhook request body.
     pub max_webhook_bytes: usize,
     /// Webhook requests per minute, over all webhooks; more get 429.
@@ -358,6 +368,9 @@ impl Default for Limits {
             media_quota_bytes: 2 << 30,
             max_media_per_message: 10,
             media_idle_timeout_secs: 60,
+            agent_image_side: 1568,
+            agent_image_bytes: 1 << 20,
+            agent_document_bytes: 64 << 10,
             max_webhook_bytes: 64 << 10,
             webhooks_per_minute: 60,
             pair_code_ttl_secs: 600,

@@ -16,6 +16,7 @@ impl Config {
             .into_iter()
             .chain([self.plain_check()])
             .chain(door_checks(&self.limits))
+            .chain(agent_media_checks(&self.limits))
             .chain(self.service_checks())
             .chain(self.transcription_checks());
         for (key, ok, why) in checks {
@@ -198,6 +199,31 @@ fn door_checks(l: &Limits) -> [Check; 2] {
     ]
 }
 
+/// The bounds on what the agent is sent of a message's files (src/agent/media_in.rs).
+fn agent_media_checks(l: &Limits) -> [Check; 3] {
+    [
+        // Below this a photo says nothing; above it no model looks closer (and a decoded side
+        // costs memory on the board).
+        (
+            "limits.agent_image_side",
+            (64..=8192).contains(&l.agent_image_side),
+            "must be between 64 and 8192",
+        ),
+        // A JPEG of the smallest side (64 px) must be able to fit; all of a message's images
+        // together are bounded separately (6 MiB) by what Hermes accepts in one request.
+        (
+            "limits.agent_image_bytes",
+            (16 << 10..=6 << 20).contains(&l.agent_image_bytes),
+            "must be between 16384 and 6291456 (6 MiB)",
+        ),
+        (
+            "limits.agent_document_bytes",
+            (1..=4 << 20).contains(&l.agent_document_bytes),
+            "must be between 1 and 4194304 (4 MiB)",
+        ),
+    ]
+}
+
 /// A `[[cron]]` needs a schedule the cron crate reads, a channel and a prompt.
 fn check_cron(job: &CronJob) -> Result<(), ConfigError> {
     if let Err(e) = job.schedule.parse::<cron::Schedule>() {
@@ -255,4 +281,56 @@ fn check_webhooks(hooks: &[WebhookConfig]) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut Limits)) -> Result<(), ConfigError> {
+        let mut c = Config::default();
+        f(&mut c.limits);
+        c.validate()
+    }
+
+    fn refused_key(r: Result<(), ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn agent_media_limits_are_bounded_at_both_ends() {
+        assert!(with(|l| l.agent_image_side = 64).is_ok());
+        assert!(with(|l| l.agent_image_side = 8192).is_ok());
+        assert_eq!(
+            refused_key(with(|l| l.agent_image_side = 63)),
+            "limits.agent_image_side"
+        );
+        assert_eq!(
+            refused_key(with(|l| l.agent_image_side = 8193)),
+            "limits.agent_image_side"
+        );
+        assert!(with(|l| l.agent_image_bytes = 16 << 10).is_ok());
+        assert!(with(|l| l.agent_image_bytes = 6 << 20).is_ok());
+        assert_eq!(
+            refused_key(with(|l| l.agent_image_bytes = (16 << 10) - 1)),
+            "limits.agent_image_bytes"
+        );
+        assert_eq!(
+            refused_key(with(|l| l.agent_image_bytes = (6 << 20) + 1)),
+            "limits.agent_image_bytes"
+        );
+        assert!(with(|l| l.agent_document_bytes = 1).is_ok());
+        assert!(with(|l| l.agent_document_bytes = 4 << 20).is_ok());
+        assert_eq!(
+            refused_key(with(|l| l.agent_document_bytes = 0)),
+            "limits.agent_document_bytes"
+        );
+        assert_eq!(
+            refused_key(with(|l| l.agent_document_bytes = (4 << 20) + 1)),
+            "limits.agent_document_bytes"
+        );
+    }
 }

@@ -413,7 +413,8 @@ impl Hub {
                 last_user = (m.role == Role::User).then(|| m.message_id.clone());
                 past.push(PastMessage {
                     role: m.role,
-                    text: m.text,
+                    // Files by name only: their bytes went to the agent once, with their message.
+                    text: crate::agent::media_in::history_text(&m.text, &m.media),
                 });
             }
         }
