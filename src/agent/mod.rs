@@ -11,8 +11,8 @@
 mod demo;
 mod hermes;
 mod http;
-pub mod media_out;
 pub mod media_in;
+pub mod media_out;
 mod openai;
 mod switch;
 pub mod transcribe;

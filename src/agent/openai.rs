@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::http::{off_loop, Endpoint};
-use super::media_out::{FilePolicy, OutFilter};
 use super::media_in::{self, AgentInput, MediaLimits};
+use super::media_out::{FilePolicy, OutFilter};
 use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Role;
