@@ -472,7 +472,12 @@ async fn the_openai_backend_hears_the_transcript_now_and_in_later_history() {
     assert!(pstr(next.stop(), "final_text").contains(&format!("the first was: {HEARD}")));
     let asked = user_words(&llm);
     let last = asked.last().unwrap();
-    assert_eq!(last[0], HEARD, "{asked:?}");
+    // What was heard, then the note by name (its sound went nowhere).
+    assert_eq!(
+        last[0],
+        format!("{HEARD}\n[attached: note.ogg (audio/ogg, 2000 bytes)]"),
+        "{asked:?}"
+    );
     assert_eq!(last[1], "and the roses?");
 }
 

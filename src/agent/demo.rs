@@ -58,8 +58,12 @@ const FIRST_LINE_CHARS: usize = 200;
 /// What the demo adds when a message carries files: one line per file, read from disk so the
 /// demo proves it received the bytes, not just the metadata; for an image its pixel size, for a
 /// text document its first line; for a voice note what it heard (`text`, which carries the
-/// transcript when there is one). Blocking file I/O: call it off the event loop.
-pub fn describe_media(media: &[(MediaRef, std::path::PathBuf)], text: &str) -> String {
+/// transcripts of the notes in `heard`). Blocking file I/O: call it off the event loop.
+pub fn describe_media(
+    media: &[(MediaRef, std::path::PathBuf)],
+    text: &str,
+    heard: &[String],
+) -> String {
     let mut out = String::new();
     let mut voice = Vec::new();
     for (m, path) in media {
@@ -72,20 +76,19 @@ pub fn describe_media(media: &[(MediaRef, std::path::PathBuf)], text: &str) -> S
             out.push('\n');
             out.push_str(&more);
         }
-        if is_audio(m) {
+        if is_audio(m) && !heard.contains(&m.media_id) {
             voice.push(m.filename.as_str());
         }
     }
+    if !heard.is_empty() {
+        out.push_str(&format!("\nI heard: \u{201c}{}\u{201d}", text.trim()));
+    }
     if !voice.is_empty() {
-        if text.trim().is_empty() {
-            out.push_str(&format!(
-                "\nI got {} without a transcript: voice needs a transcription service \
-                 (admin page \u{2192} Agent \u{2192} Transcription, or [transcription] url in config.toml).",
-                voice.join(", ")
-            ));
-        } else {
-            out.push_str(&format!("\nI heard: \u{201c}{}\u{201d}", text.trim()));
-        }
+        out.push_str(&format!(
+            "\nI got {} without a transcript: voice needs a transcription service that answers \
+             (admin page \u{2192} Agent \u{2192} Transcription, or [transcription] url in config.toml).",
+            voice.join(", ")
+        ));
     }
     out
 }
@@ -340,10 +343,11 @@ impl Agent for DemoAgent {
             ))
             .await?;
             // Reading the files is blocking I/O: off the event loop.
-            let (media, text) = (turn.media.clone(), turn.text.clone());
-            let described = tokio::task::spawn_blocking(move || describe_media(&media, &text))
-                .await
-                .map_err(|e| AgentError::Failed(format!("reading the files failed: {e}")))?;
+            let (media, text, heard) = (turn.media.clone(), turn.text.clone(), turn.heard.clone());
+            let described =
+                tokio::task::spawn_blocking(move || describe_media(&media, &text, &heard))
+                    .await
+                    .map_err(|e| AgentError::Failed(format!("reading the files failed: {e}")))?;
             let reply = format!("{}{described}", demo_reply(&turn.text));
             let mut tokens = 0i64;
             for (i, word) in reply.split(' ').enumerate() {
@@ -398,6 +402,7 @@ mod tests {
             user_message_id: "m1".into(),
             text: "hello there world".into(),
             media: Vec::new(),
+            heard: Vec::new(),
             session: "s".into(),
             history: Vec::new(),
             settings: Default::default(),
@@ -635,7 +640,7 @@ mod tests {
                 &[0, 1, 2],
             ),
         ];
-        let text = describe_media(&media, "look");
+        let text = describe_media(&media, "look", &[]);
         let lines: Vec<&str> = text.lines().skip(1).collect();
         assert_eq!(
             lines,
@@ -651,12 +656,14 @@ mod tests {
         );
 
         let note = vec![file(dir.path(), "note.ogg", "voice", "audio/ogg", b"OggS")];
-        let heard = describe_media(&note, "water the beans");
+        let note_id = vec![note[0].0.media_id.clone()];
+        let heard = describe_media(&note, "water the beans", &note_id);
         assert!(
             heard.ends_with("\nI heard: \u{201c}water the beans\u{201d}"),
             "{heard}"
         );
-        let unheard = describe_media(&note, " ");
+        // A caption typed with a note that was not heard is not what was heard.
+        let unheard = describe_media(&note, "a caption", &[]);
         assert!(
             unheard.contains(
                 "I got note.ogg without a transcript: voice needs a transcription service"

@@ -829,7 +829,12 @@ impl Agent for HermesAgent {
         Box::pin(async move {
             let mut summary = off_loop("agent-turn", move |stop| {
                 let body = body.map(|mut b| {
-                    b["input"] = runs_input(&media_in::prepare(&turn.text, &turn.media, &limits));
+                    b["input"] = runs_input(&media_in::prepare(
+                        &turn.text,
+                        &turn.media,
+                        &turn.heard,
+                        &limits,
+                    ));
                     b
                 });
                 run_turn_blocking(&worker, body, resume, &stop)

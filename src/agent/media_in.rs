@@ -94,15 +94,28 @@ pub struct AgentInput {
     pub images: Vec<AgentImage>,
 }
 
-/// Builds what the agent gets for a message's text and files. Blocking: call it on a worker
+/// Builds what the agent gets for a message's text and files; `heard` are the voice notes whose
+/// transcript the text already carries (`TurnInput::heard`). Blocking: call it on a worker
 /// thread.
-pub fn prepare(text: &str, media: &[(MediaRef, PathBuf)], limits: &MediaLimits) -> AgentInput {
+pub fn prepare(
+    text: &str,
+    media: &[(MediaRef, PathBuf)],
+    heard: &[String],
+    limits: &MediaLimits,
+) -> AgentInput {
     let mut input = AgentInput {
         text: text.to_owned(),
         images: Vec::new(),
     };
     let mut image_budget = TURN_IMAGE_BYTES;
     for (m, path) in media {
+        if heard.contains(&m.media_id) {
+            input.text.push_str(&attachment_line(
+                m,
+                "heard: the message's text carries its words",
+            ));
+            continue;
+        }
         match prepare_one(m, path, limits) {
             Prepared::Image(img) if img.bytes.len() > image_budget => {
                 input.text.push_str(&attachment_line(
@@ -574,7 +587,7 @@ mod tests {
         l: &MediaLimits,
     ) -> AgentInput {
         let (m, p, _dir) = media(name, kind, mime, bytes);
-        prepare(text, &[(m, p)], l)
+        prepare(text, &[(m, p)], &[], l)
     }
 
     fn encoded(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
@@ -959,7 +972,7 @@ mod tests {
             .iter()
             .map(|(m, p, _)| (m.clone(), p.clone()))
             .collect();
-        let got = prepare("", &refs, &l);
+        let got = prepare("", &refs, &[], &l);
         assert_eq!(got.images.len(), TURN_IMAGE_BYTES / png.len());
         assert!(
             got.text

@@ -64,6 +64,9 @@ pub struct TurnInput {
     pub text: String,
     /// Files attached to the message, with where their bytes are on disk.
     pub media: Vec<(MediaRef, std::path::PathBuf)>,
+    /// The media ids of the voice notes in `media` whose transcript `text` carries (after the
+    /// typed text): the agent is told they were heard, not that it got a sound it cannot hear.
+    pub heard: Vec<String>,
     /// The lane's conversation at the agent (a Hermes session id). Stable until `/new`.
     pub session: String,
     /// Earlier messages of this conversation, oldest first, for backends that keep no history

@@ -106,7 +106,7 @@ fn request_body(system_prompt: &str, model: &str, turn: &TurnInput, limits: &Med
         };
         messages.push(json!({ "role": role, "content": past.text }));
     }
-    let input = media_in::prepare(&turn.text, &turn.media, limits);
+    let input = media_in::prepare(&turn.text, &turn.media, &turn.heard, limits);
     messages.push(json!({ "role": "user", "content": user_content(&input) }));
     let mut body = json!({
         "model": model,
@@ -287,6 +287,7 @@ mod tests {
             user_message_id: "m1".into(),
             text: "and now?".into(),
             media: Vec::new(),
+            heard: Vec::new(),
             session: "s".into(),
             history,
             settings,

@@ -58,8 +58,8 @@ impl Hub {
             ls.run_id = turn.resume_run.clone();
         }
         let outcome = match heard {
-            Ok(text) => {
-                let input = self.turn_input(lane, &turn, text).await;
+            Ok((text, heard)) => {
+                let input = self.turn_input(lane, &turn, text, heard).await;
                 self.attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
                     .await
             }
@@ -117,7 +117,13 @@ impl Hub {
     /// What the agent is given for a turn: the message (`text`: as typed, with what was heard
     /// in its voice notes), its files, the lane's conversation (and, for backends that keep
     /// none, its recent history) and the user's settings.
-    async fn turn_input(&self, lane: &Lane, turn: &QueuedTurn, text: String) -> TurnInput {
+    async fn turn_input(
+        &self,
+        lane: &Lane,
+        turn: &QueuedTurn,
+        text: String,
+        heard: Vec<String>,
+    ) -> TurnInput {
         let media = turn
             .media
             .iter()
@@ -132,6 +138,7 @@ impl Hub {
             user_message_id: turn.user_message_id.clone(),
             text,
             media,
+            heard,
             history: self.past_messages(lane, &session, &turn.user_message_id),
             session: session.session_id,
             settings: self.state.borrow().agent_settings.clone(),
@@ -386,9 +393,10 @@ impl Hub {
         let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
             return Vec::new();
         };
-        let mut past: Vec<PastMessage> = Vec::new();
-        // The id of the user message `past` ends with, if it does.
-        let mut last_user: Option<String> = None;
+        // Kept messages with what was heard in their voice notes, then made text at the end.
+        let mut kept: Vec<(HistoryMessage, Vec<String>)> = Vec::new();
+        // Whether `kept` ends with a user message (whose transcripts may follow it).
+        let mut ends_with_user = false;
         for m in page
             .messages
             .into_iter()
@@ -396,11 +404,10 @@ impl Hub {
         {
             // What was heard in a voice note was part of the user's words when it was asked.
             if let Some(heard) = super::voice::transcript_of(&m) {
-                let of_last = last_user
-                    .as_deref()
-                    .is_some_and(|u| super::voice::is_heard_of(&m.message_id, u));
-                if let (true, Some(user)) = (of_last, past.last_mut()) {
-                    user.text = super::voice::agent_text(&user.text, &[heard]);
+                if let (true, Some((user, transcripts))) = (ends_with_user, kept.last_mut()) {
+                    if super::voice::is_heard_of(&m.message_id, &user.message_id) {
+                        transcripts.push(heard);
+                    }
                 }
                 continue;
             }
@@ -410,14 +417,22 @@ impl Hub {
                 Role::System | Role::Cron => false,
             };
             if keep {
-                last_user = (m.role == Role::User).then(|| m.message_id.clone());
-                past.push(PastMessage {
-                    role: m.role,
-                    // Files by name only: their bytes went to the agent once, with their message.
-                    text: crate::agent::media_in::history_text(&m.text, &m.media),
-                });
+                ends_with_user = m.role == Role::User;
+                kept.push((m, Vec::new()));
             }
         }
+        let mut past: Vec<PastMessage> = kept
+            .into_iter()
+            .map(|(m, heard)| PastMessage {
+                role: m.role,
+                // As the agent was asked: typed words, what was heard, then the files by name
+                // only (their bytes went to the agent once, with their message).
+                text: crate::agent::media_in::history_text(
+                    &super::voice::agent_text(&m.text, &heard),
+                    &m.media,
+                ),
+            })
+            .collect();
         let skip = past.len().saturating_sub(limit);
         past.drain(..skip);
         past

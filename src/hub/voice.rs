@@ -73,21 +73,24 @@ impl Hub {
             .map(Transcriber::describe)
     }
 
-    /// The text the agent gets for a queued turn: the typed text, then the transcript of each
-    /// voice note. Transcripts (or why there is none) are posted in the lane first.
-    pub(super) async fn hear(&self, lane: &Lane, turn: &QueuedTurn) -> String {
+    /// The text the agent gets for a queued turn (the typed text, then the transcript of each
+    /// voice note) and the media ids of the notes it carries the words of. Transcripts (or why
+    /// there is none) are posted in the lane first.
+    pub(super) async fn hear(&self, lane: &Lane, turn: &QueuedTurn) -> (String, Vec<String>) {
         let audio: Vec<&MediaRef> = turn.media.iter().filter(|m| is_audio(m)).collect();
         // A followed run already has its message: nothing to hear again.
         if audio.is_empty() || turn.resume_run.is_some() {
-            return turn.text.clone();
+            return (turn.text.clone(), Vec::new());
         }
         let voice_id = turn.user_message_id.as_str();
         let transcriber = self.transcriber.borrow().clone();
         let mut heard = Vec::new();
+        let mut heard_notes = Vec::new();
         for (n, m) in audio.into_iter().enumerate() {
             let id = heard_id(voice_id, n);
             if let Some(text) = self.stored_transcript(&id) {
                 heard.push(text);
+                heard_notes.push(m.media_id.clone());
                 continue;
             }
             let Some(t) = &transcriber else {
@@ -110,6 +113,7 @@ impl Hub {
                     let shown = format!("{HEARD_OPEN}{text}{HEARD_CLOSE}");
                     self.post_voice_note(lane, voice_id, shown, Some(id)).await;
                     heard.push(text);
+                    heard_notes.push(m.media_id.clone());
                 }
                 Err(e) => {
                     warn!(%lane, file = %m.filename, "voice note not transcribed: {e}");
@@ -121,7 +125,7 @@ impl Hub {
                 }
             }
         }
-        agent_text(&turn.text, &heard)
+        (agent_text(&turn.text, &heard), heard_notes)
     }
 
     /// A transcript stored for this id by an earlier run of the turn.
