@@ -15,8 +15,8 @@ use std::path::Path;
 use base64::Engine;
 use common::peers::{HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect, connect_awaiting_online, frame_type, id_of, pair, pstr, sha_hex, temp_data_dir,
-    typing_off, Client, Gateway,
+    connect, connect_awaiting_online, frame_type, id_of, pair, pstr, temp_data_dir, typing_off,
+    upload_file, Client, Gateway,
 };
 use image::{DynamicImage, ImageFormat};
 use serde_json::{json, Value};
@@ -42,36 +42,6 @@ fn encoded(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
     let mut out = Cursor::new(Vec::new());
     img.write_to(&mut out, format).unwrap();
     out.into_inner()
-}
-
-/// Uploads `data` under `media_ref`; the upload must be taken.
-async fn upload(c: &mut Client, media_ref: &str, kind: &str, mime: &str, name: &str, data: &[u8]) {
-    let start = c
-        .request(
-            "media.upload.start",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "kind": kind, "mime": mime, "size": data.len(), "filename": name }),
-        )
-        .await;
-    for piece in data.chunks(64 * 1024) {
-        c.send_raw_binary(piece.to_vec()).await;
-    }
-    let end = c
-        .request(
-            "media.upload.end",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "sha256": sha_hex(data) }),
-        )
-        .await;
-    let ack = c.recv_reply(end).await;
-    assert!(
-        c.seen.iter().all(|f| id_of(f) != Some(start)),
-        "upload refused: {}",
-        c.recent()
-    );
-    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
 }
 
 /// Sends `text` with the uploads `refs` in the default channel; the turn's `message.stop`.
@@ -195,7 +165,7 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
 
     // A small photo goes as it is.
     let png = encoded(&picture(64, 48, 255), ImageFormat::Png);
-    upload(&mut c, "m1", "image", "image/png", "plant.png", &png).await;
+    upload_file(&mut c, "m1", "image", "image/png", "plant.png", &png).await;
     let stop = send(&mut c, "what plant is this?", &["m1"]).await;
     let reqs = r.llm.requests();
     // Hermes takes the mock model as having no vision: its vision tool gets the image (an
@@ -274,7 +244,7 @@ async fn hermes_a_photo_reaches_the_model_and_later_turns_carry_only_its_name() 
     // A large photo, alone (no text), is scaled and re-encoded within the limits, not refused.
     let big = encoded(&picture(3000, 2000, 31), ImageFormat::Png);
     assert!(big.len() > 1 << 20, "{}", big.len());
-    upload(&mut c, "m2", "image", "image/png", "garden.png", &big).await;
+    upload_file(&mut c, "m2", "image", "image/png", "garden.png", &big).await;
     let before = r.llm.requests().len();
     send(&mut c, "", &["m2"]).await;
     let asked = text_of(&last_user(r.llm.requests().last().unwrap())["content"]);
@@ -295,7 +265,7 @@ async fn hermes_a_model_with_vision_gets_the_photo_itself() {
     let r = HermesRig::start(vision, &[], temp_data_dir());
     let mut c = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
     let jpg = encoded(&picture(64, 48, 255), ImageFormat::Jpeg);
-    upload(&mut c, "m1", "image", "image/jpeg", "plant.jpg", &jpg).await;
+    upload_file(&mut c, "m1", "image", "image/jpeg", "plant.jpg", &jpg).await;
     let stop = send(&mut c, "what plant is this?", &["m1"]).await;
     let reqs = r.llm.requests();
     let with_images: Vec<&Value> = reqs.iter().filter(|q| !images_in(q).is_empty()).collect();
@@ -328,7 +298,7 @@ async fn hermes_a_text_document_is_inlined_up_to_the_limit() {
     let line = "a line of notes, 32 bytes long.\n";
     let at: String = line.repeat((64 << 10) / line.len());
     assert_eq!(at.len(), 64 << 10);
-    upload(
+    upload_file(
         &mut c,
         "d1",
         "document",
@@ -347,7 +317,7 @@ async fn hermes_a_text_document_is_inlined_up_to_the_limit() {
 
     // One byte over: an attachment line saying why it was not read.
     let over = format!("{at}!");
-    upload(
+    upload_file(
         &mut c,
         "d2",
         "document",
@@ -390,7 +360,7 @@ async fn openai_a_photo_is_content_parts_once_and_a_name_in_history() {
     let (mut c, _) = connect(&gw, &p).await;
 
     let png = encoded(&picture(64, 48, 255), ImageFormat::Png);
-    upload(&mut c, "m1", "image", "image/png", "plant.png", &png).await;
+    upload_file(&mut c, "m1", "image", "image/png", "plant.png", &png).await;
     send(&mut c, "what plant is this?", &["m1"]).await;
     let req = llm.requests().pop().unwrap();
     assert_eq!(
@@ -403,7 +373,7 @@ async fn openai_a_photo_is_content_parts_once_and_a_name_in_history() {
     // default limits.
     let big = encoded(&picture(4000, 3000, 31), ImageFormat::Jpeg);
     assert!(big.len() > 1 << 20);
-    upload(&mut c, "m2", "image", "image/jpeg", "garden.jpg", &big).await;
+    upload_file(&mut c, "m2", "image", "image/jpeg", "garden.jpg", &big).await;
     send(&mut c, "and this?", &["m2"]).await;
     let req = llm.requests().pop().unwrap();
     let sent = images_in(&req);
@@ -443,7 +413,7 @@ async fn openai_image_limits_at_and_over() {
     let p = pair(&dir.path().join("data"), "phone");
     let (mut c, _) = connect(&gw, &p).await;
 
-    upload(&mut c, "a", "image", "image/png", "a.png", &at_bytes).await;
+    upload_file(&mut c, "a", "image", "image/png", "a.png", &at_bytes).await;
     send(&mut c, "at the byte limit", &["a"]).await;
     assert_eq!(
         images_in(&llm.requests().pop().unwrap()),
@@ -452,7 +422,7 @@ async fn openai_image_limits_at_and_over() {
 
     // One byte over: still sent, re-encoded smaller.
     let over_bytes = [at_bytes.as_slice(), b"\0"].concat(); // a trailing byte PNG readers skip
-    upload(&mut c, "b", "image", "image/png", "b.png", &over_bytes).await;
+    upload_file(&mut c, "b", "image", "image/png", "b.png", &over_bytes).await;
     send(&mut c, "one byte over", &["b"]).await;
     let sent = images_in(&llm.requests().pop().unwrap());
     assert_eq!(sent.len(), 1);
@@ -461,14 +431,14 @@ async fn openai_image_limits_at_and_over() {
 
     // At the side limit (and small): as it is; one pixel over: scaled down to the limit.
     let at_side = encoded(&picture(200, 20, 0), ImageFormat::Png);
-    upload(&mut c, "c", "image", "image/png", "c.png", &at_side).await;
+    upload_file(&mut c, "c", "image", "image/png", "c.png", &at_side).await;
     send(&mut c, "at the side limit", &["c"]).await;
     assert_eq!(
         images_in(&llm.requests().pop().unwrap()),
         [("image/png".to_owned(), at_side)]
     );
     let over_side = encoded(&picture(201, 20, 0), ImageFormat::Png);
-    upload(&mut c, "d", "image", "image/png", "d.png", &over_side).await;
+    upload_file(&mut c, "d", "image", "image/png", "d.png", &over_side).await;
     send(&mut c, "one pixel over", &["d"]).await;
     let sent = images_in(&llm.requests().pop().unwrap());
     let img = image::load_from_memory(&sent[0].1).unwrap();
@@ -477,7 +447,7 @@ async fn openai_image_limits_at_and_over() {
 
     // Not an image the gateway reads (HEIC): an attachment line, the turn goes on.
     let heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic";
-    upload(&mut c, "e", "image", "image/heic", "e.heic", heic).await;
+    upload_file(&mut c, "e", "image", "image/heic", "e.heic", heic).await;
     let stop = send(&mut c, "and this", &["e"]).await;
     let req = llm.requests().pop().unwrap();
     assert!(images_in(&req).is_empty());
@@ -497,7 +467,7 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
     let (mut c, _) = connect(&gw, &p).await;
 
     let at = "x".repeat(1023) + "\n";
-    upload(
+    upload_file(
         &mut c,
         "a",
         "document",
@@ -516,7 +486,7 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
     );
 
     let over = "y".repeat(1025);
-    upload(
+    upload_file(
         &mut c,
         "b",
         "document",
@@ -531,8 +501,8 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
         "over\n[attached: b.json (application/json, 1025 bytes): not read: larger than the 1 KiB the gateway inlines (limits.agent_document_bytes)]"
     );
 
-    upload(&mut c, "c", "document", "text/csv", "c.csv", b"caf\xe9;1\n").await;
-    upload(
+    upload_file(&mut c, "c", "document", "text/csv", "c.csv", b"caf\xe9;1\n").await;
+    upload_file(
         &mut c,
         "d",
         "document",
@@ -541,7 +511,7 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
         b"%PDF-1.4\n",
     )
     .await;
-    upload(&mut c, "e", "voice", "audio/ogg", "e.ogg", b"OggS\0").await;
+    upload_file(&mut c, "e", "voice", "audio/ogg", "e.ogg", b"OggS\0").await;
     send(&mut c, "others", &["c", "d", "e"]).await;
     assert_eq!(
         text_of(&last_user(&llm.requests().pop().unwrap())["content"]),

@@ -170,31 +170,5 @@ fn quoted(header: &str, key: &str) -> Option<String> {
 
 /// Uploads `data` as a voice note `filename` (audio/ogg) under `media_ref`; it must be taken.
 pub async fn upload_voice(c: &mut super::Client, media_ref: &str, filename: &str, data: &[u8]) {
-    use serde_json::json;
-    let start = c
-        .request(
-            "media.upload.start",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "kind": "voice", "mime": "audio/ogg", "size": data.len(), "filename": filename }),
-        )
-        .await;
-    for piece in data.chunks(64 * 1024) {
-        c.send_raw_binary(piece.to_vec()).await;
-    }
-    let end = c
-        .request(
-            "media.upload.end",
-            None,
-            None,
-            json!({ "media_ref": media_ref, "sha256": super::sha_hex(data) }),
-        )
-        .await;
-    let ack = c.recv_reply(end).await;
-    assert!(
-        c.seen.iter().all(|f| super::id_of(f) != Some(start)),
-        "upload refused: {}",
-        c.recent()
-    );
-    assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
+    super::upload_file(c, media_ref, "voice", "audio/ogg", filename, data).await;
 }

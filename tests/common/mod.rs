@@ -1523,12 +1523,25 @@ pub async fn send_until_stop(
 /// Uploads `data` as the PNG `garden.png` under `media_ref`, in 64 KiB binary frames; the
 /// upload must be taken and its checksum accepted.
 pub async fn upload_png(c: &mut Client, media_ref: &str, data: &[u8]) {
+    upload_file(c, media_ref, "image", "image/png", "garden.png", data).await;
+}
+
+/// Uploads `data` under `media_ref` as a file of this kind, mime and name; the upload must be
+/// taken.
+pub async fn upload_file(
+    c: &mut Client,
+    media_ref: &str,
+    kind: &str,
+    mime: &str,
+    filename: &str,
+    data: &[u8],
+) {
     let start = c
         .request(
             "media.upload.start",
             None,
             None,
-            json!({ "media_ref": media_ref, "kind": "image", "mime": "image/png", "size": data.len(), "filename": "garden.png" }),
+            json!({ "media_ref": media_ref, "kind": kind, "mime": mime, "size": data.len(), "filename": filename }),
         )
         .await;
     for piece in data.chunks(64 * 1024) {
