@@ -155,8 +155,8 @@ impl Endpoint {
         (!self.key.is_empty()).then(|| format!("Bearer {}", self.key.expose()))
     }
 
-    /// GET returning JSON. Blocking: call it inside `off_loop`.
-    pub fn get_json(&self, path: &str) -> Result<Value, AgentError> {
+    /// A GET with the key, bounded by `JSON_CALL_TIMEOUT`, up to its answer's head.
+    fn get_now(&self, path: &str) -> Result<ureq::http::Response<ureq::Body>, AgentError> {
         let mut req = self
             .http
             .get(self.url(path))
@@ -166,7 +166,12 @@ impl Endpoint {
         if let Some(a) = self.auth() {
             req = req.header("Authorization", a);
         }
-        let resp = req.call().map_err(|e| before_answer(&e))?;
+        req.call().map_err(|e| before_answer(&e))
+    }
+
+    /// GET returning JSON. Blocking: call it inside `off_loop`.
+    pub fn get_json(&self, path: &str) -> Result<Value, AgentError> {
+        let resp = self.get_now(path)?;
         json_body(resp)
     }
 
@@ -272,16 +277,7 @@ impl Endpoint {
     /// `replace_messages`): a few photos would then put the transcript over `MAX_JSON_BYTES`,
     /// and every later turn of the lane with it. Blocking: call it in `off_loop`.
     pub fn get_json_lean(&self, path: &str) -> Result<(u16, Value), AgentError> {
-        let mut req = self
-            .http
-            .get(self.url(path))
-            .config()
-            .timeout_global(Some(JSON_CALL_TIMEOUT))
-            .build();
-        if let Some(a) = self.auth() {
-            req = req.header("Authorization", a);
-        }
-        let resp = req.call().map_err(|e| before_answer(&e))?;
+        let resp = self.get_now(path)?;
         let status = resp.status().as_u16();
         if matches!(status, 401 | 403 | 429 | 503) {
             return Err(status_error(status, resp));

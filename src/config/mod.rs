@@ -45,6 +45,20 @@ pub enum ConfigError {
     Settings { path: PathBuf, why: String },
 }
 
+/// A service's key: the first line of `key_file` when one is set, else `key` (agent and
+/// transcription keys alike).
+pub(crate) fn key_of(key: &Secret, key_file: Option<&Path>) -> Result<Secret, ConfigError> {
+    match key_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| Secret(text.lines().next().unwrap_or("").trim().to_owned()))
+            .map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }),
+        None => Ok(key.clone()),
+    }
+}
+
 /// The whole configuration after defaults, file and flags are merged.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -52,14 +52,6 @@ impl TranscriptionConfig {
 
     /// The key: `key_file` if set (first line), else `key`.
     pub fn resolve_key(&self) -> Result<Secret, ConfigError> {
-        match &self.key_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map(|text| Secret(text.lines().next().unwrap_or("").trim().to_owned()))
-                .map_err(|source| ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                }),
-            None => Ok(self.key.clone()),
-        }
+        super::key_of(&self.key, self.key_file.as_deref())
     }
 }
