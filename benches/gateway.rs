@@ -1520,8 +1520,9 @@ fn print(title: &str, rows: &[Row]) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--bare-relay") {
-        let n = args[i + 2].parse().expect("--bare-relay AGENT_URL N");
-        bare_relay_main(&args[i + 1], n);
+        let number =
+            |j: usize| -> usize { args[i + j].parse().expect("--bare-relay AGENT_URL N K") };
+        bare_relay_main(&args[i + 1], number(2), number(3));
         return;
     }
     let opts = Opts {
@@ -1754,12 +1755,13 @@ struct StreamSeen {
     update_bytes: usize,
     updates: usize,
     answer_bytes: usize,
+    answers: usize,
     first_update: Option<Instant>,
 }
 
-/// Reads one answer: every `message.update` (reassembled when in the append form, and checked
-/// against `message.stop`'s text), until `message.stop`.
-async fn watch_stream(mut ws: Ws) -> StreamSeen {
+/// Reads `answers` answers: every `message.update` (reassembled when in the append form, and
+/// checked against `message.stop`'s text), until the last `message.stop`.
+async fn watch_stream(mut ws: Ws, answers: usize) -> StreamSeen {
     let mut seen = StreamSeen::default();
     let mut text = String::new();
     loop {
@@ -1782,8 +1784,12 @@ async fn watch_stream(mut ws: Ws) -> StreamSeen {
                     fin.starts_with(&text),
                     "updates are not a prefix of the final text"
                 );
-                seen.answer_bytes = fin.len();
-                return seen;
+                seen.answer_bytes += fin.len();
+                seen.answers += 1;
+                text.clear();
+                if seen.answers == answers {
+                    return seen;
+                }
             }
             _ => {}
         }
@@ -1810,14 +1816,15 @@ struct StreamRun {
     cpu: f64,
 }
 
-/// One streamed answer to `n` whole-text and `n` append devices in one lane, through `bin`
-/// (this build's binary when `None`).
+/// `answers` streamed answers (sent at once, so they queue in the lane) to `n` whole-text and
+/// `n` append devices in one lane, through `bin` (this build's binary when `None`).
 async fn stream_run(
     n: usize,
     tokens: usize,
     rate: u32,
     update_ms: Option<u64>,
     bin: Option<(&Path, &[&str])>,
+    answers: usize,
 ) -> StreamRun {
     let tmp = tempfile::tempdir().unwrap();
     let ids = pair_devices(tmp.path(), 2 * n);
@@ -1850,16 +1857,18 @@ async fn stream_run(
             append.push(ws);
         }
     }
-    let m = json!({"v":1,"type":"message.send","id": 10,"chat_id":"default","payload":{"text": "stream"}});
-    whole[0].send(Message::text(m.to_string())).await.unwrap();
+    for i in 0..answers {
+        let m = json!({"v":1,"type":"message.send","id": 10 + i,"chat_id":"default","payload":{"text": "stream"}});
+        whole[0].send(Message::text(m.to_string())).await.unwrap();
+    }
     let cpu0 = cpu_secs(gw.child.id());
     let w: Vec<_> = whole
         .into_iter()
-        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws, answers)))
         .collect();
     let a: Vec<_> = append
         .into_iter()
-        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws, answers)))
         .collect();
     let mut ws_seen = Vec::new();
     for t in w {
@@ -1886,15 +1895,15 @@ async fn stream_run(
 
 // The bare relay: the baseline for the gateway's CPU on a streamed answer.
 
-/// `--bare-relay AGENT_URL N`: the smallest program that does the gateway's streaming job
+/// `--bare-relay AGENT_URL N K`: the smallest program that does the gateway's streaming job
 /// without the gateway. It takes N WebSocket clients, and when the first sends anything (as a
-/// turn starts at `message.send`) asks the agent for a streamed completion over HTTP and writes
-/// each chunk's text to every client as a text frame; then it closes them and waits for stdin
-/// to end, so its CPU can be read after the answer. No envelope, pacing, store, lanes or
+/// turn starts at `message.send`) asks the agent for K streamed completions over HTTP, one
+/// after the other, writing each chunk's text to every client as a text frame; then it closes
+/// them and waits for stdin to end, so its CPU can be read after the answers. No envelope, pacing, store, lanes or
 /// auth: what is left is what any relay of this stream pays (SSE parsing, JSON, WebSocket
 /// frames). A process of its own on a current_thread runtime, as the gateway is, and measured
 /// the same way (`cpu_secs`).
-fn bare_relay_main(agent: &str, n: usize) {
+fn bare_relay_main(agent: &str, n: usize, answers: usize) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1921,45 +1930,8 @@ fn bare_relay_main(agent: &str, n: usize) {
             .next()
             .unwrap()
             .to_owned();
-        let mut tcp = TcpStream::connect(&authority).await.unwrap();
-        let body = r#"{"model":"bench","stream":true,"messages":[{"role":"user","content":"stream"}]}"#;
-        let request = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        tcp.write_all(request.as_bytes()).await.unwrap();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut read = vec![0u8; 16 * 1024];
-        let mut in_body = false;
-        'stream: loop {
-            let got = tcp.read(&mut read).await.unwrap_or(0);
-            if got == 0 {
-                break;
-            }
-            buf.extend_from_slice(&read[..got]);
-            if !in_body {
-                let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                    continue;
-                };
-                buf.drain(..i + 4);
-                in_body = true;
-            }
-            while let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
-                let event: Vec<u8> = buf.drain(..i + 2).collect();
-                let Some(data) = event[..i].strip_prefix(b"data: ") else {
-                    continue;
-                };
-                if data == b"[DONE]" {
-                    break 'stream;
-                }
-                let chunk: Value = serde_json::from_slice(data).unwrap();
-                if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
-                    let frame = Message::text(text);
-                    for c in clients.iter_mut() {
-                        c.send(frame.clone()).await.unwrap();
-                    }
-                }
-            }
+        for _ in 0..answers {
+            relay_answer(&authority, &mut clients).await;
         }
         for c in clients.iter_mut() {
             let _ = c.close(None).await;
@@ -1968,13 +1940,60 @@ fn bare_relay_main(agent: &str, n: usize) {
     let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
 }
 
-/// One streamed answer through the bare relay to `n` clients: (relay CPU seconds from the
-/// first client's request to the last client's close, text frames per client). Every client
-/// must end with the agent's text exactly.
-async fn relay_run(n: usize, tokens: usize, rate: u32) -> (f64, usize) {
+/// One streamed completion from the agent, chunk by chunk to every client.
+async fn relay_answer(
+    authority: &str,
+    clients: &mut [tokio_tungstenite::WebSocketStream<TcpStream>],
+) {
+    let mut tcp = TcpStream::connect(&authority).await.unwrap();
+    let body = r#"{"model":"bench","stream":true,"messages":[{"role":"user","content":"stream"}]}"#;
+    let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut read = vec![0u8; 16 * 1024];
+    let mut in_body = false;
+    'stream: loop {
+        let got = tcp.read(&mut read).await.unwrap_or(0);
+        if got == 0 {
+            break;
+        }
+        buf.extend_from_slice(&read[..got]);
+        if !in_body {
+            let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            buf.drain(..i + 4);
+            in_body = true;
+        }
+        while let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = buf.drain(..i + 2).collect();
+            let Some(data) = event[..i].strip_prefix(b"data: ") else {
+                continue;
+            };
+            if data == b"[DONE]" {
+                break 'stream;
+            }
+            let chunk: Value = serde_json::from_slice(data).unwrap();
+            if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
+                let frame = Message::text(text);
+                for c in clients.iter_mut() {
+                    c.send(frame.clone()).await.unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// `answers` streamed answers through the bare relay to `n` clients: (relay CPU seconds from
+/// the first client's request to the last client's close, text frames per client and answer).
+/// Every client must end with the agent's text exactly.
+async fn relay_run(n: usize, tokens: usize, rate: u32, answers: usize) -> (f64, usize) {
     let agent = paced_agent(tokens, rate, Rc::new(Cell::new(None))).await;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--bare-relay", &agent, &n.to_string()])
+        .args(["--bare-relay", &agent, &n.to_string(), &answers.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -2004,12 +2023,15 @@ async fn relay_run(n: usize, tokens: usize, rate: u32) -> (f64, usize) {
             })
         })
         .collect();
-    let want: String = (1..=tokens).map(|i| format!(" w{i}")).collect();
+    let want: String = (1..=tokens)
+        .map(|i| format!(" w{i}"))
+        .collect::<String>()
+        .repeat(answers);
     let mut frames = 0;
     for t in tasks {
         let (text, f) = t.await.unwrap();
         assert!(text == want, "the bare relay lost text");
-        frames = f;
+        frames = f / answers;
     }
     let cpu = cpu_secs(child.id()) - cpu0;
     drop(child.stdin.take());
@@ -2017,12 +2039,12 @@ async fn relay_run(n: usize, tokens: usize, rate: u32) -> (f64, usize) {
     (cpu, frames)
 }
 
-/// Bytes in updates per device ÷ the answer's bytes, averaged over the devices.
+/// Per device and answer, averaged over both: (bytes in updates, updates, the answer's bytes).
 fn update_ratio(seen: &[StreamSeen]) -> (f64, f64, f64) {
-    let n = seen.len() as f64;
+    let n = (seen.len() * seen[0].answers) as f64;
     let bytes = seen.iter().map(|s| s.update_bytes).sum::<usize>() as f64 / n;
     let updates = seen.iter().map(|s| s.updates).sum::<usize>() as f64 / n;
-    let answer = seen[0].answer_bytes as f64;
+    let answer = seen[0].answer_bytes as f64 / seen[0].answers as f64;
     (bytes, updates, answer)
 }
 
@@ -2043,11 +2065,14 @@ fn native_release() -> Option<PathBuf> {
 /// native release binary in the same run.
 async fn stream_section(opts: &Opts) {
     let tokens = if opts.quick { 300 } else { 1500 };
-    let per_1000 = |cpu: f64| cpu * 1000.0 / tokens as f64;
+    // CPU is read in clock ticks (10 ms), and a full-speed answer costs a few: the CPU rows
+    // stream this many answers back to back, so each figure is some 40 ticks or more.
+    let answers_at = |rate: u32| if rate == 0 { 10 } else { 3 };
+    let per_1000 = |cpu: f64, answers: usize| cpu * 1000.0 / (tokens * answers) as f64;
     let mut rows = Vec::new();
     for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
         for n in [1, 10] {
-            let run = stream_run(n, tokens, rate, None, None).await;
+            let run = stream_run(n, tokens, rate, None, None, 1).await;
             for (form, seen) in [("whole text", &run.whole), ("append", &run.append)] {
                 let (bytes, updates, answer) = update_ratio(seen);
                 rows.push(row(
@@ -2060,27 +2085,33 @@ async fn stream_section(opts: &Opts) {
             if n < 10 {
                 continue;
             }
-            let (relay, frames) = relay_run(2 * n, tokens, rate).await;
+            let k = answers_at(rate);
+            let run = if k == 1 {
+                run
+            } else {
+                stream_run(n, tokens, rate, None, None, k).await
+            };
+            let (relay, frames) = relay_run(2 * n, tokens, rate, k).await;
             rows.push(row(
                 format!("{pace}, {n}+{n} devices: gateway CPU s per 1000 tokens"),
-                format!("{:.3}", per_1000(run.cpu)),
+                format!("{:.3}", per_1000(run.cpu, k)),
                 format!(
-                    "{:.3} (bare relay to {} clients, {frames} frames each)",
-                    per_1000(relay),
+                    "{:.3} (bare relay to {} clients, {frames} frames each an answer)",
+                    per_1000(relay, k),
                     2 * n
                 ),
                 run.cpu / relay.max(0.01),
             ));
             if rate == 0 {
-                let unpaced = stream_run(n, tokens, rate, Some(0), None).await;
+                let unpaced = stream_run(n, tokens, rate, Some(0), None, k).await;
                 rows.push(row(
                     format!(
                         "{pace}, {n}+{n} devices: gateway CPU s per 1000 tokens, paced ÷ unpaced"
                     ),
-                    format!("{:.3}", per_1000(run.cpu)),
+                    format!("{:.3}", per_1000(run.cpu, k)),
                     format!(
                         "{:.3} (unpaced, stream_update_ms = 0)",
-                        per_1000(unpaced.cpu)
+                        per_1000(unpaced.cpu, k)
                     ),
                     run.cpu / unpaced.cpu.max(0.01),
                 ));
@@ -2091,9 +2122,9 @@ async fn stream_section(opts: &Opts) {
     let mut paced = Vec::new();
     let mut unpaced = Vec::new();
     for _ in 0..5 {
-        let p = stream_run(1, 20, 100, None, None).await;
+        let p = stream_run(1, 20, 100, None, None, 1).await;
         paced.push(p.first_update.as_micros() as u64);
-        let u = stream_run(1, 20, 100, Some(0), None).await;
+        let u = stream_run(1, 20, 100, Some(0), None, 1).await;
         unpaced.push(u.first_update.as_micros() as u64);
     }
     let (p, u) = (percentile(&mut paced, 0.5), percentile(&mut unpaced, 0.5));
@@ -2111,12 +2142,13 @@ async fn stream_section(opts: &Opts) {
             let runner: &[&str] = &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"];
             let arch = std::env::consts::ARCH;
             for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
-                let x = stream_run(10, tokens, rate, None, Some((&native, &[]))).await;
-                let a = stream_run(10, tokens, rate, None, Some((&arm, runner))).await;
+                let k = answers_at(rate);
+                let x = stream_run(10, tokens, rate, None, Some((&native, &[])), k).await;
+                let a = stream_run(10, tokens, rate, None, Some((&arm, runner)), k).await;
                 rows.push(row(
                     format!("{pace}, 10+10 devices, aarch64 release under qemu-user: gateway CPU s per 1000 tokens"),
-                    format!("{:.3}", per_1000(a.cpu)),
-                    format!("{:.3} ({arch} release, native)", per_1000(x.cpu)),
+                    format!("{:.3}", per_1000(a.cpu, k)),
+                    format!("{:.3} ({arch} release, native)", per_1000(x.cpu, k)),
                     a.cpu / x.cpu.max(0.01),
                 ));
                 for (form, xs, arms) in [
@@ -2127,9 +2159,9 @@ async fn stream_section(opts: &Opts) {
                     let (ab, au, aa) = update_ratio(arms);
                     assert_eq!(xa, aa, "the two builds ended on different answers");
                     rows.push(row(
-                        format!("{pace}, aarch64 under qemu-user: update bytes per device ({form})"),
-                        format!("{:.1} KB in {au:.0} updates", ab / 1e3),
-                        format!("{:.1} KB in {xu:.0} updates ({arch})", xb / 1e3),
+                        format!("{pace}, aarch64 under qemu-user: update bytes per device and answer ({form})"),
+                        format!("{ab:.0} B in {au:.1} updates"),
+                        format!("{xb:.0} B in {xu:.1} updates ({arch})"),
                         ab / xb,
                     ));
                 }
