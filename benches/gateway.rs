@@ -2066,8 +2066,8 @@ fn native_release() -> Option<PathBuf> {
 async fn stream_section(opts: &Opts) {
     let tokens = if opts.quick { 300 } else { 1500 };
     // CPU is read in clock ticks (10 ms), and a full-speed answer costs a few: the CPU rows
-    // stream this many answers back to back, so each figure is some 40 ticks or more.
-    let answers_at = |rate: u32| if rate == 0 { 10 } else { 3 };
+    // stream this many answers back to back, so each figure is some 30 ticks or more.
+    let answers_at = |rate: u32| if rate == 0 { 30 } else { 3 };
     let per_1000 = |cpu: f64, answers: usize| cpu * 1000.0 / (tokens * answers) as f64;
     let mut rows = Vec::new();
     for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
