@@ -22,7 +22,14 @@
 //!   against a plain file with the same frames and fdatasyncs;
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
 //! - release binary sizes, and the 10-device fan-out of the aarch64 binary under qemu-user when
-//!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it).
+//!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it);
+//! - streamed answers paced at 100 tokens/s and at full speed: bytes a device receives in
+//!   updates ÷ the answer's bytes (whole text and append, 1 and 10 devices); gateway CPU per
+//!   1,000 tokens against a bare relay (this binary run with `--bare-relay`: the agent's SSE
+//!   stream written chunk by chunk to the same number of WebSocket clients) and against the
+//!   unpaced gateway; time to the first update; and with `IRIS_BENCH_AARCH64`, the aarch64
+//!   release binary under qemu-user against the native release binary (this build's in a
+//!   release bench build, else `IRIS_BENCH_NATIVE`): CPU per 1,000 tokens and bytes.
 //!
 //! `cargo bench --bench gateway` (Markdown on stdout; `benches/regenerate` writes
 //! docs/benchmarks.md). `-- --quick` for a smoke run, `-- --only catchup` for one section.
@@ -1512,6 +1519,12 @@ fn print(title: &str, rows: &[Row]) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--bare-relay") {
+        let number =
+            |j: usize| -> usize { args[i + j].parse().expect("--bare-relay AGENT_URL N K") };
+        bare_relay_main(&args[i + 1], number(2), number(3));
+        return;
+    }
     let opts = Opts {
         quick: args.iter().any(|a| a == "--quick"),
         only: args
@@ -1742,12 +1755,13 @@ struct StreamSeen {
     update_bytes: usize,
     updates: usize,
     answer_bytes: usize,
+    answers: usize,
     first_update: Option<Instant>,
 }
 
-/// Reads one answer: every `message.update` (reassembled when in the append form, and checked
-/// against `message.stop`'s text), until `message.stop`.
-async fn watch_stream(mut ws: Ws) -> StreamSeen {
+/// Reads `answers` answers: every `message.update` (reassembled when in the append form, and
+/// checked against `message.stop`'s text), until the last `message.stop`.
+async fn watch_stream(mut ws: Ws, answers: usize) -> StreamSeen {
     let mut seen = StreamSeen::default();
     let mut text = String::new();
     loop {
@@ -1770,8 +1784,12 @@ async fn watch_stream(mut ws: Ws) -> StreamSeen {
                     fin.starts_with(&text),
                     "updates are not a prefix of the final text"
                 );
-                seen.answer_bytes = fin.len();
-                return seen;
+                seen.answer_bytes += fin.len();
+                seen.answers += 1;
+                text.clear();
+                if seen.answers == answers {
+                    return seen;
+                }
             }
             _ => {}
         }
@@ -1788,15 +1806,26 @@ fn cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// One streamed answer to `n` whole-text and `n` append devices in one lane:
-/// (whole-text devices, append devices, agent's first token → first update of device 0, gateway
-/// CPU seconds for the answer).
+/// One streamed answer as `n` whole-text and `n` append devices in one lane saw it.
+struct StreamRun {
+    whole: Vec<StreamSeen>,
+    append: Vec<StreamSeen>,
+    /// The agent's first token → device 0's first update.
+    first_update: Duration,
+    /// Gateway CPU seconds (user + system) from the `message.send` to the last `message.stop`.
+    cpu: f64,
+}
+
+/// `answers` streamed answers (sent at once, so they queue in the lane) to `n` whole-text and
+/// `n` append devices in one lane, through `bin` (this build's binary when `None`).
 async fn stream_run(
     n: usize,
     tokens: usize,
     rate: u32,
     update_ms: Option<u64>,
-) -> (Vec<StreamSeen>, Vec<StreamSeen>, Duration, f64) {
+    bin: Option<(&Path, &[&str])>,
+    answers: usize,
+) -> StreamRun {
     let tmp = tempfile::tempdir().unwrap();
     let ids = pair_devices(tmp.path(), 2 * n);
     let first = Rc::new(Cell::new(None));
@@ -1810,7 +1839,7 @@ async fn stream_run(
     } else {
         cfg = cfg.replace("stream_update_ms = 0\n", "");
     }
-    let (gw, _) = Gateway::start(tmp.path(), &cfg, None);
+    let (gw, _) = Gateway::start(tmp.path(), &cfg, bin);
     let mut whole = Vec::new();
     let mut append = Vec::new();
     for (i, d) in ids.iter().enumerate() {
@@ -1828,16 +1857,18 @@ async fn stream_run(
             append.push(ws);
         }
     }
-    let m = json!({"v":1,"type":"message.send","id": 10,"chat_id":"default","payload":{"text": "stream"}});
-    whole[0].send(Message::text(m.to_string())).await.unwrap();
+    for i in 0..answers {
+        let m = json!({"v":1,"type":"message.send","id": 10 + i,"chat_id":"default","payload":{"text": "stream"}});
+        whole[0].send(Message::text(m.to_string())).await.unwrap();
+    }
     let cpu0 = cpu_secs(gw.child.id());
     let w: Vec<_> = whole
         .into_iter()
-        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws, answers)))
         .collect();
     let a: Vec<_> = append
         .into_iter()
-        .map(|ws| tokio::task::spawn_local(watch_stream(ws)))
+        .map(|ws| tokio::task::spawn_local(watch_stream(ws, answers)))
         .collect();
     let mut ws_seen = Vec::new();
     for t in w {
@@ -1849,51 +1880,240 @@ async fn stream_run(
     }
     let cpu = cpu_secs(gw.child.id()) - cpu0;
     gw.stop();
-    let ttfu = ws_seen[0]
+    let first_update = ws_seen[0]
         .first_update
         .zip(first.get())
         .map(|(u, f)| u.saturating_duration_since(f))
         .unwrap_or_default();
-    (ws_seen, a_seen, ttfu, cpu)
+    StreamRun {
+        whole: ws_seen,
+        append: a_seen,
+        first_update,
+        cpu,
+    }
 }
 
-/// Bytes in updates per device ÷ the answer's bytes, averaged over the devices.
+// The bare relay: the baseline for the gateway's CPU on a streamed answer.
+
+/// `--bare-relay AGENT_URL N K`: the smallest program that does the gateway's streaming job
+/// without the gateway. It takes N WebSocket clients, and when the first sends anything (as a
+/// turn starts at `message.send`) asks the agent for K streamed completions over HTTP, one
+/// after the other, writing each chunk's text to every client as a text frame; then it closes
+/// them and waits for stdin to end, so its CPU can be read after the answers. No envelope, pacing, store, lanes or
+/// auth: what is left is what any relay of this stream pays (SSE parsing, JSON, WebSocket
+/// frames). A process of its own on a current_thread runtime, as the gateway is, and measured
+/// the same way (`cpu_secs`).
+fn bare_relay_main(agent: &str, n: usize, answers: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("ws://{}", listener.local_addr().unwrap());
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = tcp.set_nodelay(true);
+            clients.push(tokio_tungstenite::accept_async(tcp).await.unwrap());
+        }
+        loop {
+            match clients[0].next().await {
+                Some(Ok(Message::Text(_))) => break,
+                Some(Ok(_)) => continue,
+                _ => return,
+            }
+        }
+        let authority = agent
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        for _ in 0..answers {
+            relay_answer(&authority, &mut clients).await;
+        }
+        for c in clients.iter_mut() {
+            let _ = c.close(None).await;
+        }
+    });
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+}
+
+/// One streamed completion from the agent, chunk by chunk to every client.
+async fn relay_answer(
+    authority: &str,
+    clients: &mut [tokio_tungstenite::WebSocketStream<TcpStream>],
+) {
+    let mut tcp = TcpStream::connect(&authority).await.unwrap();
+    let body = r#"{"model":"bench","stream":true,"messages":[{"role":"user","content":"stream"}]}"#;
+    let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut read = vec![0u8; 16 * 1024];
+    let mut in_body = false;
+    'stream: loop {
+        let got = tcp.read(&mut read).await.unwrap_or(0);
+        if got == 0 {
+            break;
+        }
+        buf.extend_from_slice(&read[..got]);
+        if !in_body {
+            let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            buf.drain(..i + 4);
+            in_body = true;
+        }
+        while let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = buf.drain(..i + 2).collect();
+            let Some(data) = event[..i].strip_prefix(b"data: ") else {
+                continue;
+            };
+            if data == b"[DONE]" {
+                break 'stream;
+            }
+            let chunk: Value = serde_json::from_slice(data).unwrap();
+            if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
+                let frame = Message::text(text);
+                for c in clients.iter_mut() {
+                    c.send(frame.clone()).await.unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// `answers` streamed answers through the bare relay to `n` clients: (relay CPU seconds from
+/// the first client's request to the last client's close, text frames per client and answer).
+/// Every client must end with the agent's text exactly.
+async fn relay_run(n: usize, tokens: usize, rate: u32, answers: usize) -> (f64, usize) {
+    let agent = paced_agent(tokens, rate, Rc::new(Cell::new(None))).await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--bare-relay", &agent, &n.to_string(), &answers.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the bare relay");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(connect(url.trim(), None).await);
+    }
+    clients[0].send(Message::text("go")).await.unwrap();
+    let cpu0 = cpu_secs(child.id());
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut ws| {
+            tokio::task::spawn_local(async move {
+                let (mut text, mut frames) = (String::new(), 0);
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Message::Text(t) = m {
+                        text.push_str(&t);
+                        frames += 1;
+                    }
+                }
+                (text, frames)
+            })
+        })
+        .collect();
+    let want: String = (1..=tokens)
+        .map(|i| format!(" w{i}"))
+        .collect::<String>()
+        .repeat(answers);
+    let mut frames = 0;
+    for t in tasks {
+        let (text, f) = t.await.unwrap();
+        assert!(text == want, "the bare relay lost text");
+        frames = f / answers;
+    }
+    let cpu = cpu_secs(child.id()) - cpu0;
+    drop(child.stdin.take());
+    let _ = child.wait();
+    (cpu, frames)
+}
+
+/// Per device and answer, averaged over both: (bytes in updates, updates, the answer's bytes).
 fn update_ratio(seen: &[StreamSeen]) -> (f64, f64, f64) {
-    let n = seen.len() as f64;
+    let n = (seen.len() * seen[0].answers) as f64;
     let bytes = seen.iter().map(|s| s.update_bytes).sum::<usize>() as f64 / n;
     let updates = seen.iter().map(|s| s.updates).sum::<usize>() as f64 / n;
-    let answer = seen[0].answer_bytes as f64;
+    let answer = seen[0].answer_bytes as f64 / seen[0].answers as f64;
     (bytes, updates, answer)
 }
 
+/// The release binary of this machine's architecture to set beside the aarch64 one:
+/// `IRIS_BENCH_NATIVE`, else this build's binary when it is a release build (a debug binary
+/// beside a release one would measure the profile, not the architecture).
+fn native_release() -> Option<PathBuf> {
+    std::env::var_os("IRIS_BENCH_NATIVE")
+        .map(PathBuf::from)
+        .or_else(|| (!cfg!(debug_assertions)).then(|| env!("CARGO_BIN_EXE_iris-gateway").into()))
+}
+
 /// Bytes a device receives per streamed answer, whole-text and append, at a fast provider's
-/// pace and as fast as the agent can stream; time to the first update and CPU against the
-/// unpaced gateway (`stream_update_ms = 0`, how every token was sent before pacing).
+/// pace and as fast as the agent can stream; gateway CPU against a bare relay of the same
+/// stream (and the unpaced gateway, `stream_update_ms = 0`, how every token was sent before
+/// pacing); time to the first update against the unpaced gateway; and, when
+/// `IRIS_BENCH_AARCH64` names an aarch64 build, its CPU and bytes under qemu-user against the
+/// native release binary in the same run.
 async fn stream_section(opts: &Opts) {
     let tokens = if opts.quick { 300 } else { 1500 };
+    // CPU is read in clock ticks (10 ms), and a full-speed answer costs a few: the CPU rows
+    // stream this many answers back to back, so each figure is some 30 ticks or more.
+    let answers_at = |rate: u32| if rate == 0 { 30 } else { 3 };
+    let per_1000 = |cpu: f64, answers: usize| cpu * 1000.0 / (tokens * answers) as f64;
     let mut rows = Vec::new();
     for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
         for n in [1, 10] {
-            let (whole, append, _, cpu) = stream_run(n, tokens, rate, None).await;
-            for (form, seen) in [("whole text", &whole), ("append", &append)] {
+            let run = stream_run(n, tokens, rate, None, None, 1).await;
+            for (form, seen) in [("whole text", &run.whole), ("append", &run.append)] {
                 let (bytes, updates, answer) = update_ratio(seen);
                 rows.push(row(
                     format!("{pace}, {n} device(s) per form: update bytes per device ({form})"),
-                    format!("{:.0} KB in {updates:.0} updates", bytes / 1e3),
+                    format!("{:.1} KB in {updates:.0} updates", bytes / 1e3),
                     format!("{:.1} KB (the answer)", answer / 1e3),
                     bytes / answer,
                 ));
             }
-            if rate == 0 && n == 10 {
-                let (_, _, _, cpu_unpaced) = stream_run(n, tokens, rate, Some(0)).await;
+            if n < 10 {
+                continue;
+            }
+            let k = answers_at(rate);
+            let run = if k == 1 {
+                run
+            } else {
+                stream_run(n, tokens, rate, None, None, k).await
+            };
+            let (relay, frames) = relay_run(2 * n, tokens, rate, k).await;
+            rows.push(row(
+                format!("{pace}, {n}+{n} devices: gateway CPU s per 1000 tokens"),
+                format!("{:.3}", per_1000(run.cpu, k)),
+                format!(
+                    "{:.3} (bare relay to {} clients, {frames} frames each an answer)",
+                    per_1000(relay, k),
+                    2 * n
+                ),
+                run.cpu / relay.max(0.01),
+            ));
+            if rate == 0 {
+                let unpaced = stream_run(n, tokens, rate, Some(0), None, k).await;
                 rows.push(row(
-                    format!("full speed, {n}+{n} devices: gateway CPU s per 1000 tokens"),
-                    format!("{:.3}", cpu * 1000.0 / tokens as f64),
+                    format!(
+                        "{pace}, {n}+{n} devices: gateway CPU s per 1000 tokens, paced ÷ unpaced"
+                    ),
+                    format!("{:.3}", per_1000(run.cpu, k)),
                     format!(
                         "{:.3} (unpaced, stream_update_ms = 0)",
-                        cpu_unpaced * 1000.0 / tokens as f64
+                        per_1000(unpaced.cpu, k)
                     ),
-                    cpu / cpu_unpaced.max(1e-3),
+                    run.cpu / unpaced.cpu.max(0.01),
                 ));
             }
         }
@@ -1902,8 +2122,10 @@ async fn stream_section(opts: &Opts) {
     let mut paced = Vec::new();
     let mut unpaced = Vec::new();
     for _ in 0..5 {
-        paced.push(stream_run(1, 20, 100, None).await.2.as_micros() as u64);
-        unpaced.push(stream_run(1, 20, 100, Some(0)).await.2.as_micros() as u64);
+        let p = stream_run(1, 20, 100, None, None, 1).await;
+        paced.push(p.first_update.as_micros() as u64);
+        let u = stream_run(1, 20, 100, Some(0), None, 1).await;
+        unpaced.push(u.first_update.as_micros() as u64);
     }
     let (p, u) = (percentile(&mut paced, 0.5), percentile(&mut unpaced, 0.5));
     rows.push(row(
@@ -1912,6 +2134,44 @@ async fn stream_section(opts: &Opts) {
         format!("{:.2} ms (unpaced)", u as f64 / 1e3),
         p as f64 / u.max(1) as f64,
     ));
+    // The aarch64 figures need a build of this very source (benches/regenerate makes one with
+    // .ci/cross's toolchain), beside a release build for the native side.
+    let aarch64 = std::env::var_os("IRIS_BENCH_AARCH64").map(PathBuf::from);
+    match (aarch64, native_release()) {
+        (Some(arm), Some(native)) => {
+            let runner: &[&str] = &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"];
+            let arch = std::env::consts::ARCH;
+            for (rate, pace) in [(100, "100 tokens/s"), (0, "full speed")] {
+                let k = answers_at(rate);
+                let x = stream_run(10, tokens, rate, None, Some((&native, &[])), k).await;
+                let a = stream_run(10, tokens, rate, None, Some((&arm, runner)), k).await;
+                rows.push(row(
+                    format!("{pace}, 10+10 devices, aarch64 release under qemu-user: gateway CPU s per 1000 tokens"),
+                    format!("{:.3}", per_1000(a.cpu, k)),
+                    format!("{:.3} ({arch} release, native)", per_1000(x.cpu, k)),
+                    a.cpu / x.cpu.max(0.01),
+                ));
+                for (form, xs, arms) in [
+                    ("whole text", &x.whole, &a.whole),
+                    ("append", &x.append, &a.append),
+                ] {
+                    let (xb, xu, xa) = update_ratio(xs);
+                    let (ab, au, aa) = update_ratio(arms);
+                    assert_eq!(xa, aa, "the two builds ended on different answers");
+                    rows.push(row(
+                        format!("{pace}, aarch64 under qemu-user: update bytes per device and answer ({form})"),
+                        format!("{ab:.0} B in {au:.1} updates"),
+                        format!("{xb:.0} B in {xu:.1} updates ({arch})"),
+                        ab / xb,
+                    ));
+                }
+            }
+        }
+        (Some(_), None) => eprintln!(
+            "stream: IRIS_BENCH_AARCH64 without a native release binary (IRIS_BENCH_NATIVE, or a release bench build): no aarch64 rows"
+        ),
+        _ => {}
+    }
     print(
         &format!("Streamed answers ({tokens} tokens; updates paced at the default interval)"),
         &rows,

@@ -257,6 +257,7 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     );
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut screen = Screen::default();
+    let mut updates = Updates::default();
     let mut files = Files {
         upload: None,
         downloads: Downloads::new(downloads_dir),
@@ -319,7 +320,7 @@ pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
                 if files.on_frame(&mut ws, &mut screen, &frame, &chat_id, &mut next_id).await? {
                     continue;
                 }
-                render(&mut screen, &frame, &chat_id);
+                render(&mut screen, &mut updates, &frame, &chat_id);
             }
         }
     }
@@ -339,6 +340,49 @@ fn attach_command(line: &str) -> Option<&str> {
 /// Whether a frame belongs to the lane the terminal shows (this channel, not a thread).
 fn in_lane(frame: &Value, chat_id: &str) -> bool {
     frame["chat_id"].as_str() == Some(chat_id) && frame.get("thread_id").is_none()
+}
+
+/// What this connection's `message.update` frames leave for the client to remember
+/// (`update_append`, docs/protocol.md): a continuation carries no lane, and no message id while
+/// it continues the message of the connection's previous update.
+#[derive(Default)]
+struct Updates {
+    /// The message of the previous `message.update` on this connection.
+    last: Option<String>,
+    /// Messages streaming in the lane shown, learnt from their first update (which has its
+    /// lane); forgotten at their `message.stop`.
+    shown: HashSet<String>,
+}
+
+impl Updates {
+    /// Whether a `message.update` is for the lane shown; notes its message as the last.
+    fn shown(&mut self, frame: &Value, chat_id: &str) -> bool {
+        let id = match (frame["payload"]["message_id"].as_str(), &self.last) {
+            (Some(id), _) => id.to_owned(),
+            (None, Some(last)) => last.clone(),
+            // A gateway that breaks the rule: nothing to attribute the text to.
+            (None, None) => return false,
+        };
+        let shown = if frame.get("chat_id").is_some() {
+            let shown = in_lane(frame, chat_id);
+            if shown {
+                self.shown.insert(id.clone());
+            } else {
+                self.shown.remove(&id);
+            }
+            shown
+        } else {
+            self.shown.contains(&id)
+        };
+        self.last = Some(id);
+        shown
+    }
+
+    fn stopped(&mut self, frame: &Value) {
+        if let Some(id) = frame["payload"]["message_id"].as_str() {
+            self.shown.remove(id);
+        }
+    }
 }
 
 /// The client's file traffic: the upload in flight and the pulls.
@@ -609,10 +653,17 @@ fn updated_text(printed: &str, payload: &Value) -> String {
 
 /// One frame from the gateway, as the terminal shows it: status and errors always, a turn only
 /// when it is in this channel (not a thread).
-fn render(screen: &mut Screen, frame: &Value, chat_id: &str) {
+fn render(screen: &mut Screen, updates: &mut Updates, frame: &Value, chat_id: &str) {
     let p = &frame["payload"];
     let kind = frame["type"].as_str().unwrap_or("");
-    let shown = in_lane(frame, chat_id);
+    let shown = match kind {
+        "message.update" => updates.shown(frame, chat_id),
+        "message.stop" => {
+            updates.stopped(frame);
+            in_lane(frame, chat_id)
+        }
+        _ => in_lane(frame, chat_id),
+    };
     match kind {
         "status" => screen.line(&format!("[gateway {}]", p["state"].as_str().unwrap_or("?"))),
         "error" => screen.line(&format!(
@@ -688,6 +739,35 @@ mod tests {
         assert_eq!(text, "héllo");
         text = updated_text(&text, &json!({"text": "whole"}));
         assert_eq!(text, "whole");
+    }
+
+    #[test]
+    fn continuations_belong_to_the_last_updates_message_and_its_lane() {
+        let mut u = Updates::default();
+        let update = |chat: Option<&str>, id: Option<&str>| {
+            let mut f = json!({"type": "message.update", "payload": {"text": "t", "append_at": 1}});
+            if let Some(c) = chat {
+                f["chat_id"] = json!(c);
+            }
+            if let Some(m) = id {
+                f["payload"]["message_id"] = json!(m);
+            }
+            f
+        };
+        assert!(
+            !u.shown(&update(None, None), "default"),
+            "nothing to continue"
+        );
+        assert!(u.shown(&update(Some("default"), Some("msg_a")), "default"));
+        assert!(u.shown(&update(None, None), "default"));
+        // Another lane's answer streams in between: not shown, nor its continuations.
+        assert!(!u.shown(&update(Some("other"), Some("msg_b")), "default"));
+        assert!(!u.shown(&update(None, None), "default"));
+        // Back to the shown one, named since another message's update came between.
+        assert!(u.shown(&update(None, Some("msg_a")), "default"));
+        assert!(u.shown(&update(None, None), "default"));
+        u.stopped(&json!({"payload": {"message_id": "msg_a"}}));
+        assert!(u.shown.is_empty());
     }
 
     #[test]

@@ -133,6 +133,9 @@ pub struct Outlet {
     append_updates: Cell<bool>,
     /// Per stream, what the device was last sent (append updates only), newest last.
     sent: RefCell<Vec<SentText>>,
+    /// The message this connection's last `message.update` was for, whatever its form: an
+    /// append continuation of that same message need not name it again.
+    last_update: RefCell<Option<String>>,
     /// Wakes the writer: something was queued or closing was requested.
     wake: Notify,
     /// Wakes the reader (and a writer stuck on a stalled socket) when closing is requested.
@@ -150,6 +153,7 @@ impl Outlet {
             closing: Cell::new(None),
             append_updates: Cell::new(false),
             sent: RefCell::new(Vec::new()),
+            last_update: RefCell::new(None),
             wake: Notify::new(),
             closed: Notify::new(),
         }
@@ -212,14 +216,18 @@ impl Outlet {
             };
             let appended = &text[from..];
             now.chars = at + appended.chars().count() as u64;
-            let frame = Frame::message_update_append(&streamed.message_id, appended, at);
             // A continuation extends a message this connection was already sent whole, with
-            // its lane: its id is all the app needs, and at five updates a second the lane's
-            // ids are a fifth of what the device receives (docs/protocol.md, `update_append`).
+            // its lane, so it carries neither; nor its id while no other message's update came
+            // between: at five updates a second the envelope costs as much as the text
+            // (docs/protocol.md, `update_append`). This runs as the writer sends, so "the
+            // previous update" is the one the device read last.
             let frame = if at == 0 {
-                frame.in_lane(&streamed.chat_id, streamed.thread_id.as_deref())
+                Frame::message_update_append(&streamed.message_id, appended, at)
+                    .in_lane(&streamed.chat_id, streamed.thread_id.as_deref())
+            } else if self.last_update.borrow().as_deref() == Some(&streamed.message_id) {
+                Frame::message_update_continued(appended, at)
             } else {
-                frame
+                Frame::message_update_append(&streamed.message_id, appended, at)
             };
             encode_text(frame.encode())
         } else {
@@ -239,6 +247,10 @@ impl Outlet {
                 }
                 sent.push(now);
             }
+        }
+        let mut last = self.last_update.borrow_mut();
+        if last.as_deref() != Some(&streamed.message_id) {
+            *last = Some(streamed.message_id.clone());
         }
         Some(frame)
     }
@@ -351,14 +363,30 @@ mod tests {
     use super::*;
 
     fn streamed(generation: u64, text: &str, settles: bool) -> StreamedText {
+        streamed_in("msg_1", generation, text, settles)
+    }
+
+    fn streamed_in(message_id: &str, generation: u64, text: &str, settles: bool) -> StreamedText {
         StreamedText {
-            message_id: "msg_1".into(),
+            message_id: message_id.into(),
             chat_id: "default".into(),
             thread_id: None,
             generation,
             text: text.into(),
-            full: encode_text(Frame::message_update("msg_1", text).encode()),
+            full: encode_text(Frame::message_update(message_id, text).encode()),
             settles,
+        }
+    }
+
+    fn envelope(frame: &FrameText) -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(frame.as_str()).unwrap()
+    }
+
+    /// Renders what the writer would send next, as the writer does.
+    fn write_next(o: &Outlet) -> Option<FrameText> {
+        match o.pop()? {
+            Outbound::Update { key, streamed } => o.render_update(key, &streamed),
+            _ => panic!("only updates were queued"),
         }
     }
 
@@ -386,6 +414,70 @@ mod tests {
         // Another stream has its own offsets.
         let other = o.render_update(8, &streamed(1, "x", false)).unwrap();
         assert_eq!(payload(&other)["append_at"], 0);
+    }
+
+    #[test]
+    fn a_continuation_names_its_message_only_after_another_ones_update() {
+        let o = Outlet::new(1, "d".into());
+        o.set_append_updates(true);
+        let a = |t: &str| streamed_in("msg_a", 1, t, false);
+        let b = |t: &str| streamed_in("msg_b", 1, t, false);
+        let first = envelope(&o.render_update(1, &a("one")).unwrap());
+        assert_eq!(first["payload"]["message_id"], "msg_a");
+        assert_eq!(first["chat_id"], "default");
+        let cont = envelope(&o.render_update(1, &a("one two")).unwrap());
+        assert_eq!(cont["payload"]["append_at"], 3);
+        assert!(cont["payload"].get("message_id").is_none(), "{cont}");
+        assert!(cont.get("chat_id").is_none(), "{cont}");
+        // Another message's update in between, here its first (whole) one: the next
+        // continuation of the first must say whose it is, and only that one.
+        o.render_update(2, &b("x"));
+        let named = envelope(&o.render_update(1, &a("one two three")).unwrap());
+        assert_eq!(named["payload"]["message_id"], "msg_a");
+        assert_eq!(named["payload"]["append_at"], 7);
+        assert!(named.get("chat_id").is_none(), "{named}");
+        let bare = envelope(&o.render_update(1, &a("one two three four")).unwrap());
+        assert!(bare["payload"].get("message_id").is_none(), "{bare}");
+        // A continuation of the other after that names it too.
+        let other = envelope(&o.render_update(2, &b("xy")).unwrap());
+        assert_eq!(other["payload"]["message_id"], "msg_b");
+        assert_eq!(other["payload"]["append_at"], 1);
+    }
+
+    #[test]
+    fn the_previous_update_is_the_one_written_not_the_one_queued_last() {
+        let o = Outlet::new(1, "d".into());
+        o.set_append_updates(true);
+        o.push_update(1, &Rc::new(streamed_in("msg_a", 1, "a", false)));
+        write_next(&o).unwrap();
+        // Queued: a's next state, then b's; a's newer state replaces its older one in place, so
+        // it is written before b's although it was queued after it.
+        o.push_update(1, &Rc::new(streamed_in("msg_a", 1, "ab", false)));
+        o.push_update(2, &Rc::new(streamed_in("msg_b", 1, "x", false)));
+        o.push_update(1, &Rc::new(streamed_in("msg_a", 1, "abc", false)));
+        let a = envelope(&write_next(&o).unwrap());
+        assert_eq!(a["payload"]["text"], "bc");
+        assert!(a["payload"].get("message_id").is_none(), "{a}");
+        let b = envelope(&write_next(&o).unwrap());
+        assert_eq!(b["payload"]["message_id"], "msg_b");
+        assert!(o.pop().is_none());
+        o.push_update(1, &Rc::new(streamed_in("msg_a", 1, "abcd", false)));
+        let a = envelope(&write_next(&o).unwrap());
+        assert_eq!(
+            a["payload"]["message_id"], "msg_a",
+            "b's update came between"
+        );
+        // A new connection (a reconnect) starts over: whole, named, with its lane.
+        let again = Outlet::new(2, "d".into());
+        again.set_append_updates(true);
+        let first = envelope(
+            &again
+                .render_update(1, &streamed_in("msg_a", 1, "abcde", false))
+                .unwrap(),
+        );
+        assert_eq!(first["payload"]["append_at"], 0);
+        assert_eq!(first["payload"]["message_id"], "msg_a");
+        assert_eq!(first["chat_id"], "default");
     }
 
     #[test]

@@ -195,7 +195,7 @@ impl Frame {
 
     pub fn message_update(message_id: &str, text: &str) -> Frame {
         Frame::new(Payload::MessageUpdate {
-            message_id: message_id.to_owned(),
+            message_id: Some(message_id.to_owned()),
             text: text.to_owned(),
             append_at: None,
         })
@@ -205,7 +205,18 @@ impl Frame {
     /// `append_at` characters (Unicode scalar values) of the text the device has; 0 replaces it.
     pub fn message_update_append(message_id: &str, appended: &str, append_at: u64) -> Frame {
         Frame::new(Payload::MessageUpdate {
-            message_id: message_id.to_owned(),
+            message_id: Some(message_id.to_owned()),
+            text: appended.to_owned(),
+            append_at: Some(append_at),
+        })
+    }
+
+    /// An `update_append` continuation (`append_at` above 0) of the message the connection's
+    /// previous `message.update` was for: the app knows which, so the frame does not say.
+    pub fn message_update_continued(appended: &str, append_at: u64) -> Frame {
+        debug_assert!(append_at > 0, "a replacing update names its message");
+        Frame::new(Payload::MessageUpdate {
+            message_id: None,
             text: appended.to_owned(),
             append_at: Some(append_at),
         })

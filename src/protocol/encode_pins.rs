@@ -114,7 +114,15 @@ fn conversation() -> Vec<(&'static str, Frame)> {
         ("message.update", Frame::message_update("msg_1", "partial")),
         (
             "message.update append",
-            Frame::message_update_append("msg_1", " more", 7).in_lane("default", None),
+            Frame::message_update_append("msg_1", "partial", 0).in_lane("default", None),
+        ),
+        (
+            "message.update append named",
+            Frame::message_update_append("msg_1", " more", 7),
+        ),
+        (
+            "message.update append continued",
+            Frame::message_update_continued(" more", 7),
         ),
         (
             "message.stop bare",
@@ -263,7 +271,15 @@ const PINNED: &[(&str, &str)] = &[
     ),
     (
         "message.update append",
-        r#"{"v":1,"type":"message.update","chat_id":"default","payload":{"append_at":7,"message_id":"msg_1","text":" more"}}"#,
+        r#"{"v":1,"type":"message.update","chat_id":"default","payload":{"append_at":0,"message_id":"msg_1","text":"partial"}}"#,
+    ),
+    (
+        "message.update append named",
+        r#"{"v":1,"type":"message.update","payload":{"append_at":7,"message_id":"msg_1","text":" more"}}"#,
+    ),
+    (
+        "message.update append continued",
+        r#"{"v":1,"type":"message.update","payload":{"append_at":7,"text":" more"}}"#,
     ),
     (
         "message.stop bare",

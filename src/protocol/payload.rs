@@ -68,9 +68,11 @@ pub enum Payload {
         role: Role,
     },
     /// `text` is the whole text so far; with `append_at` (the `update_append` extension) it is
-    /// only what follows the first `append_at` characters the device already has.
+    /// only what follows the first `append_at` characters the device already has. Only an
+    /// append continuation goes without `message_id` (`Frame::message_update_continued`).
     MessageUpdate {
-        message_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
         text: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         append_at: Option<u64>,
