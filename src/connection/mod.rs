@@ -164,6 +164,7 @@ async fn hello_gate(
         Ok(device) => {
             let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
             outlet.set_append_updates(hello.wants(crate::protocol::EXT_UPDATE_APPEND));
+            outlet.set_busy_frames(hello.wants(crate::protocol::EXT_AGENT_BUSY));
             hub.attach(&outlet, frame.id);
             Some(outlet)
         }

@@ -15,6 +15,7 @@ mod agent_health;
 mod approvals;
 mod automation;
 mod budget;
+mod busy;
 mod channels;
 mod commands;
 mod commit;

@@ -338,6 +338,24 @@ impl Hub {
         }
     }
 
+    /// Sends a live-only frame, encoded once, to the connected devices `to` picks (those that
+    /// asked for the extension the frame belongs to).
+    pub(super) fn broadcast_to(&self, frame: &Frame, to: impl Fn(&Outlet) -> bool) {
+        let text = encode_text(frame.encode());
+        let delivery = frame.delivery();
+        let outlets: Vec<Rc<Outlet>> = self
+            .state
+            .borrow()
+            .outlets
+            .values()
+            .filter(|o| to(o))
+            .cloned()
+            .collect();
+        for o in outlets {
+            o.push(&text, delivery, None);
+        }
+    }
+
     /// Storage is failing (`Some(why)`) or works again (`None`).
     pub(super) fn set_storage_error(&self, error: Option<String>) {
         self.update_health(|st| st.storage_error = error);

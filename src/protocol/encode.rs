@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::payload::{MessagePayload, MessageStop, Notification, Payload};
+use super::payload::{LaneRef, MessagePayload, MessageStop, Notification, Payload};
 use super::{Channel, ErrorCode, HealthState, HistoryMessage, Role, ServerCaps, TodoItem};
 
 /// A server→app frame before encoding: the envelope's routing fields and the typed payload.
@@ -139,8 +139,18 @@ impl Frame {
             sync_cursor,
             last_pushed_cursor,
             channels: channels.to_vec(),
+            agent_busy: None,
         })
         .reply_to(id)
+    }
+
+    /// Adds the lanes busy at connect to a `hello.ack` (`agent.busy` extension); other frame
+    /// types have no such field, so for them this changes nothing.
+    pub fn with_busy_lanes(mut self, lanes: Vec<LaneRef>) -> Frame {
+        if let Payload::HelloAck { agent_busy, .. } = &mut self.payload {
+            *agent_busy = Some(lanes);
+        }
+        self
     }
 
     pub fn channel_list(id: Option<i64>, channels: &[Channel]) -> Frame {
@@ -184,6 +194,15 @@ impl Frame {
 
     pub fn typing(on: bool) -> Frame {
         Frame::new(Payload::Typing { on })
+    }
+
+    /// `agent.busy` (`busy`) or `agent.idle`; the lane goes in the envelope (`in_lane`).
+    pub fn agent_busy(busy: bool) -> Frame {
+        Frame::new(if busy {
+            Payload::AgentBusy {}
+        } else {
+            Payload::AgentIdle {}
+        })
     }
 
     pub fn message_start(message_id: &str) -> Frame {

@@ -18,7 +18,7 @@ pub use decode::{
     MessageSend, Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
 };
 pub use encode::{with_cursor, Frame};
-pub use payload::{Delivery, MessagePayload, MessageStop, Notification, Payload};
+pub use payload::{Delivery, LaneRef, MessagePayload, MessageStop, Notification, Payload};
 pub use push_note::{decode_pushable, Outboxed, PushNote};
 pub use types::*;
 

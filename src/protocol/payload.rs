@@ -46,6 +46,10 @@ pub enum Payload {
         sync_cursor: u64,
         last_pushed_cursor: u64,
         channels: Vec<Channel>,
+        /// Lanes with a turn running at connect (the `agent.busy` extension); left out for a
+        /// device that did not ask for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_busy: Option<Vec<LaneRef>>,
     },
     ChannelList {
         channels: Vec<Channel>,
@@ -63,6 +67,10 @@ pub enum Payload {
     Typing {
         on: bool,
     },
+    /// `agent.busy` / `agent.idle` (the `agent.busy` extension): the envelope's lane has a turn
+    /// running, or no longer. The lane is all they say, so the payload is empty.
+    AgentBusy {},
+    AgentIdle {},
     MessageStart {
         message_id: String,
         role: Role,
@@ -147,6 +155,15 @@ pub enum Payload {
     },
 }
 
+/// A lane as a payload names it: `thread_id` is left out for a channel's flat lane, as the
+/// envelope leaves it out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LaneRef {
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+}
+
 /// A standalone final message, and for the user's echo the message it answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessagePayload {
@@ -197,6 +214,8 @@ impl Payload {
             Payload::ReadReceipt { .. } => "read.receipt",
             Payload::Message(_) => "message",
             Payload::Typing { .. } => "typing",
+            Payload::AgentBusy {} => "agent.busy",
+            Payload::AgentIdle {} => "agent.idle",
             Payload::MessageStart { .. } => "message.start",
             Payload::MessageUpdate { .. } => "message.update",
             Payload::MessageStop(_) => "message.stop",
@@ -225,6 +244,10 @@ impl Payload {
             Payload::MessageUpdate { .. } | Payload::ToolProgress { .. } => Delivery::Coalescable,
             Payload::Status { .. }
             | Payload::Typing { .. }
+            // Lane state like typing: `hello.ack` carries the current state after a reconnect,
+            // so a lost transition heals there and nothing is outboxed.
+            | Payload::AgentBusy {}
+            | Payload::AgentIdle {}
             | Payload::MessageStart { .. }
             | Payload::Commentary { .. }
             | Payload::ToolStart { .. }
