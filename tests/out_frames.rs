@@ -455,8 +455,18 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
                 })
                 .collect(),
         ),
+        Frame::hello_ack(Some(1), &caps, 1, 1, &channels).with_read_lanes(
+            (0..500)
+                .map(|i| iris_gateway::protocol::LaneRead {
+                    chat_id: format!("chan_{i}"),
+                    thread_id: Some(format!("thr_{i}")),
+                    message_id: format!("msg_{i}"),
+                })
+                .collect(),
+        ),
         Frame::agent_busy(true),
         Frame::agent_busy(false),
+        Frame::read_marker("msg_1"),
         Frame::message(&message(1)),
         Frame::message_start("msg_1"),
         Frame::message_update("msg_1", &huge),

@@ -258,16 +258,17 @@ fn client_frames_are_checked_too() {
 #[test]
 fn frame_counts_and_reliability() {
     let s = schema();
-    // v1's 29, and `agent.busy` / `agent.idle` from the extensions file.
+    // v1's 29, and `agent.busy`, `agent.idle`, `read.marker` from the extensions file.
     assert_eq!(
         s.server_frame_names().len(),
-        31,
+        32,
         "{:?}",
         s.server_frame_names()
     );
+    // v1's 21, and `read.receipt` from the extensions file.
     assert_eq!(
         s.client_frame_names().len(),
-        21,
+        22,
         "{:?}",
         s.client_frame_names()
     );

@@ -105,6 +105,7 @@ impl Hub {
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
         let busy = outlet.wants_busy_frames().then(|| self.busy_lanes());
+        let read = outlet.wants_read_markers().then(|| self.read_lanes());
         let mut st = self.state.borrow_mut();
         let mut ack = Frame::hello_ack(
             hello_id,
@@ -115,6 +116,9 @@ impl Hub {
         );
         if let Some(lanes) = busy {
             ack = ack.with_busy_lanes(lanes);
+        }
+        if let Some(lanes) = read {
+            ack = ack.with_read_lanes(lanes);
         }
         outlet.push_frame(&ack);
         outlet.push_frame(&Frame::status(health));

@@ -25,6 +25,7 @@ mod lanes;
 mod media;
 mod message_send;
 mod push;
+mod read_state;
 mod recovery;
 mod router;
 mod search;

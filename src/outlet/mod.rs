@@ -133,6 +133,8 @@ pub struct Outlet {
     append_updates: Cell<bool>,
     /// The device asked for `agent.busy` in its hello: it is sent lanes' busy/idle state.
     busy_frames: Cell<bool>,
+    /// The device asked for `read.receipt`: it is sent `read.marker` and `hello.ack.read`.
+    read_markers: Cell<bool>,
     /// Per stream, what the device was last sent (append updates only), newest last.
     sent: RefCell<Vec<SentText>>,
     /// The message this connection's last `message.update` was for, whatever its form: an
@@ -155,6 +157,7 @@ impl Outlet {
             closing: Cell::new(None),
             append_updates: Cell::new(false),
             busy_frames: Cell::new(false),
+            read_markers: Cell::new(false),
             sent: RefCell::new(Vec::new()),
             last_update: RefCell::new(None),
             wake: Notify::new(),
@@ -188,6 +191,24 @@ impl Outlet {
     /// Whether this device is sent `agent.busy` / `agent.idle` and `hello.ack.agent_busy`.
     pub fn wants_busy_frames(&self) -> bool {
         self.busy_frames.get()
+    }
+
+    /// Turns on `read.receipt` for this connection (its hello listed the extension).
+    pub fn set_read_markers(&self, on: bool) {
+        self.read_markers.set(on);
+    }
+
+    pub fn wants_read_markers(&self) -> bool {
+        self.read_markers.get()
+    }
+
+    /// Whether an encoded outbox frame is for this device: one of an extension it did not
+    /// ask for is skipped, live and in `sync` alike.
+    pub fn takes_outboxed(&self, encoded: &[u8]) -> bool {
+        match crate::protocol::encoded_extension(encoded) {
+            Some(crate::protocol::EXT_READ_RECEIPT) => self.read_markers.get(),
+            _ => true,
+        }
     }
 
     /// Queues a streamed message's latest text; an unsent older one is replaced.

@@ -124,6 +124,18 @@ fn conversation() -> Vec<(&'static str, Frame)> {
         ),
         ("typing", Frame::typing(false)),
         (
+            "read.marker",
+            Frame::read_marker("msg_1").in_lane("default", Some("thr_1")),
+        ),
+        (
+            "hello.ack read lanes",
+            Frame::hello_ack(Some(1), &caps(), 5, 4, &[]).with_read_lanes(vec![LaneRead {
+                chat_id: "default".into(),
+                thread_id: None,
+                message_id: "msg_1".into(),
+            }]),
+        ),
+        (
             "agent.busy",
             Frame::agent_busy(true).in_lane("default", Some("thr_1")),
         ),
@@ -287,6 +299,14 @@ const PINNED: &[(&str, &str)] = &[
         r#"{"v":1,"type":"typing","payload":{"on":false}}"#,
     ),
     (
+        "read.marker",
+        r#"{"v":1,"type":"read.marker","chat_id":"default","thread_id":"thr_1","payload":{"message_id":"msg_1"}}"#,
+    ),
+    (
+        "hello.ack read lanes",
+        r#"{"v":1,"id":1,"type":"hello.ack","payload":{"channels":[],"last_pushed_cursor":4,"read":[{"chat_id":"default","message_id":"msg_1"}],"server_caps":{"extensions":["update_append"],"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
+    ),
+    (
         "agent.busy",
         r#"{"v":1,"type":"agent.busy","chat_id":"default","thread_id":"thr_1","payload":{}}"#,
     ),
@@ -410,7 +430,7 @@ fn every_frame_type_is_pinned() {
     let mut kinds: Vec<&str> = samples().iter().map(|(_, f)| f.kind()).collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds.len(), 31, "{kinds:?}");
+    assert_eq!(kinds.len(), 32, "{kinds:?}");
 }
 
 #[test]

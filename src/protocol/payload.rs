@@ -50,6 +50,10 @@ pub enum Payload {
         /// device that did not ask for it.
         #[serde(skip_serializing_if = "Option::is_none")]
         agent_busy: Option<Vec<LaneRef>>,
+        /// Per lane, the message the household has read up to (the `read.receipt`
+        /// extension); left out for a device that did not ask for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        read: Option<Vec<LaneRead>>,
     },
     ChannelList {
         channels: Vec<Channel>,
@@ -71,6 +75,12 @@ pub enum Payload {
     /// running, or no longer. The lane is all they say, so the payload is empty.
     AgentBusy {},
     AgentIdle {},
+    /// `read.marker` (the `read.receipt` extension): the envelope's lane is read up to
+    /// `message_id`. A type of its own, not v1's `read.receipt` (which acks a `message.send`),
+    /// so an app that did not ask can tell it apart and is never sent it.
+    ReadMarker {
+        message_id: String,
+    },
     MessageStart {
         message_id: String,
         role: Role,
@@ -164,6 +174,15 @@ pub struct LaneRef {
     pub thread_id: Option<String>,
 }
 
+/// A lane's read marker as `hello.ack.read` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LaneRead {
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    pub message_id: String,
+}
+
 /// A standalone final message, and for the user's echo the message it answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessagePayload {
@@ -216,6 +235,7 @@ impl Payload {
             Payload::Typing { .. } => "typing",
             Payload::AgentBusy {} => "agent.busy",
             Payload::AgentIdle {} => "agent.idle",
+            Payload::ReadMarker { .. } => "read.marker",
             Payload::MessageStart { .. } => "message.start",
             Payload::MessageUpdate { .. } => "message.update",
             Payload::MessageStop(_) => "message.stop",
@@ -263,6 +283,8 @@ impl Payload {
             | Payload::ChannelDeleted { .. }
             | Payload::ChannelList { .. }
             | Payload::MediaOffer(_)
+            // Outboxed: a device away when a lane was read learns it by `sync`.
+            | Payload::ReadMarker { .. }
             | Payload::Error { .. } => Delivery::NeverDropped,
             // Replies to a request are never dropped on their connection either.
             Payload::HelloAck { .. }
