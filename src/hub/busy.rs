@@ -12,20 +12,15 @@ impl Hub {
     /// A turn starts (`busy`) or ends in `lane`. Only a change is sent, so a device never sees
     /// two `agent.idle` in a row for one lane.
     pub(super) fn set_lane_busy(&self, lane: &Lane, busy: bool) {
-        {
-            let mut st = self.state.borrow_mut();
-            let was = match st.lanes.get_mut(lane) {
-                Some(ls) => std::mem::replace(&mut ls.busy, busy),
-                // The lane's state went with its channel; a device that was told `agent.busy`
-                // still gets `agent.idle`, in case it kept the lane (a thread of a kept channel).
-                None => !busy,
-            };
-            if was == busy {
-                return;
-            }
-            if busy {
-                st.lanes.entry(lane.clone()).or_default().busy = true;
-            }
+        let changed = match self.state.borrow_mut().lanes.get_mut(lane) {
+            Some(ls) => std::mem::replace(&mut ls.busy, busy) != busy,
+            // The lane's state went with its channel or thread while the turn ran (a start
+            // always has it: `begin_turn` made it); a device told `agent.busy` still gets
+            // its `agent.idle`.
+            None => !busy,
+        };
+        if !changed {
+            return;
         }
         let frame = Frame::agent_busy(busy).in_lane(&lane.chat_id, lane.thread());
         self.broadcast_to(&frame, Outlet::wants_busy_frames);
