@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    connect, connect_with, create_channel, cursor_of, frame_type, pair, pstr, temp_data_dir,
-    typing_off, Client, Gateway, Paired,
+    connect, connect_with, create_channel, cursor_of, frame_type, pair, pstr, sync_cursor,
+    temp_data_dir, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -97,7 +97,7 @@ async fn read_state_reaches_devices_that_asked_live_after_sync_and_in_hello_ack(
         "{p_ack}"
     );
     assert_eq!(p_ack["payload"]["read"], json!([]), "{p_ack}");
-    let (mut t, _) = connect_with(&gw, &tablet, read_caps()).await;
+    let (mut t, t_ack) = connect_with(&gw, &tablet, read_caps()).await;
     let (mut o, o_ack) = connect(&gw, &old).await;
 
     let (first_user, first_answer) = exchange(&mut p, "hello there").await;
@@ -127,7 +127,8 @@ async fn read_state_reaches_devices_that_asked_live_after_sync_and_in_hello_ack(
     let quiet = p.collect_quiet(Duration::from_millis(400)).await;
     assert!(!quiet.iter().any(is_marker), "{quiet:?}");
 
-    let (_t2, t2_ack, replay) = resync(&gw, &tablet, read_caps(), 0).await;
+    // From where the tablet's first connection began: both markers are after it.
+    let (_t2, t2_ack, replay) = resync(&gw, &tablet, read_caps(), sync_cursor(&t_ack)).await;
     let markers: Vec<&Value> = replay.iter().filter(|f| is_marker(f)).collect();
     let ids: Vec<&str> = markers.iter().map(|f| pstr(f, "message_id")).collect();
     assert_eq!(
@@ -148,7 +149,7 @@ async fn read_state_reaches_devices_that_asked_live_after_sync_and_in_hello_ack(
     // The app that did not ask: nothing live, nothing replayed, nothing in its ack.
     o.collect_quiet(Duration::from_millis(300)).await;
     assert_never_told(&o, &o_ack);
-    let (o2, o2_ack, o_replay) = resync(&gw, &old, json!({}), 0).await;
+    let (o2, o2_ack, o_replay) = resync(&gw, &old, json!({}), sync_cursor(&o_ack)).await;
     assert!(
         o_replay.iter().any(|f| frame_type(f) == "message.stop"),
         "the replay is there: {o_replay:?}"
