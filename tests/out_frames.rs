@@ -446,6 +446,27 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
     let history: Vec<HistoryMessage> = (0..200).map(message).collect();
     let frames = vec![
         Frame::hello_ack(Some(1), &caps, 1, 1, &channels),
+        // The `agent.busy` extension's lanes, in the form a device that asked for it gets.
+        Frame::hello_ack(Some(1), &caps, 1, 1, &channels).with_busy_lanes(
+            (0..64)
+                .map(|i| iris_gateway::protocol::LaneRef {
+                    chat_id: format!("chan_{i}"),
+                    thread_id: Some(format!("thr_{i}")),
+                })
+                .collect(),
+        ),
+        Frame::hello_ack(Some(1), &caps, 1, 1, &channels).with_read_lanes(
+            (0..500)
+                .map(|i| iris_gateway::protocol::LaneRead {
+                    chat_id: format!("chan_{i}"),
+                    thread_id: Some(format!("thr_{i}")),
+                    message_id: format!("msg_{i}"),
+                })
+                .collect(),
+        ),
+        Frame::agent_busy(true),
+        Frame::agent_busy(false),
+        Frame::read_marker("msg_1"),
         Frame::message(&message(1)),
         Frame::message_start("msg_1"),
         Frame::message_update("msg_1", &huge),

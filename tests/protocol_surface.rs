@@ -138,7 +138,7 @@ async fn good_hello_gets_ack_then_online_status_and_nothing_before() {
             "streaming": true, "reasoning": true, "tools": true,
             "media": true, "search": true, "pickers": true,
             "push": "none", "push_ntfy_server": "",
-            "extensions": ["update_append"]
+            "extensions": ["update_append", "agent.busy", "read.receipt"]
         }),
         "server_caps differ from the contract: {ack}"
     );

@@ -116,7 +116,7 @@ fn unknown_frame_type_fails() {
     assert_server_err(&f, "unknown server frame type");
     // Planned frames are not part of the protocol yet.
     assert_server_err(
-        &json!({ "v": 1, "type": "agent.busy", "payload": {} }),
+        &json!({ "v": 1, "type": "picker.model", "payload": {} }),
         "planned frame",
     );
     // A client frame type is not a server frame.
@@ -258,15 +258,17 @@ fn client_frames_are_checked_too() {
 #[test]
 fn frame_counts_and_reliability() {
     let s = schema();
+    // v1's 29, and `agent.busy`, `agent.idle`, `read.marker` from the extensions file.
     assert_eq!(
         s.server_frame_names().len(),
-        29,
+        32,
         "{:?}",
         s.server_frame_names()
     );
+    // v1's 21, and `read.receipt` from the extensions file.
     assert_eq!(
         s.client_frame_names().len(),
-        21,
+        22,
         "{:?}",
         s.client_frame_names()
     );

@@ -164,6 +164,8 @@ async fn hello_gate(
         Ok(device) => {
             let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
             outlet.set_append_updates(hello.wants(crate::protocol::EXT_UPDATE_APPEND));
+            outlet.set_busy_frames(hello.wants(crate::protocol::EXT_AGENT_BUSY));
+            outlet.set_read_markers(hello.wants(crate::protocol::EXT_READ_RECEIPT));
             hub.attach(&outlet, frame.id);
             Some(outlet)
         }
@@ -688,9 +690,12 @@ async fn replay(
             return send_or_abort(outlet, sink, Message::Text(encode_text(done))).await;
         }
         for (c, bytes) in batch {
+            next = c;
+            if !outlet.takes_outboxed(&bytes) {
+                continue;
+            }
             let text = encode_text(crate::protocol::with_cursor(&bytes, c));
             send_text(outlet, sink, text, max_out).await?;
-            next = c;
         }
     }
 }

@@ -57,7 +57,9 @@ impl Hub {
         for o in outlets {
             match delivery_for_origin {
                 Some((conn, reply)) if conn == o.conn_id => o.push_frame(reply),
-                _ if o.mode() == Mode::Live => o.push(text, delivery, None),
+                _ if o.mode() == Mode::Live && o.takes_outboxed(text.as_bytes()) => {
+                    o.push(text, delivery, None)
+                }
                 _ => {}
             }
         }

@@ -104,14 +104,23 @@ impl Hub {
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
+        let busy = outlet.wants_busy_frames().then(|| self.busy_lanes());
+        let read = outlet.wants_read_markers().then(|| self.read_lanes());
         let mut st = self.state.borrow_mut();
-        outlet.push_frame(&Frame::hello_ack(
+        let mut ack = Frame::hello_ack(
             hello_id,
             &self.caps(),
             st.published_head,
             last_pushed,
             &channels,
-        ));
+        );
+        if let Some(lanes) = busy {
+            ack = ack.with_busy_lanes(lanes);
+        }
+        if let Some(lanes) = read {
+            ack = ack.with_read_lanes(lanes);
+        }
+        outlet.push_frame(&ack);
         outlet.push_frame(&Frame::status(health));
         for (lane, ls) in st.lanes.iter() {
             if !ls.todos.is_empty() {

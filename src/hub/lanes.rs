@@ -17,6 +17,8 @@ pub(super) struct LaneState {
     pub(super) streaming: Option<String>,
     /// The agent's run of the running turn, once it has one (Hermes' runs API).
     pub(super) run_id: Option<String>,
+    /// A turn runs here, as the `agent.busy` extension last told devices (`busy.rs`).
+    pub(super) busy: bool,
 }
 
 /// A stored user message (or a cron prompt) waiting for its turn.

@@ -92,6 +92,14 @@ impl Hub {
                         Err(Refusal::not_found(format!("nothing is running in {lane}")))
                     }
                 }),
+            Request::ReadReceipt { message_id } => {
+                self.read_receipt(
+                    frame.chat_id.as_deref(),
+                    frame.thread_id.as_deref(),
+                    message_id,
+                )
+                .await
+            }
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
                 self.handle_channel_request(outlet.conn_id, id, target, other)

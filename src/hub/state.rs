@@ -55,6 +55,8 @@ pub(super) struct State {
     pub(super) shutting_down: bool,
     /// Why the restore uploaded from the admin page failed at this start (`status`, the page).
     pub(super) restore_failure: Option<String>,
+    /// Per lane, where the household has read it up to (also in the store; `read_state.rs`).
+    pub(super) read_marks: HashMap<Lane, crate::store::ReadMark>,
     /// Lanes told this run that voice notes need a transcription service (once each).
     pub(super) voice_noticed: std::collections::HashSet<Lane>,
 }
@@ -224,6 +226,7 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
+        let read_marks = store.read_marks()?.into_iter().collect();
         let approvals = store
             .approvals()?
             .into_iter()
@@ -252,6 +255,7 @@ impl Hub {
                 shutting_down: false,
                 restore_failure: None,
                 voice_noticed: Default::default(),
+                read_marks,
             }),
             committer: tx,
             agent_watch: AgentWatch::default(),
@@ -335,6 +339,24 @@ impl Hub {
         let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
         for o in outlets {
             o.push(&text, delivery, coalesce_key);
+        }
+    }
+
+    /// Sends a live-only frame, encoded once, to the connected devices `to` picks (those that
+    /// asked for the extension the frame belongs to).
+    pub(super) fn broadcast_to(&self, frame: &Frame, to: impl Fn(&Outlet) -> bool) {
+        let text = encode_text(frame.encode());
+        let delivery = frame.delivery();
+        let outlets: Vec<Rc<Outlet>> = self
+            .state
+            .borrow()
+            .outlets
+            .values()
+            .filter(|o| to(o))
+            .cloned()
+            .collect();
+        for o in outlets {
+            o.push(&text, delivery, None);
         }
     }
 

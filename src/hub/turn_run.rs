@@ -68,6 +68,7 @@ impl Hub {
         // Stopping for a restart: the run goes on at the agent, and the next start follows it.
         if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
             self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+            self.set_lane_busy(lane, false);
             return;
         }
         if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
@@ -95,6 +96,7 @@ impl Hub {
             self.forget_run(&turn.user_message_id);
         }
         self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+        self.set_lane_busy(lane, false);
     }
 
     /// Announces the turn (typing) and registers how to end it early. Done before the first
@@ -111,6 +113,7 @@ impl Hub {
             ls.streaming = Some(message_id.to_owned());
         }
         self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
+        self.set_lane_busy(lane, true);
         abort
     }
 

@@ -131,6 +131,10 @@ pub struct Outlet {
     closing: Cell<Option<CloseReason>>,
     /// The device asked for `update_append` in its hello.
     append_updates: Cell<bool>,
+    /// The device asked for `agent.busy` in its hello: it is sent lanes' busy/idle state.
+    busy_frames: Cell<bool>,
+    /// The device asked for `read.receipt`: it is sent `read.marker` and `hello.ack.read`.
+    read_markers: Cell<bool>,
     /// Per stream, what the device was last sent (append updates only), newest last.
     sent: RefCell<Vec<SentText>>,
     /// The message this connection's last `message.update` was for, whatever its form: an
@@ -152,6 +156,8 @@ impl Outlet {
             mode: Cell::new(Mode::Live),
             closing: Cell::new(None),
             append_updates: Cell::new(false),
+            busy_frames: Cell::new(false),
+            read_markers: Cell::new(false),
             sent: RefCell::new(Vec::new()),
             last_update: RefCell::new(None),
             wake: Notify::new(),
@@ -175,6 +181,34 @@ impl Outlet {
     /// Turns on `update_append` for this connection (its hello listed the extension).
     pub fn set_append_updates(&self, on: bool) {
         self.append_updates.set(on);
+    }
+
+    /// Turns on `agent.busy` for this connection (its hello listed the extension).
+    pub fn set_busy_frames(&self, on: bool) {
+        self.busy_frames.set(on);
+    }
+
+    /// Whether this device is sent `agent.busy` / `agent.idle` and `hello.ack.agent_busy`.
+    pub fn wants_busy_frames(&self) -> bool {
+        self.busy_frames.get()
+    }
+
+    /// Turns on `read.receipt` for this connection (its hello listed the extension).
+    pub fn set_read_markers(&self, on: bool) {
+        self.read_markers.set(on);
+    }
+
+    pub fn wants_read_markers(&self) -> bool {
+        self.read_markers.get()
+    }
+
+    /// Whether an encoded outbox frame is for this device: one of an extension it did not
+    /// ask for is skipped, live and in `sync` alike.
+    pub fn takes_outboxed(&self, encoded: &[u8]) -> bool {
+        match crate::protocol::encoded_extension(encoded) {
+            Some(crate::protocol::EXT_READ_RECEIPT) => self.read_markers.get(),
+            _ => true,
+        }
     }
 
     /// Queues a streamed message's latest text; an unsent older one is replaced.

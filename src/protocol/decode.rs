@@ -96,6 +96,11 @@ pub enum Request {
     /// the schema's planned frames; accepted since approvals made stopping a waiting run
     /// something an app wants a button for.
     AgentStop,
+    /// The lane (the frame's) is read up to this message, for the household (the
+    /// `read.receipt` extension; the schema lists it as a planned app→server frame).
+    ReadReceipt {
+        message_id: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -531,6 +536,15 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 message_ids: payload::<Delete>(id, kind, text)?.message_ids,
             }
         }
+        "read.receipt" => {
+            #[derive(Deserialize)]
+            struct Receipt {
+                message_id: String,
+            }
+            Request::ReadReceipt {
+                message_id: payload::<Receipt>(id, kind, text)?.message_id,
+            }
+        }
         "fcm.register" => {
             #[derive(Deserialize)]
             struct Register {
@@ -884,5 +898,21 @@ mod tests {
                 value: "y".into()
             }
         );
+    }
+
+    #[test]
+    fn read_receipt_from_the_app_names_a_message() {
+        let f = decode_request(
+            r#"{"v":1,"type":"read.receipt","chat_id":"default","payload":{"message_id":"msg_1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f.request,
+            Request::ReadReceipt {
+                message_id: "msg_1".into()
+            }
+        );
+        let e = decode_request(r#"{"v":1,"type":"read.receipt","id":2,"payload":{}}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported);
     }
 }

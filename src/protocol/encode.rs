@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::payload::{MessagePayload, MessageStop, Notification, Payload};
+use super::payload::{LaneRead, LaneRef, MessagePayload, MessageStop, Notification, Payload};
 use super::{Channel, ErrorCode, HealthState, HistoryMessage, Role, ServerCaps, TodoItem};
 
 /// A server→app frame before encoding: the envelope's routing fields and the typed payload.
@@ -139,8 +139,19 @@ impl Frame {
             sync_cursor,
             last_pushed_cursor,
             channels: channels.to_vec(),
+            agent_busy: None,
+            read: None,
         })
         .reply_to(id)
+    }
+
+    /// Adds the lanes busy at connect to a `hello.ack` (`agent.busy` extension); other frame
+    /// types have no such field, so for them this changes nothing.
+    pub fn with_busy_lanes(mut self, lanes: Vec<LaneRef>) -> Frame {
+        if let Payload::HelloAck { agent_busy, .. } = &mut self.payload {
+            *agent_busy = Some(lanes);
+        }
+        self
     }
 
     pub fn channel_list(id: Option<i64>, channels: &[Channel]) -> Frame {
@@ -184,6 +195,30 @@ impl Frame {
 
     pub fn typing(on: bool) -> Frame {
         Frame::new(Payload::Typing { on })
+    }
+
+    /// Adds the lanes' read markers to a `hello.ack` (`read.receipt` extension).
+    pub fn with_read_lanes(mut self, lanes: Vec<LaneRead>) -> Frame {
+        if let Payload::HelloAck { read, .. } = &mut self.payload {
+            *read = Some(lanes);
+        }
+        self
+    }
+
+    /// `read.marker`: the lane (`in_lane`) is read up to `message_id`.
+    pub fn read_marker(message_id: &str) -> Frame {
+        Frame::new(Payload::ReadMarker {
+            message_id: message_id.to_owned(),
+        })
+    }
+
+    /// `agent.busy` (`busy`) or `agent.idle`; the lane goes in the envelope (`in_lane`).
+    pub fn agent_busy(busy: bool) -> Frame {
+        Frame::new(if busy {
+            Payload::AgentBusy {}
+        } else {
+            Payload::AgentIdle {}
+        })
     }
 
     pub fn message_start(message_id: &str) -> Frame {
@@ -394,10 +429,31 @@ pub fn with_cursor(encoded: &[u8], cursor: u64) -> Bytes {
     Bytes::from(out)
 }
 
+/// The extension an encoded outbox frame belongs to, if any: a device that did not ask for
+/// it is neither sent it live nor by `sync`. Read from the bytes, since a replay has nothing
+/// else; outboxed frames carry no `id`, so the type follows the prefix directly.
+pub fn encoded_extension(encoded: &[u8]) -> Option<&'static str> {
+    const READ_MARKER: &[u8] = br#"{"v":1,"type":"read.marker","#;
+    encoded
+        .starts_with(READ_MARKER)
+        .then_some(super::EXT_READ_RECEIPT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::Delivery;
+
+    #[test]
+    fn outboxed_read_markers_are_known_by_their_bytes() {
+        let marker = Frame::read_marker("msg_1")
+            .in_lane("default", None)
+            .encode();
+        assert_eq!(encoded_extension(&marker), Some("read.receipt"));
+        let receipt = Frame::read_receipt(None, "msg_1").encode();
+        assert_eq!(encoded_extension(&receipt), None);
+        assert_eq!(encoded_extension(&Frame::typing(true).encode()), None);
+    }
 
     #[test]
     fn encodes_the_envelope_first_and_splices_cursor() {

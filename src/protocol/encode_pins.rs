@@ -84,6 +84,19 @@ fn session_and_directory() -> Vec<(&'static str, Frame)> {
             "hello.ack",
             Frame::hello_ack(Some(1), &caps(), 5, 4, &[channel()]),
         ),
+        (
+            "hello.ack busy lanes",
+            Frame::hello_ack(Some(1), &caps(), 5, 4, &[]).with_busy_lanes(vec![
+                LaneRef {
+                    chat_id: "default".into(),
+                    thread_id: None,
+                },
+                LaneRef {
+                    chat_id: "chan_1".into(),
+                    thread_id: Some("thr_1".into()),
+                },
+            ]),
+        ),
         ("channel.list", Frame::channel_list(Some(6), &[channel()])),
         (
             "channel.created",
@@ -110,6 +123,26 @@ fn conversation() -> Vec<(&'static str, Frame)> {
             Frame::message(&message(Role::Assistant, true)).in_lane("default", None),
         ),
         ("typing", Frame::typing(false)),
+        (
+            "read.marker",
+            Frame::read_marker("msg_1").in_lane("default", Some("thr_1")),
+        ),
+        (
+            "hello.ack read lanes",
+            Frame::hello_ack(Some(1), &caps(), 5, 4, &[]).with_read_lanes(vec![LaneRead {
+                chat_id: "default".into(),
+                thread_id: None,
+                message_id: "msg_1".into(),
+            }]),
+        ),
+        (
+            "agent.busy",
+            Frame::agent_busy(true).in_lane("default", Some("thr_1")),
+        ),
+        (
+            "agent.idle",
+            Frame::agent_busy(false).in_lane("default", None),
+        ),
         ("message.start", Frame::message_start("msg_1")),
         ("message.update", Frame::message_update("msg_1", "partial")),
         (
@@ -230,6 +263,10 @@ const PINNED: &[(&str, &str)] = &[
         r#"{"v":1,"id":1,"type":"hello.ack","payload":{"channels":[{"archived":false,"auto":true,"automation":false,"chat_id":"chan_1","color":null,"favorite":false,"icon":"🌱","is_default":false,"kind":"thread","name":"Work","parent_chat_id":"default"}],"last_pushed_cursor":4,"server_caps":{"extensions":["update_append"],"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
     ),
     (
+        "hello.ack busy lanes",
+        r#"{"v":1,"id":1,"type":"hello.ack","payload":{"agent_busy":[{"chat_id":"default"},{"chat_id":"chan_1","thread_id":"thr_1"}],"channels":[],"last_pushed_cursor":4,"server_caps":{"extensions":["update_append"],"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
+    ),
+    (
         "channel.list",
         r#"{"v":1,"id":6,"type":"channel.list","payload":{"channels":[{"archived":false,"auto":true,"automation":false,"chat_id":"chan_1","color":null,"favorite":false,"icon":"🌱","is_default":false,"kind":"thread","name":"Work","parent_chat_id":"default"}]}}"#,
     ),
@@ -260,6 +297,22 @@ const PINNED: &[(&str, &str)] = &[
     (
         "typing",
         r#"{"v":1,"type":"typing","payload":{"on":false}}"#,
+    ),
+    (
+        "read.marker",
+        r#"{"v":1,"type":"read.marker","chat_id":"default","thread_id":"thr_1","payload":{"message_id":"msg_1"}}"#,
+    ),
+    (
+        "hello.ack read lanes",
+        r#"{"v":1,"id":1,"type":"hello.ack","payload":{"channels":[],"last_pushed_cursor":4,"read":[{"chat_id":"default","message_id":"msg_1"}],"server_caps":{"extensions":["update_append"],"media":false,"pickers":true,"push":"ntfy","push_ntfy_server":"https://ntfy.sh","reasoning":true,"search":true,"streaming":true,"tools":true},"sync_cursor":5}}"#,
+    ),
+    (
+        "agent.busy",
+        r#"{"v":1,"type":"agent.busy","chat_id":"default","thread_id":"thr_1","payload":{}}"#,
+    ),
+    (
+        "agent.idle",
+        r#"{"v":1,"type":"agent.idle","chat_id":"default","payload":{}}"#,
     ),
     (
         "message.start",
@@ -377,7 +430,7 @@ fn every_frame_type_is_pinned() {
     let mut kinds: Vec<&str> = samples().iter().map(|(_, f)| f.kind()).collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds.len(), 29, "{kinds:?}");
+    assert_eq!(kinds.len(), 32, "{kinds:?}");
 }
 
 #[test]

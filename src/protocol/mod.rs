@@ -17,8 +17,10 @@ pub use decode::{
     decode_request, ChannelCreate, ChannelIcon, CreateKind, Hello, HelloCaps, HistoryRequest,
     MessageSend, Request, RequestFrame, SearchRequest, SearchScope, UploadStart,
 };
-pub use encode::{with_cursor, Frame};
-pub use payload::{Delivery, MessagePayload, MessageStop, Notification, Payload};
+pub use encode::{encoded_extension, with_cursor, Frame};
+pub use payload::{
+    Delivery, LaneRead, LaneRef, MessagePayload, MessageStop, Notification, Payload,
+};
 pub use push_note::{decode_pushable, Outboxed, PushNote};
 pub use types::*;
 

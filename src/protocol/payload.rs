@@ -46,6 +46,14 @@ pub enum Payload {
         sync_cursor: u64,
         last_pushed_cursor: u64,
         channels: Vec<Channel>,
+        /// Lanes with a turn running at connect (the `agent.busy` extension); left out for a
+        /// device that did not ask for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_busy: Option<Vec<LaneRef>>,
+        /// Per lane, the message the household has read up to (the `read.receipt`
+        /// extension); left out for a device that did not ask for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        read: Option<Vec<LaneRead>>,
     },
     ChannelList {
         channels: Vec<Channel>,
@@ -62,6 +70,16 @@ pub enum Payload {
     Message(MessagePayload),
     Typing {
         on: bool,
+    },
+    /// `agent.busy` / `agent.idle` (the `agent.busy` extension): the envelope's lane has a turn
+    /// running, or no longer. The lane is all they say, so the payload is empty.
+    AgentBusy {},
+    AgentIdle {},
+    /// `read.marker` (the `read.receipt` extension): the envelope's lane is read up to
+    /// `message_id`. A type of its own, not v1's `read.receipt` (which acks a `message.send`),
+    /// so an app that did not ask can tell it apart and is never sent it.
+    ReadMarker {
+        message_id: String,
     },
     MessageStart {
         message_id: String,
@@ -147,6 +165,24 @@ pub enum Payload {
     },
 }
 
+/// A lane as a payload names it: `thread_id` is left out for a channel's flat lane, as the
+/// envelope leaves it out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LaneRef {
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+}
+
+/// A lane's read marker as `hello.ack.read` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LaneRead {
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    pub message_id: String,
+}
+
 /// A standalone final message, and for the user's echo the message it answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessagePayload {
@@ -197,6 +233,9 @@ impl Payload {
             Payload::ReadReceipt { .. } => "read.receipt",
             Payload::Message(_) => "message",
             Payload::Typing { .. } => "typing",
+            Payload::AgentBusy {} => "agent.busy",
+            Payload::AgentIdle {} => "agent.idle",
+            Payload::ReadMarker { .. } => "read.marker",
             Payload::MessageStart { .. } => "message.start",
             Payload::MessageUpdate { .. } => "message.update",
             Payload::MessageStop(_) => "message.stop",
@@ -225,6 +264,10 @@ impl Payload {
             Payload::MessageUpdate { .. } | Payload::ToolProgress { .. } => Delivery::Coalescable,
             Payload::Status { .. }
             | Payload::Typing { .. }
+            // Lane state like typing: `hello.ack` carries the current state after a reconnect,
+            // so a lost transition heals there and nothing is outboxed.
+            | Payload::AgentBusy {}
+            | Payload::AgentIdle {}
             | Payload::MessageStart { .. }
             | Payload::Commentary { .. }
             | Payload::ToolStart { .. }
@@ -240,6 +283,8 @@ impl Payload {
             | Payload::ChannelDeleted { .. }
             | Payload::ChannelList { .. }
             | Payload::MediaOffer(_)
+            // Outboxed: a device away when a lane was read learns it by `sync`.
+            | Payload::ReadMarker { .. }
             | Payload::Error { .. } => Delivery::NeverDropped,
             // Replies to a request are never dropped on their connection either.
             Payload::HelloAck { .. }

@@ -203,8 +203,16 @@ pub struct ServerCaps {
 /// update, and where it goes (docs/protocol.md, "Extensions").
 pub const EXT_UPDATE_APPEND: &str = "update_append";
 
+/// `agent.busy`: `agent.busy` / `agent.idle` frames when a lane's turn starts and ends, and
+/// `hello.ack.agent_busy` (docs/protocol.md, "Extensions").
+pub const EXT_AGENT_BUSY: &str = "agent.busy";
+
+/// `read.receipt`: the household's read state per lane, as `read.marker` frames (outboxed) and
+/// `hello.ack.read` (docs/protocol.md, "Extensions").
+pub const EXT_READ_RECEIPT: &str = "read.receipt";
+
 /// Every extension this build implements, as `hello.ack.server_caps.extensions` lists them.
-pub const EXTENSIONS: &[&str] = &[EXT_UPDATE_APPEND];
+pub const EXTENSIONS: &[&str] = &[EXT_UPDATE_APPEND, EXT_AGENT_BUSY, EXT_READ_RECEIPT];
 
 /// A conversation lane: a channel's flat lane (`thread_id` None) or one thread inside it.
 /// Turns run one at a time per lane; history and todo lists are kept per lane.

@@ -27,8 +27,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{sql, to_json, u64_from, Change, PendingTurn, Result, Sled, Store};
+use super::{sql, to_json, u64_from, Change, PendingTurn, ReadMark, Result, Sled, Store};
 use crate::protocol::Channel;
+use crate::protocol::Lane;
 
 /// The commit record's key in `meta` (layout 3).
 pub(super) const META_COMMIT: &[u8] = b"commit";
@@ -70,6 +71,7 @@ enum Redo {
     DeleteChannel(String),
     BeginTurn(PendingTurn),
     EndTurn(String),
+    PutReadMark(Lane, ReadMark),
 }
 
 /// sled's error from a commit step, kept with its kind (a full disk stays `Full`).
@@ -198,6 +200,9 @@ fn new_entries(
             Change::DeleteChannel(id) => redo.push(Redo::DeleteChannel(id.clone())),
             Change::BeginTurn(turn) => redo.push(Redo::BeginTurn(turn.clone())),
             Change::EndTurn(id) => redo.push(Redo::EndTurn(id.clone())),
+            Change::MarkRead(lane, mark) => {
+                redo.push(Redo::PutReadMark(lane.clone(), mark.clone()))
+            }
         }
     }
     Ok((CommitRecord { heads, redo }, cursors))
@@ -250,6 +255,20 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
         Redo::DeleteChannel(id) => {
             if t.channels.get(id.as_bytes())?.is_some() {
                 t.channels.remove(id.as_bytes())?;
+            }
+            // Its lanes' read markers go with it (one per lane: a short scan).
+            for item in t.read_marks.iter() {
+                let (k, _) = item?;
+                if super::read_marks::in_entry(&k, id) {
+                    t.read_marks.remove(k)?;
+                }
+            }
+        }
+        Redo::PutReadMark(lane, mark) => {
+            let key = super::read_marks::key(lane);
+            let value = to_json(mark);
+            if t.read_marks.get(&key)?.as_deref() != Some(&value[..]) {
+                t.read_marks.insert(key, value)?;
             }
         }
         Redo::BeginTurn(turn) => {

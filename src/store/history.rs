@@ -81,6 +81,14 @@ impl Store {
         self.query_blocking(|q| q.message(message_id))
     }
 
+    /// As [`Store::message`], read on the query thread (for requests from devices).
+    pub async fn query_message(
+        &self,
+        message_id: String,
+    ) -> Result<Option<(Lane, HistoryMessage)>> {
+        Ok(self.query(move |q| q.message(&message_id)).await?.0)
+    }
+
     /// The media the stored messages among `ids` reference, read on the query thread.
     pub async fn query_media_of(&self, ids: Vec<String>) -> Result<Vec<String>> {
         let (media, _) = self

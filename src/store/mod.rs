@@ -18,11 +18,13 @@ mod history;
 mod media;
 mod migrate;
 mod outbox;
+mod read_marks;
 mod rebuild;
 pub mod search;
 mod sessions;
 mod sql;
 pub use approvals::{ApprovalRecord, RunRecord};
+pub use read_marks::ReadMark;
 pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};
@@ -183,6 +185,8 @@ pub enum Change {
     /// Remember that a user message is waiting for its turn, so a restart can close it cleanly.
     BeginTurn(PendingTurn),
     EndTurn(String),
+    /// Set a lane's read marker (the caller has checked it moves forward).
+    MarkRead(Lane, ReadMark),
 }
 
 impl Change {
@@ -194,6 +198,7 @@ impl Change {
             Change::PutChannel(c) => to_json(c).len(),
             Change::BeginTurn(t) => t.text.len() + 128,
             Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
+            Change::MarkRead(_, m) => m.message_id.len() + 96,
             Change::DeleteChannel(_) | Change::EndTurn(_) | Change::PurgeHistory { .. } => 64,
         };
         n as u64
@@ -239,6 +244,8 @@ struct Sled {
     todos: sled::Tree,
     /// Lane → its conversation at the agent (`sessions.rs`).
     sessions: sled::Tree,
+    /// Lane → where the household has read it up to (`read_marks.rs`).
+    read_marks: sled::Tree,
     turns: sled::Tree,
     /// Message id → the cursors of its outbox frames, and cursor → message id: both only for
     /// frames still in the outbox (pruned with it), so they stay bounded by the retention.
@@ -1424,6 +1431,7 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
         tokens: tree("tokens")?,
         todos: tree("todos")?,
         sessions: tree("sessions")?,
+        read_marks: tree("read_marks")?,
         turns: tree("turns")?,
         message_frames: tree("message_frames")?,
         frame_of: tree("frame_of")?,
