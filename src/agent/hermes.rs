@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::hermes_wire::{Capabilities, Health, RunStatus};
+use super::hermes_wire::{Capabilities, Health, RunEvent, RunStatus};
 use super::http::{off_loop, Endpoint};
 use super::media_in::{self, AgentInput, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
@@ -70,12 +70,14 @@ fn kill_if_asked(point: &str) {
     }
 }
 
-/// Reads `/v1/capabilities` and `/health`. Blocking: call it in `off_loop`. A Hermes that
-/// answers neither still runs turns the 0.19.0 way.
-fn read_known(ep: &Endpoint) -> Known {
+/// Reads `/v1/capabilities` and `/health`. Blocking: call it in `off_loop`. `None` when Hermes
+/// could not be asked (read again later); a Hermes that answers without them still runs turns
+/// the 0.19.0 way.
+fn read_known(ep: &Endpoint) -> Option<Known> {
     let caps = match ep.call_json("GET", "/v1/capabilities", None) {
         Ok((200, v)) => serde_json::from_value::<Capabilities>(v).ok(),
-        _ => None,
+        Ok(_) => None,
+        Err(_) => return None,
     };
     let version = match ep.call_json("GET", "/health", None) {
         Ok((200, v)) => serde_json::from_value::<Health>(v)
@@ -83,7 +85,7 @@ fn read_known(ep: &Endpoint) -> Known {
             .unwrap_or_default(),
         _ => String::new(),
     };
-    Known { version, caps }
+    Some(Known { version, caps })
 }
 
 impl HermesAgent {
@@ -103,7 +105,7 @@ impl HermesAgent {
     async fn read_capabilities(&self) -> Option<super::hermes_wire::RunsIdempotency> {
         if self.known.borrow().is_none() {
             let ep = self.endpoint.clone();
-            if let Ok(k) = off_loop("agent-capabilities", move |_| read_known(&ep)).await {
+            if let Ok(Some(k)) = off_loop("agent-capabilities", move |_| read_known(&ep)).await {
                 *self.known.borrow_mut() = Some(k);
             }
         }
@@ -423,36 +425,31 @@ impl TurnWorker {
     }
 
     /// Applies one run event; `false` once the run is over (or the hub went away).
-    fn run_event(&self, p: &mut RunProgress, summary: &mut TurnSummary, ev: &Value) -> bool {
-        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-        match ev.get("event").and_then(Value::as_str).unwrap_or("") {
+    fn run_event(&self, p: &mut RunProgress, summary: &mut TurnSummary, ev: RunEvent) -> bool {
+        match ev.event.as_str() {
             "message.delta" => {
-                let delta = str_of("delta");
-                if delta.is_empty() {
+                if ev.delta.is_empty() {
                     return true;
                 }
                 p.streamed_text = true;
-                self.send_text(&delta)
+                self.send_text(&ev.delta)
             }
-            "tool.started" => self.tool_started(p, ev),
-            "tool.completed" => self.tool_completed(p, ev),
+            "tool.started" => self.tool_started(p, &ev),
+            "tool.completed" => self.tool_completed(p, &ev),
             "approval.request" => self.approval_request(p, ev),
             "approval.responded" => {
                 p.approval_open = false;
                 true
             }
             "run.completed" => {
-                let tokens = ev.pointer("/usage/total_tokens").and_then(Value::as_i64);
-                if let Some(t) = tokens.filter(|t| *t > 0) {
+                if let Some(t) = ev.usage.total_tokens.filter(|t| *t > 0) {
                     summary.tokens = Some(t);
                 }
-                p.end = Some(RunEnd::Completed {
-                    output: str_of("output"),
-                });
+                p.end = Some(RunEnd::Completed { output: ev.output });
                 false
             }
             "run.failed" => {
-                p.end = Some(RunEnd::Failed(str_of("error")));
+                p.end = Some(RunEnd::Failed(ev.error.text));
                 false
             }
             "run.cancelled" => {
@@ -464,22 +461,24 @@ impl TurnWorker {
     }
 
     /// A tool began: numbered in the turn, remembered until it completes.
-    fn tool_started(&self, p: &mut RunProgress, ev: &Value) -> bool {
+    fn tool_started(&self, p: &mut RunProgress, ev: &RunEvent) -> bool {
         if !self.end_text() {
             return false;
         }
         p.next_index += 1;
-        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
+        let name = match ev.tool.as_str() {
+            "" => "tool",
+            n => n,
+        };
         p.open_tools.push(RunningTool {
             index: p.next_index,
             name: name.to_owned(),
             started: Instant::now(),
         });
-        let preview = ev
-            .get("preview")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or(name);
+        let preview = match ev.preview.as_str() {
+            "" => name,
+            p => p,
+        };
         self.send(AgentEvent::ToolStart {
             index: p.next_index,
             name: name.to_owned(),
@@ -491,18 +490,18 @@ impl TurnWorker {
 
     /// A tool ended: its output comes from the run's tool record (the event carries none),
     /// and a `todo` tool's result is the turn's todo list.
-    fn tool_completed(&self, p: &mut RunProgress, ev: &Value) -> bool {
+    fn tool_completed(&self, p: &mut RunProgress, ev: &RunEvent) -> bool {
         if std::mem::take(&mut p.approval_open) {
             // The tool finished while its approval was still open: Hermes gave up
             // waiting (its `approvals.timeout`) and did not run the command.
             self.send(AgentEvent::ApprovalExpired);
         }
-        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("");
+        let name = ev.tool.as_str();
         let Some(at) = p.open_tools.iter().position(|t| t.name == name) else {
             return true;
         };
         let tool = p.open_tools.remove(at);
-        let failed = ev.get("error").and_then(Value::as_bool).unwrap_or(false);
+        let failed = ev.error.failed;
         let record = self.run_tool_record(name, &p.reported);
         let output = match &record {
             Some((id, _, output)) => {
@@ -521,8 +520,7 @@ impl TurnWorker {
                 .ok()
                 .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
         let duration = ev
-            .get("duration")
-            .and_then(Value::as_f64)
+            .duration
             .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
         self.send(AgentEvent::ToolEnd {
             index: tool.index,
@@ -533,25 +531,17 @@ impl TurnWorker {
     }
 
     /// Hermes waits for an approval (docs/agents.md): the hub asks the phones.
-    fn approval_request(&self, p: &mut RunProgress, ev: &Value) -> bool {
-        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    fn approval_request(&self, p: &mut RunProgress, ev: RunEvent) -> bool {
         p.approval_open = true;
         let choices = ev
-            .get("choices")
-            .and_then(Value::as_array)
-            .map(|c| {
-                c.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
+            .choices
             .unwrap_or_else(|| vec!["once".to_owned(), "deny".to_owned()]);
-        let description = match str_of("description") {
-            d if d.is_empty() => str_of("pattern_key"),
+        let description = match ev.description {
+            d if d.is_empty() => ev.pattern_key,
             d => d,
         };
         self.send(AgentEvent::Approval(super::ApprovalRequest {
-            command: str_of("command"),
+            command: ev.command,
             description,
             choices,
         }))
@@ -732,8 +722,8 @@ fn run_turn_blocking(
                 w.ep.get_sse(
                     &format!("/v1/runs/{id}/events"),
                     stop,
-                    |ev| match serde_json::from_str::<Value>(&ev.data) {
-                        Ok(v) => w.run_event(&mut p, &mut summary, &v) && !stop.is_set(),
+                    |ev| match serde_json::from_str::<RunEvent>(&ev.data) {
+                        Ok(v) => w.run_event(&mut p, &mut summary, v) && !stop.is_set(),
                         Err(_) => true,
                     },
                 );
@@ -871,7 +861,9 @@ impl Agent for HermesAgent {
                 ep.get_json("/v1/models").map(|_| read_known(&ep))
             })
             .await??;
-            *self.known.borrow_mut() = Some(known);
+            if known.is_some() {
+                *self.known.borrow_mut() = known;
+            }
             Ok(())
         })
     }

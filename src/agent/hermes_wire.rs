@@ -141,6 +141,75 @@ fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     Ok(Value::deserialize(d)?.as_i64())
 }
 
+/// One event of `GET /v1/runs/{id}/events` (`data:` JSON), with the fields of every event the
+/// gateway reads; `event` says which apply.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct RunEvent {
+    #[serde(deserialize_with = "text")]
+    pub event: String,
+    /// `message.delta`.
+    #[serde(deserialize_with = "text")]
+    pub delta: String,
+    /// `tool.started`, `tool.completed`.
+    #[serde(deserialize_with = "text")]
+    pub tool: String,
+    #[serde(deserialize_with = "text")]
+    pub preview: String,
+    /// `tool.completed`: seconds.
+    #[serde(deserialize_with = "number")]
+    pub duration: Option<f64>,
+    /// `true` on a failed `tool.completed`; the reason on `run.failed`.
+    pub error: EventError,
+    /// `run.completed`.
+    #[serde(deserialize_with = "text")]
+    pub output: String,
+    pub usage: Usage,
+    /// `approval.request`.
+    #[serde(deserialize_with = "text")]
+    pub command: String,
+    #[serde(deserialize_with = "text")]
+    pub description: String,
+    #[serde(deserialize_with = "text")]
+    pub pattern_key: String,
+    #[serde(deserialize_with = "words")]
+    pub choices: Option<Vec<String>>,
+}
+
+/// An event's `error`: a flag on a tool's completion, words on a run's failure.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventError {
+    pub failed: bool,
+    pub text: String,
+}
+
+impl<'de> Deserialize<'de> for EventError {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Bool(failed) => EventError {
+                failed,
+                text: String::new(),
+            },
+            Value::String(text) => EventError { failed: true, text },
+            _ => EventError::default(),
+        })
+    }
+}
+
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_f64())
+}
+
+/// A list of strings (anything else in it skipped); `None` when it is not a list.
+fn words<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Ok(Value::deserialize(d)?.as_array().map(|a| {
+        a.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +260,22 @@ mod tests {
         assert_eq!(s.error, "");
         let bare: RunStatus = serde_json::from_value(json!({})).unwrap();
         assert_eq!(bare, RunStatus::default());
+    }
+
+    #[test]
+    fn run_events_read_their_fields_whatever_the_event() {
+        let done: RunEvent = serde_json::from_value(json!({"event": "tool.completed",
+            "tool": "terminal", "duration": 1.5, "error": true, "run_id": "r"}))
+        .unwrap();
+        assert_eq!((done.tool.as_str(), done.duration), ("terminal", Some(1.5)));
+        assert!(done.error.failed);
+        let failed: RunEvent =
+            serde_json::from_value(json!({"event": "run.failed", "error": "boom"})).unwrap();
+        assert_eq!(failed.error.text, "boom");
+        let ask: RunEvent = serde_json::from_value(json!({"event": "approval.request",
+            "command": "rm -rf /tmp/x", "choices": ["once", 3, "deny"]}))
+        .unwrap();
+        assert_eq!(ask.choices, Some(vec!["once".into(), "deny".into()]));
+        assert_eq!(ask.description, "");
     }
 }
