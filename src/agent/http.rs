@@ -229,6 +229,17 @@ impl Endpoint {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Value), AgentError> {
+        self.call_json_with(method, path, &[], body)
+    }
+
+    /// [`Endpoint::call_json`] with extra request headers (Hermes' `Idempotency-Key`).
+    pub fn call_json_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), AgentError> {
         let url = self.url(path);
         let auth = self.auth();
         let resp = if method == "GET" {
@@ -251,6 +262,9 @@ impl Endpoint {
                 .build();
             if let Some(a) = auth {
                 req = req.header("Authorization", a);
+            }
+            for (k, v) in headers {
+                req = req.header(*k, *v);
             }
             req.send_json(body.cloned().unwrap_or(Value::Null))
         }

@@ -10,6 +10,7 @@
 
 mod demo;
 mod hermes;
+mod hermes_wire;
 mod http;
 pub mod media_in;
 pub mod media_out;
@@ -265,6 +266,13 @@ pub trait Agent {
     /// the agent's store): the text without them, and `AgentEvent::File`s. The demo names none.
     fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
         Box::pin(async move { (text, Vec::new()) })
+    }
+
+    /// How long after a message its run may be started again and be answered with the run of
+    /// the first start (Hermes' durable `Idempotency-Key`s), so that a restart can hand over a
+    /// message it does not know the fate of; `None` when a repeat could run it twice.
+    fn repeatable_start(&self) -> LocalBoxFuture<'_, Option<std::time::Duration>> {
+        Box::pin(async { None })
     }
 
     /// Runs one turn, sending events as they happen. Returns when the turn is over; dropping

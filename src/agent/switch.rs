@@ -79,6 +79,11 @@ impl Agent for Switchable {
         Box::pin(async move { agent.files_of(text).await })
     }
 
+    fn repeatable_start(&self) -> LocalBoxFuture<'_, Option<std::time::Duration>> {
+        let agent = self.current();
+        Box::pin(async move { agent.repeatable_start().await })
+    }
+
     fn run_turn(
         &self,
         turn: TurnInput,

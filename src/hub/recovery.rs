@@ -26,8 +26,30 @@ impl Hub {
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
         let mut followed = Vec::new();
+        let mut repeated = Vec::new();
+        // Asked once, and only when some turn has no run on record.
+        let mut repeat_window = None;
         for p in pending {
             let run = self.store.run_of(&p.user_message_id).ok().flatten();
+            if run.is_none() {
+                // The gateway died before it recorded a run for this message: before handing it
+                // over, or between the start request and its answer. Where the agent answers a
+                // repeated start with the run of the first (Hermes' Idempotency-Key), the start
+                // is repeated: the message is answered once, by whichever run took it.
+                if repeat_window.is_none() {
+                    let ask = self.agent.repeatable_start();
+                    repeat_window =
+                        Some(tokio::time::timeout_at(deadline, ask).await.ok().flatten());
+                }
+                if let Some(turn) = repeat_window
+                    .flatten()
+                    .and_then(|w| self.repeatable_turn(&p.user_message_id, &p.text, w))
+                {
+                    info!(lane = %p.lane, message = %p.user_message_id, "repeating the start of a turn a restart interrupted (the agent answers a repeat with the same run)");
+                    repeated.push((p, turn));
+                    continue;
+                }
+            }
             let state = match &run {
                 Some(r) if tokio::time::Instant::now() < deadline => {
                     tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
@@ -117,6 +139,7 @@ impl Hub {
         let pending: Vec<String> = followed
             .iter()
             .map(|(p, _)| p.user_message_id.clone())
+            .chain(repeated.iter().map(|(p, _)| p.user_message_id.clone()))
             .collect();
         for r in self.store.runs().unwrap_or_default() {
             if !pending.contains(&r.user_message_id) {
@@ -136,6 +159,32 @@ impl Hub {
                 },
             );
         }
+        for (p, turn) in repeated {
+            self.enqueue_turn(p.lane, turn);
+        }
         Ok(count)
+    }
+
+    /// The turn that starts user message `message_id` again, when it was sent within `window`
+    /// (older, the agent may have forgotten the first start, and a repeat could run it twice)
+    /// and is still in the history, with its files: a repeat must be the same request.
+    fn repeatable_turn(
+        &self,
+        message_id: &str,
+        text: &str,
+        window: std::time::Duration,
+    ) -> Option<QueuedTurn> {
+        let (_, message) = self.store.message(message_id).ok().flatten()?;
+        let age_ms = crate::ids::now_ms().saturating_sub(message.ts);
+        if message.role != Role::User || age_ms < 0 || age_ms as u128 >= window.as_millis() {
+            return None;
+        }
+        Some(QueuedTurn {
+            user_message_id: message_id.to_owned(),
+            text: text.to_owned(),
+            media: message.media,
+            automation: None,
+            resume_run: None,
+        })
     }
 }

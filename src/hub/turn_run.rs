@@ -378,6 +378,11 @@ impl Hub {
         if let Err(e) = self.store.put_agent_session(lane, &session).await {
             warn!(%lane, "could not store the lane's agent session: {e}");
         }
+        // Durable before the run that names it starts: a restart that repeats the start
+        // (docs/agents.md, "Exactly once") must send the same session, or Hermes refuses it.
+        if let Err(e) = self.store.sync().await {
+            warn!(%lane, "could not flush the lane's agent session: {e}");
+        }
         session
     }
 

