@@ -178,9 +178,18 @@ mod tests {
         compress(tmp.path(), db, 1 << 20).unwrap();
         assert!(compresses(&tmp.path().join("db")));
         assert!(!tmp.path().join(REBUILD_DIR).exists() && !tmp.path().join(OLD_DIR).exists());
-        let db = super::super::sled_config(&tmp.path().join("db"), 1 << 20)
-            .open()
-            .unwrap();
+        // sled lets go of its file lock when its flusher thread ends, a moment after the last
+        // handle is dropped: on a busy machine the reopen can come first (as at a start,
+        // `open_sled` waits for it).
+        let db = (0..200)
+            .find_map(|_| {
+                let opened = super::super::sled_config(&tmp.path().join("db"), 1 << 20).open();
+                if opened.is_err() {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                opened.ok()
+            })
+            .expect("the rebuilt store opens within 2 s");
         let outbox = db.open_tree("outbox").unwrap();
         assert_eq!(outbox.len(), 2500);
         assert_eq!(
