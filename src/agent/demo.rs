@@ -76,7 +76,7 @@ pub fn describe_media(
             out.push('\n');
             out.push_str(&more);
         }
-        if is_audio(m) && !heard.contains(&m.media_id) {
+        if m.is_audio() && !heard.contains(&m.media_id) {
             voice.push(m.filename.as_str());
         }
     }
@@ -93,14 +93,9 @@ pub fn describe_media(
     out
 }
 
-/// A voice note or other sound: what a transcription service turns into text.
-fn is_audio(m: &MediaRef) -> bool {
-    m.kind == "voice" || m.kind == "audio" || m.mime.starts_with("audio/")
-}
-
 /// The one thing worth saying about a file's content, if any.
 fn look_inside(m: &MediaRef, path: &std::path::Path) -> Option<String> {
-    if m.kind == "image" || m.mime.starts_with("image/") {
+    if m.is_image() {
         let head = read_prefix(path, IMAGE_HEADER_READ).ok()?;
         return Some(match image_size(&head) {
             Some((format, w, h)) => format!("It is a {format} image of {w}\u{d7}{h} pixels."),
@@ -109,7 +104,7 @@ fn look_inside(m: &MediaRef, path: &std::path::Path) -> Option<String> {
             }
         });
     }
-    if !is_text_like(m) {
+    if !super::media_in::is_text_like(&m.mime, &m.filename) {
         return None;
     }
     let head = read_prefix(path, FIRST_LINE_READ).ok()?;
@@ -120,30 +115,6 @@ fn look_inside(m: &MediaRef, path: &std::path::Path) -> Option<String> {
             None => "It does not read as UTF-8 text.".into(),
         },
     )
-}
-
-/// Text the demo can quote: by mime type, else by file extension.
-fn is_text_like(m: &MediaRef) -> bool {
-    const MIMES: [&str; 7] = [
-        "application/json",
-        "application/xml",
-        "application/yaml",
-        "application/x-yaml",
-        "application/toml",
-        "application/csv",
-        "application/javascript",
-    ];
-    const EXTENSIONS: [&str; 22] = [
-        "txt", "md", "markdown", "csv", "tsv", "json", "xml", "yaml", "yml", "toml", "ini", "log",
-        "rs", "py", "js", "ts", "c", "h", "go", "java", "sh", "html",
-    ];
-    let mime = m.mime.split(';').next().unwrap_or("").trim();
-    let ext = m
-        .filename
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    mime.starts_with("text/") || MIMES.contains(&mime) || EXTENSIONS.contains(&ext.as_str())
 }
 
 /// At most `max` bytes from the start of a file.

@@ -159,7 +159,7 @@ pub fn prepare(
 pub fn history_text(text: &str, media: &[MediaRef]) -> String {
     let mut out = text.to_owned();
     for m in media {
-        if is_image(m) {
+        if m.is_image() {
             out.push_str(&format!("\n[image: {}]", m.filename));
         } else {
             out.push_str(&format!(
@@ -200,7 +200,7 @@ fn prepare_one(m: &MediaRef, path: &Path, limits: &MediaLimits) -> Prepared {
             Err(why) => Prepared::Line(why),
         };
     }
-    if is_image(m) {
+    if m.is_image() {
         return match image_for_agent(&m.filename, path, limits) {
             Ok(img) => Prepared::Image(img),
             Err(why) => Prepared::Line(why),
@@ -220,10 +220,6 @@ fn attachment_line(m: &MediaRef, why: &str) -> String {
         "\n[attached: {} ({}, {} bytes): {why}]",
         m.filename, m.mime, m.size
     )
-}
-
-fn is_image(m: &MediaRef) -> bool {
-    m.kind == "image" || mime_base(&m.mime).starts_with("image/")
 }
 
 /// The mime type without parameters, lower case.

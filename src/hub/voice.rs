@@ -28,11 +28,6 @@ service is set. Set one on the gateway's admin page (Agent \u{2192} Transcriptio
 `[transcription] url` in config.toml; any OpenAI-compatible speech-to-text service works \
 (OpenAI, Groq, or a faster-whisper or whisper.cpp server on your network).";
 
-/// Whether a file is speech to transcribe: a voice note, or any audio.
-pub(super) fn is_audio(m: &MediaRef) -> bool {
-    matches!(m.kind.as_str(), "voice" | "audio") || m.mime.starts_with("audio/")
-}
-
 /// The transcript's message id for the `n`th audio file (from 0) of a user message.
 fn heard_id(user_message_id: &str, n: usize) -> String {
     let id = match n {
@@ -77,7 +72,7 @@ impl Hub {
     /// voice note) and the media ids of the notes it carries the words of. Transcripts (or why
     /// there is none) are posted in the lane first.
     pub(super) async fn hear(&self, lane: &Lane, turn: &QueuedTurn) -> (String, Vec<String>) {
-        let audio: Vec<&MediaRef> = turn.media.iter().filter(|m| is_audio(m)).collect();
+        let audio: Vec<&MediaRef> = turn.media.iter().filter(|m| m.is_audio()).collect();
         // A followed run already has its message: nothing to hear again.
         if audio.is_empty() || turn.resume_run.is_some() {
             return (turn.text.clone(), Vec::new());

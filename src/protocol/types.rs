@@ -120,6 +120,29 @@ pub struct MediaRef {
     pub message_id: Option<String>,
 }
 
+impl MediaRef {
+    /// A voice note or other sound (by kind, or by mime when the app called it a document):
+    /// what a transcription service turns into text.
+    pub fn is_audio(&self) -> bool {
+        matches!(self.kind.as_str(), "voice" | "audio")
+            || self
+                .mime
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("audio/")
+    }
+
+    /// A picture, by kind or by mime.
+    pub fn is_image(&self) -> bool {
+        self.kind == "image"
+            || self
+                .mime
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("image/")
+    }
+}
+
 /// One item of the agent's todo list (`todo.update.todos[]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TodoItem {
