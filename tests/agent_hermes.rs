@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::peers::{Hermes, HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, connect_with_status, frame_type, pair, pstr, temp_data_dir,
-    typing_off, Client, Gateway,
+    connect_awaiting_online, connect_with_status, frame_type, pair, pstr, recv_answer,
+    temp_data_dir, typing_off, Client, Gateway,
 };
 use serde_json::{json, Value};
 
@@ -295,16 +295,7 @@ async fn a_gateway_killed_mid_turn_follows_the_run_and_never_hands_the_message_o
     let mut c = connect_awaiting_online(&gw, &r.p, HERMES_TURN_TIMEOUT).await;
     // The run outlived the gateway at Hermes: the restarted gateway follows it (by its
     // status: a run's events stream cannot be resumed) and delivers its whole answer once.
-    let answer = c
-        .recv_until(|f| {
-            frame_type(f) == "message.stop"
-                || (frame_type(f) == "message" && f["payload"]["role"] == "assistant")
-        })
-        .await;
-    let text = answer["payload"]["final_text"]
-        .as_str()
-        .or(answer["payload"]["text"].as_str())
-        .unwrap_or("");
+    let (answer, text) = recv_answer(&mut c).await;
     assert!(
         text.starts_with("word1 word2") && text.ends_with("word80"),
         "{answer}\n{}",

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::peers::{HermesRig, MockLlm, Release, HERMES_TURN_TIMEOUT, ONE_HERMES};
-use common::{cli, connect_awaiting_online, frame_type, pstr, system_answer, temp_data_dir};
+use common::{cli, connect_awaiting_online, pstr, recv_answer, system_answer, temp_data_dir};
 use serde_json::json;
 
 /// Agent calls whose newest user message contains `text`: how often a run handed it to the
@@ -87,16 +87,7 @@ async fn a_gateway_killed_between_the_run_start_and_its_answer_gets_the_same_run
 
     let gw = r.hermes.gateway(r.dir.path(), &["--listen", &addr]);
     let mut c = connect_awaiting_online(&gw, &r.p, HERMES_TURN_TIMEOUT).await;
-    let answer = c
-        .recv_until(|f| {
-            frame_type(f) == "message.stop"
-                || (frame_type(f) == "message" && f["payload"]["role"] == "assistant")
-        })
-        .await;
-    let text = answer["payload"]["final_text"]
-        .as_str()
-        .or(answer["payload"]["text"].as_str())
-        .unwrap_or("");
+    let (answer, text) = recv_answer(&mut c).await;
     assert!(
         text.starts_with("word1 word2") && text.ends_with("word80"),
         "{answer}\n{}\n{}",

@@ -1564,6 +1564,23 @@ pub async fn upload_file(
     assert_eq!(ack["payload"]["ok"], json!(true), "{ack}");
 }
 
+/// The next answer in the lane: a `message.stop`, or the assistant `message` a restart's
+/// recovery sends instead; the frame and its text.
+pub async fn recv_answer(c: &mut Client) -> (Value, String) {
+    let answer = c
+        .recv_until(|f| {
+            frame_type(f) == "message.stop"
+                || (frame_type(f) == "message" && f["payload"]["role"] == "assistant")
+        })
+        .await;
+    let text = answer["payload"]["final_text"]
+        .as_str()
+        .or(answer["payload"]["text"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    (answer, text)
+}
+
 /// `media.pull` of a stored file: its bytes, through `media.pull.end`.
 pub async fn pull_media(c: &mut Client, media_id: &str) -> Vec<u8> {
     let rid = c

@@ -367,17 +367,7 @@ impl Hermes {
     /// The gateway on `dir` with this Hermes as its agent (the key on the command line: a test
     /// has no other users to hide it from), plus `extra` flags.
     pub fn gateway(&self, dir: &Path, extra: &[&str]) -> super::Gateway {
-        let url = self.url();
-        let mut args = vec![
-            "--agent",
-            "hermes",
-            "--agent-url",
-            &url,
-            "--agent-key",
-            &self.key,
-        ];
-        args.extend_from_slice(extra);
-        super::Gateway::start(dir, &args)
+        self.gateway_with_env(dir, extra, &[])
     }
 
     /// [`Hermes::gateway`] with extra environment (a kill hook).
