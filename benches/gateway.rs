@@ -716,6 +716,7 @@ fn fill(dir: &Path, n: usize) {
             runtime: None,
             ts: 1_760_000_000_000 + i as i64,
             media: Vec::new(),
+            steer: false,
         };
         let frame = Frame::message(&m)
             .in_lane(&lane.chat_id, lane.thread())
@@ -752,6 +753,7 @@ fn fill(dir: &Path, n: usize) {
             runtime: None,
             ts: 1_760_000_000_000,
             media: Vec::new(),
+            steer: false,
         };
         filler.push(Change::Outbox(
             Frame::message(&m).in_lane("default", None).outboxed(),

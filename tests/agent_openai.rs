@@ -135,7 +135,7 @@ async fn reasoning_content_becomes_the_reasoning_and_choices_reach_the_request()
     let answer = c
         .recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
         .await;
-    assert_eq!(pstr(&answer, "text"), "Model: mock-large.");
+    assert_eq!(pstr(&answer, "text"), "Model in this chat: mock-large.");
     assert_eq!(
         command(&mut c, "/reasoning low").await,
         "Reasoning effort: low."

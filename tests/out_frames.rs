@@ -404,6 +404,7 @@ fn every_frame_type_is_cut_to_fit_and_stays_valid() {
         }),
         ts: 1,
         media: (0..10).map(media).collect(),
+        steer: false,
     };
     let mut channel = Channel::new("chan_1".into(), mid.clone(), ChannelKind::Channel, None);
     channel.icon = Some(mid.clone());

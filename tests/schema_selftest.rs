@@ -265,10 +265,10 @@ fn frame_counts_and_reliability() {
         "{:?}",
         s.server_frame_names()
     );
-    // v1's 21, and `read.receipt` from the extensions file.
+    // v1's 21, and `read.receipt` and `agent.steer` from the extensions file.
     assert_eq!(
         s.client_frame_names().len(),
-        22,
+        23,
         "{:?}",
         s.client_frame_names()
     );

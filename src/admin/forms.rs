@@ -548,7 +548,7 @@ pub(super) async fn test_agent(agent: &dyn Agent) -> Result<String, String> {
     }
     let models = match tokio::time::timeout(TEST_TIMEOUT, agent.models()).await {
         Ok(Ok(m)) if !m.is_empty() => {
-            let shown: Vec<_> = m.iter().take(10).map(String::as_str).collect();
+            let shown: Vec<_> = m.iter().take(10).map(|m| m.model.as_str()).collect();
             format!("; models: {}", shown.join(", "))
         }
         _ => String::new(),

@@ -16,12 +16,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::hermes_wire::{Capabilities, Health, RunEvent, RunStatus};
+use super::hermes_wire::{Capabilities, Health, ModelOptions, RunEvent, RunStatus};
 use super::http::{off_loop, Endpoint};
 use super::media_in::{self, AgentInput, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
 use super::openai::{model_ids, user_content};
-use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, TurnInput, TurnSummary};
+use super::{
+    Agent, AgentError, AgentEvent, LocalBoxFuture, ModelOption, Recovery, Steered, TurnInput,
+    TurnSummary,
+};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::{Runtime, TodoItem, TodoStatus};
 
@@ -112,6 +115,16 @@ impl HermesAgent {
         let known = self.known.borrow();
         let i = &known.as_ref()?.caps.as_ref()?.features.runs_idempotency;
         i.supported.then(|| i.clone())
+    }
+
+    /// The advertised features, as the last probe read them (none before the first).
+    fn features(&self) -> super::hermes_wire::Features {
+        self.known
+            .borrow()
+            .as_ref()
+            .and_then(|k| k.caps.as_ref())
+            .map(|c| c.features.clone())
+            .unwrap_or_default()
     }
 
     /// Takes files from answers under `files` (without it, none are read).
@@ -445,18 +458,29 @@ impl TurnWorker {
                 if let Some(t) = ev.usage.total_tokens.filter(|t| *t > 0) {
                     summary.tokens = Some(t);
                 }
+                self.pending_steer(&ev.pending_steer);
                 p.end = Some(RunEnd::Completed { output: ev.output });
                 false
             }
             "run.failed" => {
+                self.pending_steer(&ev.pending_steer);
                 p.end = Some(RunEnd::Failed(ev.error.text));
                 false
             }
             "run.cancelled" => {
+                self.pending_steer(&ev.pending_steer);
                 p.end = Some(RunEnd::Cancelled);
                 false
             }
             _ => true,
+        }
+    }
+
+    /// Steering text the run ended without giving the model goes back to the hub, which makes
+    /// it the lane's next message.
+    fn pending_steer(&self, text: &str) {
+        if !text.trim().is_empty() {
+            self.send(AgentEvent::PendingSteer(text.to_owned()));
         }
     }
 
@@ -564,7 +588,15 @@ impl TurnWorker {
                 .ep
                 .call_json("GET", &format!("/v1/runs/{run_id}"), None)
             {
-                Ok((200, v)) => run_state_of(&v),
+                Ok((200, v)) => {
+                    let state = run_state_of(&v);
+                    if !matches!(state, super::RunState::Active { .. }) {
+                        self.pending_steer(
+                            &RunStatus::deserialize(&v).unwrap_or_default().pending_steer,
+                        );
+                    }
+                    state
+                }
                 Ok((404, _)) => {
                     return Err(AgentError::Interrupted(
                         "its events stream ended and Hermes no longer knows the run".into(),
@@ -616,6 +648,30 @@ impl TurnWorker {
             std::thread::sleep(POLL_PAUSE);
         }
     }
+}
+
+/// What `/model` offers from Hermes' model options: the models of the signed-in providers,
+/// the provider in use first, each model once per provider.
+fn model_options(o: &ModelOptions) -> Vec<ModelOption> {
+    let mut rows: Vec<_> = o
+        .providers
+        .iter()
+        .filter(|p| p.authenticated && !p.slug.is_empty())
+        .collect();
+    rows.sort_by_key(|p| p.slug != o.provider);
+    let mut out: Vec<ModelOption> = Vec::new();
+    for p in rows {
+        for m in p.models.iter().flatten().filter(|m| !m.is_empty()) {
+            let option = ModelOption {
+                model: m.clone(),
+                provider: Some(p.slug.clone()),
+            };
+            if !out.contains(&option) {
+                out.push(option);
+            }
+        }
+    }
+    out
 }
 
 /// Ids of the calls of tool `name` in `messages`, in order.
@@ -884,11 +940,65 @@ impl Agent for HermesAgent {
         })
     }
 
-    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<ModelOption>, AgentError>> {
         let ep = self.endpoint.clone();
+        let options = self.features().model_options;
         Box::pin(async move {
+            if options {
+                // The picker inventory of Hermes' own dashboard: the models of every provider
+                // that is signed in. Providers never configured would only offer models that
+                // fail when picked.
+                let ep = ep.clone();
+                let v = off_loop("agent-model-options", move |_| {
+                    ep.get_json("/api/model/options?include_unconfigured=false")
+                })
+                .await??;
+                let listed = model_options(&ModelOptions::deserialize(&v).unwrap_or_default());
+                if !listed.is_empty() {
+                    return Ok(listed);
+                }
+            }
             let v = off_loop("agent-models", move |_| ep.get_json("/v1/models")).await??;
-            Ok(model_ids(&v))
+            Ok(model_ids(&v).into_iter().map(ModelOption::bare).collect())
+        })
+    }
+
+    fn can_steer(&self) -> bool {
+        self.features().run_steer
+    }
+
+    fn steer_run<'a>(&'a self, run_id: &'a str, text: &'a str) -> LocalBoxFuture<'a, Steered> {
+        let ep = self.endpoint.clone();
+        let path = format!("/v1/runs/{run_id}/steer");
+        let body = json!({ "text": text });
+        let advertised = self.can_steer();
+        Box::pin(async move {
+            if !advertised {
+                return Steered::NotTaken("this Hermes does not take guidance for a running answer (no run_steer in its capabilities)".into());
+            }
+            let answer = off_loop("agent-steer", move |_| {
+                ep.call_json("POST", &path, Some(&body))
+            })
+            .await;
+            match answer {
+                Ok(Ok((200, v))) if v.get("accepted").and_then(Value::as_bool) != Some(false) => {
+                    Steered::Accepted
+                }
+                // `run_not_accepting_steer`: the run is no longer running (it is ending).
+                Ok(Ok((409, _))) => Steered::NotTaken("the answer was already ending".into()),
+                Ok(Ok((404, _))) => {
+                    Steered::NotTaken("the agent no longer has that answer's run".into())
+                }
+                Ok(Ok((status, v))) => Steered::NotTaken(format!(
+                    "the agent answered HTTP {status}{}",
+                    v.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                )),
+                Ok(Err(e)) => Steered::NotTaken(format!("the agent could not be asked: {e}")),
+                Err(e) => Steered::NotTaken(format!("the agent could not be asked: {e}")),
+            }
         })
     }
 
@@ -938,6 +1048,16 @@ impl Agent for HermesAgent {
             .or_else(|| (!self.model.is_empty()).then(|| self.model.clone()));
         if let Some(m) = &model {
             body["model"] = json!(m);
+            // A model picked from the options of one provider: Hermes routes the run there
+            // (a raw-request route, api_server.py `_session_runtime_request_from_body`).
+            if let Some(p) = turn
+                .settings
+                .provider
+                .as_deref()
+                .filter(|p| !p.is_empty() && turn.settings.model.is_some())
+            {
+                body["provider"] = json!(p);
+            }
         }
         let worker = TurnWorker {
             ep: self.endpoint.clone(),

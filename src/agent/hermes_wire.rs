@@ -96,6 +96,8 @@ impl Features {
             (self.approval_events, "approval_events"),
             (self.run_approval_response, "run_approval_response"),
             (self.runs_idempotency.supported, "runs_idempotency"),
+            (self.run_steer, "run_steer"),
+            (self.model_options, "model_options"),
         ] {
             if on {
                 used.push(name);
@@ -127,6 +129,46 @@ pub struct RunStatus {
     #[serde(deserialize_with = "text")]
     pub last_event: String,
     pub usage: Usage,
+    /// Steering text the run took but never gave the model (0.22, on a run that ended).
+    #[serde(deserialize_with = "text")]
+    pub pending_steer: String,
+}
+
+/// `GET /api/model/options` (0.22, where `features.model_options`): the model picker's
+/// inventory, per provider, and what the agent uses now.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ModelOptions {
+    #[serde(deserialize_with = "listed")]
+    pub providers: Vec<ProviderModels>,
+    /// The agent's current model and provider.
+    #[serde(deserialize_with = "text")]
+    pub model: String,
+    #[serde(deserialize_with = "text")]
+    pub provider: String,
+}
+
+/// One provider row of [`ModelOptions`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ProviderModels {
+    #[serde(deserialize_with = "text")]
+    pub slug: String,
+    /// Signed in: its models can be used now (the rest are a catalog to sign in to).
+    #[serde(deserialize_with = "flag")]
+    pub authenticated: bool,
+    #[serde(deserialize_with = "words")]
+    pub models: Option<Vec<String>>,
+}
+
+/// A list of records, the unreadable ones skipped; empty when it is not a list.
+fn listed<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    Ok(Value::deserialize(d)?
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| T::deserialize(v).ok()).collect())
+        .unwrap_or_default())
 }
 
 /// A run's `usage` (its status, its `run.completed` event).
@@ -174,6 +216,10 @@ pub struct RunEvent {
     pub pattern_key: String,
     #[serde(deserialize_with = "words")]
     pub choices: Option<Vec<String>>,
+    /// `run.completed`, `run.failed`, `run.cancelled` (0.22): steering text the run took but
+    /// never gave the model.
+    #[serde(deserialize_with = "text")]
+    pub pending_steer: String,
 }
 
 /// An event's `error`: a flag on a tool's completion, words on a run's failure.
@@ -248,6 +294,33 @@ mod tests {
         .unwrap();
         assert!(!odd.features.run_steer && odd.features.run_status);
         assert!(odd.features.runs_idempotency.supported && !odd.features.runs_idempotency.durable);
+    }
+
+    #[test]
+    fn model_options_keep_the_signed_in_rows_and_skip_odd_ones() {
+        let v = serde_json::json!({
+            "model": "mock-model",
+            "provider": "custom",
+            "providers": [
+                {"slug": "nous", "authenticated": false, "models": []},
+                {"slug": "custom", "authenticated": true, "models": ["mock-model", "mock-large", 7]},
+                "not a row",
+                {"slug": 3}
+            ]
+        });
+        let o = ModelOptions::deserialize(&v).unwrap();
+        assert_eq!(o.model, "mock-model");
+        assert_eq!(o.providers.len(), 3);
+        assert!(o.providers[1].authenticated);
+        assert_eq!(
+            o.providers[1].models.as_deref(),
+            Some(&["mock-model".to_owned(), "mock-large".to_owned()][..])
+        );
+        assert_eq!(o.providers[2], ProviderModels::default());
+        assert_eq!(
+            ModelOptions::deserialize(&serde_json::json!({"providers": 1})).unwrap(),
+            ModelOptions::default()
+        );
     }
 
     #[test]

@@ -130,6 +130,56 @@ pub enum AgentEvent {
     /// The approval the run waited for is over without the gateway having answered it
     /// (Hermes' own timeout: the command was not run). Ignored when the gateway answered.
     ApprovalExpired,
+    /// The run ended with steering text it never gave the model (Hermes' `pending_steer`: the
+    /// steer came after the run's last model call). The hub makes it the lane's next message.
+    PendingSteer(String),
+}
+
+/// What became of guidance handed to a running turn (`Agent::steer_run`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Steered {
+    /// The run took it: the model sees it at its next call (or the run's end returns it as
+    /// `AgentEvent::PendingSteer`).
+    Accepted,
+    /// The run did not take it (it is ending, or this agent cannot be steered): why, in words
+    /// for the person who sent it.
+    NotTaken(String),
+}
+
+/// A model the user may pick with `/model`: the model's id and, where the agent lists models
+/// per provider (Hermes' model options), the provider that serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelOption {
+    pub model: String,
+    pub provider: Option<String>,
+}
+
+/// Between a provider and a model in a picker value: never in a provider's slug.
+const PROVIDER_SEPARATOR: &str = "::";
+
+impl ModelOption {
+    pub fn bare(model: impl Into<String>) -> ModelOption {
+        ModelOption {
+            model: model.into(),
+            provider: None,
+        }
+    }
+
+    /// What a picker sends back and `/model` accepts: `provider::model`, or the model alone.
+    pub fn value(&self) -> String {
+        match &self.provider {
+            Some(p) => format!("{p}{PROVIDER_SEPARATOR}{}", self.model),
+            None => self.model.clone(),
+        }
+    }
+
+    /// Whether `/model VALUE` (or a picker's value) names this option: its [`value`], or the
+    /// model's id alone.
+    ///
+    /// [`value`]: ModelOption::value
+    pub fn is_named(&self, value: &str) -> bool {
+        value == self.value() || value == self.model
+    }
 }
 
 /// Where a run is, as the agent reports it (after a gateway restart, or a lost stream).
@@ -247,8 +297,18 @@ pub trait Agent {
     }
 
     /// Models the user may pick with `/model`; empty when the backend cannot switch.
-    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<ModelOption>, AgentError>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Whether a running turn can take guidance now (`steer_run`): the agent advertises it.
+    fn can_steer(&self) -> bool {
+        false
+    }
+
+    /// Hands `text` to the running `run_id` as guidance for the answer it is making.
+    fn steer_run<'a>(&'a self, _run_id: &'a str, _text: &'a str) -> LocalBoxFuture<'a, Steered> {
+        Box::pin(async { Steered::NotTaken("this agent cannot be steered".into()) })
     }
 
     /// After a restart, what became of a turn the gateway never finished: the agent's own

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::http::{off_loop, Endpoint};
 use super::media_in::{self, AgentInput, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
-use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, TurnInput, TurnSummary};
+use super::{Agent, AgentError, AgentEvent, LocalBoxFuture, ModelOption, TurnInput, TurnSummary};
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Role;
 
@@ -196,8 +196,11 @@ impl Agent for OpenAiAgent {
         Box::pin(async move { self.list_models().await.map(|_| ()) })
     }
 
-    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
-        Box::pin(self.list_models())
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<ModelOption>, AgentError>> {
+        Box::pin(async move {
+            let ids = self.list_models().await?;
+            Ok(ids.into_iter().map(ModelOption::bare).collect())
+        })
     }
 
     fn files_of(&self, text: String) -> LocalBoxFuture<'_, (String, Vec<AgentEvent>)> {
@@ -334,6 +337,7 @@ mod tests {
             reasoning: Some("high".into()),
             fast: true,
             model: None,
+            provider: None,
         };
         let body = request_body(
             "",

@@ -12,7 +12,8 @@ use std::rc::Rc;
 use tokio::sync::mpsc;
 
 use super::{
-    Agent, AgentError, AgentEvent, LocalBoxFuture, Recovery, RunState, TurnInput, TurnSummary,
+    Agent, AgentError, AgentEvent, LocalBoxFuture, ModelOption, Recovery, RunState, Steered,
+    TurnInput, TurnSummary,
 };
 
 /// The current backend, replaceable with [`Switchable::replace`].
@@ -64,9 +65,18 @@ impl Agent for Switchable {
         self.current().can_pick_model()
     }
 
-    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<String>, AgentError>> {
+    fn models(&self) -> LocalBoxFuture<'_, Result<Vec<ModelOption>, AgentError>> {
         let agent = self.current();
         Box::pin(async move { agent.models().await })
+    }
+
+    fn can_steer(&self) -> bool {
+        self.current().can_steer()
+    }
+
+    fn steer_run<'a>(&'a self, run_id: &'a str, text: &'a str) -> LocalBoxFuture<'a, Steered> {
+        let agent = self.current();
+        Box::pin(async move { agent.steer_run(run_id, text).await })
     }
 
     fn recover<'a>(&'a self, session: &'a str, user_text: &'a str) -> LocalBoxFuture<'a, Recovery> {

@@ -99,6 +99,11 @@ pub struct AgentSettings {
     pub reasoning: Option<String>,
     /// Ask for the provider's fast (priority) tier.
     pub fast: bool,
-    /// Model override; `None` uses the configured or default model.
+    /// Model override; `None` uses the configured or default model. A lane's own choice
+    /// (`/model` in that lane) replaces it for the lane's turns.
     pub model: Option<String>,
+    /// The provider that serves `model`, where the agent lists models per provider (Hermes'
+    /// model options); `None` leaves it to the agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }

@@ -22,7 +22,7 @@ use crate::agent::AgentSettings;
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, Role};
-use crate::store::Change;
+use crate::store::{Change, LaneModel};
 
 /// Pickers waiting for an answer; the oldest is forgotten beyond this.
 const MAX_PENDING_PICKERS: usize = 32;
@@ -41,6 +41,8 @@ pub enum Command {
     Reasoning(Option<String>),
     Fast(Option<String>),
     Model(Option<String>),
+    /// `/steer TEXT`: guidance for the running answer (`steer.rs`), never answered here.
+    Steer(Option<String>),
 }
 
 /// One catalog entry: the single source for `commands.catalog`, `/help` and parsing.
@@ -70,6 +72,14 @@ const SPECS: &[Spec] = &[
         args_hint: "",
         category: "Session",
         description: "Stop the agent's answer that is running in this chat (apps can also send the frame agent.stop)",
+        needs_models: false,
+    },
+    Spec {
+        name: "/steer",
+        aliases: &[],
+        args_hint: "TEXT",
+        category: "Session",
+        description: "Guide the answer that is running in this chat without stopping it (apps can also send the frame agent.steer); with nothing to take it, TEXT is sent as the next message",
         needs_models: false,
     },
     Spec {
@@ -134,6 +144,7 @@ pub fn parse(text: &str) -> Option<Command> {
         "/status" => Command::Status,
         "/reasoning" => Command::Reasoning(arg.map(|a| a.to_ascii_lowercase())),
         "/fast" => Command::Fast(arg.map(|a| a.to_ascii_lowercase())),
+        "/steer" => Command::Steer(arg),
         _ => Command::Model(arg),
     })
 }
@@ -176,13 +187,17 @@ impl Hub {
                 }
             }
             Command::Help => self.help_text(),
-            Command::Status => self.status_text(),
+            Command::Status => self.status_text(lane),
             Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
             Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
             Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
-            Command::Reasoning(Some(v)) => self.apply_setting(Setting::Reasoning, &v).await,
-            Command::Fast(Some(v)) => self.apply_setting(Setting::Fast, &v).await,
-            Command::Model(Some(v)) => self.apply_setting(Setting::Model, &v).await,
+            Command::Reasoning(Some(v)) => self.apply_setting(lane, Setting::Reasoning, &v).await,
+            Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
+            Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
+            // `/steer TEXT` never gets here (`send_message` hands it to `steer`).
+            Command::Steer(_) => {
+                "Say `/steer` and the guidance, e.g. `/steer keep it short`: the running answer takes it without stopping.".to_owned()
+            }
         };
         self.post_system(lane, answer).await;
     }
@@ -201,16 +216,20 @@ impl Hub {
         };
         if let Some(p) = picker {
             if self.lane_exists(&p.lane) {
-                let answer = self.apply_setting(p.setting, value).await;
+                let answer = self.apply_setting(&p.lane, p.setting, value).await;
                 self.post_system(&p.lane, answer).await;
             }
         }
         Ok(())
     }
 
-    /// Changes one setting from a command argument or a picker value; returns what to tell the user.
-    async fn apply_setting(&self, setting: Setting, value: &str) -> String {
+    /// Changes one setting from a command argument or a picker value; returns what to tell the
+    /// user. Reasoning and speed apply to every lane; a model to `lane` only.
+    async fn apply_setting(&self, lane: &Lane, setting: Setting, value: &str) -> String {
         let value = value.trim();
+        if setting == Setting::Model {
+            return self.choose_lane_model(lane, value).await;
+        }
         let mut settings = self.state.borrow().agent_settings.clone();
         let answer = match setting {
             Setting::Reasoning => {
@@ -234,32 +253,59 @@ impl Hub {
                 settings.fast = on;
                 self.with_note(format!("Fast mode {}.", if on { "on" } else { "off" }))
             }
-            Setting::Model => {
-                let models = match self.agent.models().await {
-                    Ok(m) if !m.is_empty() => m,
-                    Ok(_) => return "This agent does not offer a choice of model.".into(),
-                    Err(e) => return format!("Could not ask the agent for its models: {e}."),
-                };
-                if value.eq_ignore_ascii_case("default") {
-                    settings.model = None;
-                    "Model: the agent's default.".to_owned()
-                } else if models.iter().any(|m| m == value) {
-                    settings.model = Some(value.to_owned());
-                    format!("Model: {value}.")
-                } else {
-                    return format!(
-                        "The agent has no model `{}`; it offers: {}.",
-                        shorten(value),
-                        models.join(", ")
-                    );
-                }
-            }
+            Setting::Model => unreachable!("a model is chosen per lane"),
         };
         if let Err(e) = self.store.put_agent_settings(&settings).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
         self.state.borrow_mut().agent_settings = settings;
+        answer
+    }
+
+    /// `/model NAME` (or a picker's value) in `lane`: the lane's next turns ask for that model;
+    /// `default` goes back to the agent's own.
+    async fn choose_lane_model(&self, lane: &Lane, value: &str) -> String {
+        let models = match self.agent.models().await {
+            Ok(m) if !m.is_empty() => m,
+            Ok(_) => return "This agent does not offer a choice of model.".into(),
+            Err(e) => return format!("Could not ask the agent for its models: {e}."),
+        };
+        let (choice, answer) = if value.eq_ignore_ascii_case("default") {
+            (None, "Model in this chat: the agent's default.".to_owned())
+        } else if let Some(m) = models.iter().find(|m| m.is_named(value)) {
+            let choice = LaneModel {
+                model: m.model.clone(),
+                provider: m.provider.clone(),
+            };
+            (Some(choice), format!("Model in this chat: {}.", m.model))
+        } else {
+            let offered: Vec<String> = models.iter().take(30).map(|m| m.value()).collect();
+            return format!(
+                "The agent has no model `{}`; it offers: {}.",
+                shorten(value),
+                offered.join(", ")
+            );
+        };
+        if let Err(e) = self.set_lane_model(lane, choice.clone()).await {
+            warn!(%lane, "could not store the lane's model: {e}");
+            return format!("Could not save the setting: {e}.");
+        }
+        // A household-wide model from before choices were per lane would otherwise outlive
+        // every `/model default`.
+        let old = self.state.borrow().agent_settings.clone();
+        if choice.is_none() && old.model.is_some() {
+            let settings = AgentSettings {
+                model: None,
+                provider: None,
+                ..old
+            };
+            if let Err(e) = self.store.put_agent_settings(&settings).await {
+                warn!("could not store the agent settings: {e}");
+                return format!("Could not save the setting: {e}.");
+            }
+            self.state.borrow_mut().agent_settings = settings;
+        }
         answer
     }
 
@@ -296,14 +342,23 @@ impl Hub {
                         return self.post_system(lane, text).await;
                     }
                 };
+                let chosen = self.lane_model(lane);
                 let mut choices = vec![(
                     "default".to_owned(),
                     "Agent default".to_owned(),
-                    current.model.is_none(),
+                    chosen.is_none(),
                 )];
+                // The provider is named only where the list spans more than one.
+                let several = models.iter().any(|m| m.provider != models[0].provider);
                 choices.extend(models.into_iter().take(30).map(|m| {
-                    let is_current = current.model.as_deref() == Some(m.as_str());
-                    (m.clone(), m, is_current)
+                    let is_current = chosen.as_ref().is_some_and(|c| {
+                        c.model == m.model && (c.provider.is_none() || c.provider == m.provider)
+                    });
+                    let label = match (&m.provider, several) {
+                        (Some(p), true) => format!("{} ({p})", m.model),
+                        _ => m.model.clone(),
+                    };
+                    (m.value(), label, is_current)
                 }));
                 ("Model", choices)
             }
@@ -381,8 +436,8 @@ impl Hub {
     }
 
     /// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
-    /// with the agent settings and waiting approvals that only a chat needs.
-    fn status_text(&self) -> String {
+    /// with the agent settings (this lane's model) and waiting approvals that only a chat needs.
+    fn status_text(&self, lane: &Lane) -> String {
         let report = self.status_report();
         let gateway = if report.causes.is_empty() {
             "online".to_owned()
@@ -394,7 +449,7 @@ impl Hub {
             Some(e) => format!("not usable: {e}"),
             None => "reachable".to_owned(),
         };
-        let settings: AgentSettings = self.state.borrow().agent_settings.clone();
+        let settings: AgentSettings = self.turn_settings(lane);
         let storage = match report.store_bytes {
             Some(bytes) => format!(
                 "{:.1} MB on disk, {} outbox frames",

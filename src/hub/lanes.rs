@@ -19,6 +19,15 @@ pub(super) struct LaneState {
     pub(super) run_id: Option<String>,
     /// A turn runs here, as the `agent.busy` extension last told devices (`busy.rs`).
     pub(super) busy: bool,
+    /// Steers the running turn's run took (`steer.rs`), settled when the turn ends.
+    pub(super) steers: Vec<SteerTaken>,
+}
+
+/// A steer the lane's running run took (`steer.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SteerTaken {
+    pub(super) message_id: String,
+    pub(super) text: String,
 }
 
 /// A stored user message (or a cron prompt) waiting for its turn.

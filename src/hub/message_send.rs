@@ -43,6 +43,21 @@ impl Hub {
             )));
         }
         let command = super::commands::parse(&req.text);
+        if let Some(super::commands::Command::Steer(Some(text))) = &command {
+            if media.is_empty() {
+                let (chat, thread) = (lane.chat_id.clone(), lane.thread_id.clone());
+                return self
+                    .steer(
+                        outlet,
+                        Some(&chat),
+                        thread.as_deref(),
+                        id,
+                        text.clone(),
+                        true,
+                    )
+                    .await;
+            }
+        }
         let mut changes = Vec::new();
         if let Some(thread) = self.auto_thread(&lane, &root, &req) {
             lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
@@ -64,6 +79,7 @@ impl Hub {
             runtime: None,
             ts: ids::now_ms(),
             media,
+            steer: false,
         };
         let reply_to = req
             .reply_to
@@ -116,7 +132,7 @@ impl Hub {
     /// A message's text must fit both the request limit and, once JSON-escaped, its share of
     /// an outgoing frame: raw bytes understate the wire, since the echo, history and sync all
     /// carry the text escaped.
-    fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
+    pub(super) fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
         let limits = self.limits();
         if text.len() > limits.max_text_bytes {
             return Err(Refusal::unsupported(format!(
@@ -150,7 +166,7 @@ impl Hub {
     }
 
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
-    fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
+    pub(super) fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
         let st = self.state.borrow();
         if let Some(ls) = st.lanes.get(lane) {
             if ls.running && ls.queue.len() >= self.limits().lane_queue_depth {

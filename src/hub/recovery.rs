@@ -121,8 +121,15 @@ impl Hub {
                 media,
                 ..base
             };
-            self.finish_turn(&p.lane, &p.user_message_id, reply, Frame::message, None)
-                .await;
+            self.finish_turn(
+                &p.lane,
+                &p.user_message_id,
+                &[],
+                reply,
+                Frame::message,
+                None,
+            )
+            .await;
             self.forget_run(&p.user_message_id);
         }
         // Approvals of runs that are over can no longer be answered: close them.

@@ -92,6 +92,17 @@ impl Hub {
                         Err(Refusal::not_found(format!("nothing is running in {lane}")))
                     }
                 }),
+            Request::AgentSteer { text } => {
+                self.steer(
+                    outlet,
+                    frame.chat_id.as_deref(),
+                    frame.thread_id.as_deref(),
+                    id,
+                    text,
+                    false,
+                )
+                .await
+            }
             Request::ReadReceipt { message_id } => {
                 self.read_receipt(
                     frame.chat_id.as_deref(),

@@ -57,6 +57,8 @@ pub(super) struct State {
     pub(super) restore_failure: Option<String>,
     /// Per lane, where the household has read it up to (also in the store; `read_state.rs`).
     pub(super) read_marks: HashMap<Lane, crate::store::ReadMark>,
+    /// Per lane, the model `/model` chose there (also in the store; `lane_models.rs`).
+    pub(super) lane_models: HashMap<Lane, crate::store::LaneModel>,
     /// Lanes told this run that voice notes need a transcription service (once each).
     pub(super) voice_noticed: std::collections::HashSet<Lane>,
 }
@@ -227,6 +229,7 @@ impl Hub {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let agent_settings = store.agent_settings()?;
         let read_marks = store.read_marks()?.into_iter().collect();
+        let lane_models = store.lane_models()?.into_iter().collect();
         let approvals = store
             .approvals()?
             .into_iter()
@@ -256,6 +259,7 @@ impl Hub {
                 restore_failure: None,
                 voice_noticed: Default::default(),
                 read_marks,
+                lane_models,
             }),
             committer: tx,
             agent_watch: AgentWatch::default(),
@@ -328,7 +332,11 @@ impl Hub {
             push: self.pusher.backend().as_str(),
             push_ntfy_server: self.pusher.ntfy_server().to_owned(),
             pickers: true,
-            extensions: crate::protocol::EXTENSIONS,
+            extensions: if self.agent.can_steer() {
+                crate::protocol::EXTENSIONS_WITH_STEER
+            } else {
+                crate::protocol::EXTENSIONS
+            },
         }
     }
 
@@ -439,6 +447,7 @@ pub(super) fn gateway_message(
         runtime: None,
         ts: ids::now_ms(),
         media: Vec::new(),
+        steer: false,
     }
 }
 

@@ -52,6 +52,9 @@ pub(super) struct TurnText {
     /// The answer as last sent to devices: an update whose text does not extend it starts a
     /// new generation, so append devices get the whole text again.
     pub(super) published: Option<Rc<StreamedText>>,
+    /// Steering text the run ended without giving the model (`steer.rs` makes the steers it
+    /// came from the lane's next messages).
+    pub(super) pending_steer: Option<String>,
 }
 
 /// Paces the frames that only carry the latest state (`message.update`, `tool.progress`): per
@@ -307,6 +310,7 @@ impl Hub {
                     self.approval_expired(&run_id).await;
                 }
             }
+            AgentEvent::PendingSteer(text) => acc.pending_steer = Some(text),
             AgentEvent::File {
                 filename,
                 mime,

@@ -95,6 +95,7 @@ impl Hub {
     /// Drops everything live about deleted lanes: the running turn is abandoned, queued
     /// messages are closed (they were deleted with the lane's history), the todo list goes.
     pub(super) async fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) {
+        self.forget_lane_models(&gone);
         let mut closed = Vec::new();
         let lanes: Vec<Lane> = self
             .state

@@ -71,15 +71,25 @@ impl Hub {
             self.set_lane_busy(lane, false);
             return;
         }
-        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-            ls.abort = None;
-            ls.streaming = None;
-            ls.run_id = None;
-        }
+        let steers = match self.state.borrow_mut().lanes.get_mut(lane) {
+            Some(ls) => {
+                ls.abort = None;
+                ls.streaming = None;
+                ls.run_id = None;
+                std::mem::take(&mut ls.steers)
+            }
+            None => Vec::new(),
+        };
         if let Some(run_id) = acc.run_id.clone() {
             self.settle_run(&run_id, &outcome).await;
         }
-        if let Some(summary) = self.close_attempt(lane, &turn, &mut acc, outcome).await {
+        let (seen, unseen) =
+            super::steer::split_by_pending(steers, acc.pending_steer.as_deref().unwrap_or(""));
+        let steered: Vec<String> = seen.into_iter().map(|s| s.message_id).collect();
+        if let Some(summary) = self
+            .close_attempt(lane, &turn, &mut acc, outcome, &steered)
+            .await
+        {
             let reply = reply_message(message_id, &turn, acc, summary, started);
             let notice = turn.automation.as_deref().map(|title| {
                 let body: String = reply.text.chars().take(200).collect();
@@ -88,6 +98,7 @@ impl Hub {
             self.finish_turn(
                 lane,
                 &turn.user_message_id,
+                &steered,
                 reply,
                 Frame::message_stop,
                 notice,
@@ -95,6 +106,7 @@ impl Hub {
             .await;
             self.forget_run(&turn.user_message_id);
         }
+        self.requeue_unseen_steers(lane, unseen).await;
         self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
         self.set_lane_busy(lane, false);
     }
@@ -144,7 +156,7 @@ impl Hub {
             heard,
             history: self.past_messages(lane, &session, &turn.user_message_id),
             session: session.session_id,
-            settings: self.state.borrow().agent_settings.clone(),
+            settings: self.turn_settings(lane),
             resume_run: turn.resume_run.clone(),
         }
     }
@@ -219,14 +231,18 @@ impl Hub {
         turn: &QueuedTurn,
         acc: &mut TurnText,
         outcome: Attempt,
+        steered: &[String],
     ) -> Option<TurnSummary> {
         match outcome {
             Attempt::Abandoned => {
                 // Its conversation or its reply was deleted (or the gateway is stopping, and the
-                // next start settles it): keep nothing of it.
+                // next start settles it): keep nothing of it, nor of the steers it took.
                 info!(%lane, "turn abandoned");
                 if !self.is_shutting_down() {
-                    let end = vec![Change::EndTurn(turn.user_message_id.clone())];
+                    let end = std::iter::once(&turn.user_message_id)
+                        .chain(steered)
+                        .map(|id| Change::EndTurn(id.clone()))
+                        .collect();
                     if let Err(e) = self.commit(end, None).await {
                         warn!(%lane, "could not close an abandoned turn: {e}");
                     }
@@ -320,11 +336,13 @@ impl Hub {
     }
 
     /// Commits a turn's final message (and its notification, for automation turns) and closes
-    /// its pending record, in one transaction.
+    /// its pending record, and those of the steers its run gave the model (`steered`), in one
+    /// transaction.
     pub(super) async fn finish_turn(
         &self,
         lane: &Lane,
         user_message_id: &str,
+        steered: &[String],
         reply: HistoryMessage,
         frame: fn(&HistoryMessage) -> Frame,
         notice: Option<Frame>,
@@ -333,7 +351,10 @@ impl Hub {
         // partial answer recovered after a restart).
         let mut reply = reply;
         fit::fit_message(&mut reply, &self.out_budget());
-        let mut changes = vec![Change::EndTurn(user_message_id.to_owned())];
+        let mut changes: Vec<Change> = std::iter::once(user_message_id)
+            .chain(steered.iter().map(String::as_str))
+            .map(|id| Change::EndTurn(id.to_owned()))
+            .collect();
         // A lane deleted while its turn ran gets no message (its history is gone too).
         if self.lane_exists(lane) {
             changes.push(Change::PutMessage(lane.clone(), reply.clone()));
@@ -496,6 +517,7 @@ fn reply_message(
         runtime: Some(runtime),
         ts: ids::now_ms(),
         media: acc.media,
+        steer: false,
     }
 }
 

@@ -101,6 +101,11 @@ pub enum Request {
     ReadReceipt {
         message_id: String,
     },
+    /// Guidance for the running answer in the frame's lane (the `agent.steer` extension; the
+    /// schema lists it as a planned app→server frame). The same as `/steer TEXT`.
+    AgentSteer {
+        text: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -545,6 +550,15 @@ fn decode_payload(id: Option<i64>, kind: &str, text: &str) -> Result<Request, De
                 message_id: payload::<Receipt>(id, kind, text)?.message_id,
             }
         }
+        "agent.steer" => {
+            #[derive(Deserialize)]
+            struct Steer {
+                text: String,
+            }
+            Request::AgentSteer {
+                text: payload::<Steer>(id, kind, text)?.text,
+            }
+        }
         "fcm.register" => {
             #[derive(Deserialize)]
             struct Register {
@@ -898,6 +912,22 @@ mod tests {
                 value: "y".into()
             }
         );
+    }
+
+    #[test]
+    fn agent_steer_carries_its_text() {
+        let f = decode_request(
+            r#"{"v":1,"type":"agent.steer","id":4,"chat_id":"default","payload":{"text":"shorter"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f.request,
+            Request::AgentSteer {
+                text: "shorter".into()
+            }
+        );
+        let e = decode_request(r#"{"v":1,"type":"agent.steer","id":5,"payload":{}}"#).unwrap_err();
+        assert_eq!(e.id, Some(5));
     }
 
     #[test]

@@ -22,6 +22,7 @@ fn message(role: Role, full: bool) -> HistoryMessage {
         }),
         ts: 1700,
         media: if full { vec![media()] } else { vec![] },
+        steer: false,
     }
 }
 
@@ -446,4 +447,18 @@ fn the_echo_carries_the_message_it_answers() {
     assert!(!std::str::from_utf8(&plain.encode())
         .unwrap()
         .contains("reply_to"));
+}
+
+/// `agent.steer`'s mark on a user message, in the payload's key order; absent otherwise (the
+/// other pins have none).
+const PINNED_STEER: &str = r#"{"v":1,"type":"message","chat_id":"default","payload":{"media":[],"message_id":"msg_1","role":"user","steer":true,"text":"hi \"there\"\n","ts":1700}}"#;
+
+#[test]
+fn a_steering_message_is_marked() {
+    let steer = HistoryMessage {
+        steer: true,
+        ..message(Role::User, false)
+    };
+    let echo = Frame::message(&steer).in_lane("default", None);
+    assert_eq!(std::str::from_utf8(&echo.encode()).unwrap(), PINNED_STEER);
 }

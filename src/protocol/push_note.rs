@@ -157,6 +157,7 @@ mod tests {
             runtime: Some(Runtime::default()),
             ts: 1,
             media: vec![],
+            steer: false,
         }
     }
 

@@ -177,6 +177,10 @@ pub struct HistoryMessage {
     pub ts: i64,
     #[serde(default)]
     pub media: Vec<MediaRef>,
+    /// A user message sent as `agent.steer` (or `/steer`): guidance for the answer that was
+    /// running, not a question of its own. Left out when false, so v1 frames are unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steer: bool,
 }
 
 impl HistoryMessage {
@@ -193,6 +197,7 @@ impl HistoryMessage {
             runtime: None,
             ts,
             media: Vec::new(),
+            steer: false,
         }
     }
 }
@@ -236,6 +241,19 @@ pub const EXT_READ_RECEIPT: &str = "read.receipt";
 
 /// Every extension this build implements, as `hello.ack.server_caps.extensions` lists them.
 pub const EXTENSIONS: &[&str] = &[EXT_UPDATE_APPEND, EXT_AGENT_BUSY, EXT_READ_RECEIPT];
+
+/// `agent.steer`: the app may send `agent.steer {text}` to hand guidance to a lane's running
+/// answer; listed only while the agent can be steered (docs/protocol.md, "Extensions"). A
+/// message sent that way carries `steer: true` wherever it is shown.
+pub const EXT_AGENT_STEER: &str = "agent.steer";
+
+/// [`EXTENSIONS`] and [`EXT_AGENT_STEER`]: what `hello.ack` lists while the agent takes steers.
+pub const EXTENSIONS_WITH_STEER: &[&str] = &[
+    EXT_UPDATE_APPEND,
+    EXT_AGENT_BUSY,
+    EXT_READ_RECEIPT,
+    EXT_AGENT_STEER,
+];
 
 /// A conversation lane: a channel's flat lane (`thread_id` None) or one thread inside it.
 /// Turns run one at a time per lane; history and todo lists are kept per lane.

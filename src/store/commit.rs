@@ -27,7 +27,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{sql, to_json, u64_from, Change, PendingTurn, ReadMark, Result, Sled, Store};
+use super::{
+    sql, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Result, Sled, Store,
+};
 use crate::protocol::Channel;
 use crate::protocol::Lane;
 
@@ -72,6 +74,7 @@ enum Redo {
     BeginTurn(PendingTurn),
     EndTurn(String),
     PutReadMark(Lane, ReadMark),
+    SetLaneModel(Lane, Option<LaneModel>),
 }
 
 /// sled's error from a commit step, kept with its kind (a full disk stays `Full`).
@@ -203,6 +206,9 @@ fn new_entries(
             Change::MarkRead(lane, mark) => {
                 redo.push(Redo::PutReadMark(lane.clone(), mark.clone()))
             }
+            Change::SetLaneModel(lane, model) => {
+                redo.push(Redo::SetLaneModel(lane.clone(), model.clone()))
+            }
         }
     }
     Ok((CommitRecord { heads, redo }, cursors))
@@ -256,11 +262,29 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
             if t.channels.get(id.as_bytes())?.is_some() {
                 t.channels.remove(id.as_bytes())?;
             }
-            // Its lanes' read markers go with it (one per lane: a short scan).
-            for item in t.read_marks.iter() {
-                let (k, _) = item?;
-                if super::read_marks::in_entry(&k, id) {
-                    t.read_marks.remove(k)?;
+            // Its lanes' read markers and models go with it (one per lane: short scans).
+            for tree in [&t.read_marks, &t.lane_models] {
+                for item in tree.iter() {
+                    let (k, _) = item?;
+                    if super::read_marks::in_entry(&k, id) {
+                        tree.remove(k)?;
+                    }
+                }
+            }
+        }
+        Redo::SetLaneModel(lane, model) => {
+            let key = super::lane_models::key(lane);
+            match model {
+                Some(m) => {
+                    let value = to_json(m);
+                    if t.lane_models.get(&key)?.as_deref() != Some(&value[..]) {
+                        t.lane_models.insert(key, value)?;
+                    }
+                }
+                None => {
+                    if t.lane_models.get(&key)?.is_some() {
+                        t.lane_models.remove(key)?;
+                    }
                 }
             }
         }

@@ -43,6 +43,22 @@ pub(super) fn lane_from_prefix(prefix: &[u8]) -> Option<Lane> {
     Some(Lane::new(chat, (!thread.is_empty()).then_some(thread)))
 }
 
+/// Every record of a tree keyed by lane (`lane_prefix`): one per lane, so bounded by the
+/// directory. `what` names the record in a damage report.
+pub(super) fn per_lane<T: serde::de::DeserializeOwned>(
+    tree: &sled::Tree,
+    what: &'static str,
+) -> Result<Vec<(Lane, T)>> {
+    let mut out = Vec::new();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        if let Some(lane) = lane_from_prefix(&k) {
+            out.push((lane, super::from_json(&v, what)?));
+        }
+    }
+    Ok(out)
+}
+
 impl Store {
     /// The page of up to `limit` messages older than `before` (newest page when `None`), read
     /// on the query thread; with how long that took. `Ok(None)` when `before` is not a message

@@ -15,6 +15,7 @@ mod devices;
 mod directory;
 mod fold;
 mod history;
+mod lane_models;
 mod media;
 mod migrate;
 mod outbox;
@@ -24,6 +25,7 @@ pub mod search;
 mod sessions;
 mod sql;
 pub use approvals::{ApprovalRecord, RunRecord};
+pub use lane_models::LaneModel;
 pub use read_marks::ReadMark;
 pub use sessions::AgentSession;
 
@@ -187,6 +189,8 @@ pub enum Change {
     EndTurn(String),
     /// Set a lane's read marker (the caller has checked it moves forward).
     MarkRead(Lane, ReadMark),
+    /// Set (or, with `None`, clear) the model a lane's turns ask for.
+    SetLaneModel(Lane, Option<LaneModel>),
 }
 
 impl Change {
@@ -199,6 +203,7 @@ impl Change {
             Change::BeginTurn(t) => t.text.len() + 128,
             Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
             Change::MarkRead(_, m) => m.message_id.len() + 96,
+            Change::SetLaneModel(_, m) => m.as_ref().map_or(0, |m| m.model.len()) + 160,
             Change::DeleteChannel(_) | Change::EndTurn(_) | Change::PurgeHistory { .. } => 64,
         };
         n as u64
@@ -246,6 +251,8 @@ struct Sled {
     sessions: sled::Tree,
     /// Lane → where the household has read it up to (`read_marks.rs`).
     read_marks: sled::Tree,
+    /// Lane → the model `/model` chose there (`lane_models.rs`).
+    lane_models: sled::Tree,
     turns: sled::Tree,
     /// Message id → the cursors of its outbox frames, and cursor → message id: both only for
     /// frames still in the outbox (pruned with it), so they stay bounded by the retention.
@@ -1107,14 +1114,7 @@ impl Store {
     }
 
     pub fn all_todos(&self) -> Result<Vec<(Lane, Vec<TodoItem>)>> {
-        let mut out = Vec::new();
-        for item in self.t()?.todos.iter() {
-            let (k, v) = item?;
-            if let Some(lane) = history::lane_from_prefix(&k) {
-                out.push((lane, from_json(&v, "todo list")?));
-            }
-        }
-        Ok(out)
+        history::per_lane(&self.t()?.todos, "todo list")
     }
 
     /// User messages whose turns never finished (the gateway stopped mid-turn).
@@ -1432,6 +1432,7 @@ fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> 
         todos: tree("todos")?,
         sessions: tree("sessions")?,
         read_marks: tree("read_marks")?,
+        lane_models: tree("lane_models")?,
         turns: tree("turns")?,
         message_frames: tree("message_frames")?,
         frame_of: tree("frame_of")?,
@@ -1555,6 +1556,7 @@ mod tests {
             runtime: None,
             ts: 1,
             media: vec![],
+            steer: false,
         }
     }
 

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::history::{lane_from_prefix, lane_prefix};
-use super::{from_json, Result, Store};
+use super::history::{lane_from_prefix, lane_prefix, per_lane};
+use super::{Result, Store};
 use crate::protocol::Lane;
 
 /// Where a lane is read up to. `ts` is the message's own, so a later receipt for an older
@@ -27,14 +27,7 @@ impl ReadMark {
 impl Store {
     /// Every lane's read marker (one record per lane; lanes are bounded by the directory).
     pub fn read_marks(&self) -> Result<Vec<(Lane, ReadMark)>> {
-        let mut out = Vec::new();
-        for item in self.t()?.read_marks.iter() {
-            let (k, v) = item?;
-            if let Some(lane) = lane_from_prefix(&k) {
-                out.push((lane, from_json(&v, "read marker")?));
-            }
-        }
-        Ok(out)
+        per_lane(&self.t()?.read_marks, "read marker")
     }
 }
 

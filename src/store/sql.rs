@@ -776,6 +776,7 @@ mod tests {
             runtime: None,
             ts: 1,
             media: vec![],
+            steer: false,
         }
     }
 

@@ -14,6 +14,9 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[tool]]     no tool result after that user message yet: "Let me plan this." plus a call to
                `todo` ({"todos": [...2 items...]}), finish_reason "tool_calls"; once a tool
                result follows it: "The plan is ready." (finish "stop")
+  [[slowtool]] like [[tool]], but the first call streams "Let me plan this." a word a second
+               (6 s) before its tool call: time for a steer to arrive during the run's first
+               model call (Hermes hands it to the next call, as the newest user message)
   [[reason]]   reasoning_content "Thinking about the question." then "Reasoned answer."
   [[slow]]     "word1 word2 ... word80", one word every 0.25 s; stops quietly if the client goes
   [[stream N RATE]]  N tokens "word1", " word2", ... at RATE tokens a second (0: as fast as it
@@ -96,6 +99,11 @@ def script(messages):
     # Hermes merges an unanswered user message into the next one ("A\n\nB"): the script
     # follows the newest part, the echo shows the whole.
     newest = text.split("\n\n")[-1]
+    if "[[slowtool]]" in newest:
+        if any(m.get("role") == "tool" for m in messages[last + 1 :]):
+            return [("content", "The plan is"), ("content", " ready.")], "stop", 0
+        words = [("content", w) for w in ("Let ", "me ", "plan ", "this ", "very ", "carefully.")]
+        return words + [("tool", ("todo", TODOS))], "tool_calls", 1.0
     if "[[tool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", "The plan is"), ("content", " ready.")], "stop", 0
