@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use iris_gateway::hub::new_device;
 use iris_gateway::protocol::{Frame, HistoryMessage, Lane, Role};
-use iris_gateway::store::{Change, DeviceOrigin, Store};
+use iris_gateway::store::{Change, DeviceOrigin, Record, Store};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -229,7 +229,9 @@ fn pair_devices(dir: &Path, n: usize) -> Vec<(String, String)> {
     let out = (0..n)
         .map(|i| {
             let (device, token) = new_device(&format!("bench-{i}"), DeviceOrigin::Pair);
-            store.add_device(&device).unwrap();
+            store
+                .commit(&[Change::Record(Record::PutDevice(device.clone()))])
+                .unwrap();
             (device.device_id, token)
         })
         .collect();

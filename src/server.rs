@@ -17,7 +17,7 @@ use crate::hub::{new_device, Hub};
 use crate::pairing::codes::PageCodes;
 use crate::pairing::page::PairingPage;
 use crate::shutdown::Shutdown;
-use crate::store::{DeviceOrigin, Store, StoreError};
+use crate::store::{Change, DeviceOrigin, Record, Store, StoreError};
 
 /// How long shutdown waits for every task to finish: devices to receive `status{restarting}`
 /// and the close frame, the committer to write what it accepted, the rest to let go.
@@ -317,7 +317,7 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         println!("listening on wss://{local} (same port; certificate SHA-256 {fp}{plain})");
     }
     core.led.show(core.hub.health().into());
-    print_pairing_hint(&core.store, data_dir, &url, tls_advert.as_ref());
+    print_pairing_hint(&core.hub, data_dir, &url, tls_advert.as_ref()).await;
     print_page_code(&pairing);
     print_admin_hint(data_dir, &url, tls_advert.as_ref());
     let advertised = crate::discovery::start(
@@ -426,13 +426,13 @@ async fn stop(core: Core, doors: Doors, stages: [Shutdown; 2], data_dir: &Path) 
 /// Earlier unused start-up codes are replaced, so only the latest printed one works. Not when
 /// stdout is the journal: the first device would keep that token for good, and the journal
 /// keeps it readable (by the `adm` group too) long after.
-fn print_pairing_hint(
-    store: &Store,
+async fn print_pairing_hint(
+    hub: &Hub,
     data_dir: &std::path::Path,
     url: &str,
     tls: Option<&crate::tls::Advert>,
 ) {
-    let devices = store.devices().unwrap_or_default();
+    let devices = hub.store().devices().unwrap_or_default();
     if devices.iter().any(|d| d.last_seen_ms.is_some()) {
         println!("pair another device with: iris-gateway pair --name NAME");
         return;
@@ -443,14 +443,14 @@ fn print_pairing_hint(
         println!("(tokens are never written to the journal)");
         return;
     }
-    for stale in devices.iter().filter(|d| d.origin == DeviceOrigin::Startup) {
-        let _ = store.remove_device(&stale.device_id);
-    }
     let (device, token) = new_device("first device", DeviceOrigin::Startup);
-    if let Err(e) = store
-        .add_device(&device)
-        .and_then(|_| store.sync_blocking())
-    {
+    let mut changes: Vec<Change> = devices
+        .iter()
+        .filter(|d| d.origin == DeviceOrigin::Startup)
+        .map(|stale| Change::Record(Record::RemoveDevice(stale.device_id.clone())))
+        .collect();
+    changes.push(Change::Record(Record::PutDevice(device)));
+    if let Err(e) = hub.commit(changes, None).await {
         warn!("could not mint a pairing code: {e}");
         return;
     }

@@ -651,3 +651,57 @@ fn the_check_catches_an_upward_import_a_loop_and_an_unplaced_module() {
     let v = judge(src, tiers);
     assert!(v.unplaced.is_empty() && v.upward.is_empty() && v.cycles.is_empty());
 }
+
+/// Where `Store::commit` may be called: the hub's committer (the one write path while the
+/// gateway runs), the offline commands (the gateway is not running, so they are the store's
+/// only writer) and the store itself (its own tests and the writes a start makes before the
+/// doors open).
+const COMMITTERS: &[&str] = &["hub/commit.rs", "cli/", "store/"];
+
+/// The files under `src` (relative, `/`-separated) whose code (comments, strings and test
+/// modules left out) calls `.commit(&`, the store's commit (the hub's takes a `Vec`).
+fn store_committers(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).expect("read source");
+            without_test_items(&code_only(&text)).contains(".commit(&")
+        })
+        .map(|f| {
+            f.strip_prefix(src)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// One write path: nothing but the committer (and the offline commands) writes to the store
+/// through `Store::commit`, so "sent only after durable" holds by construction.
+#[test]
+fn only_the_committer_commits_to_the_store() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = store_committers(&src);
+    let outside: Vec<&String> = found
+        .iter()
+        .filter(|f| !COMMITTERS.iter().any(|c| f.starts_with(c)))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "Store::commit called outside the committer: {outside:?}"
+    );
+    // The check sees what it is for.
+    assert!(found.iter().any(|f| f == "hub/commit.rs"), "{found:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("admin")).unwrap();
+    std::fs::write(
+        dir.path().join("admin/forms.rs"),
+        "fn f(s: &Store) { s.commit(&[]).unwrap(); }\n",
+    )
+    .unwrap();
+    assert_eq!(store_committers(dir.path()), ["admin/forms.rs"]);
+}

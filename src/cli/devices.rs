@@ -4,7 +4,7 @@ use super::args::{DevicesAction, DevicesArgs};
 use super::error::{open_offline, refusal, CliError};
 use crate::config::default_data_dir;
 use crate::control::{self, ControlRequest, ControlResponse, Reached};
-use crate::store::{Device, DeviceOrigin};
+use crate::store::{Change, Device, DeviceOrigin, Record};
 
 /// Lists the devices, or revokes one: through the running gateway (which also closes the
 /// device's connection), or in the store when none runs.
@@ -31,7 +31,10 @@ pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {
                 Reached::Answer(other) => return Err(refusal(other)),
                 Reached::NotRunning => {
                     let store = open_offline(&dir)?;
-                    let existed = store.remove_device(&device_id)?;
+                    // The gateway is not running: this command is the store's only writer.
+                    let existed = store.device(&device_id)?.is_some();
+                    let gone = Record::RemoveDevice(device_id.clone());
+                    store.commit(&[Change::Record(gone)])?;
                     store.sync_blocking()?;
                     existed
                 }

@@ -10,7 +10,7 @@ use super::error::{open_offline, refusal, CliError};
 use crate::config::{default_data_dir, Config};
 use crate::control::{self, ControlRequest, ControlResponse, Reached};
 use crate::hub::new_device;
-use crate::store::DeviceOrigin;
+use crate::store::{Change, DeviceOrigin, Record};
 
 /// Credentials for one device, as printed by `pair`.
 pub struct Paired {
@@ -42,7 +42,9 @@ pub fn pair(data_dir: &Path, name: &str, listen: Option<SocketAddr>) -> Result<P
         Reached::NotRunning => {
             let store = open_offline(data_dir)?;
             let (device, token) = new_device(name, DeviceOrigin::Pair);
-            store.add_device(&device)?;
+            // The gateway is not running: this command is the store's only writer.
+            let put = Record::PutDevice(device.clone());
+            store.commit(&[Change::Record(put)])?;
             store.sync_blocking()?;
             let listen = listen.unwrap_or(Config::default().listen);
             // What the gateway served when it last ran (nothing if it never ran).

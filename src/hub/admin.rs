@@ -7,7 +7,9 @@ use tracing::info;
 
 use super::state::Hub;
 use crate::push::{PushJob, Target};
-use crate::store::StoreError;
+use crate::store::{Change, Record};
+
+use super::errors::CommitError;
 
 /// Why a test push was not queued.
 #[derive(Debug, thiserror::Error)]
@@ -19,7 +21,7 @@ pub enum TestPushError {
     #[error("this device has not told the gateway where to push it yet (it registers when the app connects with push on)")]
     NoTarget,
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] crate::store::StoreError),
 }
 
 impl Hub {
@@ -34,7 +36,7 @@ impl Hub {
     }
 
     /// Renames a device (cut to `limits.max_name_chars`); `Ok(false)` if there is none.
-    pub async fn rename_device(&self, device_id: &str, name: &str) -> Result<bool, StoreError> {
+    pub async fn rename_device(&self, device_id: &str, name: &str) -> Result<bool, CommitError> {
         let Some(mut device) = self.store.device(device_id)? else {
             return Ok(false);
         };
@@ -43,8 +45,8 @@ impl Hub {
             .filter(|c| !c.is_control())
             .take(self.config.limits.max_name_chars)
             .collect();
-        self.store.update_device(&device)?;
-        self.store.sync().await?;
+        self.commit(vec![Change::Record(Record::PutDevice(device))], None)
+            .await?;
         info!(device = %device_id, "renamed a device");
         Ok(true)
     }

@@ -24,7 +24,7 @@ use crate::agent::ApprovalRequest;
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::{fit, ErrorCode, Frame, Lane};
-use crate::store::{ApprovalRecord, Change};
+use crate::store::{ApprovalRecord, Change, Record};
 
 /// Approval pickers' ids start with this (other pickers' with `pk_`).
 pub(super) const PICKER_PREFIX: &str = "ap_";
@@ -87,7 +87,8 @@ impl Hub {
             created_ms: ids::now_ms(),
         };
         // Stored before the picker goes out, so an answer after a restart still finds it.
-        if let Err(e) = self.store.put_approval(&record).await {
+        let put = Change::Record(Record::PutApproval(record.clone()));
+        if let Err(e) = self.commit(vec![put], None).await {
             warn!(%lane, "could not store an approval (it will not survive a restart): {e}");
         }
         info!(%lane, run = %run_id, picker = %record.picker_id, "approval requested");
@@ -127,8 +128,12 @@ impl Hub {
                 .filter_map(|id| st.approvals.remove(id))
                 .collect()
         };
-        for a in &taken {
-            if let Err(e) = self.store.remove_approval(&a.picker_id).await {
+        let gone: Vec<Change> = taken
+            .iter()
+            .map(|a| Change::Record(Record::RemoveApproval(a.picker_id.clone())))
+            .collect();
+        if !gone.is_empty() {
+            if let Err(e) = self.commit(gone, None).await {
                 warn!("could not forget an approval: {e}");
             }
         }
@@ -263,7 +268,8 @@ impl Hub {
 
     /// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
     async fn forget_approval(&self, record: &ApprovalRecord) {
-        if let Err(e) = self.store.remove_approval(&record.picker_id).await {
+        let gone = Change::Record(Record::RemoveApproval(record.picker_id.clone()));
+        if let Err(e) = self.commit(vec![gone], None).await {
             warn!("could not forget an answered approval: {e}");
         }
     }

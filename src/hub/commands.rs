@@ -22,7 +22,7 @@ use crate::agent::AgentSettings;
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, Role};
-use crate::store::{Change, LaneModel};
+use crate::store::{Change, LaneModel, Record};
 
 /// Pickers waiting for an answer; the oldest is forgotten beyond this.
 const MAX_PENDING_PICKERS: usize = 32;
@@ -255,7 +255,8 @@ impl Hub {
             }
             Setting::Model => unreachable!("a model is chosen per lane"),
         };
-        if let Err(e) = self.store.put_agent_settings(&settings).await {
+        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
+        if let Err(e) = self.commit(vec![put], None).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -300,7 +301,8 @@ impl Hub {
                 provider: None,
                 ..old
             };
-            if let Err(e) = self.store.put_agent_settings(&settings).await {
+            let put = Change::Record(Record::PutAgentSettings(settings.clone()));
+            if let Err(e) = self.commit(vec![put], None).await {
                 warn!("could not store the agent settings: {e}");
                 return format!("Could not save the setting: {e}.");
             }

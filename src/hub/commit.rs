@@ -40,6 +40,28 @@ impl Hub {
         rx.await.map_err(|_| CommitError::ShuttingDown)?
     }
 
+    /// Queues `changes` for the committer without waiting: for records no device is told about
+    /// when they are written (a device's hello details, where it left off), so a caller that
+    /// cannot await (the hello gate, a socket closing) still writes through the one path. They
+    /// go durable with the next group; a full queue or a failing disk is logged, naming `what`.
+    pub(super) fn commit_soon(&self, changes: Vec<Change>, what: &'static str) {
+        let (done, rx) = oneshot::channel();
+        let job = CommitJob {
+            changes,
+            origin: None,
+            done,
+        };
+        if self.committer.try_send(job).is_err() {
+            warn!("could not store {what}: the commit queue is full or closed");
+            return;
+        }
+        tokio::task::spawn_local(async move {
+            if let Ok(Err(e)) = rx.await {
+                warn!("could not store {what}: {e}");
+            }
+        });
+    }
+
     /// Fans one durable outbox frame out. Devices replaying the outbox (`sync`) skip it: their
     /// replay reads it from the store. The requester always gets its answer.
     fn publish(

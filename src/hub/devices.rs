@@ -5,12 +5,14 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::ids;
 use crate::outlet::{CloseReason, ConnId, Outlet};
 use crate::protocol::{ErrorCode, Frame, Hello};
-use crate::store::{Device, DeviceOrigin, StoreError};
+use crate::store::{Change, Device, DeviceOrigin, Record};
+
+use super::errors::CommitError;
 
 use super::errors::Refusal;
 use super::state::Hub;
@@ -85,9 +87,10 @@ impl Hub {
         if let Some(t) = hello.ntfy_topic.as_deref().filter(|s| s.len() <= 256) {
             device.ntfy_topic = Some(t.to_owned());
         }
-        if let Err(e) = self.store.update_device(&device) {
-            warn!("could not record the device's hello: {e}");
-        }
+        self.commit_soon(
+            vec![Change::Record(Record::PutDevice(device.clone()))],
+            "the device's hello",
+        );
         // Not a reset: see `guessing.rs` for why a success keeps the count.
         self.state
             .borrow_mut()
@@ -143,19 +146,26 @@ impl Hub {
     }
 
     /// Mints a device and its token (the `pair` command, through the control socket).
-    pub async fn pair(&self, name: &str) -> Result<(Device, String), StoreError> {
+    pub async fn pair(&self, name: &str) -> Result<(Device, String), CommitError> {
         let (device, token) = new_device(name, DeviceOrigin::Pair);
-        self.store.add_device(&device)?;
-        self.store.sync().await?;
+        self.commit(
+            vec![Change::Record(Record::PutDevice(device.clone()))],
+            None,
+        )
+        .await?;
         info!(device = %device.device_id, name = %device.name, "paired a new device");
         Ok((device, token))
     }
 
     /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
-    pub async fn revoke(&self, device_id: &str) -> Result<bool, StoreError> {
-        let existed = self.store.remove_device(device_id)?;
+    pub async fn revoke(&self, device_id: &str) -> Result<bool, CommitError> {
+        let existed = self.store.device(device_id)?.is_some();
+        self.commit(
+            vec![Change::Record(Record::RemoveDevice(device_id.to_owned()))],
+            None,
+        )
+        .await?;
         self.pusher.cancel(device_id);
-        self.store.sync().await?;
         let outlets: Vec<Rc<Outlet>> = self
             .state
             .borrow()

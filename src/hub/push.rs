@@ -15,6 +15,7 @@ use super::errors::Refusal;
 use super::state::Hub;
 use crate::protocol::{decode_pushable, PushNote};
 use crate::push::{Outcome, PushJob};
+use crate::store::{Change, Record};
 
 /// How far back a restart looks for pushes still owed to each away device.
 const CATCH_UP_FRAMES: u64 = 200;
@@ -93,14 +94,15 @@ impl Hub {
         let head = self.published_head();
         if let Ok(Some(mut d)) = self.store.device(device_id) {
             d.seen_cursor = d.seen_cursor.max(head);
-            if let Err(e) = self.store.update_device(&d) {
-                warn!("cannot record where the device left off: {e}");
-            }
+            self.commit_soon(
+                vec![Change::Record(Record::PutDevice(d))],
+                "where the device left off",
+            );
         }
     }
 
     /// `fcm.register` (or later target changes): stored with the device, survives restarts.
-    pub(super) fn register_push_target(
+    pub(super) async fn register_push_target(
         &self,
         device_id: &str,
         fcm_token: Option<String>,
@@ -123,7 +125,9 @@ impl Hub {
             }
             d.ntfy_topic = Some(t);
         }
-        self.store.update_device(&d).map_err(Refusal::internal)
+        self.commit(vec![Change::Record(Record::PutDevice(d))], None)
+            .await?;
+        Ok(())
     }
 
     /// The push worker's report: advance `last_pushed_cursor` durably, track push health.
@@ -133,10 +137,9 @@ impl Hub {
                 if let Ok(Some(mut d)) = self.store.device(&device_id) {
                     if cursor > d.last_pushed_cursor {
                         d.last_pushed_cursor = cursor;
-                        if let Err(e) = self.store.update_device(&d) {
+                        let record = vec![Change::Record(Record::PutDevice(d))];
+                        if let Err(e) = self.commit(record, None).await {
                             warn!("cannot record a delivered push: {e}");
-                        } else if let Err(e) = self.store.sync().await {
-                            warn!("cannot make a delivered push durable: {e}");
                         }
                     }
                 }

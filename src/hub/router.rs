@@ -69,7 +69,10 @@ impl Hub {
             Request::FcmRegister {
                 fcm_token,
                 ntfy_topic,
-            } => self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic),
+            } => {
+                self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic)
+                    .await
+            }
             Request::CommandsCatalog => {
                 outlet.push_frame(&Frame::commands_catalog(id, self.commands_catalog()));
                 Ok(())

@@ -14,7 +14,7 @@ use crate::ids;
 use crate::outlet::{encode_text, Outlet, StreamedText};
 use crate::protocol::fit;
 use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
-use crate::store::Change;
+use crate::store::{Change, Record};
 
 use super::state::{coalesce_key, Hub};
 
@@ -415,7 +415,10 @@ impl Hub {
             lane: lane.clone(),
             run_id: run_id.clone(),
         };
-        if let Err(e) = self.store.put_run(&record).await {
+        if let Err(e) = self
+            .commit(vec![Change::Record(Record::PutRun(record))], None)
+            .await
+        {
             warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
         }
         if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
@@ -477,9 +480,15 @@ impl Hub {
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,
         );
-        if let Err(e) = self.store.put_todos(lane, &todos) {
-            warn!(%lane, "could not save the todo list: {e}");
-        }
+        // Not awaited: `todo.update` is ephemeral; the saved copy only lets a restarted gateway
+        // give a better snapshot than none.
+        self.commit_soon(
+            vec![Change::Record(Record::PutTodos(
+                lane.clone(),
+                todos.clone(),
+            ))],
+            "the todo list",
+        );
         self.state
             .borrow_mut()
             .lanes

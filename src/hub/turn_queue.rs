@@ -8,7 +8,7 @@ use tracing::warn;
 
 use crate::ids;
 use crate::protocol::Lane;
-use crate::store::Change;
+use crate::store::{Change, Record};
 
 use super::lanes::QueuedTurn;
 use super::state::Hub;
@@ -106,8 +106,8 @@ impl Hub {
             .cloned()
             .collect();
         for lane in lanes {
-            let _ = self.store.put_todos(&lane, &[]);
-            let _ = self.store.remove_agent_session(&lane);
+            closed.push(Change::Record(Record::PutTodos(lane.clone(), Vec::new())));
+            closed.push(Change::Record(Record::RemoveAgentSession(lane.clone())));
             let mut st = self.state.borrow_mut();
             if let Some(ls) = st.lanes.get_mut(&lane) {
                 ls.todos.clear();

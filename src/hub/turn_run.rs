@@ -12,7 +12,7 @@ use crate::agent::{AgentError, PastMessage, TurnInput, TurnSummary};
 use crate::ids;
 use crate::protocol::fit;
 use crate::protocol::{Frame, HistoryMessage, Lane, Role, Runtime};
-use crate::store::{AgentSession, Change};
+use crate::store::{AgentSession, Change, Record};
 
 use super::lanes::{Abort, QueuedTurn};
 use super::state::Hub;
@@ -396,13 +396,11 @@ impl Hub {
             session_id: ids::time_ordered("iris"),
             started_ms,
         };
-        if let Err(e) = self.store.put_agent_session(lane, &session).await {
-            warn!(%lane, "could not store the lane's agent session: {e}");
-        }
         // Durable before the run that names it starts: a restart that repeats the start
         // (docs/agents.md, "Exactly once") must send the same session, or Hermes refuses it.
-        if let Err(e) = self.store.sync().await {
-            warn!(%lane, "could not flush the lane's agent session: {e}");
+        let put = Change::Record(Record::PutAgentSession(lane.clone(), session.clone()));
+        if let Err(e) = self.commit(vec![put], None).await {
+            warn!(%lane, "could not store the lane's agent session: {e}");
         }
         session
     }
@@ -469,9 +467,14 @@ impl Hub {
 
     /// A settled turn's run record is no longer needed.
     pub(super) fn forget_run(&self, user_message_id: &str) {
-        if let Err(e) = self.store.remove_run(user_message_id) {
-            warn!("could not forget a settled run: {e}");
-        }
+        // Not awaited: a run left behind by a crash is dropped at the next start (its turn is
+        // no longer pending).
+        self.commit_soon(
+            vec![Change::Record(Record::RemoveRun(
+                user_message_id.to_owned(),
+            ))],
+            "that a run is settled",
+        );
     }
 }
 

@@ -3,11 +3,12 @@
 //! approval stays answerable through the picker every device already has.
 //!
 //! Small records in the `meta` tree under their own key prefixes (no new tree: the layout
-//! stays as it is), written when they change and flushed before anyone is told about them.
+//! stays as it is), written through a commit (`Record::PutRun`, `Record::PutApproval`, …:
+//! records.rs) when they change, durable before anyone is told about them.
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, to_json, Result, Store};
+use super::{from_json, Result, Store};
 use crate::approval::ApprovalRequest;
 use crate::protocol::Lane;
 
@@ -36,30 +37,23 @@ fn key(prefix: &[u8], id: &str) -> Vec<u8> {
     [prefix, id.as_bytes()].concat()
 }
 
-impl Store {
-    /// Records a run, durably before the gateway relies on finding it after a crash.
-    pub async fn put_run(&self, run: &RunRecord) -> Result<()> {
-        self.writable()?;
-        self.t()?
-            .meta
-            .insert(key(RUN_PREFIX, &run.user_message_id), to_json(run))?;
-        self.sync().await
-    }
+/// Where a user message's run is kept.
+pub(super) fn run_key(user_message_id: &str) -> Vec<u8> {
+    key(RUN_PREFIX, user_message_id)
+}
 
+/// Where an open approval is kept.
+pub(super) fn approval_key(picker_id: &str) -> Vec<u8> {
+    key(APPROVAL_PREFIX, picker_id)
+}
+
+impl Store {
     /// The run of a user message's turn, if the agent took it as one.
     pub fn run_of(&self, user_message_id: &str) -> Result<Option<RunRecord>> {
         match self.t()?.meta.get(key(RUN_PREFIX, user_message_id))? {
             Some(v) => Ok(Some(from_json(&v, "agent run")?)),
             None => Ok(None),
         }
-    }
-
-    /// The turn is settled. Not flushed: a run left behind by a crash is dropped at the next
-    /// start (its turn is no longer pending).
-    pub fn remove_run(&self, user_message_id: &str) -> Result<()> {
-        self.writable()?;
-        self.t()?.meta.remove(key(RUN_PREFIX, user_message_id))?;
-        Ok(())
     }
 
     pub fn runs(&self) -> Result<Vec<RunRecord>> {
@@ -69,23 +63,6 @@ impl Store {
             .values()
             .map(|v| from_json(&v?, "agent run"))
             .collect()
-    }
-
-    /// Records an approval, durably before its picker goes out.
-    pub async fn put_approval(&self, a: &ApprovalRecord) -> Result<()> {
-        self.writable()?;
-        self.t()?
-            .meta
-            .insert(key(APPROVAL_PREFIX, &a.picker_id), to_json(a))?;
-        self.sync().await
-    }
-
-    /// The approval is answered or closed. Flushed: a closed approval must not come back
-    /// answerable after a crash.
-    pub async fn remove_approval(&self, picker_id: &str) -> Result<()> {
-        self.writable()?;
-        self.t()?.meta.remove(key(APPROVAL_PREFIX, picker_id))?;
-        self.sync().await
     }
 
     pub fn approvals(&self) -> Result<Vec<ApprovalRecord>> {

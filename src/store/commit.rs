@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    sql, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Result, Sled, Store,
+    sql, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Record, Result, Sled, Store,
 };
 use crate::protocol::Channel;
 use crate::protocol::Lane;
@@ -75,6 +75,7 @@ enum Redo {
     EndTurn(String),
     PutReadMark(Lane, ReadMark),
     SetLaneModel(Lane, Option<LaneModel>),
+    Record(Record),
 }
 
 /// sled's error from a commit step, kept with its kind (a full disk stays `Full`).
@@ -209,6 +210,7 @@ fn new_entries(
             Change::SetLaneModel(lane, model) => {
                 redo.push(Redo::SetLaneModel(lane.clone(), model.clone()))
             }
+            Change::Record(r) => redo.push(Redo::Record(r.clone())),
         }
     }
     Ok((CommitRecord { heads, redo }, cursors))
@@ -272,6 +274,7 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
                 }
             }
         }
+        Redo::Record(r) => r.apply(t)?,
         Redo::SetLaneModel(lane, model) => {
             let key = super::lane_models::key(lane);
             match model {

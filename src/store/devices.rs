@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, to_json, Result, Store};
+use super::{from_json, Result, Store};
 
 /// Why a device record exists: minted by `pair`, or the code printed when a gateway with no
 /// devices starts (replaced at each start until a device uses it).
@@ -44,19 +44,6 @@ pub struct Device {
 }
 
 impl Store {
-    /// Stores a new device with its token hash; durable after the next `sync` (callers sync
-    /// before showing the token: a blocking flush here would stall the event loop).
-    pub fn add_device(&self, device: &Device) -> Result<()> {
-        self.writable()?;
-        self.t()?
-            .devices
-            .insert(device.device_id.as_bytes(), to_json(device))?;
-        self.t()?
-            .tokens
-            .insert(device.token_hash.as_slice(), device.device_id.as_bytes())?;
-        Ok(())
-    }
-
     pub fn device_by_token_hash(&self, hash: &[u8]) -> Result<Option<Device>> {
         let Some(id) = self.t()?.tokens.get(hash)? else {
             return Ok(None);
@@ -78,27 +65,5 @@ impl Store {
             .values()
             .map(|v| from_json(&v?, "device"))
             .collect()
-    }
-
-    /// Updates a device record (last seen, push target). Left to sled's periodic flush: losing
-    /// a last-seen time to a power cut is harmless, and it saves an fsync per connect.
-    pub fn update_device(&self, device: &Device) -> Result<()> {
-        self.writable()?;
-        self.t()?
-            .devices
-            .insert(device.device_id.as_bytes(), to_json(device))?;
-        Ok(())
-    }
-
-    /// Removes a device and its token; durable after the next `sync`. `false` if it did not
-    /// exist.
-    pub fn remove_device(&self, device_id: &str) -> Result<bool> {
-        let Some(d) = self.device(device_id)? else {
-            return Ok(false);
-        };
-        self.writable()?;
-        self.t()?.tokens.remove(d.token_hash.as_slice())?;
-        self.t()?.devices.remove(device_id.as_bytes())?;
-        Ok(true)
     }
 }

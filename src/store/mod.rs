@@ -21,12 +21,14 @@ mod migrate;
 mod outbox;
 mod read_marks;
 mod rebuild;
+mod records;
 pub mod search;
 mod sessions;
 mod sql;
 pub use approvals::{ApprovalRecord, RunRecord};
 pub use lane_models::LaneModel;
 pub use read_marks::ReadMark;
+pub use records::Record;
 pub use sessions::AgentSession;
 
 use std::path::{Path, PathBuf};
@@ -191,6 +193,8 @@ pub enum Change {
     MarkRead(Lane, ReadMark),
     /// Set (or, with `None`, clear) the model a lane's turns ask for.
     SetLaneModel(Lane, Option<LaneModel>),
+    /// Write one of the gateway's small records (records.rs).
+    Record(Record),
 }
 
 impl Change {
@@ -204,6 +208,7 @@ impl Change {
             Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
             Change::MarkRead(_, m) => m.message_id.len() + 96,
             Change::SetLaneModel(_, m) => m.as_ref().map_or(0, |m| m.model.len()) + 160,
+            Change::Record(r) => r.approx_bytes(),
             Change::DeleteChannel(_) | Change::EndTurn(_) | Change::PurgeHistory { .. } => 64,
         };
         n as u64
@@ -1097,19 +1102,6 @@ impl Store {
         t.durable_journal.fetch_max(journal, Ordering::SeqCst);
         self.witness_durable(head, true);
         self.apply_or_note();
-        Ok(())
-    }
-
-    /// Saves a lane's todo list. Not awaited for durability: `todo.update` is ephemeral, the
-    /// saved copy only lets a restarted gateway give a better snapshot than none.
-    pub fn put_todos(&self, lane: &Lane, todos: &[TodoItem]) -> Result<()> {
-        self.writable()?;
-        let key = history::lane_prefix(lane);
-        if todos.is_empty() {
-            self.t()?.todos.remove(key)?;
-        } else {
-            self.t()?.todos.insert(key, to_json(&todos))?;
-        }
         Ok(())
     }
 
