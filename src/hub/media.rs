@@ -4,8 +4,9 @@
 use tracing::warn;
 
 use crate::ids;
-use crate::store::{MediaRecord, StoreError};
+use crate::store::{Change, MediaRecord};
 
+use super::errors::CommitError;
 use super::state::Hub;
 
 /// While alive, media files are not deleted (a backup is reading them); see `collect_media`.
@@ -32,7 +33,7 @@ impl Hub {
         start: &crate::protocol::UploadStart,
         sha256: String,
         size: u64,
-    ) -> Result<MediaRecord, StoreError> {
+    ) -> Result<MediaRecord, CommitError> {
         let record = MediaRecord {
             media_id: ids::time_ordered("med"),
             sha256,
@@ -42,8 +43,12 @@ impl Hub {
             filename: crate::media::clean_filename(&start.filename),
             created_ms: ids::now_ms(),
         };
-        self.store.add_media(&record, device_id, media_ref)?;
-        self.store.sync().await?;
+        let add = Change::AddMedia {
+            record: record.clone(),
+            device_id: device_id.to_owned(),
+            media_ref: media_ref.to_owned(),
+        };
+        self.commit(vec![add], None).await?;
         self.set_media_full(None);
         Ok(record)
     }
@@ -55,13 +60,27 @@ impl Hub {
         if media_ids.is_empty() {
             return;
         }
-        let freed = match self.store.collect_unused(media_ids) {
-            Ok(freed) => freed,
+        let unused = match self.store.unused_media(media_ids) {
+            Ok(unused) => unused,
             Err(e) => return warn!("media clean-up failed: {e}"),
         };
-        if let Err(e) = self.store.sync().await {
+        if unused.is_empty() {
+            return;
+        }
+        let gone = unused
+            .iter()
+            .map(|m| Change::RemoveMedia(m.media_id.clone()))
+            .collect();
+        if let Err(e) = self.commit(gone, None).await {
             return warn!("media clean-up not durable, files kept: {e}");
         }
+        // A file goes once no record shares its bytes, as the commit left the counts.
+        let mut freed: Vec<String> = unused
+            .into_iter()
+            .map(|m| m.sha256)
+            .filter(|sha| matches!(self.store.blob_is_kept(sha), Ok(false)))
+            .collect();
+        freed.dedup();
         if self.media_holds.count.get() > 0 {
             // A backup is streaming media: the files go when it is done.
             self.media_holds.deferred.borrow_mut().extend(freed);

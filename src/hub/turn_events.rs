@@ -531,17 +531,21 @@ impl Hub {
             filename: crate::media::clean_filename(&filename),
             created_ms: ids::now_ms(),
         };
-        if let Err(e) = self.store.add_media(&record, "", "") {
-            warn!(%lane, "could not record a file from the agent: {e}");
-            return Err(e.to_string());
-        }
         let offer = Frame::media_offer(&record.to_ref(Some(message_id)))
             .in_lane(&lane.chat_id, lane.thread());
-        let change = Change::OutboxOf {
-            message_id: message_id.to_owned(),
-            frame: offer.outboxed(),
-        };
-        if let Err(e) = self.commit(vec![change], None).await {
+        // The record and its offer in one commit: an offer never names a file the store lacks.
+        let changes = vec![
+            Change::AddMedia {
+                record: record.clone(),
+                device_id: String::new(),
+                media_ref: String::new(),
+            },
+            Change::OutboxOf {
+                message_id: message_id.to_owned(),
+                frame: offer.outboxed(),
+            },
+        ];
+        if let Err(e) = self.commit(changes, None).await {
             warn!(%lane, "could not offer a file from the agent: {e}");
             return Err(e.to_string());
         }

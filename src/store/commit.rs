@@ -137,6 +137,18 @@ pub(super) fn raised_record(heads: Heads, cursor: u64) -> (Heads, Vec<u8>) {
     (heads, to_json(&record))
 }
 
+/// How many media records share the bytes `sha`: as this commit left it so far, else as stored.
+fn blob_count(
+    t: &Sled,
+    in_commit: &std::collections::HashMap<String, u64>,
+    sha: &str,
+) -> SledResult<u64> {
+    match in_commit.get(sha) {
+        Some(n) => Ok(*n),
+        None => Ok(t.blobs.get(sha.as_bytes())?.map_or(0, |v| u64_from(&v))),
+    }
+}
+
 /// Step 1: the entries under new keys, and the record that will make them count.
 fn new_entries(
     t: &Sled,
@@ -146,6 +158,8 @@ fn new_entries(
     let mut heads = before;
     let mut redo = Vec::new();
     let mut cursors = Vec::new();
+    // Blob counts as this commit leaves them: two records of one file in a commit count twice.
+    let mut blobs: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     let log = |heads: &mut Heads, op: sql::Op| -> SledResult<()> {
         heads.journal += 1;
         t.journal
@@ -211,6 +225,35 @@ fn new_entries(
                 redo.push(Redo::SetLaneModel(lane.clone(), model.clone()))
             }
             Change::Record(r) => redo.push(Redo::Record(r.clone())),
+            Change::AddMedia {
+                record,
+                device_id,
+                media_ref,
+            } => {
+                let count = blob_count(t, &blobs, &record.sha256)? + 1;
+                blobs.insert(record.sha256.clone(), count);
+                redo.push(Redo::Record(Record::PutMedia {
+                    record: record.clone(),
+                    device_ref: (!device_id.is_empty())
+                        .then(|| (device_id.clone(), media_ref.clone())),
+                    blob_count: count,
+                }));
+            }
+            Change::RemoveMedia(media_id) => {
+                let record = t
+                    .media
+                    .get(media_id.as_bytes())?
+                    .and_then(|v| serde_json::from_slice::<super::MediaRecord>(&v).ok());
+                if let Some(record) = record {
+                    let count = blob_count(t, &blobs, &record.sha256)?.saturating_sub(1);
+                    blobs.insert(record.sha256.clone(), count);
+                    redo.push(Redo::Record(Record::DropMedia {
+                        media_id: media_id.clone(),
+                        sha256: record.sha256,
+                        blob_count: count,
+                    }));
+                }
+            }
         }
     }
     Ok((CommitRecord { heads, redo }, cursors))

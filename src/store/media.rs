@@ -8,13 +8,15 @@
 //! and the history database holds `media_uses` (media id, message id): which messages
 //! reference a file, written with the message.
 //!
-//! A message's deletion drops its media uses in the same transaction; `collect_unused` then
-//! removes media no message uses any more and reports the blobs whose last record went, so the
-//! caller can delete the file.
+//! Written only through a commit: `Change::AddMedia` for a stored file, `Change::RemoveMedia`
+//! for one no message uses any more (`unused_media` finds them: a message's deletion drops its
+//! media uses in the same transaction). The commit turns each into absolute blob counts
+//! (`Record::PutMedia`, `Record::DropMedia`), so a replay after a crash counts nothing twice; a
+//! blob whose count reached zero (`blob_is_kept` false) can have its file deleted.
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, to_json, Result, Store};
+use super::{from_json, Result, Store};
 use crate::protocol::MediaRef;
 
 /// One stored file.
@@ -45,34 +47,11 @@ impl MediaRecord {
     }
 }
 
-fn ref_key(device_id: &str, media_ref: &str) -> Vec<u8> {
+pub(super) fn ref_key(device_id: &str, media_ref: &str) -> Vec<u8> {
     [device_id.as_bytes(), &[0], media_ref.as_bytes()].concat()
 }
 
 impl Store {
-    /// Records a finished upload under the device's ref; durable when this returns.
-    pub fn add_media(&self, record: &MediaRecord, device_id: &str, media_ref: &str) -> Result<()> {
-        self.writable()?;
-        let count = self
-            .t()?
-            .blobs
-            .get(record.sha256.as_bytes())?
-            .map(|v| super::u64_from(&v))
-            .unwrap_or(0);
-        self.t()?
-            .blobs
-            .insert(record.sha256.as_bytes(), &(count + 1).to_be_bytes())?;
-        self.t()?
-            .media
-            .insert(record.media_id.as_bytes(), to_json(record))?;
-        if !device_id.is_empty() {
-            self.t()?
-                .media_refs
-                .insert(ref_key(device_id, media_ref), record.media_id.as_bytes())?;
-        }
-        Ok(())
-    }
-
     pub fn media(&self, media_id: &str) -> Result<Option<MediaRecord>> {
         match self.t()?.media.get(media_id.as_bytes())? {
             Some(v) => Ok(Some(from_json(&v, "media record")?)),
@@ -88,36 +67,23 @@ impl Store {
         }
     }
 
-    /// Removes media that no message uses any more among `candidates`; returns the sha256 of
-    /// every blob that no record shares any longer (its file can go).
-    pub fn collect_unused(&self, candidates: &[String]) -> Result<Vec<String>> {
-        self.writable()?;
-        let mut freed = Vec::new();
+    /// The media among `candidates` that exist and that no message uses any more.
+    pub fn unused_media(&self, candidates: &[String]) -> Result<Vec<MediaRecord>> {
+        let mut out = Vec::new();
         for media_id in candidates {
             if self.read_history()?.hist.is_used(media_id)? {
                 continue;
             }
-            let Some(record) = self.media(media_id)? else {
-                continue;
-            };
-            self.t()?.media.remove(media_id.as_bytes())?;
-            let count = self
-                .t()?
-                .blobs
-                .get(record.sha256.as_bytes())?
-                .map(|v| super::u64_from(&v))
-                .unwrap_or(1);
-            if count <= 1 {
-                self.t()?.blobs.remove(record.sha256.as_bytes())?;
-                freed.push(record.sha256);
-            } else {
-                self.t()?
-                    .blobs
-                    .insert(record.sha256.as_bytes(), &(count - 1).to_be_bytes())?;
+            if let Some(record) = self.media(media_id)? {
+                out.push(record);
             }
         }
-        // Device refs pointing at removed media are dropped lazily: a lookup finds no record.
-        Ok(freed)
+        Ok(out)
+    }
+
+    /// Whether some media record still shares the bytes `sha256` (their file must stay).
+    pub fn blob_is_kept(&self, sha256: &str) -> Result<bool> {
+        Ok(self.t()?.blobs.get(sha256.as_bytes())?.is_some())
     }
 
     /// Media stored before `cutoff_ms` (candidates for collection if no message uses them).

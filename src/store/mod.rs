@@ -195,6 +195,15 @@ pub enum Change {
     SetLaneModel(Lane, Option<LaneModel>),
     /// Write one of the gateway's small records (records.rs).
     Record(Record),
+    /// A stored file's record, under its uploader's ref (`device_id` empty for a file the agent
+    /// made); its blob's count goes up.
+    AddMedia {
+        record: MediaRecord,
+        device_id: String,
+        media_ref: String,
+    },
+    /// A file no message uses goes (nothing when it is not there); its blob's count goes down.
+    RemoveMedia(String),
 }
 
 impl Change {
@@ -209,6 +218,8 @@ impl Change {
             Change::MarkRead(_, m) => m.message_id.len() + 96,
             Change::SetLaneModel(_, m) => m.as_ref().map_or(0, |m| m.model.len()) + 160,
             Change::Record(r) => r.approx_bytes(),
+            Change::AddMedia { record, .. } => record.filename.len() + record.mime.len() + 256,
+            Change::RemoveMedia(_) => 64,
             Change::DeleteChannel(_) | Change::EndTurn(_) | Change::PurgeHistory { .. } => 64,
         };
         n as u64

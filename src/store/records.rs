@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::approvals::{approval_key, run_key};
 use super::devices::Device;
 use super::history::lane_prefix;
+use super::media::{ref_key, MediaRecord};
 use super::sessions::{AgentSession, META_AGENT_SETTINGS};
 use super::{to_json, ApprovalRecord, RunRecord, Sled};
 use crate::config::AgentSettings;
@@ -40,6 +41,19 @@ pub enum Record {
     RemoveAgentSession(Lane),
     /// The user's `/reasoning` and `/fast` choices.
     PutAgentSettings(AgentSettings),
+    /// A stored file's record, its uploader's ref to it (device id, ref) and how many records
+    /// now share its bytes (`Change::AddMedia`, counted at commit).
+    PutMedia {
+        record: MediaRecord,
+        device_ref: Option<(String, String)>,
+        blob_count: u64,
+    },
+    /// A file's record goes, and how many records still share its bytes (none: the blob goes).
+    DropMedia {
+        media_id: String,
+        sha256: String,
+        blob_count: u64,
+    },
 }
 
 impl Record {
@@ -48,7 +62,9 @@ impl Record {
         match self {
             Record::PutTodos(_, todos) => todos.iter().map(|t| t.content.len() + 48).sum(),
             Record::PutApproval(a) => a.request.command.len() + a.request.description.len() + 256,
+            Record::PutMedia { record, .. } => record.filename.len() + record.mime.len() + 256,
             Record::RemoveDevice(_)
+            | Record::DropMedia { .. }
             | Record::RemoveRun(_)
             | Record::RemoveApproval(_)
             | Record::RemoveAgentSession(_) => 64,
@@ -83,6 +99,35 @@ impl Record {
             Record::PutAgentSession(lane, s) => put(&t.sessions, &lane_prefix(lane), to_json(s)),
             Record::RemoveAgentSession(lane) => remove(&t.sessions, &lane_prefix(lane)),
             Record::PutAgentSettings(s) => put(&t.meta, META_AGENT_SETTINGS, to_json(s)),
+            Record::PutMedia {
+                record,
+                device_ref,
+                blob_count,
+            } => {
+                put(&t.media, record.media_id.as_bytes(), to_json(record))?;
+                let count = blob_count.to_be_bytes().to_vec();
+                put(&t.blobs, record.sha256.as_bytes(), count)?;
+                match device_ref {
+                    Some((device, r)) => put(
+                        &t.media_refs,
+                        &ref_key(device, r),
+                        record.media_id.as_bytes().to_vec(),
+                    ),
+                    None => Ok(()),
+                }
+            }
+            Record::DropMedia {
+                media_id,
+                sha256,
+                blob_count,
+            } => {
+                remove(&t.media, media_id.as_bytes())?;
+                // Device refs to it are dropped lazily: a lookup finds no record.
+                match blob_count {
+                    0 => remove(&t.blobs, sha256.as_bytes()),
+                    n => put(&t.blobs, sha256.as_bytes(), n.to_be_bytes().to_vec()),
+                }
+            }
         }
     }
 }
@@ -176,5 +221,46 @@ mod tests {
             .commit(&[Change::Record(Record::RemoveAgentSession(lane.clone()))])
             .unwrap();
         assert_eq!(store.agent_session(&lane).unwrap(), None);
+    }
+
+    #[test]
+    fn a_blob_is_counted_once_per_record_and_kept_while_one_remains() {
+        let (_dir, store) = temp_store();
+        let file = |id: &str| MediaRecord {
+            media_id: id.into(),
+            sha256: "ab".repeat(32),
+            kind: "image".into(),
+            mime: "image/png".into(),
+            size: 3,
+            filename: "a.png".into(),
+            created_ms: 1,
+        };
+        let add = |id: &str, device: &str| Change::AddMedia {
+            record: file(id),
+            device_id: device.into(),
+            media_ref: format!("ref-{id}"),
+        };
+        // Two records of one file in one commit.
+        store
+            .commit(&[add("med_1", "dev_1"), add("med_2", "")])
+            .unwrap();
+        assert_eq!(
+            store.media_by_ref("dev_1", "ref-med_1").unwrap(),
+            Some(file("med_1"))
+        );
+        let sha = "ab".repeat(32);
+        store
+            .commit(&[Change::RemoveMedia("med_1".into())])
+            .unwrap();
+        assert!(store.blob_is_kept(&sha).unwrap());
+        assert_eq!(store.media("med_1").unwrap(), None);
+        // Unknown ids change nothing; the last record takes the blob.
+        store
+            .commit(&[
+                Change::RemoveMedia("med_none".into()),
+                Change::RemoveMedia("med_2".into()),
+            ])
+            .unwrap();
+        assert!(!store.blob_is_kept(&sha).unwrap());
     }
 }
