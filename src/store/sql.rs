@@ -5,12 +5,14 @@
 //! cache size, and its pages follow the number of keys, so memory and start-up time grew with
 //! history (docs/storage.md has the figures). SQLite keeps only its page cache in memory.
 //!
-//! SQLite is not the log of record: sled's journal is (`mod.rs`, `Store::commit`). Changes reach
-//! this database only after the sled commit that carries them was fsynced, applied in one SQLite
-//! transaction together with the journal position they reach (`meta.applied`), so applying is
-//! idempotent and needs no fsync of its own (`synchronous=NORMAL`: a power cut may roll back the
-//! newest transactions, which the journal then applies again). Checkpoints (`checkpoint`) fsync
-//! the database on a worker thread; only then are the journal entries they cover dropped.
+//! SQLite is not the log of record: sled's journal is (`commit.rs`, `Store::commit`). Changes
+//! reach this database only after the sled commit that carries them was fsynced (`journal.rs`),
+//! applied in one SQLite transaction together with the journal position they reach
+//! (`meta.applied`, `sql_write.rs`), so applying is idempotent and needs no fsync of its own
+//! (`synchronous=NORMAL`: a power cut may roll back the newest transactions, which the journal
+//! then applies again). Checkpoints (`checkpoint`) fsync the database on a worker thread; only
+//! then are the journal entries they cover dropped. Reads run on the query thread
+//! (`sql_query.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
