@@ -24,7 +24,7 @@ mod outbox;
 mod read_marks;
 pub mod search;
 mod sessions;
-// The engine, in the order a start meets it.
+// The engine; the order a start walks its rooms is `STORE_ROOMS` in tests/layering.rs.
 mod check;
 mod commit;
 mod durability;
