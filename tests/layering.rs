@@ -705,3 +705,155 @@ fn only_the_committer_commits_to_the_store() {
     .unwrap();
     assert_eq!(store_committers(dir.path()), ["admin/forms.rs"]);
 }
+
+/// The store's rooms (docs/architecture.md, "The store"), in the order a start after a power cut
+/// walks them: a room may import only from rooms after its own. `mod` is the store's face (the
+/// handle, its errors, the change list, the helpers every room needs): every room may use it.
+/// A file of `src/store` missing here fails, as a module missing from [`TIERS`] does.
+const STORE_ROOMS: &[&str] = &[
+    // The face.
+    "mod",
+    // The small records every commit writes (devices, runs, sessions, media, …), keyed as the
+    // subjects below keep them.
+    "records",
+    // The store's API by subject: what the hub reads and writes, over the engine below.
+    "approvals",
+    "devices",
+    "directory",
+    "media",
+    "outbox",
+    "sessions",
+    "search",
+    "backup",
+    // The engine, in the order a start meets it: the order of a start, then its steps.
+    "recovery",
+    "rebuild",
+    "open",
+    "migrate",
+    "check",
+    "safety_copy",
+    "witness",
+    "durability",
+    "journal",
+    "commit",
+    // The records a commit writes, and history's keys.
+    "read_marks",
+    "lane_models",
+    "history",
+    // The history database: its writes, the file, its query thread.
+    "sql_write",
+    "sql",
+    "sql_query",
+    // Leaves every room may reach.
+    "fold",
+    "kill_points",
+];
+
+/// Imports from one store room to a room before it in `rooms` (each naming file and line), and
+/// the store's files no room names.
+fn judge_store_rooms(src: &Path, rooms: &[&str]) -> (Vec<String>, BTreeSet<String>) {
+    let files = read_tree(src);
+    let modules: BTreeMap<Vec<String>, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.module.clone(), i))
+        .collect();
+    // `store/mod.rs` is the room "mod"; `store/x.rs` the room "x".
+    let room_of = |module: &[String]| -> Option<String> {
+        match module {
+            [top] if top == "store" => Some("mod".to_owned()),
+            [top, room] if top == "store" => Some(room.clone()),
+            _ => None,
+        }
+    };
+    let mut backward = Vec::new();
+    let mut unplaced = BTreeSet::new();
+    for f in &files {
+        let Some(room) = room_of(&f.module) else {
+            continue;
+        };
+        let Some(at) = rooms.iter().position(|r| *r == room) else {
+            unplaced.insert(room);
+            continue;
+        };
+        for imp in &f.imports {
+            let Some(j) = resolve(f, &imp.path, &modules) else {
+                continue;
+            };
+            let Some(target) = room_of(&files[j].module) else {
+                continue;
+            };
+            // The face is everyone's; a room's own names are its own.
+            if target == "mod" || target == room {
+                continue;
+            }
+            match rooms.iter().position(|r| *r == target) {
+                Some(t) if t < at => backward.push(format!(
+                    "{}:{}: room `{room}` imports `{}` from `{target}`, a room before it",
+                    f.file.display(),
+                    imp.line,
+                    imp.path.join("::"),
+                )),
+                Some(_) => {}
+                None => {
+                    unplaced.insert(target);
+                }
+            }
+        }
+    }
+    (backward, unplaced)
+}
+
+#[test]
+fn the_store_rooms_import_only_rooms_after_their_own() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (backward, unplaced) = judge_store_rooms(&src, STORE_ROOMS);
+    let mut report = String::new();
+    if !unplaced.is_empty() {
+        report += &format!(
+            "store rooms in no place (add them to STORE_ROOMS and docs/architecture.md): {unplaced:?}\n"
+        );
+    }
+    for b in &backward {
+        report += &format!("import against the store's order: {b}\n");
+    }
+    assert!(report.is_empty(), "\n{report}");
+}
+
+/// The store's check must see what it is for: a room importing an earlier one fails with its file
+/// and line, the face and later rooms pass, and an unlisted room is named.
+#[test]
+fn the_store_check_catches_an_import_back_and_an_unplaced_room() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("lib.rs", "pub mod store;\n");
+    write(
+        "store/mod.rs",
+        "mod first;\nmod second;\nmod stray;\npub struct Store;\n",
+    );
+    write(
+        "store/first.rs",
+        "use super::Store;\nuse super::second::g;\npub fn f() {}\n",
+    );
+    write(
+        "store/second.rs",
+        "use super::Store;\n\npub fn g() { super::first::f(); }\n",
+    );
+    write("store/stray.rs", "pub fn h() {}\n");
+    let (backward, unplaced) = judge_store_rooms(src, &["mod", "first", "second"]);
+    assert_eq!(unplaced, BTreeSet::from(["stray".to_owned()]));
+    assert_eq!(backward.len(), 1, "{backward:?}");
+    assert!(backward[0].contains("second.rs:3"), "{backward:?}");
+
+    write("store/second.rs", "use super::Store;\npub fn g() {}\n");
+    let (backward, unplaced) = judge_store_rooms(src, &["mod", "first", "second", "stray"]);
+    assert!(
+        backward.is_empty() && unplaced.is_empty(),
+        "{backward:?} {unplaced:?}"
+    );
+}

@@ -465,7 +465,7 @@ pub fn restore_into(
         file: media_dir.display().to_string(),
         source,
     })?;
-    let db = super::sled_config(&db_path, 1 << 20)
+    let db = super::open::sled_config(&db_path, 1 << 20)
         .open()
         .map_err(StoreError::from)?;
     let mut restore = Restore {

@@ -28,7 +28,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    sql, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Record, Result, Sled, Store,
+    sql_write, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Record, Result, Sled,
+    Store,
 };
 use crate::protocol::Channel;
 use crate::protocol::Lane;
@@ -117,7 +118,7 @@ impl Store {
     fn kill_at_commit(&self, point: &str, t: &Sled, cursors: &[u64]) {
         if self.shared.kill_at.as_deref() == Some(point) && !cursors.is_empty() {
             let _ = t.db.flush();
-            super::kill_now();
+            super::kill_points::kill_now();
         }
     }
 }
@@ -160,7 +161,7 @@ fn new_entries(
     let mut cursors = Vec::new();
     // Blob counts as this commit leaves them: two records of one file in a commit count twice.
     let mut blobs: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    let log = |heads: &mut Heads, op: sql::Op| -> SledResult<()> {
+    let log = |heads: &mut Heads, op: sql_write::Op| -> SledResult<()> {
         heads.journal += 1;
         t.journal
             .insert(heads.journal.to_be_bytes(), to_json(&op))
@@ -187,14 +188,14 @@ fn new_entries(
             }
             Change::PutMessage(lane, msg) => log(
                 &mut heads,
-                sql::Op::Put {
+                sql_write::Op::Put {
                     lane: lane.clone(),
                     message: msg.clone(),
                 },
             )?,
             Change::PurgeHistory { chat_id, thread_id } => log(
                 &mut heads,
-                sql::Op::Purge {
+                sql_write::Op::Purge {
                     chat_id: chat_id.clone(),
                     thread_id: thread_id.clone(),
                 },
@@ -205,7 +206,7 @@ fn new_entries(
             } => {
                 log(
                     &mut heads,
-                    sql::Op::Delete {
+                    sql_write::Op::Delete {
                         message_id: message_id.clone(),
                     },
                 )?;
@@ -413,12 +414,12 @@ pub(super) fn upgrade_to_layout3(t: &Sled) -> Result<()> {
         redo: Vec::new(),
     };
     t.meta.insert(META_COMMIT, to_json(&record))?;
-    super::kill_point("layout3-record", Some(&t.db));
+    super::kill_points::kill_point("layout3-record", Some(&t.db));
     t.meta.insert(super::META_LAYOUT, &3u64.to_be_bytes())?;
     t.meta.remove(META_CURSOR_V2)?;
     t.meta.remove(META_JOURNAL_V2)?;
     t.db.flush()?;
-    super::kill_point("layout3-done", None);
+    super::kill_points::kill_point("layout3-done", None);
     *t.heads
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = heads;

@@ -187,7 +187,7 @@ pub fn purge_changes(
 }
 
 fn page_in(
-    q: &super::sql::Query<'_>,
+    q: &super::sql_query::Query<'_>,
     lane: &Lane,
     before: Option<&str>,
     limit: usize,

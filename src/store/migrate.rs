@@ -77,7 +77,7 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
     std::fs::File::open(&hist_dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::open_io(dir, e))?;
-    super::kill_point("migrate-history-built", None);
+    super::kill_points::kill_point("migrate-history-built", None);
 
     // Only frames still in the outbox can be tombstoned: the rest of `message_frames` goes.
     let tail = s
@@ -105,11 +105,11 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
         }
     }
     s.meta.insert(META_JOURNAL_V2, &0u64.to_be_bytes())?;
-    super::kill_point("migrate-frames", Some(&s.db));
+    super::kill_points::kill_point("migrate-frames", Some(&s.db));
     // Layout 2 here; `init_layout` then upgrades it to 3 like any layout-2 store.
     s.meta.insert(META_LAYOUT, &2u64.to_be_bytes())?;
     s.db.flush()?;
-    super::kill_point("migrate-layout2", None);
+    super::kill_points::kill_point("migrate-layout2", None);
     drop_leftovers(s)?;
     tracing::info!(
         messages = count,

@@ -21,27 +21,15 @@
 
 use std::path::{Path, PathBuf};
 
+use super::kill_points::kill_point;
+use super::open::sled_config;
+use super::witness::withdraw_snapshot_claim;
 use super::{Result, StoreError};
 
 const REBUILD_DIR: &str = "db.rebuild";
 const OLD_DIR: &str = "db.uncompressed";
 /// Entries copied per sled batch.
 const BATCH: usize = 1000;
-
-/// Whether the sled database at `db` compresses (or will: a new one does). Read from the
-/// configuration sled keeps beside its log.
-pub(super) fn compresses(db: &Path) -> bool {
-    // Text lines, then a CRC32 in four raw bytes: not necessarily UTF-8 as a whole.
-    match std::fs::read(db.join("conf")) {
-        Ok(conf) => String::from_utf8_lossy(&conf)
-            .lines()
-            .any(|l| l.trim() == "use_compression: true"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        // Unreadable: let sled say what is wrong with it, with the setting it was made with
-        // before this version.
-        Err(_) => false,
-    }
-}
 
 /// Completes or undoes a rebuild a crash interrupted (see the module comment). Run before
 /// anything opens sled. Says what it changed, if anything (for an honest refusal).
@@ -89,7 +77,7 @@ pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<(
     }
     let mut entries = 0u64;
     {
-        let to = super::sled_config(&target, cache_bytes)
+        let to = sled_config(&target, cache_bytes)
             .use_compression(true)
             .open()?;
         for name in from.tree_names() {
@@ -111,21 +99,21 @@ pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<(
         }
         to.flush()?;
     }
-    super::kill_point("rebuild-copied", None);
+    kill_point("rebuild-copied", None);
     // sled's own files are only `sync_file_range`d: fsync them before they replace the old.
     sync_tree(&target).map_err(|e| StoreError::open_io(dir, e))?;
-    super::check::withdraw_snapshot_claim(dir).map_err(|e| StoreError::open_io(dir, e))?;
-    super::kill_point("rebuild-synced", None);
+    withdraw_snapshot_claim(dir).map_err(|e| StoreError::open_io(dir, e))?;
+    kill_point("rebuild-synced", None);
     drop(from);
     let db = dir.join("db");
     let old = dir.join(OLD_DIR);
     std::fs::rename(&db, &old).map_err(|e| StoreError::open_io(dir, e))?;
-    super::kill_point("rebuild-old-aside", None);
+    kill_point("rebuild-old-aside", None);
     std::fs::rename(&target, &db).map_err(|e| StoreError::open_io(dir, e))?;
     crate::atomic_file::sync_dir(dir).map_err(|e| StoreError::open_io(dir, e))?;
-    super::kill_point("rebuild-swapped", None);
+    kill_point("rebuild-swapped", None);
     std::fs::remove_dir_all(&old).map_err(|e| StoreError::open_io(dir, e))?;
-    super::kill_point("rebuild-done", None);
+    kill_point("rebuild-done", None);
     tracing::info!(
         entries,
         ms = started.elapsed().as_millis() as u64,
@@ -154,9 +142,10 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::open::compresses;
 
     fn uncompressed(dir: &Path) -> sled::Db {
-        super::super::sled_config(&dir.join("db"), 1 << 20)
+        super::sled_config(&dir.join("db"), 1 << 20)
             .use_compression(false)
             .open()
             .unwrap()
@@ -183,7 +172,7 @@ mod tests {
         // `open_sled` waits for it).
         let db = (0..200)
             .find_map(|_| {
-                let opened = super::super::sled_config(&tmp.path().join("db"), 1 << 20).open();
+                let opened = super::sled_config(&tmp.path().join("db"), 1 << 20).open();
                 if opened.is_err() {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }

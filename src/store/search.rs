@@ -98,7 +98,7 @@ impl Store {
 }
 
 fn search_in(
-    q: &super::sql::Query<'_>,
+    q: &super::sql_query::Query<'_>,
     query: &[String],
     scope: &Scope,
     limit: usize,

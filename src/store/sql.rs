@@ -5,19 +5,21 @@
 //! cache size, and its pages follow the number of keys, so memory and start-up time grew with
 //! history (docs/storage.md has the figures). SQLite keeps only its page cache in memory.
 //!
-//! SQLite is not the log of record: sled's journal is (`mod.rs`, `Store::commit`). Changes reach
-//! this database only after the sled commit that carries them was fsynced, applied in one SQLite
-//! transaction together with the journal position they reach (`meta.applied`), so applying is
-//! idempotent and needs no fsync of its own (`synchronous=NORMAL`: a power cut may roll back the
-//! newest transactions, which the journal then applies again). Checkpoints (`checkpoint`) fsync
-//! the database on a worker thread; only then are the journal entries they cover dropped.
+//! SQLite is not the log of record: sled's journal is (`commit.rs`, `Store::commit`). Changes
+//! reach this database only after the sled commit that carries them was fsynced (`journal.rs`),
+//! applied in one SQLite transaction together with the journal position they reach
+//! (`meta.applied`, `sql_write.rs`), so applying is idempotent and needs no fsync of its own
+//! (`synchronous=NORMAL`: a power cut may roll back the newest transactions, which the journal
+//! then applies again). Checkpoints (`checkpoint`) fsync the database on a worker thread; only
+//! then are the journal entries they cover dropped. Reads run on the query thread
+//! (`sql_query.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
-use serde::{Deserialize, Serialize};
 
+use super::sql_query::{lane_of, message_of, spawn_query_thread, Job, Query};
 use super::{Result, StoreError};
 use crate::protocol::{HistoryMessage, Lane};
 
@@ -82,25 +84,6 @@ DROP TRIGGER IF EXISTS messages_au;
 DROP TABLE IF EXISTS search;
 ";
 
-/// One change to history, as the journal carries it. Built and dropped one at a time, so
-/// the size difference between its variants costs nothing worth a box.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) enum Op {
-    Put {
-        lane: Lane,
-        message: HistoryMessage,
-    },
-    Delete {
-        message_id: String,
-    },
-    /// Every message of a channel (all its lanes) or of one thread.
-    Purge {
-        chat_id: String,
-        thread_id: Option<String>,
-    },
-}
-
 /// Why SQLite failed, kept with its kind so a full or read-only disk gets its own message.
 pub(super) fn sql_error(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode;
@@ -147,22 +130,19 @@ pub(super) fn history_path(dir: &Path) -> PathBuf {
     dir.join(HISTORY_DIR).join(HISTORY_FILE)
 }
 
-/// A read of the history database, handed to its query thread.
-pub(super) type Job = Box<dyn FnOnce(&Query<'_>) + Send>;
-
 /// The database: the connection that writes (the journal's apply: on a worker after each sync,
 /// on the query thread when a read finds the database behind; the few bounded reads that still
 /// run on the event loop, `History::read`, use it too), one for checkpoints on a worker, and
 /// the query thread with a read connection of its own. WAL lets that reader run beside the
 /// writer: a query sees the last committed apply and never waits for the next.
 pub(super) struct History {
-    conn: Mutex<Connection>,
+    pub(super) conn: Mutex<Connection>,
     ckpt: Mutex<Connection>,
     /// The query thread's queue, first in first out; the thread ends when this is dropped.
     queries: Mutex<std::sync::mpsc::Sender<Job>>,
     /// `meta.applied` as last committed through this connection: every sync and every read of
     /// history asks for it, so it is kept here rather than read back each time.
-    applied: std::sync::atomic::AtomicU64,
+    pub(super) applied: std::sync::atomic::AtomicU64,
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -244,9 +224,9 @@ fn reindex(conn: &mut Connection) -> Result<()> {
         "INSERT INTO search(rowid, words) SELECT seq, iris_fold(text) FROM messages",
         [],
     )?;
-    if super::kill_hook().as_deref() == Some("reindex") {
+    if super::kill_points::kill_hook().as_deref() == Some("reindex") {
         // Test hook: every row indexed, the commit not made (tests/search_fold.rs).
-        super::kill_now();
+        super::kill_points::kill_now();
     }
     tx.execute(
         "UPDATE meta SET value = ?1 WHERE key = 'schema'",
@@ -259,57 +239,6 @@ fn reindex(conn: &mut Connection) -> Result<()> {
         "search index rebuilt with case folding (history schema 1 to 2)"
     );
     Ok(())
-}
-
-/// Page cache of the query thread's connection.
-const QUERY_CACHE_KIB: i64 = 1024;
-
-/// Starts the query thread with its read-only connection to `path`.
-fn spawn_query_thread(path: &Path) -> Result<std::sync::mpsc::Sender<Job>> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.pragma_update(None, "cache_size", -QUERY_CACHE_KIB)?;
-    conn.pragma_update(None, "mmap_size", 0)?;
-    conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    conn.set_prepared_statement_cache_capacity(16);
-    let (tx, rx) = std::sync::mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("history-query".into())
-        .spawn(move || {
-            let q = Query { c: &conn };
-            for job in rx {
-                job(&q);
-            }
-        })
-        .map_err(|e| StoreError::Closed(format!("cannot start the history query thread: {e}")))?;
-    Ok(tx)
-}
-
-fn lane_of(chat: String, thread: String) -> Lane {
-    Lane {
-        chat_id: chat,
-        thread_id: (!thread.is_empty()).then_some(thread),
-    }
-}
-
-/// The stored body: the message without its text (kept in its own column, which search reads).
-fn body_of(m: &HistoryMessage) -> String {
-    let mut m = m.clone();
-    m.text = String::new();
-    serde_json::to_string(&m).expect("history messages serialise")
-}
-
-fn message_of(text: String, body: &str) -> Result<HistoryMessage> {
-    let mut m: HistoryMessage =
-        serde_json::from_str(body).map_err(|source| StoreError::Corrupt {
-            what: "history message",
-            source,
-        })?;
-    m.text = text;
-    Ok(m)
 }
 
 impl History {
@@ -383,7 +312,7 @@ impl History {
         f(&Query { c: &self.c() })
     }
 
-    fn c(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn c(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -433,86 +362,6 @@ impl History {
         .optional()
         .map_err(|e| format!("its search index cannot be read ({e})"))?;
         Ok(applied as u64)
-    }
-
-    /// Applies journal entries (position, op) in one transaction, with the new position.
-    /// Entries at or below what is applied already are skipped: two threads may apply at once
-    /// (the committer's worker and the query thread catching up), and the one that comes second
-    /// with an older batch must neither apply it again nor move `applied` back.
-    pub(super) fn apply(&self, ops: &[(u64, Op)]) -> Result<()> {
-        let mut c = self.c();
-        let done = self.applied.load(std::sync::atomic::Ordering::SeqCst);
-        let ops = &ops[ops.partition_point(|(p, _)| *p <= done)..];
-        let Some(last) = ops.last().map(|(p, _)| *p) else {
-            return Ok(());
-        };
-        let deletes = ops
-            .iter()
-            .any(|(_, op)| matches!(op, Op::Delete { .. } | Op::Purge { .. }));
-        if deletes {
-            c.pragma_update(None, "secure_delete", "ON")?;
-        }
-        let result = (|| {
-            let tx = c.transaction()?;
-            for (_, op) in ops {
-                apply_op(&tx, op)?;
-            }
-            tx.execute(
-                "UPDATE meta SET value = ?1 WHERE key = 'applied'",
-                params![last as i64],
-            )?;
-            tx.commit()?;
-            self.applied
-                .store(last, std::sync::atomic::Ordering::SeqCst);
-            Ok(())
-        })();
-        if deletes {
-            c.pragma_update(None, "secure_delete", "FAST")?;
-        }
-        result
-    }
-
-    /// Inserts messages with their original positions (migration, restore), in one transaction.
-    pub(super) fn import(
-        &self,
-        rows: &[(Lane, u64, HistoryMessage)],
-        uses: &[(String, String)],
-    ) -> Result<()> {
-        let mut c = self.c();
-        let tx = c.transaction()?;
-        {
-            let mut ins = tx.prepare_cached(
-                "INSERT OR REPLACE INTO messages(seq, message_id, chat_id, thread_id, text, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            for (lane, seq, m) in rows {
-                ins.execute(params![
-                    *seq as i64,
-                    m.message_id,
-                    lane.chat_id,
-                    lane.thread_id.as_deref().unwrap_or(""),
-                    m.text,
-                    body_of(m)
-                ])?;
-            }
-            let mut use_ins =
-                tx.prepare_cached("INSERT OR IGNORE INTO media_uses VALUES (?1, ?2)")?;
-            for (media, message) in uses {
-                use_ins.execute(params![media, message])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    pub(super) fn set_applied(&self, applied: u64) -> Result<()> {
-        self.c().execute(
-            "UPDATE meta SET value = ?1 WHERE key = 'applied'",
-            params![applied as i64],
-        )?;
-        self.applied
-            .store(applied, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
     }
 
     /// Writes everything to the database file and fsyncs it, then empties the WAL; returns the
@@ -582,188 +431,11 @@ impl History {
     }
 }
 
-/// Reads of the history database through one connection: the query thread's, or the
-/// writer's (`History::read`).
-pub(super) struct Query<'a> {
-    c: &'a Connection,
-}
-
-impl Query<'_> {
-    /// Up to `limit + 1` messages of the lane before position `before`, newest first.
-    pub(super) fn page(
-        &self,
-        lane: &Lane,
-        before: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<HistoryMessage>> {
-        let c = self.c;
-        let mut stmt = c.prepare_cached(
-            "SELECT text, body FROM messages WHERE chat_id = ?1 AND thread_id = ?2 AND seq < ?3
-             ORDER BY seq DESC LIMIT ?4",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                lane.chat_id,
-                lane.thread_id.as_deref().unwrap_or(""),
-                before.map(|b| b as i64).unwrap_or(i64::MAX),
-                (limit + 1) as i64
-            ],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-        )?;
-        let mut out = Vec::with_capacity(limit + 1);
-        for row in rows {
-            let (text, body) = row?;
-            out.push(message_of(text, &body)?);
-        }
-        Ok(out)
-    }
-
-    /// A message's lane and position.
-    pub(super) fn locate(&self, message_id: &str) -> Result<Option<(Lane, u64)>> {
-        let c = self.c;
-        let mut stmt =
-            c.prepare_cached("SELECT chat_id, thread_id, seq FROM messages WHERE message_id = ?1")?;
-        Ok(stmt
-            .query_row(params![message_id], |r| {
-                Ok((lane_of(r.get(0)?, r.get(1)?), r.get::<_, i64>(2)? as u64))
-            })
-            .optional()?)
-    }
-
-    pub(super) fn message(&self, message_id: &str) -> Result<Option<(Lane, HistoryMessage)>> {
-        let c = self.c;
-        let mut stmt = c.prepare_cached(
-            "SELECT chat_id, thread_id, text, body FROM messages WHERE message_id = ?1",
-        )?;
-        let row = stmt
-            .query_row(params![message_id], |r| {
-                Ok((
-                    lane_of(r.get(0)?, r.get(1)?),
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .optional()?;
-        match row {
-            Some((lane, text, body)) => Ok(Some((lane, message_of(text, &body)?))),
-            None => Ok(None),
-        }
-    }
-
-    /// The ids and media of every message of a channel (all lanes) or of one thread.
-    pub(super) fn lane_messages(
-        &self,
-        chat_id: &str,
-        thread_id: Option<&str>,
-    ) -> Result<Vec<HistoryMessage>> {
-        let c = self.c;
-        let mut stmt = c.prepare_cached(
-            "SELECT text, body FROM messages WHERE chat_id = ?1 AND (?2 IS NULL OR thread_id = ?2)
-             ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![chat_id, thread_id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (text, body) = row?;
-            out.push(message_of(text, &body)?);
-        }
-        Ok(out)
-    }
-
-    /// Runs an FTS5 query newest first, handing each match to `visit` until it returns true or
-    /// `max_scanned` matches were looked at.
-    pub(super) fn search(
-        &self,
-        fts_query: &str,
-        scope: (Option<&str>, Option<&str>),
-        max_scanned: usize,
-        mut visit: impl FnMut(Lane, HistoryMessage) -> Result<bool>,
-    ) -> Result<()> {
-        let c = self.c;
-        let mut stmt = c.prepare_cached(
-            "SELECT m.chat_id, m.thread_id, m.text, m.body FROM search
-             JOIN messages m ON m.seq = search.rowid
-             WHERE search MATCH ?1 AND (?3 IS NULL OR m.chat_id = ?3)
-             AND (?4 IS NULL OR m.thread_id = ?4)
-             ORDER BY search.rowid DESC LIMIT ?2",
-        )?;
-        let mut rows = stmt.query(params![fts_query, max_scanned as i64, scope.0, scope.1])?;
-        while let Some(r) = rows.next()? {
-            let lane = lane_of(r.get(0)?, r.get(1)?);
-            let m = message_of(r.get(2)?, &r.get::<_, String>(3)?)?;
-            if visit(lane, m)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn apply_op(tx: &rusqlite::Transaction<'_>, op: &Op) -> Result<()> {
-    match op {
-        Op::Put { lane, message } => {
-            // A replaced message keeps its first position (and lane).
-            tx.prepare_cached(
-                "INSERT INTO messages(message_id, chat_id, thread_id, text, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(message_id) DO UPDATE SET text = excluded.text, body = excluded.body",
-            )?
-            .execute(params![
-                message.message_id,
-                lane.chat_id,
-                lane.thread_id.as_deref().unwrap_or(""),
-                message.text,
-                body_of(message)
-            ])?;
-            let mut uses = tx.prepare_cached("INSERT OR IGNORE INTO media_uses VALUES (?1, ?2)")?;
-            for m in &message.media {
-                uses.execute(params![m.media_id, message.message_id])?;
-            }
-        }
-        Op::Delete { message_id } => delete_one(tx, message_id)?,
-        Op::Purge { chat_id, thread_id } => {
-            let ids: Vec<String> = {
-                let mut stmt = tx.prepare_cached(
-                    "SELECT message_id FROM messages WHERE chat_id = ?1
-                     AND (?2 IS NULL OR thread_id = ?2)",
-                )?;
-                let rows = stmt.query_map(params![chat_id, thread_id], |r| r.get(0))?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
-            for id in ids {
-                delete_one(tx, &id)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn delete_one(tx: &rusqlite::Transaction<'_>, message_id: &str) -> Result<()> {
-    let body: Option<(String, String)> = tx
-        .prepare_cached("SELECT text, body FROM messages WHERE message_id = ?1")?
-        .query_row(params![message_id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let Some((text, body)) = body else {
-        return Ok(());
-    };
-    if let Ok(m) = message_of(text, &body) {
-        let mut del =
-            tx.prepare_cached("DELETE FROM media_uses WHERE media_id = ?1 AND message_id = ?2")?;
-        for r in &m.media {
-            del.execute(params![r.media_id, message_id])?;
-        }
-    }
-    tx.prepare_cached("DELETE FROM messages WHERE message_id = ?1")?
-        .execute(params![message_id])?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::Role;
+    use crate::store::sql_write::{body_of, Op};
 
     fn msg(id: &str, text: &str) -> HistoryMessage {
         HistoryMessage {
