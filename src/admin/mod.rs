@@ -155,6 +155,19 @@ impl Admin {
         }
     }
 
+    /// The session the request's cookie names, if it is still the owner's: the pages and the
+    /// transfers ask the same question, so a change to what a session needs is made once.
+    fn signed_in(
+        &self,
+        headers: &hyper::HeaderMap,
+        owner: &owner::Owner,
+    ) -> Option<session::Valid> {
+        let id = session::cookie(headers, session::COOKIE)?;
+        self.sessions
+            .borrow_mut()
+            .check(id, owner.stamp(), Instant::now())
+    }
+
     fn max_form(&self) -> usize {
         self.config.borrow().limits.admin_max_form_bytes
     }
@@ -233,13 +246,7 @@ async fn serve_page(
             ),
         );
     }
-    let valid = session::cookie(req.headers(), session::COOKIE).and_then(|id| {
-        admin
-            .sessions
-            .borrow_mut()
-            .check(id, owner.stamp(), Instant::now())
-    });
-    let Some(valid) = valid else {
+    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         if method == Method::GET || method == Method::HEAD {
             if path == PREFIX {
                 return signin_page(admin, StatusCode::OK, &Notice::None, secure);

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -42,13 +42,7 @@ pub(super) async fn serve(
         Ok(Some(o)) => o,
         _ => return whole(refused(admin, Refusal::NoSession, secure)),
     };
-    let valid = session::cookie(req.headers(), session::COOKIE).and_then(|id| {
-        admin
-            .sessions
-            .borrow_mut()
-            .check(id, owner.stamp(), Instant::now())
-    });
-    let Some(valid) = valid else {
+    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         return whole(refused(admin, Refusal::NoSession, secure));
     };
     match (req.method().clone(), req.uri().path()) {
