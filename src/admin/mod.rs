@@ -49,7 +49,7 @@ use crate::hub::Hub;
 use crate::pairing::Invitation;
 use crate::settings::{Hidden, Settings};
 use forms::post;
-use pages::{Frame, Notice};
+use pages::{Notice, Shell};
 pub use reply::Body;
 use reply::*;
 use session::Sessions;
@@ -147,8 +147,8 @@ impl Admin {
         }
     }
 
-    fn frame(&self, secure: bool) -> Frame<'_> {
-        Frame {
+    fn shell(&self, secure: bool) -> Shell<'_> {
+        Shell {
             secure,
             https: self.https.as_deref().filter(|_| !secure),
             fingerprint: self.tls.as_ref().map(|t| t.fingerprint.as_str()),

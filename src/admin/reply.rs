@@ -118,7 +118,7 @@ pub(super) fn page(
     secure: bool,
     body: &str,
 ) -> Reply {
-    let html = pages::document(title, current, csrf, &admin.frame(secure), body);
+    let html = pages::document(title, current, csrf, &admin.shell(secure), body);
     let mut reply = Response::new(Full::new(Bytes::from(html)));
     *reply.status_mut() = status;
     guard(&mut reply, "text/html; charset=utf-8");
