@@ -47,11 +47,14 @@ use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
-use crate::settings::{Hidden, Settings};
+use crate::settings::Settings;
 use forms::post;
 use pages::{Notice, Shell};
 pub use reply::Body;
-use reply::*;
+use reply::{
+    asset, page, redirect, refused, set_cookies, setup_page, signin_page, whole, Refusal, Reply,
+    CSS, JS,
+};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 

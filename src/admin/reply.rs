@@ -6,7 +6,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::*;
+use super::pages::{self, Notice};
+use super::{session, Admin, PREFIX};
 
 /// The page's only stylesheet and script, embedded: nothing is loaded from outside the box.
 pub(super) const CSS: &str = include_str!("assets/admin.css");

@@ -12,7 +12,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tracing::{info, warn};
 
-use super::*;
+use super::pages::{self, Notice};
+use super::reply::{page, refused, whole, Body, Refusal, Reply};
+use super::{owner, session, Admin};
+use crate::hub::Hub;
 
 /// The longest a backup download or a restore upload may take beyond the request deadline.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
