@@ -704,22 +704,17 @@ fn fill(dir: &Path, n: usize) {
     let mut batch = Vec::new();
     for i in 0..n {
         let lane = &lanes[i % 3];
-        let m = HistoryMessage {
-            message_id: format!("msg_{i:016x}"),
-            role: if i % 2 == 0 {
-                Role::User
-            } else {
-                Role::Assistant
-            },
-            text: scale_text(i),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1_760_000_000_000 + i as i64,
-            media: Vec::new(),
-            steer: false,
+        let role = if i % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
         };
+        let m = HistoryMessage::text_only(
+            format!("msg_{i:016x}"),
+            role,
+            scale_text(i),
+            1_760_000_000_000 + i as i64,
+        );
         let frame = Frame::message(&m)
             .in_lane(&lane.chat_id, lane.thread())
             .outboxed();
@@ -745,18 +740,12 @@ fn fill(dir: &Path, n: usize) {
     // holds as many bytes, whatever the history.
     let mut filler = Vec::new();
     for k in head..RETAIN {
-        let m = HistoryMessage {
-            message_id: format!("msg_filler_{k:016x}"),
-            role: Role::Assistant,
-            text: scale_text(k as usize),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1_760_000_000_000,
-            media: Vec::new(),
-            steer: false,
-        };
+        let m = HistoryMessage::text_only(
+            format!("msg_filler_{k:016x}"),
+            Role::Assistant,
+            scale_text(k as usize),
+            1_760_000_000_000,
+        );
         filler.push(Change::Outbox(
             Frame::message(&m).in_lane("default", None).outboxed(),
         ));

@@ -8,8 +8,18 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 use tracing::info;
 
+use super::pages::{self, Notice};
+use super::reply::{page, redirect, set_cookies, signin_page, Refusal, Reply};
 use super::transfer::schedule_restart;
-use super::*;
+use super::{
+    agent_body, devices_body, hash_new, limited_notice, owner, push_body, retry_after, session,
+    verify, Admin, Form, PREFIX,
+};
+use crate::agent::Agent;
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::pairing::Invitation;
+use crate::settings::{Hidden, Settings};
 
 /// How long "Test connection" waits for the agent.
 pub(super) const TEST_TIMEOUT: Duration = Duration::from_secs(15);

@@ -47,11 +47,14 @@ use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
-use crate::settings::{Hidden, Settings};
+use crate::settings::Settings;
 use forms::post;
-use pages::{Frame, Notice};
+use pages::{Notice, Shell};
 pub use reply::Body;
-use reply::*;
+use reply::{
+    asset, page, redirect, refused, set_cookies, setup_page, signin_page, whole, Refusal, Reply,
+    CSS, JS,
+};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 
@@ -147,12 +150,25 @@ impl Admin {
         }
     }
 
-    fn frame(&self, secure: bool) -> Frame<'_> {
-        Frame {
+    fn shell(&self, secure: bool) -> Shell<'_> {
+        Shell {
             secure,
             https: self.https.as_deref().filter(|_| !secure),
             fingerprint: self.tls.as_ref().map(|t| t.fingerprint.as_str()),
         }
+    }
+
+    /// The session the request's cookie names, if it is still the owner's: the pages and the
+    /// transfers ask the same question, so a change to what a session needs is made once.
+    fn signed_in(
+        &self,
+        headers: &hyper::HeaderMap,
+        owner: &owner::Owner,
+    ) -> Option<session::Valid> {
+        let id = session::cookie(headers, session::COOKIE)?;
+        self.sessions
+            .borrow_mut()
+            .check(id, owner.stamp(), Instant::now())
     }
 
     fn max_form(&self) -> usize {
@@ -233,13 +249,7 @@ async fn serve_page(
             ),
         );
     }
-    let valid = session::cookie(req.headers(), session::COOKIE).and_then(|id| {
-        admin
-            .sessions
-            .borrow_mut()
-            .check(id, owner.stamp(), Instant::now())
-    });
-    let Some(valid) = valid else {
+    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         if method == Method::GET || method == Method::HEAD {
             if path == PREFIX {
                 return signin_page(admin, StatusCode::OK, &Notice::None, secure);

@@ -21,8 +21,9 @@ pub const SECTIONS: [(&str, &str); 6] = [
     ("/admin/log", "Log"),
 ];
 
-/// What every page says about its connection.
-pub struct Frame<'a> {
+/// The shell every page's body is set in, as far as the request decides it: what the page
+/// says about the connection it came over.
+pub struct Shell<'a> {
     /// Came over TLS.
     pub secure: bool,
     /// The https address to use instead, when this came over plain HTTP and TLS is on.
@@ -48,9 +49,9 @@ fn notice(n: &Notice) -> String {
 }
 
 /// Over TLS, the certificate to compare; over plain HTTP, the warning.
-fn connection_note(f: &Frame) -> String {
-    if f.secure {
-        match f.fingerprint {
+fn connection_note(shell: &Shell) -> String {
+    if shell.secure {
+        match shell.fingerprint {
             Some(fp) => format!(
                 "<p><small>Encrypted. Compare the certificate your browser shows with this \
                  SHA-256: <code id=\"fingerprint\">{}</code></small></p>",
@@ -59,7 +60,7 @@ fn connection_note(f: &Frame) -> String {
             None => String::new(),
         }
     } else {
-        let better = match f.https {
+        let better = match shell.https {
             Some(u) => format!(" Prefer <a href=\"{0}\"><code>{0}</code></a>.", escape(u)),
             None => String::new(),
         };
@@ -71,7 +72,13 @@ fn connection_note(f: &Frame) -> String {
 }
 
 /// A whole page. `csrf` is set for a signed-in owner (navigation and sign-out are shown).
-pub fn document(title: &str, current: &str, csrf: Option<&str>, f: &Frame, body: &str) -> String {
+pub fn document(
+    title: &str,
+    current: &str,
+    csrf: Option<&str>,
+    shell: &Shell,
+    body: &str,
+) -> String {
     let header = match csrf {
         Some(csrf) => {
             let links: String = SECTIONS
@@ -103,7 +110,7 @@ pub fn document(title: &str, current: &str, csrf: Option<&str>, f: &Frame, body:
          <script src=\"/admin/static/admin.js\" defer></script></head>\
          <body>{header}<main><h1>{title}</h1>{note}{body}</main></body></html>",
         title = escape(title),
-        note = connection_note(f),
+        note = connection_note(shell),
     )
 }
 

@@ -6,7 +6,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::*;
+use super::pages::{self, Notice};
+use super::{session, Admin, PREFIX};
 
 /// The page's only stylesheet and script, embedded: nothing is loaded from outside the box.
 pub(super) const CSS: &str = include_str!("assets/admin.css");
@@ -118,7 +119,7 @@ pub(super) fn page(
     secure: bool,
     body: &str,
 ) -> Reply {
-    let html = pages::document(title, current, csrf, &admin.frame(secure), body);
+    let html = pages::document(title, current, csrf, &admin.shell(secure), body);
     let mut reply = Response::new(Full::new(Bytes::from(html)));
     *reply.status_mut() = status;
     guard(&mut reply, "text/html; charset=utf-8");

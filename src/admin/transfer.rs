@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -12,7 +12,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tracing::{info, warn};
 
-use super::*;
+use super::pages::{self, Notice};
+use super::reply::{page, refused, whole, Body, Refusal, Reply};
+use super::{owner, session, Admin};
+use crate::hub::Hub;
 
 /// The longest a backup download or a restore upload may take beyond the request deadline.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -42,13 +45,7 @@ pub(super) async fn serve(
         Ok(Some(o)) => o,
         _ => return whole(refused(admin, Refusal::NoSession, secure)),
     };
-    let valid = session::cookie(req.headers(), session::COOKIE).and_then(|id| {
-        admin
-            .sessions
-            .borrow_mut()
-            .check(id, owner.stamp(), Instant::now())
-    });
-    let Some(valid) = valid else {
+    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         return whole(refused(admin, Refusal::NoSession, secure));
     };
     match (req.method().clone(), req.uri().path()) {

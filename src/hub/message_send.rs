@@ -70,16 +70,8 @@ impl Hub {
             self.check_lane_room(&lane)?;
         }
         let message = HistoryMessage {
-            message_id: ids::message_id(),
-            role: Role::User,
-            text: req.text,
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: ids::now_ms(),
             media,
-            steer: false,
+            ..HistoryMessage::text_only(ids::message_id(), Role::User, req.text, ids::now_ms())
         };
         let reply_to = req
             .reply_to

@@ -437,18 +437,7 @@ pub(super) fn gateway_message(
     role: crate::protocol::Role,
     text: String,
 ) -> crate::protocol::HistoryMessage {
-    crate::protocol::HistoryMessage {
-        message_id: ids::message_id(),
-        role,
-        text,
-        reasoning: None,
-        model: None,
-        tokens: None,
-        runtime: None,
-        ts: ids::now_ms(),
-        media: Vec::new(),
-        steer: false,
-    }
+    crate::protocol::HistoryMessage::text_only(ids::message_id(), role, text, ids::now_ms())
 }
 
 /// Coalescing key for a streamed frame: same kind, same message, same tool → same key.

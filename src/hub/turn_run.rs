@@ -506,21 +506,18 @@ fn reply_message(
         latency: Some((started.elapsed().as_secs_f64() * 100.0).round() / 100.0),
         ..summary.runtime
     };
+    let role = if turn.automation.is_some() {
+        Role::Cron
+    } else {
+        Role::Assistant
+    };
     HistoryMessage {
-        message_id,
-        role: if turn.automation.is_some() {
-            Role::Cron
-        } else {
-            Role::Assistant
-        },
-        text: acc.text,
         reasoning: (!acc.reasoning.is_empty()).then_some(acc.reasoning),
         model,
         tokens: summary.tokens,
         runtime: Some(runtime),
-        ts: ids::now_ms(),
         media: acc.media,
-        steer: false,
+        ..HistoryMessage::text_only(message_id, role, acc.text, ids::now_ms())
     }
 }
 

@@ -148,16 +148,8 @@ mod tests {
 
     fn message(role: Role) -> HistoryMessage {
         HistoryMessage {
-            message_id: "m".into(),
-            role,
-            text: "a \"quoted\" line\n".into(),
-            reasoning: None,
-            model: None,
-            tokens: None,
             runtime: Some(Runtime::default()),
-            ts: 1,
-            media: vec![],
-            steer: false,
+            ..HistoryMessage::text_only("m".into(), role, "a \"quoted\" line\n".into(), 1)
         }
     }
 

@@ -185,7 +185,8 @@ pub struct HistoryMessage {
 
 impl HistoryMessage {
     /// A message of text alone: no reasoning, model, usage or media (what a user sends, and
-    /// what tools and benchmarks fill a history with).
+    /// what tools and benchmarks fill a history with). Richer messages start from it
+    /// (`..HistoryMessage::text_only(..)`), so a new field needs its default here alone.
     pub fn text_only(message_id: String, role: Role, text: String, ts: i64) -> HistoryMessage {
         HistoryMessage {
             message_id,

@@ -449,18 +449,7 @@ mod tests {
     }
 
     pub(crate) fn msg(id: &str, text: &str) -> HistoryMessage {
-        HistoryMessage {
-            message_id: id.into(),
-            role: Role::User,
-            text: text.into(),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1,
-            media: vec![],
-            steer: false,
-        }
+        HistoryMessage::text_only(id.into(), Role::User, text.into(), 1)
     }
 
     #[test]

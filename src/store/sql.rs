@@ -438,18 +438,7 @@ mod tests {
     use crate::store::sql_write::{body_of, Op};
 
     fn msg(id: &str, text: &str) -> HistoryMessage {
-        HistoryMessage {
-            message_id: id.into(),
-            role: Role::User,
-            text: text.into(),
-            reasoning: None,
-            model: None,
-            tokens: None,
-            runtime: None,
-            ts: 1,
-            media: vec![],
-            steer: false,
-        }
+        HistoryMessage::text_only(id.into(), Role::User, text.into(), 1)
     }
 
     /// Terms left in the index (FTS5's vocabulary), not what a query can still match.
