@@ -27,12 +27,7 @@ pub enum TestPushError {
 impl Hub {
     /// Device ids with a socket open past the hello gate.
     pub fn connected_devices(&self) -> HashSet<String> {
-        self.state
-            .borrow()
-            .outlets
-            .values()
-            .map(|o| o.device_id.clone())
-            .collect()
+        self.fanout.device_ids()
     }
 
     /// Renames a device (cut to `limits.max_name_chars`); `Ok(false)` if there is none.

@@ -20,7 +20,7 @@ impl Hub {
 
     /// The agent answered: clear `degraded` for it and wake the turns waiting for it.
     pub(super) fn agent_usable(&self) {
-        if self.state.borrow().causes.agent_error.is_some() {
+        if self.health.causes(|c| c.agent_error.is_some()) {
             self.update_health(|st| st.agent_error = None);
             self.agent_watch.back.notify_waiters();
         }
@@ -34,7 +34,7 @@ impl Hub {
         let mut first = true;
         loop {
             if !first {
-                let down = self.state.borrow().causes.agent_error.is_some();
+                let down = self.health.causes(|c| c.agent_error.is_some());
                 let pause = if down {
                     std::time::Duration::from_secs(1)
                 } else {
@@ -55,7 +55,7 @@ impl Hub {
             match probed {
                 Ok(()) => self.agent_usable(),
                 Err(e) if e.agent_is_down() => {
-                    if self.state.borrow().causes.agent_error.is_none() {
+                    if self.health.causes(|c| c.agent_error.is_none()) {
                         warn!("agent check failed: {e}");
                     }
                     self.update_health(|st| st.agent_error = Some(e.to_string()));

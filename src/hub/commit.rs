@@ -70,11 +70,8 @@ impl Hub {
         text: &FrameText,
         delivery_for_origin: Option<(ConnId, &Frame)>,
     ) {
-        let outlets: Vec<_> = {
-            let mut st = self.state.borrow_mut();
-            st.published_head = cursor;
-            st.outlets.values().cloned().collect()
-        };
+        self.fanout.published(cursor);
+        let outlets = self.fanout.all();
         let delivery = crate::protocol::Delivery::NeverDropped;
         for o in outlets {
             match delivery_for_origin {
@@ -165,10 +162,7 @@ impl Hub {
 
     /// Publishes one job's outbox frames, with the requester's own answer first or in place of its frame.
     fn publish_job(&self, job: &CommitJob, cursors: &[u64]) {
-        let origin_outlet = job
-            .origin
-            .as_ref()
-            .and_then(|o| self.state.borrow().outlets.get(&o.conn).cloned());
+        let origin_outlet = job.origin.as_ref().and_then(|o| self.fanout.get(o.conn));
         if let (Some(o), Some(outlet)) = (&job.origin, &origin_outlet) {
             if let Some(before) = &o.before {
                 outlet.push_frame(before);

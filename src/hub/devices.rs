@@ -28,7 +28,7 @@ impl Hub {
     /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
     pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
         let limit = self.config.limits.bad_hellos_per_minute;
-        if self.state.borrow().shutting_down {
+        if self.is_shutting_down() {
             return Err(Refusal::new(
                 ErrorCode::Internal,
                 "the gateway is restarting",
@@ -109,11 +109,11 @@ impl Hub {
         let health = self.health();
         let busy = outlet.wants_busy_frames().then(|| self.busy_lanes());
         let read = outlet.wants_read_markers().then(|| self.read_lanes());
-        let mut st = self.state.borrow_mut();
+        let st = self.state.borrow();
         let mut ack = Frame::hello_ack(
             hello_id,
             &self.caps(),
-            st.published_head,
+            self.fanout.published_head(),
             last_pushed,
             &channels,
         );
@@ -132,14 +132,14 @@ impl Hub {
                 );
             }
         }
-        st.outlets.insert(outlet.conn_id, outlet.clone());
         drop(st);
+        self.fanout.add(outlet.clone());
         self.pusher.cancel(&outlet.device_id);
     }
 
     /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
-        let gone = self.state.borrow_mut().outlets.remove(&conn_id);
+        let gone = self.fanout.remove(conn_id);
         if let Some(outlet) = gone {
             self.device_left(&outlet.device_id);
         }
@@ -166,15 +166,7 @@ impl Hub {
         )
         .await?;
         self.pusher.cancel(device_id);
-        let outlets: Vec<Rc<Outlet>> = self
-            .state
-            .borrow()
-            .outlets
-            .values()
-            .filter(|o| o.device_id == device_id)
-            .cloned()
-            .collect();
-        for o in outlets {
+        for o in self.fanout.of_device(device_id) {
             o.push_frame(&Frame::error(
                 None,
                 ErrorCode::Auth,

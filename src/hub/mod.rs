@@ -21,6 +21,8 @@ mod commands;
 mod commit;
 mod devices;
 mod errors;
+mod fanout;
+mod health;
 mod lane_models;
 mod lanes;
 mod media;

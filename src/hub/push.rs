@@ -32,13 +32,7 @@ impl Hub {
             Ok(d) => d,
             Err(e) => return warn!("cannot read devices for push: {e}"),
         };
-        let connected: Vec<String> = self
-            .state
-            .borrow()
-            .outlets
-            .values()
-            .map(|o| o.device_id.clone())
-            .collect();
+        let connected = self.fanout.device_ids();
         for d in devices {
             if connected.contains(&d.device_id) || cursor <= d.last_pushed_cursor.max(d.seen_cursor)
             {
@@ -82,13 +76,7 @@ impl Hub {
 
     /// A device went away: remember how far it saw, so pushes start after that.
     pub(super) fn device_left(&self, device_id: &str) {
-        if self
-            .state
-            .borrow()
-            .outlets
-            .values()
-            .any(|o| o.device_id == device_id)
-        {
+        if !self.fanout.of_device(device_id).is_empty() {
             return; // Another connection of the same device is still open.
         }
         let head = self.published_head();

@@ -25,6 +25,7 @@ use crate::store::{Change, Store, StoreError};
 
 use super::budget::QueryBudgets;
 use super::errors::CommitError;
+use super::health::Causes;
 use super::lanes::LaneState;
 
 /// Source addresses whose failed hellos are counted one by one; past them, addresses share one
@@ -35,14 +36,8 @@ const BAD_HELLO_TABLE: usize = 32;
 pub const QUEUE_DEPTH: usize = 256;
 
 pub(super) struct State {
-    pub(super) outlets: HashMap<ConnId, Rc<Outlet>>,
     pub(super) lanes: HashMap<Lane, LaneState>,
-    /// Highest cursor that is durable and has been fanned out; `sync` replays up to here.
-    pub(super) published_head: u64,
-    pub(super) next_conn_id: ConnId,
     pub(super) bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
-    /// Why the gateway is degraded, while it is.
-    pub(super) causes: Causes,
     /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
     pub(super) unsettled: Vec<Vec<crate::store::Change>>,
     /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
@@ -52,52 +47,12 @@ pub(super) struct State {
     pub(super) approvals: HashMap<String, crate::store::ApprovalRecord>,
     /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
     pub(super) agent_settings: crate::agent::AgentSettings,
-    pub(super) shutting_down: bool,
-    /// Why the restore uploaded from the admin page failed at this start (`status`, the page).
-    pub(super) restore_failure: Option<String>,
     /// Per lane, where the household has read it up to (also in the store; `read_state.rs`).
     pub(super) read_marks: HashMap<Lane, crate::store::ReadMark>,
     /// Per lane, the model `/model` chose there (also in the store; `lane_models.rs`).
     pub(super) lane_models: HashMap<Lane, crate::store::LaneModel>,
     /// Lanes told this run that voice notes need a transcription service (once each).
     pub(super) voice_noticed: std::collections::HashSet<Lane>,
-}
-
-/// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
-/// while it lasts. Any cause set means degraded; all clear means online.
-#[derive(Default)]
-pub(super) struct Causes {
-    pub(super) storage_error: Option<String>,
-    /// The history database turned out damaged while running (a backup could not read it):
-    /// it does not heal, so this lasts until a restart (whose start-up check looks again).
-    pub(super) history_damaged: Option<String>,
-    /// Why pushes are failing, while they are.
-    pub(super) push_error: Option<String>,
-    /// Why media storage refuses uploads (quota or disk full), while it does.
-    pub(super) media_full: Option<String>,
-    /// Why the agent is unusable (unreachable, key refused), while it is.
-    pub(super) agent_error: Option<String>,
-}
-
-impl Causes {
-    /// The reasons that are set, in a fixed order (storage first: it matters most).
-    pub(super) fn reasons(&self) -> impl Iterator<Item = &str> {
-        [
-            &self.storage_error,
-            &self.history_damaged,
-            &self.media_full,
-            &self.push_error,
-            &self.agent_error,
-        ]
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-    }
-
-    /// Any cause set: the gateway is degraded.
-    pub(super) fn any(&self) -> bool {
-        self.reasons().next().is_some()
-    }
 }
 
 /// The agent monitor and the turns waiting for the agent wake each other through these.
@@ -118,14 +73,16 @@ pub(super) struct MediaHolds {
 }
 
 pub struct Hub {
-    /// The health state, for whoever shows it outside the protocol (the status LED).
-    pub(super) health_tx: tokio::sync::watch::Sender<HealthState>,
+    /// Why the gateway is degraded, whether it is stopping (`health.rs`).
+    pub(super) health: super::health::Health,
     pub(super) store: Store,
     pub(super) media: MediaFiles,
     pub(super) pusher: crate::push::Pusher,
     pub(super) config: Config,
     pub(super) agent: Rc<dyn Agent>,
     pub(super) state: RefCell<State>,
+    /// The connected devices' outlets and how far frames were published to them.
+    pub(super) fanout: super::fanout::Fanout,
     pub(super) committer: mpsc::Sender<CommitJob>,
     pub(super) turn_slots: Semaphore,
     pub(super) agent_watch: AgentWatch,
@@ -237,7 +194,7 @@ impl Hub {
             .collect();
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let hub = Rc::new(Hub {
-            health_tx: tokio::sync::watch::Sender::new(HealthState::Online),
+            health: super::health::Health::new(),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
             store,
             media,
@@ -245,23 +202,18 @@ impl Hub {
             config,
             agent,
             state: RefCell::new(State {
-                outlets: HashMap::new(),
                 lanes,
-                published_head: head,
-                next_conn_id: 1,
                 bad_hellos,
-                causes: Causes::default(),
                 unsettled: Vec::new(),
                 pickers: HashMap::new(),
                 approvals,
                 agent_settings,
-                shutting_down: false,
-                restore_failure: None,
                 voice_noticed: Default::default(),
                 read_marks,
                 lane_models,
             }),
             committer: tx,
+            fanout: super::fanout::Fanout::new(head),
             agent_watch: AgentWatch::default(),
             started: Instant::now(),
             automation: RefCell::default(),
@@ -294,31 +246,22 @@ impl Hub {
 
     /// Where live fan-out is: a replay reads up to here, then switches to live.
     pub fn published_head(&self) -> u64 {
-        self.state.borrow().published_head
+        self.fanout.published_head()
     }
 
     /// A fresh id for a connection that passed the hello gate.
     pub fn next_conn_id(&self) -> ConnId {
-        let mut st = self.state.borrow_mut();
-        st.next_conn_id += 1;
-        st.next_conn_id
+        self.fanout.next_conn_id()
     }
 
     /// Sockets currently open past the hello gate.
     pub fn connected(&self) -> usize {
-        self.state.borrow().outlets.len()
+        self.fanout.count()
     }
 
     /// The one health state: drives `status` frames (and, with the board, the LED).
     pub fn health(&self) -> HealthState {
-        let st = self.state.borrow();
-        if st.shutting_down {
-            HealthState::Restarting
-        } else if st.causes.any() {
-            HealthState::Degraded
-        } else {
-            HealthState::Online
-        }
+        self.health.state()
     }
 
     /// What this gateway offers, as `hello.ack` says it.
@@ -344,8 +287,7 @@ impl Hub {
     pub fn broadcast(&self, frame: &Frame, coalesce_key: Option<u64>) {
         let text = encode_text(frame.encode());
         let delivery = frame.delivery();
-        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
-        for o in outlets {
+        for o in self.fanout.all() {
             o.push(&text, delivery, coalesce_key);
         }
     }
@@ -355,15 +297,7 @@ impl Hub {
     pub(super) fn broadcast_to(&self, frame: &Frame, to: impl Fn(&Outlet) -> bool) {
         let text = encode_text(frame.encode());
         let delivery = frame.delivery();
-        let outlets: Vec<Rc<Outlet>> = self
-            .state
-            .borrow()
-            .outlets
-            .values()
-            .filter(|o| to(o))
-            .cloned()
-            .collect();
-        for o in outlets {
+        for o in self.fanout.all().into_iter().filter(|o| to(o)) {
             o.push(&text, delivery, None);
         }
     }
@@ -375,8 +309,7 @@ impl Hub {
 
     /// What is wrong while the gateway is degraded, for `/status`.
     pub(super) fn health_causes(&self) -> Vec<String> {
-        let st = self.state.borrow();
-        st.causes.reasons().map(str::to_owned).collect()
+        self.health.reasons()
     }
 
     /// Media storage is full (`Some(why)`) or has room again (`None`).
@@ -387,42 +320,34 @@ impl Hub {
     /// Changes a cause of `degraded`; a change of the health state itself is logged, sent to
     /// every device as `status`, and passed to whoever watches it.
     pub(super) fn update_health(&self, change: impl FnOnce(&mut Causes)) {
-        let before = self.health();
-        change(&mut self.state.borrow_mut().causes);
-        let after = self.health();
-        if before != after {
+        if let Some(after) = self.health.change(change) {
             match after {
                 HealthState::Degraded => {
-                    let st = self.state.borrow();
-                    let causes: Vec<&str> = st.causes.reasons().collect();
-                    warn!("gateway degraded: {}", causes.join("; "));
+                    warn!("gateway degraded: {}", self.health.reasons().join("; "))
                 }
                 _ => info!("gateway back online"),
             }
             self.broadcast(&Frame::status(after), None);
-            self.health_tx.send_replace(after);
         }
     }
 
     /// Follows the health state: the same one `status` frames report.
     pub fn watch_health(&self) -> tokio::sync::watch::Receiver<HealthState> {
-        self.health_tx.subscribe()
+        self.health.watch()
     }
 
     /// The shutdown path: tell every device the gateway is restarting, then close them all.
     pub fn begin_shutdown(&self) {
-        self.state.borrow_mut().shutting_down = true;
-        self.health_tx.send_replace(HealthState::Restarting);
+        self.health.begin_shutdown();
         self.broadcast(&Frame::status(HealthState::Restarting), None);
-        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
-        for o in outlets {
+        for o in self.fanout.all() {
             o.close(CloseReason::Restarting);
         }
     }
 
     /// Set once by `begin_shutdown`: no new turns, no new hellos.
     pub fn is_shutting_down(&self) -> bool {
-        self.state.borrow().shutting_down
+        self.health.is_shutting_down()
     }
 
     /// The media files, for the connection's uploads.

@@ -40,11 +40,10 @@ pub struct StatusReport {
 impl Hub {
     /// Everything `/status` and the admin page show, gathered at once.
     pub fn status_report(&self) -> StatusReport {
-        let st = self.state.borrow();
-        let (agent_error, push_error) =
-            (st.causes.agent_error.clone(), st.causes.push_error.clone());
-        let restore_failure = st.restore_failure.clone();
-        drop(st);
+        let (agent_error, push_error) = self
+            .health
+            .causes(|c| (c.agent_error.clone(), c.push_error.clone()));
+        let restore_failure = self.health.restore_failure();
         StatusReport {
             state: self.health(),
             causes: self.health_causes(),
@@ -67,7 +66,7 @@ impl Hub {
 
     /// The restore waiting for this start failed (`control/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
-        self.state.borrow_mut().restore_failure = Some(why);
+        self.health.note_restore_failure(why);
     }
 
     /// A backup found the history database damaged: `degraded`, with that cause, until a

@@ -32,7 +32,7 @@ impl Hub {
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
                 _ = stop.recv() => return,
             }
-            let failing = self.state.borrow().causes.storage_error.is_some();
+            let failing = self.health.causes(|c| c.storage_error.is_some());
             if !failing {
                 // Seen before any write is refused: the LED and `status` tell the household early.
                 if let Err(e) = self.store.writable() {

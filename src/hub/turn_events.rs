@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::agent::AgentEvent;
 use crate::ids;
-use crate::outlet::{encode_text, Outlet, StreamedText};
+use crate::outlet::{encode_text, StreamedText};
 use crate::protocol::fit;
 use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
 use crate::store::{Change, Record};
@@ -388,8 +388,7 @@ impl Hub {
             settles,
         });
         let key = coalesce_key("message.update", message_id, 0);
-        let outlets: Vec<Rc<Outlet>> = self.state.borrow().outlets.values().cloned().collect();
-        for o in outlets {
+        for o in self.fanout.all() {
             o.push_update(key, &streamed);
         }
         acc.published = Some(streamed);

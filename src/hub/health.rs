@@ -1,0 +1,128 @@
+//! The gateway's health: why it is degraded (one cause per part that can fail), whether it is
+//! shutting down, and why a restore failed at this start. Its one owner; every change goes
+//! through `change` or `begin_shutdown`, which say whether the state itself moved, so the hub
+//! tells devices and the LED exactly once.
+
+use std::cell::RefCell;
+
+use crate::protocol::HealthState;
+
+/// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
+/// while it lasts. Any cause set means degraded; all clear means online.
+#[derive(Default)]
+pub(super) struct Causes {
+    pub(super) storage_error: Option<String>,
+    /// The history database turned out damaged while running (a backup could not read it):
+    /// it does not heal, so this lasts until a restart (whose start-up check looks again).
+    pub(super) history_damaged: Option<String>,
+    /// Why pushes are failing, while they are.
+    pub(super) push_error: Option<String>,
+    /// Why media storage refuses uploads (quota or disk full), while it does.
+    pub(super) media_full: Option<String>,
+    /// Why the agent is unusable (unreachable, key refused), while it is.
+    pub(super) agent_error: Option<String>,
+}
+
+impl Causes {
+    /// The reasons that are set, in a fixed order (storage first: it matters most).
+    pub(super) fn reasons(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.storage_error,
+            &self.history_damaged,
+            &self.media_full,
+            &self.push_error,
+            &self.agent_error,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+
+    /// Any cause set: the gateway is degraded.
+    pub(super) fn any(&self) -> bool {
+        self.reasons().next().is_some()
+    }
+}
+
+pub(super) struct Health {
+    inner: RefCell<Inner>,
+    /// The health state, for whoever shows it outside the protocol (the status LED).
+    watch: tokio::sync::watch::Sender<HealthState>,
+}
+
+#[derive(Default)]
+struct Inner {
+    causes: Causes,
+    shutting_down: bool,
+    restore_failure: Option<String>,
+}
+
+impl Health {
+    pub(super) fn new() -> Health {
+        Health {
+            inner: RefCell::default(),
+            watch: tokio::sync::watch::Sender::new(HealthState::Online),
+        }
+    }
+
+    /// The one health state: drives `status` frames (and, with the board, the LED).
+    pub(super) fn state(&self) -> HealthState {
+        let i = self.inner.borrow();
+        if i.shutting_down {
+            HealthState::Restarting
+        } else if i.causes.any() {
+            HealthState::Degraded
+        } else {
+            HealthState::Online
+        }
+    }
+
+    /// What is wrong while the gateway is degraded, storage first.
+    pub(super) fn reasons(&self) -> Vec<String> {
+        self.inner
+            .borrow()
+            .causes
+            .reasons()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Reads the causes (e.g. whether the agent is the one that is down).
+    pub(super) fn causes<T>(&self, read: impl FnOnce(&Causes) -> T) -> T {
+        read(&self.inner.borrow().causes)
+    }
+
+    /// Changes a cause; `Some(new state)` when the health state itself moved (already passed
+    /// to the watchers; the caller tells the devices).
+    pub(super) fn change(&self, change: impl FnOnce(&mut Causes)) -> Option<HealthState> {
+        let before = self.state();
+        change(&mut self.inner.borrow_mut().causes);
+        let after = self.state();
+        (before != after).then(|| {
+            self.watch.send_replace(after);
+            after
+        })
+    }
+
+    /// From now on `Restarting`, for good.
+    pub(super) fn begin_shutdown(&self) {
+        self.inner.borrow_mut().shutting_down = true;
+        self.watch.send_replace(HealthState::Restarting);
+    }
+
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.inner.borrow().shutting_down
+    }
+
+    pub(super) fn note_restore_failure(&self, why: String) {
+        self.inner.borrow_mut().restore_failure = Some(why);
+    }
+
+    pub(super) fn restore_failure(&self) -> Option<String> {
+        self.inner.borrow().restore_failure.clone()
+    }
+
+    pub(super) fn watch(&self) -> tokio::sync::watch::Receiver<HealthState> {
+        self.watch.subscribe()
+    }
+}
