@@ -1,9 +1,10 @@
 //! iris-gateway: connects the Iris chat app on a household's phones to their Hermes agent.
 //!
 //! One process, one thread, one event loop (tokio `current_thread`). The modules follow a
-//! frame's path: `connection` (socket, limits) hands requests to the `hub` (routing, lanes,
-//! fan-out), which writes through the `store` (sled and SQLite), asks the `agent`, and sends
-//! through each device's `outlet` (the bounded per-device queue the connection drains). The wire
+//! frame's path: the `front` (one port: TLS, HTTP, routing) hands a WebSocket to a device's
+//! `session` (hello, limits), which hands requests to the `hub` (routing, lanes, fan-out); the hub
+//! writes through the `store` (sled and SQLite), asks the `agent`, and sends through each
+//! device's `outlet` (the bounded per-device queue the session drains). The wire
 //! format lives in `protocol`, pure and I/O-free. Imports only go down the layers that
 //! docs/architecture.md draws and tests/layering.rs holds.
 
@@ -14,9 +15,9 @@ pub mod atomic_file;
 pub mod board;
 pub mod cli;
 pub mod config;
-pub mod connection;
 pub mod control;
 pub mod discovery;
+pub mod front;
 pub mod guessing;
 pub mod http_client;
 pub mod hub;
@@ -30,6 +31,7 @@ pub mod protocol;
 pub mod push;
 pub mod server;
 pub mod service;
+pub mod session;
 pub mod settings;
 pub mod shutdown;
 pub mod store;

@@ -11,8 +11,8 @@ use tracing::{error, info, warn};
 
 use crate::board::BoardState;
 use crate::config::Config;
-use crate::connection;
 use crate::control;
+use crate::front;
 use crate::hub::{new_device, Hub};
 use crate::pairing::codes::PageCodes;
 use crate::pairing::page::PairingPage;
@@ -356,8 +356,7 @@ impl Signals {
 async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown, mut signals: Signals) -> Exit {
     let restart = doors.admin.restart.clone();
     let limits = core.hub.limits();
-    let admission =
-        connection::Admission::new(limits.max_connections, limits.max_connections_per_ip);
+    let admission = front::Admission::new(limits.max_connections, limits.max_connections_per_ip);
     loop {
         tokio::select! {
             accepted = doors.listener.accept() => {
@@ -382,7 +381,7 @@ async fn serve(core: &Core, doors: &Doors, shutdown: &Shutdown, mut signals: Sig
                 // One HTTP connection: a WebSocket upgrade becomes a device session, a webhook,
                 // or the pairing page.
                 tokio::task::spawn_local(async move {
-                    connection::serve(hub, tcp, peer, tls, pairing, admin, done).await;
+                    front::serve(hub, tcp, peer, tls, pairing, admin, done).await;
                     drop(admitted);
                 });
             }

@@ -1,6 +1,6 @@
 //! TLS (`wss://`) on the gateway's one port, beside plain `ws://`.
 //!
-//! The HTTP front (`connection/http.rs`) peeks at the first byte of every accepted connection:
+//! The front (`front/mod.rs`) peeks at the first byte of every accepted connection:
 //! `0x16` (a TLS handshake record, which no HTTP request can start with) goes through rustls
 //! first, anything else is plain HTTP, served or refused as `[tls] allow_plain` says.
 //!

@@ -36,8 +36,11 @@ const TIERS: &[&[&str]] = &[
     // Doors other than the app's socket; pairing's codes and page are what the others open.
     &["pairing"],
     &["control", "discovery"],
+    // One device's WebSocket: given the hub (and the outlet it drains), knowing no HTTP.
+    &["session"],
     &["admin"],
-    &["connection"],
+    // The port's front door: routes a request to a session, the admin page, pairing or a webhook.
+    &["front"],
     &["server"],
     &["cli"],
 ];

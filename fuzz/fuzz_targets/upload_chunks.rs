@@ -3,7 +3,7 @@
 //!
 //! The target drives the real `media::MediaFiles` / `media::Upload` (temp files in a private
 //! directory, on a tokio current-thread runtime like the gateway's) exactly as
-//! `connection/upload.rs` does: one upload slot per connection, a second start refused while
+//! `session/upload.rs` does: one upload slot per connection, a second start refused while
 //! one is active, a chunk outside an upload refused, a failed write dropping the upload (and its
 //! temp file) so its end is answered `ok: false`, an end naming nothing active refused. An
 //! in-memory model says what each step must do. Checked: no panic; a chunk is refused exactly
@@ -46,7 +46,7 @@ enum Claim {
     Other(String),
 }
 
-/// The connection's upload slot, as `connection/upload.rs` keeps it, plus the model's bytes.
+/// The connection's upload slot, as `session/upload.rs` keeps it, plus the model's bytes.
 struct Active {
     upload: Option<Upload>,
     expected: u64,

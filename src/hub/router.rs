@@ -63,8 +63,11 @@ impl Hub {
                 ))),
                 Err(e) => Err(Refusal::internal(e)),
             },
+            // Not unreachable: the session keeps uploads from the hub (`session::reader`), but
+            // `handle` is public and its type still admits them, so a caller that skipped the
+            // session is told no rather than left with half an upload.
             Request::MediaUploadStart(_) | Request::MediaUploadEnd { .. } => Err(
-                Refusal::unsupported("uploads are handled by the connection"),
+                Refusal::unsupported("uploads are taken by the device's session, not the hub"),
             ),
             Request::FcmRegister {
                 fcm_token,

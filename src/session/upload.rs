@@ -1,4 +1,4 @@
-//! A connection's media upload: `media.upload.start`, binary frames, `media.upload.end`.
+//! A session's media upload: `media.upload.start`, binary frames, `media.upload.end`.
 //!
 //! One upload at a time per connection, so every binary frame between a start and its end
 //! belongs to that upload. Bytes stream to a temp file as they arrive (`crate::media`); the
@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::Outlet;
 use crate::hub::Hub;
 use crate::media::{self, MediaError};
+use crate::outlet::Outlet;
 use crate::protocol::{is_valid_id, ErrorCode, Frame, UploadStart};
 
 pub struct Uploading {

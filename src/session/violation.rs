@@ -5,8 +5,24 @@
 //! close; without this the session would end with 1000 "bye", as if nothing were wrong.
 
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::outlet::CloseReason;
+
+/// The close code a reason is told with (RFC 6455 §7.4): the outlet says why, the socket says
+/// it in WebSocket terms.
+pub fn close_code(reason: CloseReason) -> CloseCode {
+    match reason {
+        CloseReason::Bye => CloseCode::Normal,
+        CloseReason::Revoked | CloseReason::RateLimited => CloseCode::Policy,
+        CloseReason::Restarting => CloseCode::Restart,
+        CloseReason::SlowConsumer => CloseCode::Again,
+        CloseReason::FrameTooLarge => CloseCode::Size,
+        CloseReason::SendFailed => CloseCode::Error,
+        CloseReason::InvalidUtf8 => CloseCode::Invalid,
+        CloseReason::ProtocolViolation => CloseCode::Protocol,
+    }
+}
 
 /// How to close after a read error that is the peer's fault: the close reason, and
 /// the message of the `error` frame sent before it. `None` for errors that leave nobody to
@@ -51,8 +67,7 @@ mod tests {
 
     #[test]
     fn each_fault_gets_its_close_code() {
-        let code =
-            |e: WsError| violation(&e).map(|(r, _)| u16::from(crate::connection::close_code(r)));
+        let code = |e: WsError| violation(&e).map(|(r, _)| u16::from(close_code(r)));
         assert_eq!(code(WsError::Utf8("bad".into())), Some(1007));
         for p in [
             ProtocolError::NonZeroReservedBits,

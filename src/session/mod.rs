@@ -1,0 +1,105 @@
+//! One device's WebSocket, from the upgraded socket the front hands over to its close: the hello
+//! gate, the reader with its rate limits, the writer draining the device's outlet, `sync` replay,
+//! media pulls and uploads. Knows nothing about channels or agents, nor about HTTP: it hands
+//! decoded requests to the hub, and the front (`crate::front`) decides which sockets get here.
+//!
+//! Each session gets two local tasks: the reader (which awaits the hub's handling of each
+//! request in order) and the writer (which drains the `Outlet`'s queue). The hub only ever pushes
+//! to an outlet, so a slow phone can never stall the hub or another phone.
+
+mod hello;
+mod media_pull;
+mod rate;
+mod reader;
+mod replay;
+mod send;
+mod upload;
+mod violation;
+mod writer;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tracing::{debug, info};
+
+use crate::config::Limits;
+use crate::hub::Hub;
+use crate::outlet::CloseReason;
+use crate::shutdown::Listener;
+
+/// tungstenite's own buffers; its 128 KiB defaults would cost ~13 MB for 100 idle phones.
+const SOCKET_BUFFER_BYTES: usize = 4096;
+/// How long a closing connection may take to flush what it still has queued.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The WebSocket a device session runs on: a socket the HTTP front upgraded.
+type Ws = WebSocketStream<TokioIo<Upgraded>>;
+type WsStream = futures_util::stream::SplitStream<Ws>;
+type WsSink = futures_util::stream::SplitSink<Ws, Message>;
+
+/// `max_frame_bytes` bounds what is read; the write buffer must hold the largest frame written
+/// (`max_out_frame_bytes`, which the writer enforces) plus a close frame.
+fn ws_config(max_frame_bytes: usize, max_out_frame_bytes: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .max_write_buffer_size(SOCKET_BUFFER_BYTES + max_out_frame_bytes + 1024)
+        .max_message_size(Some(max_frame_bytes))
+        .max_frame_size(Some(max_frame_bytes))
+}
+
+/// The device's WebSocket on a socket the front upgraded (after its `101`).
+async fn websocket(upgraded: Upgraded, limits: &Limits) -> Ws {
+    WebSocketStream::from_raw_socket(
+        TokioIo::new(upgraded),
+        Role::Server,
+        Some(ws_config(
+            limits.max_frame_bytes,
+            limits.max_out_frame_bytes,
+        )),
+    )
+    .await
+}
+
+/// Runs one device session on a socket the front upgraded, until it closes. `deadline` is when the
+/// connection's hello time (`limits.hello_timeout_secs`, counted from accept) runs out.
+/// `stop` is held until the session ends, so the server's shutdown waits for it; before the
+/// hello, the shutdown ends the session at once (no device to tell yet).
+pub async fn run(
+    hub: Rc<Hub>,
+    upgraded: Upgraded,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+    mut stop: Listener,
+) {
+    let mut ws = websocket(upgraded, hub.limits()).await;
+    let gate = tokio::select! {
+        gate = hello::gate(&hub, &mut ws, peer, deadline) => gate,
+        _ = stop.recv() => None,
+    };
+    let Some(outlet) = gate else {
+        return;
+    };
+    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, "device connected");
+    let (sink, stream) = ws.split();
+    let writer = tokio::task::spawn_local(writer::write_loop(hub.clone(), outlet.clone(), sink));
+    reader::read_loop(&hub, &outlet, stream).await;
+    hub.detach(outlet.conn_id);
+    outlet.close(CloseReason::Bye);
+    let mut writer = writer;
+    if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer)
+        .await
+        .is_err()
+    {
+        debug!(conn = outlet.conn_id, "writer did not finish in time");
+        writer.abort();
+    }
+    info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, coalesced = outlet.coalesced(), "device disconnected");
+}
