@@ -860,3 +860,106 @@ fn the_store_check_catches_an_import_back_and_an_unplaced_room() {
         "{backward:?} {unplaced:?}"
     );
 }
+
+/// The hub's state, piece by piece, and the one file that may touch it: the parts with private
+/// fields behind a small API (`Lanes`, `Fanout`, …), and the few cells only one file borrows.
+/// `state.rs` builds the `Hub`, so it names them all once.
+const HUB_STATE_OWNERS: &[(&str, &str)] = &[
+    ("lanes", "lanes.rs"),
+    ("fanout", "fanout.rs"),
+    ("health", "health.rs"),
+    ("choices", "choices.rs"),
+    ("open_approvals", "open_approvals.rs"),
+    ("read_marks", "read_marks.rs"),
+    ("unsettled", "unsettled.rs"),
+    ("voice_noticed", "voice.rs"),
+    ("bad_hellos", "devices.rs"),
+    ("automation", "automation.rs"),
+    ("query_budgets", "search.rs"),
+    ("transcriber", "voice.rs"),
+    ("media_holds", "media.rs"),
+];
+
+/// The parts and their files: a part's struct declares no field other files could reach (the
+/// plain values it hands out, such as a queued turn, may).
+const HUB_PARTS: &[(&str, &str)] = &[
+    ("lanes.rs", "Lanes"),
+    ("fanout.rs", "Fanout"),
+    ("health.rs", "Health"),
+    ("choices.rs", "Choices"),
+    ("open_approvals.rs", "OpenApprovals"),
+    ("read_marks.rs", "ReadMarks"),
+    ("unsettled.rs", "Unsettled"),
+];
+
+/// Where hub code (comments, strings and tests left out) reaches into a piece of state it does
+/// not own: `file: .field` for every borrow of a cell outside its owner, and every non-private
+/// field of a part's struct.
+fn hub_state_trespasses(hub: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut files = Vec::new();
+    rust_files(hub, &mut files);
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let code = without_test_items(&code_only(&std::fs::read_to_string(f).unwrap()));
+        for (field, owner) in HUB_STATE_OWNERS {
+            // The part's API is called through the field everywhere (`self.lanes.enqueue`);
+            // only the cells are borrowed, and only by their owner.
+            let borrowed = code.contains(&format!(".{field}.borrow"));
+            if borrowed && name != *owner && name != "state.rs" {
+                out.push(format!("{name}: .{field}"));
+            }
+        }
+        for (_, part) in HUB_PARTS.iter().filter(|(file, _)| *file == name) {
+            let head = format!("struct {part} {{");
+            let Some(start) = code.find(&head) else {
+                out.push(format!("{name}: no struct {part}"));
+                continue;
+            };
+            let body = &code[start + head.len()..];
+            let body = &body[..body.find("\n}").unwrap_or(body.len())];
+            for line in body.lines() {
+                let t = line.trim_start();
+                let rest = ["pub(super) ", "pub(crate) ", "pub "]
+                    .iter()
+                    .find_map(|v| t.strip_prefix(v));
+                let Some(rest) = rest else { continue };
+                // `name: Type,` (not a method, whose parameters have parentheses).
+                if rest.contains(": ") && !rest.contains('(') && rest.ends_with(',') {
+                    let shown = t.trim_end_matches(',');
+                    out.push(format!("{name}: a field others can reach: {shown}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One owner per piece of the hub's state: no file touches another's (docs/architecture.md).
+#[test]
+fn each_piece_of_hub_state_has_one_owner() {
+    let hub = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hub");
+    let found = hub_state_trespasses(&hub);
+    assert!(found.is_empty(), "{found:#?}");
+    // The check sees what it is for.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("turn_run.rs"),
+        "fn f(h: &Hub) { h.voice_noticed.borrow_mut().clear(); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("lanes.rs"),
+        "pub(super) struct Lanes {\n    pub(super) lanes: Vec<u8>,\n}\n\
+         pub(super) struct QueuedTurn {\n    pub text: String,\n}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        hub_state_trespasses(dir.path()),
+        [
+            "lanes.rs: a field others can reach: pub(super) lanes: Vec<u8>",
+            "turn_run.rs: .voice_noticed",
+        ]
+    );
+}

@@ -101,10 +101,7 @@ impl Hub {
             .in_lane(&lane.chat_id, lane.thread());
         let notice = Frame::notification("approval", "Approval needed", &title, ids::now_ms())
             .in_lane(&lane.chat_id, lane.thread());
-        self.state
-            .borrow_mut()
-            .approvals
-            .insert(record.picker_id.clone(), record);
+        self.open_approvals.insert(record);
         let changes = vec![
             Change::Outbox(picker.outboxed()),
             Change::Outbox(notice.outboxed()),
@@ -116,18 +113,7 @@ impl Hub {
 
     /// Takes every pending approval of a run out of the pending set (and the store).
     async fn take_approvals_of(&self, run_id: &str) -> Vec<ApprovalRecord> {
-        let taken: Vec<ApprovalRecord> = {
-            let mut st = self.state.borrow_mut();
-            let ids: Vec<String> = st
-                .approvals
-                .values()
-                .filter(|a| a.run_id == run_id)
-                .map(|a| a.picker_id.clone())
-                .collect();
-            ids.iter()
-                .filter_map(|id| st.approvals.remove(id))
-                .collect()
-        };
+        let taken = self.open_approvals.take_of_run(run_id);
         let gone: Vec<Change> = taken
             .iter()
             .map(|a| Change::Record(Record::RemoveApproval(a.picker_id.clone())))
@@ -158,12 +144,7 @@ impl Hub {
 
     /// The run ids approvals wait for (for a restart: which are still worth following).
     pub(super) fn approval_runs(&self) -> Vec<String> {
-        self.state
-            .borrow()
-            .approvals
-            .values()
-            .map(|a| a.run_id.clone())
-            .collect()
+        self.open_approvals.runs()
     }
 }
 
@@ -182,7 +163,7 @@ impl Hub {
         value: &str,
     ) -> Result<(), Refusal> {
         let value = value.trim().to_ascii_lowercase();
-        let record = self.state.borrow_mut().approvals.remove(picker_id);
+        let record = self.open_approvals.take(picker_id);
         let Some(record) = record else {
             return Err(Refusal::not_found(NOT_OPEN));
         };
@@ -197,10 +178,7 @@ impl Hub {
                     offered.join(", ")
                 )
             };
-            self.state
-                .borrow_mut()
-                .approvals
-                .insert(picker_id.to_owned(), record);
+            self.open_approvals.insert(record);
             return Err(Refusal::unsupported(why));
         }
         let who = self
@@ -216,11 +194,7 @@ impl Hub {
         if value == "stop" {
             self.forget_approval(&record).await;
             info!(%lane, run = %record.run_id, "approval answered: stop the task");
-            let abort = self.state.borrow().lanes.get(&lane).and_then(|ls| {
-                (ls.run_id.as_deref() == Some(record.run_id.as_str()))
-                    .then(|| ls.abort.clone())
-                    .flatten()
-            });
+            let abort = self.lanes.abort_of_run(&lane, &record.run_id);
             match abort {
                 // The turn's end stops the run at Hermes and says "Stopped." in the answer.
                 Some(a) => a.stop(),
@@ -252,10 +226,7 @@ impl Hub {
             }
             Err(e) => {
                 // Not delivered: the request stays open for another try.
-                self.state
-                    .borrow_mut()
-                    .approvals
-                    .insert(picker_id.to_owned(), record);
+                self.open_approvals.insert(record);
                 Err(Refusal::new(
                     ErrorCode::Internal,
                     format!(

@@ -413,11 +413,7 @@ impl Hub {
 
     /// Nothing is running or queued in `lane`.
     fn lane_idle(&self, lane: &Lane) -> bool {
-        self.state
-            .borrow()
-            .lanes
-            .get(lane)
-            .is_none_or(|ls| !ls.running && ls.queue.is_empty())
+        self.lanes.is_idle(lane)
     }
 }
 

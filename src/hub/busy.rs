@@ -12,14 +12,7 @@ impl Hub {
     /// A turn starts (`busy`) or ends in `lane`. Only a change is sent, so a device never sees
     /// two `agent.idle` in a row for one lane.
     pub(super) fn set_lane_busy(&self, lane: &Lane, busy: bool) {
-        let changed = match self.state.borrow_mut().lanes.get_mut(lane) {
-            Some(ls) => std::mem::replace(&mut ls.busy, busy) != busy,
-            // The lane's state went with its channel or thread while the turn ran (a start
-            // always has it: `begin_turn` made it); a device told `agent.busy` still gets
-            // its `agent.idle`.
-            None => !busy,
-        };
-        if !changed {
+        if !self.lanes.set_busy(lane, busy) {
             return;
         }
         let frame = Frame::agent_busy(busy).in_lane(&lane.chat_id, lane.thread());
@@ -29,14 +22,13 @@ impl Hub {
     /// The lanes with a turn running, sorted, for `hello.ack.agent_busy`. Turns run only with
     /// a turn slot, so there are at most `limits.max_running_turns` of them.
     pub(super) fn busy_lanes(&self) -> Vec<LaneRef> {
-        let st = self.state.borrow();
-        let mut lanes: Vec<LaneRef> = st
+        let mut lanes: Vec<LaneRef> = self
             .lanes
-            .iter()
-            .filter(|(_, ls)| ls.busy)
-            .map(|(lane, _)| LaneRef {
-                chat_id: lane.chat_id.clone(),
-                thread_id: lane.thread_id.clone(),
+            .busy_lanes()
+            .into_iter()
+            .map(|lane| LaneRef {
+                chat_id: lane.chat_id,
+                thread_id: lane.thread_id,
             })
             .collect();
         lanes.sort();

@@ -466,10 +466,9 @@ impl Hub {
         // emptied. (Listed first: with nothing awaited between this and the last commit, a
         // small channel's deletion answers before the abandoned turn's last frames, as it
         // always did.)
-        self.forget_lanes(|lane: &Lane| {
+        let lanes_gone = self.forget_lanes(|lane: &Lane| {
             lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
-        })
-        .await;
+        });
         let mut media = Vec::new();
         let mut batches = contents
             .chunks(self.limits().max_delete_ids.max(1))
@@ -492,6 +491,9 @@ impl Hub {
             thread_id: thread.map(str::to_owned),
         });
         changes.splice(0..0, last);
+        // The lanes' records and queued turns go in the same commit (no outbox frames: the
+        // reply's index among the frames stays).
+        changes.extend(lanes_gone);
         let reply_at = doomed.len() - 1;
         self.commit(
             changes,

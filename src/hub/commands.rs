@@ -11,23 +11,21 @@
 //! (the schema says a restart expires them); unknown or expired ids are a no-op.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use tracing::warn;
 
+use super::choices::Setting;
+use super::errors::CommitError;
 use super::errors::Refusal;
-use super::state::{gateway_message, Hub, Picker, Setting};
+use super::state::{gateway_message, Hub};
 use crate::agent::AgentSettings;
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, Role};
 use crate::store::{Change, LaneModel, Record};
 
-/// Pickers waiting for an answer; the oldest is forgotten beyond this.
-const MAX_PENDING_PICKERS: usize = 32;
-/// A picker not answered within this is forgotten.
-const PICKER_TTL: Duration = Duration::from_secs(15 * 60);
 /// The reasoning efforts offered (`default` leaves the agent's own setting).
 const REASONING_LEVELS: [&str; 5] = ["default", "none", "low", "medium", "high"];
 
@@ -209,11 +207,7 @@ impl Hub {
         picker_id: &str,
         value: &str,
     ) -> Result<(), Refusal> {
-        let picker = {
-            let mut st = self.state.borrow_mut();
-            st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
-            st.pickers.remove(picker_id)
-        };
+        let picker = self.choices.take_picker(picker_id);
         if let Some(p) = picker {
             if self.lane_exists(&p.lane) {
                 let answer = self.apply_setting(&p.lane, p.setting, value).await;
@@ -230,7 +224,7 @@ impl Hub {
         if setting == Setting::Model {
             return self.choose_lane_model(lane, value).await;
         }
-        let mut settings = self.state.borrow().agent_settings.clone();
+        let mut settings = self.choices.settings();
         let answer = match setting {
             Setting::Reasoning => {
                 let v = value.to_ascii_lowercase();
@@ -255,12 +249,10 @@ impl Hub {
             }
             Setting::Model => unreachable!("a model is chosen per lane"),
         };
-        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
-        if let Err(e) = self.commit(vec![put], None).await {
+        if let Err(e) = self.set_agent_settings(settings).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
-        self.state.borrow_mut().agent_settings = settings;
         answer
     }
 
@@ -294,26 +286,24 @@ impl Hub {
         }
         // A household-wide model from before choices were per lane would otherwise outlive
         // every `/model default`.
-        let old = self.state.borrow().agent_settings.clone();
+        let old = self.choices.settings();
         if choice.is_none() && old.model.is_some() {
             let settings = AgentSettings {
                 model: None,
                 provider: None,
                 ..old
             };
-            let put = Change::Record(Record::PutAgentSettings(settings.clone()));
-            if let Err(e) = self.commit(vec![put], None).await {
+            if let Err(e) = self.set_agent_settings(settings).await {
                 warn!("could not store the agent settings: {e}");
                 return format!("Could not save the setting: {e}.");
             }
-            self.state.borrow_mut().agent_settings = settings;
         }
         answer
     }
 
     /// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
     async fn open_picker(self: &Rc<Self>, lane: &Lane, setting: Setting) {
-        let current = self.state.borrow().agent_settings.clone();
+        let current = self.choices.settings();
         let (title, choices) = match setting {
             Setting::Reasoning => (
                 "Reasoning effort",
@@ -374,28 +364,8 @@ impl Hub {
         .collect();
         let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
             .in_lane(&lane.chat_id, lane.thread());
-        {
-            let mut st = self.state.borrow_mut();
-            st.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
-            if st.pickers.len() >= MAX_PENDING_PICKERS {
-                let oldest = st
-                    .pickers
-                    .iter()
-                    .min_by_key(|(_, p)| p.created)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    st.pickers.remove(&k);
-                }
-            }
-            st.pickers.insert(
-                picker_id,
-                Picker {
-                    lane: lane.clone(),
-                    setting,
-                    created: Instant::now(),
-                },
-            );
-        }
+        self.choices
+            .open_picker(picker_id, Hub::new_picker(lane, setting));
         if let Err(e) = self
             .commit(vec![Change::Outbox(frame.outboxed())], None)
             .await
@@ -464,7 +434,7 @@ impl Hub {
             Some(e) => format!("{}, failing: {e}", report.push),
             None => report.push.clone(),
         };
-        let open = self.state.borrow().approvals.len();
+        let open = self.open_approvals.count();
         let approvals = match self.agent.approvals_note() {
             Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),
             None => String::new(),
@@ -503,6 +473,59 @@ fn capitalised(s: &str) -> String {
 /// A model name short enough for a picker label.
 fn shorten(s: &str) -> String {
     s.chars().take(40).collect()
+}
+
+impl Hub {
+    /// The model chosen in `lane`, if any.
+    pub(super) fn lane_model(&self, lane: &Lane) -> Option<LaneModel> {
+        self.choices.lane_model(lane)
+    }
+
+    /// Sets (or, with `None`, clears) the lane's model once it is on disk.
+    pub(super) async fn set_lane_model(
+        &self,
+        lane: &Lane,
+        choice: Option<LaneModel>,
+    ) -> Result<(), CommitError> {
+        self.commit(
+            vec![Change::SetLaneModel(lane.clone(), choice.clone())],
+            None,
+        )
+        .await?;
+        self.choices.set_lane_model(lane, choice);
+        Ok(())
+    }
+
+    /// Stores the household's settings, then keeps them.
+    pub(super) async fn set_agent_settings(
+        &self,
+        settings: AgentSettings,
+    ) -> Result<(), CommitError> {
+        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
+        self.commit(vec![put], None).await?;
+        self.choices.set_settings(settings);
+        Ok(())
+    }
+
+    /// The settings a turn in `lane` runs with: the household's reasoning and speed, and the
+    /// lane's model where one was chosen there.
+    pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
+        let mut settings = self.choices.settings();
+        if let Some(m) = self.lane_model(lane) {
+            settings.model = Some(m.model);
+            settings.provider = m.provider;
+        }
+        settings
+    }
+
+    /// A picker offered now, for `open_picker`.
+    pub(super) fn new_picker(lane: &Lane, setting: Setting) -> super::choices::Picker {
+        super::choices::Picker {
+            lane: lane.clone(),
+            setting,
+            created: Instant::now(),
+        }
+    }
 }
 
 #[cfg(test)]

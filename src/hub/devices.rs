@@ -36,7 +36,7 @@ impl Hub {
         }
         // Counted as it begins (`guessing.rs`), so the count holds even if a wait ever comes
         // between here and the answer; given back below if the token was good.
-        let begun = self.state.borrow_mut().bad_hellos.begin(ip, Instant::now());
+        let begun = self.bad_hellos.borrow_mut().begin(ip, Instant::now());
         let attempt = match begun {
             Ok(a) => a,
             Err(limited) => {
@@ -57,7 +57,7 @@ impl Hub {
                 Ok(found) => found,
                 Err(e) => {
                     // Not an answer about the token: the attempt is given back.
-                    self.state.borrow_mut().bad_hellos.cancel(attempt);
+                    self.bad_hellos.borrow_mut().cancel(attempt);
                     return Err(Refusal::new(ErrorCode::Internal, e.to_string()));
                 }
             }
@@ -92,9 +92,8 @@ impl Hub {
             "the device's hello",
         );
         // Not a reset: see `guessing.rs` for why a success keeps the count.
-        self.state
+        self.bad_hellos
             .borrow_mut()
-            .bad_hellos
             .succeeded(attempt, Instant::now());
         Ok(device)
     }
@@ -109,7 +108,6 @@ impl Hub {
         let health = self.health();
         let busy = outlet.wants_busy_frames().then(|| self.busy_lanes());
         let read = outlet.wants_read_markers().then(|| self.read_lanes());
-        let st = self.state.borrow();
         let mut ack = Frame::hello_ack(
             hello_id,
             &self.caps(),
@@ -125,14 +123,9 @@ impl Hub {
         }
         outlet.push_frame(&ack);
         outlet.push_frame(&Frame::status(health));
-        for (lane, ls) in st.lanes.iter() {
-            if !ls.todos.is_empty() {
-                outlet.push_frame(
-                    &Frame::todo_update(&ls.todos).in_lane(&lane.chat_id, lane.thread()),
-                );
-            }
+        for (lane, todos) in self.lanes.todo_lists() {
+            outlet.push_frame(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()));
         }
-        drop(st);
         self.fanout.add(outlet.clone());
         self.pusher.cancel(&outlet.device_id);
     }

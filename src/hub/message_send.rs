@@ -159,14 +159,11 @@ impl Hub {
 
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
     pub(super) fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
-        let st = self.state.borrow();
-        if let Some(ls) = st.lanes.get(lane) {
-            if ls.running && ls.queue.len() >= self.limits().lane_queue_depth {
-                return Err(Refusal::rate_limited(format!(
-                    "{} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply",
-                    ls.queue.len()
-                )));
-            }
+        let waiting = self.lanes.waiting(lane);
+        if waiting > 0 && waiting >= self.limits().lane_queue_depth {
+            return Err(Refusal::rate_limited(format!(
+                "{waiting} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply"
+            )));
         }
         Ok(())
     }

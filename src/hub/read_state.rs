@@ -4,7 +4,7 @@
 //! the markers at connect. The hub keeps the markers in memory (`State::read_marks`), loaded
 //! from the store at start, so a receipt that moves nothing costs no write.
 
-use crate::protocol::{Frame, Lane, LaneRead};
+use crate::protocol::{Frame, LaneRead};
 use crate::store::{Change, ReadMark};
 
 use super::errors::Refusal;
@@ -40,16 +40,12 @@ impl Hub {
             message_id,
             ts: message.ts,
         };
-        {
-            let mut st = self.state.borrow_mut();
-            // Coalescing: a receipt at or behind the marker (an app scrolling back, a burst
-            // of receipts for one screen, another device that read further) changes nothing.
-            if st.read_marks.get(&lane).is_some_and(|m| !mark.is_past(m)) {
-                return Ok(());
-            }
-            // Set before the commit: a receipt arriving while this one is committed compares
-            // with it, so commits never move the marker back whatever order they finish in.
-            st.read_marks.insert(lane.clone(), mark.clone());
+        // Coalescing: a receipt at or behind the marker (an app scrolling back, a burst of
+        // receipts for one screen, another device that read further) changes nothing. Set
+        // before the commit: a receipt arriving while this one is committed compares with it,
+        // so commits never move the marker back whatever order they finish in.
+        if !self.read_marks.advance(&lane, &mark) {
+            return Ok(());
         }
         let frame = Frame::read_marker(&mark.message_id)
             .in_lane(&lane.chat_id, lane.thread())
@@ -66,13 +62,7 @@ impl Hub {
     /// most as many as the directory has lanes. Markers of lanes deleted meanwhile are
     /// dropped here (the store drops its copies with the channel).
     pub(super) fn read_lanes(&self) -> Vec<LaneRead> {
-        let marks: Vec<(Lane, ReadMark)> = self
-            .state
-            .borrow()
-            .read_marks
-            .iter()
-            .map(|(l, m)| (l.clone(), m.clone()))
-            .collect();
+        let marks = self.read_marks.all();
         let mut out = Vec::with_capacity(marks.len());
         for (lane, mark) in marks {
             if self.lane_exists(&lane) {
@@ -82,7 +72,7 @@ impl Hub {
                     message_id: mark.message_id,
                 });
             } else {
-                self.state.borrow_mut().read_marks.remove(&lane);
+                self.read_marks.forget(&lane);
             }
         }
         out.sort();

@@ -4,7 +4,7 @@
 //! this file imports none of them, only the plain-data leaves `errors.rs` and `lanes.rs`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
@@ -26,7 +26,6 @@ use crate::store::{Change, Store, StoreError};
 use super::budget::QueryBudgets;
 use super::errors::CommitError;
 use super::health::Causes;
-use super::lanes::LaneState;
 
 /// Source addresses whose failed hellos are counted one by one; past them, addresses share one
 /// count (`guessing.rs`). A household's phones fit many times over.
@@ -34,26 +33,6 @@ const BAD_HELLO_TABLE: usize = 32;
 
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
-
-pub(super) struct State {
-    pub(super) lanes: HashMap<Lane, LaneState>,
-    pub(super) bad_hellos: GuessLimiter<BAD_HELLO_TABLE>,
-    /// Turns' final changes that could not be stored while the disk failed (`storage.rs`).
-    pub(super) unsettled: Vec<Vec<crate::store::Change>>,
-    /// Pickers waiting for a `picker.select` (memory only: a restart expires them).
-    pub(super) pickers: HashMap<String, Picker>,
-    /// Approvals offered and not answered yet, by picker id (also in the store: they survive
-    /// restarts, unlike the settings pickers).
-    pub(super) approvals: HashMap<String, crate::store::ApprovalRecord>,
-    /// The user's `/reasoning`, `/fast` and `/model` choices (also in the store).
-    pub(super) agent_settings: crate::agent::AgentSettings,
-    /// Per lane, where the household has read it up to (also in the store; `read_state.rs`).
-    pub(super) read_marks: HashMap<Lane, crate::store::ReadMark>,
-    /// Per lane, the model `/model` chose there (also in the store; `lane_models.rs`).
-    pub(super) lane_models: HashMap<Lane, crate::store::LaneModel>,
-    /// Lanes told this run that voice notes need a transcription service (once each).
-    pub(super) voice_noticed: std::collections::HashSet<Lane>,
-}
 
 /// The agent monitor and the turns waiting for the agent wake each other through these.
 #[derive(Default)]
@@ -80,9 +59,23 @@ pub struct Hub {
     pub(super) pusher: crate::push::Pusher,
     pub(super) config: Config,
     pub(super) agent: Rc<dyn Agent>,
-    pub(super) state: RefCell<State>,
+    /// Every lane's turns, queue and todo list (`lanes.rs`).
+    pub(super) lanes: super::lanes::Lanes,
     /// The connected devices' outlets and how far frames were published to them.
     pub(super) fanout: super::fanout::Fanout,
+    /// The user's choices and the settings pickers waiting for an answer (`choices.rs`).
+    pub(super) choices: super::choices::Choices,
+    /// Approvals offered and not answered yet (`approvals.rs`).
+    pub(super) open_approvals: super::open_approvals::OpenApprovals,
+    /// Per lane, where the household has read it up to (`read_state.rs`).
+    pub(super) read_marks: super::read_marks::ReadMarks,
+    /// Turns' final changes kept while the disk failed (`storage.rs`).
+    pub(super) unsettled: super::unsettled::Unsettled,
+    /// Lanes told this run that voice notes need a transcription service (once each; only
+    /// `voice.rs` touches it).
+    pub(super) voice_noticed: RefCell<std::collections::HashSet<Lane>>,
+    /// Failed hellos per source address (`guessing.rs`; only `devices.rs` touches it).
+    pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
     pub(super) committer: mpsc::Sender<CommitJob>,
     pub(super) turn_slots: Semaphore,
     pub(super) agent_watch: AgentWatch,
@@ -110,20 +103,6 @@ pub struct CommitJob {
     pub(super) changes: Vec<Change>,
     pub(super) origin: Option<Origin>,
     pub(super) done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
-}
-
-/// A picker waiting for `picker.select`.
-pub(super) struct Picker {
-    pub(super) lane: Lane,
-    pub(super) setting: Setting,
-    pub(super) created: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Setting {
-    Reasoning,
-    Fast,
-    Model,
 }
 
 /// A configured webhook, with its token kept only as a SHA-256 digest.
@@ -179,19 +158,11 @@ impl Hub {
         committer_stop: Listener,
     ) -> Result<Rc<Hub>, StoreError> {
         let head = store.cursor_head()?;
-        let mut lanes: HashMap<Lane, LaneState> = HashMap::new();
-        for (lane, todos) in store.all_todos()? {
-            lanes.entry(lane).or_default().todos = todos;
-        }
+        let lanes = super::lanes::Lanes::with_todos(store.all_todos()?);
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        let agent_settings = store.agent_settings()?;
-        let read_marks = store.read_marks()?.into_iter().collect();
-        let lane_models = store.lane_models()?.into_iter().collect();
-        let approvals = store
-            .approvals()?
-            .into_iter()
-            .map(|a| (a.picker_id.clone(), a))
-            .collect();
+        let choices = super::choices::Choices::new(store.agent_settings()?, store.lane_models()?);
+        let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
+        let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let hub = Rc::new(Hub {
             health: super::health::Health::new(),
@@ -201,19 +172,15 @@ impl Hub {
             pusher,
             config,
             agent,
-            state: RefCell::new(State {
-                lanes,
-                bad_hellos,
-                unsettled: Vec::new(),
-                pickers: HashMap::new(),
-                approvals,
-                agent_settings,
-                voice_noticed: Default::default(),
-                read_marks,
-                lane_models,
-            }),
+            lanes,
             committer: tx,
             fanout: super::fanout::Fanout::new(head),
+            choices,
+            open_approvals,
+            read_marks,
+            unsettled: Default::default(),
+            voice_noticed: Default::default(),
+            bad_hellos: RefCell::new(bad_hellos),
             agent_watch: AgentWatch::default(),
             started: Instant::now(),
             automation: RefCell::default(),

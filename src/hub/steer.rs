@@ -91,13 +91,7 @@ impl Hub {
 
     /// Gives a stored steer to the lane's running run, or makes it the next message.
     async fn hand_steer(self: &Rc<Self>, lane: Lane, message_id: String, text: String) {
-        let run = self
-            .state
-            .borrow()
-            .lanes
-            .get(&lane)
-            .filter(|ls| ls.abort.is_some())
-            .map(|ls| ls.run_id.clone());
+        let run = self.lanes.running_run(&lane);
         let why = match run {
             None => "nothing was running in this chat".to_owned(),
             Some(_) if !self.agent.can_steer() => {
@@ -106,16 +100,14 @@ impl Hub {
             Some(None) => "the answer had not started at the agent yet".to_owned(),
             Some(Some(run_id)) => match self.agent.steer_run(&run_id, &text).await {
                 Steered::Accepted => {
-                    let mut st = self.state.borrow_mut();
+                    let steer = SteerTaken {
+                        message_id: message_id.clone(),
+                        text: text.clone(),
+                    };
                     // The run may have ended while the steer was on its way: then the end
                     // did not count it, and it goes on as the next message.
-                    if let Some(ls) = st
-                        .lanes
-                        .get_mut(&lane)
-                        .filter(|ls| ls.run_id.as_deref() == Some(run_id.as_str()))
-                    {
+                    if self.lanes.steer_taken(&lane, &run_id, steer) {
                         info!(%lane, run = %run_id, message = %message_id, "steer taken by the running answer");
-                        ls.steers.push(SteerTaken { message_id, text });
                         return;
                     }
                     "the answer ended as it arrived".to_owned()

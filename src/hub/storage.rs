@@ -77,25 +77,17 @@ impl Hub {
     }
 }
 
-/// Answers kept while they could not be stored, at most this many (older ones are left to the
-/// next start, which marks their messages as interrupted).
-const MAX_UNSETTLED: usize = 64;
-
 impl Hub {
     /// Keeps a turn's final changes that could not be stored, to store them on recovery.
     pub(super) fn keep_unsettled(&self, changes: Vec<crate::store::Change>) {
-        let mut st = self.state.borrow_mut();
-        if st.unsettled.len() >= MAX_UNSETTLED {
-            st.unsettled.remove(0);
-        }
-        st.unsettled.push(changes);
+        self.unsettled.keep(changes);
     }
 }
 
 impl Hub {
     /// Stores (and so delivers) the answers that finished while the disk was failing.
     async fn settle_unsettled(&self) {
-        let kept = std::mem::take(&mut self.state.borrow_mut().unsettled);
+        let kept = self.unsettled.take_all();
         if kept.is_empty() {
             return;
         }

@@ -420,9 +420,7 @@ impl Hub {
         {
             warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
         }
-        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-            ls.run_id = Some(run_id.clone());
-        }
+        self.lanes.set_run(lane, Some(run_id.clone()));
         acc.run_id = Some(run_id);
     }
 
@@ -449,13 +447,7 @@ impl Hub {
 
     /// A fresh conversation has no plan yet.
     pub(super) fn clear_todos(&self, lane: &Lane) {
-        let had = self
-            .state
-            .borrow()
-            .lanes
-            .get(lane)
-            .is_some_and(|ls| !ls.todos.is_empty());
-        if had {
+        if self.lanes.has_todos(lane) {
             self.set_todos(lane, Vec::new());
         }
     }
@@ -488,12 +480,7 @@ impl Hub {
             ))],
             "the todo list",
         );
-        self.state
-            .borrow_mut()
-            .lanes
-            .entry(lane.clone())
-            .or_default()
-            .todos = todos;
+        self.lanes.set_todos(lane, todos);
     }
 
     /// Stores a file the agent produced and offers it to every device (outboxed with the reply,

@@ -4,8 +4,6 @@
 
 use std::rc::Rc;
 
-use tracing::warn;
-
 use crate::ids;
 use crate::protocol::Lane;
 use crate::store::{Change, Record};
@@ -31,13 +29,7 @@ impl Hub {
 
     /// Queues a turn in its lane and starts the lane's runner if it is idle.
     pub(super) fn enqueue_turn(self: &Rc<Self>, lane: Lane, turn: QueuedTurn) {
-        let start = {
-            let mut st = self.state.borrow_mut();
-            let ls = st.lanes.entry(lane.clone()).or_default();
-            ls.queue.push_back(turn);
-            !std::mem::replace(&mut ls.running, true)
-        };
-        if start {
+        if self.lanes.enqueue(&lane, turn) {
             tokio::task::spawn_local(self.clone().lane_runner(lane));
         }
     }
@@ -45,16 +37,8 @@ impl Hub {
     /// Runs a lane's queued turns one after another, then exits.
     pub(super) async fn lane_runner(self: Rc<Self>, lane: Lane) {
         loop {
-            let next = {
-                let mut st = self.state.borrow_mut();
-                let ls = st.lanes.entry(lane.clone()).or_default();
-                match ls.queue.pop_front() {
-                    Some(t) => t,
-                    None => {
-                        ls.running = false;
-                        return;
-                    }
-                }
+            let Some(next) = self.lanes.next_turn(&lane) else {
+                return;
             };
             if self.is_shutting_down() {
                 // Left pending in the store: the next start closes it as interrupted.
@@ -71,19 +55,7 @@ impl Hub {
     /// dropped, and a turn whose reply is deleted while streaming is abandoned (otherwise its
     /// end would store the deleted reply again).
     pub(super) fn drop_turns_of(&self, message_ids: &[String]) {
-        for ls in self.state.borrow_mut().lanes.values_mut() {
-            ls.queue
-                .retain(|t| !message_ids.contains(&t.user_message_id));
-            if ls
-                .streaming
-                .as_ref()
-                .is_some_and(|m| message_ids.contains(m))
-            {
-                if let Some(abort) = &ls.abort {
-                    abort.abandon();
-                }
-            }
-        }
+        self.lanes.drop_turns_of(message_ids);
     }
 
     /// A lane is live while its channel (and thread) exist in the directory.
@@ -92,52 +64,26 @@ impl Hub {
         exists(&lane.chat_id) && lane.thread().is_none_or(exists)
     }
 
-    /// Drops everything live about deleted lanes: the running turn is abandoned, queued
-    /// messages are closed (they were deleted with the lane's history), the todo list goes.
-    pub(super) async fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) {
-        self.forget_lane_models(&gone);
+    /// Drops everything live about deleted lanes: the running turn is abandoned, the todo list
+    /// goes. Returns what the caller commits with the deletion (nothing is awaited here, so the
+    /// deletion answers before the abandoned turn's last frames): the lanes' stored todo lists
+    /// and agent sessions go, and their queued messages are closed (they were deleted with the
+    /// lane's history).
+    pub(super) fn forget_lanes(&self, gone: impl Fn(&Lane) -> bool) -> Vec<Change> {
+        self.choices.forget_lanes(&gone);
         let mut closed = Vec::new();
-        let lanes: Vec<Lane> = self
-            .state
-            .borrow()
-            .lanes
-            .keys()
-            .filter(|l| gone(l))
-            .cloned()
-            .collect();
-        for lane in lanes {
+        for lane in self.lanes.matching(&gone) {
             closed.push(Change::Record(Record::PutTodos(lane.clone(), Vec::new())));
             closed.push(Change::Record(Record::RemoveAgentSession(lane.clone())));
-            let mut st = self.state.borrow_mut();
-            if let Some(ls) = st.lanes.get_mut(&lane) {
-                ls.todos.clear();
-                closed.extend(
-                    ls.queue
-                        .drain(..)
-                        .map(|t| Change::EndTurn(t.user_message_id)),
-                );
-                if let Some(abort) = &ls.abort {
-                    abort.abandon();
-                }
-            }
+            closed.extend(self.lanes.forget(&lane).into_iter().map(Change::EndTurn));
         }
-        if !closed.is_empty() {
-            if let Err(e) = self.commit(closed, None).await {
-                warn!("could not close the turns of a deleted lane: {e}");
-            }
-        }
+        closed
     }
 
     /// Stops the running turn of `lane` (`/stop`, `agent.stop`, "Stop the task"); `false` when
     /// nothing runs there.
     pub(super) fn stop_lane(&self, lane: &Lane) -> bool {
-        let abort = self
-            .state
-            .borrow()
-            .lanes
-            .get(lane)
-            .and_then(|ls| ls.abort.clone());
-        match abort {
+        match self.lanes.abort_of(lane) {
             Some(a) => {
                 a.stop();
                 true

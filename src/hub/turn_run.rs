@@ -54,9 +54,7 @@ impl Hub {
             run_id: turn.resume_run.clone(),
             ..TurnText::default()
         };
-        if let Some(ls) = self.state.borrow_mut().lanes.get_mut(lane) {
-            ls.run_id = turn.resume_run.clone();
-        }
+        self.lanes.set_run(lane, turn.resume_run.clone());
         let outcome = match heard {
             Ok((text, heard)) => {
                 let input = self.turn_input(lane, &turn, text, heard).await;
@@ -71,15 +69,7 @@ impl Hub {
             self.set_lane_busy(lane, false);
             return;
         }
-        let steers = match self.state.borrow_mut().lanes.get_mut(lane) {
-            Some(ls) => {
-                ls.abort = None;
-                ls.streaming = None;
-                ls.run_id = None;
-                std::mem::take(&mut ls.steers)
-            }
-            None => Vec::new(),
-        };
+        let steers = self.lanes.end_turn(lane);
         if let Some(run_id) = acc.run_id.clone() {
             self.settle_run(&run_id, &outcome).await;
         }
@@ -118,12 +108,7 @@ impl Hub {
     fn begin_turn(&self, lane: &Lane, message_id: &str) -> Rc<Abort> {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let abort = Rc::new(Abort::default());
-        {
-            let mut st = self.state.borrow_mut();
-            let ls = st.lanes.entry(lane.clone()).or_default();
-            ls.abort = Some(abort.clone());
-            ls.streaming = Some(message_id.to_owned());
-        }
+        self.lanes.begin_turn(lane, abort.clone(), message_id);
         self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
         self.set_lane_busy(lane, true);
         abort

@@ -89,7 +89,7 @@ impl Hub {
                 continue;
             }
             let Some(t) = &transcriber else {
-                let first = self.state.borrow_mut().voice_noticed.insert(lane.clone());
+                let first = self.voice_noticed.borrow_mut().insert(lane.clone());
                 if first {
                     self.post_voice_note(lane, voice_id, NO_SERVICE.to_owned(), None)
                         .await;

@@ -1,0 +1,103 @@
+//! The user's choices and the pickers that offer them: `/reasoning` and `/fast` for every lane,
+//! `/model` per lane (all also in the store, written through the committer), and the settings
+//! pickers waiting for an answer (memory only: a restart expires them). Its one owner.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::agent::AgentSettings;
+use crate::protocol::Lane;
+use crate::store::LaneModel;
+
+/// Pickers waiting for an answer; the oldest is forgotten beyond this.
+const MAX_PENDING_PICKERS: usize = 32;
+/// A picker not answered within this is forgotten.
+const PICKER_TTL: Duration = Duration::from_secs(15 * 60);
+
+pub(super) struct Choices {
+    inner: RefCell<Inner>,
+}
+
+struct Inner {
+    settings: AgentSettings,
+    lane_models: HashMap<Lane, LaneModel>,
+    pickers: HashMap<String, Picker>,
+}
+
+impl Choices {
+    pub(super) fn new(settings: AgentSettings, lane_models: Vec<(Lane, LaneModel)>) -> Choices {
+        Choices {
+            inner: RefCell::new(Inner {
+                settings,
+                lane_models: lane_models.into_iter().collect(),
+                pickers: HashMap::new(),
+            }),
+        }
+    }
+
+    /// The household's settings (a model here is one chosen before models were per lane).
+    pub(super) fn settings(&self) -> AgentSettings {
+        self.inner.borrow().settings.clone()
+    }
+
+    /// Kept once on disk (the caller committed it).
+    pub(super) fn set_settings(&self, settings: AgentSettings) {
+        self.inner.borrow_mut().settings = settings;
+    }
+
+    pub(super) fn lane_model(&self, lane: &Lane) -> Option<LaneModel> {
+        self.inner.borrow().lane_models.get(lane).cloned()
+    }
+
+    pub(super) fn set_lane_model(&self, lane: &Lane, choice: Option<LaneModel>) {
+        let mut i = self.inner.borrow_mut();
+        match choice {
+            Some(c) => i.lane_models.insert(lane.clone(), c),
+            None => i.lane_models.remove(lane),
+        };
+    }
+
+    /// Deleted lanes' choices leave memory (the store drops them with the channel).
+    pub(super) fn forget_lanes(&self, gone: &impl Fn(&Lane) -> bool) {
+        self.inner.borrow_mut().lane_models.retain(|l, _| !gone(l));
+    }
+
+    /// Remembers an offered picker under `id`; expired ones go, and past the cap the oldest.
+    pub(super) fn open_picker(&self, id: String, picker: Picker) {
+        let mut i = self.inner.borrow_mut();
+        i.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+        if i.pickers.len() >= MAX_PENDING_PICKERS {
+            let oldest = i
+                .pickers
+                .iter()
+                .min_by_key(|(_, p)| p.created)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                i.pickers.remove(&k);
+            }
+        }
+        i.pickers.insert(id, picker);
+    }
+
+    /// The picker `id` answers, if it is still open (each is answered once).
+    pub(super) fn take_picker(&self, id: &str) -> Option<Picker> {
+        let mut i = self.inner.borrow_mut();
+        i.pickers.retain(|_, p| p.created.elapsed() < PICKER_TTL);
+        i.pickers.remove(id)
+    }
+}
+
+/// A picker waiting for `picker.select`.
+pub(super) struct Picker {
+    pub(super) lane: Lane,
+    pub(super) setting: Setting,
+    pub(super) created: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Setting {
+    Reasoning,
+    Fast,
+    Model,
+}
