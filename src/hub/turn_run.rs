@@ -22,6 +22,16 @@ use super::turn_events::{Flush, TurnText};
 /// a message is answered soon after the agent is back.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// One running turn, as its attempts see it: its lane, the reply it streams, how it is ended
+/// early, when it began, and what it has gathered so far.
+pub(super) struct RunningTurn<'a> {
+    pub(super) lane: &'a Lane,
+    pub(super) message_id: &'a str,
+    pub(super) abort: &'a Abort,
+    pub(super) started: tokio::time::Instant,
+    pub(super) acc: TurnText,
+}
+
 /// How one attempt to run a turn ended.
 pub(super) enum Attempt {
     Done(Result<TurnSummary, AgentError>),
@@ -49,20 +59,26 @@ impl Hub {
             &Frame::message_start(&message_id).in_lane(chat, thread),
             None,
         );
-        let mut acc = TurnText {
-            user_message_id: turn.user_message_id.clone(),
-            run_id: turn.resume_run.clone(),
-            ..TurnText::default()
+        let mut running = RunningTurn {
+            lane,
+            message_id: &message_id,
+            abort: &abort,
+            started,
+            acc: TurnText {
+                user_message_id: turn.user_message_id.clone(),
+                run_id: turn.resume_run.clone(),
+                ..TurnText::default()
+            },
         };
         self.lanes.set_run(lane, turn.resume_run.clone());
         let outcome = match heard {
             Ok((text, heard)) => {
                 let input = self.turn_input(lane, &turn, text, heard).await;
-                self.attempt_until_reached(lane, &message_id, &mut acc, &input, &abort, started)
-                    .await
+                self.attempt_until_reached(&mut running, &input).await
             }
             Err(ended) => ended,
         };
+        let mut acc = running.acc;
         // Stopping for a restart: the run goes on at the agent, and the next start follows it.
         if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
             self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
@@ -150,30 +166,25 @@ impl Hub {
     /// nothing streamed), waits for it and tries again, within `agent.unreachable_wait_secs`.
     async fn attempt_until_reached(
         self: &Rc<Self>,
-        lane: &Lane,
-        message_id: &str,
-        acc: &mut TurnText,
+        turn: &mut RunningTurn<'_>,
         input: &TurnInput,
-        abort: &Abort,
-        started: tokio::time::Instant,
     ) -> Attempt {
+        let (lane, message_id, abort) = (turn.lane, turn.message_id, turn.abort);
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let agent_config = &self.config.agent;
         let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
         let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
         let mut told_waiting = false;
         loop {
-            let attempt = self
-                .attempt_turn(lane, message_id, acc, input, abort, turn_limit)
-                .await;
+            let attempt = self.attempt_turn(turn, input, turn_limit).await;
             let Attempt::Done(Err(e)) = &attempt else {
                 return attempt;
             };
             if e.agent_is_down() {
                 self.agent_unusable(e);
             }
-            let waited = started.elapsed();
-            if !e.not_handed_over() || !acc.text.is_empty() || waited >= wait_limit {
+            let waited = turn.started.elapsed();
+            if !e.not_handed_over() || !turn.acc.text.is_empty() || waited >= wait_limit {
                 return attempt;
             }
             // Never reached the agent: safe to wait for it and try again.
@@ -286,13 +297,12 @@ impl Hub {
     /// passes, or the turn is stopped.
     pub(super) async fn attempt_turn(
         self: &Rc<Self>,
-        lane: &Lane,
-        message_id: &str,
-        acc: &mut TurnText,
+        turn: &mut RunningTurn<'_>,
         input: &TurnInput,
-        abort: &Abort,
         limit: std::time::Duration,
     ) -> Attempt {
+        let (lane, message_id, abort) = (turn.lane, turn.message_id, turn.abort);
+        let acc = &mut turn.acc;
         let (tx, mut rx) = mpsc::channel(16);
         let agent = self.agent.clone();
         let run = agent.run_turn(input.clone(), tx);
