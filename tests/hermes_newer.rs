@@ -139,26 +139,27 @@ fn is_steer_echo(f: &serde_json::Value, text: &str) -> bool {
         && f["payload"]["text"] == json!(text)
 }
 
-/// A second device of the rig's household, online.
-async fn second_device(r: &HermesRig) -> common::Client {
-    let tablet = common::pair(r.dir.path(), "tablet");
-    connect_awaiting_online(&r.gw, &tablet, HERMES_TURN_TIMEOUT).await
-}
-
-#[tokio::test]
-async fn a_steer_reaches_the_model_inside_the_running_turn_and_every_device() {
-    let _one = ONE_HERMES.lock().await;
+/// A 0.22 rig with two devices online, the phone's `message` (a mock script) streaming its
+/// answer, and the phone's `agent.steer {steer}` sent into it: (rig, phone, tablet). The guard
+/// goes first: it keeps other Hermes tests out while this one runs.
+async fn steering(
+    message: &str,
+    steer: &str,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    HermesRig,
+    common::Client,
+    common::Client,
+) {
+    let one = ONE_HERMES.lock().await;
     let r = HermesRig::start_release(Release::Iot022, "", &[], temp_data_dir());
     let mut phone = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
-    let mut tablet = second_device(&r).await;
-    phone
-        .send_text(Some("default"), None, "[[slowtool]] plan my tea")
-        .await;
-    // The first model call streams for six seconds: the run is going when the steer comes.
+    let tablet = common::pair(r.dir.path(), "tablet");
+    let tablet = connect_awaiting_online(&r.gw, &tablet, HERMES_TURN_TIMEOUT).await;
+    phone.send_text(Some("default"), None, message).await;
     phone
         .recv_until(|f| common::frame_type(f) == "message.update")
         .await;
-    let steer = "add honey to the plan";
     phone
         .request(
             "agent.steer",
@@ -167,6 +168,14 @@ async fn a_steer_reaches_the_model_inside_the_running_turn_and_every_device() {
             json!({ "text": steer }),
         )
         .await;
+    (one, r, phone, tablet)
+}
+
+#[tokio::test]
+async fn a_steer_reaches_the_model_inside_the_running_turn_and_every_device() {
+    // The first model call streams for six seconds: the run is going when the steer comes.
+    let steer = "add honey to the plan";
+    let (_one, r, mut phone, mut tablet) = steering("[[slowtool]] plan my tea", steer).await;
     tablet.recv_until(|f| is_steer_echo(f, steer)).await;
     phone.recv_until(|f| is_steer_echo(f, steer)).await;
     let (answer, text) = recv_answer(&mut phone).await;
@@ -218,27 +227,10 @@ async fn a_steer_reaches_the_model_inside_the_running_turn_and_every_device() {
 
 #[tokio::test]
 async fn a_steer_the_run_ends_without_becomes_the_next_message() {
-    let _one = ONE_HERMES.lock().await;
-    let r = HermesRig::start_release(Release::Iot022, "", &[], temp_data_dir());
-    let mut phone = connect_awaiting_online(&r.gw, &r.p, HERMES_TURN_TIMEOUT).await;
-    let mut tablet = second_device(&r).await;
     // One model call of six seconds: a steer during it has no later call to ride on, and
     // Hermes hands it back as the run's `pending_steer`.
-    phone
-        .send_text(Some("default"), None, "[[stream 60 10]] one long call")
-        .await;
-    phone
-        .recv_until(|f| common::frame_type(f) == "message.update")
-        .await;
     let steer = "and end with a rhyme";
-    phone
-        .request(
-            "agent.steer",
-            Some("default"),
-            None,
-            json!({ "text": steer }),
-        )
-        .await;
+    let (_one, r, mut phone, mut tablet) = steering("[[stream 60 10]] one long call", steer).await;
     let (_, first) = recv_answer(&mut phone).await;
     assert!(first.ends_with("word60"), "{first}");
     let note = phone.recv_until(system_answer).await;
