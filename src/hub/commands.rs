@@ -174,6 +174,13 @@ impl Hub {
             Command::New => {
                 self.new_lane_session(lane, ids::now_ms()).await;
                 self.clear_todos(lane);
+                // No turn ends to store it: a fresh conversation's empty plan is stored now.
+                if let Some(todos) = self.lanes.unsaved_todos(lane) {
+                    let put = Change::Record(Record::PutTodos(lane.clone(), todos));
+                    if let Err(e) = self.commit(vec![put], None).await {
+                        warn!(%lane, "could not store the cleared todo list: {e}");
+                    }
+                }
                 "Started a new conversation: the agent will not see the earlier messages of this chat."
                 .to_owned()
             }

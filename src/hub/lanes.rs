@@ -23,6 +23,8 @@ struct LaneState {
     run_id: Option<String>,
     /// A turn runs here, as the `agent.busy` extension last told devices (`busy.rs`).
     busy: bool,
+    /// The todo list changed since it was last stored (it is stored with the turn's end).
+    todos_unsaved: bool,
     /// Steers the running turn's run took (`steer.rs`), settled when the turn ends.
     steers: Vec<SteerTaken>,
 }
@@ -219,11 +221,17 @@ impl Lanes {
     }
 
     pub(super) fn set_todos(&self, lane: &Lane, todos: Vec<TodoItem>) {
-        self.lanes
-            .borrow_mut()
-            .entry(lane.clone())
-            .or_default()
-            .todos = todos;
+        let mut lanes = self.lanes.borrow_mut();
+        let ls = lanes.entry(lane.clone()).or_default();
+        ls.todos = todos;
+        ls.todos_unsaved = true;
+    }
+
+    /// The lane's todo list if it changed since it was last stored (then counted as stored).
+    pub(super) fn unsaved_todos(&self, lane: &Lane) -> Option<Vec<TodoItem>> {
+        let mut lanes = self.lanes.borrow_mut();
+        let ls = lanes.get_mut(lane)?;
+        std::mem::take(&mut ls.todos_unsaved).then(|| ls.todos.clone())
     }
 
     /// Every lane's todo list that is not empty, for a device's greeting.

@@ -130,7 +130,6 @@ impl Hub {
                 None,
             )
             .await;
-            self.forget_run(&p.user_message_id);
         }
         // Approvals of runs that are over can no longer be answered: close them.
         let live: Vec<String> = followed.iter().map(|(_, r)| r.clone()).collect();

@@ -471,15 +471,9 @@ impl Hub {
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,
         );
-        // Not awaited: `todo.update` is ephemeral; the saved copy only lets a restarted gateway
-        // give a better snapshot than none.
-        self.commit_soon(
-            vec![Change::Record(Record::PutTodos(
-                lane.clone(),
-                todos.clone(),
-            ))],
-            "the todo list",
-        );
+        // Stored with the turn's end (`finish_turn`), not at every update: `todo.update` is
+        // ephemeral, and the saved copy only lets a restarted gateway give a better snapshot
+        // than none, so a turn's plan costs no SD-card write of its own.
         self.lanes.set_todos(lane, todos);
     }
 

@@ -110,7 +110,6 @@ impl Hub {
                 notice,
             )
             .await;
-            self.forget_run(&turn.user_message_id);
         }
         self.requeue_unseen_steers(lane, unseen).await;
         self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
@@ -235,14 +234,16 @@ impl Hub {
                 // next start settles it): keep nothing of it, nor of the steers it took.
                 info!(%lane, "turn abandoned");
                 if !self.is_shutting_down() {
-                    let end = std::iter::once(&turn.user_message_id)
+                    let mut end: Vec<Change> = std::iter::once(&turn.user_message_id)
                         .chain(steered)
                         .map(|id| Change::EndTurn(id.clone()))
                         .collect();
+                    end.push(Change::Record(Record::RemoveRun(
+                        turn.user_message_id.clone(),
+                    )));
                     if let Err(e) = self.commit(end, None).await {
                         warn!(%lane, "could not close an abandoned turn: {e}");
                     }
-                    self.forget_run(&turn.user_message_id);
                 }
                 None
             }
@@ -350,6 +351,14 @@ impl Hub {
             .chain(steered.iter().map(String::as_str))
             .map(|id| Change::EndTurn(id.to_owned()))
             .collect();
+        // The run record and the plan are settled in the same commit as the answer: no SD-card
+        // write of their own per turn.
+        changes.push(Change::Record(Record::RemoveRun(
+            user_message_id.to_owned(),
+        )));
+        if let Some(todos) = self.lanes.unsaved_todos(lane) {
+            changes.push(Change::Record(Record::PutTodos(lane.clone(), todos)));
+        }
         // A lane deleted while its turn ran gets no message (its history is gone too).
         if self.lane_exists(lane) {
             changes.push(Change::PutMessage(lane.clone(), reply.clone()));
