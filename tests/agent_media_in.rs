@@ -1,4 +1,4 @@
-//! Files from the phone to the agent (src/agent/media_in.rs, docs/media.md "Phone to agent"),
+//! Files from the phone to the agent (src/agent/media_in/, docs/media.md "Phone to agent"),
 //! through the real binary, checked in what the scripted mock LLM receives: a photo reaches the
 //! model as an image (as it is when small, scaled and re-encoded within
 //! `limits.agent_image_side`/`agent_image_bytes` when not), a text document's content reaches

@@ -6,7 +6,7 @@
 //! blocks, and at most `limits.max_running_turns` threads exist.
 //!
 //! Files an agent names in its answer (`MEDIA:` lines, inline `data:` images) are taken out of
-//! the text on those threads and become `AgentEvent::File`s (`media_out.rs`).
+//! the text on those threads and become `AgentEvent::File`s (`media_out/`).
 
 mod demo;
 mod hermes;

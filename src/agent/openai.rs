@@ -24,7 +24,7 @@ pub struct OpenAiAgent {
     system_prompt: String,
     /// The server's first model, asked once when no model is configured.
     default_model: RefCell<Option<String>>,
-    /// Where files named in an answer may be read from (`media_out.rs`).
+    /// Where files named in an answer may be read from (`media_out/policy.rs`).
     files: std::sync::Arc<FilePolicy>,
     media_limits: MediaLimits,
 }

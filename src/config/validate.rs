@@ -199,7 +199,7 @@ fn door_checks(l: &Limits) -> [Check; 2] {
     ]
 }
 
-/// The bounds on what the agent is sent of a message's files (src/agent/media_in.rs).
+/// The bounds on what the agent is sent of a message's files (src/agent/media_in/).
 fn agent_media_checks(l: &Limits) -> [Check; 3] {
     [
         // Below this a photo says nothing; above it no model looks closer (and a decoded side
