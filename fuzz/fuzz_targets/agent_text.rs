@@ -65,15 +65,10 @@ fuzz_target!(|data: &[u8]| {
     let kept = text.strip_suffix(NOTE).filter(|_| cut).unwrap_or(&text);
     assert!(sent.starts_with(kept), "the kept text is not what was sent");
     let mut m = HistoryMessage {
-        message_id: "msg_1".into(),
-        role: Role::Assistant,
-        text,
         reasoning: (!reasoning.is_empty()).then_some(reasoning),
         model: Some("mock-model".into()),
         tokens: Some(1),
-        runtime: None,
-        ts: 1,
-        media: Vec::new(),
+        ..HistoryMessage::text_only("msg_1".into(), Role::Assistant, text, 1)
     };
     assert!(
         !fit::fit_message(&mut m, &budget),
