@@ -34,20 +34,6 @@ fn find<'a>(frames: &'a [Value], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} in {}", common::dump(frames)))
 }
 
-/// Requests whose newest user message is `text`: how often it was handed to the model.
-fn times_asked(llm: &MockLlm, text: &str) -> usize {
-    llm.requests()
-        .iter()
-        .filter(|r| {
-            r["messages"]
-                .as_array()
-                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-                .and_then(|m| m["content"].as_str())
-                .is_some_and(|t| t.contains(text))
-        })
-        .count()
-}
-
 #[tokio::test]
 async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
     let _one = ONE_HERMES.lock().await;
@@ -94,7 +80,7 @@ async fn a_plain_turn_continues_its_session_and_new_starts_fresh() {
     );
     // Each message reached the model once (Hermes loads history itself).
     for text in ["Hello Hermes", "And now?", "Fresh?"] {
-        assert_eq!(times_asked(&r.llm, text), 1, "{text}");
+        assert_eq!(r.llm.times_asked(text), 1, "{text}");
     }
 }
 
@@ -309,7 +295,7 @@ async fn a_gateway_killed_mid_turn_follows_the_run_and_never_hands_the_message_o
     assert_eq!(messages.len(), 2, "{h}\n{}", gw.output_tail());
     assert_eq!(messages[1]["text"], text, "{h}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(times_asked(&r.llm, "interrupted tale"), 1);
+    assert_eq!(r.llm.times_asked("interrupted tale"), 1);
 
     // The conversation goes on in the same session (which saw the interrupted message).
     let next = turn(&mut c, "after the restart").await;

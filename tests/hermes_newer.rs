@@ -8,30 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::peers::{HermesRig, MockLlm, Release, HERMES_TURN_TIMEOUT, ONE_HERMES};
+use common::peers::{user_texts, HermesRig, Release, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{cli, connect_awaiting_online, pstr, recv_answer, system_answer, temp_data_dir};
 use serde_json::json;
-
-/// Agent calls whose newest user message contains `text`: how often a run handed it to the
-/// model. Hermes 0.22 also names a new session with an auxiliary call that quotes the first
-/// message; that call is not a run.
-fn times_asked(llm: &MockLlm, text: &str) -> usize {
-    llm.requests()
-        .iter()
-        .filter(|r| {
-            !r["messages"][0]["content"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("You name chat sessions"))
-        })
-        .filter(|r| {
-            r["messages"]
-                .as_array()
-                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-                .and_then(|m| m["content"].as_str())
-                .is_some_and(|t| t.contains(text))
-        })
-        .count()
-}
 
 #[tokio::test]
 async fn the_capabilities_are_read_and_shown_in_status() {
@@ -103,7 +82,7 @@ async fn a_gateway_killed_between_the_run_start_and_its_answer_gets_the_same_run
     assert_eq!(messages[1]["text"], text, "{h}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        times_asked(&r.llm, "a tale told once"),
+        r.llm.times_asked("a tale told once"),
         1,
         "{}\n{}\n{}",
         common::dump(&r.llm.requests()),
@@ -115,20 +94,6 @@ async fn a_gateway_killed_between_the_run_start_and_its_answer_gets_the_same_run
         "{}",
         gw.output_tail()
     );
-}
-
-/// The user rows of one request to the model.
-fn user_texts(request: &serde_json::Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "user")
-        .map(|m| match &m["content"] {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .collect()
 }
 
 /// Whether `f` is the echo of a steering message with `text`.
@@ -252,7 +217,7 @@ async fn a_steer_the_run_ends_without_becomes_the_next_message() {
     let (_, on_tablet) = recv_answer(&mut tablet).await;
     assert_eq!(on_tablet, text);
     assert_eq!(
-        times_asked(&r.llm, steer),
+        r.llm.times_asked(steer),
         1,
         "{}",
         common::dump(&r.llm.requests())

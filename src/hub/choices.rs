@@ -95,6 +95,17 @@ pub(super) struct Picker {
     pub(super) created: Instant,
 }
 
+impl Picker {
+    /// A picker offered now, for `Choices::open_picker`.
+    pub(super) fn new(lane: &Lane, setting: Setting) -> Picker {
+        Picker {
+            lane: lane.clone(),
+            setting,
+            created: Instant::now(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Setting {
     Reasoning,

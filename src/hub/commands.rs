@@ -11,12 +11,11 @@
 //! (the schema says a restart expires them); unknown or expired ids are a no-op.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::choices::Setting;
+use super::choices::{Picker, Setting};
 use super::errors::CommitError;
 use super::errors::Refusal;
 use super::state::{gateway_message, Hub};
@@ -372,7 +371,7 @@ impl Hub {
         let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
             .in_lane(&lane.chat_id, lane.thread());
         self.choices
-            .open_picker(picker_id, Hub::new_picker(lane, setting));
+            .open_picker(picker_id, Picker::new(lane, setting));
         if let Err(e) = self
             .commit(vec![Change::Outbox(frame.outboxed())], None)
             .await
@@ -523,15 +522,6 @@ impl Hub {
             settings.provider = m.provider;
         }
         settings
-    }
-
-    /// A picker offered now, for `open_picker`.
-    pub(super) fn new_picker(lane: &Lane, setting: Setting) -> super::choices::Picker {
-        super::choices::Picker {
-            lane: lane.clone(),
-            setting,
-            created: Instant::now(),
-        }
     }
 }
 

@@ -80,6 +80,8 @@ impl Hub {
             .map(|m| m.sha256)
             .filter(|sha| matches!(self.store.blob_is_kept(sha), Ok(false)))
             .collect();
+        // Two unused records of one file name its blob twice.
+        freed.sort();
         freed.dedup();
         if self.media_holds.count.get() > 0 {
             // A backup is streaming media: the files go when it is done.

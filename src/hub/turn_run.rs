@@ -352,10 +352,12 @@ impl Hub {
             .map(|id| Change::EndTurn(id.to_owned()))
             .collect();
         // The run record and the plan are settled in the same commit as the answer: no SD-card
-        // write of their own per turn.
-        changes.push(Change::Record(Record::RemoveRun(
-            user_message_id.to_owned(),
-        )));
+        // write of their own per turn (and none at all for a turn that had no run).
+        if matches!(self.store.run_of(user_message_id), Ok(Some(_))) {
+            changes.push(Change::Record(Record::RemoveRun(
+                user_message_id.to_owned(),
+            )));
+        }
         if let Some(todos) = self.lanes.unsaved_todos(lane) {
             changes.push(Change::Record(Record::PutTodos(lane.clone(), todos)));
         }

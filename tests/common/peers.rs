@@ -141,6 +141,21 @@ impl MockLlm {
             .collect()
     }
 
+    /// Requests whose newest user message contains `text`: how often a run handed it to the
+    /// model. Hermes 0.22 also names a new session with an auxiliary call that quotes the first
+    /// message; that call is not a run and is not counted.
+    pub fn times_asked(&self, text: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| {
+                !r["messages"][0]["content"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("You name chat sessions"))
+            })
+            .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(text)))
+            .count()
+    }
+
     /// The mock's stderr (one line per HTTP request, plus client-gone notices).
     pub fn stderr(&self) -> String {
         fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
@@ -622,4 +637,18 @@ pub fn body_text(resp: ureq::http::Response<ureq::Body>) -> String {
         .read_to_string(&mut text)
         .expect("read response body");
     text
+}
+
+/// The user rows of one request to the model, oldest first (list content as its JSON text).
+pub fn user_texts(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
 }
