@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::wire::ControlResponse;
 use crate::hub::Hub;
 use crate::store::backup::{BackupError, BackupWriter, Header};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreView};
 
 /// How long the gateway waits for a `backup` command that stopped reading (its event loop is
 /// paused meanwhile: well inside the systemd watchdog's 30 s).
@@ -47,7 +47,7 @@ pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
 }
 
 /// The media files the store records (live blobs), with their sizes.
-fn media_list(store: &Store, media_dir: &Path) -> Result<MediaList, StoreError> {
+fn media_list(store: &StoreView, media_dir: &Path) -> Result<MediaList, StoreError> {
     Ok(store
         .live_blobs()?
         .into_iter()
@@ -63,7 +63,7 @@ type MediaList = Vec<(String, u64)>;
 
 /// Writes the store part: the header and every tree. Returns the writer and the media to add.
 fn snapshot<W: Write>(
-    store: &Store,
+    store: &StoreView,
     media_dir: &Path,
     out: W,
 ) -> Result<(BackupWriter<W>, MediaList), Error> {
@@ -160,7 +160,7 @@ async fn serve_direct(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Res
     let started = std::time::Instant::now();
     // The store part, without yielding to the event loop: a consistent snapshot.
     let out = BufWriter::with_capacity(CHUNK, std_stream.try_clone()?);
-    let (writer, media) = match snapshot(hub.store(), &media_dir, out) {
+    let (writer, media) = match snapshot(&hub.store(), &media_dir, out) {
         Ok(done) => done,
         Err(e) => {
             note_damage(hub, &e);
@@ -213,7 +213,7 @@ fn note_damage(hub: &Hub, e: &Error) {
 pub fn write_offline(dir: &Path, out: std::fs::File) -> Result<std::fs::File, Error> {
     let store = Store::open(dir, 1 << 20, Duration::from_secs(5))?;
     let media_dir = dir.join("media");
-    let (w, media) = snapshot(&store, &media_dir, BufWriter::with_capacity(CHUNK, out))?;
+    let (w, media) = snapshot(&store.view(), &media_dir, BufWriter::with_capacity(CHUNK, out))?;
     let (out, _) = add_media(w, &media_dir, &media).map_err(io("writing the backup"))?;
     let file = out.into_inner().map_err(|e| Error::Io {
         what: "writing the backup".into(),
@@ -299,7 +299,7 @@ pub fn stream(
         BufWriter::with_capacity(CHUNK, spool),
     )));
     let media_dir = store.dir().join("media");
-    let (writer, media) = snapshot(store, &media_dir, Switch(mode.clone())).inspect_err(|e| {
+    let (writer, media) = snapshot(&store, &media_dir, Switch(mode.clone())).inspect_err(|e| {
         note_damage(hub, e);
     })?;
     let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);

@@ -21,7 +21,7 @@ use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
 use crate::protocol::fit::OutBudget;
 use crate::protocol::{Frame, HealthState, Lane, ServerCaps};
 use crate::shutdown::{Listener, Shutdown};
-use crate::store::{Change, Store, StoreError};
+use crate::store::{Change, Store, StoreError, StoreView};
 
 use super::budget::QueryBudgets;
 use super::errors::CommitError;
@@ -207,8 +207,8 @@ impl Hub {
     }
 
     /// The store, for the connection's `sync` replay and the doors that read it.
-    pub fn store(&self) -> &Store {
-        &self.store
+    pub fn store(&self) -> StoreView {
+        self.store.view()
     }
 
     /// Where live fan-out is: a replay reads up to here, then switches to live.

@@ -25,6 +25,7 @@ mod read_marks;
 mod records;
 pub mod search;
 mod sessions;
+mod view;
 // The engine; the order a start walks its rooms is `STORE_ROOMS` in tests/layering.rs.
 mod check;
 mod commit;
@@ -46,6 +47,7 @@ pub use lane_models::LaneModel;
 pub use read_marks::ReadMark;
 pub use records::Record;
 pub use sessions::AgentSession;
+pub use view::StoreView;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
