@@ -213,7 +213,11 @@ fn note_damage(hub: &Hub, e: &Error) {
 pub fn write_offline(dir: &Path, out: std::fs::File) -> Result<std::fs::File, Error> {
     let store = Store::open(dir, 1 << 20, Duration::from_secs(5))?;
     let media_dir = dir.join("media");
-    let (w, media) = snapshot(&store.view(), &media_dir, BufWriter::with_capacity(CHUNK, out))?;
+    let (w, media) = snapshot(
+        &store.view(),
+        &media_dir,
+        BufWriter::with_capacity(CHUNK, out),
+    )?;
     let (out, _) = add_media(w, &media_dir, &media).map_err(io("writing the backup"))?;
     let file = out.into_inner().map_err(|e| Error::Io {
         what: "writing the backup".into(),

@@ -7,9 +7,15 @@ use tracing::info;
 
 use crate::agent::{AgentEvent, Recovery, RunState};
 use crate::protocol::{Frame, HistoryMessage, Role, Runtime};
-use crate::store::StoreError;
+use crate::store::{PendingTurn, RunRecord, StoreError};
 
 use super::lanes::QueuedTurn;
+
+/// What an interrupted turn comes to: its run is followed, or it gets this reply and files.
+enum Settled {
+    Follow(String),
+    Reply(String, Vec<AgentEvent>),
+}
 use super::state::{gateway_message, Hub};
 
 /// The longest start-up spends asking the agent about interrupted turns.
@@ -50,108 +56,12 @@ impl Hub {
                     continue;
                 }
             }
-            let state = match &run {
-                Some(r) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
-                        .await
-                        .unwrap_or(RunState::Gone)
-                }
-                _ => RunState::Gone,
-            };
-            info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
-            // What the agent answered may name files (`MEDIA:` lines, inline images): they are
-            // taken out of the text and offered with the reply, as in a streamed turn.
-            let (text, files) = match state {
-                RunState::Active { .. } => {
-                    let run_id = run.map(|r| r.run_id).unwrap_or_default();
-                    followed.push((p, run_id));
-                    continue;
-                }
-                RunState::Completed { output, .. } => self.agent.files_of(output).await,
-                RunState::Failed(e) => (
-                    format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
-                    Vec::new(),
-                ),
-                RunState::Cancelled => ("\u{23f9}\u{fe0f} Stopped.".to_owned(), Vec::new()),
-                RunState::Gone => {
-                    let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
-                        Some(session) if tokio::time::Instant::now() < deadline => {
-                            let ask = self.agent.recover(&session.session_id, &p.text);
-                            tokio::time::timeout_at(deadline, ask)
-                                .await
-                                .unwrap_or(Recovery::Unknown)
-                        }
-                        _ => Recovery::Unknown,
-                    };
-                    info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
-                    match recovery {
-                        Recovery::Answered(text) => self.agent.files_of(text).await,
-                        Recovery::Partial(text) => {
-                            let (text, files) = self.agent.files_of(text).await;
-                            (format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."), files)
-                        }
-                        Recovery::Unknown => ("\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(), Vec::new()),
-                    }
-                }
-            };
-            let mut base = gateway_message(Role::Assistant, text);
-            let mut media = Vec::new();
-            for file in files {
-                if let AgentEvent::File {
-                    filename,
-                    mime,
-                    kind,
-                    bytes,
-                } = file
-                {
-                    let name = crate::media::clean_filename(&filename);
-                    match self
-                        .store_agent_file(&p.lane, &base.message_id, filename, mime, kind, &bytes)
-                        .await
-                    {
-                        Ok(m) => media.push(m),
-                        Err(why) => base.text.push_str(&format!(
-                            "\n[file not sent: {name} could not be kept: {why}]"
-                        )),
-                    }
-                }
-            }
-            let reply = HistoryMessage {
-                runtime: Some(Runtime::default()),
-                media,
-                ..base
-            };
-            self.finish_turn(
-                &p.lane,
-                &p.user_message_id,
-                &[],
-                reply,
-                Frame::message,
-                None,
-            )
-            .await;
-        }
-        // Approvals of runs that are over can no longer be answered: close them.
-        let live: Vec<String> = followed.iter().map(|(_, r)| r.clone()).collect();
-        for run_id in self.approval_runs() {
-            if !live.contains(&run_id) {
-                self.close_approvals_of(&run_id, |command| {
-                    format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
-                })
-                .await;
+            match self.settle_interrupted(&p, run, deadline).await {
+                Settled::Follow(run_id) => followed.push((p, run_id)),
+                Settled::Reply(text, files) => self.deliver_recovered(&p, text, files).await,
             }
         }
-        // Runs whose turns were settled before a crash removed their records.
-        let pending: Vec<String> = followed
-            .iter()
-            .map(|(p, _)| p.user_message_id.clone())
-            .chain(repeated.iter().map(|(p, _)| p.user_message_id.clone()))
-            .collect();
-        for r in self.store.runs().unwrap_or_default() {
-            if !pending.contains(&r.user_message_id) {
-                self.forget_run(&r.user_message_id);
-            }
-        }
+        self.forget_what_ended(&followed, &repeated).await;
         for (p, run_id) in followed {
             info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
             self.enqueue_turn(
@@ -169,6 +79,136 @@ impl Hub {
             self.enqueue_turn(p.lane, turn);
         }
         Ok(count)
+    }
+
+    /// What becomes of one interrupted turn that is not repeated: followed while its run still
+    /// goes, else the answer the agent has for it (or a note saying there is none).
+    async fn settle_interrupted(
+        &self,
+        p: &PendingTurn,
+        run: Option<RunRecord>,
+        deadline: tokio::time::Instant,
+    ) -> Settled {
+        let state = match &run {
+            Some(r) if tokio::time::Instant::now() < deadline => {
+                tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
+                    .await
+                    .unwrap_or(RunState::Gone)
+            }
+            _ => RunState::Gone,
+        };
+        info!(lane = %p.lane, message = %p.user_message_id, ?state, "a turn interrupted by a restart");
+        // What the agent answered may name files (`MEDIA:` lines, inline images): they are
+        // taken out of the text and offered with the reply, as in a streamed turn.
+        let (text, files) = match state {
+            RunState::Active { .. } => {
+                return Settled::Follow(run.map(|r| r.run_id).unwrap_or_default())
+            }
+            RunState::Completed { output, .. } => self.agent.files_of(output).await,
+            RunState::Failed(e) => (
+                format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
+                Vec::new(),
+            ),
+            RunState::Cancelled => ("\u{23f9}\u{fe0f} Stopped.".to_owned(), Vec::new()),
+            RunState::Gone => self.recover_from_session(p, deadline).await,
+        };
+        Settled::Reply(text, files)
+    }
+
+    /// A turn whose run is gone (or was never recorded): what the agent's own session kept of
+    /// the answer, if it can still be asked in time.
+    async fn recover_from_session(
+        &self,
+        p: &PendingTurn,
+        deadline: tokio::time::Instant,
+    ) -> (String, Vec<AgentEvent>) {
+        let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+            Some(session) if tokio::time::Instant::now() < deadline => {
+                let ask = self.agent.recover(&session.session_id, &p.text);
+                tokio::time::timeout_at(deadline, ask)
+                    .await
+                    .unwrap_or(Recovery::Unknown)
+            }
+            _ => Recovery::Unknown,
+        };
+        info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
+        match recovery {
+            Recovery::Answered(text) => self.agent.files_of(text).await,
+            Recovery::Partial(text) => {
+                let (text, files) = self.agent.files_of(text).await;
+                (format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."), files)
+            }
+            Recovery::Unknown => ("\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(), Vec::new()),
+        }
+    }
+
+    /// Ends an interrupted turn with `text` and the files the agent named, kept as they would
+    /// be in a streamed turn (a file that cannot be kept is named in the text instead).
+    async fn deliver_recovered(&self, p: &PendingTurn, text: String, files: Vec<AgentEvent>) {
+        let mut base = gateway_message(Role::Assistant, text);
+        let mut media = Vec::new();
+        for file in files {
+            if let AgentEvent::File {
+                filename,
+                mime,
+                kind,
+                bytes,
+            } = file
+            {
+                let name = crate::media::clean_filename(&filename);
+                match self
+                    .store_agent_file(&p.lane, &base.message_id, filename, mime, kind, &bytes)
+                    .await
+                {
+                    Ok(m) => media.push(m),
+                    Err(why) => base.text.push_str(&format!(
+                        "\n[file not sent: {name} could not be kept: {why}]"
+                    )),
+                }
+            }
+        }
+        let reply = HistoryMessage {
+            runtime: Some(Runtime::default()),
+            media,
+            ..base
+        };
+        self.finish_turn(
+            &p.lane,
+            &p.user_message_id,
+            &[],
+            reply,
+            Frame::message,
+            None,
+        )
+        .await;
+    }
+
+    /// Closes the approvals of runs that are over (they can no longer be answered) and forgets
+    /// the run records of turns settled before a crash removed them.
+    async fn forget_what_ended(
+        &self,
+        followed: &[(PendingTurn, String)],
+        repeated: &[(PendingTurn, QueuedTurn)],
+    ) {
+        let live: Vec<&String> = followed.iter().map(|(_, r)| r).collect();
+        for run_id in self.approval_runs() {
+            if !live.contains(&&run_id) {
+                self.close_approvals_of(&run_id, |command| {
+                    format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
+                })
+                .await;
+            }
+        }
+        let pending: Vec<&String> = followed
+            .iter()
+            .map(|(p, _)| &p.user_message_id)
+            .chain(repeated.iter().map(|(p, _)| &p.user_message_id))
+            .collect();
+        for r in self.store.runs().unwrap_or_default() {
+            if !pending.contains(&&r.user_message_id) {
+                self.forget_run(&r.user_message_id);
+            }
+        }
     }
 
     /// The turn that starts user message `message_id` again, when it was sent within `window`

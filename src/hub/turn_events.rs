@@ -232,16 +232,7 @@ impl Hub {
         thread: Option<&str>,
     ) {
         match event {
-            AgentEvent::Text(delta) => {
-                if acc.push_text(delta, self.out_budget().text) {
-                    let key = coalesce_key("message.update", message_id, 0);
-                    if acc.pacer.admit(key, self.update_interval()) {
-                        self.broadcast_answer(lane, message_id, acc, false);
-                    } else {
-                        acc.pacer.hold(key, Held::Answer);
-                    }
-                }
-            }
+            AgentEvent::Text(delta) => self.push_answer(lane, message_id, acc, delta),
             AgentEvent::Reasoning(delta) => acc.push_reasoning(&delta, self.out_budget().reasoning),
             AgentEvent::Commentary(mut text) => {
                 fit::cut_in_place(&mut text, self.out_budget().text);
@@ -329,16 +320,22 @@ impl Hub {
                         let sep = if line_start { "" } else { "\n" };
                         let note =
                             format!("{sep}[file not sent: {name} could not be kept: {why}]\n");
-                        if acc.push_text(note, self.out_budget().text) {
-                            let key = coalesce_key("message.update", message_id, 0);
-                            if acc.pacer.admit(key, self.update_interval()) {
-                                self.broadcast_answer(lane, message_id, acc, false);
-                            } else {
-                                acc.pacer.hold(key, Held::Answer);
-                            }
-                        }
+                        self.push_answer(lane, message_id, acc, note);
                     }
                 }
+            }
+        }
+    }
+
+    /// Adds `text` to the answer and sends the update now, or holds it for the pacer when one
+    /// went out less than `limits.stream_update_ms` ago (the held one carries everything).
+    fn push_answer(&self, lane: &Lane, message_id: &str, acc: &mut TurnText, text: String) {
+        if acc.push_text(text, self.out_budget().text) {
+            let key = coalesce_key("message.update", message_id, 0);
+            if acc.pacer.admit(key, self.update_interval()) {
+                self.broadcast_answer(lane, message_id, acc, false);
+            } else {
+                acc.pacer.hold(key, Held::Answer);
             }
         }
     }
