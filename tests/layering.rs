@@ -719,6 +719,8 @@ const STORE_ROOMS: &[&str] = &[
     // The small records every commit writes (devices, runs, sessions, media, …), keyed as the
     // subjects below keep them.
     "records",
+    // The read-only handle the doors above the hub get (`Hub::store`).
+    "view",
     // The store's API by subject: what the hub reads and writes, over the engine below.
     "approvals",
     "devices",
