@@ -308,3 +308,34 @@ async fn reboot_and_shut_down_run_the_configured_command_once_and_say_when_it_fa
     assert!(text.contains("Access denied"), "{text}");
     assert_eq!(asked(), "reboot\npoweroff\n");
 }
+
+#[tokio::test]
+async fn a_restore_restarts_into_the_backup_with_the_owner_still_signed_in() {
+    let Some(mut b) = Browser::start("a_restore_restarts_with_the_owner_signed_in").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    claim_and_go_home(&mut b, gw.addr).await;
+    b.goto(&format!("http://{}/admin/backup", gw.addr)).await;
+    b.wait_for("document.querySelector('#restore-form')", "the backup page")
+        .await;
+    // Download a backup and give it back, as the page's link and form do (same session).
+    let status = b
+        .eval(
+            "fetch(document.querySelector('#backup-download').href).then(r => r.arrayBuffer())\
+             .then(buf => fetch('/admin/backup/restore', {method: 'POST', body: buf, headers: \
+             {'X-CSRF-Token': document.querySelector('#restore-form').dataset.csrf}}))\
+             .then(r => r.status)",
+        )
+        .await;
+    assert_eq!(status, json!(200));
+    let addr = nth_listening(&gw, 2, Duration::from_secs(30)).await;
+    // The browser's cookie, from before the restore, still opens the home page.
+    b.goto(&format!("http://{addr}/admin/")).await;
+    b.wait_for(
+        "document.querySelector('#box-health') && document.querySelector('#signout')",
+        "the home page, signed in, after the restore",
+    )
+    .await;
+}
