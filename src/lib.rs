@@ -35,4 +35,5 @@ pub mod session;
 pub mod settings;
 pub mod shutdown;
 pub mod store;
+pub mod system_health;
 pub mod tls;

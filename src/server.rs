@@ -126,6 +126,8 @@ pub async fn run(
     if let (Some(n), Exit::Stopped) = (&notifier, exit) {
         n.stopping();
     }
+    // Written once, here: the owner stays signed in over a restart or a reboot (`admin/session.rs`).
+    doors.admin.save_sessions();
     stop(core, doors, [shutdown, last], &data_dir).await;
     Ok(exit)
 }

@@ -1028,7 +1028,7 @@ async fn in_a_browser_download_a_backup_and_restore_it() {
         });
     assert!(aside, "the old store was not kept aside");
     assert!(!dir.path().join("pending-restore.iris").exists());
-    // The restarted gateway serves the page again (sessions did not survive: sign in).
+    // The restarted gateway serves the page again (to a new client: sign in).
     let mut web = Web {
         addr,
         from: "127.0.0.1".into(),

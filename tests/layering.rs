@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 const TIERS: &[&[&str]] = &[
     // Leaves: plain data and small pure helpers, importing nothing of the crate.
     &["ids", "atomic_file", "logring", "shutdown"],
-    &["config", "lan"],
+    &["config", "lan", "system_health"],
     // The wire format and the small policies over plain data.
     &[
         "protocol",

@@ -381,7 +381,7 @@ impl Post<'_> {
             self.secure,
             &pages::message(
                 "The gateway restarts now, with the saved settings; phones reconnect by \
-                 themselves. Sign in again in a moment.",
+                 themselves. Go back to Status in a moment: you stay signed in.",
                 &Notice::Good("Restarting."),
             ),
         )

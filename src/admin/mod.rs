@@ -24,6 +24,7 @@
 //! place in the order.
 
 mod forms;
+mod health;
 pub mod owner;
 mod pages;
 mod reply;
@@ -127,12 +128,18 @@ impl Admin {
         tls: Option<crate::tls::Advert>,
     ) -> Admin {
         let l = &config.limits;
+        let mut sessions = Sessions::new(
+            l.admin_max_sessions,
+            Duration::from_secs(l.admin_session_idle_secs),
+            Duration::from_secs(l.admin_session_max_secs),
+        );
+        match sessions.load(&data_dir, Instant::now(), crate::ids::now_ms()) {
+            Ok(0) => {}
+            Ok(n) => info!(n, "admin page: sessions kept over the restart"),
+            Err(e) => warn!("admin page: {e}; the owner signs in again"),
+        }
         Admin {
-            sessions: RefCell::new(Sessions::new(
-                l.admin_max_sessions,
-                Duration::from_secs(l.admin_session_idle_secs),
-                Duration::from_secs(l.admin_session_max_secs),
-            )),
+            sessions: RefCell::new(sessions),
             signin: RefCell::new(GuessLimiter::new(
                 l.admin_signin_failures_per_minute,
                 Instant::now(),
@@ -147,6 +154,18 @@ impl Admin {
             restoring: std::cell::Cell::new(false),
             url,
             tls,
+        }
+    }
+
+    /// At shutdown: keeps the live sessions for the next start (`session.rs`), so a restart
+    /// or a reboot does not sign the owner out.
+    pub fn save_sessions(&self) {
+        let saved =
+            self.sessions
+                .borrow_mut()
+                .save(&self.data_dir, Instant::now(), crate::ids::now_ms());
+        if let Err(e) = saved {
+            warn!("admin page: cannot keep the sessions over the restart: {e}");
         }
     }
 
@@ -270,7 +289,10 @@ async fn serve_page(
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
                 return refused(admin, Refusal::BadCsrf, secure);
             }
-            post(admin, hub, &owner, &path, &form, &csrf, peer, secure).await
+            match health::post(admin, &path, peer).await {
+                Some(r) => r,
+                None => post(admin, hub, &owner, &path, &form, &csrf, peer, secure).await,
+            }
         }
         _ => Err(Refusal::NotFound),
     };
@@ -522,8 +544,11 @@ async fn get(
             &body,
         ))
     };
+    if let Some(r) = health::get(admin, hub, path, csrf, secure).await {
+        return r;
+    }
     match path {
-        PREFIX => ok("Status", pages::status(&hub.status_report(), &Notice::None)),
+        PREFIX => health::home(admin, hub, csrf, secure).await,
         "/admin/devices" => ok("Devices", devices_body(hub, csrf, &Notice::None)?),
         "/admin/agent" => ok(
             "Agent",

@@ -7,11 +7,20 @@
 //! `limits.admin_session_idle_secs`, when it is older than `limits.admin_session_max_secs`, on
 //! sign-out, and when the owner's passphrase changes (it is bound to the owner's stamp). The
 //! table holds at most `limits.admin_max_sessions`; a new one past that ends the least recently
-//! used. A restart ends them all (memory only), which costs one sign-in.
+//! used.
+//!
+//! A restart keeps them: at shutdown the table is written to [`FILE`] in the data dir (the
+//! hashes, CSRF tokens, owner stamps and times, never an id), read back at the next start and
+//! removed at once, so a crash later cannot bring back a session ended meanwhile. That is one
+//! small write per shutdown and one removal per start, never a write per request
+//! (docs/storage.md).
 
 use std::time::{Duration, Instant};
 
+use std::path::Path;
+
 use base64::Engine;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The session cookie's name.
@@ -19,14 +28,39 @@ pub const COOKIE: &str = "iris_admin";
 /// The cookie that carries the set-up and sign-in forms' token before a session exists (a
 /// double-submit token: a cross-site form cannot read or send it).
 pub const PRE_COOKIE: &str = "iris_admin_pre";
+/// Where the table waits in the data dir while the gateway restarts.
+pub const FILE: &str = "admin-sessions.json";
+/// Bytes per session in [`FILE`] are about 300; a bigger file is not ours.
+const FILE_CAP: u64 = 64 << 10;
 
 /// One signed-in browser.
 struct Session {
     id_hash: [u8; 32],
     csrf: String,
     owner_stamp: [u8; 32],
-    created: Instant,
+    /// When `admin_session_max_secs` after sign-in is up.
+    ends: Instant,
     last_used: Instant,
+}
+
+/// A session as [`FILE`] keeps it: an `Instant` means nothing to the next process, so times
+/// are wall-clock milliseconds.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    id_hash: String,
+    csrf: String,
+    owner_stamp: String,
+    ends_ms: i64,
+    last_used_ms: i64,
+}
+
+/// Why [`FILE`] could not be read back (the sessions are then lost: one sign-in).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {FILE}: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("{FILE} is not a session table: {0}")]
+    Parse(#[from] serde_json::Error),
 }
 
 /// A session that passed every check, as a handler needs it.
@@ -91,7 +125,7 @@ impl Sessions {
             id_hash: hash_id(&id),
             csrf: random_token(),
             owner_stamp,
-            created: now,
+            ends: now + self.lifetime,
             last_used: now,
         });
         id
@@ -130,11 +164,79 @@ impl Sessions {
     }
 
     fn expire(&mut self, now: Instant) {
-        let (idle, lifetime) = (self.idle, self.lifetime);
-        self.sessions.retain(|s| {
-            now.saturating_duration_since(s.last_used) < idle
-                && now.saturating_duration_since(s.created) < lifetime
-        });
+        let idle = self.idle;
+        self.sessions
+            .retain(|s| now.saturating_duration_since(s.last_used) < idle && now < s.ends);
+    }
+
+    /// Writes the live sessions to `dir/FILE` (atomically, owner-only), for the next start;
+    /// with none alive, writes nothing. `now_ms`: the wall clock at `now`.
+    pub fn save(&mut self, dir: &Path, now: Instant, now_ms: i64) -> std::io::Result<()> {
+        self.expire(now);
+        if self.sessions.is_empty() {
+            return Ok(());
+        }
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let saved: Vec<Saved> = self
+            .sessions
+            .iter()
+            .map(|s| Saved {
+                id_hash: b64(&s.id_hash),
+                csrf: s.csrf.clone(),
+                owner_stamp: b64(&s.owner_stamp),
+                ends_ms: now_ms.saturating_add(ms(s.ends.saturating_duration_since(now))),
+                last_used_ms: now_ms.saturating_sub(ms(now.saturating_duration_since(s.last_used))),
+            })
+            .collect();
+        let json = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
+        crate::atomic_file::write(&dir.join(FILE), &json, 0o600)
+    }
+
+    /// Takes back what [`Sessions::save`] wrote in `dir`, and removes the file. A session is
+    /// dropped if it ended meanwhile, or if the clock went back past its times (nothing then
+    /// says how old it is). Returns how many came back.
+    pub fn load(&mut self, dir: &Path, now: Instant, now_ms: i64) -> Result<usize, FileError> {
+        use std::io::Read;
+        let path = dir.join(FILE);
+        let mut text = Vec::new();
+        match std::fs::File::open(&path) {
+            Ok(f) => f.take(FILE_CAP).read_to_end(&mut text)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        std::fs::remove_file(&path)?;
+        let saved: Vec<Saved> = serde_json::from_slice(&text)?;
+        let bytes32 = |t: &str| -> Option<[u8; 32]> {
+            let v = base64::engine::general_purpose::STANDARD.decode(t).ok()?;
+            v.try_into().ok()
+        };
+        let lifetime = i64::try_from(self.lifetime.as_millis()).unwrap_or(i64::MAX);
+        let idle = i64::try_from(self.idle.as_millis()).unwrap_or(i64::MAX);
+        for s in saved {
+            let (Some(id_hash), Some(owner_stamp)) = (bytes32(&s.id_hash), bytes32(&s.owner_stamp))
+            else {
+                continue;
+            };
+            let (left, idle_for) = (s.ends_ms - now_ms, now_ms - s.last_used_ms);
+            if left <= 0 || left > lifetime || idle_for < 0 || idle_for >= idle {
+                continue;
+            }
+            if self.sessions.len() >= self.max {
+                break;
+            }
+            let idle_for = Duration::from_millis(idle_for as u64);
+            self.sessions.push(Session {
+                id_hash,
+                csrf: s.csrf,
+                owner_stamp,
+                ends: now + Duration::from_millis(left as u64),
+                // Just after a boot the monotonic clock is younger than the idle time: the
+                // idle time then counts from the start.
+                last_used: now.checked_sub(idle_for).unwrap_or(now),
+            });
+        }
+        Ok(self.sessions.len())
     }
 }
 
@@ -196,6 +298,78 @@ mod tests {
         assert!(
             s.check(&first, stamp, t0).is_none(),
             "the least recent went"
+        );
+    }
+
+    #[test]
+    fn sessions_survive_a_restart_and_still_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t0, ms0) = (Instant::now(), 1_000_000_000_000);
+        let new = || Sessions::new(4, Duration::from_secs(10), Duration::from_secs(30));
+        let mut s = new();
+        let stamp = [1; 32];
+        let a = s.create(stamp, t0);
+        let b = s.create(stamp, t0);
+        let csrf = s.check(&a, stamp, t0).unwrap().csrf;
+        s.save(dir.path(), t0 + Duration::from_secs(5), ms0 + 5_000)
+            .unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(!text.contains(&a) && !text.contains(&b), "no id is kept");
+
+        // The next process: its own monotonic clock, the wall clock 2 s later.
+        let t1 = Instant::now();
+        let mut next = new();
+        assert_eq!(next.load(dir.path(), t1, ms0 + 7_000).unwrap(), 2);
+        assert!(!dir.path().join(FILE).exists(), "read once, then removed");
+        assert_eq!(next.check(&a, stamp, t1).unwrap().csrf, csrf);
+        assert!(
+            next.check(&b, [2; 32], t1).is_none(),
+            "a new passphrase ends it"
+        );
+        // a's lifetime still counts from its sign-in (0 s), however busy it stays.
+        assert!(next.check(&a, stamp, t1 + Duration::from_secs(9)).is_some());
+        assert!(next
+            .check(&a, stamp, t1 + Duration::from_secs(18))
+            .is_some());
+        next.save(dir.path(), t1 + Duration::from_secs(18), ms0 + 25_000)
+            .unwrap();
+        let t2 = Instant::now();
+        let mut third = new();
+        assert_eq!(third.load(dir.path(), t2, ms0 + 29_000).unwrap(), 1);
+        assert!(third.check(&a, stamp, t2).is_some());
+        assert!(
+            third
+                .check(&a, stamp, t2 + Duration::from_secs(2))
+                .is_none(),
+            "its lifetime ended"
+        );
+        third.save(dir.path(), t2, ms0 + 29_000).unwrap();
+        assert!(
+            !dir.path().join(FILE).exists(),
+            "none alive: nothing written"
+        );
+
+        let c = s.create(stamp, t0);
+        s.save(dir.path(), t0, ms0).unwrap();
+        assert_eq!(
+            new().load(dir.path(), t1, ms0 + 31_000).unwrap(),
+            0,
+            "ended meanwhile"
+        );
+        s.save(dir.path(), t0, ms0).unwrap();
+        let mut back = new();
+        assert_eq!(
+            back.load(dir.path(), t1, ms0 - 60_000).unwrap(),
+            0,
+            "the clock went back"
+        );
+        assert!(back.check(&c, stamp, t1).is_none());
+
+        std::fs::write(dir.path().join(FILE), "not json").unwrap();
+        assert!(back.load(dir.path(), t1, ms0).is_err());
+        assert!(
+            !dir.path().join(FILE).exists(),
+            "a bad file is not read twice"
         );
     }
 

@@ -215,7 +215,7 @@ pub(super) async fn restore(
         &pages::message(
             &format!(
                 "The backup is whole and ready ({summary}). The gateway now restarts into it; \
-                 the current store is kept aside in the data dir. Sign in again in a moment."
+                 the current store is kept aside in the data dir. You stay signed in."
             ),
             &Notice::Good("Restore accepted."),
         ),

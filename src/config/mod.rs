@@ -13,6 +13,7 @@ use serde::Deserialize;
 pub mod agent;
 pub mod board;
 pub mod discovery;
+pub mod power;
 pub mod push;
 pub mod transcription;
 mod validate;
@@ -20,6 +21,7 @@ mod validate;
 pub use agent::{AgentConfig, AgentSettings};
 pub use board::LedConfig;
 pub use discovery::DiscoveryConfig;
+pub use power::PowerConfig;
 pub use push::PushConfig;
 pub use transcription::TranscriptionConfig;
 
@@ -87,6 +89,8 @@ pub struct Config {
     pub webhook: Vec<WebhookConfig>,
     /// `[transcription]`: the speech-to-text service voice notes go to before the agent.
     pub transcription: TranscriptionConfig,
+    /// `[power]`: how the admin page reboots and shuts down the box.
+    pub power: PowerConfig,
 }
 
 /// The config keys command-line flags set (`agent.url`, …), beside the `Config` they shaped: a
@@ -303,6 +307,13 @@ pub struct Limits {
     pub admin_max_sessions: usize,
     /// Largest admin form body (a backup upload is bounded by the media limits instead).
     pub admin_max_form_bytes: usize,
+    /// Seconds between two refreshes of the health on the admin page's home (while it is open).
+    pub admin_health_refresh_secs: u64,
+    /// Free space on the data disk, in percent of its size, under which the admin page lists
+    /// "the disk is almost full".
+    pub admin_disk_low_percent: u8,
+    /// Seconds the admin page waits for `[power]`'s reboot or shut-down command to return.
+    pub admin_power_command_secs: u64,
     /// Milliseconds between two `message.update` (or `tool.progress`) frames of one message:
     /// each carries the latest state, so a fast stream costs a device what the text costs, not
     /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
@@ -332,6 +343,7 @@ impl Default for Config {
             cron: Vec::new(),
             webhook: Vec::new(),
             transcription: TranscriptionConfig::default(),
+            power: PowerConfig::default(),
         }
     }
 }
@@ -394,6 +406,9 @@ impl Default for Limits {
             admin_session_max_secs: 12 * 3600,
             admin_max_sessions: 8,
             admin_max_form_bytes: 16 << 10,
+            admin_health_refresh_secs: 5,
+            admin_disk_low_percent: 10,
+            admin_power_command_secs: 15,
             stream_update_ms: 200,
             transcription_bytes: 25 << 20,
             agent_file_bytes: 32 << 20,

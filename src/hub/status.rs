@@ -35,14 +35,27 @@ pub struct StatusReport {
     /// `degraded`: the gateway runs on the store it had).
     #[serde(default)]
     pub restore_failure: Option<String>,
+    /// Why the store cannot be written or is damaged, and why media storage refuses uploads,
+    /// while they last (each also among `causes`): what the admin page's problems link to.
+    #[serde(default)]
+    pub storage_error: Option<String>,
+    #[serde(default)]
+    pub media_full: Option<String>,
 }
 
 impl Hub {
     /// Everything `/status` and the admin page show, gathered at once.
     pub fn status_report(&self) -> StatusReport {
-        let (agent_error, push_error) = self
-            .health
-            .causes(|c| (c.agent_error.clone(), c.push_error.clone()));
+        let (agent_error, push_error, storage_error, media_full) = self.health.causes(|c| {
+            (
+                c.agent_error.clone(),
+                c.push_error.clone(),
+                c.storage_error
+                    .clone()
+                    .or_else(|| c.history_damaged.clone()),
+                c.media_full.clone(),
+            )
+        });
         let restore_failure = self.health.restore_failure();
         StatusReport {
             state: self.health(),
@@ -61,6 +74,8 @@ impl Hub {
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
             devices_connected: self.connected(),
             restore_failure,
+            storage_error,
+            media_full,
         }
     }
 

@@ -1,6 +1,6 @@
 // The admin page's only script (served from the box: CSP script-src 'self', nothing inline).
-// It shows a passphrase's strength while it is typed and asks before revoking a device; every
-// form works without it.
+// It shows a passphrase's strength while it is typed, asks before revoking a device, refreshes
+// the home page's health and brings a restarting page back; every form works without it.
 "use strict";
 (function () {
   // A rough estimate in bits: length times the alphabet the characters come from, with a
@@ -34,6 +34,47 @@
       if (!window.confirm(form.dataset.confirm)) e.preventDefault();
     });
   });
+  // The home page's figures, from the JSON beside it (admin/health.rs). Signed out, the JSON's
+  // address answers with the sign-in page: `redirected`.
+  function health() {
+    return fetch("/admin/health.json", { cache: "no-store", credentials: "same-origin" })
+      .then(function (r) {
+        if (r.redirected || !r.ok) throw r;
+        return r.json();
+      });
+  }
+  var box = document.getElementById("box-health");
+  if (box) {
+    window.setInterval(function () {
+      health().then(function (h) {
+        h.values.forEach(function (v) {
+          var el = document.getElementById(v[0]);
+          if (el) el.textContent = v[1];
+        });
+        var list = document.getElementById("problems");
+        list.replaceChildren.apply(list, h.problems.map(function (p) {
+          var li = document.createElement("li");
+          var a = document.createElement("a");
+          a.href = p.href;
+          a.textContent = p.fix;
+          li.append(p.text + " ", a);
+          return li;
+        }));
+        document.getElementById("no-problems").hidden = h.problems.length > 0;
+      }, function () {});
+    }, Number(box.dataset.every) * 1000);
+  }
+  // Restarting, rebooting: wait until another start of the gateway answers, then go home.
+  var back = document.getElementById("coming-back");
+  if (back) {
+    window.setInterval(function () {
+      health().then(function (h) {
+        if (h.instance !== back.dataset.from) window.location.replace("/admin/");
+      }, function (r) {
+        if (r && r.redirected) window.location.replace("/admin/");
+      });
+    }, Number(back.dataset.every) * 1000);
+  }
   // Restore: the file goes as the request body, the CSRF token in a header.
   var restore = document.getElementById("restore-form");
   if (restore) {
