@@ -303,6 +303,9 @@ pub struct Limits {
     pub admin_max_sessions: usize,
     /// Largest admin form body (a backup upload is bounded by the media limits instead).
     pub admin_max_form_bytes: usize,
+    /// Passphrase strength checks (`/admin/strength`, the set-up and change forms' meter) per
+    /// minute, over all browsers; past it the meter waits and the form's own check still runs.
+    pub admin_strength_checks_per_minute: u32,
     /// Milliseconds between two `message.update` (or `tool.progress`) frames of one message:
     /// each carries the latest state, so a fast stream costs a device what the text costs, not
     /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
@@ -394,6 +397,7 @@ impl Default for Limits {
             admin_session_max_secs: 12 * 3600,
             admin_max_sessions: 8,
             admin_max_form_bytes: 16 << 10,
+            admin_strength_checks_per_minute: 120,
             stream_update_ms: 200,
             transcription_bytes: 25 << 20,
             agent_file_bytes: 32 << 20,

@@ -192,8 +192,9 @@ fn door_checks(l: &Limits) -> [Check; 2] {
                 && l.admin_signin_failures_per_minute >= 1
                 && l.admin_session_idle_secs >= 1
                 && l.admin_session_max_secs >= l.admin_session_idle_secs
-                && l.admin_max_form_bytes >= 1024,
-            "admin limits: sessions, sign-in failures and idle seconds at least 1, \
+                && l.admin_max_form_bytes >= 1024
+                && l.admin_strength_checks_per_minute >= 1,
+            "admin limits: sessions, sign-in failures, strength checks and idle seconds at least 1, \
              admin_session_max_secs at least admin_session_idle_secs, forms at least 1024 bytes",
         ),
     ]
