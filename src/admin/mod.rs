@@ -28,6 +28,7 @@ mod outcome;
 pub mod owner;
 mod pages;
 mod reply;
+mod sections;
 pub mod session;
 mod strength;
 mod transfer;
@@ -44,12 +45,11 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tracing::{info, warn};
 
-use crate::agent::{Agent, Switchable};
+use crate::agent::Switchable;
 use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
-use crate::settings::Settings;
 use forms::post;
 use outcome::{Outcome, Paired, Tone};
 use pages::{Notice, Shell};
@@ -58,6 +58,7 @@ use reply::{
     asset, page, redirect, refused, refused_page, safe_next, sentence, set_cookies, setup_page,
     signin_page, whole, Refusal, Reply, CSS, JS,
 };
+use sections::{agent_body, devices_body, push_body};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 
@@ -584,108 +585,6 @@ async fn get(
         "/admin/owner" => ok("Owner", path, pages::owner(csrf, &n)),
         _ => Err(Refusal::NotFound),
     }
-}
-
-/// The devices section with the store's devices, oldest first.
-fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
-    let mut list = hub
-        .store()
-        .devices()
-        .map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    list.sort_by_key(|d| d.created_ms);
-    Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
-}
-
-/// The agent section: what is in effect now (never the key), and what flags pin; then the
-/// transcription section. An outcome of a test shows the values that were typed for it, so a
-/// test never throws them away (secrets excepted: the page says so).
-fn agent_body(
-    admin: &Admin,
-    hub: &Hub,
-    csrf: &str,
-    agent: Option<&Outcome>,
-    transcription: Option<&Outcome>,
-) -> String {
-    let config = admin.config.borrow();
-    let a = &config.agent;
-    let typed = |o: Option<&Outcome>, key: &str, now: &str| -> String {
-        o.and_then(|o| o.typed(key)).unwrap_or(now).to_owned()
-    };
-    let key_typed = |o: Option<&Outcome>| o.and_then(|o| o.typed("key_typed")) == Some("1");
-    let (backend, url, model) = (
-        typed(agent, "backend", &a.backend),
-        typed(agent, "url", &a.url),
-        typed(agent, "model", &a.model),
-    );
-    let view = pages::AgentView {
-        backend: &backend,
-        url: &url,
-        model: &model,
-        key_set: !a.key.is_empty() || a.key_file.is_some(),
-        pinned: admin
-            .pinned
-            .iter()
-            .copied()
-            .filter(|k| k.starts_with("agent."))
-            .collect(),
-        describe: admin.agent.describe(),
-        files: if a.backend == "demo" {
-            "The demo agent answers a message that has files with a small text file.".to_owned()
-        } else {
-            crate::agent::media_out::FilePolicy::from_config(&config).describe()
-        },
-        key_typed: key_typed(agent),
-    };
-    let t = &config.transcription;
-    let (t_url, t_model, t_language) = (
-        typed(transcription, "url", &t.url),
-        typed(transcription, "model", &t.model),
-        typed(transcription, "language", &t.language),
-    );
-    let transcription_view = pages::TranscriptionView {
-        url: &t_url,
-        model: &t_model,
-        language: &t_language,
-        key_set: !t.key.is_empty() || t.key_file.is_some(),
-        now: hub.transcription_service(),
-        key_typed: key_typed(transcription),
-    };
-    pages::agent(&view, csrf, &Notice::of(agent))
-        + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
-}
-
-/// The push section: what runs now, and the saved settings (they apply at the next start).
-fn push_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
-    let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let mut config = admin.config.borrow().clone();
-    saved.apply(&mut config);
-    let p = &config.push;
-    let report = hub.status_report();
-    let running = match &report.push_error {
-        Some(e) => format!("{}, failing: {e}", report.push),
-        None => report.push.clone(),
-    };
-    let targets: Vec<_> = hub
-        .store()
-        .devices()
-        .map_err(|e| Refusal::Unavailable(e.to_string()))?
-        .into_iter()
-        .filter(|d| d.ntfy_topic.is_some() || d.fcm_token.is_some())
-        .collect();
-    let view = pages::PushView {
-        running: &running,
-        backend: &p.backend,
-        ntfy_server: &p.ntfy_server,
-        token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
-        content: &p.content,
-        pinned: admin
-            .pinned
-            .iter()
-            .copied()
-            .filter(|k| k.starts_with("push."))
-            .collect(),
-    };
-    Ok(pages::push(&view, &targets, csrf, n))
 }
 
 /// The https address of the admin page when TLS is on (for what `run` prints).

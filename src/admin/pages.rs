@@ -532,8 +532,8 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
     } else {
         format!(
             "<label for=\"device\">Send it to</label>\
-             <select id=\"device\" name=\"device_id\">\
-             <option value=\"\">the ntfy topic below</option>{devices}</select>"
+             <select id=\"device\" name=\"device_id\">{devices}\
+             <option value=\"\">the ntfy topic below</option></select>"
         )
     };
     let test = format!(
