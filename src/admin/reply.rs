@@ -203,6 +203,15 @@ pub(super) fn redirect(to: &str) -> Reply {
     reply
 }
 
+/// Adds `Set-Cookie` headers (one per cookie, as browsers need them).
+pub(super) fn set_cookies(reply: &mut Reply, cookies: &[String]) {
+    for c in cookies {
+        if let Ok(v) = HeaderValue::from_str(c) {
+            reply.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,14 +240,5 @@ mod tests {
     fn a_refusal_reads_as_one_sentence() {
         assert_eq!(sentence("there is no page"), "There is no page.");
         assert_eq!(sentence("Saved."), "Saved.");
-    }
-}
-
-/// Adds `Set-Cookie` headers (one per cookie, as browsers need them).
-pub(super) fn set_cookies(reply: &mut Reply, cookies: &[String]) {
-    for c in cookies {
-        if let Ok(v) = HeaderValue::from_str(c) {
-            reply.headers_mut().append(header::SET_COOKIE, v);
-        }
     }
 }
