@@ -504,11 +504,12 @@ pub struct PushView<'a> {
     pub content: &'a str,
     /// Keys a flag pins (the saved value cannot take effect while the flag is given).
     pub pinned: Vec<&'static str>,
+    /// The ntfy topic the test offers.
+    pub test_topic: &'a str,
 }
 
 /// The push section.
 pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String {
-    use super::forms::TEST_TOPIC;
     let field = csrf_field(csrf);
     let devices: String = targets
         .iter()
@@ -542,9 +543,10 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
          <form method=\"post\" action=\"/admin/push/test\">{field}{to}\
          <label for=\"test-topic\">ntfy topic (subscribe to it in the ntfy app to see the \
          test)</label>\
-         <input type=\"text\" id=\"test-topic\" name=\"topic\" value=\"{TEST_TOPIC}\" \
+         <input type=\"text\" id=\"test-topic\" name=\"topic\" value=\"{topic}\" \
          maxlength=\"64\">\
-         <p><button id=\"push-test\">Send a test push now</button></p></form>"
+         <p><button id=\"push-test\">Send a test push now</button></p></form>",
+        topic = escape(v.test_topic),
     );
     let token_note = if v.token_set {
         "A token is saved (never shown). Type a new one to replace it. A token goes only to the server it was saved with: a new server with this field empty gets none."

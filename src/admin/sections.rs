@@ -115,6 +115,7 @@ pub(super) fn push_body(
             .copied()
             .filter(|k| k.starts_with("push."))
             .collect(),
+        test_topic: super::forms::TEST_TOPIC,
     };
     Ok(pages::push(&view, &targets, csrf, n))
 }
