@@ -460,13 +460,14 @@ async fn print_pairing_hint(
         println!("(tokens are never written to the journal)");
         return;
     }
-    // The first unused set-up device keeps its id with a new token; any other goes.
+    // The first unused set-up device keeps its id with a new token; any other goes. Each is
+    // removed first, also the one put back: a removal is what forgets its old token.
     let (mut device, token) = new_device(SET_UP_DEVICE_NAME, DeviceOrigin::Startup);
     if let Some(old) = devices.iter().find(unused_set_up) {
         device.device_id = old.device_id.clone();
         device.created_ms = old.created_ms;
     }
-    let mut changes: Vec<Change> = stale.into_iter().skip(1).collect();
+    let mut changes = stale;
     changes.push(Change::Record(Record::PutDevice(device)));
     if let Err(e) = hub.commit(changes, None).await {
         warn!("could not mint a pairing code: {e}");
