@@ -423,10 +423,16 @@ async fn stop(core: Core, doors: Doors, stages: [Shutdown; 2], data_dir: &Path) 
     info!("stopped");
 }
 
+/// The name of the device whose token `run` prints at start (docs/security.md): what the
+/// owner reads in the device list.
+pub const SET_UP_DEVICE_NAME: &str = "Set-up device (printed at start)";
+
 /// With no device paired yet, prints a fresh pairing code so a newcomer can connect at once.
-/// Earlier unused start-up codes are replaced, so only the latest printed one works. Not when
-/// stdout is the journal: the first device would keep that token for good, and the journal
-/// keeps it readable (by the `adm` group too) long after.
+/// It belongs to one set-up device, kept under the same id from start to start: each start
+/// gives it a new token (only the latest printed one works), and once any device has
+/// connected, an unused set-up device is removed at the next start, so the device list holds
+/// only what the owner uses. Not when stdout is the journal: the device would keep that
+/// token for good, and the journal keeps it readable (by the `adm` group too) long after.
 async fn print_pairing_hint(
     hub: &Hub,
     data_dir: &std::path::Path,
@@ -434,7 +440,19 @@ async fn print_pairing_hint(
     tls: Option<&crate::tls::Advert>,
 ) {
     let devices = hub.store().devices().unwrap_or_default();
+    let unused_set_up =
+        |d: &&crate::store::Device| d.origin == DeviceOrigin::Startup && d.last_seen_ms.is_none();
+    let stale: Vec<Change> = devices
+        .iter()
+        .filter(unused_set_up)
+        .map(|d| Change::Record(Record::RemoveDevice(d.device_id.clone())))
+        .collect();
     if devices.iter().any(|d| d.last_seen_ms.is_some()) {
+        if !stale.is_empty() {
+            if let Err(e) = hub.commit(stale, None).await {
+                warn!("could not remove the unused set-up device: {e}");
+            }
+        }
         println!("pair another device with: iris-gateway pair --name NAME");
         return;
     }
@@ -444,12 +462,14 @@ async fn print_pairing_hint(
         println!("(tokens are never written to the journal)");
         return;
     }
-    let (device, token) = new_device("first device", DeviceOrigin::Startup);
-    let mut changes: Vec<Change> = devices
-        .iter()
-        .filter(|d| d.origin == DeviceOrigin::Startup)
-        .map(|stale| Change::Record(Record::RemoveDevice(stale.device_id.clone())))
-        .collect();
+    // The first unused set-up device keeps its id with a new token; any other goes. Each is
+    // removed first, also the one put back: a removal is what forgets its old token.
+    let (mut device, token) = new_device(SET_UP_DEVICE_NAME, DeviceOrigin::Startup);
+    if let Some(old) = devices.iter().find(unused_set_up) {
+        device.device_id = old.device_id.clone();
+        device.created_ms = old.created_ms;
+    }
+    let mut changes = stale;
     changes.push(Change::Record(Record::PutDevice(device)));
     if let Err(e) = hub.commit(changes, None).await {
         warn!("could not mint a pairing code: {e}");

@@ -466,3 +466,75 @@ async fn pair_after_a_crash_ignores_the_stale_control_socket() {
     let list = device_list(dir.path());
     assert_listed(&list, &p.device_id, "after-crash");
 }
+
+/// The devices as `devices --json` lists them: (id, name, origin).
+fn listed(dir: &Path) -> Vec<(String, String, String)> {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    devices_json(dir)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (s(&d["device_id"]), s(&d["name"]), s(&d["origin"])))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_set_up_device_keeps_its_id_across_starts_and_goes_once_a_phone_connected() {
+    let dir = temp_data_dir();
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let (first, _) = startup_code(&gw);
+    let one = listed(dir.path());
+    assert_eq!(one.len(), 1, "{one:?}");
+    assert_eq!(one[0].1, "Set-up device (printed at start)");
+    assert!(gw.sigterm().success());
+
+    // Started again before any phone connected: the same device, with a new token.
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let (second, _) = startup_code(&gw);
+    assert_ne!(first, second, "each start prints a new token");
+    assert_eq!(
+        listed(dir.path()),
+        one,
+        "the same one device, same id and name"
+    );
+    let mut stale = Client::open(&gw.url).await;
+    let id = stale.next_id();
+    stale
+        .send(json!({ "v": 1, "type": "hello", "id": id, "payload": { "token": first } }))
+        .await;
+    let refused = stale
+        .recv_until(|f| matches!(frame_type(f), "hello.ack" | "error"))
+        .await;
+    assert_eq!(
+        frame_type(&refused),
+        "error",
+        "an older printed token works no more"
+    );
+
+    // A phone paired otherwise connects: at the next start the unused set-up device is gone.
+    let phone = pair(dir.path(), "phone");
+    hello_works(&gw.url, &phone.token).await;
+    assert!(gw.sigterm().success());
+    let gw = Gateway::start(dir.path(), &[]);
+    let _ = started_hint(&gw);
+    let left = listed(dir.path());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, phone.device_id);
+}
+
+/// Waits until the gateway listens (its start-up, including the set-up device, is done).
+fn started_hint(gw: &Gateway) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = gw.stdout_tail();
+        if let Some(l) = out.lines().find(|l| l.contains("pair another device")) {
+            return l.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no start-up hint:\n{}",
+            gw.output_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

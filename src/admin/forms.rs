@@ -1,5 +1,7 @@
-//! The signed-in owner's forms: sign-out, passphrase, devices, agent, push, restart. Each is
-//! reached only after its CSRF token was checked (`super::serve_page`).
+//! The signed-in owner's forms: sign-out, passphrase, devices, agent, push. Each is
+//! reached only after its CSRF token was checked (`super::serve_page`), and each answers with a
+//! 303 to the page it belongs to, leaving what it did in the session for that page's next GET
+//! (`outcome.rs`): reloading what the browser shows repeats a GET, never the form.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -8,18 +10,35 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 use tracing::info;
 
+use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
-use super::reply::{page, redirect, set_cookies, signin_page, Refusal, Reply};
-use super::transfer::schedule_restart;
-use super::{
-    agent_body, devices_body, hash_new, limited_notice, owner, push_body, retry_after, session,
-    verify, Admin, Form, PREFIX,
-};
+use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
+use super::{hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, PREFIX};
 use crate::agent::Agent;
 use crate::config::Config;
-use crate::hub::Hub;
-use crate::pairing::Invitation;
+use crate::hub::{Hub, TestTarget};
 use crate::settings::{Hidden, Settings};
+
+/// Where a new device's one-time pairing result is shown (`?id=` its one-time id).
+pub(super) const PAIRED: &str = "/admin/paired";
+/// The ntfy topic the push test offers: any name works for a test.
+pub(super) const TEST_TOPIC: &str = "iris-gateway-test";
+/// Longest ntfy topic the test accepts (ntfy's own limit).
+const MAX_TOPIC_CHARS: usize = 64;
+
+/// The page a form belongs to: where its answer leads, and where a refusal of it is said.
+pub(super) fn section_of(form: &str) -> Option<&'static str> {
+    Some(match form {
+        "/admin/passphrase" => "/admin/owner",
+        "/admin/devices/pair" | "/admin/devices/rename" | "/admin/devices/revoke" => {
+            "/admin/devices"
+        }
+        "/admin/agent" | "/admin/agent/test" => "/admin/agent",
+        "/admin/transcription" | "/admin/transcription/test" => "/admin/agent",
+        "/admin/push" | "/admin/push/test" => "/admin/push",
+        _ => return None,
+    })
+}
 
 /// How long "Test connection" waits for the agent.
 pub(super) const TEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -40,7 +59,7 @@ pub(super) async fn post(
     owner: &owner::Owner,
     path: &str,
     form: &Form,
-    csrf: &str,
+    valid: &session::Valid,
     peer: SocketAddr,
     secure: bool,
 ) -> Result<Reply, Refusal> {
@@ -48,7 +67,8 @@ pub(super) async fn post(
         admin,
         hub,
         form,
-        csrf,
+        csrf: &valid.csrf,
+        key: valid.key,
         peer,
         secure,
     };
@@ -63,8 +83,7 @@ pub(super) async fn post(
         "/admin/transcription" => post.transcription(false).await,
         "/admin/transcription/test" => post.transcription(true).await,
         "/admin/push" => post.save_push(),
-        "/admin/push/test" => post.test_push(),
-        "/admin/restart" => Ok(post.restart()),
+        "/admin/push/test" => post.test_push().await,
         _ => Err(Refusal::NotFound),
     }
 }
@@ -76,6 +95,8 @@ struct Post<'a> {
     hub: &'a Rc<Hub>,
     form: &'a Form,
     csrf: &'a str,
+    /// The session's key, to leave the outcome in.
+    key: [u8; 32],
     peer: SocketAddr,
     secure: bool,
 }
@@ -86,23 +107,15 @@ fn unavailable(e: &dyn std::fmt::Display) -> Refusal {
 }
 
 impl Post<'_> {
-    /// The section page `current` with `body`, for the signed-in owner.
-    fn show(
-        &self,
-        status: StatusCode,
-        title: &str,
-        current: &str,
-        body: String,
-    ) -> Result<Reply, Refusal> {
-        Ok(page(
-            self.admin,
-            status,
-            title,
-            current,
-            Some(self.csrf),
-            self.secure,
-            &body,
-        ))
+    /// Leaves `outcome` for its page and sends the browser there.
+    fn done(&self, outcome: Outcome) -> Result<Reply, Refusal> {
+        let to = redirect(&outcome.page);
+        self.admin.sessions.borrow_mut().leave(&self.key, outcome);
+        Ok(to)
+    }
+
+    fn said(&self, page: &str, tone: Tone, text: impl Into<String>) -> Result<Reply, Refusal> {
+        self.done(Outcome::new(page, tone, text))
     }
 
     fn sign_out(&self) -> Reply {
@@ -119,19 +132,12 @@ impl Post<'_> {
     async fn change_passphrase(&self, owner: &owner::Owner) -> Result<Reply, Refusal> {
         let (admin, form) = (self.admin, self.form);
         let (new, confirm) = (form.get("passphrase"), form.get("confirm"));
-        let bad = |t: &str| {
-            self.show(
-                StatusCode::BAD_REQUEST,
-                "Owner",
-                "/admin/owner",
-                pages::owner(self.csrf, &Notice::Bad(t)),
-            )
-        };
+        let bad = |t: &str| self.said("/admin/owner", Tone::Bad, t);
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
         if let Err(e) = owner::check_new(new) {
-            return bad(&e.to_string());
+            return bad(&sentence(&e.to_string()));
         }
         // The same passphrase as at sign-in, so the same count: a session (an unlocked
         // browser left alone) must not buy guesses at a secret that outlives it. Counted as
@@ -143,13 +149,18 @@ impl Post<'_> {
         let attempt = match begun {
             Ok(a) => a,
             Err(limited) => {
+                // Said in place with its status and Retry-After: nothing changed, so a reload
+                // changes nothing either.
                 let (n, secs) = limited_notice(limited, self.peer, "passphrase change");
-                let mut reply = self.show(
+                let mut reply = page(
+                    admin,
                     StatusCode::TOO_MANY_REQUESTS,
                     "Owner",
                     "/admin/owner",
-                    pages::owner(self.csrf, &Notice::Bad(&n)),
-                )?;
+                    Some(self.csrf),
+                    self.secure,
+                    &pages::owner(self.csrf, &Notice::Bad(&n)),
+                );
                 retry_after(&mut reply, secs);
                 return Ok(reply);
             }
@@ -163,12 +174,7 @@ impl Post<'_> {
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
         info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");
-        let mut reply = signin_page(
-            admin,
-            StatusCode::OK,
-            &Notice::Good("Passphrase changed. Sign in with the new one."),
-            self.secure,
-        );
+        let mut reply = redirect(&format!("{PREFIX}?changed=passphrase"));
         set_cookies(
             &mut reply,
             &[session::set_cookie(session::COOKIE, "", self.secure)],
@@ -176,16 +182,22 @@ impl Post<'_> {
         Ok(reply)
     }
 
+    /// Pairs a device and keeps its token for one showing (`outcome.rs`): a reload of the
+    /// page that shows it pairs nothing and shows nothing again.
     async fn pair_device(&self) -> Result<Reply, Refusal> {
         let name = self.form.get("name").trim();
         let (device, token) = self.hub.pair(name).await.map_err(|e| unavailable(&e))?;
-        let inv = Invitation::new(&self.admin.url, &token, self.admin.tls.as_ref());
-        self.show(
-            StatusCode::OK,
-            "Pair a phone",
-            "/admin/devices",
-            pages::invitation(&inv, &device.device_id, "Pair the phone with:"),
-        )
+        let paired = Paired {
+            device_id: device.device_id,
+            token: zeroize::Zeroizing::new(token),
+            intro: "Pair the phone with:",
+        };
+        let once = self
+            .admin
+            .sessions
+            .borrow_mut()
+            .keep_paired(&self.key, paired);
+        Ok(redirect(&format!("{PAIRED}?id={once}")))
     }
 
     async fn rename_device(&self) -> Result<Reply, Refusal> {
@@ -198,7 +210,7 @@ impl Post<'_> {
         if !found {
             return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
         }
-        self.devices(&Notice::Good("Renamed."))
+        self.said("/admin/devices", Tone::Good, "Renamed.")
     }
 
     async fn revoke_device(&self) -> Result<Reply, Refusal> {
@@ -207,39 +219,45 @@ impl Post<'_> {
         if !existed {
             return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
         }
-        self.devices(&Notice::Good(
+        self.said(
+            "/admin/devices",
+            Tone::Good,
             "Revoked: its token no longer works and it was disconnected.",
-        ))
+        )
     }
 
-    fn devices(&self, notice: &Notice<'_>) -> Result<Reply, Refusal> {
-        let body = devices_body(self.hub, self.csrf, notice)?;
-        self.show(StatusCode::OK, "Devices", "/admin/devices", body)
+    /// What was typed into a form, to show again after a test (never a secret: whether a key
+    /// was typed is kept, the key is not).
+    fn typed(&self, form: &str, keys: &[&str], tone: Tone, text: String) -> Outcome {
+        let mut typed: Vec<(String, String)> = keys
+            .iter()
+            .map(|k| ((*k).to_owned(), self.form.get(k).trim().to_owned()))
+            .collect();
+        typed.push(("form".into(), form.into()));
+        let key_typed = !self.form.get("key").is_empty();
+        typed.push(("key_typed".into(), if key_typed { "1" } else { "0" }.into()));
+        Outcome {
+            typed,
+            ..Outcome::new("/admin/agent", tone, text)
+        }
     }
 
-    /// Saves the agent form (new turns use it at once), or with `test` only tries it.
+    /// Saves the agent form (new turns use it at once) and then tries the agent, or with `test`
+    /// only tries it and brings the form back as typed.
     async fn agent(&self, test: bool) -> Result<Reply, Refusal> {
         let admin = self.admin;
-        let section = |status, n: &Notice<'_>| {
-            self.show(
-                status,
-                "Agent",
-                "/admin/agent",
-                agent_body(admin, self.hub, self.csrf, n, &Notice::None),
-            )
+        let keep = |tone, text: String| {
+            self.done(self.typed("agent", &["backend", "url", "model"], tone, text))
         };
         let (config, saved) = agent_from_form(admin, self.form)?;
         let agent = match crate::agent::from_config(&config) {
             Ok(a) => a,
-            Err(e) => {
-                let n = format!("Not usable: {e}");
-                return section(StatusCode::BAD_REQUEST, &Notice::Bad(&n));
-            }
+            Err(e) => return keep(Tone::Bad, format!("Not usable: {e}.")),
         };
         if test {
             return match test_agent(agent.as_ref()).await {
-                Ok(t) => section(StatusCode::OK, &Notice::Good(&t)),
-                Err(t) => section(StatusCode::OK, &Notice::Bad(&t)),
+                Ok(t) => keep(Tone::Good, sentence(&t)),
+                Err(t) => keep(Tone::Bad, sentence(&format!("Not working: {t}"))),
             };
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
@@ -247,40 +265,58 @@ impl Post<'_> {
         *admin.config.borrow_mut() = config;
         self.hub.agent_switched();
         info!(peer = %self.peer, agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
-        section(
-            StatusCode::OK,
-            &Notice::Good("Saved: new messages go to this agent."),
-        )
+        // Saved is not the same as working: say which, now, rather than on the next message.
+        match test_agent(&*admin.agent).await {
+            Ok(_) => self.said(
+                "/admin/agent",
+                Tone::Good,
+                "Saved: new messages go to this agent, and it answers.",
+            ),
+            Err(t) => self.said(
+                "/admin/agent",
+                Tone::Warn,
+                sentence(&format!("Saved, but the agent does not answer: {t}")),
+            ),
+        }
     }
 
     /// Saves the transcription form (the next voice note uses it), or with `test` sends the
     /// service a one-second tone and shows its answer or what went wrong.
     async fn transcription(&self, test: bool) -> Result<Reply, Refusal> {
         let admin = self.admin;
-        let section = |n: &Notice<'_>| {
-            self.show(
-                StatusCode::OK,
-                "Agent",
-                "/admin/agent",
-                agent_body(admin, self.hub, self.csrf, &Notice::None, n),
-            )
+        let section = |tone, text: &str| {
+            // A test brings the form back as typed; a save shows what was saved.
+            let o = if test {
+                self.typed(
+                    "transcription",
+                    &["url", "model", "language"],
+                    tone,
+                    sentence(text),
+                )
+            } else {
+                let mut o = Outcome::new("/admin/agent", tone, sentence(text));
+                o.typed.push(("form".into(), "transcription".into()));
+                o
+            };
+            self.done(o)
         };
         let (config, saved) = transcription_from_form(admin, self.form)?;
         let t = &config.transcription;
         let transcriber =
             match crate::agent::Transcriber::from_config(t, config.limits.transcription_bytes) {
                 Ok(tr) => tr,
-                Err(e) => return section(&Notice::Bad(&format!("Not usable: {e}"))),
+                Err(e) => return section(Tone::Bad, &format!("Not usable: {e}")),
             };
         if test {
             let Some(tr) = transcriber else {
-                return section(&Notice::Bad(
+                return section(
+                    Tone::Bad,
                     "Nothing to test: the URL is empty, so transcription is off.",
-                ));
+                );
             };
             return match test_transcription(&tr).await {
-                Ok(t) => section(&Notice::Good(&t)),
-                Err(t) => section(&Notice::Bad(&t)),
+                Ok(t) => section(Tone::Good, &t),
+                Err(t) => section(Tone::Bad, &t),
             };
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
@@ -297,7 +333,7 @@ impl Post<'_> {
         self.admin.config.borrow_mut().transcription = config.transcription.clone();
         self.hub.set_transcriber(transcriber);
         info!(peer = %self.peer, "admin page: transcription settings saved; the next voice note uses them");
-        section(&Notice::Good(&said))
+        section(Tone::Good, &said)
     }
 
     /// Saves the push form; it applies at the next start.
@@ -350,41 +386,49 @@ impl Post<'_> {
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         info!(peer = %self.peer, "admin page: push settings saved (they apply at the next start)");
-        self.push(&Notice::Good(
+        self.said(
+            "/admin/push",
+            Tone::Good,
             "Saved. Push settings apply when the gateway restarts (Restart now, below).",
-        ))
-    }
-
-    fn test_push(&self) -> Result<Reply, Refusal> {
-        match self.hub.test_push(self.form.get("device_id")) {
-            Ok(place) => self.push(&Notice::Good(&format!(
-                "Test push queued to {place}. Status says if it fails."
-            ))),
-            Err(e) => self.push(&Notice::Bad(&format!("No test push: {e}"))),
-        }
-    }
-
-    fn push(&self, notice: &Notice<'_>) -> Result<Reply, Refusal> {
-        let body = push_body(self.admin, self.hub, self.csrf, notice)?;
-        self.show(StatusCode::OK, "Push", "/admin/push", body)
-    }
-
-    fn restart(&self) -> Reply {
-        info!(peer = %self.peer, "admin page: restart asked for");
-        schedule_restart(self.admin);
-        page(
-            self.admin,
-            StatusCode::OK,
-            "Restarting",
-            "",
-            None,
-            self.secure,
-            &pages::message(
-                "The gateway restarts now, with the saved settings; phones reconnect by \
-                 themselves. Go back to Status in a moment: you stay signed in.",
-                &Notice::Good("Restarting."),
-            ),
         )
+    }
+
+    /// Sends one push now with the saved settings, to a registered device or to a topic typed
+    /// on the page (so push can be tried before any phone registered), and says what the push
+    /// server answered.
+    async fn test_push(&self) -> Result<Reply, Refusal> {
+        let admin = self.admin;
+        let saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        let running = admin.config.borrow().push.clone();
+        let mut config = admin.config.borrow().clone();
+        saved.apply(&mut config);
+        let device = self.form.get("device_id");
+        let topic = self.form.get("topic").trim();
+        let to = if !device.is_empty() {
+            TestTarget::Device(device)
+        } else if (1..=MAX_TOPIC_CHARS).contains(&topic.chars().count())
+            && topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            TestTarget::Topic(topic)
+        } else {
+            return Err(Refusal::BadInput(format!(
+                "an ntfy topic is 1 to {MAX_TOPIC_CHARS} letters, digits, - or _"
+            )));
+        };
+        // Only a test of the settings running now says whether push works now.
+        let is_running = running.backend == config.push.backend
+            && running.ntfy_server == config.push.ntfy_server
+            && running.ntfy_token == config.push.ntfy_token;
+        match self.hub.test_push(&config.push, is_running, to).await {
+            Ok(place) => self.said(
+                "/admin/push",
+                Tone::Good,
+                format!("The test push reached {place}: the push server accepted it."),
+            ),
+            Err(e) => self.said("/admin/push", Tone::Bad, sentence(&e.to_string())),
+        }
     }
 }
 

@@ -331,7 +331,7 @@ fn problems_html(list: &[Problem]) -> String {
 
 /// The home page's body: the problems, the gateway's status as before, the box, the buttons,
 /// and what to do about the problems that have no page of their own.
-fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot) -> String {
+fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) -> String {
     let rows: String = [
         ("h-temp", "CPU temperature"),
         ("h-memory", "Memory"),
@@ -382,7 +382,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot) -> String {
          fail: download a backup from the <a href=\"/admin/backup\">Backup</a> page and move \
          to a new card.</p></section>",
         problems = problems_html(&snap.problems),
-        status = pages::status(report, &Notice::None),
+        status = pages::status(report, n),
     )
 }
 
@@ -392,6 +392,7 @@ pub(super) async fn home(
     hub: &Hub,
     csrf: &str,
     secure: bool,
+    n: &Notice<'_>,
 ) -> Result<Reply, Refusal> {
     let (report, snap) = snapshot(admin, hub).await?;
     Ok(page(
@@ -401,7 +402,7 @@ pub(super) async fn home(
         super::PREFIX,
         Some(csrf),
         secure,
-        &home_body(admin, &report, &snap),
+        &home_body(admin, &report, &snap, n),
     ))
 }
 

@@ -25,10 +25,13 @@
 
 mod forms;
 mod health;
+mod outcome;
 pub mod owner;
 mod pages;
 mod reply;
+mod sections;
 pub mod session;
+mod strength;
 mod transfer;
 
 use std::cell::RefCell;
@@ -43,24 +46,27 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tracing::{info, warn};
 
-use crate::agent::{Agent, Switchable};
+use crate::agent::Switchable;
 use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
-use crate::settings::Settings;
 use forms::post;
+use outcome::{Outcome, Paired, Tone};
 use pages::{Notice, Shell};
 pub use reply::Body;
 use reply::{
-    asset, page, redirect, refused, set_cookies, setup_page, signin_page, whole, Refusal, Reply,
-    CSS, JS,
+    asset, page, redirect, refused, refused_page, safe_next, sentence, set_cookies, setup_page,
+    signin_page, whole, Refusal, Reply, CSS, JS,
 };
+use sections::{agent_body, devices_body, push_body};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 
 /// Every admin path starts with this.
 pub const PREFIX: &str = "/admin/";
+/// The name of the device paired right after the claim, until the owner renames it.
+const CLAIM_DEVICE_NAME: &str = "Phone paired at set-up";
 /// Source addresses whose wrong passphrases are counted one by one; past them, the rest share
 /// one count (`guessing.rs`), so at most 17 × `admin_signin_failures_per_minute` a minute.
 const SIGNIN_TABLE: usize = 16;
@@ -86,6 +92,8 @@ pub struct Admin {
     pub restart: Rc<tokio::sync::Notify>,
     /// A restore upload is being received or checked: one at a time (`transfer.rs`).
     restoring: std::cell::Cell<bool>,
+    /// The passphrase meter's checks this minute (`strength.rs`).
+    strength_checks: strength::Window,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -152,6 +160,7 @@ impl Admin {
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             restoring: std::cell::Cell::new(false),
+            strength_checks: strength::Window::new(Instant::now()),
             url,
             tls,
         }
@@ -232,6 +241,9 @@ async fn serve_page(
     if path == "/" || path == "/admin" {
         return redirect(PREFIX);
     }
+    if method == Method::POST && path == strength::PATH {
+        return strength::serve(admin, req).await;
+    }
     let owner = match owner::load(&admin.data_dir) {
         Ok(o) => o,
         Err(e) => {
@@ -268,37 +280,61 @@ async fn serve_page(
             ),
         );
     }
+    let query = parse_form(req.uri().query().unwrap_or("").as_bytes()).unwrap_or(Form(vec![]));
     let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         if method == Method::GET || method == Method::HEAD {
             if path == PREFIX {
-                return signin_page(admin, StatusCode::OK, &Notice::None, secure);
+                let n = if query.get("changed") == "passphrase" {
+                    Notice::Good("Passphrase changed. Sign in with the new one.")
+                } else {
+                    Notice::None
+                };
+                return signin_page(admin, StatusCode::OK, query.get("next"), &n, secure);
             }
-            return redirect(PREFIX);
+            // Signed in, the owner lands on the page asked for.
+            return match safe_next(&path) {
+                Some(next) => redirect(&format!("{PREFIX}?next={next}")),
+                None => redirect(PREFIX),
+            };
         }
         return refused(admin, Refusal::NoSession, secure);
     };
-    let csrf = valid.csrf;
+    let csrf = valid.csrf.clone();
     let result = match method {
-        Method::GET | Method::HEAD => get(admin, hub, &path, &csrf, secure).await,
+        Method::GET | Method::HEAD => get(admin, hub, &path, &query, &valid, secure).await,
         Method::POST => {
             let form = match read_form(admin, req).await {
                 Ok(f) => f,
-                Err(r) => return refused(admin, r, secure),
+                Err(r) => return refused_page(admin, r, Some(&csrf), secure),
             };
             if !session::same(form.get("csrf"), &csrf) {
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
                 return refused(admin, Refusal::BadCsrf, secure);
             }
-            match health::post(admin, &path, peer).await {
+            let done = match health::post(admin, &path, peer).await {
                 Some(r) => r,
-                None => post(admin, hub, &owner, &path, &form, &csrf, peer, secure).await,
+                None => post(admin, hub, &owner, &path, &form, &valid, peer, secure).await,
+            };
+            match (done, forms::section_of(&path)) {
+                // A form that could not be done says so on its page, as one that was done.
+                (
+                    Err(
+                        r @ (Refusal::BadInput(_) | Refusal::Unavailable(_) | Refusal::Conflict(_)),
+                    ),
+                    Some(section),
+                ) => {
+                    let o = Outcome::new(section, Tone::Bad, sentence(&r.to_string()));
+                    admin.sessions.borrow_mut().leave(&valid.key, o);
+                    Ok(redirect(section))
+                }
+                (done, _) => done,
             }
         }
         _ => Err(Refusal::NotFound),
     };
     match result {
         Ok(reply) => reply,
-        Err(r) => refused(admin, r, secure),
+        Err(r) => refused_page(admin, r, Some(&csrf), secure),
     }
 }
 
@@ -343,12 +379,8 @@ async fn unclaimed(
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
     if let Err(e) = owner::check_new(pass) {
-        return setup_page(
-            admin,
-            StatusCode::BAD_REQUEST,
-            &Notice::Bad(&e.to_string()),
-            secure,
-        );
+        let n = sentence(&e.to_string());
+        return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&n), secure);
     }
     let owner = match hash_new(admin, pass).await {
         Ok(o) => o,
@@ -364,36 +396,32 @@ async fn unclaimed(
         .sessions
         .borrow_mut()
         .create(owner.stamp(), Instant::now());
-    let csrf = admin
+    let key = admin
         .sessions
         .borrow_mut()
         .check(&id, owner.stamp(), Instant::now())
-        .map(|v| v.csrf)
-        .unwrap_or_default();
-    // Right after claiming: pair the phone showing the page (or another one).
-    let body = match hub.pair("").await {
-        Ok((device, token)) => {
-            let inv = Invitation::new(&admin.url, &token, admin.tls.as_ref());
-            pages::invitation(
-                &inv,
-                &device.device_id,
-                "The gateway is yours. Now pair this phone:",
-            )
+        .map(|v| v.key);
+    // Right after claiming: pair the phone showing the page (or another one), shown once.
+    let mut reply = match (hub.pair(CLAIM_DEVICE_NAME).await, key) {
+        (Ok((device, token)), Some(key)) => {
+            let paired = Paired {
+                device_id: device.device_id,
+                token: zeroize::Zeroizing::new(token),
+                intro: "The gateway is yours. Now pair this phone:",
+            };
+            let once = admin.sessions.borrow_mut().keep_paired(&key, paired);
+            redirect(&format!("{}?id={once}", forms::PAIRED))
         }
-        Err(e) => pages::message(
-            &format!("The gateway is yours, but a device could not be paired ({e}); try Devices."),
-            &Notice::None,
-        ),
+        (Err(e), Some(key)) => {
+            let text = format!(
+                "The gateway is yours, but a phone could not be paired ({e}): pair one below."
+            );
+            let o = Outcome::new("/admin/devices", Tone::Warn, text);
+            admin.sessions.borrow_mut().leave(&key, o);
+            redirect("/admin/devices")
+        }
+        (_, None) => redirect(PREFIX),
     };
-    let mut reply = page(
-        admin,
-        StatusCode::OK,
-        "Pair this phone",
-        "",
-        Some(&csrf),
-        secure,
-        &body,
-    );
     set_cookies(
         &mut reply,
         &[
@@ -455,11 +483,13 @@ async fn sign_in(
         Ok(a) => a,
         Err(limited) => return signin_limited(admin, limited, peer, secure),
     };
+    let next = safe_next(form.get("next")).unwrap_or(PREFIX);
     if !verify(admin, owner, form.get("passphrase")).await {
         info!(%peer, "admin page: wrong passphrase");
         return signin_page(
             admin,
             StatusCode::UNAUTHORIZED,
+            next,
             &Notice::Bad("That passphrase is not right."),
             secure,
         );
@@ -470,7 +500,7 @@ async fn sign_in(
         .sessions
         .borrow_mut()
         .create(owner.stamp(), Instant::now());
-    let mut reply = redirect(PREFIX);
+    let mut reply = redirect(next);
     set_cookies(
         &mut reply,
         &[
@@ -495,10 +525,8 @@ fn limited_notice(
     };
     let secs = limited.retry_after.as_secs().max(1);
     info!(%peer, "admin page: {door} refused, over limits.admin_signin_failures_per_minute");
-    let n = format!(
-        "Too many wrong passphrases {whose}. For safety, passphrases are not checked for a \
-         while: try again in {secs} s."
-    );
+    let unit = if secs == 1 { "second" } else { "seconds" };
+    let n = format!("Too many wrong passphrases {whose}: wait {secs} {unit}, then try again.");
     (n, secs)
 }
 
@@ -512,6 +540,7 @@ fn signin_limited(
     let mut reply = signin_page(
         admin,
         StatusCode::TOO_MANY_REQUESTS,
+        PREFIX,
         &Notice::Bad(&n),
         secure,
     );
@@ -525,20 +554,23 @@ fn retry_after(reply: &mut Reply, secs: u64) {
         .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
-/// The signed-in pages (GET): each renders fresh state, nothing is cached.
+/// The signed-in pages (GET): each renders fresh state, nothing is cached, and shows what the
+/// form that redirected here did (`outcome.rs`), once.
 async fn get(
     admin: &Admin,
     hub: &Rc<Hub>,
     path: &str,
-    csrf: &str,
+    query: &Form,
+    valid: &session::Valid,
     secure: bool,
 ) -> Result<Reply, Refusal> {
-    let ok = |title: &str, body: String| {
+    let csrf = valid.csrf.as_str();
+    let ok = |title: &str, current: &str, body: String| {
         Ok(page(
             admin,
             StatusCode::OK,
             title,
-            path,
+            current,
             Some(csrf),
             secure,
             &body,
@@ -547,97 +579,37 @@ async fn get(
     if let Some(r) = health::get(admin, hub, path, csrf, secure).await {
         return r;
     }
+    if path == forms::PAIRED {
+        let paired = admin
+            .sessions
+            .borrow_mut()
+            .take_paired(&valid.key, query.get("id"));
+        let Some(p) = paired else {
+            return ok("Already shown", "/admin/devices", pages::already_shown());
+        };
+        let inv = Invitation::new(&admin.url, &p.token, admin.tls.as_ref());
+        let body = pages::invitation(&inv, &p.device_id, p.intro);
+        return ok("Pair a phone", "/admin/devices", body);
+    }
+    let outcome = admin.sessions.borrow_mut().take_outcome(&valid.key, path);
+    let n = Notice::of(outcome.as_ref());
     match path {
-        PREFIX => health::home(admin, hub, csrf, secure).await,
-        "/admin/devices" => ok("Devices", devices_body(hub, csrf, &Notice::None)?),
-        "/admin/agent" => ok(
-            "Agent",
-            agent_body(admin, hub, csrf, &Notice::None, &Notice::None),
-        ),
-        "/admin/push" => ok("Push", push_body(admin, hub, csrf, &Notice::None)?),
-        "/admin/backup" => ok("Backup", pages::backup(csrf, &Notice::None)),
-        "/admin/log" => ok("Log", pages::log(&crate::logring::lines())),
-        "/admin/owner" => ok("Owner", pages::owner(csrf, &Notice::None)),
+        PREFIX => health::home(admin, hub, csrf, secure, &n).await,
+        "/admin/devices" => ok("Devices", path, devices_body(hub, csrf, &n)?),
+        "/admin/agent" => {
+            let (agent, transcription) = match outcome.as_ref() {
+                Some(o) if o.typed("form") == Some("transcription") => (None, Some(o)),
+                o => (o, None),
+            };
+            let body = agent_body(admin, hub, csrf, agent, transcription);
+            ok("Agent", path, body)
+        }
+        "/admin/push" => ok("Push", path, push_body(admin, hub, csrf, &n)?),
+        "/admin/backup" => ok("Backup", path, pages::backup(csrf, &n)),
+        "/admin/log" => ok("Log", path, pages::log(&crate::logring::lines())),
+        "/admin/owner" => ok("Owner", path, pages::owner(csrf, &n)),
         _ => Err(Refusal::NotFound),
     }
-}
-
-/// The devices section with the store's devices, oldest first.
-fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
-    let mut list = hub
-        .store()
-        .devices()
-        .map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    list.sort_by_key(|d| d.created_ms);
-    Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
-}
-
-/// The agent section: what is in effect now (never the key), and what flags pin; then the
-/// transcription section (`nt` its notice).
-fn agent_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice, nt: &Notice) -> String {
-    let config = admin.config.borrow();
-    let a = &config.agent;
-    let view = pages::AgentView {
-        backend: &a.backend,
-        url: &a.url,
-        model: &a.model,
-        key_set: !a.key.is_empty() || a.key_file.is_some(),
-        pinned: admin
-            .pinned
-            .iter()
-            .copied()
-            .filter(|k| k.starts_with("agent."))
-            .collect(),
-        describe: admin.agent.describe(),
-        files: if a.backend == "demo" {
-            "The demo agent answers a message that has files with a small text file.".to_owned()
-        } else {
-            crate::agent::media_out::FilePolicy::from_config(&config).describe()
-        },
-    };
-    let t = &config.transcription;
-    let transcription = pages::TranscriptionView {
-        url: &t.url,
-        model: &t.model,
-        language: &t.language,
-        key_set: !t.key.is_empty() || t.key_file.is_some(),
-        now: hub.transcription_service(),
-    };
-    pages::agent(&view, csrf, n) + &pages::transcription(&transcription, csrf, nt)
-}
-
-/// The push section: what runs now, and the saved settings (they apply at the next start).
-fn push_body(admin: &Admin, hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
-    let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let mut config = admin.config.borrow().clone();
-    saved.apply(&mut config);
-    let p = &config.push;
-    let report = hub.status_report();
-    let running = match &report.push_error {
-        Some(e) => format!("{}, failing: {e}", report.push),
-        None => report.push.clone(),
-    };
-    let targets: Vec<_> = hub
-        .store()
-        .devices()
-        .map_err(|e| Refusal::Unavailable(e.to_string()))?
-        .into_iter()
-        .filter(|d| d.ntfy_topic.is_some() || d.fcm_token.is_some())
-        .collect();
-    let view = pages::PushView {
-        running: &running,
-        backend: &p.backend,
-        ntfy_server: &p.ntfy_server,
-        token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
-        content: &p.content,
-        pinned: admin
-            .pinned
-            .iter()
-            .copied()
-            .filter(|k| k.starts_with("push."))
-            .collect(),
-    };
-    Ok(pages::push(&view, &targets, csrf, n))
 }
 
 /// The https address of the admin page when TLS is on (for what `run` prints).

@@ -18,8 +18,12 @@ use sha2::{Digest, Sha256};
 
 /// The file's name inside the data dir.
 pub const FILE_NAME: &str = "owner.json";
-/// Shortest passphrase accepted (the issue: at least 12 characters).
+/// Shortest passphrase accepted.
 pub const MIN_PASSPHRASE_CHARS: usize = 12;
+/// Lowest zxcvbn score (0–4) accepted for a new passphrase: 3 is "safely unguessable" in
+/// zxcvbn's own terms (about 10^8 guesses and up), which an offline attack on the Argon2id
+/// hash at a Pi's pace cannot reach; 2 lets through repeats and keyboard rows of 12+ characters.
+pub const MIN_STRENGTH_SCORE: u8 = 3;
 /// Longest passphrase accepted, in bytes: far beyond any person's, short enough to hash fast.
 pub const MAX_PASSPHRASE_BYTES: usize = 1024;
 /// Argon2id memory cost (OWASP's minimum for Argon2id: 19 MiB, 2 passes, 1 lane).
@@ -36,6 +40,8 @@ pub enum OwnerError {
     TooShort,
     #[error("the passphrase must be at most {MAX_PASSPHRASE_BYTES} bytes")]
     TooLong,
+    #[error("this passphrase is too easy to guess{why}: add a few unrelated words")]
+    Weak { score: u8, why: String },
     #[error("cannot read or write {path}: {source}")]
     Io {
         path: PathBuf,
@@ -66,15 +72,75 @@ pub fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(FILE_NAME)
 }
 
-/// Checks a new passphrase's length (characters, not bytes, for the minimum).
+/// What the policy makes of a new passphrase: the page's meter shows exactly this (it asks
+/// `/admin/strength`), and set-up and the passphrase change refuse what is not `ok`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strength {
+    /// zxcvbn's score, 0–4 (0 for one too short or too long to be scored).
+    pub score: u8,
+    /// Long enough and strong enough.
+    pub ok: bool,
+    /// One sentence for the owner.
+    pub words: String,
+}
+
+/// Rates a new passphrase for the page's meter: the same test as [`check_new`].
+pub fn strength(passphrase: &str) -> Strength {
+    match rate(passphrase) {
+        Ok(score) => Strength {
+            score,
+            ok: true,
+            words: if score == 4 {
+                "Strong."
+            } else {
+                "Good enough."
+            }
+            .to_owned(),
+        },
+        Err(e) => Strength {
+            score: match e {
+                OwnerError::Weak { score, .. } => score,
+                _ => 0,
+            },
+            ok: false,
+            words: sentence(&e.to_string()),
+        },
+    }
+}
+
+/// Checks a new passphrase against the policy: length, then zxcvbn's score.
 pub fn check_new(passphrase: &str) -> Result<(), OwnerError> {
+    rate(passphrase).map(|_| ())
+}
+
+/// The zxcvbn score of a passphrase the policy accepts, or why it does not.
+fn rate(passphrase: &str) -> Result<u8, OwnerError> {
     if passphrase.len() > MAX_PASSPHRASE_BYTES {
         return Err(OwnerError::TooLong);
     }
     if passphrase.chars().count() < MIN_PASSPHRASE_CHARS {
         return Err(OwnerError::TooShort);
     }
-    Ok(())
+    // zxcvbn looks at the first 100 characters only, which bounds its cost.
+    let entropy = zxcvbn::zxcvbn(passphrase, &["iris", "gateway", "iris-gateway"]);
+    let score = u8::from(entropy.score());
+    if score >= MIN_STRENGTH_SCORE {
+        return Ok(score);
+    }
+    let why = entropy
+        .feedback()
+        .and_then(|f| f.warning())
+        .map(|w| format!(" ({})", w.to_string().trim_end_matches('.').to_lowercase()))
+        .unwrap_or_default();
+    Err(OwnerError::Weak { score, why })
+}
+
+/// An error's text as a sentence: capital first, full stop last.
+fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect::<String>() + ".")
+        .unwrap_or_default()
 }
 
 /// The one Argon2id configuration used to hash (verifying reads the parameters from the hash).
@@ -182,6 +248,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(load(dir.path()).unwrap().is_none());
         assert!(matches!(hash("short"), Err(OwnerError::TooShort)));
+        assert!(matches!(
+            hash("aaaaaaaaaaaa"),
+            Err(OwnerError::Weak { score: 0, .. })
+        ));
+        let weak = strength("aaaaaaaaaaaa");
+        assert!(!weak.ok);
+        assert_eq!(
+            weak.words,
+            "This passphrase is too easy to guess (repeats like \"aaa\" are easy to guess): \
+             add a few unrelated words."
+        );
+        assert!(!strength("short").ok);
+        assert!(strength("violet tractor harbour 42").ok);
         let owner = hash("correct horse battery").unwrap();
         assert!(owner.hash.starts_with("$argon2id$"), "{}", owner.hash);
         assert!(claim(dir.path(), &owner).unwrap());

@@ -36,15 +36,42 @@ pub struct Shell<'a> {
 pub enum Notice<'a> {
     None,
     Good(&'a str),
+    /// Done, with something to know (saved, but the agent does not answer).
+    Warn(&'a str),
     Bad(&'a str),
+}
+
+impl<'a> Notice<'a> {
+    /// What a form left for this page (`super::outcome`), or none.
+    pub fn of(o: Option<&'a super::outcome::Outcome>) -> Notice<'a> {
+        use super::outcome::Tone;
+        match o {
+            None => Notice::None,
+            Some(o) => match o.tone {
+                Tone::Good => Notice::Good(&o.text),
+                Tone::Warn => Notice::Warn(&o.text),
+                Tone::Bad => Notice::Bad(&o.text),
+            },
+        }
+    }
 }
 
 /// A notice as HTML (escaped).
 fn notice(n: &Notice) -> String {
     match n {
         Notice::None => String::new(),
-        Notice::Good(t) => format!("<p class=\"good\" role=\"status\">{}</p>", escape(t)),
-        Notice::Bad(t) => format!("<p class=\"bad\" role=\"alert\">{}</p>", escape(t)),
+        Notice::Good(t) => format!(
+            "<p class=\"good\" role=\"status\" id=\"notice\">{}</p>",
+            escape(t)
+        ),
+        Notice::Warn(t) => format!(
+            "<p class=\"warn\" role=\"status\" id=\"notice\">{}</p>",
+            escape(t)
+        ),
+        Notice::Bad(t) => format!(
+            "<p class=\"bad\" role=\"alert\" id=\"notice\">{}</p>",
+            escape(t)
+        ),
     }
 }
 
@@ -122,14 +149,22 @@ pub fn csrf_field(csrf: &str) -> String {
     )
 }
 
-/// A new-passphrase field with the strength meter the script fills in.
-fn strength_input(id: &str, label: &str) -> String {
+/// A new-passphrase field with the strength meter the script fills in from the gateway's own
+/// verdict (`POST /admin/strength`, the test set-up and the change apply), so they cannot
+/// disagree. The meter is red below the score the gateway accepts, green from it.
+fn strength_input(id: &str, label: &str, token: &str) -> String {
+    use super::owner::{MIN_PASSPHRASE_CHARS, MIN_STRENGTH_SCORE};
     format!(
         "<label for=\"{id}\">{label}</label>\
          <input type=\"password\" id=\"{id}\" name=\"{id}\" autocomplete=\"new-password\" \
-         minlength=\"12\" maxlength=\"1024\" required data-strength=\"{id}-meter\">\
-         <meter id=\"{id}-meter\" min=\"0\" max=\"100\" value=\"0\"></meter> \
-         <span id=\"{id}-meter-text\">at least 12 characters</span>"
+         minlength=\"{MIN_PASSPHRASE_CHARS}\" maxlength=\"1024\" required \
+         data-strength=\"{id}-meter\" data-token=\"{}\">\
+         <meter id=\"{id}-meter\" min=\"0\" max=\"4\" low=\"{low}\" high=\"{MIN_STRENGTH_SCORE}\" \
+         optimum=\"4\" value=\"0\"></meter> \
+         <span id=\"{id}-meter-text\">At least {MIN_PASSPHRASE_CHARS} characters, and not easy to \
+         guess: a few unrelated words work well.</span>",
+        escape(token),
+        low = f32::from(MIN_STRENGTH_SCORE) - 0.5,
     )
 }
 
@@ -147,15 +182,16 @@ pub fn setup(pre: &str, n: &Notice) -> String {
          <p><button id=\"claim\" class=\"big\">Claim this gateway</button></p></form>",
         notice(n),
         escape(pre),
-        strength_input("passphrase", "Owner passphrase (at least 12 characters)"),
+        strength_input("passphrase", "Owner passphrase", pre),
     )
 }
 
-/// Sign-in.
-pub fn signin(pre: &str, n: &Notice) -> String {
+/// Sign-in; `next` is the page asked for, where a right passphrase leads.
+pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
     format!(
         "{}<form method=\"post\" action=\"/admin/signin\">\
          <input type=\"hidden\" name=\"pre\" value=\"{}\">\
+         <input type=\"hidden\" name=\"next\" value=\"{}\">\
          <label for=\"passphrase\">Owner passphrase</label>\
          <input type=\"password\" id=\"passphrase\" name=\"passphrase\" \
          autocomplete=\"current-password\" maxlength=\"1024\" required autofocus>\
@@ -163,7 +199,8 @@ pub fn signin(pre: &str, n: &Notice) -> String {
          <p><small>Forgot it? At the box: <code>iris-gateway owner set</code> (or \
          <code>owner reset</code> to set it up again here).</small></p>",
         notice(n),
-        escape(pre)
+        escape(pre),
+        escape(next)
     )
 }
 
@@ -238,7 +275,11 @@ pub fn status(r: &StatusReport, n: &Notice) -> String {
             escape(e)
         ),
         None if r.push == "none" => "off".to_owned(),
-        None => format!("{}: working", escape(&r.push)),
+        None if r.push_confirmed => format!("{}: working", escape(&r.push)),
+        None => format!(
+            "{}: not tried yet (<a href=\"/admin/push\">send a test push</a>)",
+            escape(&r.push)
+        ),
     };
     let up = r.uptime_secs;
     let restore = r.restore_failure.as_ref().map_or_else(String::new, |why| {
@@ -296,7 +337,8 @@ pub fn devices(
                  <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
                  aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
                  <br><small><code>{id}</code></small></td>\
-                 <td>{paired}</td><td>{seen}</td><td class=\"connected\">{now}</td>\
+                 <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
+                 <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
                  data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
@@ -310,7 +352,7 @@ pub fn devices(
         "<p id=\"no-devices\">No device is paired yet.</p>".to_owned()
     } else {
         format!(
-            "<table id=\"device-table\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
+            "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
              <th>Connected</th><th></th></tr>{rows}</table>"
         )
     };
@@ -335,6 +377,8 @@ pub struct AgentView<'a> {
     pub describe: String,
     /// What of the agent's files reaches the phone (`media_out::FilePolicy::describe`).
     pub files: String,
+    /// The form shows what was typed for a test, and a key was typed: it is not shown back.
+    pub key_typed: bool,
 }
 
 /// `<option>`s with the current value selected.
@@ -358,7 +402,9 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
             escape(&v.pinned.join(", "))
         )
     };
-    let key_note = if v.key_set {
+    let key_note = if v.key_typed {
+        "The key you typed was used for the test but is never shown back: type it again to save it."
+    } else if v.key_set {
         "A key is saved (it is never shown). Type a new one to replace it. A key goes only to the URL it was saved with: a new URL with this field empty gets no key."
     } else {
         "No key is saved."
@@ -372,7 +418,7 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
          <input type=\"url\" id=\"url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
          <label for=\"key\">Key</label>\
          <input type=\"password\" id=\"key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
-         <small>{key_note}</small>\
+         <small id=\"agent-key-note\">{key_note}</small>\
          <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
          <label for=\"model\">Model (empty: the agent's default)</label>\
          <input type=\"text\" id=\"model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
@@ -404,11 +450,15 @@ pub struct TranscriptionView<'a> {
     pub key_set: bool,
     /// The service voice notes go to now, or `None` when it is off.
     pub now: Option<String>,
+    /// The form shows what was typed for a test, and a key was typed: it is not shown back.
+    pub key_typed: bool,
 }
 
 /// The Agent page's Transcription section: where voice notes are turned into text.
 pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
-    let key_note = if v.key_set {
+    let key_note = if v.key_typed {
+        "The key you typed was used for the test but is never shown back: type it again to save it."
+    } else if v.key_set {
         "A key is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
     } else {
         "No key is saved (a service on your network usually needs none)."
@@ -454,6 +504,8 @@ pub struct PushView<'a> {
     pub content: &'a str,
     /// Keys a flag pins (the saved value cannot take effect while the flag is given).
     pub pinned: Vec<&'static str>,
+    /// The ntfy topic the test offers.
+    pub test_topic: &'a str,
 }
 
 /// The push section.
@@ -474,18 +526,28 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
             )
         })
         .collect();
-    let test = if targets.is_empty() {
-        "<p>No device has registered for pushes yet (the app does when it connects with push \
-         on).</p>"
+    let to = if targets.is_empty() {
+        "<p>No phone has registered for pushes yet (the app does when it connects with push \
+         on): the test goes to the topic below.</p>"
             .to_owned()
     } else {
         format!(
-            "<form method=\"post\" action=\"/admin/push/test\">{field}\
-             <label for=\"device\">Send a test push to</label>\
-             <select id=\"device\" name=\"device_id\">{devices}</select> \
-             <button id=\"push-test\">Send</button></form>"
+            "<label for=\"device\">Send it to</label>\
+             <select id=\"device\" name=\"device_id\">{devices}\
+             <option value=\"\">the ntfy topic below</option></select>"
         )
     };
+    let test = format!(
+        "<h2>Test</h2><p>Sends one push now with the settings saved below and says what the \
+         push server answered.</p>\
+         <form method=\"post\" action=\"/admin/push/test\">{field}{to}\
+         <label for=\"test-topic\">ntfy topic (subscribe to it in the ntfy app to see the \
+         test)</label>\
+         <input type=\"text\" id=\"test-topic\" name=\"topic\" value=\"{topic}\" \
+         maxlength=\"64\">\
+         <p><button id=\"push-test\">Send a test push now</button></p></form>",
+        topic = escape(v.test_topic),
+    );
     let token_note = if v.token_set {
         "A token is saved (never shown). Type a new one to replace it. A token goes only to the server it was saved with: a new server with this field empty gets none."
     } else {
@@ -500,7 +562,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
         )
     };
     format!(
-        "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>{test}\
+        "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>\
          <h2>Settings</h2>\
          <form method=\"post\" action=\"/admin/push\">{field}\
          <label for=\"push-backend\">Backend</label>\
@@ -513,7 +575,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
          <label for=\"content\">What a push shows</label>\
          <select id=\"content\" name=\"content\">{}</select>\
          <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\
-         <form method=\"post\" action=\"/admin/restart\">{field}\
+         {test}<form method=\"post\" action=\"/admin/power/restart\">{field}\
          <p><button id=\"restart\">Restart now</button> (phones reconnect by themselves)</p></form>",
         notice(n),
         escape(v.running),
@@ -586,11 +648,36 @@ pub fn owner(csrf: &str, n: &Notice) -> String {
          <p><button id=\"change\">Change it</button></p></form>",
         notice(n),
         csrf_field(csrf),
-        strength_input("passphrase", "New passphrase (at least 12 characters)"),
+        strength_input("passphrase", "New passphrase", csrf),
     )
 }
 
-/// A page with a message only.
+/// A page with a message only: in one `#result` block, which is what the restore form's
+/// script shows of an answer (the rest of the page would repeat around it).
 pub fn message(text: &str, n: &Notice) -> String {
-    format!("{}<p>{}</p>", notice(n), escape(text))
+    format!(
+        "<div id=\"result\">{}<p>{}</p></div>",
+        notice(n),
+        escape(text)
+    )
+}
+
+/// A refusal: its one sentence, and a way back.
+pub fn refusal(text: &str, back: (&str, &str)) -> String {
+    format!(
+        "<div id=\"result\"><p class=\"bad\" role=\"alert\" id=\"notice\">{}</p></div>\
+         <p><a id=\"back\" href=\"{}\">{}</a></p>",
+        escape(text),
+        back.0,
+        escape(back.1)
+    )
+}
+
+/// A pairing result asked for again (a reload): it is shown once only.
+pub fn already_shown() -> String {
+    "<div id=\"result\"><p class=\"warn\" id=\"notice\">This pairing code was shown once and \
+     is not shown again, so reloading pairs nothing.</p></div>\
+     <p>If the phone did not get it, revoke that device and pair again on \
+     <a id=\"back\" href=\"/admin/devices\">Devices</a>.</p>"
+        .to_owned()
 }

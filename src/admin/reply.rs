@@ -30,11 +30,11 @@ pub(super) enum Refusal {
     NoSession,
     #[error("this form is stale or came from another site; reload the page and try again")]
     BadCsrf,
-    #[error("too large: a form is at most limits.admin_max_form_bytes, a restore upload at most limits.media_quota_bytes plus 1 GiB")]
+    #[error("that was larger than the gateway accepts; nothing was done")]
     TooLarge,
     #[error("{0}")]
     BadInput(String),
-    #[error("not found")]
+    #[error("there is no page at this address")]
     NotFound,
     #[error("{0}")]
     Unavailable(String),
@@ -76,8 +76,15 @@ pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, secure: 
     reply
 }
 
-/// The sign-in page, with a fresh double-submit token in its cookie and its form.
-pub(super) fn signin_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Reply {
+/// The sign-in page, with a fresh double-submit token in its cookie and its form; `next` is
+/// where a right passphrase leads.
+pub(super) fn signin_page(
+    admin: &Admin,
+    status: StatusCode,
+    next: &str,
+    n: &Notice,
+    secure: bool,
+) -> Reply {
     let pre = session::random_token();
     let mut reply = page(
         admin,
@@ -86,7 +93,7 @@ pub(super) fn signin_page(admin: &Admin, status: StatusCode, n: &Notice, secure:
         "",
         None,
         secure,
-        &pages::signin(&pre, n),
+        &pages::signin(&pre, safe_next(next).unwrap_or(PREFIX), n),
     );
     set_cookies(
         &mut reply,
@@ -97,16 +104,56 @@ pub(super) fn signin_page(admin: &Admin, status: StatusCode, n: &Notice, secure:
 
 /// The page for a refusal, with its status.
 pub(super) fn refused(admin: &Admin, r: Refusal, secure: bool) -> Reply {
-    let status = r.status();
-    let text = r.to_string();
-    let body = match r {
-        Refusal::NoSession => format!(
-            "{}<p><a href=\"{PREFIX}\">Sign in</a></p>",
-            pages::message(&text, &Notice::None)
-        ),
-        _ => pages::message(&text, &Notice::Bad(&text)),
+    refused_page(admin, r, None, secure)
+}
+
+/// The page for a refusal: its one sentence and a way back; with `csrf` (signed in) in the
+/// page with its navigation.
+pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, secure: bool) -> Reply {
+    let (title, back) = match (&r, csrf) {
+        (Refusal::NoSession, _) => ("Signed out", "Sign in"),
+        (Refusal::NotFound, _) => ("Page not found", "Back to the start page"),
+        (_, Some(_)) => ("Not done", "Back to the start page"),
+        (_, None) => ("Not done", "Back to the start"),
     };
-    page(admin, status, "Not done", "", None, secure, &body)
+    let body = pages::refusal(&sentence(&r.to_string()), (PREFIX, back));
+    page(admin, r.status(), title, "", csrf, secure, &body)
+}
+
+/// A message as one sentence: capital first, a full stop last.
+pub(super) fn sentence(text: &str) -> String {
+    let mut chars = text.trim().chars();
+    let Some(first) = chars.next() else {
+        return String::new();
+    };
+    let mut s: String = first.to_uppercase().chain(chars).collect();
+    if !s.ends_with(['.', '!', '?']) {
+        s.push('.');
+    }
+    s
+}
+
+/// Where sign-in may lead: an admin page of this box, never elsewhere (no open redirect).
+/// Only a path of plain characters under [`PREFIX`], not a static file or a one-time result.
+pub(super) fn safe_next(next: &str) -> Option<&str> {
+    let plain = next
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-_".contains(&b));
+    (plain
+        && next.len() <= 64
+        && next.starts_with(PREFIX)
+        && !next.contains("//")
+        && !next.starts_with("/admin/static/")
+        && next != "/admin/paired")
+        .then_some(next)
+}
+
+/// A JSON answer with the guarding headers.
+pub(super) fn json(status: StatusCode, value: &serde_json::Value) -> Reply {
+    let mut reply = Response::new(Full::new(Bytes::from(value.to_string())));
+    *reply.status_mut() = status;
+    guard(&mut reply, "application/json");
+    reply
 }
 
 /// A whole page with the headers every admin answer carries.
@@ -145,14 +192,14 @@ pub(super) fn asset(content_type: &'static str, body: &'static str) -> Reply {
     reply
 }
 
-/// `303 See Other` to an admin path (after a POST, or to sign in).
-pub(super) fn redirect(to: &'static str) -> Reply {
+/// `303 See Other` to an admin path (after a POST, or to sign in). `to` is built by the
+/// gateway from plain characters; one that is not a header value leads to the start page.
+pub(super) fn redirect(to: &str) -> Reply {
     let mut reply = Response::new(Full::new(Bytes::new()));
     *reply.status_mut() = StatusCode::SEE_OTHER;
     guard(&mut reply, "text/plain; charset=utf-8");
-    reply
-        .headers_mut()
-        .insert(header::LOCATION, HeaderValue::from_static(to));
+    let to = HeaderValue::from_str(to).unwrap_or(HeaderValue::from_static(PREFIX));
+    reply.headers_mut().insert(header::LOCATION, to);
     reply
 }
 
@@ -162,5 +209,36 @@ pub(super) fn set_cookies(reply: &mut Reply, cookies: &[String]) {
         if let Ok(v) = HeaderValue::from_str(c) {
             reply.headers_mut().append(header::SET_COOKIE, v);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_in_leads_only_to_this_box_s_pages() {
+        assert_eq!(safe_next("/admin/devices"), Some("/admin/devices"));
+        assert_eq!(safe_next("/admin/"), Some("/admin/"));
+        for bad in [
+            "https://evil.example/admin/",
+            "//evil.example/admin/",
+            "/admin//evil.example",
+            "/admin/../etc",
+            "/admin/devices?x=1",
+            "/admin\\evil",
+            "/admin/static/admin.js",
+            "/admin/paired",
+            "/elsewhere",
+            "",
+        ] {
+            assert_eq!(safe_next(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_reads_as_one_sentence() {
+        assert_eq!(sentence("there is no page"), "There is no page.");
+        assert_eq!(sentence("Saved."), "Saved.");
     }
 }

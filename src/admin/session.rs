@@ -21,6 +21,8 @@ use std::path::Path;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
+
+use super::outcome::{Outcome, Paired};
 use sha2::{Digest, Sha256};
 
 /// The session cookie's name.
@@ -41,6 +43,11 @@ struct Session {
     /// When `admin_session_max_secs` after sign-in is up.
     ends: Instant,
     last_used: Instant,
+    /// What the last form did, for the page it redirected to.
+    outcome: Option<Outcome>,
+    /// The latest pairing not yet shown, under its one-time id (a newer one replaces it: the
+    /// device stays listed, only its token is not shown again).
+    paired: Option<(String, Paired)>,
 }
 
 /// A session as [`FILE`] keeps it: an `Instant` means nothing to the next process, so times
@@ -67,6 +74,8 @@ pub enum FileError {
 #[derive(Debug, Clone)]
 pub struct Valid {
     pub csrf: String,
+    /// Names the session for [`Sessions::leave`] and the other per-session calls.
+    pub key: [u8; 32],
 }
 
 /// The table.
@@ -127,6 +136,8 @@ impl Sessions {
             owner_stamp,
             ends: now + self.lifetime,
             last_used: now,
+            outcome: None,
+            paired: None,
         });
         id
     }
@@ -145,7 +156,46 @@ impl Sessions {
         s.last_used = now;
         Some(Valid {
             csrf: s.csrf.clone(),
+            key: h,
         })
+    }
+
+    fn by_key(&mut self, key: &[u8; 32]) -> Option<&mut Session> {
+        self.sessions.iter_mut().find(|s| &s.id_hash == key)
+    }
+
+    /// Leaves what a form did for the next GET of its page.
+    pub fn leave(&mut self, key: &[u8; 32], outcome: Outcome) {
+        if let Some(s) = self.by_key(key) {
+            s.outcome = Some(outcome);
+        }
+    }
+
+    /// What the last form did, if it was for `page`: shown once.
+    pub fn take_outcome(&mut self, key: &[u8; 32], page: &str) -> Option<Outcome> {
+        let s = self.by_key(key)?;
+        if s.outcome.as_ref().is_some_and(|o| o.page == page) {
+            return s.outcome.take();
+        }
+        None
+    }
+
+    /// Keeps a new pairing for one showing; returns its one-time id.
+    pub fn keep_paired(&mut self, key: &[u8; 32], paired: Paired) -> String {
+        let id = random_token();
+        if let Some(s) = self.by_key(key) {
+            s.paired = Some((id.clone(), paired));
+        }
+        id
+    }
+
+    /// The pairing kept under `id`, once: a second call (a reload) gets `None`.
+    pub fn take_paired(&mut self, key: &[u8; 32], id: &str) -> Option<Paired> {
+        let s = self.by_key(key)?;
+        if s.paired.as_ref().is_some_and(|(k, _)| same(k, id)) {
+            return s.paired.take().map(|(_, p)| p);
+        }
+        None
     }
 
     /// Ends every session (sign-out, a new passphrase): any browser signs in again.
@@ -234,6 +284,9 @@ impl Sessions {
                 // Just after a boot the monotonic clock is younger than the idle time: the
                 // idle time then counts from the start.
                 last_used: now.checked_sub(idle_for).unwrap_or(now),
+                // Shown-once results stay in memory: a pairing token is never written to disk.
+                outcome: None,
+                paired: None,
             });
         }
         Ok(self.sessions.len())
@@ -370,6 +423,34 @@ mod tests {
         assert!(
             !dir.path().join(FILE).exists(),
             "a bad file is not read twice"
+        );
+    }
+
+    #[test]
+    fn an_outcome_and_a_pairing_are_shown_once() {
+        use super::super::outcome::Tone;
+        let t0 = Instant::now();
+        let mut s = Sessions::new(2, Duration::from_secs(10), Duration::from_secs(30));
+        let id = s.create([1; 32], t0);
+        let key = s.check(&id, [1; 32], t0).unwrap().key;
+        s.leave(&key, Outcome::new("/admin/push", Tone::Good, "Saved."));
+        assert!(
+            s.take_outcome(&key, "/admin/agent").is_none(),
+            "another page"
+        );
+        assert_eq!(s.take_outcome(&key, "/admin/push").unwrap().text, "Saved.");
+        assert!(s.take_outcome(&key, "/admin/push").is_none(), "shown once");
+        let paired = Paired {
+            device_id: "dev_1".into(),
+            token: zeroize::Zeroizing::new("tok".into()),
+            intro: "Pair",
+        };
+        let once = s.keep_paired(&key, paired);
+        assert!(s.take_paired(&key, "forged").is_none());
+        assert_eq!(s.take_paired(&key, &once).unwrap().device_id, "dev_1");
+        assert!(
+            s.take_paired(&key, &once).is_none(),
+            "a reload finds it gone"
         );
     }
 

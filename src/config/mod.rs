@@ -314,6 +314,9 @@ pub struct Limits {
     pub admin_disk_low_percent: u8,
     /// Seconds the admin page waits for `[power]`'s reboot or shut-down command to return.
     pub admin_power_command_secs: u64,
+    /// Passphrase strength checks (`/admin/strength`, the set-up and change forms' meter) per
+    /// minute, over all browsers; past it the meter waits and the form's own check still runs.
+    pub admin_strength_checks_per_minute: u32,
     /// Milliseconds between two `message.update` (or `tool.progress`) frames of one message:
     /// each carries the latest state, so a fast stream costs a device what the text costs, not
     /// one frame per token (docs/backpressure.md, "Pacing"). 0 sends one per token.
@@ -409,6 +412,7 @@ impl Default for Limits {
             admin_health_refresh_secs: 5,
             admin_disk_low_percent: 10,
             admin_power_command_secs: 15,
+            admin_strength_checks_per_minute: 120,
             stream_update_ms: 200,
             transcription_bytes: 25 << 20,
             agent_file_bytes: 32 << 20,

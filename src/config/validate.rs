@@ -195,10 +195,11 @@ fn door_checks(l: &Limits) -> [Check; 2] {
                 && l.admin_max_form_bytes >= 1024
                 && l.admin_health_refresh_secs >= 1
                 && l.admin_disk_low_percent <= 100
-                && l.admin_power_command_secs >= 1,
-            "admin limits: sessions, sign-in failures, idle seconds, health refresh and power \
-             command seconds at least 1, admin_session_max_secs at least admin_session_idle_secs, \
-             forms at least 1024 bytes, admin_disk_low_percent at most 100",
+                && l.admin_power_command_secs >= 1
+                && l.admin_strength_checks_per_minute >= 1,
+            "admin limits: sessions, sign-in failures, strength checks, idle seconds, health \
+             refresh and power command seconds at least 1, admin_session_max_secs at least \
+             admin_session_idle_secs, forms at least 1024 bytes, admin_disk_low_percent at most 100",
         ),
     ]
 }

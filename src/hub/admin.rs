@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use tracing::info;
 
 use super::state::Hub;
+use crate::config::PushConfig;
 use crate::push::{PushJob, Target};
 use crate::store::{Change, Record};
 
@@ -14,14 +15,27 @@ use super::errors::CommitError;
 /// Why a test push was not queued.
 #[derive(Debug, thiserror::Error)]
 pub enum TestPushError {
-    #[error("push is off (push.backend = \"none\")")]
+    #[error("push is off: choose ntfy or Firebase below and save first")]
     Off,
     #[error("no device `{0}`")]
     NoSuchDevice(String),
     #[error("this device has not told the gateway where to push it yet (it registers when the app connects with push on)")]
     NoTarget,
+    #[error("Firebase needs a phone's registration to push to: pair a phone and open the app with push on first")]
+    NoDevice,
+    #[error("the test push to {place} failed: {why}")]
+    Failed { place: String, why: String },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+/// Where the admin page's test push goes.
+#[derive(Debug, Clone, Copy)]
+pub enum TestTarget<'a> {
+    /// A paired device, at what it registered.
+    Device(&'a str),
+    /// An ntfy topic typed on the page: a test before any phone has registered.
+    Topic(&'a str),
 }
 
 impl Hub {
@@ -46,26 +60,45 @@ impl Hub {
         Ok(true)
     }
 
-    /// Queues one push to a device, as a real one would be sent; returns where it goes.
-    pub fn test_push(&self, device_id: &str) -> Result<String, TestPushError> {
-        if !self.pusher.is_enabled() {
-            return Err(TestPushError::Off);
-        }
-        let device = self
-            .store
-            .device(device_id)?
-            .ok_or_else(|| TestPushError::NoSuchDevice(device_id.to_owned()))?;
-        let target = self
-            .pusher
-            .target_for(device.ntfy_topic.as_deref(), device.fcm_token.as_deref())
-            .ok_or(TestPushError::NoTarget)?;
+    /// Sends one test push now with `config` (the push settings the page shows) and waits for
+    /// the push server's answer, off the event loop; returns where it went. With the settings
+    /// running now (`running`), the answer is also push's health: a success is the first proof
+    /// push works, a failure is why it does not.
+    pub async fn test_push(
+        &self,
+        config: &PushConfig,
+        running: bool,
+        to: TestTarget<'_>,
+    ) -> Result<String, TestPushError> {
+        let target = match (config.backend.as_str(), to) {
+            ("none", _) => return Err(TestPushError::Off),
+            (backend, TestTarget::Device(device_id)) => {
+                let device = self
+                    .store
+                    .device(device_id)?
+                    .ok_or_else(|| TestPushError::NoSuchDevice(device_id.to_owned()))?;
+                let registered = |t: Option<String>| t.filter(|t| !t.is_empty());
+                match backend {
+                    "ntfy" => registered(device.ntfy_topic).map(|topic| Target::Ntfy { topic }),
+                    _ => registered(device.fcm_token).map(|token| Target::Fcm { token }),
+                }
+                .ok_or(TestPushError::NoTarget)?
+            }
+            ("ntfy", TestTarget::Topic(topic)) => Target::Ntfy {
+                topic: topic.to_owned(),
+            },
+            (_, TestTarget::Topic(_)) => return Err(TestPushError::NoDevice),
+        };
         let place = match &target {
-            Target::Ntfy { .. } => format!("ntfy at {}", self.pusher.ntfy_server()),
+            Target::Ntfy { topic } => format!(
+                "topic {topic} on ntfy at {}",
+                config.ntfy_server.trim_end_matches('/')
+            ),
             Target::Fcm { .. } => "Firebase Cloud Messaging".to_owned(),
         };
         // Cursor 0: delivering it records nothing about what the device was pushed.
-        self.pusher.enqueue(PushJob {
-            device_id: device.device_id.clone(),
+        let job = PushJob {
+            device_id: "admin-test".into(),
             target,
             cursor: 0,
             chat_id: "admin-test".into(),
@@ -74,9 +107,29 @@ impl Hub {
             title: "Iris".into(),
             body: "A test push from the gateway's admin page".into(),
             count: 1,
-        });
-        info!(device = %device_id, "queued a test push");
-        Ok(place)
+        };
+        let config = config.clone();
+        let sent = tokio::task::spawn_blocking(move || crate::push::send_now(&config, &job))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        match sent {
+            Ok(()) => {
+                info!("a test push reached the push server ({place})");
+                if running {
+                    self.health.confirm_push();
+                    self.update_health(|st| st.push_error = None);
+                }
+                Ok(place)
+            }
+            Err(why) => {
+                info!("a test push failed ({place}): {why}");
+                if running {
+                    let reason = why.clone();
+                    self.update_health(|st| st.push_error = Some(reason));
+                }
+                Err(TestPushError::Failed { place, why })
+            }
+        }
     }
 
     /// The agent behind the hub was replaced (the admin page saved new settings): forget what

@@ -55,6 +55,9 @@ struct Inner {
     causes: Causes,
     shutting_down: bool,
     restore_failure: Option<String>,
+    /// A push reached the push server since this start (a delivery or the admin page's test):
+    /// until then no one knows the settings work, so no page may say they do.
+    push_confirmed: bool,
 }
 
 impl Health {
@@ -116,6 +119,14 @@ impl Health {
 
     pub(super) fn note_restore_failure(&self, why: String) {
         self.inner.borrow_mut().restore_failure = Some(why);
+    }
+
+    pub(super) fn confirm_push(&self) {
+        self.inner.borrow_mut().push_confirmed = true;
+    }
+
+    pub(super) fn push_confirmed(&self) -> bool {
+        self.inner.borrow().push_confirmed
     }
 
     pub(super) fn restore_failure(&self) -> Option<String> {

@@ -44,7 +44,7 @@ mod turn_run;
 mod unsettled;
 mod voice;
 
-pub use admin::TestPushError;
+pub use admin::{TestPushError, TestTarget};
 /// For the fuzz targets: the webhook body parser is pure.
 pub use automation::parse_webhook_body;
 pub use automation::{AutomationError, HookError};

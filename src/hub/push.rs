@@ -131,6 +131,7 @@ impl Hub {
                         }
                     }
                 }
+                self.health.confirm_push();
                 self.update_health(|st| st.push_error = None);
             }
             Outcome::Failing { reason } => {

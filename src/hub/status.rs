@@ -22,6 +22,9 @@ pub struct StatusReport {
     /// `none`, `ntfy` or `fcm`, and why it is failing.
     pub push: String,
     pub push_error: Option<String>,
+    /// A push reached the push server since this start: only then is push called working.
+    #[serde(default)]
+    pub push_confirmed: bool,
     /// What sled reports for the store, and the newest outbox cursor.
     pub store_bytes: Option<u64>,
     pub cursor_head: u64,
@@ -66,6 +69,7 @@ impl Hub {
             agent_error,
             push: self.pusher.backend().as_str().to_owned(),
             push_error,
+            push_confirmed: self.health.push_confirmed(),
             store_bytes: self.store.size_on_disk().ok(),
             cursor_head: self.published_head(),
             media_bytes: self.media.used(),

@@ -414,6 +414,19 @@ fn http_agent() -> ureq::Agent {
     config.into()
 }
 
+/// Sends one push now, on the calling thread (blocking, at most one request's time limit), with
+/// `config`'s backend and credentials: the admin page's test, whose answer must be the push
+/// server's, not "queued". No retry.
+pub fn send_now(config: &PushConfig, job: &PushJob) -> Result<(), String> {
+    let content = Content::parse(&config.content).map_err(|e| e.to_string())?;
+    let mut deliver: Box<dyn Deliver> = match config.backend.as_str() {
+        "ntfy" => Box::new(ntfy::Ntfy::new(config, http_agent()).map_err(|e| e.to_string())?),
+        "fcm" => Box::new(fcm::Fcm::new(config, http_agent()).map_err(|e| e.to_string())?),
+        other => return Err(PushError::Backend(other.to_owned()).to_string()),
+    };
+    deliver.deliver(job, content).map_err(|f| f.reason)
+}
+
 /// Reads a secret from a file, trimmed (so `echo TOKEN > file` works).
 fn read_secret(what: &'static str, path: &std::path::Path) -> Result<String, PushError> {
     std::fs::read_to_string(path)

@@ -1,32 +1,36 @@
 // The admin page's only script (served from the box: CSP script-src 'self', nothing inline).
-// It shows a passphrase's strength while it is typed, asks before revoking a device, refreshes
-// the home page's health and brings a restarting page back; every form works without it.
+// It shows a passphrase's strength while it is typed, asks before revoking a device,
+// refreshes the home page's health, brings a restarting page back and sends a restore upload;
+// every other form works without it.
 "use strict";
 (function () {
-  // A rough estimate in bits: length times the alphabet the characters come from, with a
-  // penalty for repeated characters. Shown only as advice; the gateway enforces the minimum.
-  function bits(p) {
-    var pool = 0;
-    if (/[a-z]/.test(p)) pool += 26;
-    if (/[A-Z]/.test(p)) pool += 26;
-    if (/[0-9]/.test(p)) pool += 10;
-    if (/[^a-zA-Z0-9]/.test(p)) pool += 33;
-    var unique = new Set(p).size;
-    return Math.round(Math.log2(Math.max(pool, 1)) * Math.min(p.length, unique * 2));
-  }
-  function words(b, len) {
-    if (len < 12) return "too short: at least 12 characters";
-    if (b < 50) return "weak";
-    if (b < 70) return "fair";
-    return "strong";
-  }
+  // The meter shows the gateway's own verdict (POST /admin/strength): the very test set-up
+  // and the change apply, so the two cannot disagree. Asked once typing pauses.
   document.querySelectorAll("input[data-strength]").forEach(function (input) {
     var meter = document.getElementById(input.dataset.strength);
     var text = document.getElementById(input.dataset.strength + "-text");
+    var timer = null;
+    var asked = 0;
+    function ask() {
+      var mine = ++asked;
+      fetch("/admin/strength", {
+        method: "POST",
+        headers: { "X-CSRF-Token": input.dataset.token },
+        body: new URLSearchParams({ passphrase: input.value })
+      }).then(function (r) {
+        return r.json();
+      }).then(function (v) {
+        if (mine !== asked) return;
+        if (meter) meter.value = v.ok ? Math.max(v.score, 3) : Math.min(v.score || 0, 2);
+        if (text) text.textContent = v.words;
+      }, function () {
+        if (mine === asked && text) text.textContent = "Checked when you send the form.";
+      });
+    }
     input.addEventListener("input", function () {
-      var b = bits(input.value);
-      if (meter) meter.value = Math.min(b, 100);
-      if (text) text.textContent = words(b, [...input.value].length);
+      if (meter) meter.value = 0;
+      clearTimeout(timer);
+      timer = setTimeout(ask, 250);
     });
   });
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {
@@ -75,7 +79,8 @@
       });
     }, Number(back.dataset.every) * 1000);
   }
-  // Restore: the file goes as the request body, the CSRF token in a header.
+  // Restore: the file goes as the request body, the CSRF token in a header. The answer is a
+  // whole page; only its #result block is shown here (the rest would repeat around it).
   var restore = document.getElementById("restore-form");
   if (restore) {
     restore.addEventListener("submit", function (e) {
@@ -91,8 +96,11 @@
       }).then(function (r) {
         return r.text().then(function (t) {
           var doc = new DOMParser().parseFromString(t, "text/html");
-          var main = doc.querySelector("main");
-          out.textContent = (r.ok ? "" : "HTTP " + r.status + ": ") + (main ? main.innerText : t);
+          var result = doc.getElementById("result");
+          var said = result ? Array.prototype.map.call(result.querySelectorAll("p"), function (p) {
+            return p.textContent;
+          }).join(" ") : "";
+          out.textContent = said || "The gateway answered HTTP " + r.status + ".";
           out.className = r.ok ? "good" : "bad";
         });
       }, function (err) {

@@ -1,0 +1,121 @@
+//! The signed-in sections whose pages gather state from several places: the devices (the
+//! store, who is connected), the agent and transcription (the configuration in effect, or what
+//! was typed for a test) and push (what runs now and what is saved).
+
+use super::outcome::Outcome;
+use super::pages::{self, Notice};
+use super::reply::Refusal;
+use super::Admin;
+use crate::agent::Agent;
+use crate::hub::Hub;
+use crate::settings::Settings;
+
+/// The devices section with the store's devices, oldest first.
+pub(super) fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
+    let mut list = hub
+        .store()
+        .devices()
+        .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    list.sort_by_key(|d| d.created_ms);
+    Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
+}
+
+/// The agent section: what is in effect now (never the key), and what flags pin; then the
+/// transcription section. An outcome of a test shows the values that were typed for it, so a
+/// test never throws them away (secrets excepted: the page says so).
+pub(super) fn agent_body(
+    admin: &Admin,
+    hub: &Hub,
+    csrf: &str,
+    agent: Option<&Outcome>,
+    transcription: Option<&Outcome>,
+) -> String {
+    let config = admin.config.borrow();
+    let a = &config.agent;
+    let typed = |o: Option<&Outcome>, key: &str, now: &str| -> String {
+        o.and_then(|o| o.typed(key)).unwrap_or(now).to_owned()
+    };
+    let key_typed = |o: Option<&Outcome>| o.and_then(|o| o.typed("key_typed")) == Some("1");
+    let (backend, url, model) = (
+        typed(agent, "backend", &a.backend),
+        typed(agent, "url", &a.url),
+        typed(agent, "model", &a.model),
+    );
+    let view = pages::AgentView {
+        backend: &backend,
+        url: &url,
+        model: &model,
+        key_set: !a.key.is_empty() || a.key_file.is_some(),
+        pinned: admin
+            .pinned
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with("agent."))
+            .collect(),
+        describe: admin.agent.describe(),
+        files: if a.backend == "demo" {
+            "The demo agent answers a message that has files with a small text file.".to_owned()
+        } else {
+            crate::agent::media_out::FilePolicy::from_config(&config).describe()
+        },
+        key_typed: key_typed(agent),
+    };
+    let t = &config.transcription;
+    let (t_url, t_model, t_language) = (
+        typed(transcription, "url", &t.url),
+        typed(transcription, "model", &t.model),
+        typed(transcription, "language", &t.language),
+    );
+    let transcription_view = pages::TranscriptionView {
+        url: &t_url,
+        model: &t_model,
+        language: &t_language,
+        key_set: !t.key.is_empty() || t.key_file.is_some(),
+        now: hub.transcription_service(),
+        key_typed: key_typed(transcription),
+    };
+    pages::agent(&view, csrf, &Notice::of(agent))
+        + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
+}
+
+/// The push section: what runs now, and the saved settings (they apply at the next start).
+pub(super) fn push_body(
+    admin: &Admin,
+    hub: &Hub,
+    csrf: &str,
+    n: &Notice,
+) -> Result<String, Refusal> {
+    let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    let mut config = admin.config.borrow().clone();
+    saved.apply(&mut config);
+    let p = &config.push;
+    let report = hub.status_report();
+    // Working only once a push got through since this start (a delivery or a test).
+    let running = match &report.push_error {
+        Some(e) => format!("{}, failing: {e}", report.push),
+        None if report.push == "none" || report.push_confirmed => report.push.clone(),
+        None => format!("{}, not tried yet: send a test push below", report.push),
+    };
+    let targets: Vec<_> = hub
+        .store()
+        .devices()
+        .map_err(|e| Refusal::Unavailable(e.to_string()))?
+        .into_iter()
+        .filter(|d| d.ntfy_topic.is_some() || d.fcm_token.is_some())
+        .collect();
+    let view = pages::PushView {
+        running: &running,
+        backend: &p.backend,
+        ntfy_server: &p.ntfy_server,
+        token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
+        content: &p.content,
+        pinned: admin
+            .pinned
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with("push."))
+            .collect(),
+        test_topic: super::forms::TEST_TOPIC,
+    };
+    Ok(pages::push(&view, &targets, csrf, n))
+}

@@ -1,0 +1,211 @@
+//! A browser without a browser for the admin page's tests: a cookie jar, a source address,
+//! raw HTTP/1.1 over a fresh connection per request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::Gateway;
+
+/// One answer, read to the close.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `name=value` of each `Set-Cookie`.
+    pub fn cookies(&self) -> HashMap<String, String> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == "set-cookie")
+            .filter_map(|(_, v)| {
+                let first = v.split(';').next()?;
+                let (k, v) = first.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect()
+    }
+
+    /// The value of a hidden form field (`name="csrf" value="…"`).
+    pub fn field(&self, name: &str) -> String {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self
+            .body
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no field {name} in:\n{}", self.body))
+            + marker.len();
+        self.body[start..]
+            .split('"')
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// A browser without a browser: a cookie jar, a source address, raw HTTP/1.1.
+pub struct Web {
+    pub addr: SocketAddr,
+    pub from: String,
+    pub jar: HashMap<String, String>,
+}
+
+pub fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", common_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+pub fn common_encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Web {
+    pub fn new(gw: &Gateway, from: &str) -> Web {
+        Web {
+            addr: gw.addr,
+            from: from.to_owned(),
+            jar: HashMap::new(),
+        }
+    }
+
+    pub async fn request(&mut self, method: &str, path: &str, body: Option<&str>) -> Reply {
+        self.request_with(method, path, body, "").await
+    }
+
+    /// As [`Web::request`], with `extra` header lines (each ending in `\r\n`).
+    pub async fn request_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        extra: &str,
+    ) -> Reply {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(format!("{}:0", self.from).parse::<SocketAddr>().unwrap())
+            .expect("bind the client address");
+        let tcp = tokio::time::timeout(Duration::from_secs(10), socket.connect(self.addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let cookies: Vec<String> = self
+            .jar
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let cookie = if cookies.is_empty() {
+            String::new()
+        } else {
+            format!("Cookie: {}\r\n", cookies.join("; "))
+        };
+        let body = body.unwrap_or("");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/html\r\n{cookie}{extra}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        let super::RawHttp {
+            status,
+            headers,
+            body,
+        } = super::raw_http(tcp, &request, Duration::from_secs(30)).await;
+        let reply = Reply {
+            status,
+            headers,
+            body,
+        };
+        for (k, v) in reply.cookies() {
+            self.jar.insert(k, v);
+        }
+        reply
+    }
+
+    pub async fn get(&mut self, path: &str) -> Reply {
+        self.request("GET", path, None).await
+    }
+
+    /// A form sent as a browser sends it: its `303 See Other` is followed with a GET, whose
+    /// answer is returned (every form but sign-in answers so).
+    pub async fn post(&mut self, path: &str, pairs: &[(&str, &str)]) -> Reply {
+        let reply = self.request("POST", path, Some(&form(pairs))).await;
+        match reply.header("location") {
+            Some(to) if reply.status == 303 => {
+                let to = to.to_owned();
+                self.get(&to).await
+            }
+            _ => reply,
+        }
+    }
+
+    /// Set-up from the page: the passphrase twice, with the set-up form's own token.
+    pub async fn claim(&mut self, passphrase: &str) -> Reply {
+        let page = self.get("/admin/").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        let pre = page.field("pre");
+        self.post(
+            "/admin/setup",
+            &[
+                ("pre", &pre),
+                ("passphrase", passphrase),
+                ("confirm", passphrase),
+            ],
+        )
+        .await
+    }
+
+    pub async fn sign_in(&mut self, passphrase: &str) -> Reply {
+        let page = self.get("/admin/").await;
+        let pre = page.field("pre");
+        self.request_form(
+            "/admin/signin",
+            &[("pre", &pre), ("passphrase", passphrase)],
+        )
+        .await
+    }
+
+    /// A form whose answer is returned as it is (a 303 not followed).
+    pub async fn request_form(&mut self, path: &str, pairs: &[(&str, &str)]) -> Reply {
+        self.request("POST", path, Some(&form(pairs))).await
+    }
+
+    /// What the gateway makes of a new passphrase (the meter's question), with the page's token.
+    pub async fn strength(&mut self, token: &str, passphrase: &str) -> (u16, serde_json::Value) {
+        let extra = format!("X-CSRF-Token: {token}\r\n");
+        let body = form(&[("passphrase", passphrase)]);
+        let r = self
+            .request_with("POST", "/admin/strength", Some(&body), &extra)
+            .await;
+        let v = serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null);
+        (r.status, v)
+    }
+
+    /// The CSRF token of the signed-in session (from any of its pages).
+    pub async fn csrf(&mut self) -> String {
+        let page = self.get("/admin/").await;
+        assert_eq!(page.status, 200, "not signed in: {page:?}");
+        page.field("csrf")
+    }
+}
