@@ -82,6 +82,40 @@ pub fn lines() -> Vec<String> {
     ring.lines.iter().cloned().collect()
 }
 
+/// The file in the data dir that carries the ring across a restart.
+pub const KEPT_FILE: &str = "log-before-restart.txt";
+/// The line put between the lines of the run before and this run's.
+pub const RESTART_MARK: &str = "----- the gateway restarted -----";
+
+/// What goes to `DATA_DIR/`[`KEPT_FILE`], written whole (`main.rs`) once, at a clean stop or
+/// restart, so the Log page still shows what led up to it. Never per line: a crash loses the
+/// ring (the journal keeps it). At most the ring's bound, about 600 KB.
+pub fn to_keep() -> Vec<u8> {
+    let mut text = lines().join("\n");
+    text.push('\n');
+    text.into_bytes()
+}
+
+/// Puts the lines [`keep`] wrote back into the ring (before this run's first line) and deletes
+/// the file, so they are shown once more, not at every start after.
+pub fn take_kept(data_dir: &std::path::Path) {
+    let path = data_dir.join(KEPT_FILE);
+    let Ok(text) = std::fs::read(&path) else {
+        return;
+    };
+    let _ = std::fs::remove_file(&path);
+    let mut ring = RING.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::mem::take(&mut ring.lines);
+    ring.take(&text);
+    ring.take(format!("{RESTART_MARK}\n").as_bytes());
+    for line in now {
+        if ring.lines.len() == LOG_RING_LINES {
+            ring.lines.pop_front();
+        }
+        ring.lines.push_back(line);
+    }
+}
+
 /// A writer for `tracing_subscriber::fmt`: every write goes to stderr and into the ring.
 pub struct Tee;
 

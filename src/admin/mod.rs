@@ -23,7 +23,9 @@
 //! data dir's `settings.toml` (`crate::settings`), so flags and the config file keep their
 //! place in the order.
 
+mod backups;
 mod forms;
+mod log_page;
 pub mod owner;
 mod pages;
 mod reply;
@@ -56,6 +58,7 @@ use reply::{
     CSS, JS,
 };
 use session::Sessions;
+pub use backups::start_schedule;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 
 /// Every admin path starts with this.
@@ -85,6 +88,8 @@ pub struct Admin {
     pub restart: Rc<tokio::sync::Notify>,
     /// A restore upload is being received or checked: one at a time (`transfer.rs`).
     restoring: std::cell::Cell<bool>,
+    /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
+    backups: Rc<crate::backups::State>,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -145,6 +150,7 @@ impl Admin {
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             restoring: std::cell::Cell::new(false),
+            backups: Rc::default(),
             url,
             tls,
         }
@@ -204,6 +210,7 @@ async fn serve_page(
     secure: bool,
 ) -> Reply {
     let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
     let method = req.method().clone();
     match (&method, path.as_str()) {
         (&Method::GET, "/admin/static/admin.css") => return asset("text/css", CSS),
@@ -260,7 +267,11 @@ async fn serve_page(
     };
     let csrf = valid.csrf;
     let result = match method {
-        Method::GET | Method::HEAD => get(admin, hub, &path, &csrf, secure).await,
+        Method::GET | Method::HEAD => match path.as_str() {
+            "/admin/backup" => backups::get(admin, &query, &csrf, secure),
+            "/admin/log" | "/admin/log/download" => log_page::get(admin, &path, &query, &csrf, secure),
+            _ => get(admin, hub, &path, &csrf, secure).await,
+        },
         Method::POST => {
             let form = match read_form(admin, req).await {
                 Ok(f) => f,
@@ -270,7 +281,13 @@ async fn serve_page(
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
                 return refused(admin, Refusal::BadCsrf, secure);
             }
-            post(admin, hub, &owner, &path, &form, &csrf, peer, secure).await
+            match backups::post(admin, hub, &path, &form, &csrf, secure).await {
+                Some(done) => done,
+                None => match log_page::post(admin, &path, &form, &csrf, secure) {
+                    Some(done) => done,
+                    None => post(admin, hub, &owner, &path, &form, &csrf, peer, secure).await,
+                },
+            }
         }
         _ => Err(Refusal::NotFound),
     };
@@ -530,8 +547,6 @@ async fn get(
             agent_body(admin, hub, csrf, &Notice::None, &Notice::None),
         ),
         "/admin/push" => ok("Push", push_body(admin, hub, csrf, &Notice::None)?),
-        "/admin/backup" => ok("Backup", pages::backup(csrf, &Notice::None)),
-        "/admin/log" => ok("Log", pages::log(&crate::logring::lines())),
         "/admin/owner" => ok("Owner", pages::owner(csrf, &Notice::None)),
         _ => Err(Refusal::NotFound),
     }
