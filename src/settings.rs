@@ -345,6 +345,7 @@ mod tests {
                 key: Some(Hidden("stt-secret".into())),
                 ..TranscriptionSettings::default()
             },
+            ..Settings::default()
         };
         saved.save(dir.path()).unwrap();
         use std::os::unix::fs::PermissionsExt;

@@ -66,7 +66,15 @@ pub(super) fn get(admin: &Admin, query: &str, csrf: &str, secure: bool) -> Resul
 
 fn body_page(admin: &Admin, status: StatusCode, csrf: &str, secure: bool, n: &Notice) -> Reply {
     let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n);
-    page(admin, status, "Backup", "/admin/backup", Some(csrf), secure, &body)
+    page(
+        admin,
+        status,
+        "Backup",
+        "/admin/backup",
+        Some(csrf),
+        secure,
+        &body,
+    )
 }
 
 /// How long ago, in words.
@@ -105,7 +113,10 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice) -> String {
         Some(f) => backups::check_folder(f, 0).err().map(|e| e.to_string()),
     };
     if let Some(problem) = &folder_state {
-        out += &format!("<p class=\"bad\" id=\"folder-problem\">{}</p>", escape(problem));
+        out += &format!(
+            "<p class=\"bad\" id=\"folder-problem\">{}</p>",
+            escape(problem)
+        );
     }
     match &key {
         Ok(Some(_)) => {}
@@ -280,11 +291,17 @@ fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
     let schedule = match form.get("schedule") {
         "off" => None,
         s @ ("daily" | "weekly") => Some(s.to_owned()),
-        other => return Err(format!("\"{other}\" is not a schedule: off, daily or weekly.")),
+        other => {
+            return Err(format!(
+                "\"{other}\" is not a schedule: off, daily or weekly."
+            ))
+        }
     };
     let folder = form.get("folder").trim();
     if folder.len() > MAX_FOLDER_BYTES {
-        return Err(format!("The folder is longer than {MAX_FOLDER_BYTES} bytes."));
+        return Err(format!(
+            "The folder is longer than {MAX_FOLDER_BYTES} bytes."
+        ));
     }
     if !folder.is_empty() && !folder.starts_with('/') {
         return Err("The folder must be a full path, starting with /.".into());
@@ -294,7 +311,11 @@ fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
     }
     let keep: u32 = match form.get("keep").trim().parse() {
         Ok(k) if (1..=keep_max).contains(&k) => k,
-        _ => return Err(format!("How many to keep must be a number from 1 to {keep_max}.")),
+        _ => {
+            return Err(format!(
+                "How many to keep must be a number from 1 to {keep_max}."
+            ))
+        }
     };
     let mut saved = Settings::load(&admin.data_dir).map_err(|e| e.to_string())?;
     saved.backup.schedule = schedule;
@@ -363,7 +384,11 @@ async fn restore(
         .ok_or_else(|| bad("No backup folder is set."))?;
     let file = folder.join(name);
     let size = std::fs::metadata(&file)
-        .map_err(|e| bad(&format!("{name} cannot be read ({e}); nothing was changed.")))?
+        .map_err(|e| {
+            bad(&format!(
+                "{name} cannot be read ({e}); nothing was changed."
+            ))
+        })?
         .len();
     if admin.restoring.replace(true) {
         return Err((
@@ -407,20 +432,20 @@ async fn restore(
     info!("admin page: scheduled backup {name} opened, checked and built ({summary}); restarting into it");
     schedule_restart(admin);
     Ok(page(
-            admin,
-            StatusCode::OK,
-            "Restoring",
-            "/admin/backup",
-            None,
-            secure,
-            &pages::message(
-                &format!(
-                    "The backup is whole and ready ({summary}), with its settings and owner. \
+        admin,
+        StatusCode::OK,
+        "Restoring",
+        "/admin/backup",
+        None,
+        secure,
+        &pages::message(
+            &format!(
+                "The backup is whole and ready ({summary}), with its settings and owner. \
                      The gateway now restarts into it; the current store is kept aside in the \
                      data dir. Sign in again in a moment, with the backup's owner passphrase."
-                ),
-                &Notice::Good("Restore accepted."),
             ),
+            &Notice::Good("Restore accepted."),
+        ),
     ))
 }
 

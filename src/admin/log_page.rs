@@ -111,7 +111,10 @@ impl Zone {
                     .map(|s| s.trim().to_owned())
                     .ok()
                     .filter(|s| !s.is_empty())
-                    .map_or_else(|| "the box's own".to_owned(), |n| format!("the box's own ({n})")),
+                    .map_or_else(
+                        || "the box's own".to_owned(),
+                        |n| format!("the box's own ({n})"),
+                    ),
                 tz: tz::TimeZone::local().ok(),
             },
         }
@@ -173,7 +176,12 @@ fn shown(filter: &Filter, zone: &Zone) -> Vec<String> {
         .filter(|l| filter.keeps(l))
         .map(|l| match (l.time, l.level) {
             (Some(t), Some(level)) => {
-                format!("{} {:5} {}", zone.show(t), level.name().to_uppercase(), l.rest)
+                format!(
+                    "{} {:5} {}",
+                    zone.show(t),
+                    level.name().to_uppercase(),
+                    l.rest
+                )
             }
             (Some(t), None) => format!("{} {}", zone.show(t), l.rest),
             _ => l.whole.to_owned(),
@@ -200,7 +208,16 @@ pub(super) fn get(
     } else {
         Notice::None
     };
-    Ok(log_page(admin, StatusCode::OK, &filter, &zone, &lines, csrf, secure, &n))
+    Ok(log_page(
+        admin,
+        StatusCode::OK,
+        &filter,
+        &zone,
+        &lines,
+        csrf,
+        secure,
+        &n,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -221,11 +238,7 @@ fn log_page(
             format!("<option value=\"{0}\"{sel}>{0}</option>", l.name())
         })
         .collect();
-    let text: String = lines
-        .iter()
-        .rev()
-        .map(|l| escape(l) + "\n")
-        .collect();
+    let text: String = lines.iter().rev().map(|l| escape(l) + "\n").collect();
     let download = format!(
         "/admin/log/download?level={}&amp;q={}",
         filter.level.name(),
@@ -258,7 +271,15 @@ fn log_page(
                 .unwrap_or_default()
         ),
     );
-    page(admin, status, "Log", "/admin/log", Some(csrf), secure, &body)
+    page(
+        admin,
+        status,
+        "Log",
+        "/admin/log",
+        Some(csrf),
+        secure,
+        &body,
+    )
 }
 
 fn percent_encode(s: &str) -> String {
@@ -294,7 +315,9 @@ fn plausible_zone(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_ZONE_BYTES
         && !name.starts_with('/')
-        && !name.split('/').any(|part| part.is_empty() || part.starts_with('.'))
+        && !name
+            .split('/')
+            .any(|part| part.is_empty() || part.starts_with('.'))
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/_+-".contains(&b))
@@ -326,9 +349,7 @@ pub(super) fn post(
             &Notice::Bad(why),
         ))
     };
-    if !name.is_empty()
-        && !(plausible_zone(name) && tz::TimeZone::from_posix_tz(name).is_ok())
-    {
+    if !name.is_empty() && !(plausible_zone(name) && tz::TimeZone::from_posix_tz(name).is_ok()) {
         return Some(refuse(&format!(
             "\"{name}\" is not a time zone this box knows (e.g. Europe/Berlin); nothing was changed."
         )));

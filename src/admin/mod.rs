@@ -50,6 +50,7 @@ use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
 use crate::settings::Settings;
+pub use backups::start_schedule;
 use forms::post;
 use pages::{Notice, Shell};
 pub use reply::Body;
@@ -58,7 +59,6 @@ use reply::{
     CSS, JS,
 };
 use session::Sessions;
-pub use backups::start_schedule;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 
 /// Every admin path starts with this.
@@ -269,7 +269,9 @@ async fn serve_page(
     let result = match method {
         Method::GET | Method::HEAD => match path.as_str() {
             "/admin/backup" => backups::get(admin, &query, &csrf, secure),
-            "/admin/log" | "/admin/log/download" => log_page::get(admin, &path, &query, &csrf, secure),
+            "/admin/log" | "/admin/log/download" => {
+                log_page::get(admin, &path, &query, &csrf, secure)
+            }
             _ => get(admin, hub, &path, &csrf, secure).await,
         },
         Method::POST => {

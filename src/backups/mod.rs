@@ -388,9 +388,7 @@ fn due(state: &State, plan: &Plan, limits: &Limits) -> bool {
             return false;
         }
     }
-    let newest = list(folder)
-        .ok()
-        .and_then(|l| l.first().map(|b| b.made));
+    let newest = list(folder).ok().and_then(|l| l.first().map(|b| b.made));
     match newest {
         None => true,
         Some(made) => SystemTime::now()
@@ -446,7 +444,11 @@ mod tests {
         std::fs::write(dir.path().join("holiday.jpg"), b"x").unwrap();
         std::fs::write(dir.path().join(format!(".{PREFIX}x.age.partial")), b"x").unwrap();
         prune(dir.path(), 2);
-        let left: Vec<_> = list(dir.path()).unwrap().into_iter().map(|l| l.name).collect();
+        let left: Vec<_> = list(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
         assert_eq!(
             left,
             [

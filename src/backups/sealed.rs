@@ -132,7 +132,8 @@ impl<W: Write> Sealer<W> {
         let wrapped = base64::engine::general_purpose::STANDARD
             .decode(&key.wrapped)
             .map_err(|e| bad(e.to_string()))?;
-        let recipient: age::x25519::Recipient = key.recipient.parse().map_err(|e: &str| bad(e.into()))?;
+        let recipient: age::x25519::Recipient =
+            key.recipient.parse().map_err(|e: &str| bad(e.into()))?;
         let write = io("writing the backup");
         out.write_all(MAGIC).map_err(io("writing the backup"))?;
         out.write_all(&(wrapped.len() as u32).to_be_bytes())
@@ -311,10 +312,16 @@ mod tests {
         assert!(is_sealed(&file));
         let out = dir.path().join("store.iris");
         let wrong = open(&file, "not the passphrase", &out);
-        assert!(matches!(wrong, Err(SealError::WrongPassphrase)), "{wrong:?}");
+        assert!(
+            matches!(wrong, Err(SealError::WrongPassphrase)),
+            "{wrong:?}"
+        );
         assert!(!out.exists());
         let got = open(&file, "correct horse battery", &out).unwrap();
         assert_eq!(got, extras);
-        assert_eq!(std::fs::read(&out).unwrap(), b"the store part, secret words");
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            b"the store part, secret words"
+        );
     }
 }
