@@ -349,7 +349,9 @@ pub(super) fn post(
             &Notice::Bad(why),
         ))
     };
-    if !name.is_empty() && !(plausible_zone(name) && tz::TimeZone::from_posix_tz(name).is_ok()) {
+    let known =
+        name.is_empty() || (plausible_zone(name) && tz::TimeZone::from_posix_tz(name).is_ok());
+    if !known {
         return Some(refuse(&format!(
             "\"{name}\" is not a time zone this box knows (e.g. Europe/Berlin); nothing was changed."
         )));
