@@ -6,6 +6,11 @@
 //! than about 600 KB whatever is logged. It receives exactly what goes to stderr (the same
 //! formatter writes both), so what it shows is no more than the journal already holds; secrets
 //! are kept out of both by never logging them (`config::Secret` redacts itself in `Debug`).
+//!
+//! A restart from the admin page execs the binary afresh, so the ring (a process global) would
+//! start empty, as after a stop: at a clean stop or restart `main.rs` writes it to the data dir
+//! once ([`to_keep`]) and the next start puts it back ([`take_kept`]). Nothing is written per
+//! line (the card's wear); a crash loses the ring, which the journal still has.
 
 use std::collections::VecDeque;
 use std::io::Write;
