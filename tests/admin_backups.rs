@@ -256,6 +256,18 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     })
     .await;
     let file = backups_in(folder.path()).remove(0);
+    // The plain backup (the download's format) holds the message as text; the sealed one not.
+    let plain_file = folder.path().join("plain.iris");
+    let out = common::cli_os(&[
+        "backup".as_ref(),
+        plain_file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.path().as_os_str(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let holds = |bytes: &[u8]| bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes());
+    assert!(holds(&std::fs::read(&plain_file).unwrap()));
+    assert!(!holds(&std::fs::read(&file).unwrap()));
     // After the backup: another owner passphrase, other settings, another message.
     say(&gw, &phone, "said after the backup 5512").await;
     let r = web
