@@ -12,6 +12,7 @@ pub mod admin;
 pub mod agent;
 pub mod approval;
 pub mod atomic_file;
+pub mod backups;
 pub mod board;
 pub mod cli;
 pub mod config;

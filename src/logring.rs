@@ -6,6 +6,11 @@
 //! than about 600 KB whatever is logged. It receives exactly what goes to stderr (the same
 //! formatter writes both), so what it shows is no more than the journal already holds; secrets
 //! are kept out of both by never logging them (`config::Secret` redacts itself in `Debug`).
+//!
+//! A restart from the admin page execs the binary afresh, so the ring (a process global) would
+//! start empty, as after a stop: at a clean stop or restart `main.rs` writes it to the data dir
+//! once ([`to_keep`]) and the next start puts it back ([`take_kept`]). Nothing is written per
+//! line (the card's wear); a crash loses the ring, which the journal still has.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -80,6 +85,40 @@ fn strip_ansi(line: &str) -> String {
 pub fn lines() -> Vec<String> {
     let ring = RING.lock().unwrap_or_else(|p| p.into_inner());
     ring.lines.iter().cloned().collect()
+}
+
+/// The file in the data dir that carries the ring across a restart.
+pub const KEPT_FILE: &str = "log-before-restart.txt";
+/// The line put between the lines of the run before and this run's.
+pub const RESTART_MARK: &str = "----- the gateway restarted -----";
+
+/// What goes to `DATA_DIR/`[`KEPT_FILE`], written whole (`main.rs`) once, at a clean stop or
+/// restart, so the Log page still shows what led up to it. Never per line: a crash loses the
+/// ring (the journal keeps it). At most the ring's bound, about 600 KB.
+pub fn to_keep() -> Vec<u8> {
+    let mut text = lines().join("\n");
+    text.push('\n');
+    text.into_bytes()
+}
+
+/// Puts the lines [`keep`] wrote back into the ring (before this run's first line) and deletes
+/// the file, so they are shown once more, not at every start after.
+pub fn take_kept(data_dir: &std::path::Path) {
+    let path = data_dir.join(KEPT_FILE);
+    let Ok(text) = std::fs::read(&path) else {
+        return;
+    };
+    let _ = std::fs::remove_file(&path);
+    let mut ring = RING.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::mem::take(&mut ring.lines);
+    ring.take(&text);
+    ring.take(format!("{RESTART_MARK}\n").as_bytes());
+    for line in now {
+        if ring.lines.len() == LOG_RING_LINES {
+            ring.lines.pop_front();
+        }
+        ring.lines.push_back(line);
+    }
 }
 
 /// A writer for `tracing_subscriber::fmt`: every write goes to stderr and into the ring.

@@ -45,10 +45,11 @@ fn main() -> std::process::ExitCode {
 fn run(args: RunArgs) -> Result<(), String> {
     let (config, data_dir, pinned) = args.resolve_pinned().map_err(|e| e.to_string())?;
     init_logging(&config.log_level);
+    iris_gateway::logring::take_kept(&data_dir);
     let rt = runtime()?;
     let local = tokio::task::LocalSet::new();
     let exit = local
-        .block_on(&rt, server::run(config, data_dir, pinned))
+        .block_on(&rt, server::run(config, data_dir.clone(), pinned))
         .map_err(|e| {
             // A damaged store: its own status, on which systemd does not restart (every try
             // would fail the same way, and copy the store first).
@@ -58,6 +59,12 @@ fn run(args: RunArgs) -> Result<(), String> {
             }
             e.to_string()
         })?;
+    // A clean stop or restart: the Log page's lines are kept for the next start.
+    let kept = data_dir.join(iris_gateway::logring::KEPT_FILE);
+    let text = iris_gateway::logring::to_keep();
+    if let Err(e) = iris_gateway::atomic_file::write(&kept, &text, 0o600) {
+        eprintln!("iris-gateway: cannot keep the log for the next start: {e}");
+    }
     if exit == server::Exit::Restart {
         return restart_in_place();
     }

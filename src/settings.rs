@@ -43,6 +43,28 @@ pub struct Settings {
     pub agent: AgentSettings,
     pub push: PushSettings,
     pub transcription: TranscriptionSettings,
+    pub backup: BackupSettings,
+    pub log: LogSettings,
+}
+
+/// `[backup]`: the scheduled backups (`crate::backups`). No schedule: none are made.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackupSettings {
+    /// `daily` or `weekly`; absent (or anything else) is off.
+    pub schedule: Option<String>,
+    /// Where they are written: a folder, or a mounted USB stick.
+    pub folder: Option<String>,
+    /// How many are kept (the oldest beyond it are deleted).
+    pub keep: Option<u32>,
+}
+
+/// `[log]`: how the Log page shows times.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// A zone name of the zone database (`Europe/Berlin`); absent: the box's own.
+    pub timezone: Option<String>,
 }
 
 /// `[transcription]` as the page sets it.
@@ -323,6 +345,7 @@ mod tests {
                 key: Some(Hidden("stt-secret".into())),
                 ..TranscriptionSettings::default()
             },
+            ..Settings::default()
         };
         saved.save(dir.path()).unwrap();
         use std::os::unix::fs::PermissionsExt;

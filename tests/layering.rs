@@ -36,6 +36,8 @@ const TIERS: &[&[&str]] = &[
     // Doors other than the app's socket; pairing's codes and page are what the others open.
     &["pairing"],
     &["control", "discovery"],
+    // Scheduled backups: made the way the control socket's backup is, on a timer.
+    &["backups"],
     // One device's WebSocket: given the hub (and the outlet it drains), knowing no HTTP.
     &["session"],
     &["admin"],

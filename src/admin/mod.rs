@@ -23,8 +23,10 @@
 //! data dir's `settings.toml` (`crate::settings`), so flags and the config file keep their
 //! place in the order.
 
+mod backups;
 mod forms;
 mod health;
+mod log_page;
 mod outcome;
 pub mod owner;
 mod pages;
@@ -51,6 +53,7 @@ use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
+pub use backups::start_schedule;
 use forms::post;
 use outcome::{Outcome, Paired, Tone};
 use pages::{Notice, Shell};
@@ -94,6 +97,8 @@ pub struct Admin {
     restoring: std::cell::Cell<bool>,
     /// The passphrase meter's checks this minute (`strength.rs`).
     strength_checks: strength::Window,
+    /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
+    backups: Rc<crate::backups::State>,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -161,6 +166,7 @@ impl Admin {
             restart: Rc::new(tokio::sync::Notify::new()),
             restoring: std::cell::Cell::new(false),
             strength_checks: strength::Window::new(Instant::now()),
+            backups: Rc::default(),
             url,
             tls,
         }
@@ -281,6 +287,7 @@ async fn serve_page(
         );
     }
     let query = parse_form(req.uri().query().unwrap_or("").as_bytes()).unwrap_or(Form(vec![]));
+    let raw_query = req.uri().query().unwrap_or("").to_owned();
     let Some(valid) = admin.signed_in(req.headers(), &owner) else {
         if method == Method::GET || method == Method::HEAD {
             if path == PREFIX {
@@ -301,7 +308,13 @@ async fn serve_page(
     };
     let csrf = valid.csrf.clone();
     let result = match method {
-        Method::GET | Method::HEAD => get(admin, hub, &path, &query, &valid, secure).await,
+        Method::GET | Method::HEAD => match path.as_str() {
+            "/admin/backup" => backups::get(admin, &raw_query, &csrf, secure),
+            "/admin/log" | "/admin/log/download" => {
+                log_page::get(admin, &path, &raw_query, &csrf, secure)
+            }
+            _ => get(admin, hub, &path, &query, &valid, secure).await,
+        },
         Method::POST => {
             let form = match read_form(admin, req).await {
                 Ok(f) => f,
@@ -310,6 +323,14 @@ async fn serve_page(
             if !session::same(form.get("csrf"), &csrf) {
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
                 return refused(admin, Refusal::BadCsrf, secure);
+            }
+            // The backup and log forms answer for themselves; the rest leave their outcome in
+            // the session for the page they redirect to.
+            if let Some(done) = backups::post(admin, hub, &path, &form, &csrf, secure).await {
+                return done.unwrap_or_else(|r| refused(admin, r, secure));
+            }
+            if let Some(done) = log_page::post(admin, &path, &form, &csrf, secure) {
+                return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
             let done = match health::post(admin, &path, peer).await {
                 Some(r) => r,
@@ -605,8 +626,6 @@ async fn get(
             ok("Agent", path, body)
         }
         "/admin/push" => ok("Push", path, push_body(admin, hub, csrf, &n)?),
-        "/admin/backup" => ok("Backup", path, pages::backup(csrf, &n)),
-        "/admin/log" => ok("Log", path, pages::log(&crate::logring::lines())),
         "/admin/owner" => ok("Owner", path, pages::owner(csrf, &n)),
         _ => Err(Refusal::NotFound),
     }

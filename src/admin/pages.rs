@@ -57,7 +57,7 @@ impl<'a> Notice<'a> {
 }
 
 /// A notice as HTML (escaped).
-fn notice(n: &Notice) -> String {
+pub(super) fn notice(n: &Notice) -> String {
     match n {
         Notice::None => String::new(),
         Notice::Good(t) => format!(
@@ -613,24 +613,6 @@ pub fn backup(csrf: &str, n: &Notice) -> String {
          <p id=\"restore-result\" role=\"status\"></p>",
         notice(n),
         escape(csrf)
-    )
-}
-
-/// The log section: newest first.
-pub fn log(lines: &[String]) -> String {
-    let text: String = lines
-        .iter()
-        .rev()
-        .map(|l| {
-            let mut s = escape(l);
-            s.push('\n');
-            s
-        })
-        .collect();
-    format!(
-        "<p>The last {} lines the gateway logged, newest first (the journal keeps the rest, \
-         on the box).</p><pre id=\"log\">{text}</pre>",
-        lines.len()
     )
 }
 

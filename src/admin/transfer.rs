@@ -223,7 +223,7 @@ pub(super) async fn restore(
 }
 
 /// Frees the one restore slot when the upload's answer is made, whichever way it went.
-struct RestoreSlot<'a>(&'a std::cell::Cell<bool>);
+pub(super) struct RestoreSlot<'a>(pub(super) &'a std::cell::Cell<bool>);
 
 impl Drop for RestoreSlot<'_> {
     fn drop(&mut self) {

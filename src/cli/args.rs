@@ -234,8 +234,13 @@ pub struct BackupArgs {
 // `restore FILE`.
 #[derive(Args, Debug)]
 pub struct RestoreArgs {
-    /// A file written by `iris-gateway backup`.
+    /// A file written by `iris-gateway backup`, or a scheduled backup (encrypted: it also
+    /// brings back the saved settings and the owner).
     pub file: PathBuf,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// For a scheduled backup: a file whose first line is its backup passphrase (else it is
+    /// asked for, or read from stdin).
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
 }

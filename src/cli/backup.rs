@@ -156,7 +156,11 @@ fn fetch_from_gateway(dir: &Path) -> Result<Option<impl Read>, Error> {
 /// Restores the backup and says what became of the store that was there.
 pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
-    let done = restore(&dir, &args.file)?;
+    let done = if crate::backups::sealed::is_sealed(&args.file) {
+        super::restore_sealed::restore_sealed(&dir, &args.file, args.passphrase_file.as_deref())?
+    } else {
+        restore(&dir, &args.file)?
+    };
     report_restore(&args.file, &dir, &done);
     Ok(())
 }

@@ -13,6 +13,7 @@ mod error;
 mod owner;
 mod pair;
 mod resolve;
+mod restore_sealed;
 mod status;
 
 pub use args::{

@@ -58,11 +58,11 @@ fn read_passphrase() -> Result<zeroize::Zeroizing<String>, CliError> {
 }
 
 /// Turns terminal echo off on stdin while alive.
-struct EchoOff(Option<libc::termios>);
+pub(super) struct EchoOff(Option<libc::termios>);
 
 impl EchoOff {
     /// Echo off now; nothing happens when stdin is not a terminal.
-    fn new() -> EchoOff {
+    pub(super) fn new() -> EchoOff {
         // SAFETY: tcgetattr/tcsetattr on fd 0 with a zeroed termios the call fills in.
         unsafe {
             let mut t: libc::termios = std::mem::zeroed();

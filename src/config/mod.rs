@@ -327,6 +327,16 @@ pub struct Limits {
     /// Largest file taken from the agent's answer (a `MEDIA:` path or an inline data image);
     /// never more than `max_media_bytes`. A larger one is left out with a note in the text.
     pub agent_file_bytes: u64,
+    /// Seconds in a "day" of the scheduled backups (a weekly one waits seven of them). Only
+    /// tests shorten it, to see the schedule fire.
+    pub backup_day_secs: u64,
+    /// Seconds between two looks at whether a scheduled backup is due.
+    pub backup_check_secs: u64,
+    /// Seconds before a scheduled backup that failed is tried again (a USB stick not plugged
+    /// in is not retried every minute, nor its warning logged every minute).
+    pub backup_retry_secs: u64,
+    /// Most scheduled backups kept in the folder (the owner's "keep N" is at most this).
+    pub backup_keep_max: u32,
 }
 
 impl Default for Config {
@@ -416,6 +426,10 @@ impl Default for Limits {
             stream_update_ms: 200,
             transcription_bytes: 25 << 20,
             agent_file_bytes: 32 << 20,
+            backup_day_secs: 86_400,
+            backup_check_secs: 60,
+            backup_retry_secs: 3600,
+            backup_keep_max: 100,
         }
     }
 }

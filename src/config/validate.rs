@@ -179,7 +179,7 @@ fn socket_checks(l: &Limits) -> [Check; 10] {
 }
 
 /// The limits of the browser doors: the pairing page and the admin page.
-fn door_checks(l: &Limits) -> [Check; 2] {
+fn door_checks(l: &Limits) -> [Check; 3] {
     [
         (
             "limits.pair_code_ttl_secs",
@@ -200,6 +200,15 @@ fn door_checks(l: &Limits) -> [Check; 2] {
             "admin limits: sessions, sign-in failures, strength checks, idle seconds, health \
              refresh and power command seconds at least 1, admin_session_max_secs at least \
              admin_session_idle_secs, forms at least 1024 bytes, admin_disk_low_percent at most 100",
+        ),
+        (
+            "limits.backup_day_secs",
+            l.backup_day_secs >= 1
+                && l.backup_check_secs >= 1
+                && l.backup_retry_secs >= 1
+                && l.backup_keep_max >= 1,
+            "backup_day_secs, backup_check_secs, backup_retry_secs and backup_keep_max must be \
+             at least 1",
         ),
     ]
 }

@@ -35,6 +35,10 @@ pub const PENDING_RESTORE: &str = "pending-restore";
 const LEGACY_PENDING: &str = "pending-restore.iris";
 /// An earlier version's failed upload, left in the data dir for good (and filling it).
 const LEGACY_FAILED: &str = "pending-restore.failed";
+/// Files restored beside the store (a sealed backup's settings and owner file), waiting in the
+/// pending restore until the store is moved in; each then replaces the data dir's file of its
+/// name. Whoever stages them names them.
+pub const PENDING_EXTRAS: &str = "extras";
 /// The backup's header, beside the store built from it.
 const STAGED_HEADER: &str = "restore-header.json";
 /// Where an upload is built before it is accepted.
@@ -340,7 +344,16 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
     let pending = dir.join(PENDING_RESTORE);
     let outcome = if pending.is_dir() {
         tracing::info!("restoring the backup uploaded from the admin page");
+        // Out of the way of the store's move (which deletes what is left of `pending`), and
+        // moved in only once the store is.
+        let extras = dir.join(".restore-extras");
+        let _ = std::fs::remove_dir_all(&extras);
+        let _ = std::fs::rename(pending.join(PENDING_EXTRAS), &extras);
         let result = apply_staged(dir, &pending);
+        if result.is_ok() {
+            move_extras_in(dir, &extras);
+        }
+        let _ = std::fs::remove_dir_all(&extras);
         let _ = std::fs::remove_dir_all(&pending);
         result
     } else if legacy.exists() {
@@ -369,6 +382,22 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
             Some(why)
         }
     }
+}
+
+/// Moves each staged extra file over the data dir's file of its name (written whole before, so
+/// a rename is all it takes), then syncs the data dir.
+fn move_extras_in(dir: &Path, extras: &Path) {
+    let Ok(entries) = std::fs::read_dir(extras) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let to = dir.join(e.file_name());
+        match std::fs::rename(e.path(), &to) {
+            Ok(()) => tracing::info!("restored {}", to.display()),
+            Err(err) => tracing::warn!("cannot restore {}: {err}", to.display()),
+        }
+    }
+    let _ = crate::atomic_file::sync_dir(dir);
 }
 
 /// The restart's part of an upload: the built store opened, checked, raised and moved in.

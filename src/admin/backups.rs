@@ -1,0 +1,506 @@
+//! The Backup page's scheduled backups (`crate::backups`): the list with sizes and ages, the
+//! schedule and folder, the backup passphrase, "Back up now", and restoring one of them.
+//!
+//! Each form answers with a redirect to the page (a `?done=` note says what was done), so a
+//! reload repeats nothing; a restore answers with the restarting page, as an upload does.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::SystemTime;
+
+use hyper::StatusCode;
+use tracing::info;
+
+use super::pages::{self, csrf_field, notice, Notice};
+use super::reply::{page, redirect, Refusal, Reply};
+use super::transfer::{schedule_restart, RestoreSlot};
+use super::{owner, Admin, Form};
+use crate::backups::{self, sealed, Plan};
+use crate::hub::Hub;
+use crate::pairing::page::escape;
+use crate::settings::Settings;
+
+/// Longest folder path taken from the form.
+const MAX_FOLDER_BYTES: usize = 1024;
+
+/// The sources a backup reads, for this data dir.
+pub(super) fn sources(admin: &Admin) -> backups::Sources {
+    backups::Sources {
+        data_dir: admin.data_dir.clone(),
+        owner_file: owner::path(&admin.data_dir),
+    }
+}
+
+/// Starts the schedule for this run of the gateway.
+pub fn start_schedule(admin: &Admin, hub: Rc<Hub>, stop: crate::shutdown::Listener) {
+    tokio::task::spawn_local(backups::schedule(
+        admin.backups.clone(),
+        hub,
+        sources(admin),
+        stop,
+    ));
+}
+
+fn plan(admin: &Admin) -> Result<Plan, Refusal> {
+    let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    Ok(Plan::from_settings(
+        &saved.backup,
+        &admin.config.borrow().limits,
+    ))
+}
+
+/// `GET /admin/backup`: the download and upload (`pages::backup`), then the scheduled backups.
+pub(super) fn get(admin: &Admin, query: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
+    let done = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("done="))
+        .and_then(|d| match d {
+            "schedule" => Some("Schedule saved."),
+            "passphrase" => Some("Backup passphrase set. Backups from now on open with it."),
+            "started" => Some("A backup is being made; reload this page to see it listed."),
+            _ => None,
+        });
+    let n = done.map_or(Notice::None, Notice::Good);
+    Ok(body_page(admin, StatusCode::OK, csrf, secure, &n))
+}
+
+fn body_page(admin: &Admin, status: StatusCode, csrf: &str, secure: bool, n: &Notice) -> Reply {
+    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n);
+    page(
+        admin,
+        status,
+        "Backup",
+        "/admin/backup",
+        Some(csrf),
+        secure,
+        &body,
+    )
+}
+
+/// How long ago, in words.
+fn age(then: SystemTime) -> String {
+    let s = SystemTime::now()
+        .duration_since(then)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match s {
+        s if s < 90 => format!("{s} s ago"),
+        s if s < 90 * 60 => format!("{} min ago", s / 60),
+        s if s < 36 * 3600 => format!("{} h ago", s / 3600),
+        s => format!("{} days ago", s / 86_400),
+    }
+}
+
+/// The scheduled backups' section.
+fn scheduled(admin: &Admin, csrf: &str, n: &Notice) -> String {
+    let limits = admin.config.borrow().limits.clone();
+    let (plan, plan_error) = match plan(admin) {
+        Ok(p) => (p, None),
+        Err(e) => (
+            Plan::from_settings(&Default::default(), &limits),
+            Some(e.to_string()),
+        ),
+    };
+    let state = &admin.backups;
+    let key = sealed::key(&admin.data_dir);
+    let mut out = format!("<h2 id=\"scheduled\">Scheduled backups</h2>{}", notice(n));
+    if let Some(e) = plan_error {
+        out += &notice(&Notice::Bad(&e));
+    }
+    // What is wrong now, in the owner's words, before anything else.
+    let folder_state = match &plan.folder {
+        None => Some("No folder is set: no backups are made.".to_owned()),
+        Some(f) => backups::check_folder(f, 0).err().map(|e| e.to_string()),
+    };
+    if let Some(problem) = &folder_state {
+        out += &format!(
+            "<p class=\"bad\" id=\"folder-problem\">{}</p>",
+            escape(problem)
+        );
+    }
+    match &key {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            out += "<p class=\"bad\" id=\"key-problem\">No backup passphrase is set: none can be \
+                    made until one is.</p>"
+        }
+        Err(e) => out += &notice(&Notice::Bad(&e.to_string())),
+    }
+    let every = match plan.every {
+        None => "off".to_owned(),
+        Some(backups::Every::Day) => "daily".to_owned(),
+        Some(backups::Every::Week) => "weekly".to_owned(),
+    };
+    out += &format!(
+        "<p id=\"schedule-now\">Schedule: <strong>{every}</strong>, keeping the newest {}, in \
+         <code>{}</code>.</p>",
+        plan.keep,
+        escape(
+            &plan
+                .folder
+                .as_deref()
+                .map(|f| f.display().to_string())
+                .unwrap_or_else(|| "(no folder)".into())
+        )
+    );
+    if state.running() {
+        out += "<p id=\"backup-running\">A backup is being made now.</p>";
+    }
+    match state.last() {
+        None => out += "<p id=\"last-result\">Last result: none since the gateway started.</p>",
+        Some(o) => {
+            let text = match &o.result {
+                Ok(l) => format!(
+                    "Last result ({}): {} written, {}.",
+                    age(o.at),
+                    l.name,
+                    crate::store::human_bytes(l.bytes)
+                ),
+                Err(e) => format!("Last result ({}): failed: {e}.", age(o.at)),
+            };
+            let class = if o.result.is_ok() { "good" } else { "bad" };
+            out += &format!(
+                "<p id=\"last-result\" class=\"{class}\">{}</p>",
+                escape(&text)
+            );
+        }
+    }
+    out += &list_html(admin, &plan, csrf);
+    out += &forms_html(&plan, csrf, limits.backup_keep_max);
+    out
+}
+
+fn list_html(admin: &Admin, plan: &Plan, csrf: &str) -> String {
+    let Some(folder) = &plan.folder else {
+        return String::new();
+    };
+    let listed = match backups::list(folder) {
+        Ok(l) => l,
+        Err(_) => return String::new(),
+    };
+    if listed.is_empty() {
+        return "<p>No scheduled backups in the folder yet.</p>".into();
+    }
+    let rows: String = listed
+        .iter()
+        .map(|l| {
+            format!(
+                "<tr><td class=\"name\">{}</td><td class=\"size\">{}</td><td>{}</td></tr>",
+                escape(&l.name),
+                crate::store::human_bytes(l.bytes),
+                age(l.made)
+            )
+        })
+        .collect();
+    let options: String = listed
+        .iter()
+        .map(|l| format!("<option>{}</option>", escape(&l.name)))
+        .collect();
+    let _ = admin;
+    format!(
+        "<table id=\"backups\"><thead><tr><th>Backup</th><th>Size</th><th>Made</th></tr></thead>\
+         <tbody>{rows}</tbody></table>\
+         <h3>Restore a scheduled backup</h3><p>Replaces messages, channels, devices, media, \
+         the saved settings and the owner passphrase with the backup's; the current store is \
+         kept aside and the gateway restarts into it.</p>\
+         <form method=\"post\" action=\"/admin/backup/restore-scheduled\">{}\
+         <label for=\"restore-name\">Backup</label><select id=\"restore-name\" name=\"file\">\
+         {options}</select>\
+         <label for=\"restore-passphrase\">Its backup passphrase</label>\
+         <input type=\"password\" id=\"restore-passphrase\" name=\"passphrase\" \
+         autocomplete=\"off\" maxlength=\"1024\" required>\
+         <p><button id=\"restore-scheduled\">Restore it</button></p></form>",
+        csrf_field(csrf)
+    )
+}
+
+fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
+    let sel = |v: Option<backups::Every>| if plan.every == v { " selected" } else { "" };
+    format!(
+        "<form method=\"post\" action=\"/admin/backup/now\">{csrf}\
+         <p><button id=\"back-up-now\">Back up now</button></p></form>\
+         <h3>Schedule</h3><form method=\"post\" action=\"/admin/backup/schedule\">{csrf}\
+         <label for=\"schedule\">How often</label><select id=\"schedule\" name=\"schedule\">\
+         <option value=\"off\"{off}>Off</option><option value=\"daily\"{day}>Daily</option>\
+         <option value=\"weekly\"{week}>Weekly</option></select>\
+         <label for=\"folder\">Folder (a USB stick: its mount point, e.g. /media/usb)</label>\
+         <input id=\"folder\" name=\"folder\" value=\"{folder}\" maxlength=\"{MAX_FOLDER_BYTES}\">\
+         <label for=\"keep\">How many to keep</label>\
+         <input id=\"keep\" name=\"keep\" type=\"number\" min=\"1\" max=\"{keep_max}\" \
+         value=\"{keep}\"><p><button id=\"save-schedule\">Save the schedule</button></p></form>\
+         <h3>Backup passphrase</h3><p>Scheduled backups are encrypted; only this passphrase \
+         opens them (on this box or a new one). Keep it somewhere safe: it cannot be recovered. \
+         Changing it applies to backups made from then on.</p>\
+         <form method=\"post\" action=\"/admin/backup/passphrase\">{csrf}\
+         <label for=\"backup-passphrase\">Backup passphrase</label>\
+         <input type=\"password\" id=\"backup-passphrase\" name=\"passphrase\" \
+         autocomplete=\"new-password\" minlength=\"{min}\" maxlength=\"1024\" required>\
+         <label for=\"backup-confirm\">The same again</label>\
+         <input type=\"password\" id=\"backup-confirm\" name=\"confirm\" \
+         autocomplete=\"new-password\" maxlength=\"1024\" required>\
+         <p><button id=\"set-backup-passphrase\">Set it</button></p></form>",
+        csrf = csrf_field(csrf),
+        off = sel(None),
+        day = sel(Some(backups::Every::Day)),
+        week = sel(Some(backups::Every::Week)),
+        folder = escape(
+            &plan
+                .folder
+                .as_deref()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default()
+        ),
+        keep = plan.keep,
+        min = owner::MIN_PASSPHRASE_CHARS,
+    )
+}
+
+/// The Backup page's forms for scheduled backups; `None` for any other path.
+pub(super) async fn post(
+    admin: &Admin,
+    hub: &Rc<Hub>,
+    path: &str,
+    form: &Form,
+    csrf: &str,
+    secure: bool,
+) -> Option<Result<Reply, Refusal>> {
+    let bad = |status, text: &str| Ok(body_page(admin, status, csrf, secure, &Notice::Bad(text)));
+    Some(match path {
+        "/admin/backup/schedule" => match save_schedule(admin, form) {
+            Ok(()) => Ok(redirect("/admin/backup?done=schedule#scheduled")),
+            Err(why) => bad(StatusCode::BAD_REQUEST, &why),
+        },
+        "/admin/backup/passphrase" => match set_passphrase(admin, form).await {
+            Ok(()) => Ok(redirect("/admin/backup?done=passphrase#scheduled")),
+            Err(why) => bad(StatusCode::BAD_REQUEST, &why),
+        },
+        "/admin/backup/now" => match back_up_now(admin, hub) {
+            Ok(()) => Ok(redirect("/admin/backup?done=started#scheduled")),
+            Err(why) => bad(StatusCode::CONFLICT, &why),
+        },
+        "/admin/backup/restore-scheduled" => match restore(admin, hub, form, secure).await {
+            Ok(reply) => Ok(reply),
+            Err((status, why)) => bad(status, &why),
+        },
+        _ => return None,
+    })
+}
+
+fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
+    let keep_max = admin.config.borrow().limits.backup_keep_max;
+    let schedule = match form.get("schedule") {
+        "off" => None,
+        s @ ("daily" | "weekly") => Some(s.to_owned()),
+        other => {
+            return Err(format!(
+                "\"{other}\" is not a schedule: off, daily or weekly."
+            ))
+        }
+    };
+    let folder = form.get("folder").trim();
+    if folder.len() > MAX_FOLDER_BYTES {
+        return Err(format!(
+            "The folder is longer than {MAX_FOLDER_BYTES} bytes."
+        ));
+    }
+    if !folder.is_empty() && !folder.starts_with('/') {
+        return Err("The folder must be a full path, starting with /.".into());
+    }
+    if schedule.is_some() && folder.is_empty() {
+        return Err("A schedule needs a folder to write to.".into());
+    }
+    let keep: u32 = match form.get("keep").trim().parse() {
+        Ok(k) if (1..=keep_max).contains(&k) => k,
+        _ => {
+            return Err(format!(
+                "How many to keep must be a number from 1 to {keep_max}."
+            ))
+        }
+    };
+    let mut saved = Settings::load(&admin.data_dir).map_err(|e| e.to_string())?;
+    saved.backup.schedule = schedule;
+    saved.backup.folder = (!folder.is_empty()).then(|| folder.to_owned());
+    saved.backup.keep = Some(keep);
+    saved
+        .save(&admin.data_dir)
+        .map_err(|e| format!("The schedule could not be saved: {e}."))?;
+    info!(
+        schedule = saved.backup.schedule.as_deref().unwrap_or("off"),
+        folder, keep, "admin page: backup schedule saved"
+    );
+    Ok(())
+}
+
+async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
+    let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
+    if pass != confirm {
+        return Err("The two passphrases differ; nothing was changed.".into());
+    }
+    owner::check_new(pass).map_err(|e| format!("Not set: {e}."))?;
+    let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
+    let (dir, p) = (
+        admin.data_dir.clone(),
+        zeroize::Zeroizing::new(pass.to_owned()),
+    );
+    tokio::task::spawn_blocking(move || sealed::set_passphrase(&dir, &p))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    info!("admin page: backup passphrase set (a new backup key)");
+    Ok(())
+}
+
+fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
+    let plan = plan(admin).map_err(|e| e.to_string())?;
+    if plan.folder.is_none() {
+        return Err("Set a folder for the backups first.".into());
+    }
+    if admin.backups.running() {
+        return Err("A backup is already being made; wait for it.".into());
+    }
+    let (state, hub, sources) = (admin.backups.clone(), hub.clone(), sources(admin));
+    tokio::task::spawn_local(async move {
+        let _ = backups::back_up_now(&state, &hub, &sources, &plan).await;
+    });
+    Ok(())
+}
+
+/// Opens the chosen backup with its passphrase, checks and builds it in full off the event
+/// loop (as an upload is), stages its settings and owner beside it, and restarts into it.
+async fn restore(
+    admin: &Admin,
+    hub: &Rc<Hub>,
+    form: &Form,
+    secure: bool,
+) -> Result<Reply, (StatusCode, String)> {
+    let bad = |why: &str| (StatusCode::BAD_REQUEST, why.to_owned());
+    let name = form.get("file");
+    if !backups::is_backup_name(name) {
+        return Err(bad("Choose a backup from the list."));
+    }
+    let folder = plan(admin)
+        .map_err(|e| bad(&e.to_string()))?
+        .folder
+        .ok_or_else(|| bad("No backup folder is set."))?;
+    let file = folder.join(name);
+    let size = std::fs::metadata(&file)
+        .map_err(|e| {
+            bad(&format!(
+                "{name} cannot be read ({e}); nothing was changed."
+            ))
+        })?
+        .len();
+    if admin.restoring.replace(true) {
+        return Err((
+            StatusCode::CONFLICT,
+            "Another restore is being checked; wait for its answer. Nothing was changed.".into(),
+        ));
+    }
+    let _slot = RestoreSlot(&admin.restoring);
+    let dir = admin.data_dir.clone();
+    if dir.join(crate::control::restore::PENDING_RESTORE).exists() {
+        return Err((
+            StatusCode::CONFLICT,
+            "A restore is already waiting for the restart; nothing was changed.".into(),
+        ));
+    }
+    // The opened backup and the store built from it, about as big each, stay until the restart.
+    if let Err(e) = hub.store().disk_ok(size.saturating_mul(2)) {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Not enough room on the data disk to restore it ({e}); nothing was changed."),
+        ));
+    }
+    let passphrase = zeroize::Zeroizing::new(form.get("passphrase").to_owned());
+    let store = hub.store().clone();
+    let owner_name = owner::FILE_NAME;
+    let done = tokio::task::spawn_blocking(move || {
+        restore_blocking(&dir, &file, &passphrase, owner_name, || {
+            store.disk_ok(0).map_err(|e| e.to_string())
+        })
+    })
+    .await
+    .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let summary = match done {
+        Ok(s) => s,
+        Err(e @ sealed::SealError::WrongPassphrase) => {
+            info!("admin page: a scheduled backup's restore refused: wrong backup passphrase");
+            return Err((StatusCode::BAD_REQUEST, capitalised(&e.to_string())));
+        }
+        Err(e) => return Err(bad(&capitalised(&e.to_string()))),
+    };
+    info!("admin page: scheduled backup {name} opened, checked and built ({summary}); restarting into it");
+    schedule_restart(admin);
+    Ok(page(
+        admin,
+        StatusCode::OK,
+        "Restoring",
+        "/admin/backup",
+        None,
+        secure,
+        &pages::message(
+            &format!(
+                "The backup is whole and ready ({summary}), with its settings and owner. \
+                     The gateway now restarts into it; the current store is kept aside in the \
+                     data dir. Sign in again in a moment, with the backup's owner passphrase."
+            ),
+            &Notice::Good("Restore accepted."),
+        ),
+    ))
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect::<String>() + ".",
+        None => String::new(),
+    }
+}
+
+/// The blocking part of a restore: open (a wrong passphrase stops here, nothing written),
+/// check, build as an upload is built, then stage the settings and the owner file.
+fn restore_blocking(
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    passphrase: &str,
+    owner_name: &str,
+    room: impl Fn() -> Result<(), String>,
+) -> Result<String, sealed::SealError> {
+    use crate::control::restore::{prepare_upload, PENDING_EXTRAS, PENDING_RESTORE};
+    let opened: PathBuf = dir.join(format!("{PENDING_RESTORE}.partial"));
+    let _ = std::fs::remove_file(&opened);
+    let failed = |what: &str, why: String| sealed::SealError::Damaged {
+        what: what.to_owned(),
+        why,
+    };
+    let extras = match sealed::open(file, passphrase, &opened) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_file(&opened);
+            return Err(e);
+        }
+    };
+    let name = file.display().to_string();
+    if let Err(e) = sealed::check_extras(&extras, &name) {
+        let _ = std::fs::remove_file(&opened);
+        return Err(e);
+    }
+    let summary = prepare_upload(dir, &opened, room).map_err(|e| failed(&name, e.to_string()))?;
+    let staged = dir.join(PENDING_RESTORE).join(PENDING_EXTRAS);
+    let written = (|| {
+        std::fs::create_dir_all(&staged)?;
+        if let Some(s) = &extras.settings {
+            crate::atomic_file::write(&staged.join(crate::settings::FILE_NAME), s, 0o600)?;
+        }
+        if let Some(o) = &extras.owner {
+            crate::atomic_file::write(&staged.join(owner_name), o, 0o600)?;
+        }
+        std::io::Result::Ok(())
+    })();
+    if let Err(e) = written {
+        // Without its settings and owner it is not what was asked for: withdrawn whole.
+        let _ = std::fs::remove_dir_all(dir.join(PENDING_RESTORE));
+        return Err(failed("the restore's settings and owner", e.to_string()));
+    }
+    Ok(summary)
+}

@@ -1,0 +1,393 @@
+//! The Log page: the in-memory log ring (`crate::logring`), filtered by level and by text,
+//! downloadable as a text file, with times in the zone the owner chose.
+//!
+//! Zones come from the box's zone database (`/usr/share/zoneinfo`, which every Raspberry Pi OS
+//! and Debian image has, kept current by the `tzdata` package) through `tz-rs`, which only
+//! parses those files: a zone database built into the binary would be bigger and go stale
+//! (README, "Design notes"). The chosen zone is a saved setting (`[log] timezone` in
+//! `settings.toml`); unset, the box's own zone is used.
+
+use hyper::header::{self, HeaderValue};
+use hyper::StatusCode;
+
+use super::pages::{csrf_field, notice, Notice};
+use super::reply::{guard, page, redirect, Refusal, Reply};
+use super::{parse_form, Admin, Form};
+use crate::pairing::page::escape;
+use crate::settings::Settings;
+
+/// Longest zone name taken from the form (the longest in the database is 32 bytes).
+const MAX_ZONE_BYTES: usize = 64;
+/// Longest search text taken.
+const MAX_SEARCH_BYTES: usize = 256;
+
+/// A log line's level, most severe first (so "at least as severe" is `<=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl Level {
+    fn parse(s: &str) -> Option<Level> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "error" => Level::Error,
+            "warn" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            "trace" => Level::Trace,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+            Level::Trace => "trace",
+        }
+    }
+}
+
+/// A line as the formatter wrote it: `2026-12-02T19:18:45.123456Z  INFO message`.
+struct Line<'a> {
+    time: Option<chrono::DateTime<chrono::FixedOffset>>,
+    level: Option<Level>,
+    rest: &'a str,
+    whole: &'a str,
+}
+
+fn parse(line: &str) -> Line<'_> {
+    let (first, after) = line.split_once(' ').unwrap_or((line, ""));
+    let Ok(time) = chrono::DateTime::parse_from_rfc3339(first) else {
+        return Line {
+            time: None,
+            level: None,
+            rest: line,
+            whole: line,
+        };
+    };
+    let after = after.trim_start();
+    let (lvl, rest) = after.split_once(' ').unwrap_or((after, ""));
+    match Level::parse(lvl) {
+        Some(level) => Line {
+            time: Some(time),
+            level: Some(level),
+            rest: rest.trim_start(),
+            whole: line,
+        },
+        None => Line {
+            time: Some(time),
+            level: None,
+            rest: after,
+            whole: line,
+        },
+    }
+}
+
+/// The zone times are shown in: its name for the page, and the database's rules.
+struct Zone {
+    name: String,
+    tz: Option<tz::TimeZone>,
+}
+
+impl Zone {
+    fn of(admin: &Admin) -> Zone {
+        let saved = Settings::load(&admin.data_dir)
+            .ok()
+            .and_then(|s| s.log.timezone);
+        match saved {
+            Some(name) => Zone {
+                tz: tz::TimeZone::from_posix_tz(&name).ok(),
+                name,
+            },
+            None => Zone {
+                name: std::fs::read_to_string("/etc/timezone")
+                    .map(|s| s.trim().to_owned())
+                    .ok()
+                    .filter(|s| !s.is_empty())
+                    .map_or_else(
+                        || "the box's own".to_owned(),
+                        |n| format!("the box's own ({n})"),
+                    ),
+                tz: tz::TimeZone::local().ok(),
+            },
+        }
+    }
+
+    /// `2026-12-02 20:18:45 +01:00`, or the time as logged (UTC) when the zone is unknown.
+    fn show(&self, t: chrono::DateTime<chrono::FixedOffset>) -> String {
+        let offset = self
+            .tz
+            .as_ref()
+            .and_then(|z| z.find_local_time_type(t.timestamp()).ok())
+            .and_then(|l| chrono::FixedOffset::east_opt(l.ut_offset()))
+            .unwrap_or_else(|| chrono::FixedOffset::east_opt(0).expect("zero offset"));
+        t.with_timezone(&offset)
+            .format("%Y-%m-%d %H:%M:%S %:z")
+            .to_string()
+    }
+}
+
+/// What the page is asked to show.
+struct Filter {
+    level: Level,
+    search: String,
+}
+
+impl Filter {
+    fn from_query(query: &str) -> Filter {
+        let form = parse_form(query.as_bytes()).unwrap_or(Form(Vec::new()));
+        let mut search = form.get("q").to_owned();
+        if search.len() > MAX_SEARCH_BYTES {
+            let mut cut = MAX_SEARCH_BYTES;
+            while !search.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            search.truncate(cut);
+        }
+        Filter {
+            level: Level::parse(form.get("level")).unwrap_or(Level::Debug),
+            search,
+        }
+    }
+
+    /// A line without a level (a separator, a continued message) shows only unfiltered.
+    fn keeps(&self, line: &Line) -> bool {
+        let level_ok = match line.level {
+            Some(l) => l <= self.level,
+            None => self.level >= Level::Debug,
+        };
+        let needle = self.search.to_lowercase();
+        level_ok && (needle.is_empty() || line.whole.to_lowercase().contains(&needle))
+    }
+}
+
+/// The kept lines, oldest first, with their times in `zone`.
+fn shown(filter: &Filter, zone: &Zone) -> Vec<String> {
+    crate::logring::lines()
+        .iter()
+        .map(|l| parse(l))
+        .filter(|l| filter.keeps(l))
+        .map(|l| match (l.time, l.level) {
+            (Some(t), Some(level)) => {
+                format!(
+                    "{} {:5} {}",
+                    zone.show(t),
+                    level.name().to_uppercase(),
+                    l.rest
+                )
+            }
+            (Some(t), None) => format!("{} {}", zone.show(t), l.rest),
+            _ => l.whole.to_owned(),
+        })
+        .collect()
+}
+
+/// `GET /admin/log` and `GET /admin/log/download`.
+pub(super) fn get(
+    admin: &Admin,
+    path: &str,
+    query: &str,
+    csrf: &str,
+    secure: bool,
+) -> Result<Reply, Refusal> {
+    let filter = Filter::from_query(query);
+    let zone = Zone::of(admin);
+    let lines = shown(&filter, &zone);
+    if path == "/admin/log/download" {
+        return Ok(download(&lines));
+    }
+    let n = if query.split('&').any(|p| p == "saved=timezone") {
+        Notice::Good("Time zone saved.")
+    } else {
+        Notice::None
+    };
+    Ok(log_page(
+        admin,
+        StatusCode::OK,
+        &filter,
+        &zone,
+        &lines,
+        csrf,
+        secure,
+        &n,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_page(
+    admin: &Admin,
+    status: StatusCode,
+    filter: &Filter,
+    zone: &Zone,
+    lines: &[String],
+    csrf: &str,
+    secure: bool,
+    n: &Notice,
+) -> Reply {
+    let options: String = [Level::Error, Level::Warn, Level::Info, Level::Debug]
+        .iter()
+        .map(|l| {
+            let sel = if *l == filter.level { " selected" } else { "" };
+            format!("<option value=\"{0}\"{sel}>{0}</option>", l.name())
+        })
+        .collect();
+    let text: String = lines.iter().rev().map(|l| escape(l) + "\n").collect();
+    let download = format!(
+        "/admin/log/download?level={}&amp;q={}",
+        filter.level.name(),
+        escape(&percent_encode(&filter.search))
+    );
+    let body = format!(
+        "{note}<form method=\"get\" action=\"/admin/log\" id=\"log-filter\">\
+         <label for=\"level\">At least</label><select id=\"level\" name=\"level\">{options}\
+         </select><label for=\"q\">Containing</label>\
+         <input id=\"q\" name=\"q\" value=\"{q}\" maxlength=\"{MAX_SEARCH_BYTES}\">\
+         <p><button id=\"log-show\">Show</button> \
+         <a id=\"log-download\" href=\"{download}\" download>Download these lines</a></p></form>\
+         <p id=\"log-count\">{count} of the last {kept} lines the gateway logged, newest first \
+         (the journal keeps the rest, on the box). Times in {zone}.</p>\
+         <pre id=\"log\">{text}</pre>\
+         <h2>Time zone</h2><form method=\"post\" action=\"/admin/log/timezone\">{csrf}\
+         <label for=\"timezone\">Zone (e.g. Europe/Berlin; empty: the box's own)</label>\
+         <input id=\"timezone\" name=\"timezone\" value=\"{current}\" \
+         maxlength=\"{MAX_ZONE_BYTES}\"><p><button id=\"save-timezone\">Save</button></p></form>",
+        note = notice(n),
+        q = escape(&filter.search),
+        count = lines.len(),
+        kept = crate::logring::lines().len(),
+        zone = escape(&zone.name),
+        csrf = csrf_field(csrf),
+        current = escape(
+            &Settings::load(&admin.data_dir)
+                .ok()
+                .and_then(|s| s.log.timezone)
+                .unwrap_or_default()
+        ),
+    );
+    page(
+        admin,
+        status,
+        "Log",
+        "/admin/log",
+        Some(csrf),
+        secure,
+        &body,
+    )
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The lines as a text file, oldest first, as a journal reads.
+fn download(lines: &[String]) -> Reply {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let mut reply = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(text)));
+    guard(&mut reply, "text/plain; charset=utf-8");
+    let name = format!(
+        "attachment; filename=\"iris-gateway-log-{}.txt\"",
+        chrono::Utc::now().format("%Y%m%d-%H%M%S")
+    );
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        reply.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    }
+    reply
+}
+
+/// Whether `name` can be a zone database name (no path tricks: it becomes a file name).
+fn plausible_zone(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_ZONE_BYTES
+        && !name.starts_with('/')
+        && !name
+            .split('/')
+            .any(|part| part.is_empty() || part.starts_with('.'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_+-".contains(&b))
+}
+
+/// `POST /admin/log/timezone`; `None` for any other path.
+pub(super) fn post(
+    admin: &Admin,
+    path: &str,
+    form: &Form,
+    csrf: &str,
+    secure: bool,
+) -> Option<Result<Reply, Refusal>> {
+    if path != "/admin/log/timezone" {
+        return None;
+    }
+    let name = form.get("timezone").trim();
+    let refuse = |why: &str| {
+        let filter = Filter::from_query("");
+        let zone = Zone::of(admin);
+        Ok(log_page(
+            admin,
+            StatusCode::BAD_REQUEST,
+            &filter,
+            &zone,
+            &shown(&filter, &zone),
+            csrf,
+            secure,
+            &Notice::Bad(why),
+        ))
+    };
+    let known =
+        name.is_empty() || (plausible_zone(name) && tz::TimeZone::from_posix_tz(name).is_ok());
+    if !known {
+        return Some(refuse(&format!(
+            "\"{name}\" is not a time zone this box knows (e.g. Europe/Berlin); nothing was changed."
+        )));
+    }
+    let saved = Settings::load(&admin.data_dir).map_err(|e| e.to_string());
+    let result = saved.and_then(|mut s| {
+        s.log.timezone = (!name.is_empty()).then(|| name.to_owned());
+        s.save(&admin.data_dir).map_err(|e| e.to_string())
+    });
+    Some(match result {
+        Ok(()) => {
+            tracing::info!(zone = name, "admin page: log time zone saved");
+            Ok(redirect("/admin/log?saved=timezone"))
+        }
+        Err(e) => refuse(&format!("The time zone could not be saved: {e}.")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse_and_filter_by_level_and_text() {
+        let l = parse("2026-12-02T19:18:45.123456Z  WARN agent unreachable: refused");
+        assert_eq!(l.level, Some(Level::Warn));
+        assert_eq!(l.rest, "agent unreachable: refused");
+        let f = Filter {
+            level: Level::Warn,
+            search: "AGENT".into(),
+        };
+        assert!(f.keeps(&l));
+        let info = parse("2026-12-02T19:18:45.123456Z  INFO agent ok");
+        assert!(!f.keeps(&info));
+        assert!(plausible_zone("America/Argentina/Buenos_Aires"));
+        assert!(!plausible_zone("../../etc/passwd"));
+        assert!(!plausible_zone("/etc/passwd"));
+    }
+}

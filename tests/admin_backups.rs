@@ -1,0 +1,339 @@
+//! Scheduled backups, end to end with the real binary over real HTTP: the schedule fires (a
+//! "day" shortened by `limits.backup_day_secs`), each backup is written encrypted into the
+//! folder (a message's text is not in it), listed on the Backup page with its size, the oldest
+//! pruned beyond "keep"; a backup restored from the page and from the command line brings back
+//! a message, the saved settings and the owner; a wrong passphrase is refused with nothing
+//! changed; a folder that is missing is said so on the page.
+
+mod common;
+mod web;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{frame_type, hello_paired, pair, Gateway, Paired};
+use web::Web;
+
+const OWNER: &str = "violet tractor harbour 42";
+const BACKUP_PASS: &str = "otter lantern meadow 1987";
+const MARKER: &str = "the quick marmot 7311 crossed";
+
+fn config(dir: &Path, day_secs: u64) -> String {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[limits]\nbackup_day_secs = {day_secs}\nbackup_check_secs = 1\n\
+             backup_retry_secs = 1\n"
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn backups_in(folder: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(folder)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("iris-backup-") && n.ends_with(".age")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Says `text` in the default lane and waits for the demo agent's answer to end.
+async fn say(gw: &Gateway, p: &Paired, text: &str) {
+    let (mut c, _) = hello_paired(gw, p).await;
+    c.say(text, |f| frame_type(f) == "message.stop").await;
+    c.close().await;
+}
+
+/// Whether a device's sync from the start replays a frame with `text`.
+async fn history_has(gw: &Gateway, p: &Paired, text: &str) -> bool {
+    let (mut c, _) = hello_paired(gw, p).await;
+    let (frames, _) = common::sync_from(&mut c, 0).await;
+    c.close().await;
+    frames.iter().any(|f| f.to_string().contains(text))
+}
+
+/// A gateway claimed from the page, a paired phone that said [`MARKER`], a time zone saved
+/// (the settings) and a backup passphrase set.
+async fn set_up(data: &Path, cfg: &str) -> (Gateway, Web, Paired) {
+    let gw = Gateway::start(data, &["--config", cfg]);
+    let mut web = Web::new(&gw);
+    web.claim(OWNER).await;
+    let phone = pair(data, "phone");
+    say(&gw, &phone, MARKER).await;
+    let r = web
+        .post("/admin/log/timezone", &[("timezone", "Asia/Tokyo")])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = web
+        .post(
+            "/admin/backup/passphrase",
+            &[("passphrase", BACKUP_PASS), ("confirm", BACKUP_PASS)],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    (gw, web, phone)
+}
+
+async fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restores_one() {
+    let data = common::temp_data_dir();
+    let folder = tempfile::tempdir().unwrap();
+    let cfg = config(data.path(), 2);
+    let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
+
+    // No folder yet: the page says so, and nothing is made.
+    let page = web.get("/admin/backup").await;
+    assert!(page.body.contains("No folder is set"), "{}", page.body);
+    let missing = folder.path().join("not-there");
+    let r = web
+        .post(
+            "/admin/backup/schedule",
+            &[
+                ("schedule", "daily"),
+                ("folder", missing.to_str().unwrap()),
+                ("keep", "2"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/backup").await;
+    assert!(
+        page.body
+            .contains("does not exist (is the USB stick plugged in"),
+        "{}",
+        page.body
+    );
+
+    // A "day" of 2 s, keep 2: the schedule fires again and again, the folder never holds more.
+    let f = folder.path().to_str().unwrap();
+    let r = web
+        .post(
+            "/admin/backup/schedule",
+            &[("schedule", "daily"), ("folder", f), ("keep", "2")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for("three scheduled backups", Duration::from_secs(60), || {
+        let now = backups_in(folder.path());
+        assert!(now.len() <= 2, "not pruned to 2: {now:?}");
+        seen.extend(now);
+        seen.len() >= 3
+    })
+    .await;
+    // Stopped, so the list below stays as it is.
+    let r = web
+        .post(
+            "/admin/backup/schedule",
+            &[("schedule", "off"), ("folder", f), ("keep", "2")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    wait_for("the last backup to finish", Duration::from_secs(30), || {
+        !std::fs::read_dir(folder.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let files = backups_in(folder.path());
+    assert_eq!(files.len(), 2, "{files:?}");
+    let page = web.get("/admin/backup").await;
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        assert!(bytes.starts_with(b"IRIS-SEALED-BACKUP-1\n"));
+        let plain = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        assert!(
+            !plain(MARKER.as_bytes()),
+            "{} holds the message in plain text",
+            file.display()
+        );
+        assert!(!plain(b"Asia/Tokyo"), "the settings are in plain text");
+        assert!(!plain(b"$argon2id$"), "the owner hash is in plain text");
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            page.body.contains(&name),
+            "{name} not listed:\n{}",
+            page.body
+        );
+    }
+    assert!(
+        page.body.contains("Schedule: <strong>off</strong>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(" KiB</td>"),
+        "no size listed:\n{}",
+        page.body
+    );
+    assert!(page.body.contains("Last result ("), "{}", page.body);
+
+    // Changed after the backup: a new message, another time zone.
+    say(&gw, &phone, "said after the backup 5512").await;
+    let r = web
+        .post("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
+        .await;
+    assert_eq!(r.status, 303);
+    let settings = || std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    let before = settings();
+
+    // A wrong passphrase: one sentence, and nothing staged or changed.
+    let chosen = files[1].file_name().unwrap().to_str().unwrap().to_owned();
+    let r = web
+        .post(
+            "/admin/backup/restore-scheduled",
+            &[("file", &chosen), ("passphrase", "not the passphrase 000")],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.body
+            .contains("That backup passphrase is not right, so nothing was changed."),
+        "{}",
+        r.body
+    );
+    assert!(!data.path().join("pending-restore").exists());
+    assert!(!data.path().join("pending-restore.partial").exists());
+    assert_eq!(settings(), before);
+
+    // The right one: the gateway restarts into the backup, with its settings and owner.
+    let r = web
+        .post(
+            "/admin/backup/restore-scheduled",
+            &[("file", &chosen), ("passphrase", BACKUP_PASS)],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("Restore accepted."), "{}", r.body);
+    let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
+    (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
+    assert!(settings().contains("Asia/Tokyo"), "{}", settings());
+    assert!(history_has(&gw, &phone, MARKER).await);
+    assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
+    let mut web = Web::new(&gw);
+    let r = web.sign_in(OWNER).await;
+    assert_eq!(r.status, 303, "the restored owner's passphrase: {r:?}");
+    gw.stop_ok();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passphrase() {
+    let data = common::temp_data_dir();
+    let folder = tempfile::tempdir().unwrap();
+    let cfg = config(data.path(), 86_400);
+    let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
+    let f = folder.path().to_str().unwrap();
+    let r = web
+        .post(
+            "/admin/backup/schedule",
+            &[("schedule", "off"), ("folder", f), ("keep", "7")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = web.post("/admin/backup/now", &[]).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    wait_for("the backup", Duration::from_secs(60), || {
+        backups_in(folder.path()).len() == 1
+    })
+    .await;
+    let file = backups_in(folder.path()).remove(0);
+    // The plain backup (the download's format) holds the message as text; the sealed one not.
+    let plain_file = folder.path().join("plain.iris");
+    let out = common::cli_os(&[
+        "backup".as_ref(),
+        plain_file.as_os_str(),
+        "--data-dir".as_ref(),
+        data.path().as_os_str(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let holds = |bytes: &[u8]| bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes());
+    assert!(holds(&std::fs::read(&plain_file).unwrap()));
+    assert!(!holds(&std::fs::read(&file).unwrap()));
+    // After the backup: another owner passphrase, other settings, another message.
+    say(&gw, &phone, "said after the backup 5512").await;
+    let r = web
+        .post("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
+        .await;
+    assert_eq!(r.status, 303);
+    gw.stop_ok();
+    common::owner_set(data.path(), "a different owner phrase 99");
+    let snapshot = |p: &Path| {
+        let read = |n: &str| std::fs::read(p.join(n)).unwrap();
+        (read("settings.toml"), read("owner.json"))
+    };
+    let before = snapshot(data.path());
+    let dir = data.path().to_str().unwrap();
+    let pass_file = data.path().join("wrong-pass");
+    std::fs::write(&pass_file, "not the passphrase 000\n").unwrap();
+    let out = common::cli_os(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        dir.as_ref(),
+        "--passphrase-file".as_ref(),
+        pass_file.as_os_str(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("that backup passphrase is not right, so nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(snapshot(data.path()), before);
+    let aside = std::fs::read_dir(data.path()).unwrap().flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .starts_with("before-restore")
+    });
+    assert!(!aside, "a wrong passphrase moved the store aside");
+
+    std::fs::write(&pass_file, format!("{BACKUP_PASS}\n")).unwrap();
+    let out = common::cli_os(&[
+        "restore".as_ref(),
+        file.as_os_str(),
+        "--data-dir".as_ref(),
+        dir.as_ref(),
+        "--passphrase-file".as_ref(),
+        pass_file.as_os_str(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("settings.toml"), "{said}");
+    let restored = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(restored.contains("Asia/Tokyo"), "{restored}");
+
+    let mut gw = Gateway::start(data.path(), &["--config", &cfg]);
+    assert!(history_has(&gw, &phone, MARKER).await);
+    assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
+    let mut web = Web::new(&gw);
+    assert_eq!(web.sign_in(OWNER).await.status, 303, "the backup's owner");
+    assert_eq!(
+        web.sign_in("a different owner phrase 99").await.status,
+        401,
+        "the replaced owner"
+    );
+    gw.stop_ok();
+}
