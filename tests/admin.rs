@@ -1090,7 +1090,8 @@ async fn push_settings_saved_from_the_page_apply_after_a_restart_from_the_page()
         web.post("/admin/power/restart", &[("csrf", &csrf)])
             .await
             .status,
-        303
+        200,
+        "the 303 leads to the page that waits for the restart"
     );
     let addr = nth_listening(&gw, 2, Duration::from_secs(30)).await;
     let mut web = Web {
@@ -1204,7 +1205,8 @@ async fn push_round(
         web.post("/admin/power/restart", &[("csrf", &csrf)])
             .await
             .status,
-        303
+        200,
+        "the 303 leads to the page that waits for the restart"
     );
     web.addr = nth_listening(gw, n, Duration::from_secs(30)).await;
     web.jar.clear();

@@ -6,13 +6,12 @@
 //! changed; a folder that is missing is said so on the page.
 
 mod common;
-mod web;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::web::Web;
 use common::{frame_type, hello_paired, pair, Gateway, Paired};
-use web::Web;
 
 const OWNER: &str = "violet tractor harbour 42";
 const BACKUP_PASS: &str = "otter lantern meadow 1987";
@@ -64,16 +63,16 @@ async fn history_has(gw: &Gateway, p: &Paired, text: &str) -> bool {
 /// (the settings) and a backup passphrase set.
 async fn set_up(data: &Path, cfg: &str) -> (Gateway, Web, Paired) {
     let gw = Gateway::start(data, &["--config", cfg]);
-    let mut web = Web::new(&gw);
+    let mut web = Web::new(&gw, "127.0.0.1");
     web.claim(OWNER).await;
     let phone = pair(data, "phone");
     say(&gw, &phone, MARKER).await;
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "Asia/Tokyo")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "Asia/Tokyo")])
         .await;
     assert_eq!(r.status, 303, "{r:?}");
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/passphrase",
             &[("passphrase", BACKUP_PASS), ("confirm", BACKUP_PASS)],
         )
@@ -102,7 +101,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     assert!(page.body.contains("No folder is set"), "{}", page.body);
     let missing = folder.path().join("not-there");
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/schedule",
             &[
                 ("schedule", "daily"),
@@ -119,11 +118,26 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
         "{}",
         page.body
     );
+    // The schedule tried and failed: the home page lists it as a problem, linked to its fix.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let home = web.get("/admin/").await.body;
+        if home.contains("The last scheduled backup failed")
+            && home.contains("<a href=\"/admin/backup\">Backup settings</a>")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no backup problem listed: {home}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // A "day" of 2 s, keep 2: the schedule fires again and again, the folder never holds more.
     let f = folder.path().to_str().unwrap();
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/schedule",
             &[("schedule", "daily"), ("folder", f), ("keep", "2")],
         )
@@ -139,7 +153,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     .await;
     // Stopped, so the list below stays as it is.
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/schedule",
             &[("schedule", "off"), ("folder", f), ("keep", "2")],
         )
@@ -190,7 +204,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     // Changed after the backup: a new message, another time zone.
     say(&gw, &phone, "said after the backup 5512").await;
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
         .await;
     assert_eq!(r.status, 303);
     let settings = || std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
@@ -199,7 +213,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     // A wrong passphrase: one sentence, and nothing staged or changed.
     let chosen = files[1].file_name().unwrap().to_str().unwrap().to_owned();
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/restore-scheduled",
             &[("file", &chosen), ("passphrase", "not the passphrase 000")],
         )
@@ -217,19 +231,23 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
 
     // The right one: the gateway restarts into the backup, with its settings and owner.
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/restore-scheduled",
             &[("file", &chosen), ("passphrase", BACKUP_PASS)],
         )
         .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    assert!(r.body.contains("Restore accepted."), "{}", r.body);
+    assert_eq!(r.status, 303, "{r:?}");
+    assert!(
+        r.header("location")
+            .is_some_and(|to| to.starts_with("/admin/restarting/restore/")),
+        "a 303 to the page that waits for the restart, so a reload restores nothing: {r:?}"
+    );
     let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
     (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
     assert!(settings().contains("Asia/Tokyo"), "{}", settings());
     assert!(history_has(&gw, &phone, MARKER).await);
     assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
-    let mut web = Web::new(&gw);
+    let mut web = Web::new(&gw, "127.0.0.1");
     let r = web.sign_in(OWNER).await;
     assert_eq!(r.status, 303, "the restored owner's passphrase: {r:?}");
     gw.stop_ok();
@@ -243,13 +261,13 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
     let f = folder.path().to_str().unwrap();
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/schedule",
             &[("schedule", "off"), ("folder", f), ("keep", "7")],
         )
         .await;
     assert_eq!(r.status, 303, "{r:?}");
-    let r = web.post("/admin/backup/now", &[]).await;
+    let r = web.post_csrf("/admin/backup/now", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
     wait_for("the backup", Duration::from_secs(60), || {
         backups_in(folder.path()).len() == 1
@@ -271,7 +289,7 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     // After the backup: another owner passphrase, other settings, another message.
     say(&gw, &phone, "said after the backup 5512").await;
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
         .await;
     assert_eq!(r.status, 303);
     gw.stop_ok();
@@ -328,7 +346,7 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     let mut gw = Gateway::start(data.path(), &["--config", &cfg]);
     assert!(history_has(&gw, &phone, MARKER).await);
     assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
-    let mut web = Web::new(&gw);
+    let mut web = Web::new(&gw, "127.0.0.1");
     assert_eq!(web.sign_in(OWNER).await.status, 303, "the backup's owner");
     assert_eq!(
         web.sign_in("a different owner phrase 99").await.status,

@@ -3,12 +3,11 @@
 //! saved (refusing one the box does not know), and still shows the lines from before a restart.
 
 mod common;
-mod web;
 
 use std::time::Duration;
 
+use common::web::Web;
 use common::Gateway;
-use web::Web;
 
 const OWNER: &str = "violet tractor harbour 42";
 
@@ -21,12 +20,12 @@ fn with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
 async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone() {
     let data = common::temp_data_dir();
     let mut gw = Gateway::start(data.path(), &[]);
-    let mut web = Web::new(&gw);
+    let mut web = Web::new(&gw, "127.0.0.1");
     web.claim(OWNER).await;
     // A warning of a known text: a backup asked for before a backup passphrase is set.
     let folder = tempfile::tempdir().unwrap();
     let r = web
-        .post(
+        .post_csrf(
             "/admin/backup/schedule",
             &[
                 ("schedule", "off"),
@@ -36,7 +35,7 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
         )
         .await;
     assert_eq!(r.status, 303, "{r:?}");
-    let r = web.post("/admin/backup/now", &[]).await;
+    let r = web.post_csrf("/admin/backup/now", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
     let warned = "scheduled backup not made: no backup passphrase is set";
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -95,7 +94,7 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
 
     // Times in the zone saved on the page (no daylight saving there: a fixed +09:00).
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "Asia/Tokyo")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "Asia/Tokyo")])
         .await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = web.get("/admin/log?level=warn").await;
@@ -104,7 +103,7 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
     let line = first.lines().next().unwrap();
     assert!(line.contains(" +09:00 WARN "), "{line}");
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "Mars/Olympus_Mons")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "Mars/Olympus_Mons")])
         .await;
     assert_eq!(r.status, 400);
     assert!(
@@ -113,13 +112,13 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
         r.body
     );
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "../../etc/passwd")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "../../etc/passwd")])
         .await;
     assert_eq!(r.status, 400);
     let saved = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
     assert!(saved.contains("timezone = \"Asia/Tokyo\""), "{saved}");
     let r = web
-        .post("/admin/log/timezone", &[("timezone", "UTC")])
+        .post_csrf("/admin/log/timezone", &[("timezone", "UTC")])
         .await;
     assert_eq!(r.status, 303);
     let utc = web.get("/admin/log?level=warn").await.pre("log");
@@ -132,7 +131,7 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
     gw.stop_ok();
     assert!(data.path().join("log-before-restart.txt").exists());
     let gw = Gateway::start(data.path(), &[]);
-    let mut web = Web::new(&gw);
+    let mut web = Web::new(&gw, "127.0.0.1");
     assert_eq!(web.sign_in(OWNER).await.status, 303);
     let after = web.get("/admin/log").await.pre("log");
     assert!(after.contains(warned), "{after}");

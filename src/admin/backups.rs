@@ -278,7 +278,7 @@ pub(super) async fn post(
             Ok(()) => Ok(redirect("/admin/backup?done=started#scheduled")),
             Err(why) => bad(StatusCode::CONFLICT, &why),
         },
-        "/admin/backup/restore-scheduled" => match restore(admin, hub, form, secure).await {
+        "/admin/backup/restore-scheduled" => match restore(admin, hub, form).await {
             Ok(reply) => Ok(reply),
             Err((status, why)) => bad(status, &why),
         },
@@ -367,12 +367,7 @@ fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
 
 /// Opens the chosen backup with its passphrase, checks and builds it in full off the event
 /// loop (as an upload is), stages its settings and owner beside it, and restarts into it.
-async fn restore(
-    admin: &Admin,
-    hub: &Rc<Hub>,
-    form: &Form,
-    secure: bool,
-) -> Result<Reply, (StatusCode, String)> {
+async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (StatusCode, String)> {
     let bad = |why: &str| (StatusCode::BAD_REQUEST, why.to_owned());
     let name = form.get("file");
     if !backups::is_backup_name(name) {
@@ -431,22 +426,7 @@ async fn restore(
     };
     info!("admin page: scheduled backup {name} opened, checked and built ({summary}); restarting into it");
     schedule_restart(admin);
-    Ok(page(
-        admin,
-        StatusCode::OK,
-        "Restoring",
-        "/admin/backup",
-        None,
-        secure,
-        &pages::message(
-            &format!(
-                "The backup is whole and ready ({summary}), with its settings and owner. \
-                     The gateway now restarts into it; the current store is kept aside in the \
-                     data dir. Sign in again in a moment, with the backup's owner passphrase."
-            ),
-            &Notice::Good("Restore accepted."),
-        ),
-    ))
+    Ok(super::health::to_restoring_page())
 }
 
 fn capitalised(s: &str) -> String {

@@ -135,7 +135,19 @@ async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), 
     let snap = Snapshot {
         instance: instance(),
         values: values(&report, &system),
-        problems: problems(&report, &system, low),
+        problems: {
+            let mut list = problems(&report, &system, low);
+            // The scheduled backups are the admin page's own (`backups/`), not the hub's: a
+            // failed one is the owner's to fix, it does not make the gateway degraded.
+            if let Some(Err(why)) = admin.backups.last().map(|o| o.result) {
+                list.push(Problem {
+                    text: format!("The last scheduled backup failed: {why}"),
+                    href: "/admin/backup",
+                    fix: "Backup settings",
+                });
+            }
+            list
+        },
         gateway_uptime_secs: report.uptime_secs,
         system,
     };
@@ -426,8 +438,38 @@ pub(super) async fn get(
     }
     let rest = path.strip_prefix(RESTARTING)?;
     let (name, from) = rest.split_once('/')?;
+    if name == RESTORE {
+        return Some(Ok(waiting(
+            admin,
+            "Restoring",
+            RESTORING,
+            from,
+            csrf,
+            secure,
+        )));
+    }
     let p = Power::from_name(name)?;
     Some(Ok(restarting(admin, p, from, csrf, secure)))
+}
+
+/// The waiting page's name for a restore the gateway restarts into.
+const RESTORE: &str = "restore";
+const RESTORING: &str = "The backup is whole and ready, and the gateway now restarts into it; \
+     the current store is kept aside in the data dir. This page goes back to the home page when \
+     it answers again (sign in with the backup's owner passphrase if it differs).";
+
+/// The answer to a restore the gateway will restart into: a `303` to the page that waits, so a
+/// reload waits again and never restores a second time.
+pub(super) fn to_restoring_page() -> Reply {
+    see_other(&format!("{RESTARTING}{RESTORE}/{}", instance()))
+}
+
+fn see_other(to: &str) -> Reply {
+    let mut reply = redirect(super::PREFIX);
+    if let Ok(v) = HeaderValue::from_str(to) {
+        reply.headers_mut().insert(header::LOCATION, v);
+    }
+    reply
 }
 
 async fn json(admin: &Admin, hub: &Hub) -> Result<Reply, Refusal> {
@@ -493,6 +535,11 @@ fn restarting(admin: &Admin, p: Power, from: &str, csrf: &str, secure: bool) -> 
              powered on again, this page goes back to the home page.",
         ),
     };
+    waiting(admin, title, what, from, csrf, secure)
+}
+
+/// A page that only waits for another start of the gateway (`from` is this one's instance).
+fn waiting(admin: &Admin, title: &str, what: &str, from: &str, csrf: &str, secure: bool) -> Reply {
     let every = admin.config.borrow().limits.admin_health_refresh_secs;
     let body = format!(
         "<p>{what}</p><p id=\"coming-back\" data-from=\"{}\" data-every=\"{every}\">\
@@ -525,12 +572,11 @@ pub(super) async fn post(
     } else {
         schedule_restart(admin);
     }
-    let mut reply = redirect(super::PREFIX);
-    let to = format!("{RESTARTING}{}/{}", p.name(), instance());
-    if let Ok(v) = HeaderValue::from_str(&to) {
-        reply.headers_mut().insert(header::LOCATION, v);
-    }
-    Some(Ok(reply))
+    Some(Ok(see_other(&format!(
+        "{RESTARTING}{}/{}",
+        p.name(),
+        instance()
+    ))))
 }
 
 /// Runs a `[power]` command (no shell) on a blocking thread, waiting at most `within`: it
@@ -592,6 +638,7 @@ mod tests {
             agent_error: None,
             push: "none".into(),
             push_error: None,
+            push_confirmed: false,
             store_bytes: Some(1),
             cursor_head: 0,
             media_bytes: 0,

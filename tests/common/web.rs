@@ -37,6 +37,14 @@ impl Reply {
     }
 
     /// The value of a hidden form field (`name="csrf" value="…"`).
+    /// The text inside `<pre id="{id}">`.
+    pub fn pre(&self, id: &str) -> String {
+        let open = format!("<pre id=\"{id}\">");
+        let start = self.body.find(&open).expect("the pre") + open.len();
+        let end = self.body[start..].find("</pre>").expect("its end") + start;
+        self.body[start..end].to_owned()
+    }
+
     pub fn field(&self, name: &str) -> String {
         let marker = format!("name=\"{name}\" value=\"");
         let start = self
@@ -176,7 +184,9 @@ impl Web {
         .await
     }
 
+    /// Signs in afresh: any session this client held is dropped first.
     pub async fn sign_in(&mut self, passphrase: &str) -> Reply {
+        self.jar.clear();
         let page = self.get("/admin/").await;
         let pre = page.field("pre");
         self.request_form(
@@ -184,6 +194,15 @@ impl Web {
             &[("pre", &pre), ("passphrase", passphrase)],
         )
         .await
+    }
+
+    /// A form with the session's CSRF token added, its answer returned as it is (a 303 not
+    /// followed).
+    pub async fn post_csrf(&mut self, path: &str, pairs: &[(&str, &str)]) -> Reply {
+        let csrf = self.csrf().await;
+        let mut all = vec![("csrf", csrf.as_str())];
+        all.extend_from_slice(pairs);
+        self.request_form(path, &all).await
     }
 
     /// A form whose answer is returned as it is (a 303 not followed).
