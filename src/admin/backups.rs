@@ -426,7 +426,7 @@ async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (St
     };
     info!("admin page: scheduled backup {name} opened, checked and built ({summary}); restarting into it");
     schedule_restart(admin);
-    Ok(super::health::to_restoring_page())
+    Ok(super::power::to_restoring_page())
 }
 
 fn capitalised(s: &str) -> String {

@@ -30,6 +30,7 @@ mod log_page;
 mod outcome;
 pub mod owner;
 mod pages;
+mod power;
 mod reply;
 mod sections;
 pub mod session;
@@ -332,7 +333,7 @@ async fn serve_page(
             if let Some(done) = log_page::post(admin, &path, &form, &csrf, secure) {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
-            let done = match health::post(admin, &path, peer).await {
+            let done = match power::post(admin, &path, peer).await {
                 Some(r) => r,
                 None => post(admin, hub, &owner, &path, &form, &valid, peer, secure).await,
             };
@@ -597,7 +598,10 @@ async fn get(
             &body,
         ))
     };
-    if let Some(r) = health::get(admin, hub, path, csrf, secure).await {
+    if let Some(r) = health::get(admin, hub, path).await {
+        return r;
+    }
+    if let Some(r) = power::get(admin, path, csrf, secure) {
         return r;
     }
     if path == forms::PAIRED {

@@ -1,0 +1,311 @@
+//! Restarting the gateway, rebooting and shutting down the box from the home page: each behind
+//! a confirm page, each answered with a `303` to a page that only waits for another start of the
+//! gateway (so a reload does nothing again), which its script leaves for the home page.
+//!
+//! Routes (signed in; the POST carries the session's CSRF token like every form):
+//! - `GET /admin/power/{restart,reboot,poweroff}`: the confirm page; `POST` the same path does it;
+//! - `GET /admin/restarting/{what}/{instance}`: the page that waits (also after a restore).
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hyper::header::{self, HeaderValue};
+use hyper::StatusCode;
+use tracing::{info, warn};
+
+use super::pages::csrf_field;
+use super::reply::{page, redirect, Refusal, Reply};
+use super::transfer::schedule_restart;
+use super::Admin;
+use crate::pairing::page::escape;
+
+const POWER: &str = "/admin/power/";
+const RESTARTING: &str = "/admin/restarting/";
+/// The most stderr kept of a failed power command, for the page.
+const STDERR_CAP: u64 = 2048;
+
+/// This process's id for the restarting page: it waits until the gateway answers with another
+/// one. A restart execs the binary again, so a process-wide value is exactly one per start.
+pub(super) fn instance() -> &'static str {
+    static INSTANCE: OnceLock<String> = OnceLock::new();
+    INSTANCE.get_or_init(super::session::random_token)
+}
+
+/// What the three buttons do.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Power {
+    Restart,
+    Reboot,
+    Poweroff,
+}
+
+impl Power {
+    fn from_name(name: &str) -> Option<Power> {
+        match name {
+            "restart" => Some(Power::Restart),
+            "reboot" => Some(Power::Reboot),
+            "poweroff" => Some(Power::Poweroff),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Power::Restart => "restart",
+            Power::Reboot => "reboot",
+            Power::Poweroff => "poweroff",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Power::Restart => "Restart the gateway",
+            Power::Reboot => "Reboot the box",
+            Power::Poweroff => "Shut down the box",
+        }
+    }
+
+    /// Its command from `[power]`; the gateway's restart needs none (it execs itself).
+    fn command(self, admin: &Admin) -> Option<Vec<String>> {
+        let config = admin.config.borrow();
+        let cmd = match self {
+            Power::Restart => return None,
+            Power::Reboot => &config.power.reboot,
+            Power::Poweroff => &config.power.poweroff,
+        };
+        Some(cmd.clone())
+    }
+
+    /// Offered on the page: a restart always; the others when their command is set.
+    fn offered(self, admin: &Admin) -> bool {
+        self.command(admin).is_none_or(|c| !c.is_empty())
+    }
+}
+
+/// The home page's three buttons (those whose command is set).
+pub(super) fn buttons(admin: &Admin) -> String {
+    [Power::Restart, Power::Reboot, Power::Poweroff]
+        .into_iter()
+        .filter(|p| p.offered(admin))
+        .map(|p| {
+            format!(
+                "<a class=\"button\" id=\"power-{0}\" href=\"{POWER}{0}\">{1}…</a> ",
+                p.name(),
+                p.label()
+            )
+        })
+        .collect()
+}
+
+/// The signed-in GETs this file serves, or `None` for another path.
+pub(super) fn get(
+    admin: &Admin,
+    path: &str,
+    csrf: &str,
+    secure: bool,
+) -> Option<Result<Reply, Refusal>> {
+    if let Some(name) = path.strip_prefix(POWER) {
+        let p = Power::from_name(name).filter(|p| p.offered(admin));
+        return Some(
+            p.ok_or(Refusal::NotFound)
+                .map(|p| confirm(admin, p, csrf, secure)),
+        );
+    }
+    let rest = path.strip_prefix(RESTARTING)?;
+    let (name, from) = rest.split_once('/')?;
+    if name == RESTORE {
+        return Some(Ok(waiting(
+            admin,
+            "Restoring",
+            RESTORING,
+            from,
+            csrf,
+            secure,
+        )));
+    }
+    let p = Power::from_name(name)?;
+    Some(Ok(restarting(admin, p, from, csrf, secure)))
+}
+
+/// The waiting page's name for a restore the gateway restarts into.
+const RESTORE: &str = "restore";
+const RESTORING: &str = "The backup is whole and ready, and the gateway now restarts into it; \
+     the current store is kept aside in the data dir. This page goes back to the home page when \
+     it answers again (sign in with the backup's owner passphrase if it differs).";
+
+/// The answer to a restore the gateway will restart into: a `303` to the page that waits, so a
+/// reload waits again and never restores a second time.
+pub(super) fn to_restoring_page() -> Reply {
+    see_other(&format!("{RESTARTING}{RESTORE}/{}", instance()))
+}
+
+fn see_other(to: &str) -> Reply {
+    let mut reply = redirect(super::PREFIX);
+    if let Ok(v) = HeaderValue::from_str(to) {
+        reply.headers_mut().insert(header::LOCATION, v);
+    }
+    reply
+}
+
+fn confirm(admin: &Admin, p: Power, csrf: &str, secure: bool) -> Reply {
+    let what = match p {
+        Power::Restart => {
+            "The gateway stops and starts again (a few seconds). Phones reconnect by \
+             themselves; a reply being written is finished after the restart."
+        }
+        Power::Reboot => {
+            "The whole box restarts (about a minute). Phones reconnect by themselves once it \
+             is back."
+        }
+        Power::Poweroff => {
+            "The box shuts down and stays off: nothing works until it is unplugged and \
+             plugged in again (or its power button pressed). Wait until its light is off \
+             before unplugging it."
+        }
+    };
+    let body = format!(
+        "<p>{what}</p><form method=\"post\" action=\"{POWER}{name}\">{field}\
+         <p><button id=\"confirm-{name}\" class=\"big\">{label}</button> \
+         <a href=\"/admin/\">Cancel</a></p></form>",
+        name = p.name(),
+        label = p.label(),
+        field = csrf_field(csrf),
+    );
+    page(
+        admin,
+        StatusCode::OK,
+        &format!("{}?", p.label()),
+        "",
+        Some(csrf),
+        secure,
+        &body,
+    )
+}
+
+/// The waiting page: its script asks for the health until another start answers, then goes
+/// home. It does nothing itself, so reloading it repeats nothing.
+fn restarting(admin: &Admin, p: Power, from: &str, csrf: &str, secure: bool) -> Reply {
+    let (title, what) = match p {
+        Power::Restart => (
+            "Restarting",
+            "The gateway is restarting. This page goes back to the home page when it answers \
+             again, in a few seconds.",
+        ),
+        Power::Reboot => (
+            "Rebooting",
+            "The box is rebooting. This page goes back to the home page when the gateway \
+             answers again, in about a minute.",
+        ),
+        Power::Poweroff => (
+            "Shutting down",
+            "The box is shutting down. Once its light is off it is safe to unplug. When it is \
+             powered on again, this page goes back to the home page.",
+        ),
+    };
+    waiting(admin, title, what, from, csrf, secure)
+}
+
+/// A page that only waits for another start of the gateway (`from` is this one's instance).
+fn waiting(admin: &Admin, title: &str, what: &str, from: &str, csrf: &str, secure: bool) -> Reply {
+    let every = admin.config.borrow().limits.admin_health_refresh_secs;
+    let body = format!(
+        "<p>{what}</p><p id=\"coming-back\" data-from=\"{}\" data-every=\"{every}\">\
+         Waiting for the gateway…</p>",
+        escape(from)
+    );
+    page(admin, StatusCode::OK, title, "", Some(csrf), secure, &body)
+}
+
+/// The signed-in POSTs this file serves (CSRF already checked), or `None` for another path.
+pub(super) async fn post(
+    admin: &Admin,
+    path: &str,
+    peer: std::net::SocketAddr,
+) -> Option<Result<Reply, Refusal>> {
+    let p = Power::from_name(path.strip_prefix(POWER)?).filter(|p| p.offered(admin));
+    let Some(p) = p else {
+        return Some(Err(Refusal::NotFound));
+    };
+    info!(%peer, what = p.name(), "admin page: asked to {}", p.label().to_lowercase());
+    if let Some(cmd) = p.command(admin) {
+        let within = Duration::from_secs(admin.config.borrow().limits.admin_power_command_secs);
+        if let Err(e) = run(cmd, within).await {
+            warn!("admin page: {} failed: {e}", p.name());
+            return Some(Err(Refusal::Unavailable(format!(
+                "{} did not work: {e}",
+                p.label()
+            ))));
+        }
+    } else {
+        schedule_restart(admin);
+    }
+    Some(Ok(see_other(&format!(
+        "{RESTARTING}{}/{}",
+        p.name(),
+        instance()
+    ))))
+}
+
+/// Runs a `[power]` command (no shell) on a blocking thread, waiting at most `within`: it
+/// only asks logind, which answers at once, but a stuck D-Bus must not hold the page forever.
+async fn run(cmd: Vec<String>, within: Duration) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || run_blocking(&cmd, within))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+fn run_blocking(cmd: &[String], within: Duration) -> Result<(), String> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let (program, args) = cmd.split_first().ok_or("no command is set")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "{program} did not finish within {} s",
+                within.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut err = String::new();
+    if let Some(stderr) = child.stderr.take() {
+        let _ = stderr.take(STDERR_CAP).read_to_string(&mut err);
+    }
+    Err(format!("{program} ended with {status}: {}", err.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_power_command_runs_and_its_failure_is_told() {
+        let sh = |s: &str| vec!["/bin/sh".to_owned(), "-c".to_owned(), s.to_owned()];
+        assert_eq!(run_blocking(&sh("exit 0"), Duration::from_secs(5)), Ok(()));
+        let e = run_blocking(
+            &sh("echo 'Access denied' >&2; exit 1"),
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert!(e.contains("Access denied"), "{e}");
+        let e = run_blocking(&sh("sleep 5"), Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("did not finish"), "{e}");
+        assert!(run_blocking(&[], Duration::from_secs(1)).is_err());
+    }
+}
