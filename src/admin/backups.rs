@@ -50,7 +50,12 @@ fn plan(admin: &Admin) -> Result<Plan, Refusal> {
 }
 
 /// `GET /admin/backup`: the download and upload (`pages::backup`), then the scheduled backups.
-pub(super) fn get(admin: &Admin, query: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
+pub(super) async fn get(
+    admin: &Admin,
+    query: &str,
+    csrf: &str,
+    secure: bool,
+) -> Result<Reply, Refusal> {
     let done = query
         .split('&')
         .find_map(|p| p.strip_prefix("done="))
@@ -61,11 +66,44 @@ pub(super) fn get(admin: &Admin, query: &str, csrf: &str, secure: bool) -> Resul
             _ => None,
         });
     let n = done.map_or(Notice::None, Notice::Good);
-    Ok(body_page(admin, StatusCode::OK, csrf, secure, &n))
+    Ok(body_page(admin, StatusCode::OK, csrf, secure, &n).await)
 }
 
-fn body_page(admin: &Admin, status: StatusCode, csrf: &str, secure: bool, n: &Notice) -> Reply {
-    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n);
+/// What the folder holds and what is wrong with it, read on a blocking thread: a USB stick that
+/// hangs (or an NFS folder gone away) holds that thread, never the event loop and the phones.
+struct FolderLook {
+    problem: Option<String>,
+    listed: Vec<backups::Listed>,
+}
+
+async fn look(folder: Option<std::path::PathBuf>) -> FolderLook {
+    let Some(f) = folder else {
+        return FolderLook {
+            problem: Some("No folder is set: no backups are made.".to_owned()),
+            listed: Vec::new(),
+        };
+    };
+    tokio::task::spawn_blocking(move || FolderLook {
+        problem: backups::check_folder(&f, 0).err().map(|e| e.to_string()),
+        listed: backups::list(&f).unwrap_or_default(),
+    })
+    .await
+    .unwrap_or(FolderLook {
+        problem: Some("The folder could not be read.".to_owned()),
+        listed: Vec::new(),
+    })
+}
+
+async fn body_page(
+    admin: &Admin,
+    status: StatusCode,
+    csrf: &str,
+    secure: bool,
+    n: &Notice<'_>,
+) -> Reply {
+    let folder = plan(admin).ok().and_then(|p| p.folder);
+    let seen = look(folder).await;
+    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n, &seen);
     page(
         admin,
         status,
@@ -92,7 +130,7 @@ fn age(then: SystemTime) -> String {
 }
 
 /// The scheduled backups' section.
-fn scheduled(admin: &Admin, csrf: &str, n: &Notice) -> String {
+fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String {
     let limits = admin.config.borrow().limits.clone();
     let (plan, plan_error) = match plan(admin) {
         Ok(p) => (p, None),
@@ -108,11 +146,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice) -> String {
         out += &notice(&Notice::Bad(&e));
     }
     // What is wrong now, in the owner's words, before anything else.
-    let folder_state = match &plan.folder {
-        None => Some("No folder is set: no backups are made.".to_owned()),
-        Some(f) => backups::check_folder(f, 0).err().map(|e| e.to_string()),
-    };
-    if let Some(problem) = &folder_state {
+    if let Some(problem) = &seen.problem {
         out += &format!(
             "<p class=\"bad\" id=\"folder-problem\">{}</p>",
             escape(problem)
@@ -165,19 +199,12 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice) -> String {
             );
         }
     }
-    out += &list_html(admin, &plan, csrf);
+    out += &list_html(&seen.listed, csrf);
     out += &forms_html(&plan, csrf, limits.backup_keep_max);
     out
 }
 
-fn list_html(admin: &Admin, plan: &Plan, csrf: &str) -> String {
-    let Some(folder) = &plan.folder else {
-        return String::new();
-    };
-    let listed = match backups::list(folder) {
-        Ok(l) => l,
-        Err(_) => return String::new(),
-    };
+fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
     if listed.is_empty() {
         return "<p>No scheduled backups in the folder yet.</p>".into();
     }
@@ -196,7 +223,6 @@ fn list_html(admin: &Admin, plan: &Plan, csrf: &str) -> String {
         .iter()
         .map(|l| format!("<option>{}</option>", escape(&l.name)))
         .collect();
-    let _ = admin;
     format!(
         "<table id=\"backups\"><thead><tr><th>Backup</th><th>Size</th><th>Made</th></tr></thead>\
          <tbody>{rows}</tbody></table>\
@@ -264,23 +290,25 @@ pub(super) async fn post(
     csrf: &str,
     secure: bool,
 ) -> Option<Result<Reply, Refusal>> {
-    let bad = |status, text: &str| Ok(body_page(admin, status, csrf, secure, &Notice::Bad(text)));
+    let bad = |status, text: String| async move {
+        Ok(body_page(admin, status, csrf, secure, &Notice::Bad(&text)).await)
+    };
     Some(match path {
         "/admin/backup/schedule" => match save_schedule(admin, form) {
             Ok(()) => Ok(redirect("/admin/backup?done=schedule#scheduled")),
-            Err(why) => bad(StatusCode::BAD_REQUEST, &why),
+            Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
         "/admin/backup/passphrase" => match set_passphrase(admin, form).await {
             Ok(()) => Ok(redirect("/admin/backup?done=passphrase#scheduled")),
-            Err(why) => bad(StatusCode::BAD_REQUEST, &why),
+            Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
         "/admin/backup/now" => match back_up_now(admin, hub) {
             Ok(()) => Ok(redirect("/admin/backup?done=started#scheduled")),
-            Err(why) => bad(StatusCode::CONFLICT, &why),
+            Err(why) => bad(StatusCode::CONFLICT, why).await,
         },
         "/admin/backup/restore-scheduled" => match restore(admin, hub, form).await {
             Ok(reply) => Ok(reply),
-            Err((status, why)) => bad(status, &why),
+            Err((status, why)) => bad(status, why).await,
         },
         _ => return None,
     })

@@ -310,7 +310,7 @@ async fn serve_page(
     let csrf = valid.csrf.clone();
     let result = match method {
         Method::GET | Method::HEAD => match path.as_str() {
-            "/admin/backup" => backups::get(admin, &raw_query, &csrf, secure),
+            "/admin/backup" => backups::get(admin, &raw_query, &csrf, secure).await,
             "/admin/log" | "/admin/log/download" => {
                 log_page::get(admin, &path, &raw_query, &csrf, secure)
             }
