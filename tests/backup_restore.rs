@@ -194,7 +194,17 @@ async fn a_backup_taken_under_load_restores_the_same_gateway() {
             "{f} not in the restored history"
         );
     }
-    assert_eq!(devices(dst.path()), devices(src.path()));
+    // The set-up device `run` prints goes at the first start after a phone connected
+    // (docs/pairing.md): the restored gateway's start is such a start, the source's was not.
+    let paired = |d: serde_json::Value| -> Vec<serde_json::Value> {
+        d.as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["origin"] != "startup")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(paired(devices(dst.path())), paired(devices(src.path())));
     let (mut c, _) = hello_paired(&restored_gw, &pb).await;
     assert_eq!(
         common::pull_media(&mut c, &media_id).await,
