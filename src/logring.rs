@@ -101,14 +101,14 @@ pub fn to_keep() -> Vec<u8> {
     text.into_bytes()
 }
 
-/// Puts the lines [`keep`] wrote back into the ring (before this run's first line) and deletes
-/// the file, so they are shown once more, not at every start after.
+/// Puts the lines [`to_keep`] gave back into the ring (before this run's first line). The file
+/// is deleted once the store has opened (`server.rs`), so they are shown once more, not at
+/// every start after, and a start the store refuses changes no file.
 pub fn take_kept(data_dir: &std::path::Path) {
     let path = data_dir.join(KEPT_FILE);
     let Ok(text) = std::fs::read(&path) else {
         return;
     };
-    let _ = std::fs::remove_file(&path);
     let mut ring = RING.lock().unwrap_or_else(|p| p.into_inner());
     let now = std::mem::take(&mut ring.lines);
     ring.take(&text);

@@ -156,6 +156,9 @@ fn open_core(
     // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
     let restore_failure = crate::control::restore::apply_pending_restore(data_dir);
     let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
+    // The log kept at the last clean stop is in the ring now (`main.rs`); deleted only here,
+    // after the store opened, so a refused start leaves every file as it was.
+    let _ = std::fs::remove_file(data_dir.join(crate::logring::KEPT_FILE));
     info!(
         data_dir = %data_dir.display(),
         cursor = store.cursor_head()?,
