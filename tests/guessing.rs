@@ -7,6 +7,7 @@
 
 mod common;
 
+use iris_gateway::pairing::percent_encode as encode;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,18 +78,6 @@ fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> String {
 /// One request on its own.
 async fn one(addr: SocketAddr, from: &str, request: String) -> RawHttp {
     http_from(addr, from, request, Arc::new(Barrier::new(1))).await
-}
-
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 fn cookie(reply: &RawHttp, name: &str) -> Option<String> {

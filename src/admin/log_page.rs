@@ -242,7 +242,7 @@ fn log_page(
     let download = format!(
         "/admin/log/download?level={}&amp;q={}",
         filter.level.name(),
-        escape(&percent_encode(&filter.search))
+        escape(&crate::pairing::percent_encode(&filter.search))
     );
     let body = format!(
         "{note}<form method=\"get\" action=\"/admin/log\" id=\"log-filter\">\
@@ -280,18 +280,6 @@ fn log_page(
         secure,
         &body,
     )
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The lines as a text file, oldest first, as a journal reads.

@@ -70,21 +70,9 @@ pub struct Web {
 pub fn form(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
-        .map(|(k, v)| format!("{k}={}", common_encode(v)))
+        .map(|(k, v)| format!("{k}={}", iris_gateway::pairing::percent_encode(v)))
         .collect::<Vec<_>>()
         .join("&")
-}
-
-pub fn common_encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 impl Web {
