@@ -160,7 +160,7 @@ async fn serve_direct(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Res
     let started = std::time::Instant::now();
     // The store part, without yielding to the event loop: a consistent snapshot.
     let out = BufWriter::with_capacity(CHUNK, std_stream.try_clone()?);
-    let (writer, media) = match snapshot(&hub.store(), &media_dir, out) {
+    let (writer, media) = match snapshot(hub.store(), &media_dir, out) {
         Ok(done) => done,
         Err(e) => {
             note_damage(hub, &e);
@@ -303,7 +303,7 @@ pub fn stream(
         BufWriter::with_capacity(CHUNK, spool),
     )));
     let media_dir = store.dir().join("media");
-    let (writer, media) = snapshot(&store, &media_dir, Switch(mode.clone())).inspect_err(|e| {
+    let (writer, media) = snapshot(store, &media_dir, Switch(mode.clone())).inspect_err(|e| {
         note_damage(hub, e);
     })?;
     let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);

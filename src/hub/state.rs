@@ -55,6 +55,9 @@ pub struct Hub {
     /// Why the gateway is degraded, whether it is stopping (`health.rs`).
     pub(super) health: super::health::Health,
     pub(super) store: Store,
+    /// The same store, read-only, for the doors above the hub (made once: it shares the
+    /// store's handles, so a reopen after a storage failure shows through it).
+    view: StoreView,
     pub(super) media: MediaFiles,
     pub(super) pusher: crate::push::Pusher,
     pub(super) config: Config,
@@ -167,6 +170,7 @@ impl Hub {
         let hub = Rc::new(Hub {
             health: super::health::Health::new(),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
+            view: store.view(),
             store,
             media,
             pusher,
@@ -207,8 +211,8 @@ impl Hub {
     }
 
     /// The store, for the connection's `sync` replay and the doors that read it.
-    pub fn store(&self) -> StoreView {
-        self.store.view()
+    pub fn store(&self) -> &StoreView {
+        &self.view
     }
 
     /// Where live fan-out is: a replay reads up to here, then switches to live.
