@@ -105,8 +105,7 @@ pub fn to_keep() -> Vec<u8> {
 /// is deleted once the store has opened (`server.rs`), so they are shown once more, not at
 /// every start after, and a start the store refuses changes no file.
 pub fn take_kept(data_dir: &std::path::Path) {
-    let path = data_dir.join(KEPT_FILE);
-    let Ok(text) = std::fs::read(&path) else {
+    let Some(text) = read_kept(&data_dir.join(KEPT_FILE)) else {
         return;
     };
     let mut ring = RING.lock().unwrap_or_else(|p| p.into_inner());
@@ -119,6 +118,19 @@ pub fn take_kept(data_dir: &std::path::Path) {
         }
         ring.lines.push_back(line);
     }
+}
+
+/// The newest part of the kept file, at most what the ring holds: [`to_keep`] writes no more,
+/// so a larger file was not ours whole, and start-up never reads more than the bound.
+fn read_kept(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let cap = (LOG_RING_LINES * (LOG_LINE_MAX_BYTES + 1)) as u64;
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(cap))).ok()?;
+    let mut text = Vec::new();
+    file.take(cap).read_to_end(&mut text).ok()?;
+    Some(text)
 }
 
 /// A writer for `tracing_subscriber::fmt`: every write goes to stderr and into the ring.
@@ -144,6 +156,22 @@ pub fn make_writer() -> Tee {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_file_is_read_no_further_than_the_ring_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEPT_FILE);
+        let cap = LOG_RING_LINES * (LOG_LINE_MAX_BYTES + 1);
+        let mut big = vec![b'x'; cap * 3];
+        big.extend_from_slice(b"\nthe newest line\n");
+        std::fs::write(&path, &big).unwrap();
+        let read = read_kept(&path).unwrap();
+        assert_eq!(read.len(), cap);
+        assert!(read.ends_with(b"the newest line\n"));
+        std::fs::write(&path, b"one\n").unwrap();
+        assert_eq!(read_kept(&path).unwrap(), b"one\n");
+        assert!(read_kept(&dir.path().join("absent")).is_none());
+    }
 
     #[test]
     fn lines_are_split_bounded_and_stripped() {
