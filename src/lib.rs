@@ -38,3 +38,4 @@ pub mod shutdown;
 pub mod store;
 pub mod system_health;
 pub mod tls;
+pub mod update;

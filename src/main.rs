@@ -32,6 +32,7 @@ fn main() -> std::process::ExitCode {
         Command::Owner(args) => cli::run_owner(args).map_err(|e| e.to_string()),
         Command::Backup(args) => cli::run_backup(args).map_err(|e| e.to_string()),
         Command::Restore(args) => cli::run_restore(args).map_err(|e| e.to_string()),
+        Command::Update(args) => cli::run_update(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -32,6 +32,8 @@ const TIERS: &[&[&str]] = &[
     ],
     // What the hub drives; siblings, never importing each other.
     &["store", "agent", "push", "media", "board", "tls", "outlet"],
+    // Signed updates: the gateway's staging and the root helper, over the store's file names.
+    &["update"],
     &["hub"],
     // Doors other than the app's socket; pairing's codes and page are what the others open.
     &["pairing"],

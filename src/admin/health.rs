@@ -374,6 +374,9 @@ mod tests {
             restore_failure: None,
             storage_error: None,
             media_full: None,
+            update_failure: None,
+            update_under_way: None,
+            update_trial: false,
         }
     }
 

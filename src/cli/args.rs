@@ -51,6 +51,73 @@ pub enum Command {
     /// Set or remove the admin page's owner passphrase, at the box (a lost passphrase, or a
     /// claim that was not yours).
     Owner(OwnerArgs),
+    /// Signed updates: install a staged one (the root helper's `apply` and `recover`), make a
+    /// signing key, or sign a bundle.
+    Update(UpdateArgs),
+}
+
+// `update apply|recover|keygen|bundle|verify`.
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    #[command(subcommand)]
+    pub action: UpdateAction,
+}
+
+// The helper reads only the config file under /etc (root's), never the admin page's settings.
+#[derive(Args, Debug)]
+pub struct HelperArgs {
+    /// The gateway's config file; its `[update]` section says where things are.
+    #[arg(long, default_value = "/etc/iris-gateway/config.toml")]
+    pub config: PathBuf,
+    /// The gateway's data dir (default: the config's `data_dir`, else /var/lib/iris-gateway).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UpdateAction {
+    /// Install the update the gateway staged (run as root by iris-gateway-update.service).
+    Apply(HelperArgs),
+    /// Finish or undo an update a power cut interrupted (run as root at boot, before the
+    /// gateway, by iris-gateway-update-recover.service).
+    Recover {
+        #[command(flatten)]
+        helper: HelperArgs,
+        /// Also stop and start the gateway (not at boot, where systemd starts it after this).
+        #[arg(long)]
+        restart: bool,
+    },
+    /// Make a signing key: the secret key to FILE (mode 0600), the public key to FILE.pub.
+    Keygen {
+        file: PathBuf,
+        #[arg(long, default_value = "")]
+        comment: String,
+    },
+    /// Sign BINARY as an update bundle.
+    Bundle {
+        #[arg(long)]
+        binary: PathBuf,
+        /// The version BINARY is (semver).
+        #[arg(long)]
+        version: String,
+        /// aarch64, arm or x86_64.
+        #[arg(long)]
+        arch: String,
+        /// The secret key file (`update keygen`).
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long, default_value = "")]
+        notes: String,
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// Check a bundle's signature and contents against the trusted keys, changing nothing.
+    Verify {
+        bundle: PathBuf,
+        /// Public keys trusted beside the built-in release key.
+        #[arg(long, default_value = "/etc/iris-gateway/update-keys")]
+        keys_dir: PathBuf,
+    },
 }
 
 // `config`: the template, or with `--effective` what a `run` with these flags would use.

@@ -1,5 +1,5 @@
 //! The command line: what `iris-gateway` does besides running the gateway (`pair`, `devices`,
-//! `status`, `chat`, `config --effective`, `owner`, `backup`, `restore`). The top of the house:
+//! `status`, `chat`, `config --effective`, `owner`, `backup`, `restore`, `update`). The top of the house:
 //! only the binary (src/main.rs) imports it, and it reaches the gateway through the control
 //! socket's client (or opens the store itself when no gateway runs).
 
@@ -15,10 +15,11 @@ mod pair;
 mod resolve;
 mod restore_sealed;
 mod status;
+mod update;
 
 pub use args::{
     BackupArgs, ChatArgs, Cli, Command, ConfigArgs, DevicesAction, DevicesArgs, OwnerAction,
-    OwnerArgs, PairArgs, RestoreArgs, RunArgs, StatusArgs,
+    OwnerArgs, PairArgs, RestoreArgs, RunArgs, StatusArgs, UpdateAction, UpdateArgs,
 };
 pub use backup::{run_backup, run_restore};
 pub use chat::{run as run_chat, ChatError};
@@ -28,3 +29,4 @@ pub use error::CliError;
 pub use owner::run_owner;
 pub use pair::{pair, run_pair, Paired};
 pub use status::{run_status, StatusOutcome};
+pub use update::run_update;

@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod power;
 pub mod push;
 pub mod transcription;
+pub mod update;
 mod validate;
 
 pub use agent::{AgentConfig, AgentSettings};
@@ -24,6 +25,7 @@ pub use discovery::DiscoveryConfig;
 pub use power::PowerConfig;
 pub use push::PushConfig;
 pub use transcription::TranscriptionConfig;
+pub use update::UpdateConfig;
 
 /// The port the app expects a gateway on when the user types only a host name.
 pub const DEFAULT_PORT: u16 = 8765;
@@ -91,6 +93,8 @@ pub struct Config {
     pub transcription: TranscriptionConfig,
     /// `[power]`: how the admin page reboots and shuts down the box.
     pub power: PowerConfig,
+    /// `[update]`: signed updates, their health window and the helper that installs them.
+    pub update: UpdateConfig,
 }
 
 /// The config keys command-line flags set (`agent.url`, …), beside the `Config` they shaped: a
@@ -357,6 +361,7 @@ impl Default for Config {
             webhook: Vec::new(),
             transcription: TranscriptionConfig::default(),
             power: PowerConfig::default(),
+            update: UpdateConfig::default(),
         }
     }
 }

@@ -165,7 +165,21 @@ async fn route(
     peer: SocketAddr,
 ) -> Reply {
     let headers = req.headers();
-    if headers.contains_key(header::UPGRADE) || headers.contains_key(header::SEC_WEBSOCKET_KEY) {
+    let is_upgrade =
+        headers.contains_key(header::UPGRADE) || headers.contains_key(header::SEC_WEBSOCKET_KEY);
+    if hub.on_update_trial() && (is_upgrade || req.uri().path().starts_with("/hooks/")) {
+        // Nothing may be acknowledged by a version that may yet be rolled back: devices and
+        // webhooks come back when the update is committed (or the old version is back).
+        let mut reply = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is checking an update; try again in a few seconds\n",
+        );
+        reply
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return reply;
+    }
+    if is_upgrade {
         return match websocket_accept(&req) {
             Ok(accept) => {
                 *upgrade.borrow_mut() = Some(hyper::upgrade::on(&mut req));

@@ -15,6 +15,8 @@ pub(super) struct Causes {
     /// The history database turned out damaged while running (a backup could not read it):
     /// it does not heal, so this lasts until a restart (whose start-up check looks again).
     pub(super) history_damaged: Option<String>,
+    /// An update failed and was rolled back, until the owner dismisses it on the admin page.
+    pub(super) update_failed: Option<String>,
     /// Why pushes are failing, while they are.
     pub(super) push_error: Option<String>,
     /// Why media storage refuses uploads (quota or disk full), while it does.
@@ -29,6 +31,7 @@ impl Causes {
         [
             &self.storage_error,
             &self.history_damaged,
+            &self.update_failed,
             &self.media_full,
             &self.push_error,
             &self.agent_error,

@@ -42,6 +42,7 @@ mod turn_events;
 mod turn_queue;
 mod turn_run;
 mod unsettled;
+mod update;
 mod voice;
 
 pub use admin::{TestPushError, TestTarget};

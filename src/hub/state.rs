@@ -90,6 +90,11 @@ pub struct Hub {
     pub(super) query_budgets: RefCell<QueryBudgets>,
     /// Where voice notes are transcribed (`voice.rs`); `None` when no service is set.
     pub(super) transcriber: RefCell<Option<crate::agent::Transcriber>>,
+    /// Updates: the helper's records and the staging area (`update.rs`).
+    pub(super) updates: crate::update::stage::Updates,
+    /// This version is on trial after an update: devices wait until it is committed
+    /// (only `update.rs` touches it).
+    pub(super) update_trial: std::cell::Cell<bool>,
 }
 
 /// How the requesting connection is answered, next to the broadcast.
@@ -167,6 +172,7 @@ impl Hub {
         let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
+        let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let hub = Rc::new(Hub {
             health: super::health::Health::new(),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
@@ -191,12 +197,15 @@ impl Hub {
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
             transcriber: RefCell::default(),
+            updates,
+            update_trial: Default::default(),
         });
         tokio::task::spawn_local(hub.clone().run_committer(rx, committer_stop));
         tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));
         // Also for the demo (whose probe always succeeds): the admin page can switch the agent
         // to a network backend while the gateway runs, and that one needs watching.
         tokio::task::spawn_local(hub.clone().agent_monitor(shutdown.listener()));
+        hub.follow_update(shutdown.listener());
         Ok(hub)
     }
 

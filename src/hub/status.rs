@@ -44,6 +44,14 @@ pub struct StatusReport {
     pub storage_error: Option<String>,
     #[serde(default)]
     pub media_full: Option<String>,
+    /// Updates: the newest rolled-back one until dismissed (also among `causes`), the one
+    /// under way or staged, and whether this version is on trial (devices wait).
+    #[serde(default)]
+    pub update_failure: Option<String>,
+    #[serde(default)]
+    pub update_under_way: Option<String>,
+    #[serde(default)]
+    pub update_trial: bool,
 }
 
 impl Hub {
@@ -60,10 +68,11 @@ impl Hub {
             )
         });
         let restore_failure = self.health.restore_failure();
+        let updates = self.updates.state();
         StatusReport {
             state: self.health(),
             causes: self.health_causes(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: updates.version.clone(),
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
@@ -80,6 +89,9 @@ impl Hub {
             restore_failure,
             storage_error,
             media_full,
+            update_failure: updates.failure.map(|e| e.summary()),
+            update_under_way: updates.under_way.or(updates.staged),
+            update_trial: self.on_update_trial(),
         }
     }
 
@@ -124,13 +136,19 @@ impl StatusReport {
             .as_ref()
             .map(|why| format!("\nRestore: {why}"))
             .unwrap_or_default();
+        let update = match (&self.update_failure, &self.update_under_way) {
+            (_, Some(to)) if self.update_trial => format!("\nUpdate:  {to} on trial"),
+            (_, Some(to)) => format!("\nUpdate:  to {to}, under way"),
+            (Some(failure), None) => format!("\nUpdate:  {failure}"),
+            (None, None) => String::new(),
+        };
         format!(
             "Gateway: {state}\n\
              Version: {}, up {}d {}h {:02}m\n\
              Agent:   {agent}\n\
              Push:    {push}\n\
              Storage: store {store}, media {} of {} quota, {free} free on the data disk\n\
-             Devices: {} paired, {} connected{restore}",
+             Devices: {} paired, {} connected{restore}{update}",
             self.version,
             up / 86_400,
             (up % 86_400) / 3600,

@@ -63,6 +63,7 @@ pub use durability::STORE_RESERVE_BYTES;
 pub use history::purge_changes;
 pub use kill_points::{kill_point, KillPoint, START_KILL_POINTS};
 pub use media::MediaRecord;
+pub use safety_copy::SAFETY_DIR;
 /// The history database's directory in the data dir.
 pub use sql::HISTORY_DIR;
 pub use witness::WITNESS_FILE;

@@ -28,7 +28,7 @@ pub(super) struct SafetyCopy {
     pub(super) root: PathBuf,
 }
 
-const SAFETY_DIR: &str = ".open-check";
+pub const SAFETY_DIR: &str = ".open-check";
 const SAFETY_COMPLETE: &str = "complete";
 /// The files of the copy, one relative path a line, written before `complete`: putting the
 /// copy back moves files out of it one by one, and a start cut short half-way must not take

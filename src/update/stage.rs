@@ -1,0 +1,232 @@
+//! The gateway's side of an update: a bundle checked in full and staged in the data dir for the
+//! root helper, and what the admin page, `status` and the LED read back of the helper's records.
+//!
+//! `DATA_DIR/update/` holds the bundle being received (`upload.part`), the staged one
+//! (`staged.iub`) and its request (`staged.json`, written last: the helper's path unit waits
+//! for it), the store's copy while an update is under way (the helper's), and which rolled-back
+//! update the owner has seen (`dismissed`).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::bundle::{self, Verified};
+use super::journal::{Entry, Journal, Outcome, Phase, Records};
+use super::policy::{self, Consent, Space};
+use super::{keys, version, Error};
+use crate::config::UpdateConfig;
+
+pub const STAGE_DIR: &str = "update";
+const STAGED_BUNDLE: &str = "staged.iub";
+/// The helper's trigger: systemd's path unit starts the helper when it appears.
+pub const STAGED_REQUEST: &str = "staged.json";
+pub const UPLOAD_PART: &str = "upload.part";
+const DISMISSED: &str = "dismissed";
+
+pub fn stage_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(STAGE_DIR)
+}
+
+/// What the owner asked for with a staged bundle.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Staged {
+    pub to: String,
+    #[serde(default)]
+    pub consent: Consent,
+    pub staged_at: u64,
+}
+
+/// The gateway's view of updates: its config and data dir.
+#[derive(Debug, Clone)]
+pub struct Updates {
+    config: UpdateConfig,
+    data_dir: PathBuf,
+}
+
+/// Everything the admin page and `status` show about updates.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UpdateState {
+    pub version: String,
+    /// The root helper is installed (its directory exists): updates can be applied here.
+    pub helper_installed: bool,
+    /// An update waiting for the helper, or under way.
+    pub staged: Option<String>,
+    pub under_way: Option<String>,
+    /// Newest first.
+    pub history: Vec<Entry>,
+    /// The newest rolled-back update, until the owner dismisses it: a cause of `degraded`.
+    pub failure: Option<Entry>,
+}
+
+impl Updates {
+    pub fn new(config: &UpdateConfig, data_dir: &Path) -> Updates {
+        Updates {
+            config: config.clone(),
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    pub fn config(&self) -> &UpdateConfig {
+        &self.config
+    }
+
+    fn records(&self) -> Records {
+        Records::new(&self.config.helper_dir)
+    }
+
+    /// Where an upload or a download is written before it is checked.
+    pub fn upload_path(&self) -> Result<PathBuf, Error> {
+        let dir = stage_dir(&self.data_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+        Ok(dir.join(UPLOAD_PART))
+    }
+
+    /// Checks the received bundle in full and, if it may be installed here, stages it for the
+    /// helper. Blocking (it hashes the whole file): run it off the event loop.
+    pub fn stage(&self, received: &Path, consent: Consent) -> Result<Verified, Error> {
+        let result = self.check_and_stage(received, consent);
+        let _ = std::fs::remove_file(received);
+        result
+    }
+
+    fn check_and_stage(&self, received: &Path, consent: Consent) -> Result<Verified, Error> {
+        if !self.config.helper_dir.is_dir() {
+            return Err(Error::Refused(format!(
+                "this system has no update helper ({} is missing): install the gateway's .deb \
+                 package, or update it by hand",
+                self.config.helper_dir.display()
+            )));
+        }
+        if let Some(j) = self.records().journal()? {
+            return Err(Error::Refused(format!(
+                "an update to {} is under way",
+                j.to
+            )));
+        }
+        let verified = bundle::verify(received, &keys::trusted(&self.config.keys_dir))?;
+        let space = Space {
+            store_bytes: policy::store_bytes(&self.data_dir),
+            // The staged bundle is on the data disk too until the helper takes it.
+            data_free: policy::free_bytes(&self.data_dir)
+                .saturating_sub(verified.manifest.payload_len),
+            binary_free: policy::free_bytes(&self.config.helper_dir),
+            old_binary: std::fs::metadata(&self.config.binary).map_or(0, |m| m.len()),
+        };
+        policy::check(&verified, consent, space)?;
+        let dir = stage_dir(&self.data_dir);
+        let staged = dir.join(STAGED_BUNDLE);
+        std::fs::rename(received, &staged).map_err(|e| Error::io("staging", &staged, e))?;
+        let request = Staged {
+            to: verified.manifest.version.clone(),
+            consent,
+            staged_at: super::now_secs(),
+        };
+        let bytes = serde_json::to_vec(&request).expect("a request serializes");
+        crate::atomic_file::write(&dir.join(STAGED_REQUEST), &bytes, 0o600)
+            .map_err(|e| Error::io("staging", &dir, e))?;
+        tracing::info!(
+            "update to {} staged (signed by {}); the installer takes it from here",
+            verified.manifest.version,
+            verified.signed_by
+        );
+        Ok(verified)
+    }
+
+    /// The new version is on trial: devices wait until the helper commits it (so nothing a
+    /// phone sends is acknowledged by a version that may yet be rolled back).
+    pub fn on_trial(&self) -> bool {
+        matches!(
+            self.records().journal(),
+            Ok(Some(Journal { phase: Phase::Switched | Phase::Trial, ref to, .. }))
+                if *to == version::running().to_string()
+        )
+    }
+
+    pub fn state(&self) -> UpdateState {
+        let records = self.records();
+        let mut history = records.history();
+        history.reverse();
+        let dismissed =
+            std::fs::read_to_string(stage_dir(&self.data_dir).join(DISMISSED)).unwrap_or_default();
+        let failure = history
+            .iter()
+            .find(|e| matches!(e.outcome, Outcome::Installed | Outcome::RolledBack))
+            .filter(|e| e.outcome == Outcome::RolledBack && e.id != dismissed.trim())
+            .cloned();
+        let staged = std::fs::read(stage_dir(&self.data_dir).join(STAGED_REQUEST))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Staged>(&b).ok())
+            .map(|s| s.to);
+        UpdateState {
+            version: version::running().to_string(),
+            helper_installed: self.config.helper_dir.is_dir(),
+            staged,
+            under_way: records.journal().ok().flatten().map(|j| j.to),
+            history,
+            failure,
+        }
+    }
+
+    /// The owner has seen the rollback `id`: it stops being a cause of `degraded`.
+    pub fn dismiss(&self, id: &str) -> Result<(), Error> {
+        let dir = stage_dir(&self.data_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+        crate::atomic_file::write(&dir.join(DISMISSED), id.as_bytes(), 0o600)
+            .map_err(|e| Error::io("writing", &dir, e))
+    }
+}
+
+/// The helper's half: moves the staged bundle into `incoming` (the helper's directory, which
+/// the gateway's user cannot write) and removes what was staged. Files are opened without
+/// following links, so a staged name cannot point the helper at another file.
+pub(super) fn take(data_dir: &Path, incoming: &Path) -> Result<Option<Staged>, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = stage_dir(data_dir);
+    let request_path = dir.join(STAGED_REQUEST);
+    let bundle_path = dir.join(STAGED_BUNDLE);
+    let open = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+    };
+    let mut request = match open(&request_path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("opening", &request_path, e)),
+    };
+    let mut text = Vec::new();
+    (&mut request)
+        .take(super::bundle::MAX_MANIFEST as u64)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io("reading", &request_path, e))?;
+    let staged: Result<Staged, _> = serde_json::from_slice(&text);
+    let copied = (|| {
+        let staged = staged.map_err(|e| Error::Bundle(format!("the staged request: {e}")))?;
+        let mut from = open(&bundle_path).map_err(|e| Error::io("opening", &bundle_path, e))?;
+        let _ = std::fs::remove_file(incoming);
+        let mut to = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(incoming)
+            .map_err(|e| Error::io("creating", incoming, e))?;
+        let n = std::io::copy(&mut (&mut from).take(bundle::MAX_BUNDLE + 1), &mut to)
+            .map_err(|e| Error::io("copying", &bundle_path, e))?;
+        if n > bundle::MAX_BUNDLE {
+            return Err(Error::Bundle(
+                "the staged file is larger than any bundle".into(),
+            ));
+        }
+        to.flush()
+            .and_then(|_| to.sync_all())
+            .map_err(|e| Error::io("writing", incoming, e))?;
+        Ok(staged)
+    })();
+    for path in [&request_path, &bundle_path] {
+        let _ = std::fs::remove_file(path);
+    }
+    let _ = crate::atomic_file::sync_dir(&dir);
+    copied.map(Some)
+}
