@@ -45,6 +45,17 @@ pub struct Settings {
     pub transcription: TranscriptionSettings,
     pub backup: BackupSettings,
     pub log: LogSettings,
+    pub update: UpdateSettings,
+}
+
+/// `[update]` as the page sets it: where newer versions are looked for. Only the gateway reads
+/// these (the root helper reads the config file alone); a bundle from any address must still
+/// carry a trusted signature.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpdateSettings {
+    pub url: Option<String>,
+    pub automatic: Option<bool>,
 }
 
 /// `[backup]`: the scheduled backups (`crate::backups`). No schedule: none are made.
@@ -185,6 +196,12 @@ impl Settings {
         if let Some(v) = &t.language {
             config.transcription.language = v.clone();
         }
+        if let Some(v) = &self.update.url {
+            config.update.url = v.clone();
+        }
+        if let Some(v) = self.update.automatic {
+            config.update.automatic = v;
+        }
     }
 }
 
@@ -285,6 +302,11 @@ pub fn explain(
             "push.content",
             config.push.content.clone(),
             p.content.is_some(),
+        ),
+        (
+            "update.url",
+            config.update.url.clone(),
+            saved.update.url.is_some(),
         ),
         (
             "transcription.url",

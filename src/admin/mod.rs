@@ -36,6 +36,7 @@ mod sections;
 pub mod session;
 mod strength;
 mod transfer;
+mod updates;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -66,6 +67,7 @@ use reply::{
 use sections::{agent_body, devices_body, push_body};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
+pub use updates::start_checks;
 
 /// Every admin path starts with this.
 pub const PREFIX: &str = "/admin/";
@@ -100,6 +102,8 @@ pub struct Admin {
     strength_checks: strength::Window,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
+    /// The Update page's last check and its one upload at a time (`updates.rs`).
+    update_state: updates::State,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -168,6 +172,7 @@ impl Admin {
             restoring: std::cell::Cell::new(false),
             strength_checks: strength::Window::new(Instant::now()),
             backups: Rc::default(),
+            update_state: updates::State::default(),
             url,
             tls,
         }
@@ -331,6 +336,9 @@ async fn serve_page(
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
             if let Some(done) = log_page::post(admin, &path, &form, &csrf, secure) {
+                return done.unwrap_or_else(|r| refused(admin, r, secure));
+            }
+            if let Some(done) = updates::post(admin, hub, &path, &form, &valid.key, peer).await {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
             let done = match power::post(admin, &path, peer).await {
@@ -631,6 +639,7 @@ async fn get(
         }
         "/admin/push" => ok("Push", path, push_body(admin, hub, csrf, &n)?),
         "/admin/owner" => ok("Owner", path, pages::owner(csrf, &n)),
+        updates::PAGE => updates::get(admin, hub, csrf, &n, secure).await,
         _ => Err(Refusal::NotFound),
     }
 }

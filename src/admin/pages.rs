@@ -12,12 +12,13 @@ use crate::store::{human_bytes, Device};
 const QR_PX: u32 = 320;
 
 /// The sections a signed-in owner moves between.
-pub const SECTIONS: [(&str, &str); 6] = [
+pub const SECTIONS: [(&str, &str); 7] = [
     ("/admin/", "Status"),
     ("/admin/devices", "Devices"),
     ("/admin/agent", "Agent"),
     ("/admin/push", "Push"),
     ("/admin/backup", "Backup"),
+    ("/admin/update", "Update"),
     ("/admin/log", "Log"),
 ];
 

@@ -29,7 +29,10 @@ pub(super) const RESTORE: &str = "/admin/backup/restore";
 
 /// Requests that may outlast the request deadline: the backup download and restore upload.
 pub fn is_transfer(req: &Request<Incoming>) -> bool {
-    matches!(req.uri().path(), DOWNLOAD | RESTORE)
+    matches!(
+        req.uri().path(),
+        DOWNLOAD | RESTORE | super::updates::UPLOAD
+    )
 }
 /// The backup download and restore upload: a signed-in session first, before any byte is made
 /// or read; the upload's CSRF token comes in a header (its body is the file).
@@ -50,7 +53,7 @@ pub(super) async fn serve(
     };
     match (req.method().clone(), req.uri().path()) {
         (Method::GET, DOWNLOAD) => download(admin, hub, secure),
-        (Method::POST, RESTORE) => {
+        (Method::POST, path @ (RESTORE | super::updates::UPLOAD)) => {
             let token = req
                 .headers()
                 .get("x-csrf-token")
@@ -60,7 +63,11 @@ pub(super) async fn serve(
                 info!(%peer, "admin page: restore without its CSRF token; nothing done");
                 return whole(refused(admin, Refusal::BadCsrf, secure));
             }
-            whole(restore(admin, hub, req, peer, secure).await)
+            if path == RESTORE {
+                whole(restore(admin, hub, req, peer, secure).await)
+            } else {
+                whole(super::updates::upload(admin, hub, req, peer, secure).await)
+            }
         }
         _ => whole(refused(admin, Refusal::NotFound, secure)),
     }

@@ -31,6 +31,11 @@ pub struct UpdateConfig {
     /// How the helper stops and starts the gateway (run directly, no shell).
     pub stop: Vec<String>,
     pub start: Vec<String>,
+    /// The operating system's automatic security updates, as the admin page shows them: the
+    /// log unattended-upgrades keeps, and the flag Debian's packages set when a restart is
+    /// needed (with the packages that asked for it beside it, `.pkgs`).
+    pub system_log: PathBuf,
+    pub reboot_required: PathBuf,
 }
 
 impl Default for UpdateConfig {
@@ -47,6 +52,8 @@ impl Default for UpdateConfig {
             start: ["systemctl", "start", "iris-gateway"]
                 .map(Into::into)
                 .into(),
+            system_log: "/var/log/unattended-upgrades/unattended-upgrades.log".into(),
+            reboot_required: "/run/reboot-required".into(),
         }
     }
 }

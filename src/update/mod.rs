@@ -14,6 +14,7 @@ pub mod helper;
 pub mod journal;
 pub mod keys;
 pub mod policy;
+pub mod source;
 pub mod stage;
 pub mod version;
 

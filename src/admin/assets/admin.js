@@ -1,7 +1,7 @@
 // The admin page's only script (served from the box: CSP script-src 'self', nothing inline).
 // It shows a passphrase's strength while it is typed, asks before revoking a device,
-// refreshes the home page's health, brings a restarting page back and sends a restore upload;
-// every other form works without it.
+// refreshes the home page's health, brings a restarting page back, sends a restore or update
+// upload and reloads the Update page while an update runs; every other form works without it.
 "use strict";
 (function () {
   // The meter shows the gateway's own verdict (POST /admin/strength): the very test set-up
@@ -78,6 +78,47 @@
         if (r && r.redirected) window.location.replace("/admin/");
       });
     }, Number(back.dataset.every) * 1000);
+  }
+  // An update under way: the page reloads itself until it has ended (the gateway restarts in
+  // between; a reload that fails is tried again at the next tick).
+  var underWay = document.querySelector("[data-reload]");
+  if (underWay) {
+    window.setTimeout(function () {
+      window.location.reload();
+    }, Number(underWay.dataset.reload) * 1000);
+  }
+  // Update upload: as the restore's, with the owner's two choices in the query.
+  var update = document.getElementById("update-form");
+  if (update) {
+    update.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var file = document.getElementById("update-file").files[0];
+      var out = document.getElementById("update-result");
+      if (!file) return;
+      var q = [];
+      if (document.getElementById("update-major").checked) q.push("major=1");
+      if (document.getElementById("update-downgrade").checked) q.push("downgrade=1");
+      out.textContent = "Uploading and checking\u2026";
+      fetch("/admin/update/upload" + (q.length ? "?" + q.join("&") : ""), {
+        method: "POST",
+        headers: { "X-CSRF-Token": update.dataset.csrf },
+        body: file
+      }).then(function (r) {
+        return r.text().then(function (t) {
+          var doc = new DOMParser().parseFromString(t, "text/html");
+          var result = doc.getElementById("result");
+          var said = result ? Array.prototype.map.call(result.querySelectorAll("p"), function (p) {
+            return p.textContent;
+          }).join(" ") : "";
+          out.textContent = said || "The gateway answered HTTP " + r.status + ".";
+          out.className = r.ok ? "good" : "bad";
+          if (r.ok) window.setTimeout(function () { window.location.reload(); }, 3000);
+        });
+      }, function (err) {
+        out.textContent = "The upload failed: " + err;
+        out.className = "bad";
+      });
+    });
   }
   // Restore: the file goes as the request body, the CSRF token in a header. The answer is a
   // whole page; only its #result block is shown here (the rest would repeat around it).
