@@ -134,34 +134,48 @@ impl Helper {
         };
         self.records.write_journal(&journal)?;
         kill_point("update-copied");
+        match self.install(&verified, &mut journal) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(e) => {
+                // A step failed (a stop command that failed, a full disk): undo at once what
+                // the journal says was done, as a boot would, rather than leave it for one.
+                tracing::error!("update to {} failed: {e}; undoing it", journal.to);
+                let journal = self.records.journal()?.unwrap_or(journal);
+                self.recover_from(journal, true, Some(format!("the installer failed: {e}")))
+                    .map(Some)
+            }
+        }
+    }
 
-        self.prepare(&verified)?;
-        self.advance(&mut journal, Phase::Prepared)?;
+    /// The steps from the prepared binaries to the commit or the rollback.
+    fn install(&self, verified: &Verified, journal: &mut Journal) -> Result<Entry, Error> {
+        self.prepare(verified)?;
+        self.advance(journal, Phase::Prepared)?;
         kill_point("update-prepared");
 
-        self.advance(&mut journal, Phase::Stopped)?;
+        self.advance(journal, Phase::Stopped)?;
         self.service(&self.config.stop, "stop")?;
         kill_point("update-stopped");
 
         let store_bytes = self.back_up_store()?;
-        self.advance(&mut journal, Phase::BackedUp)?;
+        self.advance(journal, Phase::BackedUp)?;
         kill_point("update-backed-up");
 
-        self.advance(&mut journal, Phase::Switched)?;
+        self.advance(journal, Phase::Switched)?;
         install_binary(&self.helper_file(NEW_BINARY), &self.config.binary)?;
         kill_point("update-switched");
 
-        self.advance(&mut journal, Phase::Trial)?;
+        self.advance(journal, Phase::Trial)?;
         self.service(&self.config.start, "start")?;
         kill_point("update-trial");
 
         match self.wait_healthy(&journal.to, store_bytes) {
             Ok(()) => {
-                self.advance(&mut journal, Phase::Committed)?;
+                self.advance(journal, Phase::Committed)?;
                 kill_point("update-committing");
-                self.finish_commit(&journal).map(Some)
+                self.finish_commit(journal)
             }
-            Err(reason) => self.roll_back(journal, reason).map(Some),
+            Err(reason) => self.roll_back(journal.clone(), reason),
         }
     }
 
@@ -359,13 +373,19 @@ impl Helper {
                     reason: Some(format!("the update's journal was unreadable ({e})")),
                     started_at: now_secs(),
                 };
-                return self.recover_from(journal, start).map(Some);
+                return self.recover_from(journal, start, None).map(Some);
             }
         };
-        self.recover_from(journal, start).map(Some)
+        self.recover_from(journal, start, None).map(Some)
     }
 
-    fn recover_from(&self, journal: Journal, start: bool) -> Result<Entry, Error> {
+    /// Finishes or undoes `journal`'s update; `why` says what cut it short, when known.
+    fn recover_from(
+        &self,
+        journal: Journal,
+        start: bool,
+        why: Option<String>,
+    ) -> Result<Entry, Error> {
         tracing::warn!(
             "an update to {} was cut short after `{:?}`; finishing it",
             journal.to,
@@ -380,11 +400,13 @@ impl Helper {
                     from: journal.from.clone(),
                     to: journal.to.clone(),
                     outcome: Outcome::Interrupted,
-                    reason: Some(format!(
-                        "cut short (power lost or the installer stopped) after {:?}, before the \
-                         new version was put in place",
-                        journal.phase
-                    )),
+                    reason: Some(why.clone().unwrap_or_else(|| {
+                        format!(
+                            "cut short (power lost or the installer stopped) after {:?}, before \
+                             the new version was put in place",
+                            journal.phase
+                        )
+                    })),
                 };
                 self.records.append(entry.clone())?;
                 self.forget_binaries()?;
@@ -392,7 +414,7 @@ impl Helper {
                 entry
             }
             Phase::Switched | Phase::Trial | Phase::RollingBack => {
-                let reason = journal.reason.clone().unwrap_or_else(|| {
+                let reason = journal.reason.clone().or(why).unwrap_or_else(|| {
                     format!(
                         "power lost (or the installer stopped) while {} was on trial",
                         journal.to

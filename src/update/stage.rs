@@ -133,12 +133,13 @@ impl Updates {
         Ok(verified)
     }
 
-    /// The new version is on trial: devices wait until the helper commits it (so nothing a
-    /// phone sends is acknowledged by a version that may yet be rolled back).
+    /// The new version is on trial (or being rolled back): devices wait until the helper
+    /// commits it, so nothing a phone sends is acknowledged by a version that may yet be rolled
+    /// back.
     pub fn on_trial(&self) -> bool {
         matches!(
             self.records().journal(),
-            Ok(Some(Journal { phase: Phase::Switched | Phase::Trial, ref to, .. }))
+            Ok(Some(Journal { phase: Phase::Switched | Phase::Trial | Phase::RollingBack, ref to, .. }))
                 if *to == version::running().to_string()
         )
     }
