@@ -1,4 +1,6 @@
-//! Running as a systemd service: the unit and sysusers files pass systemd's own checks, the
+//! Running as a systemd service: the unit and sysusers files pass systemd's own checks (the
+//! update helper's path unit, service and boot-time recovery too, and they name the paths the
+//! `[update]` defaults and the helper use), the
 //! real binary speaks sd_notify (READY=1 once it listens, WATCHDOG=1 at half the interval,
 //! STOPPING=1 on SIGTERM) over a datagram socket standing in for systemd's, and
 //! `iris-gateway config` prints the shipped, commented config file, which loads as the defaults
@@ -16,9 +18,22 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{bin_display, cli, gateway_command, temp_data_dir, BIN};
-use iris_gateway::config::Config;
+use iris_gateway::config::{Config, UpdateConfig};
+use iris_gateway::update::{helper, journal, stage};
 
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/iris-gateway.service");
+const UPDATE_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/systemd/iris-gateway-update.path"
+);
+const UPDATE_UNIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/systemd/iris-gateway-update.service"
+);
+const RECOVER_UNIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/systemd/iris-gateway-update-recover.service"
+);
 const SYSUSERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/iris-gateway.sysusers");
 const SHIPPED_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/config.toml");
 /// Config sections whose commented defaults are written by the engineer adding them (`[led]`:
@@ -339,6 +354,236 @@ fn unit_passes_systemd_analyze_verify() {
         "systemd-analyze verify complains about the unit:\n{}",
         bad.join("\n")
     );
+}
+
+/// The update helper's three units, checked by `systemd-analyze verify` together with the
+/// gateway's unit (which they order themselves against), with `/usr/bin/iris-gateway` pointed at
+/// the binary under test.
+#[test]
+fn update_units_pass_systemd_analyze_verify() {
+    let analyze = systemd_tool("systemd-analyze");
+    let dir = temp_data_dir();
+    let mut copies = Vec::new();
+    for path in [UNIT, UPDATE_PATH, UPDATE_UNIT, RECOVER_UNIT] {
+        let name = Path::new(path).file_name().expect("a unit file name");
+        let copy = dir.path().join(name);
+        let text = read(path).replace(
+            "ExecStart=/usr/bin/iris-gateway ",
+            &format!("ExecStart={BIN} "),
+        );
+        std::fs::write(&copy, text).expect("write the unit copy");
+        copies.push(copy);
+    }
+    let out = Command::new(&analyze)
+        .args(["verify", "--man=no", "--generators=no"])
+        .args(&copies)
+        .output()
+        .expect("run systemd-analyze verify");
+    let said = stdout_and_stderr(&out);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed ({}):\n{said}",
+        out.status
+    );
+    let bad: Vec<String> = [
+        "iris-gateway-update.path",
+        "iris-gateway-update.service",
+        "iris-gateway-update-recover.service",
+    ]
+    .iter()
+    .flat_map(|name| complaints(&said, name))
+    .collect();
+    assert!(
+        bad.is_empty(),
+        "systemd-analyze verify complains about the update units:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The `Key=value` lines of a unit's section, in order.
+fn unit_lines<'a>(unit: &'a str, section: &str) -> Vec<&'a str> {
+    let mut inside = false;
+    let mut lines = Vec::new();
+    for line in unit.lines() {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside && !line.starts_with('#') && line.contains('=') {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+#[test]
+fn update_units_name_the_paths_the_helper_uses() {
+    let defaults = UpdateConfig::default();
+    let data_dir = "/var/lib/iris-gateway";
+    let helper_dir = defaults.helper_dir.display().to_string();
+    let args = format!("update apply --config /etc/iris-gateway/config.toml --data-dir {data_dir}");
+
+    // The path unit waits for the file the gateway writes last, and starts the helper.
+    let path = read(UPDATE_PATH);
+    let trigger = format!(
+        "PathExists={data_dir}/{}/{}",
+        stage::STAGE_DIR,
+        stage::STAGED_REQUEST
+    );
+    for line in [
+        trigger.as_str(),
+        "Unit=iris-gateway-update.service",
+        "WantedBy=paths.target",
+    ] {
+        assert!(
+            path.lines().any(|l| l == line),
+            "the path unit lacks `{line}`:\n{path}"
+        );
+    }
+
+    // The helper: root, one shot, the shipped config, never enabled on its own.
+    let unit = read(UPDATE_UNIT);
+    let service = unit_lines(&unit, "Service");
+    let exec = format!("ExecStart={} {args}", defaults.binary.display());
+    for line in [
+        exec.as_str(),
+        "Type=oneshot",
+        "After=iris-gateway-update-recover.service",
+    ] {
+        assert!(
+            unit.lines().any(|l| l == line),
+            "the helper's unit lacks `{line}`:\n{unit}"
+        );
+    }
+    assert!(
+        !service
+            .iter()
+            .any(|l| l.starts_with("User=") || l.starts_with("DynamicUser=")),
+        "the helper must run as root (it replaces /usr/bin/iris-gateway)"
+    );
+    assert!(
+        unit_lines(&unit, "Install").is_empty(),
+        "the helper is started by its path unit only: no [Install] section"
+    );
+    // Long enough for the longest health window, the store's copy and a stop and a start.
+    let timeout = service
+        .iter()
+        .find_map(|l| l.strip_prefix("TimeoutStartSec="))
+        .and_then(|v| v.strip_suffix("min"))
+        .and_then(|m| m.parse::<u64>().ok())
+        .expect("TimeoutStartSec=<minutes>min in the helper's unit");
+    assert!(
+        timeout * 60 >= defaults.max_window_secs + 2 * 120 + 300,
+        "TimeoutStartSec={timeout}min is too short for a {} s health window",
+        defaults.max_window_secs
+    );
+    // It may write exactly where the update happens, under ProtectSystem=strict.
+    let binary_dir = defaults
+        .binary
+        .parent()
+        .expect("the binary's directory")
+        .display()
+        .to_string();
+    let writable = format!("ReadWritePaths={binary_dir} {data_dir} {helper_dir}");
+    for unit_text in [&unit, &read(RECOVER_UNIT)] {
+        for line in [
+            "ProtectSystem=strict",
+            writable.as_str(),
+            "NoNewPrivileges=yes",
+        ] {
+            assert!(
+                unit_text.lines().any(|l| l == line),
+                "an update unit lacks `{line}`:\n{unit_text}"
+            );
+        }
+    }
+
+    // The recovery: only while a journal exists, before the gateway, never restarting it, and
+    // wanted by the boot, not by the gateway (which the helper starts during a trial).
+    let recover = read(RECOVER_UNIT);
+    let condition = format!("ConditionPathExists={helper_dir}/{}", journal::JOURNAL_FILE);
+    for line in [
+        condition.as_str(),
+        "Before=iris-gateway.service",
+        "Type=oneshot",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(
+            recover.lines().any(|l| l == line),
+            "the recovery unit lacks `{line}`:\n{recover}"
+        );
+    }
+    assert!(
+        !recover
+            .lines()
+            .any(|l| l.starts_with("ExecStart=") && l.contains("--restart")),
+        "the recovery must not stop or start the gateway"
+    );
+    let gateway = read(UNIT);
+    assert!(
+        !gateway.contains("iris-gateway-update"),
+        "the gateway's unit must not pull in the update units: starting the gateway during a \
+         trial would run the recovery"
+    );
+    assert!(
+        recover.contains(&format!("{helper_dir}/{}", helper::PREVIOUS_BINARY)),
+        "the recovery must run from the previous binary while it exists"
+    );
+}
+
+/// The recovery's ExecStart picks the previous binary while it is there and executable, else
+/// /usr/bin/iris-gateway, and passes both the same arguments: run through /bin/sh with the two
+/// paths replaced by scripts that say who they are.
+#[test]
+fn recovery_runs_from_the_previous_binary_while_it_exists() {
+    use std::os::unix::fs::PermissionsExt;
+    let unit = read(RECOVER_UNIT);
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart=/bin/sh -c '"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("ExecStart=/bin/sh -c '…' in the recovery unit");
+    // systemd turns `$$` into `$` before the shell sees it.
+    let script = exec.replace("$$", "$");
+    let dir = temp_data_dir();
+    let fake = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\necho {name} \"$@\"\n"))
+            .expect("write a fake binary");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    };
+    let previous = fake("previous");
+    let installed = fake("installed");
+    let script = script
+        .replace(
+            &format!(
+                "{}/{}",
+                UpdateConfig::default().helper_dir.display(),
+                helper::PREVIOUS_BINARY
+            ),
+            &previous.display().to_string(),
+        )
+        .replace("/usr/bin/iris-gateway", &installed.display().to_string());
+    let run = || {
+        let out = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .expect("run /bin/sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let args =
+        "update recover --config /etc/iris-gateway/config.toml --data-dir /var/lib/iris-gateway";
+    assert_eq!(run(), format!("previous {args}"));
+    // Not executable (a copy cut short): the installed binary.
+    std::fs::set_permissions(&previous, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    assert_eq!(run(), format!("installed {args}"));
+    std::fs::remove_file(&previous).expect("remove");
+    assert_eq!(run(), format!("installed {args}"));
 }
 
 /// What a systemd tool said, on either stream.
