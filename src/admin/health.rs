@@ -219,6 +219,16 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
             "Push settings",
         );
     }
+    if let Some(failure) = &r.update_failure {
+        add(format!("The {failure}."), "/admin/update", "Updates");
+    }
+    if let Some(to) = r.update_under_way.as_ref().filter(|_| r.update_trial) {
+        add(
+            format!("Version {to} is being checked after an update: phones wait a moment."),
+            "/admin/update",
+            "Updates",
+        );
+    }
     if let Some(why) = &r.restore_failure {
         add(
             format!("The last restore failed: {why}"),
