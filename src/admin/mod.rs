@@ -31,6 +31,7 @@ mod outcome;
 pub mod owner;
 mod pages;
 mod power;
+mod receive;
 mod reply;
 mod sections;
 pub mod session;

@@ -13,6 +13,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tracing::{info, warn};
 
 use super::pages::{self, Notice};
+use super::receive::receive;
 use super::reply::{page, refused, whole, Body, Refusal, Reply};
 use super::{owner, session, Admin};
 use crate::hub::Hub;
@@ -21,8 +22,6 @@ use crate::hub::Hub;
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// A restore upload may be this much larger than `limits.media_quota_bytes` (the store part).
 pub const RESTORE_STORE_ALLOWANCE: u64 = 1 << 30;
-/// How often (in bytes written) an upload checks the disk still has room.
-pub(super) const DISK_CHECK_EVERY: u64 = 8 << 20;
 /// The backup transfers' paths: they may take longer than a page (`is_transfer`).
 pub(super) const DOWNLOAD: &str = "/admin/backup/download";
 pub(super) const RESTORE: &str = "/admin/backup/restore";
@@ -245,40 +244,4 @@ pub(super) fn schedule_restart(admin: &Admin) {
         tokio::time::sleep(Duration::from_millis(500)).await;
         restart.notify_one();
     });
-}
-
-/// Writes a request body to `path`, refusing it past `limit` bytes or when the disk fills.
-pub(super) async fn receive(
-    hub: &Hub,
-    mut body: Incoming,
-    path: &std::path::Path,
-    limit: u64,
-) -> Result<u64, Refusal> {
-    use std::io::Write;
-    let unavailable = |e: std::io::Error| Refusal::Unavailable(e.to_string());
-    let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(unavailable)?);
-    let (mut written, mut checked) = (0u64, 0u64);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Refusal::BadInput(format!("the upload broke off: {e}")))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        written += data.len() as u64;
-        if written > limit {
-            return Err(Refusal::TooLarge);
-        }
-        // From the first bytes on: a small upload must not eat the store's reserve either.
-        if checked == 0 || written - checked >= DISK_CHECK_EVERY {
-            hub.store()
-                .disk_ok(DISK_CHECK_EVERY.min(written))
-                .map_err(|e| Refusal::Unavailable(format!("no room for the upload: {e}")))?;
-            checked = written;
-        }
-        file.write_all(&data).map_err(unavailable)?;
-    }
-    file.into_inner()
-        .map_err(|e| unavailable(e.into_error()))?
-        .sync_all()
-        .map_err(unavailable)?;
-    Ok(written)
 }

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use super::outcome::{Outcome, Tone};
 use super::pages::{self, csrf_field, notice, Notice};
+use super::receive::receive;
 use super::reply::{page, redirect, refused, Refusal, Reply};
-use super::transfer::receive;
 use super::{Admin, Form};
 use crate::hub::Hub;
 use crate::pairing::page::escape;

@@ -12,14 +12,10 @@ use std::time::{Duration, Instant};
 
 use super::bundle::{self, Verified};
 use super::journal::{Entry, Journal, Outcome, Phase, Records};
-use super::policy::{self, Space};
+use super::policy::{self, Space, STORE_PARTS};
 use super::stage::{self, Staged};
 use super::{keys, kill_point, now_secs, version, Error};
 use crate::config::UpdateConfig;
-
-/// What the store is on disk, copied before an update and put back by a rollback. Media files
-/// are not copied: they are named by their hash and never rewritten, so no version changes them.
-pub const STORE_PARTS: [&str; 3] = ["db", crate::store::HISTORY_DIR, crate::store::WITNESS_FILE];
 
 const INCOMING: &str = "incoming.iub";
 const NEW_BINARY: &str = "new-binary";

@@ -10,6 +10,10 @@ use super::bundle::Verified;
 use super::version::{self, Step};
 use super::Error;
 
+/// What the store is on disk, copied before an update and put back by a rollback. Media files
+/// are not copied: they are named by their hash and never rewritten, so no version changes them.
+pub const STORE_PARTS: [&str; 3] = ["db", crate::store::HISTORY_DIR, crate::store::WITNESS_FILE];
+
 /// Room kept free on each file system beyond what an update needs.
 pub const SPACE_MARGIN: u64 = 64 * 1024 * 1024;
 
@@ -96,7 +100,7 @@ pub fn check(verified: &Verified, consent: Consent, space: Space) -> Result<Step
 
 /// The bytes the store's files take (what the helper copies before an update).
 pub fn store_bytes(data_dir: &Path) -> u64 {
-    super::helper::STORE_PARTS
+    STORE_PARTS
         .iter()
         .map(|part| tree_bytes(&data_dir.join(part)))
         .sum()
