@@ -12,6 +12,7 @@ pub mod mounts;
 pub mod peers;
 pub mod proc;
 pub mod rng;
+pub mod update_root;
 pub mod web;
 
 use std::collections::{BTreeMap, VecDeque};
