@@ -84,6 +84,46 @@ impl Web {
         }
     }
 
+    /// A client for a gateway this test did not start itself (a scratch root's service).
+    pub fn at(addr: SocketAddr, from: &str) -> Web {
+        Web {
+            addr,
+            from: from.to_owned(),
+            jar: HashMap::new(),
+        }
+    }
+
+    /// POSTs `bytes` as the body (a file upload, sent as the page's script sends it), with the
+    /// session's cookies and `extra` header lines.
+    pub async fn upload(&mut self, path: &str, bytes: &[u8], extra: &str) -> Reply {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{extra}\
+             Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            self.addr,
+            cookies.join("; "),
+            bytes.len()
+        );
+        tcp.write_all(head.as_bytes()).await.expect("send the head");
+        // A refusal may come before the whole body is read (and close the socket).
+        let _ = tcp.write_all(bytes).await;
+        let super::RawHttp {
+            status,
+            headers,
+            body,
+        } = super::raw_http(tcp, "", Duration::from_secs(120)).await;
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
     pub async fn request(&mut self, method: &str, path: &str, body: Option<&str>) -> Reply {
         self.request_with(method, path, body, "").await
     }

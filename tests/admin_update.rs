@@ -1,0 +1,274 @@
+//! The Update page, end to end over real HTTP against the real binary in a scratch root
+//! (tests/common/update_root.rs): an uploaded bundle is refused with its reason and nothing
+//! staged (untrusted key, no CSRF token, a major version not allowed), a good one is staged,
+//! installed by the helper and listed; an update offered by a release index is checked,
+//! downloaded and, failing its health check, rolled back, shown on the page and in `status`
+//! (degraded) until the owner dismisses it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::fake_http;
+use common::update_root::{shown, Root};
+use common::web::Web;
+
+const OWNER: &str = "violet tractor harbour 42";
+
+fn addr(root: &Root) -> SocketAddr {
+    root.url.trim_start_matches("ws://").parse().unwrap()
+}
+
+async fn signed_in(root: &Root) -> Web {
+    root.start_serving();
+    let mut web = Web::at(addr(root), "127.0.0.1");
+    let r = web.claim(OWNER).await;
+    assert!(r.status == 303 || r.status == 200, "{r:?}");
+    web
+}
+
+async fn upload(web: &mut Web, bundle: &Path, query: &str) -> common::web::Reply {
+    let csrf = web.csrf().await;
+    let bytes = std::fs::read(bundle).unwrap();
+    web.upload(
+        &format!("/admin/update/upload{query}"),
+        &bytes,
+        &format!("X-CSRF-Token: {csrf}\r\n"),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
+    let root = Root::new(20);
+    let v = root.versions.clone();
+    let mut web = signed_in(&root).await;
+
+    let page = web.get("/admin/update").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body
+            .contains(&format!("Running <strong>iris-gateway {}</strong>", v.old)),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("No updates yet"), "{}", page.body);
+    assert!(!page.body.contains("no-helper"), "{}", page.body);
+
+    // Signed by a key this box does not trust.
+    let other = root.root.join("signing/other");
+    let out = common::cli_os(&["update".as_ref(), "keygen".as_ref(), other.as_os_str()]);
+    assert!(out.status.success(), "{}", shown(&out));
+    let minor = root.variant(&v.minor);
+    let untrusted = root.bundle_with(
+        &minor,
+        &v.minor,
+        std::env::consts::ARCH,
+        &other,
+        "untrusted.iub",
+    );
+    let r = upload(&mut web, &untrusted, "").await;
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(
+        r.body.contains("bad signature") && r.body.contains("does not trust"),
+        "{}",
+        r.body
+    );
+    assert!(root.nothing_staged());
+
+    // Without the session's CSRF token: nothing is read.
+    let good = root.bundle(&minor, &v.minor);
+    let r = web
+        .upload(
+            "/admin/update/upload",
+            &std::fs::read(&good).unwrap(),
+            "X-CSRF-Token: wrong\r\n",
+        )
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(root.nothing_staged());
+
+    // A new major version needs the owner's tick.
+    let major = root.bundle(&root.variant(&v.major), &v.major);
+    let r = upload(&mut web, &major, "").await;
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(r.body.contains("major version"), "{}", r.body);
+    assert!(root.nothing_staged());
+
+    // The good one: checked, staged for the helper, shown as under way.
+    let r = upload(&mut web, &good, "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains("is checked and is being installed"),
+        "{}",
+        r.body
+    );
+    assert!(root.stage_dir().join("staged.json").exists());
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains(&format!("Installing {}", v.minor)),
+        "{}",
+        page.body
+    );
+
+    // What iris-gateway-update.service does when staged.json appears.
+    let out = root.apply(&[]);
+    assert!(out.status.success(), "{}\n{}", shown(&out), root.log_tail());
+    let minor_v = v.minor.clone();
+    root.wait_status(&format!("version {minor_v} committed"), |s| {
+        s["version"] == minor_v.as_str() && s["update_trial"] == false
+    });
+    // The session was kept over the restart the update made.
+    let page = web.get("/admin/update").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains(&format!(
+            "Running <strong>iris-gateway {}</strong>",
+            v.minor
+        )),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(&format!(
+            "<td>{} → {}</td><td class=\"good\">installed",
+            v.old, v.minor
+        )),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("Installing"), "{}", page.body);
+    root.stop();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed() {
+    let root = Root::new(6);
+    let v = root.versions.clone();
+    // A real program for this architecture that never comes up: /bin/false.
+    let failing = root.bundle_with(
+        Path::new("/bin/false"),
+        &v.minor,
+        std::env::consts::ARCH,
+        &root.key,
+        "failing.iub",
+    );
+    let bundle = std::fs::read(&failing).unwrap();
+    let index = serde_json::json!({
+        "version": v.minor,
+        "notes": "Fixes the thing that was broken.",
+        "bundles": { std::env::consts::ARCH: "failing.iub" },
+    })
+    .to_string();
+    let server = fake_http::start(move |taken| {
+        if taken.line.starts_with("GET /releases/index.json ") {
+            fake_http::json_200(index.as_bytes())
+        } else if taken.line.starts_with("GET /releases/failing.iub ") {
+            let mut r = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                bundle.len()
+            )
+            .into_bytes();
+            r.extend_from_slice(&bundle);
+            r
+        } else {
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+        }
+    });
+    let mut web = signed_in(&root).await;
+
+    // No address yet: no check offered.
+    let page = web.get("/admin/update").await;
+    assert!(!page.body.contains("id=\"check\""), "{}", page.body);
+    let r = web
+        .post_csrf("/admin/update/source", &[("url", "ftp://nowhere/x")])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains("must start with https://"),
+        "{}",
+        page.body
+    );
+    let url = format!("{server}/releases/index.json");
+    let r = web
+        .post_csrf("/admin/update/source", &[("url", url.as_str())])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/update").await;
+    assert!(page.body.contains("id=\"check\""), "{}", page.body);
+
+    let r = web.post_csrf("/admin/update/check", &[]).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains(&format!("{} is available", v.minor))
+            && page.body.contains("Fixes the thing that was broken."),
+        "{}",
+        page.body
+    );
+
+    let r = web.post_csrf("/admin/update/install", &[]).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains("downloaded and checked"),
+        "{}",
+        page.body
+    );
+    assert!(root.stage_dir().join("staged.json").exists());
+
+    let out = root.apply(&[]);
+    assert!(out.status.success(), "{}\n{}", shown(&out), root.log_tail());
+    let old = v.old.clone();
+    let status = root.wait_status("the old version back, the failure shown", |s| {
+        s["version"] == old.as_str() && s["update_failure"].is_string()
+    });
+    let failure = format!("update to {} failed, rolled back", v.minor);
+    assert!(
+        status["update_failure"]
+            .as_str()
+            .unwrap()
+            .starts_with(&failure),
+        "{status}"
+    );
+    assert_eq!(status["state"], "degraded", "{status}");
+    assert!(
+        status["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().starts_with(&failure)),
+        "{status}"
+    );
+
+    let home = web.get("/admin/").await;
+    assert!(
+        home.body.contains(&format!("The {failure}")) && home.body.contains("/admin/update"),
+        "{}",
+        home.body
+    );
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains("id=\"update-failure\"") && page.body.contains(&failure),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("rolled back</td>"), "{}", page.body);
+    let id = root.last_entry().id;
+    let r = web
+        .post_csrf("/admin/update/dismiss", &[("id", id.as_str())])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = web.get("/admin/update").await;
+    assert!(
+        !page.body.contains("id=\"update-failure\""),
+        "{}",
+        page.body
+    );
+    let status = root.status().expect("status");
+    assert!(status["update_failure"].is_null(), "{status}");
+    assert_eq!(status["state"], "online", "{status}");
+    root.stop();
+}
