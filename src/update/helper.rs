@@ -171,7 +171,7 @@ impl Helper {
                 kill_point("update-committing");
                 self.finish_commit(journal)
             }
-            Err(reason) => self.roll_back(journal.clone(), reason),
+            Err(reason) => self.roll_back(journal.clone(), reason, true),
         }
     }
 
@@ -262,46 +262,61 @@ impl Helper {
     }
 
     fn finish_commit(&self, journal: &Journal) -> Result<Entry, Error> {
-        let entry = Entry {
-            id: journal.id.clone(),
-            at: now_secs(),
-            from: journal.from.clone(),
-            to: journal.to.clone(),
-            outcome: Outcome::Installed,
-            reason: None,
-        };
-        self.records.append(entry.clone())?;
-        remove_tree(&self.backup_dir())?;
-        self.forget_binaries()?;
-        self.records.clear_journal()?;
+        let entry = self.end(journal, Outcome::Installed, None)?;
         tracing::info!("{}", entry.summary());
         Ok(entry)
     }
 
-    /// Puts the previous binary and the store as it was before the update back, and starts it.
-    fn roll_back(&self, mut journal: Journal, reason: String) -> Result<Entry, Error> {
+    /// Puts the previous binary and the store as it was before the update back; with
+    /// `restart`, stops the new version first and starts the old one after (at boot systemd
+    /// starts it). Every step may be repeated after a power cut.
+    fn roll_back(
+        &self,
+        mut journal: Journal,
+        reason: String,
+        restart: bool,
+    ) -> Result<Entry, Error> {
         tracing::warn!("update to {} failed: {reason}; rolling back", journal.to);
         journal.reason = Some(reason.clone());
         self.advance(&mut journal, Phase::RollingBack)?;
         kill_point("update-rolling-back");
         // The new version may be crash-looping: a failed stop is not a reason to leave it.
-        if let Err(e) = self.service(&self.config.stop, "stop") {
-            tracing::warn!("{e}");
+        if restart {
+            if let Err(e) = self.service(&self.config.stop, "stop") {
+                tracing::warn!("{e}");
+            }
         }
         self.put_back()?;
         kill_point("update-restored");
+        let entry = self.end(&journal, Outcome::RolledBack, Some(reason))?;
+        if restart {
+            self.service(&self.config.start, "start")?;
+        }
+        Ok(entry)
+    }
+
+    /// Records how `journal`'s update ended and forgets it: the history entry first, so a
+    /// power cut in between leaves the journal to finish it again (the entry is written once).
+    fn end(
+        &self,
+        journal: &Journal,
+        outcome: Outcome,
+        reason: Option<String>,
+    ) -> Result<Entry, Error> {
         let entry = Entry {
             id: journal.id.clone(),
             at: now_secs(),
             from: journal.from.clone(),
             to: journal.to.clone(),
-            outcome: Outcome::RolledBack,
-            reason: Some(reason),
+            outcome,
+            reason,
         };
         self.records.append(entry.clone())?;
+        if outcome == Outcome::Installed {
+            remove_tree(&self.backup_dir())?;
+        }
         self.forget_binaries()?;
         self.records.clear_journal()?;
-        self.service(&self.config.start, "start")?;
         Ok(entry)
     }
 
@@ -387,27 +402,23 @@ impl Helper {
             journal.to,
             journal.phase
         );
-        let entry = match journal.phase {
+        match journal.phase {
             Phase::Copied | Phase::Prepared | Phase::Stopped | Phase::BackedUp => {
+                // The store was not handed to the new version: its copy (whole or half-made)
+                // is only removed, and the old binary is still in place.
                 remove_tree(&self.backup_dir())?;
-                let entry = Entry {
-                    id: journal.id.clone(),
-                    at: now_secs(),
-                    from: journal.from.clone(),
-                    to: journal.to.clone(),
-                    outcome: Outcome::Interrupted,
-                    reason: Some(why.clone().unwrap_or_else(|| {
-                        format!(
-                            "cut short (power lost or the installer stopped) after {:?}, before \
-                             the new version was put in place",
-                            journal.phase
-                        )
-                    })),
-                };
-                self.records.append(entry.clone())?;
-                self.forget_binaries()?;
-                self.records.clear_journal()?;
-                entry
+                let reason = why.unwrap_or_else(|| {
+                    format!(
+                        "cut short (power lost or the installer stopped) after {:?}, before the \
+                         new version was put in place",
+                        journal.phase
+                    )
+                });
+                let entry = self.end(&journal, Outcome::Interrupted, Some(reason))?;
+                if start {
+                    self.service(&self.config.start, "start")?;
+                }
+                Ok(entry)
             }
             Phase::Switched | Phase::Trial | Phase::RollingBack => {
                 let reason = journal.reason.clone().or(why).unwrap_or_else(|| {
@@ -416,39 +427,11 @@ impl Helper {
                         journal.to
                     )
                 });
-                let mut journal = journal;
-                journal.reason = Some(reason.clone());
-                self.advance(&mut journal, Phase::RollingBack)?;
-                if start {
-                    if let Err(e) = self.service(&self.config.stop, "stop") {
-                        tracing::warn!("{e}");
-                    }
-                }
-                self.put_back()?;
-                kill_point("update-restored");
-                let entry = Entry {
-                    id: journal.id.clone(),
-                    at: now_secs(),
-                    from: journal.from.clone(),
-                    to: journal.to.clone(),
-                    outcome: Outcome::RolledBack,
-                    reason: Some(reason),
-                };
-                self.records.append(entry.clone())?;
-                self.forget_binaries()?;
-                self.records.clear_journal()?;
-                entry
+                self.roll_back(journal, reason, start)
             }
-            Phase::Committed => {
-                let entry = self.finish_commit(&journal)?;
-                // A gateway on trial opens to devices once the journal is gone; nothing to start.
-                return Ok(entry);
-            }
-        };
-        if start {
-            self.service(&self.config.start, "start")?;
+            // A gateway on trial opens to devices once the journal is gone; nothing to start.
+            Phase::Committed => self.finish_commit(&journal),
         }
-        Ok(entry)
     }
 
     /// Runs a configured stop or start command, bounded in time.
