@@ -680,13 +680,27 @@ pub fn cli(args: &[&str]) -> Output {
 
 /// Like [`cli`] for arguments that are paths.
 pub fn cli_os<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    let mut child = gateway_command()
-        .args(args)
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let mut cmd = gateway_command();
+    cmd.args(args);
+    run_bounded(
+        cmd,
+        CLI_TIMEOUT,
+        &format!("`iris-gateway {}`", shown.join(" ")),
+    )
+}
+
+/// Runs `cmd` with its output captured, bounded by `timeout` (then killed, and the test fails).
+pub fn run_bounded(mut cmd: Command, timeout: Duration, what: &str) -> Output {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin_display()));
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     let collect = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -696,24 +710,17 @@ pub fn cli_os<S: AsRef<OsStr>>(args: &[S]) -> Output {
     };
     let out = collect(Box::new(child.stdout.take().expect("piped stdout")));
     let err = collect(Box::new(child.stderr.take().expect("piped stderr")));
-    let deadline = Instant::now() + CLI_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait on cli") {
+        if let Some(status) = child.try_wait().expect("try_wait") {
             break status;
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| a.as_ref().to_string_lossy().into_owned())
-                .collect();
-            panic!(
-                "`iris-gateway {}` did not finish within {CLI_TIMEOUT:?}",
-                shown.join(" ")
-            );
+            panic!("{what} did not finish within {timeout:?}");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(20));
     };
     Output {
         status,

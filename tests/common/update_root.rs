@@ -26,11 +26,10 @@
 //! fails half-way.
 #![allow(dead_code)]
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use iris_gateway::control::{ControlRequest, ControlResponse, Reached};
@@ -39,7 +38,7 @@ use iris_gateway::update::stage::Updates;
 use iris_gateway::update::Entry;
 use serde_json::{json, Value};
 
-use super::{frame_type, Client, Paired, BIN};
+use super::{frame_type, run_bounded, Client, Paired, BIN};
 
 /// Longest a helper run may take here (a failing update waits the whole health window).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(180);
@@ -153,42 +152,6 @@ fn reap(pid: i32) {
     // SAFETY: waitpid(2) with WNOHANG; ECHILD for a pid that is not our child is harmless.
     unsafe {
         libc::waitpid(pid, &mut status, libc::WNOHANG);
-    }
-}
-
-/// Runs `cmd` with its output captured, bounded by `timeout` (then killed, and the test fails).
-pub fn run_bounded(mut cmd: Command, timeout: Duration, what: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let collect = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            buf
-        })
-    };
-    let out = collect(Box::new(child.stdout.take().expect("piped stdout")));
-    let err = collect(Box::new(child.stderr.take().expect("piped stderr")));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
     }
 }
 
