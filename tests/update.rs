@@ -128,6 +128,22 @@ async fn a_failing_update_is_rolled_back_by_itself() {
     let v = r.versions.clone();
     let (phone, mut acked) = pair_and_talk(&r, 3).await;
     let old_hash = file_sha256(&r.bin);
+    let modes = |dir: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        ["db", "history"].map(|d| {
+            std::fs::metadata(dir.join(d))
+                .map(|m| m.permissions().mode() & 0o7777)
+                .unwrap_or(0)
+        })
+    };
+    // As the service's UMask=0077 makes them (this test process's umask may be looser).
+    for d in ["db", "history"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(r.data_dir.join(d), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+    }
+    let modes_before = modes(&r.data_dir);
+    assert_eq!(modes_before, [0o700, 0o700]);
 
     // A real program for this architecture that exits at once: it never answers healthy.
     let bundle = r.bundle(Path::new("/bin/false"), &v.minor);
@@ -160,6 +176,11 @@ async fn a_failing_update_is_rolled_back_by_itself() {
         "waited {waited} s for a window of {WINDOW_FAILING} s: {reason}"
     );
     assert_eq!(file_sha256(&r.bin), old_hash, "the old binary is back");
+    assert_eq!(
+        modes(&r.data_dir),
+        modes_before,
+        "the store's directories keep their modes through the copy and back"
+    );
     assert_nothing_under_way(&r);
 
     // The old version runs again, degraded by the rolled-back update until it is dismissed.

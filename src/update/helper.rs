@@ -505,6 +505,10 @@ fn copy_tree(from: &Path, to: &Path) -> Result<u64, Error> {
             let entry = entry.map_err(|e| Error::io("reading", from, e))?;
             bytes += copy_tree(&entry.path(), &to.join(entry.file_name()))?;
         }
+        // The store's directories are the gateway user's alone (0700): not the helper's umask.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+            .map_err(|e| Error::io("setting the mode of", to, e))?;
         sync(to)?;
     } else if meta.is_file() {
         copy_file(from, to, meta.mode() & 0o7777)?;
