@@ -15,6 +15,7 @@ pub mod atomic_file;
 pub mod backups;
 pub mod board;
 pub mod cli;
+pub mod command;
 pub mod config;
 pub mod control;
 pub mod discovery;

@@ -7,7 +7,7 @@
 //! - `GET /admin/restarting/{what}/{instance}`: the page that waits (also after a restore).
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
@@ -21,8 +21,6 @@ use crate::pairing::page::escape;
 
 const POWER: &str = "/admin/power/";
 const RESTARTING: &str = "/admin/restarting/";
-/// The most stderr kept of a failed power command, for the page.
-const STDERR_CAP: u64 = 2048;
 
 /// This process's id for the restarting page: it waits until the gateway answers with another
 /// one. A restart execs the binary again, so a process-wide value is exactly one per start.
@@ -249,63 +247,7 @@ pub(super) async fn post(
 /// Runs a `[power]` command (no shell) on a blocking thread, waiting at most `within`: it
 /// only asks logind, which answers at once, but a stuck D-Bus must not hold the page forever.
 async fn run(cmd: Vec<String>, within: Duration) -> Result<(), String> {
-    tokio::task::spawn_blocking(move || run_blocking(&cmd, within))
+    tokio::task::spawn_blocking(move || crate::command::run(&cmd, within))
         .await
         .map_err(|e| e.to_string())?
-}
-
-fn run_blocking(cmd: &[String], within: Duration) -> Result<(), String> {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
-    let (program, args) = cmd.split_first().ok_or("no command is set")?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "{program} did not finish within {} s",
-                within.as_secs()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    if status.success() {
-        return Ok(());
-    }
-    let mut err = String::new();
-    if let Some(stderr) = child.stderr.take() {
-        let _ = stderr.take(STDERR_CAP).read_to_string(&mut err);
-    }
-    Err(format!("{program} ended with {status}: {}", err.trim()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_power_command_runs_and_its_failure_is_told() {
-        let sh = |s: &str| vec!["/bin/sh".to_owned(), "-c".to_owned(), s.to_owned()];
-        assert_eq!(run_blocking(&sh("exit 0"), Duration::from_secs(5)), Ok(()));
-        let e = run_blocking(
-            &sh("echo 'Access denied' >&2; exit 1"),
-            Duration::from_secs(5),
-        )
-        .unwrap_err();
-        assert!(e.contains("Access denied"), "{e}");
-        let e = run_blocking(&sh("sleep 5"), Duration::from_millis(200)).unwrap_err();
-        assert!(e.contains("did not finish"), "{e}");
-        assert!(run_blocking(&[], Duration::from_secs(1)).is_err());
-    }
 }

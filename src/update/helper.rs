@@ -434,38 +434,13 @@ impl Helper {
         }
     }
 
-    /// Runs a configured stop or start command, bounded in time.
+    /// Runs a configured stop or start command, bounded in time; none configured: nothing.
     fn service(&self, command: &[String], what: &str) -> Result<(), Error> {
-        let Some((program, args)) = command.split_first() else {
+        if command.is_empty() {
             return Ok(());
-        };
-        let mut child = std::process::Command::new(program)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| Error::Helper(format!("cannot {what} the gateway ({program}): {e}")))?;
-        let deadline = Instant::now() + SERVICE_COMMAND_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => return Ok(()),
-                Ok(Some(status)) => {
-                    return Err(Error::Helper(format!(
-                        "the gateway's {what} command failed ({status})"
-                    )))
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(100))
-                }
-                Ok(None) | Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(Error::Helper(format!(
-                        "the gateway's {what} command did not finish in {} s",
-                        SERVICE_COMMAND_TIMEOUT.as_secs()
-                    )));
-                }
-            }
         }
+        crate::command::run(command, SERVICE_COMMAND_TIMEOUT)
+            .map_err(|e| Error::Helper(format!("the gateway's {what} command failed: {e}")))
     }
 }
 
