@@ -89,34 +89,13 @@ impl Helper {
         let staged = match stage::take(&self.data_dir, &self.helper_file(INCOMING)) {
             Ok(Some(staged)) => staged,
             Ok(None) => return Ok(None),
-            Err(e) => {
-                let entry = Entry {
-                    id,
-                    at: now_secs(),
-                    from,
-                    to: "an unreadable bundle".into(),
-                    outcome: Outcome::Refused,
-                    reason: Some(e.to_string()),
-                };
-                self.records.append(entry.clone())?;
-                return Ok(Some(entry));
-            }
+            Err(e) => return self.refuse(&id, &from, "an unreadable bundle", e).map(Some),
         };
         let verified = match self.check(&staged) {
             Ok(v) => v,
             Err(e) => {
                 let _ = std::fs::remove_file(self.helper_file(INCOMING));
-                let entry = Entry {
-                    id,
-                    at: now_secs(),
-                    from,
-                    to: staged.to.clone(),
-                    outcome: Outcome::Refused,
-                    reason: Some(e.to_string()),
-                };
-                self.records.append(entry.clone())?;
-                tracing::warn!("{}", entry.summary());
-                return Ok(Some(entry));
+                return self.refuse(&id, &from, &staged.to, e).map(Some);
             }
         };
         let mut journal = Journal {
@@ -175,16 +154,19 @@ impl Helper {
         }
     }
 
+    /// Records a bundle refused before anything changed.
+    fn refuse(&self, id: &str, from: &str, to: &str, why: Error) -> Result<Entry, Error> {
+        let entry = Entry::new(id, from, to, Outcome::Refused, Some(why.to_string()));
+        self.records.append(entry.clone())?;
+        tracing::warn!("{}", entry.summary());
+        Ok(entry)
+    }
+
     /// The staged bundle, copied into the helper's directory, checked again in full there.
     fn check(&self, staged: &Staged) -> Result<Verified, Error> {
         let incoming = self.helper_file(INCOMING);
         let verified = bundle::verify(&incoming, &keys::trusted(&self.config.keys_dir))?;
-        let space = Space {
-            store_bytes: policy::store_bytes(&self.data_dir),
-            data_free: policy::free_bytes(&self.data_dir),
-            binary_free: policy::free_bytes(&self.config.helper_dir),
-            old_binary: file_len(&self.config.binary),
-        };
+        let space = Space::measure(&self.data_dir, &self.config);
         policy::check(&verified, staged.consent, space)?;
         Ok(verified)
     }
@@ -303,14 +285,7 @@ impl Helper {
         outcome: Outcome,
         reason: Option<String>,
     ) -> Result<Entry, Error> {
-        let entry = Entry {
-            id: journal.id.clone(),
-            at: now_secs(),
-            from: journal.from.clone(),
-            to: journal.to.clone(),
-            outcome,
-            reason,
-        };
+        let entry = Entry::new(&journal.id, &journal.from, &journal.to, outcome, reason);
         self.records.append(entry.clone())?;
         if outcome == Outcome::Installed {
             remove_tree(&self.backup_dir())?;
@@ -509,8 +484,4 @@ fn remove_tree(path: &Path) -> Result<(), Error> {
 
 fn sync(dir: &Path) -> Result<(), Error> {
     crate::atomic_file::sync_dir(dir).map_err(|e| Error::io("syncing", dir, e))
-}
-
-fn file_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
 }

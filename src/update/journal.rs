@@ -82,6 +82,18 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// How an update ended, now.
+    pub fn new(id: &str, from: &str, to: &str, outcome: Outcome, reason: Option<String>) -> Entry {
+        Entry {
+            id: id.to_owned(),
+            at: super::now_secs(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            outcome,
+            reason,
+        }
+    }
+
     /// In words, as `status`, the LED's cause and the admin page say it.
     pub fn summary(&self) -> String {
         let why = self.reason.as_deref().unwrap_or("no reason recorded");

@@ -36,6 +36,19 @@ pub struct Space {
     pub old_binary: u64,
 }
 
+impl Space {
+    /// What the disks hold now, for an update of the gateway on `data_dir` configured by
+    /// `config` (the staged bundle, if any, is on the data disk already).
+    pub fn measure(data_dir: &Path, config: &crate::config::UpdateConfig) -> Space {
+        Space {
+            store_bytes: store_bytes(data_dir),
+            data_free: free_bytes(data_dir),
+            binary_free: free_bytes(&config.helper_dir),
+            old_binary: std::fs::metadata(&config.binary).map_or(0, |m| m.len()),
+        }
+    }
+}
+
 /// The architecture this binary runs on, as bundles name it.
 pub fn this_arch() -> &'static str {
     std::env::consts::ARCH

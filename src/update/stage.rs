@@ -105,15 +105,11 @@ impl Updates {
             )));
         }
         let verified = bundle::verify(received, &keys::trusted(&self.config.keys_dir))?;
-        let space = Space {
-            store_bytes: policy::store_bytes(&self.data_dir),
-            // The staged bundle is on the data disk too until the helper takes it.
-            data_free: policy::free_bytes(&self.data_dir)
-                .saturating_sub(verified.manifest.payload_len),
-            binary_free: policy::free_bytes(&self.config.helper_dir),
-            old_binary: std::fs::metadata(&self.config.binary).map_or(0, |m| m.len()),
-        };
-        policy::check(&verified, consent, space)?;
+        policy::check(
+            &verified,
+            consent,
+            Space::measure(&self.data_dir, &self.config),
+        )?;
         let dir = stage_dir(&self.data_dir);
         let staged = dir.join(STAGED_BUNDLE);
         std::fs::rename(received, &staged).map_err(|e| Error::io("staging", &staged, e))?;
