@@ -68,11 +68,10 @@ impl Hub {
             )
         });
         let restore_failure = self.health.restore_failure();
-        let updates = self.updates.state();
         StatusReport {
             state: self.health(),
             causes: self.health_causes(),
-            version: updates.version.clone(),
+            version: crate::update::version::running().to_string(),
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
@@ -89,8 +88,9 @@ impl Hub {
             restore_failure,
             storage_error,
             media_full,
-            update_failure: updates.failure.map(|e| e.summary()),
-            update_under_way: updates.under_way.or(updates.staged),
+            // The failure is held as a cause (read from the history at start and on dismiss).
+            update_failure: self.health.causes(|c| c.update_failed.clone()),
+            update_under_way: self.updates.under_way(),
             update_trial: self.on_update_trial(),
         }
     }

@@ -57,7 +57,7 @@ impl Hub {
     }
 
     fn refresh_update_failure(&self) {
-        let failure = self.updates.state().failure.map(|e| e.summary());
+        let failure = self.updates.failure().map(|e| e.summary());
         self.update_health(|c| c.update_failed = failure);
     }
 }

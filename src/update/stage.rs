@@ -23,6 +23,9 @@ const STAGED_BUNDLE: &str = "staged.iub";
 pub const STAGED_REQUEST: &str = "staged.json";
 pub const UPLOAD_PART: &str = "upload.part";
 const DISMISSED: &str = "dismissed";
+/// A staged update the helper has not taken after this long is taken to have no helper
+/// watching (the path unit starts it within a second) and may be replaced.
+const STAGED_UNTAKEN_SECS: u64 = 10 * 60;
 
 pub fn stage_dir(data_dir: &Path) -> PathBuf {
     data_dir.join(STAGE_DIR)
@@ -98,6 +101,21 @@ impl Updates {
                 self.config.helper_dir.display()
             )));
         }
+        if let Some(waiting) = self.staged_request() {
+            // A second click (a stale page, the daily check) must not swap the file under a
+            // helper that is taking it; one the helper never took (no path unit) is replaced.
+            if super::now_secs().saturating_sub(waiting.staged_at) < STAGED_UNTAKEN_SECS {
+                return Err(Error::Refused(format!(
+                    "an update to {} is already waiting for the installer",
+                    waiting.to
+                )));
+            }
+            tracing::warn!(
+                "the update to {} staged {} s ago was never taken by the installer; replacing it",
+                waiting.to,
+                super::now_secs().saturating_sub(waiting.staged_at)
+            );
+        }
         if let Some(j) = self.records().journal()? {
             return Err(Error::Refused(format!(
                 "an update to {} is under way",
@@ -141,28 +159,49 @@ impl Updates {
     }
 
     pub fn state(&self) -> UpdateState {
-        let records = self.records();
-        let mut history = records.history();
+        let mut history = self.records().history();
         history.reverse();
-        let dismissed =
-            std::fs::read_to_string(stage_dir(&self.data_dir).join(DISMISSED)).unwrap_or_default();
-        let failure = history
-            .iter()
-            .find(|e| matches!(e.outcome, Outcome::Installed | Outcome::RolledBack))
-            .filter(|e| e.outcome == Outcome::RolledBack && e.id != dismissed.trim())
-            .cloned();
-        let staged = std::fs::read(stage_dir(&self.data_dir).join(STAGED_REQUEST))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Staged>(&b).ok())
-            .map(|s| s.to);
         UpdateState {
             version: version::running().to_string(),
             helper_installed: self.config.helper_dir.is_dir(),
-            staged,
-            under_way: records.journal().ok().flatten().map(|j| j.to),
+            staged: self.staged(),
+            under_way: self.records().journal().ok().flatten().map(|j| j.to),
+            failure: self.failure_in(&history),
             history,
-            failure,
         }
+    }
+
+    /// The version being installed, or staged for the helper: two small files, not the history.
+    pub fn under_way(&self) -> Option<String> {
+        let journal = self.records().journal().ok().flatten().map(|j| j.to);
+        journal.or_else(|| self.staged())
+    }
+
+    /// The newest rolled-back update the owner has not dismissed (read from the history).
+    pub fn failure(&self) -> Option<Entry> {
+        let mut history = self.records().history();
+        history.reverse();
+        self.failure_in(&history)
+    }
+
+    fn failure_in(&self, newest_first: &[Entry]) -> Option<Entry> {
+        let dismissed =
+            std::fs::read_to_string(stage_dir(&self.data_dir).join(DISMISSED)).unwrap_or_default();
+        newest_first
+            .iter()
+            .find(|e| matches!(e.outcome, Outcome::Installed | Outcome::RolledBack))
+            .filter(|e| e.outcome == Outcome::RolledBack && e.id != dismissed.trim())
+            .cloned()
+    }
+
+    fn staged(&self) -> Option<String> {
+        self.staged_request().map(|s| s.to)
+    }
+
+    fn staged_request(&self) -> Option<Staged> {
+        std::fs::read(stage_dir(&self.data_dir).join(STAGED_REQUEST))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Staged>(&b).ok())
     }
 
     /// The owner has seen the rollback `id`: it stops being a cause of `degraded`.
