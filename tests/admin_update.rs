@@ -105,6 +105,19 @@ async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
         r.body
     );
     assert!(root.stage_dir().join("staged.json").exists());
+    // Sent again (a second click) before the helper took it: refused, the staged one kept.
+    let staged_before = std::fs::read(root.stage_dir().join("staged.iub")).unwrap();
+    let r = upload(&mut web, &good, "").await;
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(
+        r.body.contains("already waiting for the installer"),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        std::fs::read(root.stage_dir().join("staged.iub")).unwrap(),
+        staged_before
+    );
     let page = web.get("/admin/update").await;
     assert!(
         page.body.contains(&format!("Installing {}", v.minor)),
