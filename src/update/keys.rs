@@ -84,6 +84,13 @@ pub fn trusted(keys_dir: &Path) -> Vec<PublicKey> {
         .filter(|p| p.extension().is_some_and(|e| e == "pub"))
         .collect();
     names.sort();
+    if names.len() > MAX_TRUSTED_KEYS {
+        tracing::warn!(
+            "{} holds {} keys; only the first {MAX_TRUSTED_KEYS} (by name) are trusted",
+            keys_dir.display(),
+            names.len()
+        );
+    }
     for path in names.into_iter().take(MAX_TRUSTED_KEYS) {
         let text = match std::fs::metadata(&path) {
             Ok(m) if m.len() <= MAX_KEY_FILE => std::fs::read_to_string(&path).ok(),
