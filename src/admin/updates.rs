@@ -258,15 +258,10 @@ pub(super) async fn post(
 ) -> Option<Result<Reply, Refusal>> {
     let said = match path {
         SOURCE => save_source(admin, form),
-        CHECK => {
-            let url = admin.config.borrow().update.url.clone();
-            let answer = tokio::task::spawn_blocking(move || source::check(&url))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            *admin.update_state.checked.borrow_mut() = Some((SystemTime::now(), answer));
-            Ok(None)
-        }
+        CHECK => check_index(admin)
+            .await
+            .map(|_| None)
+            .map_err(|r| r.to_string()),
         INSTALL => {
             let consent = Consent {
                 major: form.get("major") == "1",
@@ -312,6 +307,19 @@ fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
     config.update.automatic = automatic;
     *admin.update_state.checked.borrow_mut() = None;
     Ok(Some("Saved.".into()))
+}
+
+/// Asks the release index and keeps its answer for the page: one network operation at a time
+/// (a check, a download or an upload), however many times the owner clicks.
+async fn check_index(admin: &Admin) -> Result<(), Refusal> {
+    let _slot = take_slot(admin)?;
+    let url = admin.config.borrow().update.url.clone();
+    let answer = tokio::task::spawn_blocking(move || source::check(&url))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    *admin.update_state.checked.borrow_mut() = Some((SystemTime::now(), answer));
+    Ok(())
 }
 
 /// Downloads the bundle the last check found, checks and stages it.
@@ -396,8 +404,13 @@ pub(super) async fn upload(
         }
         Ok(Err(e)) => {
             warn!(%peer, "admin page: update refused: {e}");
+            // A disk that cannot be written is the box's trouble, not the bundle's.
+            let status = match e {
+                crate::update::Error::Io { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNPROCESSABLE_ENTITY,
+            };
             (
-                StatusCode::UNPROCESSABLE_ENTITY,
+                status,
                 format!("Refused, nothing was changed: {e}"),
                 Notice::Bad("Update refused."),
             )
@@ -438,12 +451,14 @@ pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::
             if url.is_empty() {
                 continue;
             }
-            let answer = tokio::task::spawn_blocking(move || source::check(&url))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            let minor = matches!(&answer, Ok(a) if a.step == Step::Minor && a.bundle_url.is_some());
-            *admin.update_state.checked.borrow_mut() = Some((SystemTime::now(), answer));
+            if let Err(r) = check_index(&admin).await {
+                warn!("automatic update check: {r}");
+                continue;
+            }
+            let minor = matches!(
+                admin.update_state.checked.borrow().as_ref(),
+                Some((_, Ok(a))) if a.step == Step::Minor && a.bundle_url.is_some()
+            );
             if automatic && minor && !hub.on_update_trial() {
                 match install_available(&admin, &hub, Consent::default()).await {
                     Ok(said) => info!("automatic update: {said}"),
