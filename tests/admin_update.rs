@@ -285,3 +285,69 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
     assert_eq!(status["state"], "online", "{status}");
     root.stop();
 }
+
+/// The page's own script sends a chosen file (the update form and the restore form share it):
+/// in Chromium, a file that is no bundle is refused and the page says why, in its result line.
+#[tokio::test(flavor = "current_thread")]
+async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
+    let Some(mut b) = common::cdp::Browser::start("the_pages_upload_forms").await else {
+        return;
+    };
+    let root = Root::new(20);
+    root.start_serving();
+    let base = format!("http://{}", addr(&root));
+    b.goto(&format!("{base}/")).await;
+    b.wait_for("document.querySelector('#claim')", "the set-up page")
+        .await;
+    b.fill("#passphrase", OWNER).await;
+    b.fill("#confirm", OWNER).await;
+    b.click("#claim").await;
+    b.wait_for(
+        "document.querySelector('#qr svg')",
+        "the pair-this-phone page",
+    )
+    .await;
+    // A chosen file, as the file picker would give it.
+    let choose = |input: &str| {
+        format!(
+            "(() => {{ const t = new DataTransfer(); \
+             t.items.add(new File(['not a bundle at all'], 'x.iub')); \
+             document.querySelector('{input}').files = t.files; return true; }})()"
+        )
+    };
+    for (page, input, button, result, said) in [
+        (
+            "/admin/update",
+            "#update-file",
+            "#upload",
+            "#update-result",
+            "Refused, nothing was changed: not a usable bundle",
+        ),
+        (
+            "/admin/backup",
+            "#restore-file",
+            "#restore",
+            "#restore-result",
+            "Not a whole, undamaged backup",
+        ),
+    ] {
+        b.goto(&format!("{base}{page}")).await;
+        b.wait_for(&format!("document.querySelector('{input}')"), page)
+            .await;
+        b.eval("window.confirm = () => true").await;
+        b.eval(&choose(input)).await;
+        b.click(button).await;
+        let shown = b
+            .wait_for(
+                &format!(
+                    "(() => {{ const o = document.querySelector('{result}'); \
+                     return o.className === 'bad' && o.textContent; }})()"
+                ),
+                "the upload's answer on the page",
+            )
+            .await;
+        assert!(shown.as_str().unwrap().contains(said), "{page}: {shown}");
+    }
+    assert!(root.nothing_staged());
+    root.stop();
+}

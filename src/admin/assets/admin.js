@@ -87,67 +87,56 @@
       window.location.reload();
     }, Number(underWay.dataset.reload) * 1000);
   }
-  // Update upload: as the restore's, with the owner's two choices in the query.
+  // A file upload (a restore, an update): the file goes as the request body, the CSRF token in
+  // a header. The answer is a whole page; only its #result block is shown in `out` (the rest
+  // would repeat around it). `done(ok)` follows the answer.
+  function sendFile(url, csrf, file, out, done) {
+    out.textContent = "Uploading and checking\u2026";
+    fetch(url, {
+      method: "POST",
+      headers: { "X-CSRF-Token": csrf },
+      body: file
+    }).then(function (r) {
+      return r.text().then(function (t) {
+        var doc = new DOMParser().parseFromString(t, "text/html");
+        var result = doc.getElementById("result");
+        var said = result ? Array.prototype.map.call(result.querySelectorAll("p"), function (p) {
+          return p.textContent;
+        }).join(" ") : "";
+        out.textContent = said || "The gateway answered HTTP " + r.status + ".";
+        out.className = r.ok ? "good" : "bad";
+        done(r.ok);
+      });
+    }, function (err) {
+      out.textContent = "The upload failed: " + err;
+      out.className = "bad";
+    });
+  }
+  // Update upload, with the owner's two choices in the query; accepted, the page follows the
+  // update (it reloads, and keeps reloading while the update is under way).
   var update = document.getElementById("update-form");
   if (update) {
     update.addEventListener("submit", function (e) {
       e.preventDefault();
       var file = document.getElementById("update-file").files[0];
-      var out = document.getElementById("update-result");
       if (!file) return;
       var q = [];
       if (document.getElementById("update-major").checked) q.push("major=1");
       if (document.getElementById("update-downgrade").checked) q.push("downgrade=1");
-      out.textContent = "Uploading and checking\u2026";
-      fetch("/admin/update/upload" + (q.length ? "?" + q.join("&") : ""), {
-        method: "POST",
-        headers: { "X-CSRF-Token": update.dataset.csrf },
-        body: file
-      }).then(function (r) {
-        return r.text().then(function (t) {
-          var doc = new DOMParser().parseFromString(t, "text/html");
-          var result = doc.getElementById("result");
-          var said = result ? Array.prototype.map.call(result.querySelectorAll("p"), function (p) {
-            return p.textContent;
-          }).join(" ") : "";
-          out.textContent = said || "The gateway answered HTTP " + r.status + ".";
-          out.className = r.ok ? "good" : "bad";
-          if (r.ok) window.setTimeout(function () { window.location.reload(); }, 3000);
-        });
-      }, function (err) {
-        out.textContent = "The upload failed: " + err;
-        out.className = "bad";
+      var url = "/admin/update/upload" + (q.length ? "?" + q.join("&") : "");
+      sendFile(url, update.dataset.csrf, file, document.getElementById("update-result"), function (ok) {
+        if (ok) window.setTimeout(function () { window.location.reload(); }, 3000);
       });
     });
   }
-  // Restore: the file goes as the request body, the CSRF token in a header. The answer is a
-  // whole page; only its #result block is shown here (the rest would repeat around it).
   var restore = document.getElementById("restore-form");
   if (restore) {
     restore.addEventListener("submit", function (e) {
       e.preventDefault();
       var file = document.getElementById("restore-file").files[0];
-      var out = document.getElementById("restore-result");
       if (!file || !window.confirm("Replace everything with this backup?")) return;
-      out.textContent = "Uploading and checking\u2026";
-      fetch("/admin/backup/restore", {
-        method: "POST",
-        headers: { "X-CSRF-Token": restore.dataset.csrf },
-        body: file
-      }).then(function (r) {
-        return r.text().then(function (t) {
-          var doc = new DOMParser().parseFromString(t, "text/html");
-          var result = doc.getElementById("result");
-          var said = result ? Array.prototype.map.call(result.querySelectorAll("p"), function (p) {
-            return p.textContent;
-          }).join(" ") : "";
-          out.textContent = said || "The gateway answered HTTP " + r.status + ".";
-          out.className = r.ok ? "good" : "bad";
-        });
-      }, function (err) {
-        out.textContent = "The upload failed: " + err;
-        out.className = "bad";
-      });
+      sendFile("/admin/backup/restore", restore.dataset.csrf, file,
+        document.getElementById("restore-result"), function () {});
     });
   }
 })();
