@@ -145,7 +145,7 @@ async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
     );
     assert!(
         page.body.contains(&format!(
-            "<td>{} → {}</td><td class=\"good\">installed",
+            "<td data-label=\"Version\">{} → {}</td><td class=\"good\" data-label=\"Result\">installed",
             v.old, v.minor
         )),
         "{}",
@@ -349,5 +349,49 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
         assert!(shown.as_str().unwrap().contains(said), "{page}: {shown}");
     }
     assert!(root.nothing_staged());
+
+    // A refusal by the helper itself (a bundle staged by hand, signed by an untrusted key)
+    // leaves a history row with a long reason: on a phone the table becomes one card per
+    // update and no page is wider than the screen.
+    let other = root.root.join("signing/other");
+    let out = common::cli_os(&["update".as_ref(), "keygen".as_ref(), other.as_os_str()]);
+    assert!(out.status.success(), "{}", shown(&out));
+    let v = root.versions.clone();
+    let untrusted = root.bundle_with(
+        &root.variant(&v.minor),
+        &v.minor,
+        std::env::consts::ARCH,
+        &other,
+        "untrusted.iub",
+    );
+    std::fs::copy(&untrusted, root.stage_dir().join("staged.iub")).unwrap();
+    std::fs::write(
+        root.stage_dir().join("staged.json"),
+        serde_json::json!({ "to": v.minor, "staged_at": 0 }).to_string(),
+    )
+    .unwrap();
+    let out = root.apply(&[]);
+    assert!(out.status.success(), "{}", shown(&out));
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        serde_json::json!({ "width": 360, "height": 800, "deviceScaleFactor": 1, "mobile": true }),
+    )
+    .await;
+    b.goto(&format!("{base}/admin/update")).await;
+    b.wait_for("document.querySelector('#history td')", "the history")
+        .await;
+    let fits = b
+        .eval(
+            "[document.documentElement.scrollWidth, innerWidth, \
+             document.querySelector('#history td[data-label=\"Result\"]').offsetParent !== null, \
+             document.querySelector('#history td[data-label=\"Result\"]').textContent]",
+        )
+        .await;
+    assert!(
+        fits[0].as_u64() <= fits[1].as_u64(),
+        "wider than the phone: {fits}"
+    );
+    assert_eq!(fits[2], serde_json::json!(true), "the row is shown: {fits}");
+    assert_eq!(fits[3], serde_json::json!("refused"), "{fits}");
     root.stop();
 }

@@ -223,7 +223,8 @@ fn history_section(history: &[Entry]) -> String {
                 Ended::Interrupted => ("warn", "interrupted"),
             };
             format!(
-                "<tr><td>{}</td><td>{} → {}</td><td class=\"{tone}\">{what}</td><td>{}</td></tr>",
+                "<tr><td data-label=\"When\">{}</td><td data-label=\"Version\">{} → {}</td>\
+                 <td class=\"{tone}\" data-label=\"Result\">{what}</td><td data-label=\"Why\">{}</td></tr>",
                 escape(&when(e.at)),
                 escape(&e.from),
                 escape(&e.to),
@@ -232,8 +233,8 @@ fn history_section(history: &[Entry]) -> String {
         })
         .collect();
     format!(
-        "<h2>History</h2><table id=\"history\"><thead><tr><th>When</th><th>Version</th>\
-         <th>Result</th><th>Why</th></tr></thead><tbody>{rows}</tbody></table>"
+        "<h2>History</h2><table id=\"history\" class=\"stack\"><tr><th>When</th><th>Version</th>\
+         <th>Result</th><th>Why</th></tr>{rows}</table>"
     )
 }
 
