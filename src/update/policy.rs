@@ -76,15 +76,15 @@ pub fn check(verified: &Verified, consent: Consent, space: Space) -> Result<Step
         }
         Step::Older if !consent.downgrade => {
             return Err(Error::Refused(format!(
-                "downgrade: {} is older than the running {running}; tick \"go back to an older \
+                "downgrade: {} is older than the running {running}; tick \"Go back to an older \
                  version\" to install it anyway",
                 m.version
             )))
         }
         Step::Major if !consent.major => {
             return Err(Error::Refused(format!(
-                "major version: {} may change what {running} does; it is installed only when \
-                 you confirm it on the admin page",
+                "major version: {} may change what {running} does; tick \"Allow a new major \
+                 version\" (or, for an offered one, \"I have read what changes\") to install it",
                 m.version
             )))
         }
