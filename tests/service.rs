@@ -529,23 +529,23 @@ fn update_units_name_the_paths_the_helper_uses() {
     );
 }
 
-/// The recovery's ExecStart picks the previous binary while it is there and executable, else
-/// /usr/bin/iris-gateway, and passes both the same arguments: run through /bin/sh with the two
-/// paths replaced by scripts that say who they are.
-#[test]
-fn recovery_runs_from_the_previous_binary_while_it_exists() {
+/// A unit's `KEY=/bin/sh -c '…'` line as the shell gets it (systemd turns `$$` into `$`), with
+/// the previous binary and /usr/bin/iris-gateway replaced by scripts in `dir` that print who
+/// they are and their arguments; returns the script and the two stand-ins.
+fn shell_line_with_stand_ins(
+    unit: &str,
+    key: &str,
+    dir: &std::path::Path,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
-    let unit = read(RECOVER_UNIT);
-    let exec = unit
+    let exec = read(unit)
         .lines()
-        .find_map(|l| l.strip_prefix("ExecStart=/bin/sh -c '"))
+        .find_map(|l| l.strip_prefix(&format!("{key}=/bin/sh -c '")))
         .and_then(|l| l.strip_suffix('\''))
-        .expect("ExecStart=/bin/sh -c '…' in the recovery unit");
-    // systemd turns `$$` into `$` before the shell sees it.
-    let script = exec.replace("$$", "$");
-    let dir = temp_data_dir();
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("{key}=/bin/sh -c '…' in {unit}"));
     let fake = |name: &str| {
-        let path = dir.path().join(name);
+        let path = dir.join(name);
         std::fs::write(&path, format!("#!/bin/sh\necho {name} \"$@\"\n"))
             .expect("write a fake binary");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -553,7 +553,8 @@ fn recovery_runs_from_the_previous_binary_while_it_exists() {
     };
     let previous = fake("previous");
     let installed = fake("installed");
-    let script = script
+    let script = exec
+        .replace("$$", "$")
         .replace(
             &format!(
                 "{}/{}",
@@ -563,19 +564,34 @@ fn recovery_runs_from_the_previous_binary_while_it_exists() {
             &previous.display().to_string(),
         )
         .replace("/usr/bin/iris-gateway", &installed.display().to_string());
-    let run = || {
-        let out = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(&script)
-            .output()
-            .expect("run /bin/sh");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    (script, previous, installed)
+}
+
+/// Runs a unit's shell line with `env`; what it printed.
+fn run_shell(script: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run /bin/sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The recovery's ExecStart picks the previous binary while it is there and executable, else
+/// /usr/bin/iris-gateway, and passes both the same arguments: run through /bin/sh with the two
+/// paths replaced by scripts that say who they are.
+#[test]
+fn recovery_runs_from_the_previous_binary_while_it_exists() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_data_dir();
+    let (script, previous, _) = shell_line_with_stand_ins(RECOVER_UNIT, "ExecStart", dir.path());
+    let run = || run_shell(&script, &[]);
     let args =
         "update recover --config /etc/iris-gateway/config.toml --data-dir /var/lib/iris-gateway";
     assert_eq!(run(), format!("previous {args}"));
@@ -584,6 +600,35 @@ fn recovery_runs_from_the_previous_binary_while_it_exists() {
     assert_eq!(run(), format!("installed {args}"));
     std::fs::remove_file(&previous).expect("remove");
     assert_eq!(run(), format!("installed {args}"));
+}
+
+/// The helper unit's ExecStopPost recovers, with a restart and from the previous binary, only
+/// when the helper ended other than in success while its journal exists.
+#[test]
+fn a_helper_that_died_is_recovered_by_its_unit() {
+    let dir = temp_data_dir();
+    let (script, _, _) = shell_line_with_stand_ins(UPDATE_UNIT, "ExecStopPost", dir.path());
+    let journal = dir.path().join("journal.json");
+    let script = script.replace(
+        &format!(
+            "{}/journal.json",
+            UpdateConfig::default().helper_dir.display()
+        ),
+        &journal.display().to_string(),
+    );
+    let args = "update recover --restart --config /etc/iris-gateway/config.toml --data-dir \
+                /var/lib/iris-gateway";
+    // Nothing under way: nothing to do, however the helper ended.
+    assert_eq!(run_shell(&script, &[("SERVICE_RESULT", "signal")]), "");
+    std::fs::write(&journal, "{}").unwrap();
+    assert_eq!(run_shell(&script, &[("SERVICE_RESULT", "success")]), "");
+    for result in ["signal", "exit-code", "timeout", "core-dump"] {
+        assert_eq!(
+            run_shell(&script, &[("SERVICE_RESULT", result)]),
+            format!("previous {args}"),
+            "SERVICE_RESULT={result}"
+        );
+    }
 }
 
 /// What a systemd tool said, on either stream.
