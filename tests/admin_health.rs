@@ -34,17 +34,7 @@ fn write_config(dir: &Path, text: &str) -> String {
 
 /// Claims the box in the browser, then opens the home page.
 async fn claim_and_go_home(b: &mut Browser, addr: SocketAddr) {
-    b.goto(&format!("http://{addr}/")).await;
-    b.wait_for("document.querySelector('#claim')", "the set-up page")
-        .await;
-    b.fill("#passphrase", PASSPHRASE).await;
-    b.fill("#confirm", PASSPHRASE).await;
-    b.click("#claim").await;
-    b.wait_for(
-        "document.querySelector('#qr svg')",
-        "the pair-this-phone page",
-    )
-    .await;
+    common::cdp::claim(b, addr, PASSPHRASE).await;
     b.goto(&format!("http://{addr}/admin/")).await;
     b.wait_for("document.querySelector('#box-health')", "the home page")
         .await;

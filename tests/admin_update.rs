@@ -296,17 +296,7 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
     let root = Root::new(20);
     root.start_serving();
     let base = format!("http://{}", addr(&root));
-    b.goto(&format!("{base}/")).await;
-    b.wait_for("document.querySelector('#claim')", "the set-up page")
-        .await;
-    b.fill("#passphrase", OWNER).await;
-    b.fill("#confirm", OWNER).await;
-    b.click("#claim").await;
-    b.wait_for(
-        "document.querySelector('#qr svg')",
-        "the pair-this-phone page",
-    )
-    .await;
+    common::cdp::claim(&mut b, addr(&root), OWNER).await;
     // A chosen file, as the file picker would give it.
     let choose = |input: &str| {
         format!(

@@ -310,6 +310,22 @@ impl Browser {
 }
 
 /// Decodes the one QR code in a screenshot.
+/// Claims an unclaimed box at `addr` from its set-up page with `passphrase`, as the owner does,
+/// and waits for the page that pairs this phone.
+pub async fn claim(b: &mut Browser, addr: std::net::SocketAddr, passphrase: &str) {
+    b.goto(&format!("http://{addr}/")).await;
+    b.wait_for("document.querySelector('#claim')", "the set-up page")
+        .await;
+    b.fill("#passphrase", passphrase).await;
+    b.fill("#confirm", passphrase).await;
+    b.click("#claim").await;
+    b.wait_for(
+        "document.querySelector('#qr svg')",
+        "the pair-this-phone page",
+    )
+    .await;
+}
+
 pub fn decode_qr(img: &image::GrayImage) -> String {
     let (w, h) = img.dimensions();
     let mut prepared =
