@@ -13,7 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 use common::update_root::{
-    assert_all_in_history, file_sha256, http_head, send_acked, shown, upgrade_request, Acked, Root,
+    file_sha256, http_head, send_acked, shown, still_serves, upgrade_request, Acked, Root,
 };
 use common::Client;
 use iris_gateway::update::policy::Consent;
@@ -115,11 +115,7 @@ async fn a_good_update_is_committed_and_keeps_every_acknowledged_message() {
     );
     assert!(r.updates().state().failure.is_none());
 
-    let (mut c, _) = r.connect(&phone).await;
-    assert_all_in_history(&mut c, &acked).await;
-    acked.push(send_acked(&mut c, "after the update").await);
-    assert_all_in_history(&mut c, &acked).await;
-    c.close().await;
+    still_serves(&r, &phone, &mut acked, "after the update").await;
 }
 
 #[tokio::test]
@@ -197,11 +193,7 @@ async fn a_failing_update_is_rolled_back_by_itself() {
     );
     assert_eq!(s["update_trial"], json!(false), "{s}");
 
-    let (mut c, _) = r.connect(&phone).await;
-    assert_all_in_history(&mut c, &acked).await;
-    acked.push(send_acked(&mut c, "after the rollback").await);
-    assert_all_in_history(&mut c, &acked).await;
-    c.close().await;
+    still_serves(&r, &phone, &mut acked, "after the rollback").await;
 }
 
 /// A copy of `bundle` with the byte at `at` changed.
@@ -531,9 +523,5 @@ async fn a_version_on_trial_keeps_devices_out_and_a_power_cut_rolls_it_back() {
     assert_eq!(s["state"], "degraded", "{s}");
     assert_eq!(s["update_trial"], json!(false), "{s}");
 
-    let (mut c, _) = r.connect(&phone).await;
-    assert_all_in_history(&mut c, &acked).await;
-    acked.push(send_acked(&mut c, "after the power cut").await);
-    assert_all_in_history(&mut c, &acked).await;
-    c.close().await;
+    still_serves(&r, &phone, &mut acked, "after the power cut").await;
 }

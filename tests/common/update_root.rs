@@ -729,6 +729,16 @@ pub async fn assert_all_in_history(c: &mut Client, acked: &[Acked]) {
     }
 }
 
+/// The phone connects to whichever version runs now: it finds every message acknowledged so
+/// far, and one more it sends (`text`) is acknowledged and kept too.
+pub async fn still_serves(r: &Root, phone: &Paired, acked: &mut Vec<Acked>, text: &str) {
+    let (mut c, _) = r.connect(phone).await;
+    assert_all_in_history(&mut c, acked).await;
+    acked.push(send_acked(&mut c, text).await);
+    assert_all_in_history(&mut c, acked).await;
+    c.close().await;
+}
+
 fn field<'a>(m: &'a Value, key: &str) -> &'a str {
     m.get(key).and_then(Value::as_str).unwrap_or("")
 }
