@@ -57,17 +57,7 @@ async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
     assert!(!page.body.contains("no-helper"), "{}", page.body);
 
     // Signed by a key this box does not trust.
-    let other = root.root.join("signing/other");
-    let out = common::cli_os(&["update".as_ref(), "keygen".as_ref(), other.as_os_str()]);
-    assert!(out.status.success(), "{}", shown(&out));
-    let minor = root.variant(&v.minor);
-    let untrusted = root.bundle_with(
-        &minor,
-        &v.minor,
-        std::env::consts::ARCH,
-        &other,
-        "untrusted.iub",
-    );
+    let untrusted = root.untrusted_bundle(&v.minor);
     let r = upload(&mut web, &untrusted, "").await;
     assert_eq!(r.status, 422, "{r:?}");
     assert!(
@@ -78,7 +68,7 @@ async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
     assert!(root.nothing_staged());
 
     // Without the session's CSRF token: nothing is read.
-    let good = root.bundle(&minor, &v.minor);
+    let good = root.bundle(&root.variant(&v.minor), &v.minor);
     let r = web
         .upload(
             "/admin/update/upload",
@@ -343,17 +333,8 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
     // A refusal by the helper itself (a bundle staged by hand, signed by an untrusted key)
     // leaves a history row with a long reason: on a phone the table becomes one card per
     // update and no page is wider than the screen.
-    let other = root.root.join("signing/other");
-    let out = common::cli_os(&["update".as_ref(), "keygen".as_ref(), other.as_os_str()]);
-    assert!(out.status.success(), "{}", shown(&out));
     let v = root.versions.clone();
-    let untrusted = root.bundle_with(
-        &root.variant(&v.minor),
-        &v.minor,
-        std::env::consts::ARCH,
-        &other,
-        "untrusted.iub",
-    );
+    let untrusted = root.untrusted_bundle(&v.minor);
     std::fs::copy(&untrusted, root.stage_dir().join("staged.iub")).unwrap();
     std::fs::write(
         root.stage_dir().join("staged.json"),

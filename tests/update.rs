@@ -243,22 +243,7 @@ async fn refused_bundles_change_nothing_whoever_checks_them() {
         .position(|w| w == b"test build")
         .expect("the notes in the manifest");
     let manifest_flipped = tampered(&good, notes_at, "manifest-flipped.iub");
-    let other_key = r.root.join("signing/other");
-    let out = common::cli_os(&[
-        "update".as_ref(),
-        "keygen".as_ref(),
-        other_key.as_os_str(),
-        "--comment".as_ref(),
-        "not trusted".as_ref(),
-    ]);
-    assert!(out.status.success(), "{}", shown(&out));
-    let untrusted = r.bundle_with(
-        &r.variant(&v.minor),
-        &v.minor,
-        std::env::consts::ARCH,
-        &other_key,
-        "untrusted.iub",
-    );
+    let untrusted = r.untrusted_bundle(&v.minor);
     // Architecture: a binary for another one, and this one's binary labelled as another.
     let (foreign, fake) = foreign_elf(&r);
     let foreign_bundle = r.bundle_with(&fake, &v.minor, foreign, &r.key, "foreign.iub");

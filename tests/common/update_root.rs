@@ -362,6 +362,10 @@ rm -f "$pidfile"
     /// Records that the binary at `path` is `version` (see the module's note on versions).
     fn map_version(&self, path: &Path, version: &str) {
         use std::io::Write;
+        // One line a hash: the start script reads every line that matches.
+        if self.version_of(path).is_some() {
+            return;
+        }
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.version_map)
@@ -425,6 +429,29 @@ rm -f "$pidfile"
         ]);
         assert!(out.status.success(), "update bundle:\n{}", shown(&out));
         out_path
+    }
+
+    /// A bundle of a `version` build for this box, well formed but signed by a key this box does
+    /// not trust (made once, beside the trusted one).
+    pub fn untrusted_bundle(&self, version: &str) -> PathBuf {
+        let key = self.root.join("signing/untrusted");
+        if !key.exists() {
+            let out = super::cli_os(&[
+                "update".as_ref(),
+                "keygen".as_ref(),
+                key.as_os_str(),
+                "--comment".as_ref(),
+                "not trusted".as_ref(),
+            ]);
+            assert!(out.status.success(), "update keygen:\n{}", shown(&out));
+        }
+        self.bundle_with(
+            &self.variant(version),
+            version,
+            std::env::consts::ARCH,
+            &key,
+            "untrusted.iub",
+        )
     }
 
     /// A bundle of `binary` as `version` for this box, signed with the trusted test key.
