@@ -552,3 +552,60 @@ fn a_transcription_setting_that_cannot_work_is_refused_at_start() {
         assert!(stderr.contains(wanted), "{toml}: {stderr}");
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_injected_mime_type_is_refused_at_upload_and_never_reaches_the_service() {
+    let stt = FakeStt::hearing(HEARD);
+    let env = Env::start(&with_service(&stt, ""));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    let data = note_bytes(1000, 11);
+    let start = a
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({ "media_ref": "v1", "kind": "voice", "mime": "audio/ogg\r\nX-Injected: yes",
+                    "size": data.len(), "filename": "note.ogg" }),
+        )
+        .await;
+    let refused = a.recv_reply(start).await;
+    assert_eq!(frame_type(&refused), "error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "unsupported", "{refused}");
+    assert!(
+        pstr(&refused, "message").contains("mime"),
+        "the error names the field: {refused}"
+    );
+    // Nothing was stored: the ref names no file, so a message carrying it is refused and the
+    // service is never asked.
+    let send = a
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            json!({ "text": "", "media_refs": ["v1"] }),
+        )
+        .await;
+    let answer = a.recv_reply(send).await;
+    assert_eq!(frame_type(&answer), "error", "{answer}");
+    // A well-formed type with a parameter is taken, and reaches the service as it was sent.
+    common::upload_file(
+        &mut a,
+        "v2",
+        "voice",
+        "audio/ogg; codecs=opus",
+        "note",
+        &data,
+    )
+    .await;
+    let t = voice_turn(&mut a, "default", "", &["v2"]).await;
+    assert!(
+        pstr(t.stop(), "final_text").contains(HEARD),
+        "{}",
+        dump(&t.frames)
+    );
+    let seen = stt.requests();
+    assert_eq!(seen.len(), 1, "only the well-formed note was sent");
+    assert_eq!(seen[0].file_type, "audio/ogg; codecs=opus");
+    assert_eq!(seen[0].filename, "note.ogg");
+    assert!(seen[0].malformed.is_none(), "{seen:?}");
+}
