@@ -12,10 +12,11 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+use common::gate::Gate;
 use common::peers::{HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, connect_online, dump, frame_type, pair, pstr, sync_cursor, sync_from,
-    temp_data_dir, typing_off, Client, Gateway, Paired,
+    connect_awaiting_online, connect_online, demo_reply, dump, frame_type, pair, pstr, sync_cursor,
+    sync_from, temp_data_dir, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -82,15 +83,11 @@ impl Turn {
             .unwrap_or_else(|| panic!("no message.stop:\n{}", dump(&self.frames)))
     }
 
-    /// The `system` messages answering the voice note.
+    /// The `system` messages answering the voice note, past the "transcribing" one.
     fn notes(&self) -> Vec<&Value> {
         self.frames
             .iter()
-            .filter(|f| {
-                frame_type(f) == "message"
-                    && f["payload"]["role"] == "system"
-                    && pstr(f, "reply_to") == self.user
-            })
+            .filter(|f| is_note_on(f, &self.user) && !is_transcribing(f))
             .collect()
     }
 
@@ -100,6 +97,16 @@ impl Turn {
             .position(pred)
             .unwrap_or_else(|| panic!("frame missing:\n{}", dump(&self.frames)))
     }
+}
+
+/// A `system` message answering the user message `user`.
+fn is_note_on(f: &Value, user: &str) -> bool {
+    frame_type(f) == "message" && f["payload"]["role"] == "system" && pstr(f, "reply_to") == user
+}
+
+/// The note a lane shows while its voice notes are being transcribed.
+fn is_transcribing(f: &Value) -> bool {
+    pstr(f, "message_id").ends_with(".hearing") && pstr(f, "text").starts_with("Transcribing")
 }
 
 /// Sends `text` with the uploads `refs` in `chat` and waits for the whole turn.
@@ -192,8 +199,11 @@ async fn a_voice_note_is_heard_by_the_agent_and_shown_on_every_device() {
     let heard_at = t.position(|f| pstr(f, "message_id") == heard_id);
     let start_at = t.position(|f| frame_type(f) == "message.start");
     let typing_at = t.position(|f| frame_type(f) == "typing" && f["payload"]["on"] == true);
+    // While the service works, the lane says so; then what was heard replaces nothing but
+    // follows it.
+    let transcribing_at = t.position(|f| is_note_on(f, &t.user) && is_transcribing(f));
     assert!(
-        typing_at < heard_at && heard_at < start_at,
+        typing_at < transcribing_at && transcribing_at < heard_at && heard_at < start_at,
         "{}",
         dump(&t.frames)
     );
@@ -608,4 +618,59 @@ async fn an_injected_mime_type_is_refused_at_upload_and_never_reaches_the_servic
     assert_eq!(seen[0].file_type, "audio/ogg; codecs=opus");
     assert_eq!(seen[0].filename, "note.ogg");
     assert!(seen[0].malformed.is_none(), "{seen:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hanging_service_holds_the_lane_only_until_the_timeout_and_says_so() {
+    // The service takes the request and never answers (until the test ends).
+    let gate = Gate::default();
+    let held = gate.clone();
+    let stt = FakeStt::start(move |_| {
+        held.wait();
+        SttAnswer::Text(HEARD.into())
+    });
+    let env = Env::start(&with_service(&stt, "timeout_secs = 1\n"));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    let (mut b, _) = connect_online(&env.gw, &env.pair("b")).await;
+    upload_voice(&mut a, "v1", "note.ogg", &note_bytes(1000, 12)).await;
+    let id = a
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            json!({ "text": "", "media_refs": ["v1"] }),
+        )
+        .await;
+    let user = pstr(&a.recv_reply(id).await, "message_id").to_owned();
+    let timed_out = |f: &Value| {
+        is_note_on(f, &user) && pstr(f, "text").contains("could not be transcribed in time")
+    };
+    // Both devices are told at once that the note is being transcribed, with the wait.
+    for c in [&mut a, &mut b] {
+        let note = c
+            .recv_until(|f| is_note_on(f, &user) && is_transcribing(f))
+            .await;
+        assert!(pstr(&note, "text").contains("after 1 s "), "{note}");
+        assert!(!c.seen.iter().any(timed_out), "{}", c.recent());
+    }
+    // Another device's message in the same channel waits behind the note...
+    b.send_text(Some("default"), None, "and the roses?").await;
+    // ...until the timeout: the lane says why, the agent gets the note as an attachment with
+    // a word about it, and then the other message is answered.
+    let said = b.recv_until(timed_out).await;
+    assert!(
+        pstr(&said, "text").contains("note.ogg")
+            && pstr(&said, "text").contains("transcription.timeout_secs"),
+        "{said}"
+    );
+    let first = b.recv_type("message.stop").await;
+    let answer = pstr(&first, "final_text");
+    assert!(
+        answer.contains("could not be transcribed in time") && answer.contains("note.ogg"),
+        "{answer}"
+    );
+    let second = b.recv_type("message.stop").await;
+    assert_eq!(pstr(&second, "final_text"), demo_reply("and the roses?"));
+    assert_eq!(stt.requests().len(), 1);
+    gate.open();
 }

@@ -97,6 +97,11 @@ impl Transcriber {
         format!("{} ({})", self.base, self.model)
     }
 
+    /// The longest one transcription may take (`transcription.timeout_secs`).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
     /// The most bytes of audio one request carries.
     pub fn max_bytes(&self) -> u64 {
         self.max_bytes

@@ -22,7 +22,9 @@ pub struct TranscriptionConfig {
     pub model: String,
     /// The spoken language as an ISO-639-1 code (`en`, `de`); empty lets the service detect it.
     pub language: String,
-    /// Longest one transcription may take, in seconds (upload, recognition and answer).
+    /// Longest the voice notes of one message may take to transcribe, in seconds (upload,
+    /// recognition and answer): the lane waits on them no longer; past it the agent gets them
+    /// as attachments.
     pub timeout_secs: u64,
 }
 
@@ -34,7 +36,7 @@ impl Default for TranscriptionConfig {
             key_file: None,
             model: "whisper-1".into(),
             language: String::new(),
-            timeout_secs: 120,
+            timeout_secs: 30,
         }
     }
 }

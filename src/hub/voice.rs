@@ -42,6 +42,28 @@ fn heard_id(user_message_id: &str, n: usize) -> String {
     }
 }
 
+/// The id of the "transcribing" note posted before a user message's voice notes are heard.
+fn hearing_id(user_message_id: &str) -> String {
+    let id = format!("{user_message_id}.hearing");
+    if crate::protocol::is_valid_id(&id) {
+        id
+    } else {
+        crate::ids::message_id()
+    }
+}
+
+/// What the lane shows while its voice notes are being transcribed.
+fn transcribing_note(notes: usize, timeout: std::time::Duration) -> String {
+    let what = match notes {
+        1 => "the voice note".to_owned(),
+        n => format!("{n} voice notes"),
+    };
+    format!(
+        "Transcribing {what}\u{2026} (the agent is asked once it is heard, or after {} s without it)",
+        timeout.as_secs()
+    )
+}
+
 /// Whether `id` is the id of a transcript of the user message `user_message_id`.
 pub(super) fn is_heard_of(id: &str, user_message_id: &str) -> bool {
     id.strip_prefix(user_message_id)
@@ -81,9 +103,24 @@ impl Hub {
         let transcriber = self.transcriber.borrow().clone();
         let mut heard = Vec::new();
         let mut heard_notes = Vec::new();
-        for (n, m) in audio.into_iter().enumerate() {
+        let stored: Vec<Option<String>> = (0..audio.len())
+            .map(|n| self.stored_transcript(&heard_id(voice_id, n)))
+            .collect();
+        let to_hear = stored.iter().filter(|s| s.is_none()).count();
+        let deadline = tokio::time::Instant::now()
+            + transcriber
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, Transcriber::timeout);
+        if let (Some(t), true) = (&transcriber, to_hear > 0) {
+            // Shown before the service is asked, on every device: the lane is waiting on the
+            // transcription, not on nothing.
+            let note = transcribing_note(to_hear, t.timeout());
+            self.post_voice_note(lane, voice_id, note, Some(hearing_id(voice_id)))
+                .await;
+        }
+        for ((n, m), stored) in audio.into_iter().enumerate().zip(stored) {
             let id = heard_id(voice_id, n);
-            if let Some(text) = self.stored_transcript(&id) {
+            if let Some(text) = stored {
                 heard.push(text);
                 heard_notes.push(m.media_id.clone());
                 continue;
@@ -96,7 +133,18 @@ impl Hub {
                 }
                 continue;
             };
-            match self.transcribe_media(t, m).await {
+            // One deadline for all of the message's notes, so the lane waits at most
+            // `timeout_secs` however many there are. The worker's HTTP call has the same bound;
+            // this one also holds what else could hang (reading the file, a stuck worker).
+            let timed_out = Err(TranscribeError::TimedOut(t.timeout().as_secs()));
+            let answer = if tokio::time::Instant::now() >= deadline {
+                timed_out
+            } else {
+                tokio::time::timeout_at(deadline, self.transcribe_media(t, m))
+                    .await
+                    .unwrap_or(timed_out)
+            };
+            match answer {
                 Ok(text) if text.is_empty() => {
                     let note = format!(
                         "The transcription service heard no words in \u{201c}{}\u{201d}; the agent was told it is attached.",
@@ -109,6 +157,18 @@ impl Hub {
                     self.post_voice_note(lane, voice_id, shown, Some(id)).await;
                     heard.push(text);
                     heard_notes.push(m.media_id.clone());
+                }
+                Err(TranscribeError::TimedOut(secs)) => {
+                    warn!(%lane, file = %m.filename, "voice note not transcribed in {secs} s");
+                    let note = format!(
+                        "\u{201c}{}\u{201d} could not be transcribed in time: the service did not answer within {secs} seconds (transcription.timeout_secs). The agent got it as an attachment.",
+                        m.filename
+                    );
+                    self.post_voice_note(lane, voice_id, note, None).await;
+                    heard.push(format!(
+                        "[The voice note {} could not be transcribed in time.]",
+                        m.filename
+                    ));
                 }
                 Err(e) => {
                     warn!(%lane, file = %m.filename, "voice note not transcribed: {e}");
