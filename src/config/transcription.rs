@@ -8,6 +8,10 @@ use serde::Deserialize;
 
 use super::{ConfigError, Secret};
 
+/// The longest `timeout_secs` the admin page accepts: a person waits for a voice note's answer,
+/// and past ten minutes the note is better sent as an attachment.
+pub const MAX_TIMEOUT_SECS: u64 = 600;
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TranscriptionConfig {
