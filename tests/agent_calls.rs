@@ -1,17 +1,18 @@
 //! Requests that wait on the agent run beside the device's reader, through the real binary: while
-//! the agent is slow to answer (a fake OpenAI-compatible server held at a gate, so no clock is
-//! guessed at), the same phone's ping is answered, a second such request of the same kind from
-//! that phone is refused with `error{rate_limited}`, and the held answer still arrives once the
-//! agent answers.
+//! the agent is slow to answer (a fake OpenAI-compatible server, or a fake Hermes, held at a
+//! gate, so no clock is guessed at), the same phone's ping is answered, a second such request of
+//! the same kind from that phone is refused with `error{rate_limited}`, and the held answer still
+//! arrives once the agent answers.
 
 mod common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use common::fake_hermes::FakeHermes;
 use common::fake_http::{self, json_200};
 use common::gate::Gate;
-use common::{connect, frame_type, pair, temp_data_dir, Gateway};
+use common::{connect, connect_awaiting_online, frame_type, pair, pstr, temp_data_dir, Gateway};
 use serde_json::json;
 
 /// Gates the next `GET /v1/models` requests wait at, one each, in order.
@@ -122,6 +123,87 @@ async fn a_slow_model_list_leaves_the_phone_answered_and_one_per_device() {
             .iter()
             .all(|f| f.get("id").and_then(serde_json::Value::as_i64) != Some(select)),
         "a picker's answer is a message in its lane, not an error: {}",
+        phone.recent()
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
+    let hermes = FakeHermes::start();
+    let dir = temp_data_dir();
+    let gw = Gateway::start(
+        dir.path(),
+        &[
+            "--agent",
+            "hermes",
+            "--agent-url",
+            &hermes.url,
+            "--agent-key",
+            "fake-hermes-key-0123456789",
+        ],
+    );
+    let p = pair(dir.path(), "phone");
+    let mut phone = connect_awaiting_online(&gw, &p, std::time::Duration::from_secs(10)).await;
+    phone.send_text(Some("default"), None, "plan my tea").await;
+    // The run is under way at the agent: its first words arrived.
+    phone
+        .recv_until(|f| frame_type(f) == "message.update")
+        .await;
+
+    let steer = phone
+        .request(
+            "agent.steer",
+            Some("default"),
+            None,
+            json!({ "text": "add honey" }),
+        )
+        .await;
+    phone
+        .recv_until(|f| {
+            frame_type(f) == "message"
+                && f["payload"]["steer"] == true
+                && pstr(f, "text") == "add honey"
+        })
+        .await;
+    // The steer is at the agent, which does not answer it until the gate opens...
+    assert_eq!(hermes.next_steer(), "add honey");
+    // ...and meanwhile the steering phone is answered.
+    let ping = phone.request("ping", None, None, json!({ "ts": 9 })).await;
+    assert_eq!(frame_type(&phone.recv_reply(ping).await), "pong");
+    // A second steer from the same phone while the first waits: refused before it is stored.
+    let again = phone
+        .request(
+            "agent.steer",
+            Some("default"),
+            None,
+            json!({ "text": "and lemon" }),
+        )
+        .await;
+    let refused = phone.recv_reply(again).await;
+    assert_eq!(frame_type(&refused), "error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "rate_limited", "{refused}");
+    assert!(
+        pstr(&refused, "message").contains("a steer from this device is still on its way"),
+        "{refused}"
+    );
+
+    // The agent takes the steer, then the run ends: the answer arrives, with no error for the
+    // steer that was taken.
+    hermes.steer_answer.open();
+    hermes.run_end.open();
+    let stop = phone.recv_type("message.stop").await;
+    assert_eq!(pstr(&stop, "final_text"), "Working on it. Done.", "{stop}");
+    assert!(
+        phone
+            .seen
+            .iter()
+            .all(|f| f.get("id").and_then(serde_json::Value::as_i64) != Some(steer)),
+        "a taken steer has no reply: {}",
+        phone.recent()
+    );
+    assert!(
+        !phone.seen.iter().any(|f| pstr(f, "text") == "and lemon"),
+        "the refused steer was stored: {}",
         phone.recent()
     );
 }

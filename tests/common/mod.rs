@@ -5,6 +5,7 @@
 
 pub mod cdp;
 pub mod cursors;
+pub mod fake_hermes;
 pub mod fake_http;
 pub mod fake_stt;
 pub mod fixtures;
