@@ -1320,7 +1320,7 @@ async fn a_saved_ntfy_token_goes_only_to_the_server_it_was_saved_for() {
 
 #[tokio::test]
 async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once() {
-    use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+    use common::fake_stt::{send_notes, upload_voice, FakeStt, SttAnswer};
     let good = FakeStt::hearing("testing one two");
     let refusing = FakeStt::start(|_| SttAnswer::Fail(401, "invalid api key".into()));
     let dir = temp_data_dir();
@@ -1436,15 +1436,7 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
     let p = pair(dir.path(), "phone");
     let (mut c, _) = common::connect_online(&gw, &p).await;
     upload_voice(&mut c, "v1", "note.ogg", b"OggS pretend voice").await;
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
-        .await;
-    c.recv_reply(id).await;
+    send_notes(&mut c, &["v1"]).await;
     // The saved wait applies at once too: the lane says how long it may take.
     let transcribing = c
         .recv_until(|f| {

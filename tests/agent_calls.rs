@@ -80,14 +80,8 @@ async fn a_slow_model_list_leaves_the_phone_answered_and_one_per_device() {
 
     gate.open();
     let picker = phone.recv_type("picker.choice").await;
-    let values: Vec<&str> = picker["payload"]["choices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["value"].as_str().unwrap_or(""))
-        .collect();
     assert_eq!(
-        values,
+        common::picker_values(&picker),
         ["default", "small-model", "large-model"],
         "{picker}"
     );

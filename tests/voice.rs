@@ -11,7 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+use common::fake_stt::{send_notes, upload_voice, FakeStt, SttAnswer};
 use common::gate::Gate;
 use common::peers::{HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
@@ -500,15 +500,7 @@ async fn stop_while_a_note_is_heard_ends_the_turn_without_asking_the_agent() {
     let env = Env::start(&with_service(&stt, ""));
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
     upload_voice(&mut a, "v1", "note.ogg", &note_bytes(2000, 9)).await;
-    let id = a
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
-        .await;
-    a.recv_reply(id).await;
+    send_notes(&mut a, &["v1"]).await;
     a.recv_until(|f| frame_type(f) == "typing" && f["payload"]["on"] == true)
         .await;
     a.send_text(Some("default"), None, "/stop").await;
@@ -587,15 +579,7 @@ async fn an_injected_mime_type_is_refused_at_upload_and_never_reaches_the_servic
     );
     // Nothing was stored: the ref names no file, so a message carrying it is refused and the
     // service is never asked.
-    let send = a
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
-        .await;
-    let answer = a.recv_reply(send).await;
+    let answer = send_notes(&mut a, &["v1"]).await;
     assert_eq!(frame_type(&answer), "error", "{answer}");
     // A well-formed type with a parameter is taken, and reaches the service as it was sent.
     common::upload_file(
@@ -633,15 +617,7 @@ async fn a_hanging_service_holds_the_lane_only_until_the_timeout_and_says_so() {
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
     let (mut b, _) = connect_online(&env.gw, &env.pair("b")).await;
     upload_voice(&mut a, "v1", "note.ogg", &note_bytes(1000, 12)).await;
-    let id = a
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
-        .await;
-    let user = pstr(&a.recv_reply(id).await, "message_id").to_owned();
+    let user = pstr(&send_notes(&mut a, &["v1"]).await, "message_id").to_owned();
     let timed_out = |f: &Value| {
         is_note_on(f, &user) && pstr(f, "text").contains("could not be transcribed in time")
     };
