@@ -121,8 +121,8 @@ async fn a_slow_model_list_leaves_the_phone_answered_and_one_per_device() {
     );
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
+/// A fake Hermes, a gateway on it and a phone connected once the agent is online.
+async fn with_fake_hermes() -> (FakeHermes, tempfile::TempDir, Gateway, common::Client) {
     let hermes = FakeHermes::start();
     let dir = temp_data_dir();
     let gw = Gateway::start(
@@ -137,7 +137,13 @@ async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
         ],
     );
     let p = pair(dir.path(), "phone");
-    let mut phone = connect_awaiting_online(&gw, &p, std::time::Duration::from_secs(10)).await;
+    let phone = connect_awaiting_online(&gw, &p, std::time::Duration::from_secs(10)).await;
+    (hermes, dir, gw, phone)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
+    let (hermes, _dir, _gw, mut phone) = with_fake_hermes().await;
     phone.send_text(Some("default"), None, "plan my tea").await;
     // The run is under way at the agent: its first words arrived.
     phone
@@ -160,7 +166,7 @@ async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
         })
         .await;
     // The steer is at the agent, which does not answer it until the gate opens...
-    assert_eq!(hermes.next_steer(), "add honey");
+    assert_eq!(hermes.next_held(), "steer add honey");
     // ...and meanwhile the steering phone is answered.
     let ping = phone.request("ping", None, None, json!({ "ts": 9 })).await;
     assert_eq!(frame_type(&phone.recv_reply(ping).await), "pong");
@@ -200,4 +206,40 @@ async fn a_slow_steer_leaves_the_steering_phone_answered_and_one_per_device() {
         "the refused steer was stored: {}",
         phone.recent()
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_approval_answer_leaves_the_phone_answered_and_one_per_device() {
+    let (hermes, _dir, _gw, mut phone) = with_fake_hermes().await;
+    phone
+        .send_text(Some("default"), None, "[[approval]] clean up")
+        .await;
+    let picker = phone
+        .recv_until(|f| frame_type(f) == "picker.choice" && pstr(f, "picker_id").starts_with("ap_"))
+        .await;
+    let answer =
+        |value: &str| json!({ "picker_id": picker["payload"]["picker_id"], "value": value });
+    phone
+        .request("picker.select", None, None, answer("once"))
+        .await;
+    // The answer is at the agent, which does not take it until the gate opens...
+    assert_eq!(hermes.next_held(), "approval once");
+    // ...and meanwhile the phone is answered.
+    let ping = phone.request("ping", None, None, json!({ "ts": 10 })).await;
+    assert_eq!(frame_type(&phone.recv_reply(ping).await), "pong");
+    let again = phone
+        .request("picker.select", None, None, answer("deny"))
+        .await;
+    let refused = phone.recv_reply(again).await;
+    assert_eq!(refused["payload"]["code"], "rate_limited", "{refused}");
+    let allowed = |f: &serde_json::Value| {
+        frame_type(f) == "message" && pstr(f, "text").contains("allowed `rm -rf /tmp/old` once")
+    };
+    assert!(!phone.seen.iter().any(allowed), "{}", phone.recent());
+
+    hermes.approval_answer.open();
+    phone.recv_until(allowed).await;
+    hermes.run_end.open();
+    let stop = phone.recv_type("message.stop").await;
+    assert_eq!(pstr(&stop, "final_text"), "Working on it. Done.", "{stop}");
 }
