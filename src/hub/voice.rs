@@ -5,6 +5,11 @@
 //! `sync`; when nothing can be heard (no service, too large, a failure) the lane says why and
 //! the agent still gets the note's attachment line.
 //!
+//! The lane never waits on the service silently: a `system` reply saying the notes are being
+//! transcribed is posted before the service is asked, and `transcription.timeout_secs` is one
+//! deadline for all of a message's notes, past which the agent gets them as attachments (with
+//! a word that they could not be transcribed in time) and the lane's queue moves on.
+//!
 //! A transcript's id is derived from the user message's, so a turn run again finds the one
 //! already stored and the service is asked once per note.
 
@@ -30,24 +35,24 @@ service is set. Set one on the gateway's admin page (Agent \u{2192} Transcriptio
 
 /// The transcript's message id for the `n`th audio file (from 0) of a user message.
 fn heard_id(user_message_id: &str, n: usize) -> String {
-    let id = match n {
-        0 => format!("{user_message_id}.heard"),
-        n => format!("{user_message_id}.heard{}", n + 1),
-    };
-    if crate::protocol::is_valid_id(&id) {
-        id
-    } else {
-        // Too long to derive from: a fresh id (a rerun may then transcribe again).
-        crate::ids::message_id()
+    match n {
+        0 => derived_id(user_message_id, ".heard"),
+        n => derived_id(user_message_id, &format!(".heard{}", n + 1)),
     }
 }
 
 /// The id of the "transcribing" note posted before a user message's voice notes are heard.
 fn hearing_id(user_message_id: &str) -> String {
-    let id = format!("{user_message_id}.hearing");
+    derived_id(user_message_id, ".hearing")
+}
+
+/// The user message's id with `suffix`, so a rerun of the turn finds what it stored.
+fn derived_id(user_message_id: &str, suffix: &str) -> String {
+    let id = format!("{user_message_id}{suffix}");
     if crate::protocol::is_valid_id(&id) {
         id
     } else {
+        // Too long to derive from: a fresh id (a rerun may then transcribe again).
         crate::ids::message_id()
     }
 }
@@ -278,5 +283,9 @@ mod tests {
         assert!(heard_id(&"m".repeat(64), 0).starts_with("msg_"));
         assert!(is_heard_of("msg_1.heard", "msg_1") && is_heard_of("msg_1.heard3", "msg_1"));
         assert!(!is_heard_of("msg_12.heard", "msg_1") && !is_heard_of("msg_1.heardx", "msg_1"));
+        // The "transcribing" note is not taken for a transcript.
+        assert_eq!(hearing_id("msg_1"), "msg_1.hearing");
+        assert!(!is_heard_of(&hearing_id("msg_1"), "msg_1"));
+        assert!(hearing_id(&"m".repeat(64)).starts_with("msg_"));
     }
 }
