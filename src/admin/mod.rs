@@ -99,8 +99,10 @@ pub struct Admin {
     pub restart: Rc<tokio::sync::Notify>,
     /// A restore upload is being received or checked: one at a time (`transfer.rs`).
     restoring: std::cell::Cell<bool>,
-    /// The passphrase meter's checks this minute (`strength.rs`).
-    strength_checks: strength::Window,
+    /// Every passphrase strength estimate, one at a time within one budget (`strength.rs`).
+    estimator: strength::Estimator,
+    /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
+    setup_tokens: session::SetupTokens,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
     /// The Update page's last check and its one upload at a time (`updates.rs`).
@@ -171,7 +173,8 @@ impl Admin {
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             restoring: std::cell::Cell::new(false),
-            strength_checks: strength::Window::new(Instant::now()),
+            estimator: strength::Estimator::new(Instant::now()),
+            setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
             update_state: updates::State::default(),
             url,
@@ -401,7 +404,9 @@ async fn unclaimed(
         Ok(f) => f,
         Err(r) => return refused(admin, r, secure),
     };
-    if !pre.is_some_and(|p| session::same(&p, form.get("pre"))) {
+    // A token the set-up page issued, not only two matching copies: what follows costs an
+    // estimate and a hash.
+    if !pre.is_some_and(|p| session::same(&p, form.get("pre")) && admin.setup_tokens.issued(&p)) {
         return refused(admin, Refusal::BadCsrf, secure);
     }
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
@@ -409,9 +414,25 @@ async fn unclaimed(
         let n = Notice::Bad("The two passphrases differ.");
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
-    if let Err(e) = owner::check_new(pass) {
-        let n = sentence(&e.to_string());
-        return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&n), secure);
+    let rated = admin
+        .estimator
+        .rate(zeroize::Zeroizing::new(pass.to_owned()), strength::Asker::SetupForm)
+        .await;
+    match rated {
+        Ok(s) if s.ok => {}
+        Ok(s) => {
+            return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&s.words), secure)
+        }
+        Err(busy) => {
+            let n = format!(
+                "The gateway is busy checking passphrases: wait {} s, then send the form again.",
+                busy.retry_after_secs
+            );
+            let mut reply =
+                setup_page(admin, StatusCode::TOO_MANY_REQUESTS, &Notice::Bad(&n), secure);
+            retry_after(&mut reply, busy.retry_after_secs);
+            return reply;
+        }
     }
     let owner = match hash_new(admin, pass).await {
         Ok(o) => o,

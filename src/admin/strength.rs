@@ -1,24 +1,42 @@
 //! `POST /admin/strength`: the passphrase meter asks the gateway what it makes of a new
 //! passphrase, so the meter shows the very test set-up and the change apply
-//! (`owner::strength`) and the two cannot disagree. It changes nothing, but it is still a
-//! form: its token (the set-up page's double-submit token, or the session's CSRF token) comes
-//! in `X-CSRF-Token`, so no other site can use the box to rate passphrases. The body is
-//! bounded by `limits.admin_max_form_bytes`, the checks by
-//! `limits.admin_strength_checks_per_minute` over all browsers, and the passphrase is never
-//! logged or kept.
+//! (`owner::strength`) and the two cannot disagree.
+//!
+//! The estimate is real work (zxcvbn's cost grows faster than the length), and this door is
+//! reachable before a session, so nothing unauthenticated gets it (docs/security.md, "What
+//! costs the box work before a session"):
+//! - only the set-up page while the box is unclaimed (its token must be one the gateway
+//!   issued, `session::SetupTokens`) or a signed-in owner (the session's CSRF token) is
+//!   answered; anything else is 403 before the body is read;
+//! - every estimate (the meter's and the set-up and change forms' own check) goes through one
+//!   [`Estimator`]: on a blocking thread, one at a time gateway-wide, charged to one
+//!   gateway-wide budget of estimate time ([`BUDGET_MS_PER_SECOND`], [`BUDGET_BURST_MS`]), so
+//!   rotating addresses cannot multiply it; only the first `owner::SCORED_CHARS` characters
+//!   are rated;
+//! - the meter's checks are also counted by `limits.admin_strength_checks_per_minute` over
+//!   all browsers, the body bounded by `limits.admin_max_form_bytes`, and the passphrase is
+//!   never logged or kept.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde_json::json;
+use zeroize::Zeroizing;
 
 use super::reply::{json, Reply};
 use super::{owner, read_form, session, Admin};
 
 /// The path the meter posts to.
 pub(super) const PATH: &str = "/admin/strength";
+
+/// Estimate time earned per second, over all browsers: a fifth of one core at most, so the
+/// event loop's core and Hermes keep the rest whatever a flood of set-up pages asks.
+pub const BUDGET_MS_PER_SECOND: u32 = 200;
+/// Estimate time that may be spent at once after a quiet spell: a few meter checks of long
+/// passphrases in a row.
+pub const BUDGET_BURST_MS: u32 = 2_000;
 
 /// Checks counted in the current minute: a fixed window is enough for a bound on CPU.
 pub(super) struct Window {
@@ -50,50 +68,159 @@ impl Window {
     }
 }
 
-/// Answers `{"score", "ok", "words"}`, or 403 / 429 / 413 with `{"words"}`.
-pub(super) async fn serve(admin: &Admin, req: Request<Incoming>) -> Reply {
-    let refuse = |status, words: &str| json(status, &json!({ "words": words }));
+/// The gateway's one way to run a strength estimate (the meter's and the forms'): one at a
+/// time, on a blocking thread, charged to one budget of estimate time for all callers.
+pub(super) struct Estimator {
+    one_at_a_time: tokio::sync::Semaphore,
+    /// Milliseconds of estimate time that may still be spent, and when that was last brought
+    /// up to date; below zero after a long estimate (a debt the next callers wait out).
+    balance: RefCell<(f64, Instant)>,
+    /// The meter's checks this minute (`limits.admin_strength_checks_per_minute`).
+    meter_checks: Window,
+}
+
+/// Why an estimate was not run: the gateway-wide budget or the one estimate at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Busy {
+    /// Seconds until the budget has room again (at least 1).
+    pub(super) retry_after_secs: u64,
+}
+
+/// Who asks, which decides whether a spent budget refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asker {
+    /// The meter: refused while another estimate runs or the budget is spent.
+    Meter,
+    /// The set-up form, before a session: waits its turn, refused while the budget is spent.
+    SetupForm,
+    /// A signed-in owner's change of passphrase: waits its turn and is never refused, only
+    /// charged (it took a session to get here).
+    Owner,
+}
+
+impl Estimator {
+    pub(super) fn new(now: Instant) -> Estimator {
+        Estimator {
+            one_at_a_time: tokio::sync::Semaphore::new(1),
+            balance: RefCell::new((f64::from(BUDGET_BURST_MS), now)),
+            meter_checks: Window::new(now),
+        }
+    }
+
+    /// The balance in milliseconds now, refilled for the time since it was last read.
+    fn balance(&self, now: Instant) -> f64 {
+        let mut b = self.balance.borrow_mut();
+        let earned = now.saturating_duration_since(b.1).as_secs_f64()
+            * f64::from(BUDGET_MS_PER_SECOND);
+        *b = ((b.0 + earned).min(f64::from(BUDGET_BURST_MS)), now);
+        b.0
+    }
+
+    fn spent(&self, now: Instant) -> Result<(), Busy> {
+        let balance = self.balance(now);
+        if balance > 0.0 {
+            return Ok(());
+        }
+        let secs = (1.0 - balance) / f64::from(BUDGET_MS_PER_SECOND);
+        Err(Busy {
+            retry_after_secs: (secs.ceil() as u64).max(1),
+        })
+    }
+
+    fn charge(&self, now: Instant, took: Duration) {
+        self.balance(now);
+        self.balance.borrow_mut().0 -= took.as_secs_f64() * 1000.0;
+    }
+
+    /// Rates `passphrase` (`owner::strength`) on a blocking thread, as [`Asker`] allows.
+    pub(super) async fn rate(
+        &self,
+        passphrase: Zeroizing<String>,
+        asker: Asker,
+    ) -> Result<owner::Strength, Busy> {
+        let _permit = match asker {
+            Asker::Meter => self.one_at_a_time.try_acquire().map_err(|_| Busy {
+                retry_after_secs: 1,
+            })?,
+            Asker::SetupForm | Asker::Owner => self
+                .one_at_a_time
+                .acquire()
+                .await
+                .expect("the estimator's semaphore is never closed"),
+        };
+        // Asked with the permit held: the balance then counts every estimate before this one.
+        if asker != Asker::Owner {
+            self.spent(Instant::now())?;
+        }
+        let started = Instant::now();
+        let rated = tokio::task::spawn_blocking(move || owner::strength(&passphrase)).await;
+        self.charge(Instant::now(), started.elapsed());
+        Ok(rated.unwrap_or_else(|_| owner::Strength {
+            score: 0,
+            ok: false,
+            words: "The passphrase could not be checked: try again.".to_owned(),
+        }))
+    }
+}
+
+/// Whether the meter's request carries a token this gateway stands behind: the set-up page's
+/// (one it issued, and only while the box is unclaimed) or the signed-in owner's CSRF token.
+fn may_ask(admin: &Admin, req: &Request<Incoming>) -> bool {
     let token = req
         .headers()
         .get("x-csrf-token")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let pre = session::cookie(req.headers(), session::PRE_COOKIE)
-        .is_some_and(|p| session::same(p, &token));
-    let signed_in = || -> bool {
-        let Ok(Some(o)) = owner::load(&admin.data_dir) else {
-            return false;
-        };
-        admin
+        .unwrap_or("");
+    if token.is_empty() {
+        return false;
+    }
+    match owner::load(&admin.data_dir) {
+        Ok(None) => {
+            session::cookie(req.headers(), session::PRE_COOKIE)
+                .is_some_and(|p| session::same(p, token))
+                && admin.setup_tokens.issued(token)
+        }
+        Ok(Some(o)) => admin
             .signed_in(req.headers(), &o)
-            .is_some_and(|v| session::same(&v.csrf, &token))
-    };
-    if token.is_empty() || !(pre || signed_in()) {
+            .is_some_and(|v| session::same(&v.csrf, token)),
+        Err(_) => false,
+    }
+}
+
+/// Answers `{"score", "ok", "words"}`, or 403 / 429 / 413 with `{"words"}`.
+pub(super) async fn serve(admin: &Admin, req: Request<Incoming>) -> Reply {
+    let refuse = |status, words: &str| json(status, &json!({ "words": words }));
+    if !may_ask(admin, &req) {
         return refuse(
             StatusCode::FORBIDDEN,
             "Reload the page to check the passphrase.",
         );
     }
+    let later = |secs: u64| {
+        let words = format!("Checked when you send the form (the meter resumes in {secs} s).");
+        refuse(StatusCode::TOO_MANY_REQUESTS, &words)
+    };
     let per_minute = admin
         .config
         .borrow()
         .limits
         .admin_strength_checks_per_minute;
-    if let Err(secs) = admin.strength_checks.take(per_minute, Instant::now()) {
-        let words = format!("Checked when you send the form (the meter resumes in {secs} s).");
-        return refuse(StatusCode::TOO_MANY_REQUESTS, &words);
+    let estimator = &admin.estimator;
+    if let Err(secs) = estimator.meter_checks.take(per_minute, Instant::now()) {
+        return later(secs);
     }
     let form = match read_form(admin, req).await {
         Ok(f) => f,
         Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Too long to check."),
     };
-    let passphrase = zeroize::Zeroizing::new(form.get("passphrase").to_owned());
-    let s = owner::strength(&passphrase);
-    json(
-        StatusCode::OK,
-        &json!({ "score": s.score, "ok": s.ok, "words": s.words }),
-    )
+    let passphrase = Zeroizing::new(form.get("passphrase").to_owned());
+    match estimator.rate(passphrase, Asker::Meter).await {
+        Ok(s) => json(
+            StatusCode::OK,
+            &json!({ "score": s.score, "ok": s.ok, "words": s.words }),
+        ),
+        Err(busy) => later(busy.retry_after_secs),
+    }
 }
 
 #[cfg(test)]
@@ -108,5 +235,21 @@ mod tests {
         assert!(w.take(2, t0).is_ok());
         assert_eq!(w.take(2, t0 + Duration::from_secs(20)), Err(40));
         assert!(w.take(2, t0 + Duration::from_secs(61)).is_ok());
+    }
+
+    #[test]
+    fn the_budget_is_spent_by_estimate_time_and_refills() {
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        assert!(e.spent(t0).is_ok());
+        e.charge(t0, Duration::from_millis(u64::from(BUDGET_BURST_MS) + 400));
+        // 400 ms in debt at 200 ms/s: a little over two seconds to be back above zero.
+        assert_eq!(e.spent(t0), Err(Busy { retry_after_secs: 3 }));
+        assert!(e.spent(t0 + Duration::from_millis(1_500)).is_err());
+        assert!(e.spent(t0 + Duration::from_millis(2_100)).is_ok());
+        // A long quiet spell refills only up to the burst.
+        let later = t0 + Duration::from_secs(3_600);
+        e.charge(later, Duration::from_millis(u64::from(BUDGET_BURST_MS)));
+        assert!(e.spent(later).is_err());
     }
 }
