@@ -416,20 +416,32 @@ async fn unclaimed(
     }
     let rated = admin
         .estimator
-        .rate(zeroize::Zeroizing::new(pass.to_owned()), strength::Asker::SetupForm)
+        .rate(
+            zeroize::Zeroizing::new(pass.to_owned()),
+            strength::Asker::SetupForm,
+        )
         .await;
     match rated {
         Ok(s) if s.ok => {}
         Ok(s) => {
-            return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&s.words), secure)
+            return setup_page(
+                admin,
+                StatusCode::BAD_REQUEST,
+                &Notice::Bad(&s.words),
+                secure,
+            )
         }
         Err(busy) => {
             let n = format!(
                 "The gateway is busy checking passphrases: wait {} s, then send the form again.",
                 busy.retry_after_secs
             );
-            let mut reply =
-                setup_page(admin, StatusCode::TOO_MANY_REQUESTS, &Notice::Bad(&n), secure);
+            let mut reply = setup_page(
+                admin,
+                StatusCode::TOO_MANY_REQUESTS,
+                &Notice::Bad(&n),
+                secure,
+            );
             retry_after(&mut reply, busy.retry_after_secs);
             return reply;
         }

@@ -110,8 +110,8 @@ impl Estimator {
     /// The balance in milliseconds now, refilled for the time since it was last read.
     fn balance(&self, now: Instant) -> f64 {
         let mut b = self.balance.borrow_mut();
-        let earned = now.saturating_duration_since(b.1).as_secs_f64()
-            * f64::from(BUDGET_MS_PER_SECOND);
+        let earned =
+            now.saturating_duration_since(b.1).as_secs_f64() * f64::from(BUDGET_MS_PER_SECOND);
         *b = ((b.0 + earned).min(f64::from(BUDGET_BURST_MS)), now);
         b.0
     }
@@ -244,7 +244,12 @@ mod tests {
         assert!(e.spent(t0).is_ok());
         e.charge(t0, Duration::from_millis(u64::from(BUDGET_BURST_MS) + 400));
         // 400 ms in debt at 200 ms/s: a little over two seconds to be back above zero.
-        assert_eq!(e.spent(t0), Err(Busy { retry_after_secs: 3 }));
+        assert_eq!(
+            e.spent(t0),
+            Err(Busy {
+                retry_after_secs: 3
+            })
+        );
         assert!(e.spent(t0 + Duration::from_millis(1_500)).is_err());
         assert!(e.spent(t0 + Duration::from_millis(2_100)).is_ok());
         // A long quiet spell refills only up to the burst.
