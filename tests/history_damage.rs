@@ -72,6 +72,7 @@ fn status_text(data: &Path) -> String {
 /// and a phone that connects now is told `degraded`.
 async fn assert_degraded_with_the_cause(gw: &Gateway, data: &Path, phone: &Paired) {
     let status = status_text(data);
+    eprintln!("{status}");
     assert!(
         status.contains("Gateway: degraded")
             && status.contains("the history database")

@@ -42,6 +42,42 @@ fn forger(gw: &Gateway, n: u8) -> (Web, String) {
     (web, token)
 }
 
+/// Asks the meter to rate [`costly_passphrase`] from each browser with its token, over and
+/// over until `until`, on a thread of its own (so a phone's pings in the test wait for nothing
+/// of it); every answer.
+fn flood_meter(
+    browsers: Vec<(Web, String)>,
+    until: Instant,
+) -> std::thread::JoinHandle<Vec<(u16, serde_json::Value)>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the flood's runtime");
+        rt.block_on(async move {
+            let costly = costly_passphrase();
+            let tasks: Vec<_> = browsers
+                .into_iter()
+                .map(|(mut web, token)| {
+                    let costly = costly.clone();
+                    tokio::spawn(async move {
+                        let mut answers = Vec::new();
+                        while Instant::now() < until {
+                            answers.push(web.strength(&token, &costly).await);
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.expect("a browser of the flood"));
+            }
+            all
+        })
+    })
+}
+
 /// Pings every `every` until `until`; the slowest round trip.
 async fn worst_ping(c: &mut Client, until: Instant, every: Duration) -> Duration {
     let mut worst = Duration::ZERO;
@@ -68,35 +104,7 @@ async fn made_up_meter_tokens_cost_nothing_and_phones_keep_their_pace() {
     let (mut c, _) = connect(&gw, &phone).await;
 
     let until = Instant::now() + Duration::from_secs(abuse_secs());
-    let forgers: Vec<(Web, String)> = (0..ABUSERS).map(|n| forger(&gw, n)).collect();
-    // The flood runs on a thread of its own, so the phone's pings here wait for nothing of it.
-    let flood = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("the flood's runtime");
-        rt.block_on(async move {
-            let costly = costly_passphrase();
-            let tasks: Vec<_> = forgers
-                .into_iter()
-                .map(|(mut web, token)| {
-                    let costly = costly.clone();
-                    tokio::spawn(async move {
-                        let mut answers = Vec::new();
-                        while Instant::now() < until {
-                            answers.push(web.strength(&token, &costly).await);
-                        }
-                        answers
-                    })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.expect("a forger"));
-            }
-            all
-        })
-    });
+    let flood = flood_meter((0..ABUSERS).map(|n| forger(&gw, n)).collect(), until);
     let worst = worst_ping(&mut c, until, Duration::from_millis(50)).await;
     let answers = flood.join().expect("the flood");
     let sent = answers.len();
@@ -118,15 +126,15 @@ async fn made_up_meter_tokens_cost_nothing_and_phones_keep_their_pace() {
     let mut owner = Web::new(&gw, "127.0.0.1");
     assert_eq!(owner.sign_in(PASSPHRASE).await.status, 303);
     let csrf = owner.csrf().await;
-    let (status, verdict) = owner.strength(&csrf, &costly_passphrase()).await;
-    assert_eq!(status, 200, "{verdict}");
-    assert!(verdict["score"].is_u64(), "{verdict}");
     let (status, verdict) = owner.strength(&csrf, "aaaaaaaaaaaa").await;
     assert_eq!(
         (status, verdict["ok"].clone()),
         (200, json!(false)),
         "{verdict}"
     );
+    let (status, verdict) = owner.strength(&csrf, &costly_passphrase()).await;
+    assert_eq!(status, 200, "{verdict}");
+    assert!(verdict["score"].is_u64(), "{verdict}");
     // A session's cookie with a made-up header is no better than a made-up pair.
     let (status, _) = owner.strength("made-up", PASSPHRASE).await;
     assert_eq!(status, 403);
@@ -148,13 +156,20 @@ async fn the_setup_meter_answers_only_tokens_the_gateway_issued_while_unclaimed(
     ];
     let refused = forged.request_form("/admin/setup", &form).await;
     assert_eq!(refused.status, 403, "{}", refused.body);
-    assert!(!dir.path().join("owner.json").exists(), "claimed with a made-up token");
+    assert!(
+        !dir.path().join("owner.json").exists(),
+        "claimed with a made-up token"
+    );
 
     // The set-up page's own token is answered, and only with its cookie.
     let mut web = Web::new(&gw, "127.0.0.1");
     let pre = web.get("/admin/").await.field("pre");
     let (status, verdict) = web.strength(&pre, PASSPHRASE).await;
-    assert_eq!((status, verdict["ok"].clone()), (200, json!(true)), "{verdict}");
+    assert_eq!(
+        (status, verdict["ok"].clone()),
+        (200, json!(true)),
+        "{verdict}"
+    );
     let (status, _) = forged.strength(&pre, PASSPHRASE).await;
     assert_eq!(status, 403, "the header without its cookie");
     // Past the rated length, a weak head is what counts, whatever follows.
@@ -168,4 +183,45 @@ async fn the_setup_meter_answers_only_tokens_the_gateway_issued_while_unclaimed(
     late.jar.insert("iris_admin_pre".into(), pre.clone());
     let (status, said) = late.strength(&pre, PASSPHRASE).await;
     assert_eq!(status, 403, "a set-up token after the claim: {said}");
+}
+
+#[tokio::test]
+async fn set_up_tokens_from_many_addresses_share_one_estimate_budget() {
+    let dir = temp_data_dir();
+    let phone = pair(dir.path(), "phone");
+    let gw = Gateway::start(dir.path(), &[]);
+    let (mut c, _) = connect(&gw, &phone).await;
+
+    // Unclaimed, anyone on the LAN can load the set-up page and get a real token.
+    let mut browsers = Vec::new();
+    for n in 0..ABUSERS {
+        let mut web = Web::new(&gw, &format!("127.0.0.{}", 2 + n));
+        let pre = web.get("/admin/").await.field("pre");
+        browsers.push((web, pre));
+    }
+    let until = Instant::now() + Duration::from_secs(abuse_secs());
+    let flood = flood_meter(browsers, until);
+    let worst = worst_ping(&mut c, until, Duration::from_millis(50)).await;
+    let answers = flood.join().expect("the flood");
+    let rated = answers.iter().filter(|(s, _)| *s == 200).count();
+    let held_back = answers.iter().filter(|(s, _)| *s == 429).count();
+    eprintln!(
+        "{} meter requests with set-up tokens from {ABUSERS} addresses in {} s: {rated} rated, \
+         {held_back} held back; worst ping {worst:?}",
+        answers.len(),
+        abuse_secs()
+    );
+    for (status, said) in &answers {
+        assert!(*status == 200 || *status == 429, "{status}: {said}");
+    }
+    assert!(rated >= 1, "the meter rated nothing");
+    assert!(
+        held_back >= 1,
+        "the meter rated every one of {} requests: no gateway-wide bound",
+        answers.len()
+    );
+    assert!(
+        worst <= WORST_PING,
+        "a phone's ping took {worst:?} during the flood (at most {WORST_PING:?})"
+    );
 }

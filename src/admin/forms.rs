@@ -14,7 +14,9 @@ use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
 use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
 use super::strength::Asker;
-use super::{hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, PREFIX};
+use super::{
+    hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, Hashing, PREFIX,
+};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::hub::{Hub, TestTarget};
@@ -177,7 +179,10 @@ impl Post<'_> {
             return bad("The current passphrase is not right.");
         }
         admin.signin.borrow_mut().succeeded(attempt, Instant::now());
-        let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
+        let fresh = hash_new(admin, new, Hashing::Always)
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or_else(|| unavailable(&"the passphrase could not be hashed"))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
         info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");

@@ -446,8 +446,11 @@ async fn unclaimed(
             return reply;
         }
     }
-    let owner = match hash_new(admin, pass).await {
-        Ok(o) => o,
+    // Set-ups sent together wait for the one hash at a time; once one of them has claimed
+    // the box, the others are not hashed at all.
+    let owner = match hash_new(admin, pass, Hashing::WhileUnclaimed).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return redirect(PREFIX),
         Err(e) => return refused(admin, Refusal::Unavailable(e), secure),
     };
     match owner::claim(&admin.data_dir, &owner) {
@@ -496,13 +499,31 @@ async fn unclaimed(
     reply
 }
 
-/// Hashes a new passphrase on a blocking thread, one at a time.
-async fn hash_new(admin: &Admin, passphrase: &str) -> Result<owner::Owner, String> {
+/// When a new passphrase is still worth its hash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hashing {
+    /// The owner's change: always.
+    Always,
+    /// Set-up: only while the box is still unclaimed when its turn comes.
+    WhileUnclaimed,
+}
+
+/// Hashes a new passphrase on a blocking thread, one at a time; `None` when set-up's turn came
+/// after the box was claimed.
+async fn hash_new(
+    admin: &Admin,
+    passphrase: &str,
+    when: Hashing,
+) -> Result<Option<owner::Owner>, String> {
     let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
+    if when == Hashing::WhileUnclaimed && !matches!(owner::load(&admin.data_dir), Ok(None)) {
+        return Ok(None);
+    }
     let p = zeroize::Zeroizing::new(passphrase.to_owned());
     tokio::task::spawn_blocking(move || owner::hash(&p))
         .await
         .map_err(|e| e.to_string())?
+        .map(Some)
         .map_err(|e| e.to_string())
 }
 

@@ -31,10 +31,10 @@ use super::{owner, read_form, session, Admin};
 /// The path the meter posts to.
 pub(super) const PATH: &str = "/admin/strength";
 
-/// Estimate time earned per second, over all browsers: a fifth of one core at most, so the
-/// event loop's core and Hermes keep the rest whatever a flood of set-up pages asks.
+/// Estimate CPU time earned per second, over all browsers: a fifth of one core at most, so
+/// the event loop's core and Hermes keep the rest whatever a flood of set-up pages asks.
 pub const BUDGET_MS_PER_SECOND: u32 = 200;
-/// Estimate time that may be spent at once after a quiet spell: a few meter checks of long
+/// Estimate CPU time that may be spent at once after a quiet spell: a few meter checks of long
 /// passphrases in a row.
 pub const BUDGET_BURST_MS: u32 = 2_000;
 
@@ -72,7 +72,7 @@ impl Window {
 /// time, on a blocking thread, charged to one budget of estimate time for all callers.
 pub(super) struct Estimator {
     one_at_a_time: tokio::sync::Semaphore,
-    /// Milliseconds of estimate time that may still be spent, and when that was last brought
+    /// Milliseconds of estimate CPU time that may still be spent, and when that was last brought
     /// up to date; below zero after a long estimate (a debt the next callers wait out).
     balance: RefCell<(f64, Instant)>,
     /// The meter's checks this minute (`limits.admin_strength_checks_per_minute`).
@@ -89,8 +89,9 @@ pub(super) struct Busy {
 /// Who asks, which decides whether a spent budget refuses them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Asker {
-    /// The meter: refused while another estimate runs or the budget is spent.
-    Meter,
+    /// The meter: refused while another estimate runs, the budget is spent or `per_minute`
+    /// (`limits.admin_strength_checks_per_minute`) checks ran this minute.
+    Meter { per_minute: u32 },
     /// The set-up form, before a session: waits its turn, refused while the budget is spent.
     SetupForm,
     /// A signed-in owner's change of passphrase: waits its turn and is never refused, only
@@ -139,7 +140,7 @@ impl Estimator {
         asker: Asker,
     ) -> Result<owner::Strength, Busy> {
         let _permit = match asker {
-            Asker::Meter => self.one_at_a_time.try_acquire().map_err(|_| Busy {
+            Asker::Meter { .. } => self.one_at_a_time.try_acquire().map_err(|_| Busy {
                 retry_after_secs: 1,
             })?,
             Asker::SetupForm | Asker::Owner => self
@@ -152,15 +153,46 @@ impl Estimator {
         if asker != Asker::Owner {
             self.spent(Instant::now())?;
         }
+        // Counted only when it runs: checks refused as busy must not use up the minute.
+        if let Asker::Meter { per_minute } = asker {
+            self.meter_checks
+                .take(per_minute, Instant::now())
+                .map_err(|secs| Busy {
+                    retry_after_secs: secs,
+                })?;
+        }
         let started = Instant::now();
-        let rated = tokio::task::spawn_blocking(move || owner::strength(&passphrase)).await;
-        self.charge(Instant::now(), started.elapsed());
-        Ok(rated.unwrap_or_else(|_| owner::Strength {
-            score: 0,
-            ok: false,
-            words: "The passphrase could not be checked: try again.".to_owned(),
-        }))
+        let rated = tokio::task::spawn_blocking(move || {
+            let cpu_before = thread_cpu_time();
+            let s = owner::strength(&passphrase);
+            let cpu = cpu_before.and_then(|b| Some(thread_cpu_time()?.saturating_sub(b)));
+            (s, cpu)
+        })
+        .await;
+        let (strength, cpu) = rated.unwrap_or_else(|_| {
+            let failed = owner::Strength {
+                score: 0,
+                ok: false,
+                words: "The passphrase could not be checked: try again.".to_owned(),
+            };
+            (failed, None)
+        });
+        // The CPU the estimate used: on a busy box its wall time also counts what others took
+        // of the core meanwhile. Without the thread's clock, the wall time (more, never less).
+        self.charge(Instant::now(), cpu.unwrap_or_else(|| started.elapsed()));
+        Ok(strength)
     }
+}
+
+/// The CPU time the calling thread has used so far, if the system says.
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the one timespec it is given a valid pointer to.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// Whether the meter's request carries a token this gateway stands behind: the set-up page's
@@ -196,30 +228,31 @@ pub(super) async fn serve(admin: &Admin, req: Request<Incoming>) -> Reply {
             "Reload the page to check the passphrase.",
         );
     }
-    let later = |secs: u64| {
-        let words = format!("Checked when you send the form (the meter resumes in {secs} s).");
-        refuse(StatusCode::TOO_MANY_REQUESTS, &words)
-    };
     let per_minute = admin
         .config
         .borrow()
         .limits
         .admin_strength_checks_per_minute;
-    let estimator = &admin.estimator;
-    if let Err(secs) = estimator.meter_checks.take(per_minute, Instant::now()) {
-        return later(secs);
-    }
     let form = match read_form(admin, req).await {
         Ok(f) => f,
         Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Too long to check."),
     };
     let passphrase = Zeroizing::new(form.get("passphrase").to_owned());
-    match estimator.rate(passphrase, Asker::Meter).await {
+    match admin
+        .estimator
+        .rate(passphrase, Asker::Meter { per_minute })
+        .await
+    {
         Ok(s) => json(
             StatusCode::OK,
             &json!({ "score": s.score, "ok": s.ok, "words": s.words }),
         ),
-        Err(busy) => later(busy.retry_after_secs),
+        Err(Busy { retry_after_secs }) => {
+            let words = format!(
+                "Checked when you send the form (the meter resumes in {retry_after_secs} s)."
+            );
+            refuse(StatusCode::TOO_MANY_REQUESTS, &words)
+        }
     }
 }
 
