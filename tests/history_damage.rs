@@ -10,12 +10,14 @@ mod common;
 
 use std::path::Path;
 
+use common::web::Web;
 use common::{
-    cli_backup, cli_os, connect_with_status, frame_type, pair, pstr, send_until_stop,
+    cli_backup, cli_os, connect_with_status, frame_type, owner_set, pair, pstr, send_until_stop,
     temp_data_dir, Client, Gateway, Paired,
 };
 use serde_json::json;
 
+const PASSPHRASE: &str = "violet tractor harbour 42";
 /// A word only the damaged message holds, for the search.
 const WORD: &str = "zanzibar";
 /// How many of the newest history rows the start-up check reads back (`History::quick_look`).
@@ -24,6 +26,7 @@ const START_CHECKED_ROWS: usize = 64;
 /// A stopped gateway's store with one message whose text is no longer UTF-8 (the search index
 /// still holds its words) and newer ones after it, and the phone paired to it.
 async fn store_with_a_damaged_text(data: &Path) -> Paired {
+    owner_set(data, PASSPHRASE);
     let phone = pair(data, "phone");
     let mut gw = Gateway::start(data, &[]);
     let (mut c, _, _) = connect_with_status(&gw, &phone).await;
@@ -69,7 +72,8 @@ fn status_text(data: &Path) -> String {
 }
 
 /// What every path must leave: `degraded` in `status`, saying what is damaged and what to do,
-/// and a phone that connects now is told `degraded`.
+/// the same among the admin home page's problems, and a phone that connects now is told
+/// `degraded`.
 async fn assert_degraded_with_the_cause(gw: &Gateway, data: &Path, phone: &Paired) {
     let status = status_text(data);
     eprintln!("{status}");
@@ -79,6 +83,15 @@ async fn assert_degraded_with_the_cause(gw: &Gateway, data: &Path, phone: &Paire
             && status.contains("damaged")
             && status.contains("restore"),
         "{status}"
+    );
+    let mut owner = Web::new(gw, "127.0.0.1");
+    assert_eq!(owner.sign_in(PASSPHRASE).await.status, 303);
+    let home = owner.get("/admin/").await;
+    let problems = home.body.split("id=\"problems\"").nth(1).unwrap_or("");
+    assert!(
+        problems.contains("the history database") && problems.contains("damaged"),
+        "the home page's problems do not name the damage:\n{}",
+        home.body
     );
     let (_, _, greeting) = connect_with_status(gw, phone).await;
     assert_eq!(greeting["payload"]["state"], "degraded", "{greeting}");
@@ -122,26 +135,25 @@ async fn a_backup_that_meets_damage_names_it_and_degrades_the_gateway() {
     assert_degraded_with_the_cause(&gw, data.path(), &phone).await;
 }
 
-#[tokio::test]
-async fn a_history_page_that_meets_damage_is_an_error_and_degrades_the_gateway() {
+/// A phone's request that reads the damaged message, on a gateway that started `online`: it
+/// gets an `error` naming the damage, and the gateway is `degraded` with that cause.
+async fn a_phone_request_meets_damage(kind: &str, payload: serde_json::Value) {
     let data = temp_data_dir();
     let phone = store_with_a_damaged_text(data.path()).await;
     let gw = Gateway::start(data.path(), &[]);
     let (mut c, _, greeting) = connect_with_status(&gw, &phone).await;
     assert_eq!(greeting["payload"]["state"], "online", "{greeting}");
 
-    refused_for_damage(&mut c, "history", json!({ "limit": 200 })).await;
+    refused_for_damage(&mut c, kind, payload).await;
     assert_degraded_with_the_cause(&gw, data.path(), &phone).await;
 }
 
 #[tokio::test]
-async fn a_search_that_meets_damage_is_an_error_and_degrades_the_gateway() {
-    let data = temp_data_dir();
-    let phone = store_with_a_damaged_text(data.path()).await;
-    let gw = Gateway::start(data.path(), &[]);
-    let (mut c, _, greeting) = connect_with_status(&gw, &phone).await;
-    assert_eq!(greeting["payload"]["state"], "online", "{greeting}");
+async fn a_history_page_that_meets_damage_is_an_error_and_degrades_the_gateway() {
+    a_phone_request_meets_damage("history", json!({ "limit": 200 })).await;
+}
 
-    refused_for_damage(&mut c, "search", json!({ "query": WORD })).await;
-    assert_degraded_with_the_cause(&gw, data.path(), &phone).await;
+#[tokio::test]
+async fn a_search_that_meets_damage_is_an_error_and_degrades_the_gateway() {
+    a_phone_request_meets_damage("search", json!({ "query": WORD })).await;
 }
