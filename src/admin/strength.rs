@@ -9,10 +9,10 @@
 //!   issued, `session::SetupTokens`) or a signed-in owner (the session's CSRF token) is
 //!   answered; anything else is 403 before the body is read;
 //! - every estimate (the meter's and the set-up and change forms' own check) goes through one
-//!   [`Estimator`]: on a blocking thread, one at a time gateway-wide, charged to one
-//!   gateway-wide budget of estimate time ([`BUDGET_MS_PER_SECOND`], [`BUDGET_BURST_MS`]), so
-//!   rotating addresses cannot multiply it; only the first `owner::SCORED_CHARS` characters
-//!   are rated;
+//!   [`Estimator`]: on a thread of its own at the lowest priority, one at a time gateway-wide,
+//!   charged to one gateway-wide budget of estimate CPU time ([`BUDGET_MS_PER_SECOND`],
+//!   [`BUDGET_BURST_MS`]), so rotating addresses cannot multiply it; only the first
+//!   `owner::SCORED_CHARS` characters are rated;
 //! - the meter's checks are also counted by `limits.admin_strength_checks_per_minute` over
 //!   all browsers, the body bounded by `limits.admin_max_form_bytes`, and the passphrase is
 //!   never logged or kept.
@@ -69,7 +69,8 @@ impl Window {
 }
 
 /// The gateway's one way to run a strength estimate (the meter's and the forms'): one at a
-/// time, on a blocking thread, charged to one budget of estimate time for all callers.
+/// time, on a thread of its own at the lowest priority, charged to one budget of estimate CPU
+/// time for all callers.
 pub(super) struct Estimator {
     one_at_a_time: tokio::sync::Semaphore,
     /// Milliseconds of estimate CPU time that may still be spent, and when that was last brought
@@ -133,7 +134,7 @@ impl Estimator {
         self.balance.borrow_mut().0 -= took.as_secs_f64() * 1000.0;
     }
 
-    /// Rates `passphrase` (`owner::strength`) on a blocking thread, as [`Asker`] allows.
+    /// Rates `passphrase` (`owner::strength`) off the event loop, as [`Asker`] allows.
     pub(super) async fn rate(
         &self,
         passphrase: Zeroizing<String>,
@@ -162,14 +163,23 @@ impl Estimator {
                 })?;
         }
         let started = Instant::now();
-        let rated = tokio::task::spawn_blocking(move || {
-            let cpu_before = thread_cpu_time();
-            let s = owner::strength(&passphrase);
-            let cpu = cpu_before.and_then(|b| Some(thread_cpu_time()?.saturating_sub(b)));
-            (s, cpu)
-        })
-        .await;
-        let (strength, cpu) = rated.unwrap_or_else(|_| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A thread of its own at the lowest priority (one at most, by the permit): on a busy
+        // box the event loop and Hermes go first, and no pooled worker keeps the priority.
+        let spawned = std::thread::Builder::new()
+            .name("strength-estimate".into())
+            .spawn(move || {
+                lower_this_threads_priority();
+                let cpu_before = thread_cpu_time();
+                let s = owner::strength(&passphrase);
+                let cpu = cpu_before.and_then(|b| Some(thread_cpu_time()?.saturating_sub(b)));
+                let _ = tx.send((s, cpu));
+            });
+        let rated = match spawned {
+            Ok(_) => rx.await.ok(),
+            Err(_) => None,
+        };
+        let (strength, cpu) = rated.unwrap_or_else(|| {
             let failed = owner::Strength {
                 score: 0,
                 ok: false,
@@ -181,6 +191,17 @@ impl Estimator {
         // of the core meanwhile. Without the thread's clock, the wall time (more, never less).
         self.charge(Instant::now(), cpu.unwrap_or_else(|| started.elapsed()));
         Ok(strength)
+    }
+}
+
+/// Makes the calling thread the last to get a busy core (nice 19); if the system refuses, it
+/// runs at the normal priority, still one at a time within the budget.
+fn lower_this_threads_priority() {
+    // SAFETY: gettid has no preconditions; setpriority only changes this thread's nice value
+    // (Linux keeps one per thread).
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 
@@ -206,12 +227,16 @@ fn may_ask(admin: &Admin, req: &Request<Incoming>) -> bool {
     if token.is_empty() {
         return false;
     }
+    let setup = session::cookie(req.headers(), session::PRE_COOKIE)
+        .is_some_and(|p| session::same(p, token))
+        && admin.setup_tokens.issued(token);
+    // Neither a token this gateway signed nor a session cookie: refused before the owner file
+    // is read, so a flood of made-up pairs costs no disk.
+    if !setup && session::cookie(req.headers(), session::COOKIE).is_none() {
+        return false;
+    }
     match owner::load(&admin.data_dir) {
-        Ok(None) => {
-            session::cookie(req.headers(), session::PRE_COOKIE)
-                .is_some_and(|p| session::same(p, token))
-                && admin.setup_tokens.issued(token)
-        }
+        Ok(None) => setup,
         Ok(Some(o)) => admin
             .signed_in(req.headers(), &o)
             .is_some_and(|v| session::same(&v.csrf, token)),
