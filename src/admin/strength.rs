@@ -17,7 +17,8 @@
 //!   all browsers, the body bounded by `limits.admin_max_form_bytes`, and the passphrase is
 //!   never logged or kept.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
@@ -72,12 +73,36 @@ impl Window {
 /// time, on a thread of its own at the lowest priority, charged to one budget of estimate CPU
 /// time for all callers.
 pub(super) struct Estimator {
-    one_at_a_time: tokio::sync::Semaphore,
-    /// Milliseconds of estimate CPU time that may still be spent, and when that was last brought
-    /// up to date; below zero after a long estimate (a debt the next callers wait out).
-    balance: RefCell<(f64, Instant)>,
+    /// Held by the estimating thread until it is done: a request given up (its connection
+    /// closed) while its estimate runs frees no room for another.
+    one_at_a_time: Arc<tokio::sync::Semaphore>,
+    /// Charged by the estimating thread itself, for the same reason.
+    budget: Arc<Mutex<Budget>>,
     /// The meter's checks this minute (`limits.admin_strength_checks_per_minute`).
     meter_checks: Window,
+}
+
+/// Milliseconds of estimate CPU time that may still be spent, and when that was last brought
+/// up to date; below zero after a long estimate (a debt the next callers wait out).
+struct Budget {
+    ms: f64,
+    at: Instant,
+}
+
+impl Budget {
+    /// The balance now, refilled for the time since it was last brought up to date.
+    fn refill(&mut self, now: Instant) -> f64 {
+        let earned =
+            now.saturating_duration_since(self.at).as_secs_f64() * f64::from(BUDGET_MS_PER_SECOND);
+        self.ms = (self.ms + earned).min(f64::from(BUDGET_BURST_MS));
+        self.at = now;
+        self.ms
+    }
+
+    fn charge(&mut self, now: Instant, took: Duration) {
+        self.refill(now);
+        self.ms -= took.as_secs_f64() * 1000.0;
+    }
 }
 
 /// Why an estimate was not run: the gateway-wide budget or the one estimate at a time.
@@ -103,23 +128,24 @@ pub(super) enum Asker {
 impl Estimator {
     pub(super) fn new(now: Instant) -> Estimator {
         Estimator {
-            one_at_a_time: tokio::sync::Semaphore::new(1),
-            balance: RefCell::new((f64::from(BUDGET_BURST_MS), now)),
+            one_at_a_time: Arc::new(tokio::sync::Semaphore::new(1)),
+            budget: Arc::new(Mutex::new(Budget {
+                ms: f64::from(BUDGET_BURST_MS),
+                at: now,
+            })),
             meter_checks: Window::new(now),
         }
     }
 
-    /// The balance in milliseconds now, refilled for the time since it was last read.
-    fn balance(&self, now: Instant) -> f64 {
-        let mut b = self.balance.borrow_mut();
-        let earned =
-            now.saturating_duration_since(b.1).as_secs_f64() * f64::from(BUDGET_MS_PER_SECOND);
-        *b = ((b.0 + earned).min(f64::from(BUDGET_BURST_MS)), now);
-        b.0
+    fn budget(&self) -> std::sync::MutexGuard<'_, Budget> {
+        self.budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn spent(&self, now: Instant) -> Result<(), Busy> {
-        let balance = self.balance(now);
+    /// `Err` while the budget is spent: when it has room again.
+    fn has_room(&self, now: Instant) -> Result<(), Busy> {
+        let balance = self.budget().refill(now);
         if balance > 0.0 {
             return Ok(());
         }
@@ -129,30 +155,31 @@ impl Estimator {
         })
     }
 
-    fn charge(&self, now: Instant, took: Duration) {
-        self.balance(now);
-        self.balance.borrow_mut().0 -= took.as_secs_f64() * 1000.0;
-    }
-
     /// Rates `passphrase` (`owner::strength`) off the event loop, as [`Asker`] allows.
     pub(super) async fn rate(
         &self,
         passphrase: Zeroizing<String>,
         asker: Asker,
     ) -> Result<owner::Strength, Busy> {
-        let _permit = match asker {
-            Asker::Meter { .. } => self.one_at_a_time.try_acquire().map_err(|_| Busy {
-                retry_after_secs: 1,
-            })?,
+        let permit = match asker {
+            Asker::Meter { .. } => {
+                self.one_at_a_time
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| Busy {
+                        retry_after_secs: 1,
+                    })?
+            }
             Asker::SetupForm | Asker::Owner => self
                 .one_at_a_time
-                .acquire()
+                .clone()
+                .acquire_owned()
                 .await
                 .expect("the estimator's semaphore is never closed"),
         };
         // Asked with the permit held: the balance then counts every estimate before this one.
         if asker != Asker::Owner {
-            self.spent(Instant::now())?;
+            self.has_room(Instant::now())?;
         }
         // Counted only when it runs: checks refused as busy must not use up the minute.
         if let Asker::Meter { per_minute } = asker {
@@ -162,7 +189,7 @@ impl Estimator {
                     retry_after_secs: secs,
                 })?;
         }
-        let started = Instant::now();
+        let budget = self.budget.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         // A thread of its own at the lowest priority (one at most, by the permit): on a busy
         // box the event loop and Hermes go first, and no pooled worker keeps the priority.
@@ -170,27 +197,30 @@ impl Estimator {
             .name("strength-estimate".into())
             .spawn(move || {
                 lower_this_threads_priority();
+                let started = Instant::now();
                 let cpu_before = thread_cpu_time();
                 let s = owner::strength(&passphrase);
                 let cpu = cpu_before.and_then(|b| Some(thread_cpu_time()?.saturating_sub(b)));
-                let _ = tx.send((s, cpu));
+                // The CPU the estimate used: on a busy box its wall time also counts what
+                // others took of the core meanwhile. Without the thread's clock, the wall time
+                // (more, never less).
+                let took = cpu.unwrap_or_else(|| started.elapsed());
+                budget
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .charge(Instant::now(), took);
+                drop(permit);
+                let _ = tx.send(s);
             });
         let rated = match spawned {
             Ok(_) => rx.await.ok(),
             Err(_) => None,
         };
-        let (strength, cpu) = rated.unwrap_or_else(|| {
-            let failed = owner::Strength {
-                score: 0,
-                ok: false,
-                words: "The passphrase could not be checked: try again.".to_owned(),
-            };
-            (failed, None)
-        });
-        // The CPU the estimate used: on a busy box its wall time also counts what others took
-        // of the core meanwhile. Without the thread's clock, the wall time (more, never less).
-        self.charge(Instant::now(), cpu.unwrap_or_else(|| started.elapsed()));
-        Ok(strength)
+        Ok(rated.unwrap_or_else(|| owner::Strength {
+            score: 0,
+            ok: false,
+            words: "The passphrase could not be checked: try again.".to_owned(),
+        }))
     }
 }
 
@@ -299,20 +329,52 @@ mod tests {
     fn the_budget_is_spent_by_estimate_time_and_refills() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
-        assert!(e.spent(t0).is_ok());
-        e.charge(t0, Duration::from_millis(u64::from(BUDGET_BURST_MS) + 400));
+        assert!(e.has_room(t0).is_ok());
+        let charge = |at, ms| e.budget().charge(at, Duration::from_millis(ms));
+        charge(t0, u64::from(BUDGET_BURST_MS) + 400);
         // 400 ms in debt at 200 ms/s: a little over two seconds to be back above zero.
         assert_eq!(
-            e.spent(t0),
+            e.has_room(t0),
             Err(Busy {
                 retry_after_secs: 3
             })
         );
-        assert!(e.spent(t0 + Duration::from_millis(1_500)).is_err());
-        assert!(e.spent(t0 + Duration::from_millis(2_100)).is_ok());
+        assert!(e.has_room(t0 + Duration::from_millis(1_500)).is_err());
+        assert!(e.has_room(t0 + Duration::from_millis(2_100)).is_ok());
         // A long quiet spell refills only up to the burst.
         let later = t0 + Duration::from_secs(3_600);
-        e.charge(later, Duration::from_millis(u64::from(BUDGET_BURST_MS)));
-        assert!(e.spent(later).is_err());
+        charge(later, u64::from(BUDGET_BURST_MS));
+        assert!(e.has_room(later).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_estimate_given_up_still_holds_its_turn_and_is_charged() {
+        let e = Estimator::new(Instant::now());
+        let costly: String = "4@8(3!1|0$5+7".chars().cycle().take(64).collect();
+        let meter = Asker::Meter { per_minute: 120 };
+        // Started, then dropped at its first wait (as when the browser's connection closes).
+        let given_up = e.rate(Zeroizing::new(costly.clone()), meter);
+        let mut given_up = Box::pin(given_up);
+        assert!(futures_poll_once(given_up.as_mut()).is_none());
+        drop(given_up);
+        assert_eq!(
+            e.rate(Zeroizing::new(costly), meter).await,
+            Err(Busy {
+                retry_after_secs: 1
+            }),
+            "a second estimate ran beside the first"
+        );
+        // Its turn comes back once the thread is done, and the budget was charged.
+        let _ = e.one_at_a_time.acquire().await.unwrap();
+        assert!(e.budget().ms < f64::from(BUDGET_BURST_MS));
+    }
+
+    /// Polls a future once with a waker that does nothing.
+    fn futures_poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 }
