@@ -11,7 +11,8 @@
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
-//!   double-submit token in a `SameSite=Strict` cookie);
+//!   double-submit token in a `SameSite=Strict` cookie, which set-up and the strength meter
+//!   also need to be one the gateway signed, `session::SetupTokens`);
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
