@@ -84,8 +84,10 @@ pub struct Admin {
     data_dir: PathBuf,
     sessions: RefCell<Sessions>,
     signin: RefCell<GuessLimiter<SIGNIN_TABLE>>,
-    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU).
-    hashing: tokio::sync::Semaphore,
+    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU). The hashing
+    /// thread holds the permit until it is done: a request given up meanwhile (its connection
+    /// closed) must not let a second hash start beside the first.
+    hashing: std::sync::Arc<tokio::sync::Semaphore>,
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
     config: RefCell<Config>,
@@ -166,7 +168,7 @@ impl Admin {
                 l.admin_signin_failures_per_minute,
                 Instant::now(),
             )),
-            hashing: tokio::sync::Semaphore::new(1),
+            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             data_dir,
             agent,
             config: RefCell::new(config),
@@ -509,37 +511,50 @@ enum Hashing {
     WhileUnclaimed,
 }
 
-/// Hashes a new passphrase on a blocking thread, one at a time; `None` when set-up's turn came
-/// after the box was claimed.
+/// Hashes a new passphrase on a blocking thread, one at a time (the thread holds the turn);
+/// `None` when set-up's turn came after the box was claimed.
 async fn hash_new(
     admin: &Admin,
     passphrase: &str,
     when: Hashing,
 ) -> Result<Option<owner::Owner>, String> {
-    let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
+    let permit = admin
+        .hashing
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| e.to_string())?;
     if when == Hashing::WhileUnclaimed && !matches!(owner::load(&admin.data_dir), Ok(None)) {
         return Ok(None);
     }
     let p = zeroize::Zeroizing::new(passphrase.to_owned());
-    tokio::task::spawn_blocking(move || owner::hash(&p))
-        .await
-        .map_err(|e| e.to_string())?
-        .map(Some)
-        .map_err(|e| e.to_string())
+    tokio::task::spawn_blocking(move || {
+        let hashed = owner::hash(&p);
+        drop(permit);
+        hashed
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map(Some)
+    .map_err(|e| e.to_string())
 }
 
-/// Checks a passphrase on a blocking thread, one at a time.
+/// Checks a passphrase on a blocking thread, one at a time (the thread holds the turn).
 async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
-    let Ok(_permit) = admin.hashing.acquire().await else {
+    let Ok(permit) = admin.hashing.clone().acquire_owned().await else {
         return false;
     };
     let (o, p) = (
         owner.clone(),
         zeroize::Zeroizing::new(passphrase.to_owned()),
     );
-    tokio::task::spawn_blocking(move || owner::verify(&o, &p))
-        .await
-        .unwrap_or(false)
+    tokio::task::spawn_blocking(move || {
+        let right = owner::verify(&o, &p);
+        drop(permit);
+        right
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.
