@@ -13,7 +13,10 @@ use tracing::info;
 use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
 use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
-use super::{hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, PREFIX};
+use super::strength::Asker;
+use super::{
+    hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, Hashing, PREFIX,
+};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::hub::{Hub, TestTarget};
@@ -136,8 +139,14 @@ impl Post<'_> {
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
-        if let Err(e) = owner::check_new(new) {
-            return bad(&sentence(&e.to_string()));
+        let rated = admin
+            .estimator
+            .rate(zeroize::Zeroizing::new(new.to_owned()), Asker::Owner)
+            .await;
+        match rated {
+            Ok(s) if s.ok => {}
+            Ok(s) => return bad(&s.words),
+            Err(_) => return Err(unavailable(&"the passphrase could not be checked")),
         }
         // The same passphrase as at sign-in, so the same count: a session (an unlocked
         // browser left alone) must not buy guesses at a secret that outlives it. Counted as
@@ -170,7 +179,10 @@ impl Post<'_> {
             return bad("The current passphrase is not right.");
         }
         admin.signin.borrow_mut().succeeded(attempt, Instant::now());
-        let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
+        let fresh = hash_new(admin, new, Hashing::Always)
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or_else(|| unavailable(&"the passphrase could not be hashed"))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
         info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");

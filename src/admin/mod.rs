@@ -11,7 +11,8 @@
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
-//!   double-submit token in a `SameSite=Strict` cookie);
+//!   double-submit token in a `SameSite=Strict` cookie, which set-up and the strength meter
+//!   also need to be one the gateway signed, `session::SetupTokens`);
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
@@ -83,8 +84,10 @@ pub struct Admin {
     data_dir: PathBuf,
     sessions: RefCell<Sessions>,
     signin: RefCell<GuessLimiter<SIGNIN_TABLE>>,
-    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU).
-    hashing: tokio::sync::Semaphore,
+    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU). The hashing
+    /// thread holds the permit until it is done: a request given up meanwhile (its connection
+    /// closed) must not let a second hash start beside the first.
+    hashing: std::sync::Arc<tokio::sync::Semaphore>,
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
     config: RefCell<Config>,
@@ -99,8 +102,10 @@ pub struct Admin {
     pub restart: Rc<tokio::sync::Notify>,
     /// A restore upload is being received or checked: one at a time (`transfer.rs`).
     restoring: std::cell::Cell<bool>,
-    /// The passphrase meter's checks this minute (`strength.rs`).
-    strength_checks: strength::Window,
+    /// Every passphrase strength estimate, one at a time within one budget (`strength.rs`).
+    estimator: strength::Estimator,
+    /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
+    setup_tokens: session::SetupTokens,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
     /// The Update page's last check and its one upload at a time (`updates.rs`).
@@ -163,7 +168,7 @@ impl Admin {
                 l.admin_signin_failures_per_minute,
                 Instant::now(),
             )),
-            hashing: tokio::sync::Semaphore::new(1),
+            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             data_dir,
             agent,
             config: RefCell::new(config),
@@ -171,7 +176,8 @@ impl Admin {
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             restoring: std::cell::Cell::new(false),
-            strength_checks: strength::Window::new(Instant::now()),
+            estimator: strength::Estimator::new(Instant::now()),
+            setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
             update_state: updates::State::default(),
             url,
@@ -401,7 +407,9 @@ async fn unclaimed(
         Ok(f) => f,
         Err(r) => return refused(admin, r, secure),
     };
-    if !pre.is_some_and(|p| session::same(&p, form.get("pre"))) {
+    // A token the set-up page issued, not only two matching copies: what follows costs an
+    // estimate and a hash.
+    if !pre.is_some_and(|p| session::same(&p, form.get("pre")) && admin.setup_tokens.issued(&p)) {
         return refused(admin, Refusal::BadCsrf, secure);
     }
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
@@ -409,12 +417,43 @@ async fn unclaimed(
         let n = Notice::Bad("The two passphrases differ.");
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
-    if let Err(e) = owner::check_new(pass) {
-        let n = sentence(&e.to_string());
-        return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&n), secure);
+    let rated = admin
+        .estimator
+        .rate(
+            zeroize::Zeroizing::new(pass.to_owned()),
+            strength::Asker::SetupForm,
+        )
+        .await;
+    match rated {
+        Ok(s) if s.ok => {}
+        Ok(s) => {
+            return setup_page(
+                admin,
+                StatusCode::BAD_REQUEST,
+                &Notice::Bad(&s.words),
+                secure,
+            )
+        }
+        Err(busy) => {
+            let n = format!(
+                "The gateway is busy checking passphrases: wait {} s, then send the form again.",
+                busy.retry_after_secs
+            );
+            let mut reply = setup_page(
+                admin,
+                StatusCode::TOO_MANY_REQUESTS,
+                &Notice::Bad(&n),
+                secure,
+            );
+            retry_after(&mut reply, busy.retry_after_secs);
+            return reply;
+        }
     }
-    let owner = match hash_new(admin, pass).await {
-        Ok(o) => o,
+    // Set-ups sent together wait for the one hash at a time; once one of them has claimed
+    // the box, the others are not hashed at all.
+    let owner = match hash_new(admin, pass, Hashing::WhileUnclaimed).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return redirect(PREFIX),
         Err(e) => return refused(admin, Refusal::Unavailable(e), secure),
     };
     match owner::claim(&admin.data_dir, &owner) {
@@ -463,28 +502,59 @@ async fn unclaimed(
     reply
 }
 
-/// Hashes a new passphrase on a blocking thread, one at a time.
-async fn hash_new(admin: &Admin, passphrase: &str) -> Result<owner::Owner, String> {
-    let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
-    let p = zeroize::Zeroizing::new(passphrase.to_owned());
-    tokio::task::spawn_blocking(move || owner::hash(&p))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+/// When a new passphrase is still worth its hash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hashing {
+    /// The owner's change: always.
+    Always,
+    /// Set-up: only while the box is still unclaimed when its turn comes.
+    WhileUnclaimed,
 }
 
-/// Checks a passphrase on a blocking thread, one at a time.
+/// Hashes a new passphrase on a blocking thread, one at a time (the thread holds the turn);
+/// `None` when set-up's turn came after the box was claimed.
+async fn hash_new(
+    admin: &Admin,
+    passphrase: &str,
+    when: Hashing,
+) -> Result<Option<owner::Owner>, String> {
+    let permit = admin
+        .hashing
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| e.to_string())?;
+    if when == Hashing::WhileUnclaimed && !matches!(owner::load(&admin.data_dir), Ok(None)) {
+        return Ok(None);
+    }
+    let p = zeroize::Zeroizing::new(passphrase.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let hashed = owner::hash(&p);
+        drop(permit);
+        hashed
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map(Some)
+    .map_err(|e| e.to_string())
+}
+
+/// Checks a passphrase on a blocking thread, one at a time (the thread holds the turn).
 async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
-    let Ok(_permit) = admin.hashing.acquire().await else {
+    let Ok(permit) = admin.hashing.clone().acquire_owned().await else {
         return false;
     };
     let (o, p) = (
         owner.clone(),
         zeroize::Zeroizing::new(passphrase.to_owned()),
     );
-    tokio::task::spawn_blocking(move || owner::verify(&o, &p))
-        .await
-        .unwrap_or(false)
+    tokio::task::spawn_blocking(move || {
+        let right = owner::verify(&o, &p);
+        drop(permit);
+        right
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.

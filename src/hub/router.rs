@@ -210,7 +210,7 @@ impl Hub {
             .store
             .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
             .await
-            .map_err(Refusal::internal)?;
+            .map_err(|e| self.query_failed(e))?;
         self.query_budget_charge(&outlet.device_id, took);
         let page = page.map_err(|other| {
             let before = req.before_message_id.as_deref().unwrap_or("");
