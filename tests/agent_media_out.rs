@@ -505,3 +505,113 @@ async fn openai_a_file_the_media_quota_cannot_hold_is_a_note_not_a_silent_loss()
     );
     assert!(!text.contains("MEDIA"), "{text:?}");
 }
+
+/// Swaps `at` between the folder `real` and the symlink `link` (each kept under its own name
+/// while the other stands at `at`) until `stop` is set: what a `MEDIA:` path names changes
+/// between the gateway's check and its open.
+fn swap_until(stop: &std::sync::atomic::AtomicBool, at: &Path, real: &Path, link: &Path) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for parked in [real, link] {
+            std::fs::rename(parked, at).unwrap();
+            std::fs::rename(at, parked).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn openai_a_folder_swapped_for_a_symlink_never_sends_a_denied_file() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const ATTEMPTS: usize = 200;
+    const PER_TURN: usize = 8;
+    let llm = MockLlm::start();
+    // The gateway's data folder inside the allowed folder, and a `.ssh` folder there too.
+    let allowed = tempfile::tempdir().unwrap();
+    let root = allowed.path().canonicalize().unwrap();
+    let data = root.join("data");
+    // Every offer is pulled: more frames a second than a phone sends.
+    let (_config_dir, config) = config_with(
+        &format!("media_dirs = [{}]", toml_path(&root)),
+        "frames_per_second = 1000\nframe_burst = 1000",
+    );
+    let url = llm.url();
+    let gw = Gateway::start(
+        &data,
+        &[
+            "--agent",
+            "openai",
+            "--agent-url",
+            &url,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let p = pair(&data, "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    let tls_key = std::fs::read(data.join("tls/key.pem")).expect("the gateway's TLS key");
+    std::fs::create_dir(root.join(".ssh")).unwrap();
+    let ssh_key = b"-----BEGIN OPENSSH PRIVATE KEY----- test".to_vec();
+    std::fs::write(root.join(".ssh/id_test"), &ssh_key).unwrap();
+    // Harmless look-alikes the names point at between swaps.
+    for (folder, file) in [("plain_tls", "key.pem"), ("plain_ssh", "id_test")] {
+        std::fs::create_dir(root.join(folder)).unwrap();
+        std::fs::write(root.join(folder).join(file), format!("harmless {file}")).unwrap();
+    }
+    std::os::unix::fs::symlink(data.join("tls"), root.join("link_tls")).unwrap();
+    std::os::unix::fs::symlink(root.join(".ssh"), root.join("link_ssh")).unwrap();
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let swappers: Vec<_> = ["tls", "ssh"]
+        .into_iter()
+        .map(|which| {
+            let stop = stop.clone();
+            let root = root.clone();
+            std::thread::spawn(move || {
+                swap_until(
+                    &stop,
+                    &root.join(format!("x_{which}")),
+                    &root.join(format!("plain_{which}")),
+                    &root.join(format!("link_{which}")),
+                )
+            })
+        })
+        .collect();
+
+    let paths: Vec<String> = (0..PER_TURN)
+        .map(|i| {
+            let file = if i % 2 == 0 {
+                "x_tls/key.pem"
+            } else {
+                "x_ssh/id_test"
+            };
+            root.join(file).display().to_string()
+        })
+        .collect();
+    let ask = format!("[[media {}]]", paths.join(" "));
+    let (mut offered, mut refused) = (0, 0);
+    for _ in 0..ATTEMPTS / PER_TURN {
+        let frames = c.say(&ask, typing_off).await;
+        let text = pstr(stop_of(&frames), "final_text").to_owned();
+        refused += text.matches("[file not sent:").count();
+        for offer in of_type(&frames, "media.offer") {
+            let got = pull_media(&mut c, pstr(offer, "media_id")).await;
+            assert!(got != tls_key, "the gateway's TLS key reached the phone");
+            assert!(got != ssh_key, "a .ssh key reached the phone");
+            assert!(got.starts_with(b"harmless "), "{offer}");
+            offered += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in swappers {
+        s.join().unwrap();
+    }
+    // Both sides of the race were met: files read between swaps, refusals during them.
+    assert_eq!(
+        offered + refused,
+        ATTEMPTS,
+        "every path is an offer or a note"
+    );
+    assert!(
+        offered > 0 && refused > 0,
+        "{offered} offered, {refused} refused"
+    );
+}

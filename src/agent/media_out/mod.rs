@@ -12,9 +12,10 @@
 //!   until its end; an inline image until its `)`, bounded by the base64 size of the file
 //!   limit), so no part of a tag ever reaches a `message.update`.
 //! - [`FilePolicy`] (`policy.rs`): reading a `MEDIA:` path, only from the allowed folders
-//!   (`agent.media_dirs`), after resolving symlinks (one out of them is refused), opened with
-//!   `O_NOFOLLOW`, regular files only, never a credential or system file (a denylist like
-//!   Hermes' `validate_media_delivery_path`), at most `limits.agent_file_bytes`. A refused tag
+//!   (`agent.media_dirs`), after resolving symlinks (one out of them is refused), opened from
+//!   the allowed folder down following no symlink, regular files only, never a credential or
+//!   system file (a denylist like Hermes' `validate_media_delivery_path`, checked again on where
+//!   the opened file really is), at most `limits.agent_file_bytes`. A refused tag
 //!   becomes a plain note in the text. An inline image is held to the same limit (`inline.rs`),
 //!   and a file's type is taken from its bytes where they tell it (`file_kind.rs`).
 //!

@@ -418,3 +418,50 @@ fn the_joined_filter_gives_files_and_notes_in_order() {
         )
     );
 }
+
+#[test]
+fn a_folder_swapped_for_a_symlink_after_the_check_is_not_followed() {
+    use super::policy::{open_beneath, walk_beneath, OpenError};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::fs::create_dir_all(root.join("keys")).unwrap();
+    std::fs::write(root.join("real/a.txt"), b"ok").unwrap();
+    std::fs::write(root.join("keys/a.txt"), b"secret").unwrap();
+    // What was checked: root/x/a.txt with x a folder; what is there at the open: a symlink.
+    std::os::unix::fs::symlink(root.join("keys"), root.join("x")).unwrap();
+    let swapped = root.join("x/a.txt");
+    assert!(matches!(
+        open_beneath(&root, &swapped),
+        Err(OpenError::Symlink)
+    ));
+    let root_fd = || {
+        std::fs::File::open(&root)
+            .map(std::os::fd::OwnedFd::from)
+            .unwrap()
+    };
+    assert!(matches!(
+        walk_beneath(root_fd(), Path::new("x/a.txt")),
+        Err(OpenError::Symlink)
+    ));
+    // The file itself a symlink: not followed either way.
+    std::os::unix::fs::symlink(root.join("keys/a.txt"), root.join("real/b.txt")).unwrap();
+    assert!(matches!(
+        open_beneath(&root, &root.join("real/b.txt")),
+        Err(OpenError::Symlink)
+    ));
+    assert!(matches!(
+        walk_beneath(root_fd(), Path::new("real/b.txt")),
+        Err(OpenError::Symlink)
+    ));
+    // A plain path opens both ways, to the same bytes.
+    let read = |f: std::fs::File| std::io::read_to_string(f).unwrap();
+    assert_eq!(
+        read(open_beneath(&root, &root.join("real/a.txt")).unwrap()),
+        "ok"
+    );
+    assert_eq!(
+        read(walk_beneath(root_fd(), Path::new("real/a.txt")).unwrap()),
+        "ok"
+    );
+}
