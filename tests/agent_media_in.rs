@@ -520,3 +520,127 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
          \n[attached: e.ogg (audio/ogg, 5 bytes): not read: the gateway sends the agent no audio]"
     );
 }
+
+/// Four channels, each sent two 5500×5500 RGBA PNGs (~125 KB each, 115 MiB of pixels each
+/// decoded) at once: every photo reaches the model scaled to the limits, and the gateway's
+/// peak resident memory (`VmHWM`) stays within 160 MiB: the pixels go through a budget and a
+/// PNG is scaled row by row as it is read, never held whole.
+#[tokio::test]
+async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
+    use common::proc::proc_status_kib;
+    const PEAK_MIB: u64 = 160;
+    const SIDE: u32 = 5500;
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    // The uploads (1 MB) at once: more than a phone's sustained rate.
+    let gw = openai_gateway(
+        dir.path(),
+        &llm,
+        "bytes_per_second = 100000000\nbyte_burst = 100000000\n",
+    );
+    let p = pair(&dir.path().join("data"), "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    // Eight photos of 30 megapixels on a debug build and a shared machine: more than the
+    // usual wait for a frame.
+    c.timeout = std::time::Duration::from_secs(120);
+    let photos: Vec<Vec<u8>> = (0..2u8)
+        .map(|tint| {
+            // Bands of 500 rows alike (built a row at a time: quick in a debug build).
+            let mut raw = Vec::with_capacity((SIDE * SIDE * 4) as usize);
+            let mut row = Vec::new();
+            for y in 0..SIDE {
+                if y % 500 == 0 {
+                    row = (0..SIDE)
+                        .flat_map(|x| [(x / 500 * 20) as u8, (y / 500 * 20) as u8, tint * 200, 200])
+                        .collect();
+                }
+                raw.extend_from_slice(&row);
+            }
+            let img = image::RgbaImage::from_raw(SIDE, SIDE, raw).unwrap();
+            encoded(&DynamicImage::ImageRgba8(img), ImageFormat::Png)
+        })
+        .collect();
+    let sizes: Vec<usize> = photos.iter().map(Vec::len).collect();
+    assert!(sizes.iter().all(|n| *n < 1 << 20), "small files: {sizes:?}");
+    let mut chats = Vec::new();
+    for n in 0..4 {
+        let chat = common::create_channel(&mut c, &format!("photos {n}")).await;
+        for (k, photo) in photos.iter().enumerate() {
+            let r = format!("p{n}-{k}");
+            upload_file(&mut c, &r, "image", "image/png", &format!("{r}.png"), photo).await;
+        }
+        chats.push(chat);
+    }
+    let [before] = proc_status_kib(gw.pid(), ["VmHWM"]);
+    let started = std::time::Instant::now();
+    for (n, chat) in chats.iter().enumerate() {
+        c.request(
+            "message.send",
+            Some(chat),
+            None,
+            json!({ "text": format!("photos {n}"), "media_refs": [format!("p{n}-0"), format!("p{n}-1")] }),
+        )
+        .await;
+    }
+    let mut stops = 0;
+    while stops < chats.len() {
+        let f = c.recv().await;
+        assert_ne!(frame_type(&f), "error", "{f}");
+        stops += usize::from(frame_type(&f) == "message.stop");
+    }
+    let [peak] = proc_status_kib(gw.pid(), ["VmHWM"]);
+    let turns: Vec<Value> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| text_of(&last_user(r)["content"]).starts_with("photos "))
+        .collect();
+    assert_eq!(turns.len(), 4);
+    for turn in &turns {
+        let sent = images_in(turn);
+        assert_eq!(sent.len(), 2, "{}", text_of(&last_user(turn)["content"]));
+        for (mime, bytes) in &sent {
+            assert_within_defaults(mime, bytes);
+            assert_aspect(bytes, SIDE, SIDE);
+        }
+    }
+    eprintln!(
+        "VmHWM {} MiB before the turns, {} MiB after; the turns took {:?}",
+        before >> 10,
+        peak >> 10,
+        started.elapsed()
+    );
+    assert!(
+        peak <= PEAK_MIB << 10,
+        "peak resident memory {} MiB, over {PEAK_MIB} MiB",
+        peak >> 10
+    );
+}
+
+/// A JPEG cut in half (which a lenient decoder turns into a half-grey picture) is not sent to
+/// the model as an image: it is told the image is damaged, and the message stands.
+#[tokio::test]
+async fn openai_a_jpeg_cut_in_half_is_found_damaged() {
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    let gw = openai_gateway(dir.path(), &llm, "");
+    let p = pair(&dir.path().join("data"), "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    let jpg = encoded(&picture(800, 600, 31), ImageFormat::Jpeg);
+    let half = &jpg[..jpg.len() / 2];
+    upload_file(&mut c, "h", "image", "image/jpeg", "half.jpg", half).await;
+    let stop = send(&mut c, "what is this?", &["h"]).await;
+    let req = llm.requests().pop().unwrap();
+    assert!(
+        images_in(&req).is_empty(),
+        "the damaged photo went as an image"
+    );
+    let text = text_of(&last_user(&req)["content"]);
+    assert!(
+        text.starts_with(&format!(
+            "what is this?\n[attached: half.jpg (image/jpeg, {} bytes): not sent: the image is damaged and could not be read",
+            half.len()
+        )),
+        "{text}"
+    );
+    assert!(pstr(&stop, "final_text").starts_with("Echo: what is this?"));
+}
