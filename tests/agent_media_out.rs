@@ -4,7 +4,9 @@
 //! bytes, and which a device that was away gets by `sync`; no `message.update` or
 //! `message.stop` carries the tag or any part of its path. Paths outside the allowed folders,
 //! `/etc/passwd`, a symlink out of an allowed folder and a file over `limits.agent_file_bytes`
-//! are not read: a note stands in the text instead. Against a real Hermes 0.19.0 (its runs
+//! are not read: a note stands in the text instead, also when a folder is swapped for a
+//! symlink to the data folder or a `.ssh` folder while the gateway reads. An inline image is
+//! offered only once it decodes (its base64 may be wrapped in lines). Against a real Hermes 0.19.0 (its runs
 //! API, `agent.hermes_home` giving the default folders) and the OpenAI-compatible backend
 //! (`agent.media_dirs`), both on the scripted mock LLM (`[[media …]]`, `[[inline N]]`).
 
@@ -23,10 +25,11 @@ use tempfile::TempDir;
 /// `limits.agent_file_bytes` in these tests: small, so "at" and "over" are cheap.
 const LIMIT: usize = 4096;
 
-/// The mock's `[[inline N]]` image: a 1x1 PNG padded with zero bytes (or cut) to `n` bytes.
+/// The mock's `[[inline N]]` image: a 1x1 PNG (one that decodes) padded with zero bytes (or
+/// cut) to `n` bytes.
 fn inline_png(n: usize) -> Vec<u8> {
-    const PNG_1X1: &str = "89504e470d0a1a0a0000000d4948445200000001000000010806000000\
-                           1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082";
+    const PNG_1X1: &str = "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489\
+                           0000000b4944415478da636000020000050001e9fadcd80000000049454e44ae426082";
     let mut png: Vec<u8> = (0..PNG_1X1.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&PNG_1X1[i..i + 2], 16).unwrap())
@@ -614,4 +617,58 @@ async fn openai_a_folder_swapped_for_a_symlink_never_sends_a_denied_file() {
         offered > 0 && refused > 0,
         "{offered} offered, {refused} refused"
     );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn openai_inline_base64_wrapped_in_lines_is_an_image_and_bytes_that_only_start_like_one_are_not(
+) {
+    let mut s = openai_setup().await;
+    // Wrapped at 76 columns (as `base64` prints it): 3,420 bytes, 4,560 base64 characters.
+    let frames = s.c.say("[[inline76 3420]]", typing_off).await;
+    assert_offered(
+        &mut s.c,
+        &frames,
+        "chart.png",
+        "image",
+        "image/png",
+        &inline_png(3420),
+    )
+    .await;
+    assert_text_clean(&frames, &["data:", "base64", "iVBOR", "AAAA"]);
+    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+
+    // A bitmap's signature before HTML, and a PNG's before junk: not images, not offered;
+    // a short note, and none of their base64 in the text.
+    let png_signature = b"\x89PNG\r\n\x1a\n";
+    for (subtype, bytes) in [
+        (
+            "bmp",
+            &b"BM<html><script>alert(document.cookie)</script></html>"[..],
+        ),
+        ("png", &[&png_signature[..], &[0x42; 300]].concat()[..]),
+    ] {
+        let frames =
+            s.c.say(
+                &format!("[[inlinehex {subtype} {}]]", hex(bytes)),
+                typing_off,
+            )
+            .await;
+        assert!(
+            of_type(&frames, "media.offer").is_empty(),
+            "{subtype}: {}",
+            dump(&frames)
+        );
+        assert_text_clean(&frames, &["data:", "base64", "Qk08", "iVBOR", "QkJC"]);
+        let text = pstr(stop_of(&frames), "final_text");
+        assert!(
+            text.starts_with("Look: [image not sent: an inline image could not be read as one: ")
+                && text.ends_with("] done.")
+                && text.len() < 300,
+            "{text:?}"
+        );
+    }
 }

@@ -369,15 +369,24 @@ fn a_fifo_or_folder_is_not_read() {
     ));
 }
 
+/// A real 3×2 PNG.
+fn tiny_png() -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(image::RgbaImage::new(3, 2))
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    out.into_inner()
+}
+
 #[test]
 fn inline_images_decode_within_the_limit() {
-    let png = b"\x89PNG\r\n\x1a\n0123456789";
-    let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+    let png = tiny_png();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
     let p = FilePolicy {
         max_bytes: png.len() as u64,
         ..FilePolicy::default()
     };
-    let f = p.inline("a cat!", "png", &b64).unwrap();
+    let f = p.inline("a cat!", &b64).unwrap();
     assert_eq!(
         (f.filename.as_str(), f.mime.as_str()),
         ("a-cat.png", "image/png")
@@ -388,11 +397,63 @@ fn inline_images_decode_within_the_limit() {
         ..FilePolicy::default()
     };
     assert!(matches!(
-        smaller.inline("", "png", &b64),
+        smaller.inline("", &b64),
         Err(Refusal::InlineTooLarge(_))
     ));
-    let not_image = base64::engine::general_purpose::STANDARD.encode(b"hello");
-    assert_eq!(p.inline("", "png", &not_image), Err(Refusal::InlineDamaged));
+    assert!(matches!(
+        p.inline("", "*not base64*"),
+        Err(Refusal::InlineDamaged)
+    ));
+}
+
+#[test]
+fn an_inline_image_is_offered_only_when_it_decodes() {
+    let p = FilePolicy {
+        max_bytes: 1 << 20,
+        ..FilePolicy::default()
+    };
+    let png = tiny_png();
+    let cut = &png[..png.len() - 20];
+    for bytes in [
+        &b"BM<html><script>alert(1)</script></html>"[..],
+        b"\x89PNG\r\n\x1a\n0123456789 junk",
+        b"hello",
+        cut,
+    ] {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let refusal = p.inline("x", &b64).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::InlineUnreadable(_)),
+            "{bytes:?}: {refusal:?}"
+        );
+        assert!(refusal
+            .note()
+            .starts_with("[image not sent: an inline image could not be read"));
+    }
+}
+
+#[test]
+fn inline_base64_wrapped_across_lines_is_one_image() {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(tiny_png());
+    let wrapped: Vec<String> = b64
+        .as_bytes()
+        .chunks(20)
+        .map(|c| String::from_utf8(c.to_vec()).unwrap())
+        .collect();
+    let text = format!(
+        "Look: ![a](data:image/png;base64,{}\r\n\t) done",
+        wrapped.join("\n")
+    );
+    let (out, tags) = same_at_every_split(&text);
+    assert_eq!(out, "Look:  done");
+    assert_eq!(
+        tags,
+        [Tag::Inline {
+            alt: "a".into(),
+            subtype: "png".into(),
+            base64: b64
+        }]
+    );
 }
 
 #[test]
