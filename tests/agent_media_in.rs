@@ -521,18 +521,17 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
     );
 }
 
-/// Four channels, each sent two 5500×5500 RGBA PNGs (~125 KB each, 115 MiB of pixels each
-/// decoded) at once: every photo reaches the model scaled to the limits, and the gateway's
-/// peak resident memory (`VmHWM`) stays within 160 MiB: the pixels go through a budget and a
-/// PNG is scaled row by row as it is read, never held whole.
-#[tokio::test]
-async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
+/// The most the gateway may hold resident while four turns look at large photos at once.
+const PEAK_MIB: u64 = 160;
+
+/// Four channels at once, each sent the two `photos` (`w`×`h`, of type `mime`): every photo
+/// reaches the model scaled to the limits; the gateway's peak resident memory (`VmHWM`) while
+/// the turns ran is returned in KiB.
+async fn four_channels_at_once(photos: &[Vec<u8>], mime: &str, (w, h): (u32, u32)) -> u64 {
     use common::proc::proc_status_kib;
-    const PEAK_MIB: u64 = 160;
-    const SIDE: u32 = 5500;
     let llm = MockLlm::start();
     let dir = temp_data_dir();
-    // The uploads (1 MB) at once: more than a phone's sustained rate.
+    // The uploads at once: more than a phone's sustained rate.
     let gw = openai_gateway(
         dir.path(),
         &llm,
@@ -540,34 +539,15 @@ async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
     );
     let p = pair(&dir.path().join("data"), "phone");
     let (mut c, _) = connect(&gw, &p).await;
-    // Eight photos of 30 megapixels on a debug build and a shared machine: more than the
-    // usual wait for a frame.
+    // Eight large photos on a debug build and a shared machine: more than the usual wait for a
+    // frame.
     c.timeout = std::time::Duration::from_secs(120);
-    let photos: Vec<Vec<u8>> = (0..2u8)
-        .map(|tint| {
-            // Bands of 500 rows alike (built a row at a time: quick in a debug build).
-            let mut raw = Vec::with_capacity((SIDE * SIDE * 4) as usize);
-            let mut row = Vec::new();
-            for y in 0..SIDE {
-                if y % 500 == 0 {
-                    row = (0..SIDE)
-                        .flat_map(|x| [(x / 500 * 20) as u8, (y / 500 * 20) as u8, tint * 200, 200])
-                        .collect();
-                }
-                raw.extend_from_slice(&row);
-            }
-            let img = image::RgbaImage::from_raw(SIDE, SIDE, raw).unwrap();
-            encoded(&DynamicImage::ImageRgba8(img), ImageFormat::Png)
-        })
-        .collect();
-    let sizes: Vec<usize> = photos.iter().map(Vec::len).collect();
-    assert!(sizes.iter().all(|n| *n < 1 << 20), "small files: {sizes:?}");
     let mut chats = Vec::new();
     for n in 0..4 {
         let chat = common::create_channel(&mut c, &format!("photos {n}")).await;
         for (k, photo) in photos.iter().enumerate() {
             let r = format!("p{n}-{k}");
-            upload_file(&mut c, &r, "image", "image/png", &format!("{r}.png"), photo).await;
+            upload_file(&mut c, &r, "image", mime, &format!("{r}.img"), photo).await;
         }
         chats.push(chat);
     }
@@ -600,7 +580,7 @@ async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
         assert_eq!(sent.len(), 2, "{}", text_of(&last_user(turn)["content"]));
         for (mime, bytes) in &sent {
             assert_within_defaults(mime, bytes);
-            assert_aspect(bytes, SIDE, SIDE);
+            assert_aspect(bytes, w, h);
         }
     }
     eprintln!(
@@ -609,6 +589,67 @@ async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
         peak >> 10,
         started.elapsed()
     );
+    peak
+}
+
+/// Raw pixels of `w`×`h` with `channels` samples, in bands of 500 rows alike (built a row at a
+/// time: quick in a debug build), so they compress to little.
+fn banded(w: u32, h: u32, channels: usize, tint: u8) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(w as usize * h as usize * channels);
+    let mut row = Vec::new();
+    for y in 0..h {
+        if y % 500 == 0 {
+            row = (0..w)
+                .flat_map(|x| [(x / 500 * 20) as u8, (y / 500 * 20) as u8, tint, 200])
+                .enumerate()
+                .filter(|(i, _)| i % 4 < channels)
+                .map(|(_, v)| v)
+                .collect();
+        }
+        raw.extend_from_slice(&row);
+    }
+    raw
+}
+
+/// Four channels, each sent two 5500×5500 RGBA PNGs (a few hundred KB each, 115 MiB of pixels
+/// each decoded) at once: within 160 MiB, as a PNG is scaled row by row as it is read.
+#[tokio::test]
+async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
+    const SIDE: u32 = 5500;
+    let photos: Vec<Vec<u8>> = [0u8, 200]
+        .into_iter()
+        .map(|tint| {
+            let img = image::RgbaImage::from_raw(SIDE, SIDE, banded(SIDE, SIDE, 4, tint)).unwrap();
+            encoded(&DynamicImage::ImageRgba8(img), ImageFormat::Png)
+        })
+        .collect();
+    let sizes: Vec<usize> = photos.iter().map(Vec::len).collect();
+    assert!(sizes.iter().all(|n| *n < 1 << 20), "small files: {sizes:?}");
+    let peak = four_channels_at_once(&photos, "image/png", (SIDE, SIDE)).await;
+    assert!(
+        peak <= PEAK_MIB << 10,
+        "peak resident memory {} MiB, over {PEAK_MIB} MiB",
+        peak >> 10
+    );
+}
+
+/// Four channels, each sent two 24-megapixel JPEGs (69 MiB each decoded, a JPEG is decoded
+/// whole) at once: within 160 MiB, as the decodes take turns within the gateway's budget.
+#[tokio::test]
+async fn openai_four_channels_of_24_megapixel_jpegs_at_once_take_turns_within_160_mib() {
+    const W: u32 = 6000;
+    const H: u32 = 4000;
+    let photos: Vec<Vec<u8>> = [0u8, 200]
+        .into_iter()
+        .map(|tint| {
+            let mut out = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 80)
+                .encode(&banded(W, H, 3, tint), W, H, image::ExtendedColorType::Rgb8)
+                .unwrap();
+            out
+        })
+        .collect();
+    let peak = four_channels_at_once(&photos, "image/jpeg", (W, H)).await;
     assert!(
         peak <= PEAK_MIB << 10,
         "peak resident memory {} MiB, over {PEAK_MIB} MiB",

@@ -270,7 +270,7 @@ fn decode_scaled(
 }
 
 /// A JPEG decoded in strict mode (the `image` crate's decoder fills a file cut short with grey
-/// and calls it an image).
+/// and calls it an image), within the budget.
 fn jpeg_strict(
     mut source: impl Read,
     (width, height): (u32, u32),
@@ -279,10 +279,14 @@ fn jpeg_strict(
     use zune_core::bytestream::ZCursor;
     use zune_core::colorspace::ColorSpace;
     use zune_core::options::DecoderOptions;
-    let need = u64::from(width) * u64::from(height) * 3;
-    if need > DECODE_BUDGET_BYTES {
+    // The RGB output, reserved before the file is read (a decode waiting its turn holds
+    // nothing); a progressive JPEG also keeps its coefficients whole until its last scan (two
+    // bytes a sample, up to three samples a pixel), known once its header is read.
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels * 3 > DECODE_BUDGET_BYTES {
         return Err(DecodeError::too_large(width, height));
     }
+    let mut share = BUDGET.reserve(pixels * 3);
     let mut file = Vec::new();
     source
         .read_to_end(&mut file)
@@ -294,18 +298,24 @@ fn jpeg_strict(
         .jpeg_set_out_colorspace(ColorSpace::RGB);
     let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(&file), options);
     decoder.decode_headers().map_err(DecodeError::damaged)?;
+    if decoder.info().is_some_and(|i| i.sof.is_progressive()) {
+        let need = pixels * 9;
+        if need > DECODE_BUDGET_BYTES {
+            return Err(DecodeError::too_large(width, height));
+        }
+        drop(share);
+        share = BUDGET.reserve(need);
+    }
     let orientation = decoder
         .exif()
         .and_then(|exif| Orientation::from_exif_chunk(exif))
         .unwrap_or(Orientation::NoTransforms);
-    let _share = BUDGET.reserve(need);
-    let pixels = decoder.decode().map_err(DecodeError::damaged)?;
-    let full = RgbImage::from_raw(width, height, pixels)
+    let decoded = decoder.decode().map_err(DecodeError::damaged)?;
+    let full = RgbImage::from_raw(width, height, decoded)
         .ok_or_else(|| DecodeError::damaged("fewer pixels than its header says"))?;
-    Ok((
-        flatten(smaller(DynamicImage::ImageRgb8(full), side)),
-        orientation,
-    ))
+    let small = flatten(smaller(DynamicImage::ImageRgb8(full), side));
+    drop(share);
+    Ok((small, orientation))
 }
 
 /// A non-interlaced PNG read row by row straight into RGB no longer than `side`: the rows that

@@ -340,7 +340,9 @@ pub(super) fn open_beneath(root: &Path, real: &Path) -> Result<std::fs::File, Op
         libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
     )?;
     match openat2_beneath(&root_fd, rel) {
-        Err(OpenError::Io(e)) if e.raw_os_error() == Some(libc::ENOSYS) => {
+        // No `openat2`: an older kernel (ENOSYS), or a container's seccomp filter that refuses
+        // system calls it does not know (EPERM, as older Docker profiles do).
+        Err(OpenError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
             walk_beneath(root_fd, rel)
         }
         other => other,
