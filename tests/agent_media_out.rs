@@ -128,6 +128,15 @@ async fn assert_offered(
     offer
 }
 
+/// The mock's inline image (`inline_png(n)`, as `[[inline N]]` and `[[inline76 N]]` send it)
+/// offered as `chart.png`, none of its tag in the text, which reads "Look:  done.".
+async fn assert_inline_chart(c: &mut Client, frames: &[Value], n: usize) -> Value {
+    let offer = assert_offered(c, frames, "chart.png", "image", "image/png", &inline_png(n)).await;
+    assert_text_clean(frames, &["data:", "base64", "![", "iVBOR", "AAAA"]);
+    assert_eq!(pstr(stop_of(frames), "final_text"), "Look:  done.");
+    offer
+}
+
 /// A device that was away connects and finds the offer (and the file) by `sync`.
 async fn assert_away_device_gets(gw: &Gateway, away: &Paired, offer: &Value, want: &[u8]) {
     let (mut b, _) = connect(gw, away).await;
@@ -298,17 +307,7 @@ async fn hermes_an_inline_image_becomes_an_offer() {
     let _one = ONE_HERMES.lock().await;
     let mut s = hermes_setup().await;
     let frames = s.c.say("[[inline 700]]", typing_off).await;
-    let offer = assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(700),
-    )
-    .await;
-    assert_text_clean(&frames, &["data:", "base64", "![", "iVBOR"]);
-    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    let offer = assert_inline_chart(&mut s.c, &frames, 700).await;
     assert_away_device_gets(&s.gw, &s.away, &offer, &inline_png(700)).await;
 }
 
@@ -368,6 +367,22 @@ struct OpenAiSetup {
     c: Client,
 }
 
+/// A gateway on `data` with the OpenAI-compatible backend on the mock and `config`.
+fn openai_gateway(data: &Path, llm: &MockLlm, config: &Path) -> Gateway {
+    let url = llm.url();
+    Gateway::start(
+        data,
+        &[
+            "--agent",
+            "openai",
+            "--agent-url",
+            &url,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+}
+
 async fn openai_setup() -> OpenAiSetup {
     openai_setup_with("").await
 }
@@ -380,18 +395,7 @@ async fn openai_setup_with(limits: &str) -> OpenAiSetup {
         limits,
     );
     let dir = temp_data_dir();
-    let url = llm.url();
-    let gw = Gateway::start(
-        dir.path(),
-        &[
-            "--agent",
-            "openai",
-            "--agent-url",
-            &url,
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let gw = openai_gateway(dir.path(), &llm, &config);
     let p = pair(dir.path(), "phone");
     let away = pair(dir.path(), "tablet");
     let (c, _) = connect(&gw, &p).await;
@@ -443,17 +447,7 @@ async fn openai_paths_outside_symlinks_out_and_files_over_the_limit_are_not_read
 async fn openai_an_inline_image_becomes_an_offer_up_to_the_limit() {
     let mut s = openai_setup().await;
     let frames = s.c.say("[[inline 500]]", typing_off).await;
-    let offer = assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(500),
-    )
-    .await;
-    assert_text_clean(&frames, &["data:", "base64", "![", "iVBOR"]);
-    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    let offer = assert_inline_chart(&mut s.c, &frames, 500).await;
     assert_away_device_gets(&s.gw, &s.away, &offer, &inline_png(500)).await;
 
     let frames = s.c.say(&format!("[[inline {LIMIT}]]"), typing_off).await;
@@ -536,18 +530,7 @@ async fn openai_a_folder_swapped_for_a_symlink_never_sends_a_denied_file() {
         &format!("media_dirs = [{}]", toml_path(&root)),
         "frames_per_second = 1000\nframe_burst = 1000",
     );
-    let url = llm.url();
-    let gw = Gateway::start(
-        &data,
-        &[
-            "--agent",
-            "openai",
-            "--agent-url",
-            &url,
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let gw = openai_gateway(&data, &llm, &config);
     let p = pair(&data, "phone");
     let (mut c, _) = connect(&gw, &p).await;
     let tls_key = std::fs::read(data.join("tls/key.pem")).expect("the gateway's TLS key");
@@ -629,17 +612,7 @@ async fn openai_inline_base64_wrapped_in_lines_is_an_image_and_bytes_that_only_s
     let mut s = openai_setup().await;
     // Wrapped at 76 columns (as `base64` prints it): 3,420 bytes, 4,560 base64 characters.
     let frames = s.c.say("[[inline76 3420]]", typing_off).await;
-    assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(3420),
-    )
-    .await;
-    assert_text_clean(&frames, &["data:", "base64", "iVBOR", "AAAA"]);
-    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    assert_inline_chart(&mut s.c, &frames, 3420).await;
 
     // A bitmap's signature before HTML, and a PNG's before junk: not images, not offered;
     // a short note, and none of their base64 in the text.
