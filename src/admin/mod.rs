@@ -26,6 +26,7 @@
 mod backups;
 mod forms;
 mod health;
+mod jobs;
 mod log_page;
 mod outcome;
 pub mod owner;
@@ -97,14 +98,14 @@ pub struct Admin {
     https: Option<String>,
     /// Asks `run` to stop and start again (after a restore was uploaded).
     pub restart: Rc<tokio::sync::Notify>,
-    /// A restore upload is being received or checked: one at a time (`transfer.rs`).
-    restoring: std::cell::Cell<bool>,
+    /// The long work started from the pages, one of a kind at a time (`jobs.rs`).
+    jobs: Rc<jobs::Jobs>,
     /// The passphrase meter's checks this minute (`strength.rs`).
     strength_checks: strength::Window,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
-    /// The Update page's last check and its one upload at a time (`updates.rs`).
-    update_state: updates::State,
+    /// The Update page's last check (`updates.rs`).
+    update_state: Rc<updates::State>,
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -170,10 +171,10 @@ impl Admin {
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
-            restoring: std::cell::Cell::new(false),
+            jobs: Rc::default(),
             strength_checks: strength::Window::new(Instant::now()),
             backups: Rc::default(),
-            update_state: updates::State::default(),
+            update_state: Rc::default(),
             url,
             tls,
         }
@@ -613,6 +614,9 @@ async fn get(
     if let Some(r) = power::get(admin, path, csrf, secure) {
         return r;
     }
+    if let Some(name) = path.strip_prefix(jobs::PAGE_PREFIX) {
+        return job_page(admin, name, csrf, secure);
+    }
     if path == forms::PAIRED {
         let paired = admin
             .sessions
@@ -643,6 +647,30 @@ async fn get(
         updates::PAGE => updates::get(admin, hub, csrf, &n, secure).await,
         _ => Err(Refusal::NotFound),
     }
+}
+
+/// `GET /admin/job/<kind>`: the last job of that kind, running (the page reloads itself) or
+/// ended. A restore that succeeded goes on to the page that waits for the restart into it.
+fn job_page(admin: &Admin, name: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
+    let kind = jobs::Kind::from_name(name).ok_or(Refusal::NotFound)?;
+    let view = admin.jobs.view(kind);
+    if kind == jobs::Kind::Restore
+        && view
+            .as_ref()
+            .is_some_and(|v| v.phase == jobs::Phase::Succeeded)
+    {
+        return Ok(power::to_restoring_page());
+    }
+    let body = jobs::body(kind, view.as_ref());
+    Ok(page(
+        admin,
+        StatusCode::OK,
+        kind.title(),
+        kind.home(),
+        Some(csrf),
+        secure,
+        &body,
+    ))
 }
 
 /// The https address of the admin page when TLS is on (for what `run` prints).

@@ -39,6 +39,10 @@ const LEGACY_FAILED: &str = "pending-restore.failed";
 /// pending restore until the store is moved in; each then replaces the data dir's file of its
 /// name. Whoever stages them names them.
 pub const PENDING_EXTRAS: &str = "extras";
+/// An admin page's restore upload while it is received and until its job has read it.
+pub const RECEIVED_PART: &str = "pending-restore.upload";
+/// A sealed backup's store part while it is decrypted, until its job has built a store from it.
+pub const OPENED_PART: &str = "pending-restore.partial";
 /// The backup's header, beside the store built from it.
 const STAGED_HEADER: &str = "restore-header.json";
 /// Where an upload is built before it is accepted.
@@ -264,12 +268,15 @@ fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
 /// An uploaded backup, checked and built in full in the data dir `dir` while the gateway
 /// runs (call it off the event loop): structure and checksum, then every entry stored into a
 /// new store beside the current one, then `room` (the disk keeps the store's reserve with the
-/// built store on it). Only then is it moved to [`PENDING_RESTORE`] for the restart; the
+/// built store on it), then `extras` writes the files restored beside the store into the
+/// folder it is given. Only then is the whole moved to [`PENDING_RESTORE`] for the restart, in
+/// one rename: a crash before it leaves only the staging, which the next start deletes. The
 /// uploaded file is deleted either way. Returns what it holds, in words.
 pub fn prepare_upload(
     dir: &Path,
     upload: &Path,
     room: impl Fn() -> Result<(), String>,
+    extras: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<String, Error> {
     let result = (|| {
         let pending = dir.join(PENDING_RESTORE);
@@ -290,6 +297,9 @@ pub fn prepare_upload(
                      some space and upload it again"
                 ))
             })?;
+            extras(&staging.join(PENDING_EXTRAS))
+                .map_err(io("cannot stage the settings and owner restored with it"))?;
+            // Written last: a pending restore without its header was cut short.
             let json = serde_json::to_vec(&header).unwrap_or_default();
             crate::atomic_file::write(&staging.join(STAGED_HEADER), &json, 0o600)
                 .map_err(io("cannot record the backup's header"))?;
@@ -338,10 +348,21 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
         );
         let _ = std::fs::remove_file(&legacy_failed);
     }
-    // Left by a start or an upload cut short: nothing was accepted from it.
+    // Left by a start, an upload or a restore job cut short: nothing was accepted from them.
     let _ = std::fs::remove_dir_all(dir.join(UPLOAD_STAGING));
+    for part in [RECEIVED_PART, OPENED_PART] {
+        if std::fs::remove_file(dir.join(part)).is_ok() {
+            tracing::info!("removed {part}: a restore cut short (nothing of it is applied)");
+        }
+    }
     let legacy = dir.join(LEGACY_PENDING);
     let pending = dir.join(PENDING_RESTORE);
+    if pending.is_dir() && !pending.join(STAGED_HEADER).is_file() {
+        // Not completely written (an earlier version staged its files after the move): never
+        // applied by surprise.
+        tracing::warn!("removing {PENDING_RESTORE}: it was not completely written; not applied");
+        let _ = std::fs::remove_dir_all(&pending);
+    }
     let outcome = if pending.is_dir() {
         tracing::info!("restoring the backup uploaded from the admin page");
         // Out of the way of the store's move (which deletes what is left of `pending`), and

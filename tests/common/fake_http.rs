@@ -27,6 +27,14 @@ impl Taken {
 /// Starts the server on a thread; `answer` gets each request and returns the whole response
 /// (status line, headers, body). Returns the server's `http://127.0.0.1:PORT`.
 pub fn start(answer: impl Fn(Taken) -> Vec<u8> + Send + 'static) -> String {
+    start_streaming(move |taken, out| {
+        let _ = out.write_all(&answer(taken));
+    })
+}
+
+/// As [`start`], but `answer` writes the response itself, as slowly or as cut short as it
+/// likes (a slow link, a download broken off); the connection closes when it returns.
+pub fn start_streaming(answer: impl Fn(Taken, &mut dyn Write) + Send + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a fake HTTP server");
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -51,12 +59,14 @@ pub fn start(answer: impl Fn(Taken) -> Vec<u8> + Send + 'static) -> String {
             }
             let mut body = vec![0u8; length];
             let _ = reader.read_exact(&mut body);
-            let response = answer(Taken {
-                line: line.trim().to_owned(),
-                headers,
-                body,
-            });
-            let _ = stream.write_all(&response);
+            answer(
+                Taken {
+                    line: line.trim().to_owned(),
+                    headers,
+                    body,
+                },
+                &mut stream,
+            );
         }
     });
     url
