@@ -380,7 +380,6 @@ fn next_minor() -> String {
 /// test (`release`); the bundle sends its head and its first MiB, then waits again, and is cut
 /// there (the connection closes) whatever the word.
 fn slow_release_server() -> (String, std::sync::mpsc::Sender<()>) {
-    use std::io::Write;
     let (release, wait) = std::sync::mpsc::channel::<()>();
     let wait = std::sync::Mutex::new(wait);
     let index = serde_json::json!({
@@ -484,7 +483,7 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
     release.send(()).unwrap();
     let job = web.job_outcome("update-install").await;
     assert!(
-        job.body.contains("data-phase=\"failed\"") && job.body.contains("cannot download"),
+        job.body.contains("data-phase=\"failed\"") && job.body.contains("the download broke off"),
         "{}",
         job.body
     );
