@@ -271,7 +271,11 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(r.header("location"), Some("/admin/job/backup"));
     let job = web.job_outcome("backup").await;
-    assert!(job.body.contains("data-phase=\"succeeded\""), "{}", job.body);
+    assert!(
+        job.body.contains("data-phase=\"succeeded\""),
+        "{}",
+        job.body
+    );
     assert_eq!(backups_in(folder.path()).len(), 1);
     let file = backups_in(folder.path()).remove(0);
     // The plain backup (the download's format) holds the message as text; the sealed one not.
@@ -457,7 +461,9 @@ async fn a_restore_from_a_slow_stick_is_a_job_that_outlives_the_request_deadline
     let again = restore_scheduled(&mut web, &csrf, &name).await;
     assert_eq!(again.status, 409, "{again:?}");
     assert!(
-        again.body.contains("Restoring a backup is already under way"),
+        again
+            .body
+            .contains("Restoring a backup is already under way"),
         "{}",
         again.body
     );
@@ -471,7 +477,11 @@ async fn a_restore_from_a_slow_stick_is_a_job_that_outlives_the_request_deadline
     // Past the deadline that cut the work off before: it still runs, then ends.
     tokio::time::sleep_until((asked + DEADLINE + Duration::from_secs(1)).into()).await;
     let page = web.get("/admin/job/restore").await;
-    assert!(page.body.contains("data-phase=\"running\""), "{}", page.body);
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
     go.send(()).unwrap();
     let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
     eprintln!(
@@ -496,8 +506,7 @@ async fn a_restore_killed_half_way_is_never_applied_later_and_leaves_no_part_fil
         let (mut c, _) = hello_paired(&gw, &phone).await;
         let mut rng = common::rng::Rng(35);
         let noise: Vec<u8> = (0..384 << 10).map(|_| rng.next() as u8).collect();
-        common::upload_file(&mut c, "m1", "document", "application/pdf", "n.pdf", &noise)
-            .await;
+        common::upload_file(&mut c, "m1", "document", "application/pdf", "n.pdf", &noise).await;
         c.close().await;
     }
     let (file, _) = backed_up_now(&mut web, folder.path()).await;
@@ -547,7 +556,11 @@ async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_
     let token = format!("X-CSRF-Token: {csrf}\r\n");
 
     let foreign = web
-        .upload("/admin/backup/restore", b"PK\x03\x04 a zip, not a backup", &token)
+        .upload(
+            "/admin/backup/restore",
+            b"PK\x03\x04 a zip, not a backup",
+            &token,
+        )
         .await;
     assert_eq!(foreign.status, 400, "{foreign:?}");
     assert!(
@@ -568,7 +581,10 @@ async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_
     assert!(!data.path().join("pending-restore.upload").exists());
 
     let began = Instant::now();
-    let pass = format!("X-Backup-Passphrase: {}\r\n", BACKUP_PASS.replace(' ', "%20"));
+    let pass = format!(
+        "X-Backup-Passphrase: {}\r\n",
+        BACKUP_PASS.replace(' ', "%20")
+    );
     let r = web
         .upload("/admin/backup/restore", &sealed, &format!("{token}{pass}"))
         .await;

@@ -206,7 +206,11 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(r.header("location"), Some("/admin/job/update-check"));
     let job = web.job_outcome("update-check").await;
-    assert!(job.body.contains("data-phase=\"succeeded\""), "{}", job.body);
+    assert!(
+        job.body.contains("data-phase=\"succeeded\""),
+        "{}",
+        job.body
+    );
     let page = web.get("/admin/update").await;
     assert!(
         page.body.contains(&format!("{} is available", v.minor))
@@ -438,7 +442,11 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
     assert_eq!(r.header("location"), Some("/admin/job/update-check"));
     assert!(answered < DEADLINE, "answered after {answered:?}");
     let page = web.get("/admin/job/update-check").await;
-    assert!(page.body.contains("data-phase=\"running\""), "{}", page.body);
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
     let again = web
         .request_form("/admin/update/check", &[("csrf", &csrf)])
         .await;
@@ -453,7 +461,10 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
         "{}",
         job.body
     );
-    eprintln!("figure: slow index check: answered in {answered:?}, ended after {:?}", asked.elapsed());
+    eprintln!(
+        "figure: slow index check: answered in {answered:?}, ended after {:?}",
+        asked.elapsed()
+    );
 
     // Install: the download outlasts the deadline, a second click and an upload are refused
     // while it runs, and once it is cut half-way nothing is left of it.
@@ -469,7 +480,9 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
         .await;
     assert_eq!(again.status, 409, "{again:?}");
     let token = format!("X-CSRF-Token: {csrf}\r\n");
-    let upload = web.upload("/admin/update/upload", b"a bundle", &token).await;
+    let upload = web
+        .upload("/admin/update/upload", b"a bundle", &token)
+        .await;
     assert_eq!(upload.status, 409, "{upload:?}");
     assert!(upload.body.contains("already under way"), "{}", upload.body);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -479,7 +492,11 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
     }
     tokio::time::sleep_until((asked + DEADLINE + Duration::from_secs(1)).into()).await;
     let page = web.get("/admin/job/update-install").await;
-    assert!(page.body.contains("data-phase=\"running\""), "{}", page.body);
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
     release.send(()).unwrap();
     let job = web.job_outcome("update-install").await;
     assert!(
@@ -503,6 +520,9 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
     gw.kill9();
     release.send(()).unwrap();
     let mut gw = common::Gateway::start(data.path(), &["--config", &cfg]);
-    assert!(!part.exists(), "a part file survived the kill and the start");
+    assert!(
+        !part.exists(),
+        "a part file survived the kill and the start"
+    );
     gw.stop_ok();
 }

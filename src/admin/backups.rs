@@ -11,9 +11,9 @@ use std::time::SystemTime;
 use hyper::StatusCode;
 use tracing::info;
 
+use super::jobs::{Kind, Ticket};
 use super::pages::{self, csrf_field, notice, Notice};
 use super::reply::{page, redirect, Refusal, Reply};
-use super::jobs::{Kind, Ticket};
 use super::transfer::restart_soon;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
@@ -473,7 +473,13 @@ pub(super) fn start_restore(
     tokio::task::spawn_local(async move {
         let done = tokio::task::spawn_blocking(move || {
             let room = || store.disk_ok(0).map_err(|e| e.to_string());
-            let result = restore_blocking(&dir, &file, passphrase.as_deref().map(String::as_str), owner::FILE_NAME, room);
+            let result = restore_blocking(
+                &dir,
+                &file,
+                passphrase.as_deref().map(String::as_str),
+                owner::FILE_NAME,
+                room,
+            );
             if uploaded {
                 let _ = std::fs::remove_file(&file);
             }

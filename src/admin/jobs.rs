@@ -231,9 +231,11 @@ impl Drop for Ticket {
         if !self.done {
             self.jobs.end(
                 self.kind,
-                Err("the work stopped before it could say how it went (the gateway is stopping?); \
+                Err(
+                    "the work stopped before it could say how it went (the gateway is stopping?); \
                      nothing of it is applied"
-                    .into()),
+                        .into(),
+                ),
             );
         }
     }
@@ -293,7 +295,10 @@ mod tests {
         assert!(jobs.running(Kind::Restore));
         t.finish(Ok("restored".into()));
         let v = jobs.view(Kind::Restore).unwrap();
-        assert_eq!((v.phase, v.message.as_str()), (Phase::Succeeded, "restored"));
+        assert_eq!(
+            (v.phase, v.message.as_str()),
+            (Phase::Succeeded, "restored")
+        );
         drop(other);
         assert_eq!(jobs.view(Kind::Backup).unwrap().phase, Phase::Failed);
         assert!(jobs.begin(Kind::Restore, "a new one").is_ok());

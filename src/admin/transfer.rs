@@ -143,7 +143,10 @@ pub(super) async fn restore(
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty())
         .map(|v| zeroize::Zeroizing::new(crate::pairing::page::percent_decode(v)));
-    let ticket = match admin.jobs.begin(Kind::Restore, "Receiving the uploaded backup.") {
+    let ticket = match admin
+        .jobs
+        .begin(Kind::Restore, "Receiving the uploaded backup.")
+    {
         Ok(t) => t,
         Err(busy) => {
             info!(%peer, "admin page: a restore upload while a restore is under way; refused");

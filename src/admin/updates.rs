@@ -270,7 +270,9 @@ pub(super) async fn post(
                 downgrade: false,
             };
             info!(%peer, "admin page: install the available update");
-            return Some(start_install(admin, hub, consent).map(|_| redirect(&Kind::UpdateInstall.page())));
+            return Some(
+                start_install(admin, hub, consent).map(|_| redirect(&Kind::UpdateInstall.page())),
+            );
         }
         DISMISS => hub
             .dismiss_update_failure(form.get("id"))
