@@ -34,6 +34,7 @@ mod pages;
 mod power;
 mod receive;
 mod reply;
+mod restore_job;
 mod sections;
 pub mod session;
 mod strength;

@@ -12,10 +12,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response};
 use tracing::{info, warn};
 
-use super::backups::Format;
 use super::jobs::{Kind, Ticket};
 use super::receive::receive;
 use super::reply::{redirect, refused, sentence, whole, Body, Refusal, Reply};
+use super::restore_job::{format_of, restore_room, start_restore, Format, FOREIGN};
 use super::{owner, session, Admin};
 use crate::control::restore::RECEIVED_PART;
 use crate::hub::Hub;
@@ -159,7 +159,7 @@ pub(super) async fn restore(
         refused(admin, r, secure)
     };
     // The upload and the store built from it, about as big, both stay until the restart.
-    if let Err(why) = super::backups::restore_room(admin, hub, announced) {
+    if let Err(why) = restore_room(admin, hub, announced) {
         info!(%peer, "admin page: restore upload refused: {why}");
         return fail(ticket, Refusal::Conflict(why));
     }
@@ -178,10 +178,10 @@ pub(super) async fn restore(
             )),
         );
     }
-    let passphrase = match (super::backups::format_of(&received), passphrase) {
+    let passphrase = match (format_of(&received), passphrase) {
         (None, _) => {
             info!(%peer, "admin page: uploaded file is no backup; refused");
-            return fail(ticket, Refusal::BadInput(super::backups::FOREIGN.into()));
+            return fail(ticket, Refusal::BadInput(FOREIGN.into()));
         }
         (Some(Format::Sealed), None) => {
             return fail(
@@ -197,20 +197,11 @@ pub(super) async fn restore(
         (Some(Format::Plain), _) => None,
     };
     info!(%peer, bytes = size, sealed = passphrase.is_some(), "admin page: backup uploaded; its restore job checks it");
-    super::backups::start_restore(admin, hub, ticket, received, passphrase, true);
+    start_restore(admin, hub, ticket, received, passphrase, true);
     redirect(&Kind::Restore.page())
 }
 
 /// Asks `run` to restart once this answer has had time to reach the browser.
 pub(super) fn schedule_restart(admin: &Admin) {
-    restart_soon(admin.restart.clone());
-}
-
-/// Asks `run` (through `restart`) to restart in a moment: a page answered just before reaches
-/// the browser first.
-pub(super) fn restart_soon(restart: Rc<tokio::sync::Notify>) {
-    tokio::task::spawn_local(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        restart.notify_one();
-    });
+    super::restore_job::restart_soon(admin.restart.clone());
 }
