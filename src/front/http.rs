@@ -48,8 +48,11 @@ where
 {
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
     let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
-    // Set for an admin backup download or restore upload: it may take longer than the request
-    // deadline (up to `admin::TRANSFER_TIMEOUT` more).
+    // The deadline bounds the exchange: reading the request and answering it. Work a request
+    // starts that may take longer (a restore, a backup, an update check or download) is a job
+    // the admin page owns (`admin/jobs.rs`), answered at once, so no deadline here cuts it.
+    // Set for an admin backup download or a restore or update upload: moving their bytes may
+    // take longer than the request deadline (up to `admin::TRANSFER_TIMEOUT` more).
     let long: Rc<std::cell::Cell<bool>> = Rc::default();
     let service = {
         let (hub, upgrade, long) = (hub.clone(), upgrade.clone(), long.clone());
