@@ -411,6 +411,7 @@ async fn a_restore_that_fails_at_the_restart_is_reported_and_leaves_nothing_behi
     let pending = data.path().join("pending-restore");
     std::fs::create_dir(&pending).unwrap();
     std::fs::write(pending.join("restore-header.json"), b"{spoiled").unwrap();
+    std::fs::write(pending.join("confirmed"), b"").unwrap();
     std::fs::write(
         data.path().join("pending-restore.failed"),
         vec![0u8; 1 << 20],

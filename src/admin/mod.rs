@@ -109,6 +109,30 @@ pub struct Admin {
     update_state: Rc<updates::State>,
 }
 
+/// Marks a request read in full (at once for a GET or a transfer, after its form for a POST):
+/// the front's request deadline bounds reading a request, never the answer's own work (a sign-in's
+/// hash), so from then on it gives way to the transfer bound (`front/http.rs`). The front puts
+/// one in each admin request's extensions.
+#[derive(Clone, Default)]
+pub struct RequestRead(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl RequestRead {
+    /// A new request on the connection: not read yet.
+    pub fn begin(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_read(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn done<B>(req: &Request<B>) {
+        if let Some(r) = req.extensions().get::<RequestRead>() {
+            r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// A parsed `application/x-www-form-urlencoded` body.
 struct Form(Vec<(String, String)>);
 
@@ -232,6 +256,9 @@ pub async fn serve(
     peer: SocketAddr,
     secure: bool,
 ) -> Response<Body> {
+    if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
+        RequestRead::done(&req);
+    }
     if !is_transfer(&req) {
         return whole(serve_page(admin, hub, req, peer, secure).await);
     }
@@ -373,11 +400,15 @@ async fn serve_page(
 
 /// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
+    let read = req.extensions().get::<RequestRead>().cloned();
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
         .await
         .map_err(|_| Refusal::TooLarge)?
         .to_bytes();
+    if let Some(r) = read {
+        r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into()))
 }
 

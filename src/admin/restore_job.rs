@@ -12,7 +12,7 @@ use super::jobs::Ticket;
 use super::reply::sentence;
 use super::{owner, Admin};
 use crate::backups::sealed;
-use crate::control::restore::{prepare_upload, OPENED_PART, PENDING_RESTORE};
+use crate::control::restore::{confirm_pending, prepare_upload, OPENED_PART, PENDING_RESTORE};
 use crate::hub::Hub;
 
 /// Whether a restore may begin: none waits for the restart, and the disk has room for `need`.
@@ -42,6 +42,7 @@ pub(super) fn start_restore(
         hub.store().clone(),
         admin.restart.clone(),
     );
+    let confirm_dir = dir.clone();
     tokio::task::spawn_local(async move {
         let done = tokio::task::spawn_blocking(move || {
             let room = || store.disk_ok(0).map_err(|e| e.to_string());
@@ -60,6 +61,24 @@ pub(super) fn start_restore(
         .await
         .map_err(|e| format!("The restore stopped: {e}; nothing was changed."))
         .and_then(|r| r);
+        // Confirmed here, on the loop's side: a stop or a crash before this leaves it
+        // unconfirmed, and the next start deletes it instead of applying it by surprise.
+        let done = match done {
+            Ok(summary) => {
+                let dir = confirm_dir;
+                tokio::task::spawn_blocking(move || confirm_pending(&dir))
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|r| r)
+                    .map(|()| summary)
+                    .map_err(|e| {
+                        sentence(&format!(
+                            "the restore could not be confirmed ({e}); nothing was changed"
+                        ))
+                    })
+            }
+            Err(e) => Err(e),
+        };
         if let Ok(summary) = &done {
             info!("admin page: backup opened, checked and built ({summary}); restarting into it");
             restart_soon(restart);

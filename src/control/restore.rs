@@ -43,6 +43,10 @@ pub const PENDING_EXTRAS: &str = "extras";
 pub const RECEIVED_PART: &str = "pending-restore.upload";
 /// A sealed backup's store part while it is decrypted, until its job has built a store from it.
 pub const OPENED_PART: &str = "pending-restore.partial";
+/// Written into [`PENDING_RESTORE`] by the job that built it, just before the restart into it
+/// ([`confirm_pending`]): a pending restore without it (its job cut by a crash or a stop) is
+/// deleted at start, never applied later.
+const CONFIRMED: &str = "confirmed";
 /// The backup's header, beside the store built from it.
 const STAGED_HEADER: &str = "restore-header.json";
 /// Where an upload is built before it is accepted.
@@ -334,6 +338,19 @@ pub fn prepare_upload(
     result
 }
 
+/// The job that built the pending restore sees it through: the restart that follows applies it.
+/// Blocking (a small file, synced).
+/// Not confirmed, it is deleted at once (nothing is left waiting for a restart that would not
+/// apply it).
+pub fn confirm_pending(dir: &Path) -> std::io::Result<()> {
+    let pending = dir.join(PENDING_RESTORE);
+    let written = crate::atomic_file::write(&pending.join(CONFIRMED), b"", 0o600);
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&pending);
+    }
+    written
+}
+
 /// At start, before the store is opened: moves in the store an admin page's upload built in
 /// [`PENDING_RESTORE`], its head raised above the current store's (the current store moved
 /// aside, as `iris-gateway restore` does). Returns why a restore waiting there failed (the
@@ -357,10 +374,10 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
     }
     let legacy = dir.join(LEGACY_PENDING);
     let pending = dir.join(PENDING_RESTORE);
-    if pending.is_dir() && !pending.join(STAGED_HEADER).is_file() {
-        // Not completely written (an earlier version staged its files after the move): never
-        // applied by surprise.
-        tracing::warn!("removing {PENDING_RESTORE}: it was not completely written; not applied");
+    if pending.is_dir() && !pending.join(CONFIRMED).is_file() {
+        // Not completely written, or its job never saw it through to the restart (a crash, a
+        // stop): never applied by surprise, days later.
+        tracing::warn!("removing {PENDING_RESTORE}: its restore was cut short; not applied");
         let _ = std::fs::remove_dir_all(&pending);
     }
     let outcome = if pending.is_dir() {
