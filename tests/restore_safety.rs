@@ -547,3 +547,49 @@ async fn an_upload_without_room_to_restore_it_is_refused_and_changes_nothing() {
     drop(gw);
     drop(mnt);
 }
+
+/// Restores cut by a kill: an upload half received, and a restore built but never confirmed by
+/// its job (a stop or a crash before the restart). The next start deletes both, applies
+/// neither, reports nothing failed, and the store is the one the gateway had.
+#[tokio::test]
+async fn a_restore_cut_by_a_kill_is_deleted_at_start_never_applied_later() {
+    let data = common::temp_data_dir();
+    owner_set(data.path(), PASSPHRASE);
+    let mut gw = Gateway::start(data.path(), &[]);
+    let phone = pair(data.path(), "phone");
+    let (mut p, _) = hello_paired(&gw, &phone).await;
+    let kept = say(&mut p, "kept", 1).await;
+    p.close().await;
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("iris.backup");
+    backup(&file, data.path());
+    let good = std::fs::read(&file).unwrap();
+
+    let (web, csrf) = Web::sign_in(gw.addr).await;
+    let _half = web.begin_upload(&csrf, &good, good.len() / 2).await;
+    // Its part file in the data dir: the upload is being received.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while leftovers(data.path()).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no upload under way");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.kill9();
+    drop(gw);
+    // What a job that built a restore but was cut before confirming it leaves.
+    let pending = data.path().join("pending-restore");
+    std::fs::create_dir(&pending).unwrap();
+    std::fs::write(pending.join("restore-header.json"), b"{}").unwrap();
+
+    let gw = Gateway::start(data.path(), &[]);
+    assert!(
+        leftovers(data.path()).is_empty(),
+        "{:?}",
+        leftovers(data.path())
+    );
+    let status = status_text(data.path());
+    assert!(status.contains("Gateway: online"), "{status}");
+    assert!(!status.contains("Restore:"), "{status}");
+    let (mut p, _) = hello_paired(&gw, &phone).await;
+    assert_eq!(history_ids(&mut p).await[0], kept[0]);
+    p.close().await;
+}
