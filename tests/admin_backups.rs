@@ -397,6 +397,47 @@ async fn backed_up_now(web: &mut Web, folder: &Path) -> (PathBuf, Duration) {
     (files[0].clone(), took)
 }
 
+/// A box as the job tests start from: [`set_up`] with the short deadline, a backup made with
+/// "Back up now" (with `noise`: over a media file of 384 KiB no cipher shrinks, so the backup
+/// is several age chunks long), and then [`AFTER`] said.
+struct BackedUp {
+    data: tempfile::TempDir,
+    folder: tempfile::TempDir,
+    cfg: String,
+    gw: Gateway,
+    web: Web,
+    phone: Paired,
+    file: PathBuf,
+    took: Duration,
+}
+const AFTER: &str = "said after the backup 5512";
+
+async fn backed_up(noise: bool) -> BackedUp {
+    let data = common::temp_data_dir();
+    let folder = tempfile::tempdir().unwrap();
+    let cfg = short_deadline_config(data.path());
+    let (gw, mut web, phone) = set_up(data.path(), &cfg).await;
+    if noise {
+        let (mut c, _) = hello_paired(&gw, &phone).await;
+        let mut rng = common::rng::Rng(35);
+        let noise: Vec<u8> = (0..384 << 10).map(|_| rng.next() as u8).collect();
+        common::upload_file(&mut c, "m1", "document", "application/pdf", "n.pdf", &noise).await;
+        c.close().await;
+    }
+    let (file, took) = backed_up_now(&mut web, folder.path()).await;
+    say(&gw, &phone, AFTER).await;
+    BackedUp {
+        data,
+        folder,
+        cfg,
+        gw,
+        web,
+        phone,
+        file,
+        took,
+    }
+}
+
 /// A USB stick that gives a backup slowly: a FIFO named as a scheduled backup in `folder`. Once
 /// the gateway opens it, the first half of `bytes` is written; the rest when `go` is sent (if
 /// it is dropped instead, the backup stays cut half-way).
@@ -435,13 +476,17 @@ async fn restore_scheduled(web: &mut Web, csrf: &str, name: &str) -> common::web
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_restore_from_a_slow_stick_is_a_job_that_outlives_the_request_deadline() {
-    let data = common::temp_data_dir();
-    let folder = tempfile::tempdir().unwrap();
-    let cfg = short_deadline_config(data.path());
-    let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
-    let (file, backup_took) = backed_up_now(&mut web, folder.path()).await;
-    eprintln!("figure: back up now (job) took {backup_took:?}");
-    say(&gw, &phone, "said after the backup 5512").await;
+    let BackedUp {
+        data: _data,
+        folder,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        took,
+        ..
+    } = backed_up(false).await;
+    eprintln!("figure: back up now (job) took {took:?}");
     let (name, go) = slow_stick(folder.path(), std::fs::read(&file).unwrap());
 
     let csrf = web.csrf().await;
@@ -491,28 +536,25 @@ async fn a_restore_from_a_slow_stick_is_a_job_that_outlives_the_request_deadline
     );
     (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
     assert!(history_has(&gw, &phone, MARKER).await);
-    assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
+    assert!(!history_has(&gw, &phone, AFTER).await);
     gw.stop_ok();
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_restore_killed_half_way_is_never_applied_later_and_leaves_no_part_file() {
-    let data = common::temp_data_dir();
-    let folder = tempfile::tempdir().unwrap();
-    let cfg = short_deadline_config(data.path());
-    let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
-    // A backup of a few age chunks, so half of it is past the first: noise no cipher shrinks.
-    {
-        let (mut c, _) = hello_paired(&gw, &phone).await;
-        let mut rng = common::rng::Rng(35);
-        let noise: Vec<u8> = (0..384 << 10).map(|_| rng.next() as u8).collect();
-        common::upload_file(&mut c, "m1", "document", "application/pdf", "n.pdf", &noise).await;
-        c.close().await;
-    }
-    let (file, _) = backed_up_now(&mut web, folder.path()).await;
+    // Several age chunks, so half of the backup is past the first and opening has begun.
+    let BackedUp {
+        data,
+        folder,
+        cfg,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        ..
+    } = backed_up(true).await;
     let bytes = std::fs::read(&file).unwrap();
     assert!(bytes.len() > 256 << 10, "{} bytes", bytes.len());
-    say(&gw, &phone, "said after the backup 5512").await;
     let (name, go) = slow_stick(folder.path(), bytes);
 
     let csrf = web.csrf().await;
@@ -534,19 +576,22 @@ async fn a_restore_killed_half_way_is_never_applied_later_and_leaves_no_part_fil
         .filter(|n| n.starts_with("pending-restore") || n.starts_with(".restore"))
         .collect();
     assert!(left.is_empty(), "left after the kill: {left:?}");
-    assert!(history_has(&gw, &phone, "said after the backup 5512").await);
+    assert!(history_has(&gw, &phone, AFTER).await);
     let mut gw = gw;
     gw.stop_ok();
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_named() {
-    let data = common::temp_data_dir();
-    let folder = tempfile::tempdir().unwrap();
-    let cfg = short_deadline_config(data.path());
-    let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
-    let (file, _) = backed_up_now(&mut web, folder.path()).await;
-    say(&gw, &phone, "said after the backup 5512").await;
+    let BackedUp {
+        data,
+        folder: _folder,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        ..
+    } = backed_up(false).await;
     let r = web
         .post_csrf("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
         .await;
@@ -598,7 +643,7 @@ async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_
     );
     (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
     assert!(history_has(&gw, &phone, MARKER).await);
-    assert!(!history_has(&gw, &phone, "said after the backup 5512").await);
+    assert!(!history_has(&gw, &phone, AFTER).await);
     let settings = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
     assert!(settings.contains("Asia/Tokyo"), "{settings}");
     gw.stop_ok();
