@@ -81,6 +81,17 @@ async fn set_up(data: &Path, cfg: &str) -> (Gateway, Web, Paired) {
     (gw, web, phone)
 }
 
+/// Saves the schedule from the page: how often, the folder, how many to keep.
+async fn save_schedule(web: &mut Web, every: &str, folder: &str, keep: &str) {
+    let r = web
+        .post_csrf(
+            "/admin/backup/schedule",
+            &[("schedule", every), ("folder", folder), ("keep", keep)],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+}
+
 async fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !done() {
@@ -136,13 +147,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
 
     // A "day" of 2 s, keep 2: the schedule fires again and again, the folder never holds more.
     let f = folder.path().to_str().unwrap();
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "daily"), ("folder", f), ("keep", "2")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "daily", f, "2").await;
     let mut seen = std::collections::BTreeSet::new();
     wait_for("three scheduled backups", Duration::from_secs(60), || {
         let now = backups_in(folder.path());
@@ -152,13 +157,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     })
     .await;
     // Stopped, so the list below stays as it is.
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "off"), ("folder", f), ("keep", "2")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "off", f, "2").await;
     wait_for("the last backup to finish", Duration::from_secs(30), || {
         !std::fs::read_dir(folder.path())
             .unwrap()
@@ -260,13 +259,7 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     let cfg = config(data.path(), 86_400);
     let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
     let f = folder.path().to_str().unwrap();
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "off"), ("folder", f), ("keep", "7")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "off", f, "7").await;
     let r = web.post_csrf("/admin/backup/now", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(r.header("location"), Some("/admin/job/backup"));
@@ -375,13 +368,7 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// returns the file and how long the job took.
 async fn backed_up_now(web: &mut Web, folder: &Path) -> (PathBuf, Duration) {
     let f = folder.to_str().unwrap();
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "off"), ("folder", f), ("keep", "7")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(web, "off", f, "7").await;
     let began = Instant::now();
     let r = web.post_csrf("/admin/backup/now", &[]).await;
     assert_eq!(r.header("location"), Some("/admin/job/backup"), "{r:?}");
