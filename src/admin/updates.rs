@@ -429,7 +429,9 @@ pub(super) async fn upload(
                 "{} uploaded and checked; installing it now.",
                 v.manifest.version
             )),
-            Err(e) => Err(format!("Refused, nothing was changed: {e}.")),
+            Err(e) => Err(super::reply::sentence(&format!(
+                "Refused, nothing was changed: {e}"
+            ))),
         });
         staged
     });
