@@ -554,8 +554,19 @@ async fn a_restore_killed_half_way_is_never_applied_later_and_leaves_no_part_fil
     .await;
     gw.kill9();
     drop(go);
+    // And what a scheduled backup cut by the same kill would leave in the folder.
+    let cut_backup = folder
+        .path()
+        .join(".iris-backup-20990101T000000.000Z.age.partial");
+    std::fs::write(&cut_backup, b"half a backup").unwrap();
 
     let gw = Gateway::start(data.path(), &["--config", &cfg]);
+    wait_for(
+        "the cut backup removed at start",
+        Duration::from_secs(10),
+        || !cut_backup.exists(),
+    )
+    .await;
     let left: Vec<String> = std::fs::read_dir(data.path())
         .unwrap()
         .flatten()
