@@ -14,7 +14,9 @@
 //! A backup uploaded from the admin page is checked and built in full while the gateway runs
 //! ([`prepare_upload`], off the event loop): every entry, and the room it takes, before the page
 //! says "accepted". The built store waits in `DATA_DIR/pending-restore/` for the restart, which
-//! only opens it, raises its head and moves it in ([`apply_pending_restore`]). A restore that
+//! only opens it, raises its head and moves it in ([`apply_pending_restore`]); only once the
+//! admin page's job that built it confirmed it ([`confirm_pending`]): one a crash or a stop cut
+//! short is deleted at the next start, never applied later by surprise. A restore that
 //! still fails there is deleted (its space given back) and its reason reported in `status` and
 //! on the admin page; the gateway starts on the store it had.
 
