@@ -27,6 +27,7 @@
 mod backups;
 mod forms;
 mod health;
+mod jobs;
 mod log_page;
 mod outcome;
 pub mod owner;
@@ -34,6 +35,7 @@ mod pages;
 mod power;
 mod receive;
 mod reply;
+mod restore_job;
 mod sections;
 pub mod session;
 mod strength;
@@ -100,16 +102,40 @@ pub struct Admin {
     https: Option<String>,
     /// Asks `run` to stop and start again (after a restore was uploaded).
     pub restart: Rc<tokio::sync::Notify>,
-    /// A restore upload is being received or checked: one at a time (`transfer.rs`).
-    restoring: std::cell::Cell<bool>,
+    /// The long work started from the pages, one of a kind at a time (`jobs.rs`).
+    jobs: Rc<jobs::Jobs>,
     /// Every passphrase strength estimate, one at a time within one budget (`strength.rs`).
     estimator: strength::Estimator,
     /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
     setup_tokens: session::SetupTokens,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
-    /// The Update page's last check and its one upload at a time (`updates.rs`).
-    update_state: updates::State,
+    /// The Update page's last check (`updates.rs`).
+    update_state: Rc<updates::State>,
+}
+
+/// Marks a request read in full (at once for a GET or a transfer, after its form for a POST):
+/// the front's request deadline bounds reading a request, never the answer's own work (a sign-in's
+/// hash), so from then on it gives way to the transfer bound (`front/http.rs`). The front puts
+/// one in each admin request's extensions.
+#[derive(Clone, Default)]
+pub struct RequestRead(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl RequestRead {
+    /// A new request on the connection: not read yet.
+    pub fn begin(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_read(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn done<B>(req: &Request<B>) {
+        if let Some(r) = req.extensions().get::<RequestRead>() {
+            r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -175,11 +201,11 @@ impl Admin {
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
-            restoring: std::cell::Cell::new(false),
+            jobs: Rc::default(),
             estimator: strength::Estimator::new(Instant::now()),
             setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
-            update_state: updates::State::default(),
+            update_state: Rc::default(),
             url,
             tls,
         }
@@ -236,6 +262,9 @@ pub async fn serve(
     peer: SocketAddr,
     secure: bool,
 ) -> Response<Body> {
+    if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
+        RequestRead::done(&req);
+    }
     if !is_transfer(&req) {
         return whole(serve_page(admin, hub, req, peer, secure).await);
     }
@@ -377,11 +406,15 @@ async fn serve_page(
 
 /// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
+    let read = req.extensions().get::<RequestRead>().cloned();
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
         .await
         .map_err(|_| Refusal::TooLarge)?
         .to_bytes();
+    if let Some(r) = read {
+        r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into()))
 }
 
@@ -683,6 +716,9 @@ async fn get(
     if let Some(r) = power::get(admin, path, csrf, secure) {
         return r;
     }
+    if let Some(name) = path.strip_prefix(jobs::PAGE_PREFIX) {
+        return job_page(admin, name, csrf, secure);
+    }
     if path == forms::PAIRED {
         let paired = admin
             .sessions
@@ -713,6 +749,30 @@ async fn get(
         updates::PAGE => updates::get(admin, hub, csrf, &n, secure).await,
         _ => Err(Refusal::NotFound),
     }
+}
+
+/// `GET /admin/job/<kind>`: the last job of that kind, running (the page reloads itself) or
+/// ended. A restore that succeeded goes on to the page that waits for the restart into it.
+fn job_page(admin: &Admin, name: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
+    let kind = jobs::Kind::from_name(name).ok_or(Refusal::NotFound)?;
+    let view = admin.jobs.view(kind);
+    if kind == jobs::Kind::Restore
+        && view
+            .as_ref()
+            .is_some_and(|v| v.phase == jobs::Phase::Succeeded)
+    {
+        return Ok(power::to_restoring_page());
+    }
+    let body = jobs::body(kind, view.as_ref());
+    Ok(page(
+        admin,
+        StatusCode::OK,
+        kind.title(),
+        kind.home(),
+        Some(csrf),
+        secure,
+        &body,
+    ))
 }
 
 /// The https address of the admin page when TLS is on (for what `run` prints).

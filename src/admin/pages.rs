@@ -609,12 +609,18 @@ pub fn backup(csrf: &str, n: &Notice) -> String {
         "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\" download>\
          Download a backup</a> (made now: messages, channels, devices and media, in the format \
          of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
-         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's. \
-         The file is checked in full first; the current store is kept aside in the data dir, \
-         and the gateway restarts into the backup.</p>\
+         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's \
+         (a scheduled backup's <code>.age</code> file also brings back its settings and owner \
+         passphrase). The file is checked in full first; the current store is kept aside in the \
+         data dir, and the gateway restarts into the backup.</p>\
          <form id=\"restore-form\" data-csrf=\"{}\">\
-         <label for=\"restore-file\">Backup file</label>\
+         <label for=\"restore-file\">Backup file (a download from here, or a scheduled \
+         backup)</label>\
          <input type=\"file\" id=\"restore-file\" required>\
+         <label for=\"restore-upload-passphrase\">Its backup passphrase (a scheduled backup \
+         only)</label>\
+         <input type=\"password\" id=\"restore-upload-passphrase\" autocomplete=\"off\" \
+         maxlength=\"1024\">\
          <p><button id=\"restore\">Restore this backup</button></p></form>\
          <p id=\"restore-result\" role=\"status\"></p>",
         notice(n),

@@ -77,3 +77,17 @@ pub fn json_200(body: &[u8]) -> Vec<u8> {
     response.extend_from_slice(body);
     response
 }
+
+/// As [`start`], but `answer` writes the response itself, as slowly or as cut short as it
+/// likes (a slow link, a download broken off); the connection closes when it returns.
+pub fn start_streaming(answer: impl Fn(Taken, &mut dyn Write) + Send + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a fake HTTP server");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            answer(read_request(&stream), &mut stream);
+        }
+    });
+    url
+}
