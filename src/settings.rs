@@ -106,6 +106,108 @@ pub struct PushSettings {
     pub ntfy_server: Option<String>,
     pub ntfy_token: Option<Hidden>,
     pub content: Option<String>,
+    /// The FCM service-account key the Push page took as an upload ([`FCM_KEY_FILE`]).
+    pub fcm_credentials: Option<PathBuf>,
+}
+
+/// Appended to [`FILE_NAME`] for saved settings a start could not read: kept for the owner,
+/// out of the way of the pages, which save afresh.
+pub const SET_ASIDE: &str = ".unreadable";
+
+/// Where the Push page keeps the FCM service-account key it took, inside the data dir (0600).
+pub const FCM_KEY_FILE: &str = "fcm-service-account.json";
+
+/// A part of the gateway the saved settings configure, each switched off on its own when its
+/// saved settings cannot work (no saved setting may stop the gateway from starting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Part {
+    /// `settings.toml` itself: unreadable, so none of it is used.
+    File,
+    Agent,
+    Push,
+    Transcription,
+}
+
+impl Part {
+    /// What the owner reads in a cause.
+    pub fn label(self) -> &'static str {
+        match self {
+            Part::File => "the saved settings",
+            Part::Agent => "the agent",
+            Part::Push => "push",
+            Part::Transcription => "transcription",
+        }
+    }
+
+    /// The admin page where it is fixed.
+    pub fn page(self) -> &'static str {
+        match self {
+            Part::File | Part::Agent | Part::Transcription => "/admin/agent",
+            Part::Push => "/admin/push",
+        }
+    }
+}
+
+/// A part that starts switched off, and why, in words for the status and the admin page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchedOff {
+    pub part: Part,
+    pub why: String,
+}
+
+impl SwitchedOff {
+    /// The cause of `degraded` this is.
+    pub fn cause(&self) -> String {
+        match self.part {
+            Part::File => format!(
+                "the saved settings cannot be read, so none are used (they were set aside as \
+                 {FILE_NAME}{SET_ASIDE}: save each page again): {}",
+                self.why
+            ),
+            _ => format!("{} is off: {}", self.part.label(), self.why),
+        }
+    }
+}
+
+/// The saved settings laid over `config` part by part: a part whose saved values `check`
+/// refuses starts switched off (push: none, transcription: no service; the agent is left to
+/// the server, which runs one that says why) and is reported, so the other parts still get
+/// theirs. `check` applies what outranks the saved settings (flags) and validates; `config`
+/// alone must already pass it (what the config file gets wrong stays the file's refusal).
+pub fn apply_usable(
+    saved: &Settings,
+    config: &mut Config,
+    check: impl Fn(&Config) -> Result<(), ConfigError>,
+) -> Vec<SwitchedOff> {
+    let mut kept = Settings {
+        backup: saved.backup.clone(),
+        log: saved.log.clone(),
+        update: saved.update.clone(),
+        ..Settings::default()
+    };
+    let mut refused = Vec::new();
+    for part in [Part::Agent, Part::Push, Part::Transcription] {
+        let mut candidate = kept.clone();
+        candidate.take_part(saved, part);
+        let mut trial = config.clone();
+        candidate.apply(&mut trial);
+        match check(&trial) {
+            Ok(()) => kept = candidate,
+            Err(e) => refused.push(SwitchedOff {
+                part,
+                why: format!("its saved settings cannot work ({e})"),
+            }),
+        }
+    }
+    kept.apply(config);
+    for off in &refused {
+        match off.part {
+            Part::Push => config.push.backend = "none".into(),
+            Part::Transcription => config.transcription.url = String::new(),
+            Part::File | Part::Agent => {}
+        }
+    }
+    refused
 }
 
 /// Where the file is for a data dir.
@@ -134,7 +236,16 @@ impl Settings {
         if text.len() as u64 > MAX_FILE_BYTES {
             return Err(bad(format!("larger than {MAX_FILE_BYTES} bytes")));
         }
-        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+        // The message and the line only: toml's own text quotes the line, which may be a key.
+        toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            bad(match line {
+                Some(line) => format!("line {line}: {}", e.message()),
+                None => e.message().to_owned(),
+            })
+        })
     }
 
     /// Writes the settings atomically, mode 0600.
@@ -143,6 +254,16 @@ impl Settings {
         let mut bytes = b"# Saved by the iris-gateway admin page; flags override it, it overrides the config file.\n".to_vec();
         bytes.extend_from_slice(text.as_bytes());
         crate::atomic_file::write(&path(data_dir), &bytes, 0o600)
+    }
+
+    /// Copies one part's saved values from `from`.
+    fn take_part(&mut self, from: &Settings, part: Part) {
+        match part {
+            Part::File => {}
+            Part::Agent => self.agent = from.agent.clone(),
+            Part::Push => self.push = from.push.clone(),
+            Part::Transcription => self.transcription = from.transcription.clone(),
+        }
     }
 
     /// Lays the saved values over `config` (flags are applied after this, so they win).
@@ -180,6 +301,9 @@ impl Settings {
         }
         if let Some(v) = &p.content {
             config.push.content = v.clone();
+        }
+        if let Some(v) = &p.fcm_credentials {
+            config.push.fcm_credentials = Some(v.clone());
         }
         let t = &self.transcription;
         if let Some(v) = &t.url {

@@ -27,6 +27,7 @@ mod backups;
 mod forms;
 mod health;
 mod log_page;
+mod multipart;
 mod outcome;
 pub mod owner;
 mod pages;
@@ -370,13 +371,23 @@ async fn serve_page(
 }
 
 /// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
+/// A `multipart/form-data` body (a form with a file) gives its fields the same way.
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
+    let multipart = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(multipart::boundary);
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
         .await
         .map_err(|_| Refusal::TooLarge)?
         .to_bytes();
-    parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into()))
+    match multipart {
+        Some(boundary) => multipart::parse(&body, &boundary)
+            .ok_or_else(|| Refusal::BadInput("the form is not a well-formed UTF-8 upload".into())),
+        None => parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into())),
+    }
 }
 
 /// The box has no owner: set-up, and nothing else.

@@ -78,6 +78,17 @@ pub(super) fn agent_body(
         + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
 }
 
+/// Who the FCM key at `path` is for: read from its JSON alone (at most
+/// `push::MAX_FCM_KEY_BYTES`), never the key.
+fn fcm_key_shown(path: &std::path::Path) -> String {
+    let read = crate::push::read_key_file(path).map_err(|e| e.to_string());
+    match read.map(|text| crate::push::key_summary(&text)) {
+        Ok(Some(k)) => format!("{} (project {})", k.client_email, k.project_id),
+        Ok(None) => "a file that is not a service-account key".to_owned(),
+        Err(e) => e,
+    }
+}
+
 /// The push section: what runs now, and the saved settings (they apply at the next start).
 pub(super) fn push_body(
     admin: &Admin,
@@ -109,6 +120,7 @@ pub(super) fn push_body(
         ntfy_server: &p.ntfy_server,
         token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
         content: &p.content,
+        fcm_key: p.fcm_credentials.as_deref().map(fcm_key_shown),
         pinned: admin
             .pinned
             .iter()

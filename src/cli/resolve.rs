@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::args::RunArgs;
 use crate::config::{default_data_dir, Config, ConfigError, Pinned, Secret};
-use crate::settings::Settings;
+use crate::settings::{Part, Settings, SwitchedOff};
 
 impl RunArgs {
     /// Defaults, then the file, then the settings saved from the admin page (in the data dir),
@@ -16,6 +16,16 @@ impl RunArgs {
 
     /// As [`RunArgs::resolve`], with the keys the flags set.
     pub fn resolve_pinned(&self) -> Result<(Config, PathBuf, Pinned), ConfigError> {
+        self.resolve_for_run()
+            .map(|(config, dir, pinned, _)| (config, dir, pinned))
+    }
+
+    /// As [`RunArgs::resolve_pinned`], with the parts whose saved settings cannot work: they
+    /// start switched off instead of stopping the start (the config file and the flags still
+    /// refuse to start when they are wrong: the owner who wrote them is at the box).
+    pub fn resolve_for_run(
+        &self,
+    ) -> Result<(Config, PathBuf, Pinned, Vec<SwitchedOff>), ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
@@ -25,14 +35,38 @@ impl RunArgs {
             .clone()
             .or_else(|| config.data_dir.clone())
             .unwrap_or_else(default_data_dir);
-        Settings::load(&dir)?.apply(&mut config);
+        let with_flags = |config: &Config| {
+            let mut config = config.clone();
+            self.apply_flags(&mut config);
+            config.validate()
+        };
+        with_flags(&config)?;
+        let (saved, mut off) = match Settings::load(&dir) {
+            Ok(saved) => (saved, Vec::new()),
+            Err(e) => (
+                Settings::default(),
+                vec![SwitchedOff {
+                    part: Part::File,
+                    why: e.to_string(),
+                }],
+            ),
+        };
+        off.extend(crate::settings::apply_usable(
+            &saved,
+            &mut config,
+            with_flags,
+        ));
         let pinned = self.pinned();
-        self.apply_agent_flags(&mut config);
-        self.apply_limit_flags(&mut config);
-        self.apply_push_flags(&mut config);
+        self.apply_flags(&mut config);
         config.validate()?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
-        Ok((config, dir, pinned))
+        Ok((config, dir, pinned, off))
+    }
+
+    fn apply_flags(&self, config: &mut Config) {
+        self.apply_agent_flags(config);
+        self.apply_limit_flags(config);
+        self.apply_push_flags(config);
     }
 
     /// The config keys these flags set: the admin page cannot override them.

@@ -6,6 +6,13 @@
 use std::cell::RefCell;
 
 use crate::protocol::HealthState;
+use crate::settings::{Part, SwitchedOff as SettingsOff};
+
+/// A switched-off part with its cause in words, made once (`reasons` lends them out).
+pub(super) struct SwitchedOff {
+    part: SettingsOff,
+    cause: String,
+}
 
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
 /// while it lasts. Any cause set means degraded; all clear means online.
@@ -23,6 +30,9 @@ pub(super) struct Causes {
     pub(super) media_full: Option<String>,
     /// Why the agent is unusable (unreachable, key refused), while it is.
     pub(super) agent_error: Option<String>,
+    /// Parts that started switched off because their saved settings cannot work, each until
+    /// the admin page gives it settings that do (push: until the next start).
+    pub(super) switched_off: Vec<SwitchedOff>,
 }
 
 impl Causes {
@@ -39,6 +49,25 @@ impl Causes {
         .into_iter()
         .flatten()
         .map(String::as_str)
+        .chain(self.switched_off.iter().map(|off| off.cause.as_str()))
+    }
+
+    /// Switches `part` off (again), or back on with `None`.
+    pub(super) fn set_switched_off(&mut self, part: Part, why: Option<String>) {
+        self.switched_off.retain(|off| off.part.part != part);
+        if let Some(why) = why {
+            let part = SettingsOff { part, why };
+            let cause = part.cause();
+            self.switched_off.push(SwitchedOff { part, cause });
+        }
+    }
+
+    /// The parts switched off now.
+    pub(super) fn switched_off(&self) -> Vec<SettingsOff> {
+        self.switched_off
+            .iter()
+            .map(|off| off.part.clone())
+            .collect()
     }
 
     /// Any cause set: the gateway is degraded.

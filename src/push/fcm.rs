@@ -17,12 +17,106 @@ const SCOPE: &str = "https://www.googleapis.com/auth/firebase.messaging";
 /// Renew the access token this long before Google says it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(60);
 
+/// Largest service-account key file read (from the config file's path or the Push page's
+/// upload): Google's are about 2.3 KB, a 4096-bit key about 3.3 KB.
+pub const MAX_KEY_BYTES: usize = 8 << 10;
+
 #[derive(Deserialize)]
 struct ServiceAccount {
+    #[serde(rename = "type")]
+    kind: String,
     project_id: String,
     client_email: String,
     private_key: String,
     token_uri: String,
+}
+
+/// What of a service-account key may be shown (never the private key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySummary {
+    pub project_id: String,
+    pub client_email: String,
+}
+
+/// Reads a service-account key file, at most [`MAX_KEY_BYTES`].
+pub fn read_key_file(path: &std::path::Path) -> Result<String, PushError> {
+    use std::io::Read;
+    let read = |source| PushError::Read {
+        what: "the FCM credentials",
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_KEY_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(read)?;
+    if text.len() > MAX_KEY_BYTES {
+        return Err(PushError::Credentials(format!(
+            "the key file is larger than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(text)
+}
+
+/// Whether `text` is a service-account key FCM can use: JSON of `type` `service_account`
+/// with a project, a client email, a token URI and an RSA private key that parses. The errors
+/// never quote the key.
+pub fn check_key(text: &str) -> Result<KeySummary, PushError> {
+    let (account, _) = parse_key(text)?;
+    Ok(KeySummary {
+        project_id: account.project_id,
+        client_email: account.client_email,
+    })
+}
+
+/// Who a stored key is for, read from its JSON alone (no key parsing: for showing, not for
+/// trusting; `check_key` is what judges a key).
+pub fn key_summary(text: &str) -> Option<KeySummary> {
+    #[derive(Deserialize)]
+    struct Shown {
+        project_id: String,
+        client_email: String,
+    }
+    let shown: Shown = serde_json::from_str(text).ok()?;
+    Some(KeySummary {
+        project_id: shown.project_id,
+        client_email: shown.client_email,
+    })
+}
+
+fn parse_key(text: &str) -> Result<(ServiceAccount, ring::signature::RsaKeyPair), PushError> {
+    let bad = |why: String| PushError::Credentials(why);
+    if text.len() > MAX_KEY_BYTES {
+        return Err(bad(format!("the key is larger than {MAX_KEY_BYTES} bytes")));
+    }
+    // serde_json's message names the field or the position, never the value.
+    let account: ServiceAccount =
+        serde_json::from_str(text).map_err(|e| bad(format!("not a service-account key: {e}")))?;
+    if account.kind != "service_account" {
+        return Err(bad(
+            "not a service-account key: `type` is not `service_account`".into(),
+        ));
+    }
+    let empty = [
+        ("project_id", &account.project_id),
+        ("client_email", &account.client_email),
+        ("token_uri", &account.token_uri),
+    ]
+    .into_iter()
+    .find(|(_, v)| v.trim().is_empty());
+    if let Some((field, _)) = empty {
+        return Err(bad(format!("`{field}` is empty")));
+    }
+    if !account.token_uri.starts_with("https://") && !account.token_uri.starts_with("http://") {
+        return Err(bad("`token_uri` is not an http(s) URL".into()));
+    }
+    let pem = ureq::tls::PrivateKey::from_pem(account.private_key.as_bytes())
+        .map_err(|_| bad("`private_key` is not a PEM private key".into()))?;
+    let key = ring::signature::RsaKeyPair::from_pkcs8(pem.der())
+        .map_err(|e| bad(format!("`private_key` is not an RSA PKCS#8 key: {e}")))?;
+    Ok((account, key))
 }
 
 pub struct Fcm {
@@ -39,18 +133,7 @@ impl Fcm {
             .fcm_credentials
             .as_ref()
             .ok_or(PushError::NoCredentials)?;
-        let text = std::fs::read_to_string(path).map_err(|source| PushError::Read {
-            what: "the FCM credentials",
-            path: path.clone(),
-            source,
-        })?;
-        let account: ServiceAccount = serde_json::from_str(&text)
-            .map_err(|e| PushError::Credentials(format!("not a service-account key: {e}")))?;
-        let pem = ureq::tls::PrivateKey::from_pem(account.private_key.as_bytes())
-            .map_err(|e| PushError::Credentials(format!("private_key: {e}")))?;
-        let key = ring::signature::RsaKeyPair::from_pkcs8(pem.der()).map_err(|e| {
-            PushError::Credentials(format!("private_key is not an RSA PKCS#8 key: {e}"))
-        })?;
+        let (account, key) = parse_key(&read_key_file(path)?)?;
         Ok(Fcm {
             agent,
             endpoint: config.fcm_endpoint.trim_end_matches('/').to_owned(),

@@ -12,6 +12,10 @@
 mod fcm;
 mod ntfy;
 
+pub use fcm::{
+    check_key, key_summary, read_key_file, KeySummary, MAX_KEY_BYTES as MAX_FCM_KEY_BYTES,
+};
+
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -206,6 +210,15 @@ struct Queue {
 }
 
 impl Pusher {
+    /// A pusher that pushes nothing (`push.backend = "none"`, or push switched off at start).
+    pub fn off() -> Pusher {
+        Pusher {
+            backend: Backend::None,
+            ntfy_server: String::new(),
+            shared: None,
+        }
+    }
+
     /// Starts the worker for the configured backend (none: a pusher that pushes nothing).
     pub fn start(
         config: &PushConfig,
@@ -213,13 +226,7 @@ impl Pusher {
     ) -> Result<Pusher, PushError> {
         let content = Content::parse(&config.content)?;
         let (backend, deliver): (Backend, Box<dyn Deliver>) = match config.backend.as_str() {
-            "none" => {
-                return Ok(Pusher {
-                    backend: Backend::None,
-                    ntfy_server: String::new(),
-                    shared: None,
-                })
-            }
+            "none" => return Ok(Pusher::off()),
             "ntfy" => (
                 Backend::Ntfy,
                 Box::new(ntfy::Ntfy::new(config, http_agent())?),

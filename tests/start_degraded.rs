@@ -1,0 +1,340 @@
+//! No saved setting stops the gateway from starting: a part whose settings from the admin page
+//! (`DATA_DIR/settings.toml`) cannot work starts switched off, the gateway comes up `degraded`
+//! with that cause (in `iris-gateway status`, on the admin page's home, and as every phone's
+//! `status`), and the page that set it fixes it. The Push page takes the FCM key as an upload
+//! and refuses FCM without a key that works.
+
+mod common;
+
+use std::path::Path;
+
+use common::web::{Reply, Web};
+use common::{cli_ok, connect_with_status, frame_type, owner_set, pair, temp_data_dir, Gateway};
+use serde_json::Value;
+
+const PASSPHRASE: &str = "violet tractor harbour 42";
+const FIXTURE_KEY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/fcm-service-account.json"
+);
+/// What the fixture key says it is for (shown on the page; the private key never is).
+const KEY_EMAIL: &str = "gateway@iris-test.iam.gserviceaccount.com";
+
+/// A claimed data dir with `settings` as the saved settings, and the gateway started on it.
+fn start_with_saved(settings: &str) -> (tempfile::TempDir, Gateway) {
+    let dir = temp_data_dir();
+    owner_set(dir.path(), PASSPHRASE);
+    if !settings.is_empty() {
+        std::fs::write(dir.path().join("settings.toml"), settings).unwrap();
+    }
+    let gw = Gateway::start(dir.path(), &[]);
+    (dir, gw)
+}
+
+/// `iris-gateway status --json`: what the control socket reports.
+fn status(dir: &Path) -> Value {
+    let d = dir.to_str().unwrap();
+    serde_json::from_str(&cli_ok(&["status", "--data-dir", d, "--json"])).unwrap()
+}
+
+/// The causes of `degraded` in one line.
+fn causes(report: &Value) -> String {
+    report["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asserts the gateway is degraded with one cause, which contains each of `words`, over the
+/// control socket, on the admin page's home (linking to `fix_at`) and as a phone's `status`.
+async fn assert_degraded_by(gw: &Gateway, dir: &Path, web: &mut Web, words: &[&str], fix_at: &str) {
+    let report = status(dir);
+    assert_eq!(report["state"], "degraded", "{report}");
+    let said = causes(&report);
+    assert_eq!(report["causes"].as_array().unwrap().len(), 1, "{said}");
+    for w in words {
+        assert!(said.contains(w), "{w:?} not in the cause: {said}");
+    }
+    let home = web.get("/admin/").await;
+    let problems = between(&home.body, "<ul id=\"problems\"", "</ul>");
+    assert!(problems.to_lowercase().contains(words[0]), "{problems}");
+    assert!(
+        problems.contains(&format!("href=\"{fix_at}\"")),
+        "{problems}"
+    );
+    let phone = pair(dir, "phone");
+    let (_c, _ack, greeting) = connect_with_status(gw, &phone).await;
+    assert_eq!(greeting["payload"]["state"], "degraded", "{greeting}");
+}
+
+fn between(text: &str, start: &str, end: &str) -> String {
+    let from = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
+        + start.len();
+    text[from..].split(end).next().unwrap_or("").to_owned()
+}
+
+/// What the page said about the last form.
+fn notice(page: &Reply) -> String {
+    between(&page.body, "id=\"notice\">", "<")
+}
+
+async fn signed_in(gw: &Gateway) -> Web {
+    let mut web = Web::new(gw, "127.0.0.1");
+    let r = web.sign_in(PASSPHRASE).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    web
+}
+
+/// Stops the gateway and starts it again on the same data dir.
+fn restart(gw: &mut Gateway, dir: &Path) -> Gateway {
+    gw.stop_ok();
+    Gateway::start(dir, &[])
+}
+
+fn assert_online(dir: &Path) {
+    let report = status(dir);
+    assert_eq!(report["state"], "online", "{report}");
+    assert!(report["causes"].as_array().unwrap().is_empty(), "{report}");
+}
+
+/// The fixture key as the Firebase console gives it.
+fn good_key() -> String {
+    std::fs::read_to_string(FIXTURE_KEY)
+        .unwrap()
+        .replace("TOKEN_PORT", "9")
+}
+
+/// The Push form's fields for `backend`, with the key file `key` (empty: none chosen).
+async fn save_push(web: &mut Web, backend: &str, key: &str) -> Reply {
+    let fields = [
+        ("backend", backend),
+        ("ntfy_server", ""),
+        ("ntfy_token", ""),
+        ("content", "preview"),
+    ];
+    let files = [("fcm_key", "service-account.json", key)];
+    web.post_multipart(
+        "/admin/push",
+        &fields,
+        if key.is_empty() { &[] } else { &files },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() {
+    // What the Push page saved before it took keys: FCM, and no key anywhere.
+    let (dir, mut gw) = start_with_saved("[push]\nbackend = \"fcm\"\n");
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &["push is off", "service-account key"],
+        "/admin/push",
+    )
+    .await;
+    assert_eq!(status(dir.path())["push"], "none");
+
+    let saved = save_push(&mut web, "fcm", &good_key()).await;
+    let said = notice(&saved);
+    assert!(said.starts_with("Saved, with the FCM key of"), "{said}");
+    assert!(
+        said.contains(KEY_EMAIL) && said.contains("iris-test"),
+        "{said}"
+    );
+    assert!(
+        !saved.body.contains("PRIVATE KEY"),
+        "the key is never shown"
+    );
+    let key_file = dir.path().join("fcm-service-account.json");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(&key_file).unwrap(),
+        good_key().trim()
+    );
+
+    let gw = restart(&mut gw, dir.path());
+    assert_online(dir.path());
+    assert_eq!(status(dir.path())["push"], "fcm");
+    let phone = pair(dir.path(), "phone after the fix");
+    let (_c, ack, greeting) = connect_with_status(&gw, &phone).await;
+    assert_eq!(greeting["payload"]["state"], "online", "{greeting}");
+    assert_eq!(ack["payload"]["server_caps"]["push"], "fcm", "{ack}");
+    let page = signed_in(&gw).await.get("/admin/push").await;
+    assert!(
+        page.body.contains(KEY_EMAIL),
+        "the page names the key in use"
+    );
+    assert!(!page.body.contains("PRIVATE KEY"));
+    assert!(!gw.output_tail().contains("PRIVATE KEY"), "never logged");
+}
+
+#[tokio::test]
+async fn a_saved_push_backend_that_cannot_work_starts_push_off_and_switching_it_back_fixes_it() {
+    let (dir, mut gw) = start_with_saved("[push]\nbackend = \"pigeon\"\n");
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &["push is off", "push.backend"],
+        "/admin/push",
+    )
+    .await;
+    let saved = save_push(&mut web, "none", "").await;
+    assert!(notice(&saved).starts_with("Saved."), "{}", notice(&saved));
+    let _gw = restart(&mut gw, dir.path());
+    assert_online(dir.path());
+}
+
+#[tokio::test]
+async fn a_saved_agent_backend_that_cannot_work_starts_the_agent_off_until_the_agent_page_sets_one()
+{
+    let (dir, gw) = start_with_saved("[agent]\nbackend = \"bogus\"\n");
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &["agent is off", "agent.backend"],
+        "/admin/agent",
+    )
+    .await;
+    let phone = pair(dir.path(), "watcher");
+    let (mut c, _, _) = connect_with_status(&gw, &phone).await;
+    let csrf = web.csrf().await;
+    let saved = web
+        .post("/admin/agent", &[("csrf", &csrf), ("backend", "demo")])
+        .await;
+    assert!(notice(&saved).starts_with("Saved"), "{}", notice(&saved));
+    // Live: the phone is told, and no restart is needed.
+    c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
+        .await;
+    assert_online(dir.path());
+}
+
+#[tokio::test]
+async fn a_saved_transcription_service_that_cannot_work_starts_off_until_the_page_sets_one() {
+    let (dir, gw) = start_with_saved("[transcription]\nurl = \"ftp://stt.example\"\n");
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &["transcription is off", "transcription.url"],
+        "/admin/agent",
+    )
+    .await;
+    let phone = pair(dir.path(), "watcher");
+    let (mut c, _, _) = connect_with_status(&gw, &phone).await;
+    let csrf = web.csrf().await;
+    let saved = web
+        .post(
+            "/admin/transcription",
+            &[
+                ("csrf", &csrf),
+                ("url", ""),
+                ("model", ""),
+                ("language", ""),
+            ],
+        )
+        .await;
+    assert!(notice(&saved).starts_with("Saved"), "{}", notice(&saved));
+    c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
+        .await;
+    assert_online(dir.path());
+}
+
+#[tokio::test]
+async fn unreadable_saved_settings_are_set_aside_and_the_gateway_starts_without_them() {
+    let broken = "[agent]\nkey = \"sk-never-shown\"\nurl = \n";
+    let (dir, mut gw) = start_with_saved(broken);
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &[
+            "saved settings cannot be read",
+            "settings.toml.unreadable",
+            "line 3",
+        ],
+        "/admin/agent",
+    )
+    .await;
+    let aside = dir.path().join("settings.toml.unreadable");
+    assert_eq!(
+        std::fs::read_to_string(aside).unwrap(),
+        broken,
+        "kept as it was"
+    );
+    assert!(!dir.path().join("settings.toml").exists());
+    assert!(!causes(&status(dir.path())).contains("sk-never-shown"));
+    assert!(!gw.output_tail().contains("sk-never-shown"));
+    // The pages save afresh, and the next start reads what they saved.
+    let saved = save_push(&mut web, "none", "").await;
+    assert!(notice(&saved).starts_with("Saved."), "{}", notice(&saved));
+    let _gw = restart(&mut gw, dir.path());
+    assert_online(dir.path());
+}
+
+#[tokio::test]
+async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
+    let (dir, gw) = start_with_saved("");
+    let mut web = signed_in(&gw).await;
+    let settings = dir.path().join("settings.toml");
+
+    let refused = save_push(&mut web, "fcm", "").await;
+    let said = notice(&refused);
+    assert!(said.contains("needs its service-account key"), "{said}");
+    assert!(said.contains("nothing was saved"), "{said}");
+    assert!(!settings.exists(), "nothing saved");
+
+    let key = good_key();
+    let no_private_key = {
+        let mut v: Value = serde_json::from_str(&key).unwrap();
+        v.as_object_mut().unwrap().remove("private_key");
+        v.to_string()
+    };
+    let not_a_key = key.replace(
+        "-----BEGIN PRIVATE KEY-----\\nMII",
+        "-----BEGIN PRIVATE KEY-----\\nMIA",
+    );
+    // Padded inside the JSON: what is around it is trimmed.
+    let oversized = key.replacen('{', &format!("{{{}", " ".repeat(9 << 10)), 1);
+    for (bad, why) in [
+        ("{not json", "not a service-account key"),
+        (&no_private_key, "private_key"),
+        (&not_a_key, "private_key"),
+        (&oversized, "over 8192 bytes"),
+    ] {
+        let refused = save_push(&mut web, "fcm", bad).await;
+        let said = notice(&refused);
+        assert!(
+            said.contains(why) && said.contains("nothing was saved"),
+            "{said}"
+        );
+        assert!(!said.contains("MII"), "the key is never quoted: {said}");
+        assert!(!settings.exists(), "nothing saved for {why}");
+        assert!(!dir.path().join("fcm-service-account.json").exists());
+    }
+
+    let saved = save_push(&mut web, "fcm", &key).await;
+    assert!(notice(&saved).contains(KEY_EMAIL), "{}", notice(&saved));
+    let text = std::fs::read_to_string(&settings).unwrap();
+    assert!(text.contains("backend = \"fcm\"") && text.contains("fcm-service-account.json"));
+    // Saved again with no new file: the key in use is kept (and checked).
+    let again = save_push(&mut web, "fcm", "").await;
+    assert!(notice(&again).starts_with("Saved."), "{}", notice(&again));
+    // Saved settings apply at the next start: this one still runs as it started.
+    assert_online(dir.path());
+    assert!(!gw.output_tail().contains("PRIVATE KEY"));
+}
