@@ -129,7 +129,7 @@ async fn save_push(web: &mut Web, backend: &str, key: &str) -> Reply {
 #[tokio::test]
 async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() {
     // What the Push page saved before it took keys: FCM, and no key anywhere.
-    let (dir, mut gw) = start_with_saved("[push]\nbackend = \"fcm\"\n");
+    let (dir, gw) = start_with_saved("[push]\nbackend = \"fcm\"\n");
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
         &gw,
@@ -141,7 +141,45 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
     .await;
     assert_eq!(status(dir.path())["push"], "none");
 
-    let saved = save_push(&mut web, "fcm", &good_key()).await;
+    upload_the_key_and_restart(&mut web, gw, dir.path()).await;
+}
+
+#[tokio::test]
+async fn a_saved_fcm_key_file_that_is_not_a_key_starts_push_off_and_an_uploaded_key_fixes_it() {
+    // As a hand-edit or an old backup may leave it: a key file FCM cannot use.
+    let dir = temp_data_dir();
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "{\"type\": \"authorized_user\"}").unwrap();
+    let saved = format!(
+        "[push]\nbackend = \"fcm\"\nfcm_credentials = '{}'\n",
+        junk.display()
+    );
+    owner_set(dir.path(), PASSPHRASE);
+    std::fs::write(dir.path().join("settings.toml"), saved).unwrap();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = signed_in(&gw).await;
+    assert_degraded_by(
+        &gw,
+        dir.path(),
+        &mut web,
+        &["push is off", "not a service-account key"],
+        "/admin/push",
+    )
+    .await;
+    // The key in use cannot work: saving FCM again without a new one is refused.
+    let refused = save_push(&mut web, "fcm", "").await;
+    assert!(
+        notice(&refused).contains("The FCM key in use cannot work"),
+        "{}",
+        notice(&refused)
+    );
+    upload_the_key_and_restart(&mut web, gw, dir.path()).await;
+}
+
+/// The fix on the Push page: FCM with the good key uploaded, then a restart that comes up
+/// online with FCM running; the key is stored privately and shown only by whom it is for.
+async fn upload_the_key_and_restart(web: &mut Web, mut gw: Gateway, dir: &Path) {
+    let saved = save_push(web, "fcm", &good_key()).await;
     let said = notice(&saved);
     assert!(said.starts_with("Saved, with the FCM key of"), "{said}");
     assert!(
@@ -152,7 +190,7 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
         !saved.body.contains("PRIVATE KEY"),
         "the key is never shown"
     );
-    let key_file = dir.path().join("fcm-service-account.json");
+    let key_file = dir.join("fcm-service-account.json");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
@@ -161,10 +199,10 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
         good_key().trim()
     );
 
-    let gw = restart(&mut gw, dir.path());
-    assert_online(dir.path());
-    assert_eq!(status(dir.path())["push"], "fcm");
-    let phone = pair(dir.path(), "phone after the fix");
+    let gw = restart(&mut gw, dir);
+    assert_online(dir);
+    assert_eq!(status(dir)["push"], "fcm");
+    let phone = pair(dir, "phone after the fix");
     let (_c, ack, greeting) = connect_with_status(&gw, &phone).await;
     assert_eq!(greeting["payload"]["state"], "online", "{greeting}");
     assert_eq!(ack["payload"]["server_caps"]["push"], "fcm", "{ack}");
