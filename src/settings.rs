@@ -428,6 +428,15 @@ pub fn explain(
             p.content.is_some(),
         ),
         (
+            "push.fcm_credentials",
+            config
+                .push
+                .fcm_credentials
+                .as_ref()
+                .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string()),
+            p.fcm_credentials.is_some(),
+        ),
+        (
             "update.url",
             config.update.url.clone(),
             saved.update.url.is_some(),
@@ -543,6 +552,33 @@ mod tests {
         assert_eq!(p.ntfy_server, "http://new");
         assert!(p.ntfy_token.is_none() && p.ntfy_token_file.is_none());
         assert!(p.ntfy_user.is_none() && p.ntfy_password.is_none());
+    }
+
+    #[test]
+    fn a_part_whose_saved_settings_cannot_work_is_switched_off_alone() {
+        let saved: Settings = toml::from_str(
+            "[agent]\nmodel = \"kept\"\n[push]\nbackend = \"fcm\"\ncontent = \"title\"\n\
+             [transcription]\nurl = \"ftp://x\"\n[update]\nurl = \"https://u\"\n",
+        )
+        .unwrap();
+        let mut config: Config =
+            toml::from_str("[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n")
+                .unwrap();
+        let off = apply_usable(&saved, &mut config, Config::validate);
+        let parts: Vec<Part> = off.iter().map(|o| o.part).collect();
+        assert_eq!(parts, [Part::Push, Part::Transcription]);
+        assert!(off[0].why.contains("push.fcm_credentials"), "{:?}", off[0]);
+        assert!(off[1].cause().starts_with("transcription is off: "));
+        // Off, not the file's: the owner chose another service than the file's.
+        assert_eq!(config.push.backend, "none");
+        assert_eq!(
+            config.push.content, "preview",
+            "none of push's saved values"
+        );
+        assert!(!config.transcription.is_on());
+        assert_eq!(config.agent.model, "kept");
+        assert_eq!(config.update.url, "https://u");
+        assert!(config.validate().is_ok());
     }
 
     #[test]
