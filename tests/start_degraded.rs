@@ -59,7 +59,7 @@ async fn assert_degraded_by(gw: &Gateway, dir: &Path, web: &mut Web, words: &[&s
         assert!(said.contains(w), "{w:?} not in the cause: {said}");
     }
     let home = web.get("/admin/").await;
-    let problems = between(&home.body, "<ul id=\"problems\"", "</ul>");
+    let problems = home.after("<ul id=\"problems\"", "</ul>");
     assert!(problems.to_lowercase().contains(words[0]), "{problems}");
     assert!(
         problems.contains(&format!("href=\"{fix_at}\"")),
@@ -68,19 +68,6 @@ async fn assert_degraded_by(gw: &Gateway, dir: &Path, web: &mut Web, words: &[&s
     let phone = pair(dir, "phone");
     let (_c, _ack, greeting) = connect_with_status(gw, &phone).await;
     assert_eq!(greeting["payload"]["state"], "degraded", "{greeting}");
-}
-
-fn between(text: &str, start: &str, end: &str) -> String {
-    let from = text
-        .find(start)
-        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
-        + start.len();
-    text[from..].split(end).next().unwrap_or("").to_owned()
-}
-
-/// What the page said about the last form.
-fn notice(page: &Reply) -> String {
-    between(&page.body, "id=\"notice\">", "<")
 }
 
 async fn signed_in(gw: &Gateway) -> Web {
@@ -169,9 +156,9 @@ async fn a_saved_fcm_key_file_that_is_not_a_key_starts_push_off_and_an_uploaded_
     // The key in use cannot work: saving FCM again without a new one is refused.
     let refused = save_push(&mut web, "fcm", "").await;
     assert!(
-        notice(&refused).contains("The FCM key in use cannot work"),
+        refused.notice().contains("The FCM key in use cannot work"),
         "{}",
-        notice(&refused)
+        refused.notice()
     );
     upload_the_key_and_restart(&mut web, gw, dir.path()).await;
 }
@@ -180,7 +167,7 @@ async fn a_saved_fcm_key_file_that_is_not_a_key_starts_push_off_and_an_uploaded_
 /// online with FCM running; the key is stored privately and shown only by whom it is for.
 async fn upload_the_key_and_restart(web: &mut Web, mut gw: Gateway, dir: &Path) {
     let saved = save_push(web, "fcm", &good_key()).await;
-    let said = notice(&saved);
+    let said = saved.notice();
     assert!(said.starts_with("Saved, with the FCM key of"), "{said}");
     assert!(
         said.contains(KEY_EMAIL) && said.contains("iris-test"),
@@ -228,7 +215,7 @@ async fn a_saved_push_backend_that_cannot_work_starts_push_off_and_switching_it_
     )
     .await;
     let saved = save_push(&mut web, "none", "").await;
-    assert!(notice(&saved).starts_with("Saved."), "{}", notice(&saved));
+    assert!(saved.notice().starts_with("Saved."), "{}", saved.notice());
     let _gw = restart(&mut gw, dir.path());
     assert_online(dir.path());
 }
@@ -236,56 +223,45 @@ async fn a_saved_push_backend_that_cannot_work_starts_push_off_and_switching_it_
 #[tokio::test]
 async fn a_saved_agent_backend_that_cannot_work_starts_the_agent_off_until_the_agent_page_sets_one()
 {
-    let (dir, gw) = start_with_saved("[agent]\nbackend = \"bogus\"\n");
-    let mut web = signed_in(&gw).await;
-    assert_degraded_by(
-        &gw,
-        dir.path(),
-        &mut web,
-        &["agent is off", "agent.backend"],
+    let cause = ["agent is off", "agent.backend"];
+    let fix = ("/admin/agent", &[("backend", "demo")][..]);
+    fixed_live_by_a_form(
+        "[agent]\nbackend = \"bogus\"\n",
+        &cause,
         "/admin/agent",
+        fix,
     )
     .await;
-    let phone = pair(dir.path(), "watcher");
-    let (mut c, _, _) = connect_with_status(&gw, &phone).await;
-    let csrf = web.csrf().await;
-    let saved = web
-        .post("/admin/agent", &[("csrf", &csrf), ("backend", "demo")])
-        .await;
-    assert!(notice(&saved).starts_with("Saved"), "{}", notice(&saved));
-    // Live: the phone is told, and no restart is needed.
-    c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
-        .await;
-    assert_online(dir.path());
 }
 
 #[tokio::test]
 async fn a_saved_transcription_service_that_cannot_work_starts_off_until_the_page_sets_one() {
-    let (dir, gw) = start_with_saved("[transcription]\nurl = \"ftp://stt.example\"\n");
+    let cause = ["transcription is off", "transcription.url"];
+    let off = [("url", ""), ("model", ""), ("language", "")];
+    let fix = ("/admin/transcription", &off[..]);
+    let saved = "[transcription]\nurl = \"ftp://stt.example\"\n";
+    fixed_live_by_a_form(saved, &cause, "/admin/agent", fix).await;
+}
+
+/// Starts on the bad `saved` settings, degraded with a cause of `words`, then sends the form
+/// `fix` (path, fields): a phone is told `online` at once, with no restart, and the status
+/// has no cause left.
+async fn fixed_live_by_a_form(
+    saved: &str,
+    words: &[&str],
+    fix_at: &str,
+    (form, fields): (&str, &[(&str, &str)]),
+) {
+    let (dir, gw) = start_with_saved(saved);
     let mut web = signed_in(&gw).await;
-    assert_degraded_by(
-        &gw,
-        dir.path(),
-        &mut web,
-        &["transcription is off", "transcription.url"],
-        "/admin/agent",
-    )
-    .await;
+    assert_degraded_by(&gw, dir.path(), &mut web, words, fix_at).await;
     let phone = pair(dir.path(), "watcher");
     let (mut c, _, _) = connect_with_status(&gw, &phone).await;
     let csrf = web.csrf().await;
-    let saved = web
-        .post(
-            "/admin/transcription",
-            &[
-                ("csrf", &csrf),
-                ("url", ""),
-                ("model", ""),
-                ("language", ""),
-            ],
-        )
-        .await;
-    assert!(notice(&saved).starts_with("Saved"), "{}", notice(&saved));
+    let mut all = vec![("csrf", csrf.as_str())];
+    all.extend_from_slice(fields);
+    let saved = web.post(form, &all).await;
+    assert!(saved.notice().starts_with("Saved"), "{}", saved.notice());
     c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
         .await;
     assert_online(dir.path());
@@ -319,7 +295,7 @@ async fn unreadable_saved_settings_are_set_aside_and_the_gateway_starts_without_
     assert!(!gw.output_tail().contains("sk-never-shown"));
     // The pages save afresh, and the next start reads what they saved.
     let saved = save_push(&mut web, "none", "").await;
-    assert!(notice(&saved).starts_with("Saved."), "{}", notice(&saved));
+    assert!(saved.notice().starts_with("Saved."), "{}", saved.notice());
     let _gw = restart(&mut gw, dir.path());
     assert_online(dir.path());
 }
@@ -331,7 +307,7 @@ async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
     let settings = dir.path().join("settings.toml");
 
     let refused = save_push(&mut web, "fcm", "").await;
-    let said = notice(&refused);
+    let said = refused.notice();
     assert!(said.contains("needs its service-account key"), "{said}");
     assert!(said.contains("nothing was saved"), "{said}");
     assert!(!settings.exists(), "nothing saved");
@@ -355,7 +331,7 @@ async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
         (&oversized, "over 8192 bytes"),
     ] {
         let refused = save_push(&mut web, "fcm", bad).await;
-        let said = notice(&refused);
+        let said = refused.notice();
         assert!(
             said.contains(why) && said.contains("nothing was saved"),
             "{said}"
@@ -366,12 +342,12 @@ async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
     }
 
     let saved = save_push(&mut web, "fcm", &key).await;
-    assert!(notice(&saved).contains(KEY_EMAIL), "{}", notice(&saved));
+    assert!(saved.notice().contains(KEY_EMAIL), "{}", saved.notice());
     let text = std::fs::read_to_string(&settings).unwrap();
     assert!(text.contains("backend = \"fcm\"") && text.contains("fcm-service-account.json"));
     // Saved again with no new file: the key in use is kept (and checked).
     let again = save_push(&mut web, "fcm", "").await;
-    assert!(notice(&again).starts_with("Saved."), "{}", notice(&again));
+    assert!(again.notice().starts_with("Saved."), "{}", again.notice());
     // Saved settings apply at the next start: this one still runs as it started.
     assert_online(dir.path());
     assert!(!gw.output_tail().contains("PRIVATE KEY"));

@@ -36,6 +36,17 @@ impl Reply {
             .collect()
     }
 
+    /// What the body has between `start` and the next `end` (panics without `start`).
+    pub fn after(&self, start: &str, end: &str) -> &str {
+        let (_, rest) = self.body.split_once(start).expect(start);
+        rest.split(end).next().unwrap_or("")
+    }
+
+    /// What the page says about the last form (its one-time notice).
+    pub fn notice(&self) -> &str {
+        self.after("id=\"notice\">", "<")
+    }
+
     /// The value of a hidden form field (`name="csrf" value="…"`).
     /// The text inside `<pre id="{id}">`.
     pub fn pre(&self, id: &str) -> String {
