@@ -7,9 +7,13 @@
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::web::{Reply, Web};
-use common::{cli_ok, connect_with_status, frame_type, owner_set, pair, temp_data_dir, Gateway};
+use common::{
+    cli_ok, connect_with_status, frame_type, nth_listening, owner_set, pair, temp_data_dir, Client,
+    Gateway,
+};
 use serde_json::Value;
 
 const PASSPHRASE: &str = "violet tractor harbour 42";
@@ -48,9 +52,10 @@ fn causes(report: &Value) -> String {
         .join("; ")
 }
 
-/// Asserts the gateway is degraded with one cause, which contains each of `words`, over the
-/// control socket, on the admin page's home (linking to `fix_at`) and as a phone's `status`.
-async fn assert_degraded_by(gw: &Gateway, dir: &Path, web: &mut Web, words: &[&str], fix_at: &str) {
+/// Asserts the gateway at `url` is degraded with one cause, which contains each of `words`,
+/// over the control socket, on the admin page's home (linking to `fix_at`) and as a phone's
+/// `status`.
+async fn assert_degraded_by(url: &str, dir: &Path, web: &mut Web, words: &[&str], fix_at: &str) {
     let report = status(dir);
     assert_eq!(report["state"], "degraded", "{report}");
     let said = causes(&report);
@@ -65,9 +70,17 @@ async fn assert_degraded_by(gw: &Gateway, dir: &Path, web: &mut Web, words: &[&s
         problems.contains(&format!("href=\"{fix_at}\"")),
         "{problems}"
     );
-    let phone = pair(dir, "phone");
-    let (_c, _ack, greeting) = connect_with_status(gw, &phone).await;
+    let (_c, greeting) = phone_greeting(url, dir).await;
     assert_eq!(greeting["payload"]["state"], "degraded", "{greeting}");
+}
+
+/// A newly paired phone's `hello` at `url`, and the `status` that greets it.
+async fn phone_greeting(url: &str, dir: &Path) -> (Client, Value) {
+    let phone = pair(dir, "phone");
+    let (mut c, _) = Client::hello(url, &phone.token, &phone.device_id).await;
+    let status = c.recv().await;
+    assert_eq!(frame_type(&status), "status", "{status}");
+    (c, status)
 }
 
 async fn signed_in(gw: &Gateway) -> Web {
@@ -96,7 +109,8 @@ fn good_key() -> String {
         .replace("TOKEN_PORT", "9")
 }
 
-/// The Push form's fields for `backend`, with the key file `key` (empty: none chosen).
+/// The Push form as a browser sends it for `backend`, with the key file `key` (empty: none
+/// chosen).
 async fn save_push(web: &mut Web, backend: &str, key: &str) -> Reply {
     let fields = [
         ("backend", backend),
@@ -104,13 +118,14 @@ async fn save_push(web: &mut Web, backend: &str, key: &str) -> Reply {
         ("ntfy_token", ""),
         ("content", "preview"),
     ];
-    let files = [("fcm_key", "service-account.json", key)];
-    web.post_multipart(
-        "/admin/push",
-        &fields,
-        if key.is_empty() { &[] } else { &files },
-    )
-    .await
+    // With no file chosen a browser still sends the part, empty and with an empty name.
+    let name = if key.is_empty() {
+        ""
+    } else {
+        "service-account.json"
+    };
+    web.post_multipart("/admin/push", &fields, &[("fcm_key", name, key)])
+        .await
 }
 
 #[tokio::test]
@@ -119,7 +134,7 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
     let (dir, gw) = start_with_saved("[push]\nbackend = \"fcm\"\n");
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
-        &gw,
+        &gw.url,
         dir.path(),
         &mut web,
         &["push is off", "service-account key"],
@@ -146,7 +161,7 @@ async fn a_saved_fcm_key_file_that_is_not_a_key_starts_push_off_and_an_uploaded_
     let gw = Gateway::start(dir.path(), &[]);
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
-        &gw,
+        &gw.url,
         dir.path(),
         &mut web,
         &["push is off", "not a service-account key"],
@@ -203,11 +218,32 @@ async fn upload_the_key_and_restart(web: &mut Web, mut gw: Gateway, dir: &Path) 
 }
 
 #[tokio::test]
+async fn restart_now_after_fcm_was_saved_without_a_key_comes_back_degraded() {
+    // What the Push page used to save with no key; its Restart now then never came back.
+    let (dir, gw) = start_with_saved("");
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        "[push]\nbackend = \"fcm\"\n",
+    )
+    .unwrap();
+    let mut web = signed_in(&gw).await;
+    let csrf = web.csrf().await;
+    let restarting = web.post("/admin/power/restart", &[("csrf", &csrf)]).await;
+    assert_eq!(restarting.status, 200, "{restarting:?}");
+    web.addr = nth_listening(&gw, 2, Duration::from_secs(30)).await;
+    let url = format!("ws://{}", web.addr);
+    let words = ["push is off", "service-account key"];
+    assert_degraded_by(&url, dir.path(), &mut web, &words, "/admin/push").await;
+    // The page waiting for the restart reads this: it answers, so the wait ends.
+    assert_eq!(web.get("/admin/health.json").await.status, 200);
+}
+
+#[tokio::test]
 async fn a_saved_push_backend_that_cannot_work_starts_push_off_and_switching_it_back_fixes_it() {
     let (dir, mut gw) = start_with_saved("[push]\nbackend = \"pigeon\"\n");
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
-        &gw,
+        &gw.url,
         dir.path(),
         &mut web,
         &["push is off", "push.backend"],
@@ -254,9 +290,8 @@ async fn fixed_live_by_a_form(
 ) {
     let (dir, gw) = start_with_saved(saved);
     let mut web = signed_in(&gw).await;
-    assert_degraded_by(&gw, dir.path(), &mut web, words, fix_at).await;
-    let phone = pair(dir.path(), "watcher");
-    let (mut c, _, _) = connect_with_status(&gw, &phone).await;
+    assert_degraded_by(&gw.url, dir.path(), &mut web, words, fix_at).await;
+    let (mut c, _) = phone_greeting(&gw.url, dir.path()).await;
     let csrf = web.csrf().await;
     let mut all = vec![("csrf", csrf.as_str())];
     all.extend_from_slice(fields);
@@ -273,7 +308,7 @@ async fn unreadable_saved_settings_are_set_aside_and_the_gateway_starts_without_
     let (dir, mut gw) = start_with_saved(broken);
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
-        &gw,
+        &gw.url,
         dir.path(),
         &mut web,
         &[
