@@ -387,3 +387,25 @@ async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
     assert_online(dir.path());
     assert!(!gw.output_tail().contains("PRIVATE KEY"));
 }
+
+#[test]
+fn the_config_file_written_at_the_box_still_refuses_to_start_with_its_reason() {
+    // Whoever wrote the config file is at the box and reads the message; the page cannot fix
+    // the file, so it is not switched off quietly.
+    let data = temp_data_dir();
+    let config = data.path().join("config.toml");
+    std::fs::write(&config, "[push]\nbackend = \"fcm\"\n").unwrap();
+    let (d, c) = (data.path().to_str().unwrap(), config.to_str().unwrap());
+    let out = common::cli(&[
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        d,
+        "--config",
+        c,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("push.fcm_credentials"), "{stderr}");
+}

@@ -434,6 +434,27 @@ pub fn send_now(config: &PushConfig, job: &PushJob) -> Result<(), String> {
     deliver.deliver(job, content).map_err(|f| f.reason)
 }
 
+/// Whether `config` can start: what [`Pusher::start`] checks before its worker runs (the
+/// content setting, the ntfy token file, a usable FCM key), with no worker and no request.
+pub fn check_config(config: &PushConfig) -> Result<(), PushError> {
+    Content::parse(&config.content)?;
+    match config.backend.as_str() {
+        "none" => Ok(()),
+        "ntfy" => match (&config.ntfy_token, &config.ntfy_token_file) {
+            (None, Some(path)) => read_secret("the ntfy token file", path).map(|_| ()),
+            _ => Ok(()),
+        },
+        "fcm" => {
+            let path = config
+                .fcm_credentials
+                .as_ref()
+                .ok_or(PushError::NoCredentials)?;
+            check_key(&read_key_file(path)?).map(|_| ())
+        }
+        other => Err(PushError::Backend(other.to_owned())),
+    }
+}
+
 /// Reads a secret from a file, trimmed (so `echo TOKEN > file` works).
 fn read_secret(what: &'static str, path: &std::path::Path) -> Result<String, PushError> {
     std::fs::read_to_string(path)
