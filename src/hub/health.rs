@@ -6,11 +6,11 @@
 use std::cell::RefCell;
 
 use crate::protocol::HealthState;
-use crate::settings::{Part, SwitchedOff as SettingsOff};
+use crate::settings::{Part, SwitchedOff};
 
 /// A switched-off part with its cause in words, made once (`reasons` lends them out).
-pub(super) struct SwitchedOff {
-    part: SettingsOff,
+pub(super) struct OffCause {
+    off: SwitchedOff,
     cause: String,
 }
 
@@ -32,7 +32,7 @@ pub(super) struct Causes {
     pub(super) agent_error: Option<String>,
     /// Parts that started switched off because their saved settings cannot work, each until
     /// the admin page gives it settings that do (push: until the next start).
-    pub(super) switched_off: Vec<SwitchedOff>,
+    pub(super) switched_off: Vec<OffCause>,
 }
 
 impl Causes {
@@ -49,25 +49,22 @@ impl Causes {
         .into_iter()
         .flatten()
         .map(String::as_str)
-        .chain(self.switched_off.iter().map(|off| off.cause.as_str()))
+        .chain(self.switched_off.iter().map(|c| c.cause.as_str()))
     }
 
     /// Switches `part` off (again), or back on with `None`.
     pub(super) fn set_switched_off(&mut self, part: Part, why: Option<String>) {
-        self.switched_off.retain(|off| off.part.part != part);
+        self.switched_off.retain(|c| c.off.part != part);
         if let Some(why) = why {
-            let part = SettingsOff { part, why };
-            let cause = part.cause();
-            self.switched_off.push(SwitchedOff { part, cause });
+            let off = SwitchedOff { part, why };
+            let cause = off.cause();
+            self.switched_off.push(OffCause { off, cause });
         }
     }
 
     /// The parts switched off now.
-    pub(super) fn switched_off(&self) -> Vec<SettingsOff> {
-        self.switched_off
-            .iter()
-            .map(|off| off.part.clone())
-            .collect()
+    pub(super) fn switched_off(&self) -> Vec<SwitchedOff> {
+        self.switched_off.iter().map(|c| c.off.clone()).collect()
     }
 
     /// Any cause set: the gateway is degraded.
