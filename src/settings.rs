@@ -106,7 +106,10 @@ pub struct PushSettings {
     pub ntfy_server: Option<String>,
     pub ntfy_token: Option<Hidden>,
     pub content: Option<String>,
-    /// The FCM service-account key the Push page took as an upload ([`FCM_KEY_FILE`]).
+    /// The FCM service-account key the Push page took as an upload: [`FCM_KEY_FILE`] when it
+    /// is there. Not written to the file (where it would be a key older versions refuse, and
+    /// a path that breaks when the data dir moves): [`Settings::load`] looks for the file.
+    #[serde(skip)]
     pub fcm_credentials: Option<PathBuf>,
 }
 
@@ -218,6 +221,16 @@ pub fn path(data_dir: &Path) -> PathBuf {
 impl Settings {
     /// Reads the saved settings; none saved yet is the empty set.
     pub fn load(data_dir: &Path) -> Result<Settings, ConfigError> {
+        let mut saved = Settings::read(data_dir)?;
+        let key = data_dir.join(FCM_KEY_FILE);
+        if key.is_file() {
+            saved.push.fcm_credentials = Some(key);
+        }
+        Ok(saved)
+    }
+
+    /// The file as written.
+    fn read(data_dir: &Path) -> Result<Settings, ConfigError> {
         let path = path(data_dir);
         let bad = |why: String| ConfigError::Settings {
             path: path.clone(),

@@ -148,16 +148,16 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
 
 #[tokio::test]
 async fn a_saved_fcm_key_file_that_is_not_a_key_starts_push_off_and_an_uploaded_key_fixes_it() {
-    // As a hand-edit or an old backup may leave it: a key file FCM cannot use.
+    // As a hand-edit or a damaged card may leave it: a key file FCM cannot use.
     let dir = temp_data_dir();
-    let junk = dir.path().join("junk.json");
-    std::fs::write(&junk, "{\"type\": \"authorized_user\"}").unwrap();
-    let saved = format!(
-        "[push]\nbackend = \"fcm\"\nfcm_credentials = '{}'\n",
-        junk.display()
-    );
+    let key_file = dir.path().join("fcm-service-account.json");
+    std::fs::write(&key_file, "{\"type\": \"authorized_user\"}").unwrap();
     owner_set(dir.path(), PASSPHRASE);
-    std::fs::write(dir.path().join("settings.toml"), saved).unwrap();
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        "[push]\nbackend = \"fcm\"\n",
+    )
+    .unwrap();
     let gw = Gateway::start(dir.path(), &[]);
     let mut web = signed_in(&gw).await;
     assert_degraded_by(
@@ -379,7 +379,9 @@ async fn the_push_page_saves_fcm_only_with_a_key_that_works() {
     let saved = save_push(&mut web, "fcm", &key).await;
     assert!(saved.notice().contains(KEY_EMAIL), "{}", saved.notice());
     let text = std::fs::read_to_string(&settings).unwrap();
-    assert!(text.contains("backend = \"fcm\"") && text.contains("fcm-service-account.json"));
+    assert!(text.contains("backend = \"fcm\""), "{text}");
+    // The key is found by its file, so the settings stay readable by older versions.
+    assert!(!text.contains("fcm_credentials"), "{text}");
     // Saved again with no new file: the key in use is kept (and checked).
     let again = save_push(&mut web, "fcm", "").await;
     assert!(again.notice().starts_with("Saved."), "{}", again.notice());

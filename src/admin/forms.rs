@@ -390,9 +390,9 @@ impl Post<'_> {
         let mut said = String::from("Saved");
         if let Some((text, summary)) = key {
             let path = admin.data_dir.join(crate::settings::FCM_KEY_FILE);
+            // Found by its name from now on (`Settings::load`): nothing more to save for it.
             crate::atomic_file::write(&path, text.as_bytes(), 0o600)
                 .map_err(|e| unavailable(&e))?;
-            saved.push.fcm_credentials = Some(path);
             said = format!(
                 "Saved, with the FCM key of {} (project {})",
                 summary.client_email, summary.project_id
