@@ -289,7 +289,7 @@ impl Post<'_> {
             let o = if test {
                 self.typed(
                     "transcription",
-                    &["url", "model", "language"],
+                    &["url", "model", "language", "timeout_secs"],
                     tone,
                     sentence(text),
                 )
@@ -614,10 +614,14 @@ pub(super) fn transcription_from_form(
             "the language is a short code such as en or pt-BR, or empty".into(),
         ));
     }
+    let timeout = transcription_timeout(form.get("timeout_secs"))?;
     let mut saved =
         Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     let t = &mut saved.transcription;
     t.url = Some(url.to_owned());
+    if timeout.is_some() {
+        t.timeout_secs = timeout;
+    }
     t.model = Some(if model.is_empty() { "whisper-1" } else { model }.to_owned());
     t.language = Some(language.to_owned());
     let typed = !key.is_empty();
@@ -635,6 +639,22 @@ pub(super) fn transcription_from_form(
         config.transcription.key_file = None;
     }
     Ok((config, saved))
+}
+
+/// The form's wait for a transcription, in whole seconds (1 to `MAX_TIMEOUT_SECS`); empty keeps
+/// the one in effect.
+fn transcription_timeout(typed: &str) -> Result<Option<u64>, Refusal> {
+    use crate::config::transcription::MAX_TIMEOUT_SECS;
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(None);
+    }
+    match typed.parse::<u64>() {
+        Ok(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Ok(Some(secs)),
+        _ => Err(Refusal::BadInput(format!(
+            "the longest wait for a transcription is a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}"
+        ))),
+    }
 }
 
 /// What the service makes of a one-second tone: its answer, or what went wrong, in words.

@@ -80,6 +80,11 @@ impl Choices {
         i.pickers.insert(id, picker);
     }
 
+    /// What the open picker `id` sets, without answering it.
+    pub(super) fn picker_setting(&self, id: &str) -> Option<Setting> {
+        self.inner.borrow().pickers.get(id).map(|p| p.setting)
+    }
+
     /// The picker `id` answers, if it is still open (each is answered once).
     pub(super) fn take_picker(&self, id: &str) -> Option<Picker> {
         let mut i = self.inner.borrow_mut();
