@@ -15,8 +15,8 @@
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
-//! - secrets (the agent key, the transcription key, the ntfy token, device tokens after their one showing) are never
-//!   rendered, and the passphrase is never logged.
+//! - secrets (the agent key, the transcription key, the ntfy token, the FCM key, device tokens
+//!   after their one showing) are never rendered, and the passphrase is never logged.
 //!
 //! Routes live under `/admin/`; a browser's `GET /` is sent here. What it changes goes through
 //! the hub (devices), the switchable agent (agent settings, applied to the next turn) and the
