@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::web::{Reply, Web};
 use common::{
-    cli_ok, connect_with_status, frame_type, nth_listening, owner_set, pair, temp_data_dir, Client,
-    Gateway,
+    cli_ok, connect_with_status, demo_reply, frame_type, nth_listening, owner_set, pair,
+    recv_answer, temp_data_dir, Client, Gateway,
 };
 use serde_json::Value;
 
@@ -261,13 +261,11 @@ async fn a_saved_agent_backend_that_cannot_work_starts_the_agent_off_until_the_a
 {
     let cause = ["agent is off", "agent.backend"];
     let fix = ("/admin/agent", &[("backend", "demo")][..]);
-    fixed_live_by_a_form(
-        "[agent]\nbackend = \"bogus\"\n",
-        &cause,
-        "/admin/agent",
-        fix,
-    )
-    .await;
+    let saved = "[agent]\nbackend = \"bogus\"\n";
+    let (_dir, gw, mut c) = fixed_live_by_a_form(saved, &cause, "/admin/agent", fix).await;
+    c.send_text(Some("default"), None, "and now?").await;
+    let (_, answer) = recv_answer(&mut c).await;
+    assert_eq!(answer, demo_reply("and now?"), "{}", gw.output_tail());
 }
 
 #[tokio::test]
@@ -279,19 +277,28 @@ async fn a_saved_transcription_service_that_cannot_work_starts_off_until_the_pag
     fixed_live_by_a_form(saved, &cause, "/admin/agent", fix).await;
 }
 
-/// Starts on the bad `saved` settings, degraded with a cause of `words`, then sends the form
-/// `fix` (path, fields): a phone is told `online` at once, with no restart, and the status
-/// has no cause left.
+/// Starts on the bad `saved` settings, degraded with a cause of `words`; a message sent then is
+/// answered (by the agent off: with why it is off). Then sends the form `fix` (path, fields):
+/// the phone is told `online` at once, with no restart, and the status has no cause left.
+/// The data dir, the gateway and the phone, for what the test checks next.
 async fn fixed_live_by_a_form(
     saved: &str,
     words: &[&str],
     fix_at: &str,
     (form, fields): (&str, &[(&str, &str)]),
-) {
+) -> (tempfile::TempDir, Gateway, Client) {
     let (dir, gw) = start_with_saved(saved);
     let mut web = signed_in(&gw).await;
     assert_degraded_by(&gw.url, dir.path(), &mut web, words, fix_at).await;
     let (mut c, _) = phone_greeting(&gw.url, dir.path()).await;
+    c.send_text(Some("default"), None, "hello").await;
+    let (_, answer) = recv_answer(&mut c).await;
+    if words[0] == "agent is off" {
+        assert!(answer.contains("the agent is off"), "{answer}");
+        assert!(answer.contains("Agent page"), "{answer}");
+    } else {
+        assert_eq!(answer, demo_reply("hello"));
+    }
     let csrf = web.csrf().await;
     let mut all = vec![("csrf", csrf.as_str())];
     all.extend_from_slice(fields);
@@ -300,6 +307,7 @@ async fn fixed_live_by_a_form(
     c.recv_until(|f| frame_type(f) == "status" && f["payload"]["state"] == "online")
         .await;
     assert_online(dir.path());
+    (dir, gw, c)
 }
 
 #[tokio::test]
