@@ -142,6 +142,12 @@ async fn saved_fcm_without_a_key_starts_push_off_and_an_uploaded_key_fixes_it() 
     )
     .await;
     assert_eq!(status(dir.path())["push"], "none");
+    let page = web.get("/admin/push").await;
+    let now = page.after("id=\"push-now\">", "<");
+    assert!(
+        now.starts_with("push is off: ") && now.contains("key"),
+        "{now}"
+    );
 
     upload_the_key_and_restart(&mut web, gw, dir.path()).await;
 }

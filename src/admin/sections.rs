@@ -103,11 +103,17 @@ pub(super) fn push_body(
     saved.apply(&mut config);
     let p = &config.push;
     let report = hub.status_report();
-    // Working only once a push got through since this start (a delivery or a test).
-    let running = match &report.push_error {
-        Some(e) => format!("{}, failing: {e}", report.push),
-        None if report.push == "none" || report.push_confirmed => report.push.clone(),
-        None => format!("{}, not tried yet: send a test push below", report.push),
+    // Switched off at start: what to fix, on the page that fixes it. Working only once a push
+    // got through since this start (a delivery or a test).
+    let off = report
+        .switched_off
+        .iter()
+        .find(|off| off.part == crate::settings::Part::Push);
+    let running = match (off, &report.push_error) {
+        (Some(off), _) => off.cause(),
+        (None, Some(e)) => format!("{}, failing: {e}", report.push),
+        (None, None) if report.push == "none" || report.push_confirmed => report.push.clone(),
+        (None, None) => format!("{}, not tried yet: send a test push below", report.push),
     };
     let targets: Vec<_> = hub
         .store()
