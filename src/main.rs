@@ -44,13 +44,17 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: RunArgs) -> Result<(), String> {
-    let (config, data_dir, pinned) = args.resolve_pinned().map_err(|e| e.to_string())?;
+    let (config, data_dir, pinned, switched_off) =
+        args.resolve_for_run().map_err(|e| e.to_string())?;
     init_logging(&config.log_level);
     iris_gateway::logring::take_kept(&data_dir);
     let rt = runtime()?;
     let local = tokio::task::LocalSet::new();
     let exit = local
-        .block_on(&rt, server::run(config, data_dir.clone(), pinned))
+        .block_on(
+            &rt,
+            server::run(config, data_dir.clone(), pinned, switched_off),
+        )
         .map_err(|e| {
             // A damaged store: its own status, on which systemd does not restart (every try
             // would fail the same way, and copy the store first).

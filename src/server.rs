@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
+use crate::agent::Agent;
 use crate::board::BoardState;
 use crate::config::Config;
 use crate::control;
@@ -16,6 +17,7 @@ use crate::front;
 use crate::hub::{new_device, Hub};
 use crate::pairing::codes::PageCodes;
 use crate::pairing::page::PairingPage;
+use crate::settings::{Part, SwitchedOff};
 use crate::shutdown::Shutdown;
 use crate::store::{Change, DeviceOrigin, Record, Store, StoreError};
 
@@ -46,12 +48,6 @@ pub enum RunError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    #[error("the agent is misconfigured: {0}")]
-    Agent(crate::config::ConfigError),
-    #[error("transcription is misconfigured: {0}")]
-    Transcription(crate::config::ConfigError),
-    #[error("push is misconfigured: {0}")]
-    Push(crate::push::PushError),
     #[error("TLS is misconfigured: {0}")]
     Tls(crate::tls::TlsError),
     #[error("cannot install signal handlers: {0}")]
@@ -84,7 +80,9 @@ pub enum Exit {
 }
 
 /// Runs the gateway until SIGTERM or SIGINT (or a restart the admin page asks for).
-/// `pinned`: the settings flags set (the admin page's saved values do not override them).
+/// `pinned`: the settings flags set (the admin page's saved values do not override them);
+/// `switched_off`: the parts whose saved settings could not be used (they start off, and the
+/// gateway `degraded` with each as a cause, never refusing to start over them).
 ///
 /// Four phases, in this order because each needs the one before: open what is on disk and start
 /// the hub; finish what the last run left; open the doors (socket, pages, control, discovery);
@@ -93,6 +91,7 @@ pub async fn run(
     config: Config,
     data_dir: PathBuf,
     pinned: crate::config::Pinned,
+    switched_off: Vec<SwitchedOff>,
 ) -> Result<Exit, RunError> {
     let shutdown = Shutdown::new();
     // Installed first: a SIGTERM that comes while the store opens (or the moment the
@@ -112,7 +111,7 @@ pub async fn run(
     }
     // The committer stops after everything else, so it gets a shutdown of its own.
     let last = Shutdown::new();
-    let core = open_core(config, &data_dir, pinned, &shutdown, &last)?;
+    let core = open_core(config, &data_dir, pinned, switched_off, &shutdown, &last)?;
     recover(&core, &shutdown).await?;
     crate::store::kill_point("start-recovered", None);
     let doors = open_doors(&core, &data_dir, &shutdown).await?;
@@ -145,11 +144,13 @@ struct Core {
     pinned: crate::config::Pinned,
 }
 
-/// Opens the store, the agent, TLS, media and push, and starts the hub on them.
+/// Opens the store, the agent, TLS, media and push, and starts the hub on them. A part whose
+/// settings cannot work (the agent, push, transcription) starts switched off instead.
 fn open_core(
     config: Config,
     data_dir: &Path,
     pinned: crate::config::Pinned,
+    mut switched_off: Vec<SwitchedOff>,
     shutdown: &Shutdown,
     last: &Shutdown,
 ) -> Result<Core, RunError> {
@@ -160,6 +161,9 @@ fn open_core(
     // The log kept at the last clean stop is in the ring now (`main.rs`); deleted only here,
     // after the store opened, so a refused start leaves every file as it was.
     let _ = std::fs::remove_file(data_dir.join(crate::logring::KEPT_FILE));
+    if switched_off.iter().any(|off| off.part == Part::File) {
+        set_aside_settings(data_dir);
+    }
     info!(
         data_dir = %data_dir.display(),
         cursor = store.cursor_head()?,
@@ -167,7 +171,7 @@ fn open_core(
         bytes_on_disk = store.size_on_disk()?,
         "store open"
     );
-    let agent = crate::agent::from_config(&config).map_err(RunError::Agent)?;
+    let agent = start_agent(&config, &mut switched_off);
     info!(agent = %agent.describe(), "agent backend ready");
     // The hub's agent can be replaced from the admin page; new turns then use the new one.
     let agent = Rc::new(crate::agent::Switchable::new(agent));
@@ -187,7 +191,13 @@ fn open_core(
     })?;
     info!(bytes = media.used(), "media storage open");
     let (outcomes_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
-    let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).map_err(RunError::Push)?;
+    let pusher = crate::push::Pusher::start(&config.push, outcomes_tx).unwrap_or_else(|e| {
+        switched_off.push(SwitchedOff {
+            part: Part::Push,
+            why: e.to_string(),
+        });
+        crate::push::Pusher::off()
+    });
     let started_with = config.clone();
     let led_config = config.led.clone();
     let hub = Hub::start(
@@ -202,13 +212,21 @@ fn open_core(
     if let Some(why) = restore_failure {
         hub.note_restore_failure(why);
     }
-    hub.set_transcriber(
-        crate::agent::Transcriber::from_config(
-            &started_with.transcription,
-            started_with.limits.transcription_bytes,
-        )
-        .map_err(RunError::Transcription)?,
-    );
+    let transcriber = crate::agent::Transcriber::from_config(
+        &started_with.transcription,
+        started_with.limits.transcription_bytes,
+    )
+    .unwrap_or_else(|e| {
+        switched_off.push(SwitchedOff {
+            part: Part::Transcription,
+            why: e.to_string(),
+        });
+        None
+    });
+    hub.set_transcriber(transcriber);
+    for off in switched_off {
+        hub.note_switched_off(off);
+    }
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
     {
@@ -234,6 +252,44 @@ fn open_core(
         config: started_with,
         pinned,
     })
+}
+
+/// The agent the settings name, or one that is off and says why when they cannot work.
+fn start_agent(config: &Config, switched_off: &mut Vec<SwitchedOff>) -> Rc<dyn Agent> {
+    let refused = switched_off
+        .iter()
+        .find(|off| off.part == Part::Agent)
+        .map(|off| off.why.clone());
+    let why = match refused {
+        Some(why) => why,
+        None => match crate::agent::from_config(config) {
+            Ok(agent) => return agent,
+            Err(e) => {
+                let why = e.to_string();
+                switched_off.push(SwitchedOff {
+                    part: Part::Agent,
+                    why: why.clone(),
+                });
+                why
+            }
+        },
+    };
+    Rc::new(crate::agent::OffAgent::new(why))
+}
+
+/// Moves saved settings this start could not read out of the pages' way (they save afresh),
+/// keeping them for the owner to look at.
+fn set_aside_settings(data_dir: &Path) {
+    let from = crate::settings::path(data_dir);
+    let mut to = from.clone().into_os_string();
+    to.push(crate::settings::SET_ASIDE);
+    match std::fs::rename(&from, &to) {
+        Ok(()) => warn!(
+            "the saved settings could not be read; they were set aside as {}",
+            Path::new(&to).display()
+        ),
+        Err(e) => warn!("could not set the unreadable saved settings aside: {e}"),
+    }
 }
 
 /// Finishes what the last run left: pushes still owed, uploads nothing used, turns interrupted

@@ -107,6 +107,111 @@ pub struct PushSettings {
     pub ntfy_server: Option<String>,
     pub ntfy_token: Option<Hidden>,
     pub content: Option<String>,
+    /// The FCM service-account key the Push page took as an upload: [`FCM_KEY_FILE`] when it
+    /// is there. Not written to the file (where it would be a key older versions refuse, and
+    /// a path that breaks when the data dir moves): [`Settings::load`] looks for the file.
+    #[serde(skip)]
+    pub fcm_credentials: Option<PathBuf>,
+}
+
+/// Appended to [`FILE_NAME`] for saved settings a start could not read: kept for the owner,
+/// out of the way of the pages, which save afresh.
+pub const SET_ASIDE: &str = ".unreadable";
+
+/// Where the Push page keeps the FCM service-account key it took, inside the data dir (0600).
+pub const FCM_KEY_FILE: &str = "fcm-service-account.json";
+
+/// A part of the gateway the saved settings configure, each switched off on its own when its
+/// saved settings cannot work (no saved setting may stop the gateway from starting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Part {
+    /// `settings.toml` itself: unreadable, so none of it is used.
+    File,
+    Agent,
+    Push,
+    Transcription,
+}
+
+impl Part {
+    /// What the owner reads in a cause.
+    pub fn label(self) -> &'static str {
+        match self {
+            Part::File => "the saved settings",
+            Part::Agent => "the agent",
+            Part::Push => "push",
+            Part::Transcription => "transcription",
+        }
+    }
+
+    /// The admin page where it is fixed.
+    pub fn page(self) -> &'static str {
+        match self {
+            Part::File | Part::Agent | Part::Transcription => "/admin/agent",
+            Part::Push => "/admin/push",
+        }
+    }
+}
+
+/// A part that starts switched off, and why, in words for the status and the admin page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchedOff {
+    pub part: Part,
+    pub why: String,
+}
+
+impl SwitchedOff {
+    /// The cause of `degraded` this is.
+    pub fn cause(&self) -> String {
+        match self.part {
+            Part::File => format!(
+                "the saved settings cannot be read, so none are used (they were set aside as \
+                 {FILE_NAME}{SET_ASIDE}: save each page again): {}",
+                self.why
+            ),
+            _ => format!("{} is off: {}", self.part.label(), self.why),
+        }
+    }
+}
+
+/// The saved settings laid over `config` part by part: a part whose saved values `check`
+/// refuses starts switched off (push: none, transcription: no service; the agent is left to
+/// the server, which runs one that says why) and is reported, so the other parts still get
+/// theirs. `check` applies what outranks the saved settings (flags) and validates; `config`
+/// alone must already pass it (what the config file gets wrong stays the file's refusal).
+pub fn apply_usable(
+    saved: &Settings,
+    config: &mut Config,
+    check: impl Fn(&Config) -> Result<(), ConfigError>,
+) -> Vec<SwitchedOff> {
+    let mut kept = Settings {
+        backup: saved.backup.clone(),
+        log: saved.log.clone(),
+        update: saved.update.clone(),
+        ..Settings::default()
+    };
+    let mut refused = Vec::new();
+    for part in [Part::Agent, Part::Push, Part::Transcription] {
+        let mut candidate = kept.clone();
+        candidate.take_part(saved, part);
+        let mut trial = config.clone();
+        candidate.apply(&mut trial);
+        match check(&trial) {
+            Ok(()) => kept = candidate,
+            Err(e) => refused.push(SwitchedOff {
+                part,
+                why: format!("its saved settings cannot work ({e})"),
+            }),
+        }
+    }
+    kept.apply(config);
+    for off in &refused {
+        match off.part {
+            Part::Push => config.push.backend = "none".into(),
+            Part::Transcription => config.transcription.url = String::new(),
+            Part::File | Part::Agent => {}
+        }
+    }
+    refused
 }
 
 /// Where the file is for a data dir.
@@ -117,6 +222,16 @@ pub fn path(data_dir: &Path) -> PathBuf {
 impl Settings {
     /// Reads the saved settings; none saved yet is the empty set.
     pub fn load(data_dir: &Path) -> Result<Settings, ConfigError> {
+        let mut saved = Settings::read(data_dir)?;
+        let key = data_dir.join(FCM_KEY_FILE);
+        if key.is_file() {
+            saved.push.fcm_credentials = Some(key);
+        }
+        Ok(saved)
+    }
+
+    /// The file as written.
+    fn read(data_dir: &Path) -> Result<Settings, ConfigError> {
         let path = path(data_dir);
         let bad = |why: String| ConfigError::Settings {
             path: path.clone(),
@@ -135,7 +250,16 @@ impl Settings {
         if text.len() as u64 > MAX_FILE_BYTES {
             return Err(bad(format!("larger than {MAX_FILE_BYTES} bytes")));
         }
-        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+        // The message and the line only: toml's own text quotes the line, which may be a key.
+        toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            bad(match line {
+                Some(line) => format!("line {line}: {}", e.message()),
+                None => e.message().to_owned(),
+            })
+        })
     }
 
     /// Writes the settings atomically, mode 0600.
@@ -144,6 +268,16 @@ impl Settings {
         let mut bytes = b"# Saved by the iris-gateway admin page; flags override it, it overrides the config file.\n".to_vec();
         bytes.extend_from_slice(text.as_bytes());
         crate::atomic_file::write(&path(data_dir), &bytes, 0o600)
+    }
+
+    /// Copies one part's saved values from `from`.
+    fn take_part(&mut self, from: &Settings, part: Part) {
+        match part {
+            Part::File => {}
+            Part::Agent => self.agent = from.agent.clone(),
+            Part::Push => self.push = from.push.clone(),
+            Part::Transcription => self.transcription = from.transcription.clone(),
+        }
     }
 
     /// Lays the saved values over `config` (flags are applied after this, so they win).
@@ -181,6 +315,9 @@ impl Settings {
         }
         if let Some(v) = &p.content {
             config.push.content = v.clone();
+        }
+        if let Some(v) = &p.fcm_credentials {
+            config.push.fcm_credentials = Some(v.clone());
         }
         let t = &self.transcription;
         if let Some(v) = &t.url {
@@ -308,6 +445,15 @@ pub fn explain(
             p.content.is_some(),
         ),
         (
+            "push.fcm_credentials",
+            config
+                .push
+                .fcm_credentials
+                .as_ref()
+                .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string()),
+            p.fcm_credentials.is_some(),
+        ),
+        (
             "update.url",
             config.update.url.clone(),
             saved.update.url.is_some(),
@@ -428,6 +574,33 @@ mod tests {
         assert_eq!(p.ntfy_server, "http://new");
         assert!(p.ntfy_token.is_none() && p.ntfy_token_file.is_none());
         assert!(p.ntfy_user.is_none() && p.ntfy_password.is_none());
+    }
+
+    #[test]
+    fn a_part_whose_saved_settings_cannot_work_is_switched_off_alone() {
+        let saved: Settings = toml::from_str(
+            "[agent]\nmodel = \"kept\"\n[push]\nbackend = \"fcm\"\ncontent = \"title\"\n\
+             [transcription]\nurl = \"ftp://x\"\n[update]\nurl = \"https://u\"\n",
+        )
+        .unwrap();
+        let mut config: Config =
+            toml::from_str("[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n")
+                .unwrap();
+        let off = apply_usable(&saved, &mut config, Config::validate);
+        let parts: Vec<Part> = off.iter().map(|o| o.part).collect();
+        assert_eq!(parts, [Part::Push, Part::Transcription]);
+        assert!(off[0].why.contains("push.fcm_credentials"), "{:?}", off[0]);
+        assert!(off[1].cause().starts_with("transcription is off: "));
+        // Off, not the file's: the owner chose another service than the file's.
+        assert_eq!(config.push.backend, "none");
+        assert_eq!(
+            config.push.content, "preview",
+            "none of push's saved values"
+        );
+        assert!(!config.transcription.is_on());
+        assert_eq!(config.agent.model, "kept");
+        assert_eq!(config.update.url, "https://u");
+        assert!(config.validate().is_ok());
     }
 
     #[test]

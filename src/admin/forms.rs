@@ -85,7 +85,7 @@ pub(super) async fn post(
         "/admin/agent/test" => post.agent(true).await,
         "/admin/transcription" => post.transcription(false).await,
         "/admin/transcription/test" => post.transcription(true).await,
-        "/admin/push" => post.save_push(),
+        "/admin/push" => post.save_push().await,
         "/admin/push/test" => post.test_push().await,
         _ => Err(Refusal::NotFound),
     }
@@ -348,8 +348,10 @@ impl Post<'_> {
         section(Tone::Good, &said)
     }
 
-    /// Saves the push form; it applies at the next start.
-    fn save_push(&self) -> Result<Reply, Refusal> {
+    /// Saves the push form; it applies at the next start. FCM is saved only with a key that
+    /// works (uploaded with the form, or the one already in use): push that cannot start would
+    /// only be switched off at the next start.
+    async fn save_push(&self) -> Result<Reply, Refusal> {
         let (admin, form) = (self.admin, self.form);
         let mut saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
         let backend = form.get("backend");
@@ -374,6 +376,7 @@ impl Post<'_> {
         // The server the saved (or configured) credentials were given for, before this form.
         let mut before = admin.config.borrow().clone();
         saved.apply(&mut before);
+        let key = fcm_key(form.get("fcm_key"), backend, &before).await?;
         saved.push.backend = Some(backend.to_owned());
         saved.push.content = Some(content.to_owned());
         if !server.is_empty() {
@@ -396,12 +399,24 @@ impl Post<'_> {
             }
             saved.push.ntfy_token = Some(Hidden(String::new()));
         }
+        let mut said = String::from("Saved");
+        if let Some((text, summary)) = key {
+            let path = admin.data_dir.join(crate::settings::FCM_KEY_FILE);
+            // Found by its name from now on (`Settings::load`): nothing more to save for it.
+            crate::atomic_file::write(&path, text.as_bytes(), 0o600)
+                .map_err(|e| unavailable(&e))?;
+            said = format!(
+                "Saved, with the FCM key of {} (project {})",
+                summary.client_email, summary.project_id
+            );
+            info!(peer = %self.peer, project = %summary.project_id, "admin page: an FCM service-account key was uploaded");
+        }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         info!(peer = %self.peer, "admin page: push settings saved (they apply at the next start)");
         self.said(
             "/admin/push",
             Tone::Good,
-            "Saved. Push settings apply when the gateway restarts (Restart now, below).",
+            format!("{said}. Push settings apply when the gateway restarts (Restart now, below)."),
         )
     }
 
@@ -442,6 +457,60 @@ impl Post<'_> {
             Err(e) => self.said("/admin/push", Tone::Bad, sentence(&e.to_string())),
         }
     }
+}
+
+/// The FCM key the push form brings (its text, to store, and who it is for), checked on a
+/// blocking thread (an RSA key is parsed). With `fcm` chosen and no upload, the key in use
+/// must work, or nothing is saved.
+async fn fcm_key(
+    upload: &str,
+    backend: &str,
+    before: &Config,
+) -> Result<Option<(String, crate::push::KeySummary)>, Refusal> {
+    use crate::push::MAX_FCM_KEY_BYTES;
+    let upload = upload.trim();
+    if upload.len() > MAX_FCM_KEY_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "the key file is over {MAX_FCM_KEY_BYTES} bytes: it is not a service-account key; \
+             nothing was saved"
+        )));
+    }
+    if upload.is_empty() && backend != "fcm" {
+        return Ok(None);
+    }
+    // No upload: the key in use is what FCM would start with.
+    let stored =
+        match (upload.is_empty(), before.push.fcm_credentials.clone()) {
+            (false, _) => None,
+            (true, Some(path)) => Some(path),
+            (true, None) => return Err(Refusal::BadInput(
+                "Firebase (FCM) needs its service-account key: choose the key file (JSON, from \
+                 the Firebase console: Project settings, Service accounts) and save again; \
+                 nothing was saved"
+                    .into(),
+            )),
+        };
+    let text = upload.to_owned();
+    let checked = tokio::task::spawn_blocking(move || match stored {
+        Some(path) => {
+            let in_use = crate::push::read_key_file(&path)?;
+            crate::push::check_key(&in_use).map(|_| None)
+        }
+        None => crate::push::check_key(&text).map(|summary| Some((text, summary))),
+    })
+    .await
+    .map_err(|e| unavailable(&e))?;
+    checked.map_err(|e| {
+        let whose = if upload.is_empty() {
+            "the FCM key in use"
+        } else {
+            "the uploaded file"
+        };
+        Refusal::BadInput(format!(
+            "{whose} cannot work ({e}): choose the service-account key file from the Firebase \
+             console; nothing was saved"
+        ))
+    })
 }
 
 /// Two server URLs name the same server (a trailing `/` aside).

@@ -219,6 +219,13 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
             "Push settings",
         );
     }
+    for off in &r.switched_off {
+        add(
+            super::reply::sentence(&off.cause()),
+            off.part.page(),
+            "Settings",
+        );
+    }
     if let Some(failure) = &r.update_failure {
         add(format!("The {failure}."), "/admin/update", "Updates");
     }
@@ -387,6 +394,7 @@ mod tests {
             update_failure: None,
             update_under_way: None,
             update_trial: false,
+            switched_off: vec![],
         }
     }
 

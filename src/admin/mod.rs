@@ -16,8 +16,8 @@
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
-//! - secrets (the agent key, the transcription key, the ntfy token, device tokens after their one showing) are never
-//!   rendered, and the passphrase is never logged.
+//! - secrets (the agent key, the transcription key, the ntfy token, the FCM key, device tokens
+//!   after their one showing) are never rendered, and the passphrase is never logged.
 //!
 //! Routes live under `/admin/`; a browser's `GET /` is sent here. What it changes goes through
 //! the hub (devices), the switchable agent (agent settings, applied to the next turn) and the
@@ -29,6 +29,7 @@ mod forms;
 mod health;
 mod jobs;
 mod log_page;
+mod multipart;
 mod outcome;
 pub mod owner;
 mod pages;
@@ -405,8 +406,14 @@ async fn serve_page(
 }
 
 /// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
+/// A `multipart/form-data` body (a form with a file) gives its fields the same way.
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
     let read = req.extensions().get::<RequestRead>().cloned();
+    let multipart = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(multipart::boundary);
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
         .await
@@ -415,7 +422,11 @@ async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusa
     if let Some(r) = read {
         r.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into()))
+    match multipart {
+        Some(boundary) => multipart::parse(&body, &boundary)
+            .ok_or_else(|| Refusal::BadInput("the form is not a well-formed UTF-8 upload".into())),
+        None => parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into())),
+    }
 }
 
 /// The box has no owner: set-up, and nothing else.

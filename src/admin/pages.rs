@@ -508,6 +508,9 @@ pub struct PushView<'a> {
     pub ntfy_server: &'a str,
     pub token_set: bool,
     pub content: &'a str,
+    /// Who the FCM key in use is for (`client_email (project …)`), or why it is unreadable;
+    /// `None` with no key. Never the key itself.
+    pub fcm_key: Option<String>,
     /// Keys a flag pins (the saved value cannot take effect while the flag is given).
     pub pinned: Vec<&'static str>,
     /// The ntfy topic the test offers.
@@ -567,10 +570,17 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
             escape(&v.pinned.join(", "))
         )
     };
+    let key_note = match &v.fcm_key {
+        Some(k) => format!(
+            "In use: {} (never shown). Choose a file to replace it.",
+            escape(k)
+        ),
+        None => "None yet: Firebase needs one.".to_owned(),
+    };
     format!(
         "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>\
          <h2>Settings</h2>\
-         <form method=\"post\" action=\"/admin/push\">{field}\
+         <form method=\"post\" action=\"/admin/push\" enctype=\"multipart/form-data\">{field}\
          <label for=\"push-backend\">Backend</label>\
          <select id=\"push-backend\" name=\"backend\">{}</select>\
          <label for=\"ntfy-server\">ntfy server</label>\
@@ -578,6 +588,9 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
          <label for=\"ntfy-token\">ntfy token</label>\
          <input type=\"password\" id=\"ntfy-token\" name=\"ntfy_token\" autocomplete=\"off\" \
          maxlength=\"4096\"> <small>{token_note}</small>\
+         <label for=\"fcm-key\">Firebase service-account key (JSON)</label>\
+         <input type=\"file\" id=\"fcm-key\" name=\"fcm_key\" accept=\"application/json,.json\"> \
+         <small id=\"fcm-key-note\">{key_note}</small>\
          <label for=\"content\">What a push shows</label>\
          <select id=\"content\" name=\"content\">{}</select>\
          <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\

@@ -80,6 +80,17 @@ pub(super) fn agent_body(
         + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
 }
 
+/// Who the FCM key at `path` is for: read from its JSON alone (at most
+/// `push::MAX_FCM_KEY_BYTES`), never the key.
+fn fcm_key_shown(path: &std::path::Path) -> String {
+    let read = crate::push::read_key_file(path).map_err(|e| e.to_string());
+    match read.map(|text| crate::push::key_summary(&text)) {
+        Ok(Some(k)) => format!("{} (project {})", k.client_email, k.project_id),
+        Ok(None) => "a file that is not a service-account key".to_owned(),
+        Err(e) => e,
+    }
+}
+
 /// The push section: what runs now, and the saved settings (they apply at the next start).
 pub(super) fn push_body(
     admin: &Admin,
@@ -92,11 +103,17 @@ pub(super) fn push_body(
     saved.apply(&mut config);
     let p = &config.push;
     let report = hub.status_report();
-    // Working only once a push got through since this start (a delivery or a test).
-    let running = match &report.push_error {
-        Some(e) => format!("{}, failing: {e}", report.push),
-        None if report.push == "none" || report.push_confirmed => report.push.clone(),
-        None => format!("{}, not tried yet: send a test push below", report.push),
+    // Switched off at start: what to fix, on the page that fixes it. Working only once a push
+    // got through since this start (a delivery or a test).
+    let off = report
+        .switched_off
+        .iter()
+        .find(|off| off.part == crate::settings::Part::Push);
+    let running = match (off, &report.push_error) {
+        (Some(off), _) => off.cause(),
+        (None, Some(e)) => format!("{}, failing: {e}", report.push),
+        (None, None) if report.push == "none" || report.push_confirmed => report.push.clone(),
+        (None, None) => format!("{}, not tried yet: send a test push below", report.push),
     };
     let targets: Vec<_> = hub
         .store()
@@ -111,6 +128,7 @@ pub(super) fn push_body(
         ntfy_server: &p.ntfy_server,
         token_set: p.ntfy_token.is_some() || p.ntfy_token_file.is_some(),
         content: &p.content,
+        fcm_key: p.fcm_credentials.as_deref().map(fcm_key_shown),
         pinned: admin
             .pinned
             .iter()

@@ -14,6 +14,7 @@ mod hermes_wire;
 mod http;
 pub mod media_in;
 pub mod media_out;
+mod off;
 mod openai;
 mod switch;
 pub mod transcribe;
@@ -26,6 +27,7 @@ use tokio::sync::mpsc;
 
 pub use demo::DemoAgent;
 pub use hermes::HermesAgent;
+pub use off::OffAgent;
 pub use openai::OpenAiAgent;
 pub use switch::Switchable;
 pub use transcribe::{TranscribeError, Transcriber};

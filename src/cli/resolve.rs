@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::args::RunArgs;
 use crate::config::{default_data_dir, Config, ConfigError, Pinned, Secret};
-use crate::settings::Settings;
+use crate::settings::{Part, Settings, SwitchedOff};
 
 impl RunArgs {
     /// Defaults, then the file, then the settings saved from the admin page (in the data dir),
@@ -16,6 +16,27 @@ impl RunArgs {
 
     /// As [`RunArgs::resolve`], with the keys the flags set.
     pub fn resolve_pinned(&self) -> Result<(Config, PathBuf, Pinned), ConfigError> {
+        self.resolve_checked(Config::validate)
+            .map(|(config, dir, pinned, _)| (config, dir, pinned))
+    }
+
+    /// As [`RunArgs::resolve_pinned`], for `run`: also what the start itself would refuse
+    /// ([`can_start`]), and the parts whose saved settings cannot work, which start switched
+    /// off instead of stopping the start (the config file and the flags still refuse to start
+    /// when they are wrong: whoever wrote them is at the box).
+    pub fn resolve_for_run(
+        &self,
+    ) -> Result<(Config, PathBuf, Pinned, Vec<SwitchedOff>), ConfigError> {
+        self.resolve_checked(|config| {
+            config.validate()?;
+            can_start(config)
+        })
+    }
+
+    fn resolve_checked(
+        &self,
+        check: impl Fn(&Config) -> Result<(), ConfigError>,
+    ) -> Result<(Config, PathBuf, Pinned, Vec<SwitchedOff>), ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
@@ -25,14 +46,38 @@ impl RunArgs {
             .clone()
             .or_else(|| config.data_dir.clone())
             .unwrap_or_else(default_data_dir);
-        Settings::load(&dir)?.apply(&mut config);
+        let with_flags = |config: &Config| {
+            let mut config = config.clone();
+            self.apply_flags(&mut config);
+            check(&config)
+        };
+        with_flags(&config)?;
+        let (saved, mut off) = match Settings::load(&dir) {
+            Ok(saved) => (saved, Vec::new()),
+            Err(e) => (
+                Settings::default(),
+                vec![SwitchedOff {
+                    part: Part::File,
+                    why: e.to_string(),
+                }],
+            ),
+        };
+        off.extend(crate::settings::apply_usable(
+            &saved,
+            &mut config,
+            with_flags,
+        ));
         let pinned = self.pinned();
-        self.apply_agent_flags(&mut config);
-        self.apply_limit_flags(&mut config);
-        self.apply_push_flags(&mut config);
-        config.validate()?;
+        self.apply_flags(&mut config);
+        check(&config)?;
         let dir = config.data_dir.clone().unwrap_or_else(default_data_dir);
-        Ok((config, dir, pinned))
+        Ok((config, dir, pinned, off))
+    }
+
+    fn apply_flags(&self, config: &mut Config) {
+        self.apply_agent_flags(config);
+        self.apply_limit_flags(config);
+        self.apply_push_flags(config);
     }
 
     /// The config keys these flags set: the admin page cannot override them.
@@ -132,5 +177,30 @@ impl RunArgs {
         if self.no_discovery {
             config.discovery.enabled = false;
         }
+    }
+}
+
+/// What a start finds out past `validate`: the key files the agent and transcription read, and
+/// push's (an FCM key that works). Run once per part at start, each a small file.
+fn can_start(config: &Config) -> Result<(), ConfigError> {
+    if matches!(config.agent.backend.as_str(), "hermes" | "openai") {
+        config
+            .agent
+            .resolve_key()
+            .map_err(|e| misconfigured("the agent", e))?;
+    }
+    if config.transcription.is_on() {
+        config
+            .transcription
+            .resolve_key()
+            .map_err(|e| misconfigured("transcription", e))?;
+    }
+    crate::push::check_config(&config.push).map_err(|e| misconfigured("push", e))
+}
+
+fn misconfigured(part: &'static str, e: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Misconfigured {
+        part,
+        why: e.to_string(),
     }
 }

@@ -47,6 +47,10 @@ pub enum ConfigError {
     Invalid { key: &'static str, why: String },
     #[error("the settings saved from the admin page ({path}) are not usable: {why}")]
     Settings { path: PathBuf, why: String },
+    /// A part cannot start with these settings (a key file it cannot read, a push key that is
+    /// not one): found at start, past what `validate` can see.
+    #[error("{part} is misconfigured: {why}")]
+    Misconfigured { part: &'static str, why: String },
 }
 
 /// A service's key: the first line of `key_file` when one is set, else `key` (agent and

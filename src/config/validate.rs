@@ -18,7 +18,8 @@ impl Config {
             .chain(door_checks(&self.limits))
             .chain(agent_media_checks(&self.limits))
             .chain(self.service_checks())
-            .chain(self.transcription_checks());
+            .chain(self.transcription_checks())
+            .chain(self.push_checks());
         for (key, ok, why) in checks {
             if !ok {
                 return Err(invalid(key, why));
@@ -82,6 +83,30 @@ impl Config {
 }
 
 impl Config {
+    /// `[push]`: a backend and content the push worker knows, and a key for FCM. Whether the
+    /// key file can be read and holds a usable key is the push worker's to say at start.
+    fn push_checks(&self) -> [Check; 3] {
+        let p = &self.push;
+        [
+            (
+                "push.backend",
+                matches!(p.backend.as_str(), "none" | "ntfy" | "fcm"),
+                "must be `none`, `ntfy` or `fcm`",
+            ),
+            (
+                "push.content",
+                matches!(p.content.as_str(), "full" | "preview" | "title" | "none"),
+                "must be `full`, `preview`, `title` or `none`",
+            ),
+            (
+                "push.fcm_credentials",
+                p.backend != "fcm" || p.fcm_credentials.is_some(),
+                "the FCM backend needs a service-account key file (upload it on the admin \
+                 page's Push page, or set fcm_credentials)",
+            ),
+        ]
+    }
+
     /// `[transcription]` and its limit: a URL the client can call, a model to ask for.
     fn transcription_checks(&self) -> [Check; 4] {
         let t = &self.transcription;

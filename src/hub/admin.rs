@@ -136,6 +136,7 @@ impl Hub {
     /// was wrong with the old one and check the new one now.
     pub fn agent_switched(&self) {
         self.update_health(|st| st.agent_error = None);
+        self.switched_on(crate::settings::Part::Agent);
         self.agent_watch.back.notify_waiters();
         self.agent_watch.check.notify_one();
     }

@@ -6,6 +6,13 @@
 use std::cell::RefCell;
 
 use crate::protocol::HealthState;
+use crate::settings::{Part, SwitchedOff};
+
+/// A switched-off part with its cause in words, made once (`reasons` lends them out).
+pub(super) struct OffCause {
+    off: SwitchedOff,
+    cause: String,
+}
 
 /// What the owner can do about a damaged history database, said with the cause: the start-up
 /// check does not read every row, so a restart alone may hide the damage until it is read again.
@@ -29,6 +36,9 @@ pub(super) struct Causes {
     pub(super) media_full: Option<String>,
     /// Why the agent is unusable (unreachable, key refused), while it is.
     pub(super) agent_error: Option<String>,
+    /// Parts that started switched off because their saved settings cannot work, each until
+    /// the admin page gives it settings that do (push: until the next start).
+    pub(super) switched_off: Vec<OffCause>,
 }
 
 impl Causes {
@@ -45,6 +55,22 @@ impl Causes {
         .into_iter()
         .flatten()
         .map(String::as_str)
+        .chain(self.switched_off.iter().map(|c| c.cause.as_str()))
+    }
+
+    /// Switches `part` off (again), or back on with `None`.
+    pub(super) fn set_switched_off(&mut self, part: Part, why: Option<String>) {
+        self.switched_off.retain(|c| c.off.part != part);
+        if let Some(why) = why {
+            let off = SwitchedOff { part, why };
+            let cause = off.cause();
+            self.switched_off.push(OffCause { off, cause });
+        }
+    }
+
+    /// The parts switched off now.
+    pub(super) fn switched_off(&self) -> Vec<SwitchedOff> {
+        self.switched_off.iter().map(|c| c.off.clone()).collect()
     }
 
     /// Any cause set: the gateway is degraded.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::Hub;
 use crate::protocol::HealthState;
+use crate::settings::{Part, SwitchedOff};
 
 /// A snapshot of the gateway's health and use, in plain data (serialisable for the control
 /// socket). Secrets never appear: agent and push are described by backend and address only.
@@ -52,6 +53,10 @@ pub struct StatusReport {
     pub update_under_way: Option<String>,
     #[serde(default)]
     pub update_trial: bool,
+    /// Parts switched off at this start because their saved settings cannot work (also
+    /// among `causes`), each with the admin page that fixes it.
+    #[serde(default)]
+    pub switched_off: Vec<SwitchedOff>,
 }
 
 impl Hub {
@@ -92,12 +97,25 @@ impl Hub {
             update_failure: self.health.causes(|c| c.update_failed.clone()),
             update_under_way: self.updates.under_way(),
             update_trial: self.on_update_trial(),
+            switched_off: self.health.causes(|c| c.switched_off()),
         }
     }
 
     /// The restore waiting for this start failed (`control/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
         self.health.note_restore_failure(why);
+    }
+
+    /// A part starts switched off because its saved settings cannot work: `degraded`, with
+    /// that cause, until it is given settings that do (`switched_on`) or the next start.
+    pub fn note_switched_off(&self, off: SwitchedOff) {
+        tracing::warn!("{}", off.cause());
+        self.update_health(|c| c.set_switched_off(off.part, Some(off.why)));
+    }
+
+    /// `part` runs on settings that work again (the admin page gave it new ones).
+    pub(super) fn switched_on(&self, part: Part) {
+        self.update_health(|c| c.set_switched_off(part, None));
     }
 
     /// A backup found the history database damaged: `degraded`, with that cause, until a

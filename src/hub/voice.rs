@@ -85,6 +85,7 @@ impl Hub {
             None => info!("no transcription service: voice notes reach the agent as attachments"),
         }
         *self.transcriber.borrow_mut() = transcriber;
+        self.switched_on(crate::settings::Part::Transcription);
     }
 
     /// Where voice notes are transcribed now (never with its key), or `None` when off.

@@ -17,12 +17,123 @@ const SCOPE: &str = "https://www.googleapis.com/auth/firebase.messaging";
 /// Renew the access token this long before Google says it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(60);
 
-#[derive(Deserialize)]
+/// Largest service-account key file read (from the config file's path or the Push page's
+/// upload): Google's are about 2.3 KB, a 4096-bit key about 3.3 KB.
+pub const MAX_KEY_BYTES: usize = 8 << 10;
+
 struct ServiceAccount {
     project_id: String,
     client_email: String,
     private_key: String,
     token_uri: String,
+}
+
+/// What of a service-account key may be shown (never the private key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySummary {
+    pub project_id: String,
+    pub client_email: String,
+}
+
+/// Reads a service-account key file, at most [`MAX_KEY_BYTES`].
+pub fn read_key_file(path: &std::path::Path) -> Result<String, PushError> {
+    use std::io::Read;
+    let read = |source| PushError::Read {
+        what: "the FCM credentials",
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_KEY_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(read)?;
+    if text.len() > MAX_KEY_BYTES {
+        return Err(PushError::Credentials(format!(
+            "the key file is larger than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(text)
+}
+
+/// Whether `text` is a service-account key FCM can use: JSON of `type` `service_account`
+/// with a project, a client email, a token URI and an RSA private key that parses. The errors
+/// never quote the key.
+pub fn check_key(text: &str) -> Result<KeySummary, PushError> {
+    let (account, _) = parse_key(text)?;
+    Ok(KeySummary {
+        project_id: account.project_id,
+        client_email: account.client_email,
+    })
+}
+
+/// Who a stored key is for, read from its JSON alone (no key parsing: for showing, not for
+/// trusting; `check_key` is what judges a key).
+pub fn key_summary(text: &str) -> Option<KeySummary> {
+    let fields = key_fields(text).ok()?;
+    Some(KeySummary {
+        project_id: text_field(&fields, "project_id").ok()?,
+        client_email: text_field(&fields, "client_email").ok()?,
+    })
+}
+
+/// The key file's JSON object. Read as a plain value, not into a struct: serde's type errors
+/// quote the value they met, which here may be the private key.
+fn key_fields(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, PushError> {
+    if text.len() > MAX_KEY_BYTES {
+        return Err(PushError::Credentials(format!(
+            "the key is larger than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    // A syntax error names a position, never the text there.
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(PushError::Credentials(
+            "not a service-account key: not a JSON object".into(),
+        )),
+        Err(e) => Err(PushError::Credentials(format!(
+            "not a service-account key: not JSON ({e})"
+        ))),
+    }
+}
+
+/// A field of the key that must be non-empty text; the error names the field only.
+fn text_field(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    name: &str,
+) -> Result<String, PushError> {
+    match fields.get(name).and_then(serde_json::Value::as_str) {
+        Some(v) if !v.trim().is_empty() => Ok(v.to_owned()),
+        _ => Err(PushError::Credentials(format!(
+            "`{name}` is missing, empty or not text"
+        ))),
+    }
+}
+
+fn parse_key(text: &str) -> Result<(ServiceAccount, ring::signature::RsaKeyPair), PushError> {
+    let bad = |why: &str| PushError::Credentials(why.to_owned());
+    let fields = key_fields(text)?;
+    if fields.get("type").and_then(serde_json::Value::as_str) != Some("service_account") {
+        return Err(bad(
+            "not a service-account key: `type` is not `service_account`",
+        ));
+    }
+    let account = ServiceAccount {
+        project_id: text_field(&fields, "project_id")?,
+        client_email: text_field(&fields, "client_email")?,
+        private_key: text_field(&fields, "private_key")?,
+        token_uri: text_field(&fields, "token_uri")?,
+    };
+    if !account.token_uri.starts_with("https://") && !account.token_uri.starts_with("http://") {
+        return Err(bad("`token_uri` is not an http(s) URL"));
+    }
+    let pem = ureq::tls::PrivateKey::from_pem(account.private_key.as_bytes())
+        .map_err(|_| bad("`private_key` is not a PEM private key"))?;
+    let key = ring::signature::RsaKeyPair::from_pkcs8(pem.der()).map_err(|e| {
+        PushError::Credentials(format!("`private_key` is not an RSA PKCS#8 key: {e}"))
+    })?;
+    Ok((account, key))
 }
 
 pub struct Fcm {
@@ -39,18 +150,7 @@ impl Fcm {
             .fcm_credentials
             .as_ref()
             .ok_or(PushError::NoCredentials)?;
-        let text = std::fs::read_to_string(path).map_err(|source| PushError::Read {
-            what: "the FCM credentials",
-            path: path.clone(),
-            source,
-        })?;
-        let account: ServiceAccount = serde_json::from_str(&text)
-            .map_err(|e| PushError::Credentials(format!("not a service-account key: {e}")))?;
-        let pem = ureq::tls::PrivateKey::from_pem(account.private_key.as_bytes())
-            .map_err(|e| PushError::Credentials(format!("private_key: {e}")))?;
-        let key = ring::signature::RsaKeyPair::from_pkcs8(pem.der()).map_err(|e| {
-            PushError::Credentials(format!("private_key is not an RSA PKCS#8 key: {e}"))
-        })?;
+        let (account, key) = parse_key(&read_key_file(path)?)?;
         Ok(Fcm {
             agent,
             endpoint: config.fcm_endpoint.trim_end_matches('/').to_owned(),
@@ -168,6 +268,30 @@ impl Deliver for Fcm {
             Err(Failure::retry("FCM answered HTTP 401".into()))
         } else {
             Err(Failure::from_status("FCM", status, ""))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/fcm-service-account.json");
+
+    #[test]
+    fn a_key_is_judged_without_its_secret_ever_quoted() {
+        let summary = check_key(FIXTURE).unwrap();
+        assert_eq!(summary.project_id, "iris-test");
+        assert_eq!(key_summary(FIXTURE), Some(summary));
+        let secret = "-----BEGIN PRIVATE KEY-----\\nSECRET-BYTES\\n-----END PRIVATE KEY-----";
+        for bad in [
+            format!("\"{secret}\""),
+            format!("{{\"type\": \"service_account\", \"private_key\": [\"{secret}\"]}}"),
+            FIXTURE.replace("MII", "SECRET-BYTES"),
+            format!("{{\"type\": \"{secret}\"}}"),
+        ] {
+            let e = check_key(&bad).unwrap_err().to_string();
+            assert!(!e.contains("SECRET"), "{e}");
         }
     }
 }

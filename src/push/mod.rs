@@ -12,6 +12,10 @@
 mod fcm;
 mod ntfy;
 
+pub use fcm::{
+    check_key, key_summary, read_key_file, KeySummary, MAX_KEY_BYTES as MAX_FCM_KEY_BYTES,
+};
+
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -206,6 +210,15 @@ struct Queue {
 }
 
 impl Pusher {
+    /// A pusher that pushes nothing (`push.backend = "none"`, or push switched off at start).
+    pub fn off() -> Pusher {
+        Pusher {
+            backend: Backend::None,
+            ntfy_server: String::new(),
+            shared: None,
+        }
+    }
+
     /// Starts the worker for the configured backend (none: a pusher that pushes nothing).
     pub fn start(
         config: &PushConfig,
@@ -213,13 +226,7 @@ impl Pusher {
     ) -> Result<Pusher, PushError> {
         let content = Content::parse(&config.content)?;
         let (backend, deliver): (Backend, Box<dyn Deliver>) = match config.backend.as_str() {
-            "none" => {
-                return Ok(Pusher {
-                    backend: Backend::None,
-                    ntfy_server: String::new(),
-                    shared: None,
-                })
-            }
+            "none" => return Ok(Pusher::off()),
             "ntfy" => (
                 Backend::Ntfy,
                 Box::new(ntfy::Ntfy::new(config, http_agent())?),
@@ -425,6 +432,27 @@ pub fn send_now(config: &PushConfig, job: &PushJob) -> Result<(), String> {
         other => return Err(PushError::Backend(other.to_owned()).to_string()),
     };
     deliver.deliver(job, content).map_err(|f| f.reason)
+}
+
+/// Whether `config` can start: what [`Pusher::start`] checks before its worker runs (the
+/// content setting, the ntfy token file, a usable FCM key), with no worker and no request.
+pub fn check_config(config: &PushConfig) -> Result<(), PushError> {
+    Content::parse(&config.content)?;
+    match config.backend.as_str() {
+        "none" => Ok(()),
+        "ntfy" => match (&config.ntfy_token, &config.ntfy_token_file) {
+            (None, Some(path)) => read_secret("the ntfy token file", path).map(|_| ()),
+            _ => Ok(()),
+        },
+        "fcm" => {
+            let path = config
+                .fcm_credentials
+                .as_ref()
+                .ok_or(PushError::NoCredentials)?;
+            check_key(&read_key_file(path)?).map(|_| ())
+        }
+        other => Err(PushError::Backend(other.to_owned())),
+    }
 }
 
 /// Reads a secret from a file, trimmed (so `echo TOKEN > file` works).

@@ -36,6 +36,17 @@ impl Reply {
             .collect()
     }
 
+    /// What the body has between `start` and the next `end` (panics without `start`).
+    pub fn after(&self, start: &str, end: &str) -> &str {
+        let (_, rest) = self.body.split_once(start).expect(start);
+        rest.split(end).next().unwrap_or("")
+    }
+
+    /// What the page says about the last form (its one-time notice).
+    pub fn notice(&self) -> &str {
+        self.after("id=\"notice\">", "<")
+    }
+
     /// The value of a hidden form field (`name="csrf" value="…"`).
     /// The text inside `<pre id="{id}">`.
     pub fn pre(&self, id: &str) -> String {
@@ -136,6 +147,58 @@ impl Web {
         body: Option<&str>,
         extra: &str,
     ) -> Reply {
+        let form = "application/x-www-form-urlencoded";
+        self.send(method, path, body, form, extra).await
+    }
+
+    /// A form with a file, as a browser sends `enctype="multipart/form-data"`, with the
+    /// session's CSRF token added; its `303` is followed, as in [`Web::post`]. Each of `files`
+    /// is (field, file name, content).
+    pub async fn post_multipart(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        files: &[(&str, &str, &str)],
+    ) -> Reply {
+        const BOUNDARY: &str = "----iris-test-boundary-7MA4YWxkTrZu0gW";
+        let csrf = self.csrf().await;
+        let mut body = String::new();
+        for (name, value) in std::iter::once(&("csrf", csrf.as_str())).chain(fields) {
+            body += &format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            );
+        }
+        for (name, file, content) in files {
+            body += &format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"; \
+                 filename=\"{file}\"\r\nContent-Type: application/json\r\n\r\n{content}\r\n"
+            );
+        }
+        body += &format!("--{BOUNDARY}--\r\n");
+        let kind = format!("multipart/form-data; boundary={BOUNDARY}");
+        let reply = self.send("POST", path, Some(&body), &kind, "").await;
+        self.follow(reply).await
+    }
+
+    /// A form's `303 See Other` followed with a GET, as a browser does.
+    async fn follow(&mut self, reply: Reply) -> Reply {
+        match reply.header("location") {
+            Some(to) if reply.status == 303 => {
+                let to = to.to_owned();
+                self.get(&to).await
+            }
+            _ => reply,
+        }
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        content_type: &str,
+        extra: &str,
+    ) -> Reply {
         let socket = tokio::net::TcpSocket::new_v4().expect("socket");
         socket
             .bind(format!("{}:0", self.from).parse::<SocketAddr>().unwrap())
@@ -158,7 +221,7 @@ impl Web {
         let body = body.unwrap_or("");
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/html\r\n{cookie}{extra}\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Content-Type: {content_type}\r\nContent-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
             self.addr,
             body.len()
@@ -187,13 +250,7 @@ impl Web {
     /// answer is returned (every form but sign-in answers so).
     pub async fn post(&mut self, path: &str, pairs: &[(&str, &str)]) -> Reply {
         let reply = self.request("POST", path, Some(&form(pairs))).await;
-        match reply.header("location") {
-            Some(to) if reply.status == 303 => {
-                let to = to.to_owned();
-                self.get(&to).await
-            }
-            _ => reply,
-        }
+        self.follow(reply).await
     }
 
     /// Set-up from the page: the passphrase twice, with the set-up form's own token.
