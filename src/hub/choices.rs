@@ -106,9 +106,13 @@ impl Picker {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Setting {
     Reasoning,
     Fast,
     Model,
+    /// `/jobs`: which of the agent's jobs (`jobs.rs`).
+    Job,
+    /// What to do to the agent's job with this id.
+    JobAction(String),
 }

@@ -302,6 +302,7 @@ impl Hub {
                 }
             }
             AgentEvent::PendingSteer(text) => acc.pending_steer = Some(text),
+            AgentEvent::JobMade(job_id) => self.job_made(lane, job_id).await,
             AgentEvent::File {
                 filename,
                 mime,

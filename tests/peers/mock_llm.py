@@ -34,6 +34,12 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[inline N]] "Look: ![chart](data:image/png;base64,DATA) done.", DATA being inline_png(N): a
                1x1 PNG padded with zero bytes to N bytes (cut to N when N is smaller), streamed
                7 characters a chunk
+  [[cron NAME]]  no tool result after that user message yet: "I will schedule it." plus a call
+               to `cronjob` (action create, schedule "every 1m", name NAME, prompt
+               "[[jobrun NAME]] Tell me the garden needs water."); once a tool result follows
+               it: "Scheduled NAME."
+  [[jobrun NAME]]  (anywhere in the message: Hermes wraps a job's prompt) "JOB-RAN-OK NAME run
+               N. The garden needs water.", N counting this mock's job runs of NAME from 1
   [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
@@ -66,6 +72,7 @@ PNG_1X1 = bytes.fromhex(
 )
 LOG_LOCK = threading.Lock()
 BUSY_SEEN = set()
+JOB_RUNS = {}
 
 
 def text_of(content):
@@ -99,6 +106,23 @@ def script(messages):
     # Hermes merges an unanswered user message into the next one ("A\n\nB"): the script
     # follows the newest part, the echo shows the whole.
     newest = text.split("\n\n")[-1]
+    if "[[jobrun " in text:
+        name = text.split("[[jobrun ", 1)[1].split("]]", 1)[0].strip()
+        with LOG_LOCK:
+            JOB_RUNS[name] = JOB_RUNS.get(name, 0) + 1
+            n = JOB_RUNS[name]
+        return [("content", f"JOB-RAN-OK {name} run {n}. The garden needs water.")], "stop", 0
+    if "[[cron " in newest:
+        name = newest.split("[[cron ", 1)[1].split("]]", 1)[0].strip()
+        if any(m.get("role") == "tool" for m in messages[last + 1 :]):
+            return [("content", f"Scheduled {name}.")], "stop", 0
+        call = ("cronjob", {
+            "action": "create",
+            "schedule": "every 1m",
+            "name": name,
+            "prompt": f"[[jobrun {name}]] Tell me the garden needs water.",
+        })
+        return [("content", "I will schedule it."), ("tool", call)], "tool_calls", 0
     if "[[slowtool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", "The plan is"), ("content", " ready.")], "stop", 0

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::jobs::made_job_id;
 use super::transcript::todos_from_result;
 use super::TurnWorker;
 use crate::agent::hermes_wire::{RunEvent, RunStatus};
@@ -201,6 +202,11 @@ impl TurnWorker {
         if name == "todo" {
             if let Some(todos) = todos_from_result(&output) {
                 self.send(AgentEvent::Todos(todos));
+            }
+        }
+        if name == "cronjob" {
+            if let Some(job_id) = made_job_id(&output) {
+                self.send(AgentEvent::JobMade(job_id));
             }
         }
         let ok = !failed
