@@ -25,7 +25,18 @@ use tempfile::TempDir;
 /// Bound on a job's run after Hermes' start-up tick picked it up.
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Where the gateway reads a job's runs.
+#[derive(Clone, Copy)]
+enum RunsFrom {
+    /// Hermes' output files: the gateway knows Hermes' HERMES_HOME (both on one Pi).
+    Files,
+    /// Hermes' API (its cron sessions): the gateway cannot see Hermes' folder, as with a
+    /// Hermes on another machine.
+    Sessions,
+}
+
 struct JobRig {
+    runs_from: RunsFrom,
     llm: MockLlm,
     hermes: Hermes,
     dir: TempDir,
@@ -35,14 +46,15 @@ struct JobRig {
 }
 
 impl JobRig {
-    fn start(release: Release) -> JobRig {
+    fn start(release: Release, runs_from: RunsFrom) -> JobRig {
         let llm = MockLlm::start();
         let hermes = Hermes::start_release(release, &llm, "");
         let dir = temp_data_dir();
-        let gw = gateway(&hermes, &dir, &[]);
+        let gw = gateway(&hermes, &dir, runs_from, &[]);
         let phone = pair(dir.path(), "phone");
         let tablet = pair(dir.path(), "tablet");
         JobRig {
+            runs_from,
             llm,
             hermes,
             dir,
@@ -133,10 +145,14 @@ impl JobRig {
     }
 }
 
-/// The gateway on `dir` with `hermes` as its agent, knowing its HERMES_HOME (as on a Pi where
-/// both run).
-fn gateway(hermes: &Hermes, dir: &TempDir, extra: &[&str]) -> Gateway {
-    let home = hermes.home.path().to_str().expect("UTF-8 path").to_owned();
+/// The gateway on `dir` with `hermes` as its agent; `runs_from` says whether it is told
+/// Hermes' HERMES_HOME (as on a Pi where both run) or a folder Hermes does not use.
+fn gateway(hermes: &Hermes, dir: &TempDir, runs_from: RunsFrom, extra: &[&str]) -> Gateway {
+    let home = match runs_from {
+        RunsFrom::Files => hermes.home.path().to_path_buf(),
+        RunsFrom::Sessions => hermes.home.path().join("not-hermes-home"),
+    };
+    let home = home.to_str().expect("UTF-8 path").to_owned();
     hermes.gateway_with_env(dir.path(), extra, &[("HERMES_HOME", &home)])
 }
 
@@ -166,9 +182,12 @@ async fn jobs_picker(c: &mut Client) -> Value {
     c.recv_type("picker.choice").await
 }
 
-async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(release: Release) {
+async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
+    release: Release,
+    runs_from: RunsFrom,
+) {
     let _one = ONE_HERMES.lock().await;
-    let mut r = JobRig::start(release);
+    let mut r = JobRig::start(release, runs_from);
     let mut c = connect_awaiting_online(&r.gw, &r.phone, HERMES_TURN_TIMEOUT).await;
 
     // The model schedules the job with Hermes' cronjob tool.
@@ -185,7 +204,15 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(release: Release
         common::dump(&frames)
     );
     let jobs = r.jobs();
-    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let tool_results: Vec<String> = r
+        .llm
+        .requests()
+        .iter()
+        .flat_map(|q| q["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}\ntool results: {tool_results:?}");
     let job_id = jobs[0]["id"].as_str().expect("job id").to_owned();
 
     // `/jobs` names it, with its schedule.
@@ -212,7 +239,7 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(release: Release
 
     // Back up, it delivers that run once, to every device, with the run's own time.
     let restarted_ms = chrono::Utc::now().timestamp_millis();
-    r.gw = gateway(&r.hermes, &r.dir, &["--listen", &addr]);
+    r.gw = gateway(&r.hermes, &r.dir, r.runs_from, &["--listen", &addr]);
     let mut c = connect_awaiting_online(&r.gw, &r.phone, HERMES_TURN_TIMEOUT).await;
     c.timeout = RUN_TIMEOUT;
     let first = c.recv_until(is_cron).await;
@@ -329,19 +356,26 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(release: Release
 }
 
 #[tokio::test]
-async fn hermes_0_19_job_results_reach_their_chat_once_per_run() {
-    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Hermes019).await;
+async fn hermes_0_19_job_results_reach_their_chat_once_per_run_from_its_files() {
+    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Hermes019, RunsFrom::Files)
+        .await;
 }
 
 #[tokio::test]
-async fn hermes_0_22_job_results_reach_their_chat_once_per_run() {
-    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Iot022).await;
+async fn hermes_0_19_job_results_reach_their_chat_once_per_run_from_its_api() {
+    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Hermes019, RunsFrom::Sessions)
+        .await;
+}
+
+#[tokio::test]
+async fn hermes_0_22_job_results_reach_their_chat_once_per_run_from_its_files() {
+    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Iot022, RunsFrom::Files).await;
 }
 
 #[tokio::test]
 async fn a_job_made_outside_iris_posts_into_the_agent_jobs_channel() {
     let _one = ONE_HERMES.lock().await;
-    let mut r = JobRig::start(Release::Hermes019);
+    let mut r = JobRig::start(Release::Hermes019, RunsFrom::Files);
     let mut c = connect_awaiting_online(&r.gw, &r.phone, HERMES_TURN_TIMEOUT).await;
     // The gateway has had its first look at Hermes' jobs (it answered a turn since).
     c.say("hello", typing_off).await;

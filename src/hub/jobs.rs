@@ -161,9 +161,13 @@ impl Hub {
                     // at the next look, nothing is marked delivered.
                     return Ok(());
                 };
-                let text = self.bounded_job_text(text);
-                let message =
+                // `MEDIA:` lines go through the media policy, as in any answer (files stored
+                // before the message: a crash between them leaves an offer for no message).
+                let (text, files) = self.agent.files_of(text).await;
+                let text = cut_with_note(text, self.config.limits.max_text_bytes);
+                let mut message =
                     HistoryMessage::text_only(ids::message_id(), Role::Cron, text, run.at_ms);
+                self.attach_agent_files(&lane, &mut message, files).await;
                 changes.extend(cron_message_changes(&lane, &job.name, &message));
                 info!(job = %job.id, %lane, run = %run.stamp, "delivering a job's result");
             }
@@ -187,26 +191,6 @@ impl Hub {
                 None
             }
         }
-    }
-
-    /// A run's text within `limits.max_text_bytes`, cut with a note when longer.
-    fn bounded_job_text(&self, mut text: String) -> String {
-        let max = self.config.limits.max_text_bytes;
-        if text.len() <= max {
-            return text;
-        }
-        let note = format!(
-            "\n\n[cut: the job's output was {} bytes, over limits.max_text_bytes; the agent keeps it whole]",
-            text.len()
-        );
-        let keep = max.saturating_sub(note.len());
-        let mut end = keep.min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(&note);
-        text
     }
 
     /// A turn in `lane` made the agent job `job_id`: its results belong to this lane (a record
@@ -410,6 +394,24 @@ struct Watch {
     sighted: HashSet<String>,
 }
 
+/// A run's text within `max` bytes (`limits.max_text_bytes`), cut with a note when longer.
+fn cut_with_note(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let note = format!(
+        "\n\n[cut: the job's output was {} bytes, over limits.max_text_bytes; the agent keeps it whole]",
+        text.len()
+    );
+    let mut end = max.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&note);
+    text
+}
+
 /// How a picker names a job: name, schedule, next run, last status.
 fn job_label(j: &JobInfo) -> String {
     let mut label: String = j.name.chars().take(MAX_JOB_LABEL_CHARS).collect();
@@ -442,6 +444,18 @@ fn short_time(iso: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_output_is_cut_with_a_note_within_the_limit() {
+        let short = "fits".to_owned();
+        assert_eq!(cut_with_note(short.clone(), 100), short);
+        let long = "é".repeat(600); // 1200 bytes, two a character
+        let cut = cut_with_note(long, 300);
+        assert!(cut.len() <= 300, "{}", cut.len());
+        assert!(cut.starts_with("éé"));
+        assert!(cut.ends_with("over limits.max_text_bytes; the agent keeps it whole]"));
+        assert!(cut.contains("was 1200 bytes"));
+    }
 
     #[test]
     fn a_label_says_schedule_next_run_and_last_status() {

@@ -35,7 +35,7 @@ scripted by the LAST role=user message (text parts of list content are joined):
                1x1 PNG padded with zero bytes to N bytes (cut to N when N is smaller), streamed
                7 characters a chunk
   [[cron NAME]]  no tool result after that user message yet: "I will schedule it." plus a call
-               to `cronjob` (action create, schedule "every 1m", name NAME, prompt
+               to `cronjob` (Hermes 0.22, which offers no `cronjob`: `tool_call` of `cronjob_manage`) (action create, schedule "every 1m", name NAME, prompt
                "[[jobrun NAME]] Tell me the garden needs water."); once a tool result follows
                it: "Scheduled NAME."
   [[jobrun NAME]]  (anywhere in the message: Hermes wraps a job's prompt) "JOB-RAN-OK NAME run
@@ -95,9 +95,10 @@ def chunked(text, size):
     return [("content", text[i : i + size]) for i in range(0, len(text), size)]
 
 
-def script(messages):
+def script(messages, offered=()):
     """The reply for a conversation: a list of events ("content"|"reasoning"|"tool", value),
-    the finish_reason, and the per-event delay in seconds."""
+    the finish_reason, and the per-event delay in seconds. `offered`: the tool names the request
+    offers (Hermes 0.22 offers its cron tool `cronjob_manage` only through `tool_call`)."""
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     if not users:
         return [("content", "Echo: nothing.")], "stop", 0
@@ -116,12 +117,16 @@ def script(messages):
         name = newest.split("[[cron ", 1)[1].split("]]", 1)[0].strip()
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", f"Scheduled {name}.")], "stop", 0
-        call = ("cronjob", {
+        job = {
             "action": "create",
             "schedule": "every 1m",
             "name": name,
             "prompt": f"[[jobrun {name}]] Tell me the garden needs water.",
-        })
+        }
+        if "cronjob" in offered or "tool_call" not in offered:
+            call = ("cronjob", job)
+        else:
+            call = ("tool_call", {"name": "cronjob_manage", "arguments": job})
         return [("content", "I will schedule it."), ("tool", call)], "tool_calls", 0
     if "[[slowtool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
@@ -229,7 +234,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(data)
                 return
-        events, finish, delay = script(messages)
+        offered = [t.get("function", {}).get("name") for t in req.get("tools") or []]
+        events, finish, delay = script(messages, offered)
         model = req.get("model") or "mock-model"
         try:
             if req.get("stream"):

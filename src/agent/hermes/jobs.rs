@@ -1,14 +1,17 @@
-//! Hermes' scheduled jobs: listed and changed through its `/api/jobs`, and their runs read from
-//! the output files its scheduler saves (`HERMES_HOME/cron/output/<job id>/<time>.md`) when
-//! Hermes runs on this machine. docs/agents.md says what each Hermes version gives and why the
-//! gateway reads runs this way.
+//! Hermes' scheduled jobs: listed and changed through its `/api/jobs`. Their runs are read
+//! from the output files its scheduler saves (`HERMES_HOME/cron/output/<job id>/<time>.md`)
+//! when Hermes runs on this machine and its folder is found, else from the session each run is
+//! (`cron_<job id>_<time>`, `GET /api/sessions?source=cron`), which a Hermes elsewhere on the
+//! LAN gives too. Both name a run by its time: the digits of it are the run's stamp, so the
+//! two orders agree. docs/agents.md says what each Hermes version gives and why.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::transcript::content_text;
 use super::HermesAgent;
-use crate::agent::http::off_loop;
+use crate::agent::http::{off_loop, Endpoint};
 use crate::agent::{AgentError, JobAction, JobInfo, JobRun, LocalBoxFuture};
 
 /// Hermes' job ids: path-safe, so one can name a folder (its API checks the same).
@@ -16,8 +19,8 @@ fn is_job_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-/// The job a `cronjob` tool call made: its `create` result, the only one with a top-level
-/// `job_id` (in 0.19.0 and 0.22).
+/// The job a `cronjob` tool call (`cronjob_manage` in 0.22) made: its `create` result, the only
+/// one with a top-level `job_id` (in 0.19.0 and 0.22).
 pub(super) fn made_job_id(tool_output: &str) -> Option<String> {
     let v: Value = serde_json::from_str(tool_output).ok()?;
     if v.get("success").and_then(Value::as_bool) != Some(true) {
@@ -100,9 +103,11 @@ fn saved_runs(dir: &Path, after: Option<&str>, max_bytes: u64) -> Result<Vec<Job
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let stamp = name.strip_suffix(".md")?.to_owned();
+            let time = name.strip_suffix(".md")?;
             // Hermes' own temporary files start with a dot.
-            (!stamp.starts_with('.') && after.is_none_or(|a| stamp.as_str() > a))
+            let stamp = run_stamp(time).filter(|_| !time.starts_with('.'))?;
+            after
+                .is_none_or(|a| stamp.as_str() > a)
                 .then(|| (stamp, e.path()))
         })
         .collect();
@@ -132,17 +137,97 @@ fn saved_runs(dir: &Path, after: Option<&str>, max_bytes: u64) -> Result<Vec<Job
     Ok(runs)
 }
 
+/// A run's time as Hermes writes it (`2026-12-07_10-54-51` in a file name, `20261207_105451`
+/// in a session id) as its stamp: the 14 digits, which order runs in both.
+fn run_stamp(time: &str) -> Option<String> {
+    let digits: String = time.chars().filter(char::is_ascii_digit).collect();
+    (digits.len() == 14
+        && time
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '-' || c == '_'))
+    .then_some(digits)
+}
+
+/// Cron sessions read per page, and pages at most: the newest 500 runs of all jobs are found.
+const SESSION_PAGE: usize = 100;
+const MAX_SESSION_PAGES: usize = 5;
+
+/// `job_id`'s finished runs newer than `after` from Hermes' sessions, oldest first: a run is
+/// the session `cron_<job id>_<YYYYMMDD_HHMMSS>`, its answer the last assistant message. A run
+/// still going (no `ended_at`) and every later one wait for the next look. Blocking.
+fn session_runs(
+    ep: &Endpoint,
+    job_id: &str,
+    after: Option<&str>,
+) -> Result<Vec<JobRun>, AgentError> {
+    let prefix = format!("cron_{job_id}_");
+    let mut found: Vec<(String, String, Option<f64>)> = Vec::new();
+    for page in 0..MAX_SESSION_PAGES {
+        let v = ep.get_json(&format!(
+            "/api/sessions?source=cron&limit={SESSION_PAGE}&offset={}",
+            page * SESSION_PAGE
+        ))?;
+        let sessions = v
+            .get("data")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for s in &sessions {
+            let Some(id) = s.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(stamp) = id.strip_prefix(&prefix).and_then(run_stamp) else {
+                continue;
+            };
+            if after.is_none_or(|a| stamp.as_str() > a) {
+                let ended = s.get("ended_at").and_then(Value::as_f64);
+                found.push((stamp, id.to_owned(), ended));
+            }
+        }
+        if v.get("has_more").and_then(Value::as_bool) != Some(true) {
+            break;
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut runs = Vec::new();
+    for (stamp, id, ended) in found {
+        let Some(ended) = ended else {
+            break;
+        };
+        let v = ep.get_json(&format!("/api/sessions/{id}/messages"))?;
+        let answer = v
+            .get("messages")
+            .or_else(|| v.get("data"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .rev()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+            .filter_map(content_text)
+            .find(|t| !t.trim().is_empty())
+            .unwrap_or_default();
+        let answer = answer.trim();
+        runs.push(JobRun {
+            stamp,
+            at_ms: (ended * 1000.0) as i64,
+            text: (!answer.is_empty() && !is_silent(answer)).then(|| answer.to_owned()),
+        });
+    }
+    Ok(runs)
+}
+
 /// The longest run document read: Hermes' output of one run, far above any message's limit.
 const MAX_RUN_DOCUMENT_BYTES: u64 = 1 << 20;
 
 impl HermesAgent {
-    /// Where Hermes saves `job_id`'s runs, when it runs on this machine.
+    /// Where Hermes saves `job_id`'s runs, when it runs on this machine and its output folder
+    /// is found (`agent.hermes_home`, default `$HERMES_HOME`, else `~/.hermes`).
     fn job_output_dir(&self, job_id: &str) -> Option<PathBuf> {
         if !crate::agent::media_out::url_is_local(self.endpoint.base()) || !is_job_id(job_id) {
             return None;
         }
-        let home = self.files.hermes_home.clone()?;
-        Some(home.join("cron").join("output").join(job_id))
+        let output = self.files.hermes_home.clone()?.join("cron").join("output");
+        output.is_dir().then(|| output.join(job_id))
     }
 
     pub(super) fn list_jobs(&self) -> LocalBoxFuture<'_, Result<Vec<JobInfo>, AgentError>> {
@@ -163,7 +248,8 @@ impl HermesAgent {
     ) -> LocalBoxFuture<'a, Result<Vec<JobRun>, AgentError>> {
         let dir = self.job_output_dir(&job.id);
         let after = after.map(str::to_owned);
-        let job = job.clone();
+        let ep = self.endpoint.clone();
+        let job_id = job.id.clone();
         Box::pin(async move {
             match dir {
                 Some(dir) => off_loop("agent-job-runs", move |_| {
@@ -171,9 +257,12 @@ impl HermesAgent {
                 })
                 .await?
                 .map_err(AgentError::Failed),
-                // Hermes on another machine: its API tells that a run happened and how it went,
-                // not what it said.
-                None => Ok(remote_run(&job, after.as_deref()).into_iter().collect()),
+                None => {
+                    off_loop("agent-job-sessions", move |_| {
+                        session_runs(&ep, &job_id, after.as_deref())
+                    })
+                    .await?
+                }
             }
         })
     }
@@ -216,27 +305,6 @@ impl HermesAgent {
     }
 }
 
-/// The latest run of a job on a Hermes elsewhere, from its `last_run_at` (an ISO time, which
-/// orders as text): said without its output, which stays on that machine.
-fn remote_run(job: &JobInfo, after: Option<&str>) -> Option<JobRun> {
-    let at = job.last_run_at.as_deref()?;
-    if after.is_some_and(|a| at <= a) {
-        return None;
-    }
-    let at_ms = chrono::DateTime::parse_from_rfc3339(at)
-        .map(|t| t.timestamp_millis())
-        .unwrap_or_else(|_| crate::ids::now_ms());
-    let status = job.last_status.as_deref().unwrap_or("unknown");
-    Some(JobRun {
-        stamp: at.to_owned(),
-        at_ms,
-        text: Some(format!(
-            "The job ran (status: {status}). Hermes runs on another machine: its output is saved there, under HERMES_HOME/cron/output/{}/.",
-            job.id
-        )),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,12 +336,26 @@ mod tests {
         let all = saved_runs(dir.path(), None, 1 << 20).unwrap();
         let texts: Vec<_> = all.iter().map(|r| r.text.clone().unwrap()).collect();
         assert_eq!(texts, ["one", "two", "three"]);
-        let newer = saved_runs(dir.path(), Some("2026-12-07_10-01-00"), 1 << 20).unwrap();
+        let newer = saved_runs(dir.path(), Some("20261207100100"), 1 << 20).unwrap();
         assert_eq!(newer.len(), 1);
-        assert_eq!(newer[0].stamp, "2026-12-07_10-02-00");
+        assert_eq!(newer[0].stamp, "20261207100200");
         assert!(saved_runs(&dir.path().join("none"), None, 1 << 20)
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn file_and_session_times_give_one_stamp() {
+        assert_eq!(
+            run_stamp("2026-12-07_10-54-51").as_deref(),
+            Some("20261207105451")
+        );
+        assert_eq!(
+            run_stamp("20261207_105451").as_deref(),
+            Some("20261207105451")
+        );
+        assert_eq!(run_stamp(".output_x"), None);
+        assert_eq!(run_stamp("2026-12-07"), None);
     }
 
     #[test]
