@@ -72,11 +72,7 @@ impl JobRig {
     }
 
     fn api(&self, method: &str, path: &str) -> (u16, Value) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(20)))
-            .build()
-            .into();
+        let agent = http();
         let url = format!("{}{path}", self.hermes.url());
         let auth = format!("Bearer {}", self.hermes.key);
         let resp = match method {
@@ -93,12 +89,7 @@ impl JobRig {
     }
 
     fn post_json(&self, path: &str, body: Value) -> Value {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(20)))
-            .build()
-            .into();
-        let resp = agent
+        let resp = http()
             .post(format!("{}{path}", self.hermes.url()))
             .header("Authorization", format!("Bearer {}", self.hermes.key))
             .send_json(body)
@@ -143,6 +134,15 @@ impl JobRig {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// A client for Hermes' API that reads every status.
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into()
 }
 
 /// The gateway on `dir` with `hermes` as its agent; `runs_from` says whether it is told

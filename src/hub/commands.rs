@@ -229,7 +229,10 @@ impl Hub {
         if let Some(p) = picker {
             if self.lane_exists(&p.lane) {
                 let answer = match p.setting {
-                    Setting::Job => return Ok(self.open_job_actions(&p.lane, value).await),
+                    Setting::Job => {
+                        self.open_job_actions(&p.lane, value).await;
+                        return Ok(());
+                    }
                     Setting::JobAction(job_id) => self.apply_job_action(&job_id, value).await,
                     setting => self.apply_setting(&p.lane, setting, value).await,
                 };
