@@ -3,7 +3,7 @@
 //! tool from an Iris chat, Hermes' scheduler runs the job, and each run's output reaches every
 //! device in that chat as a `cron` message, once, across a gateway SIGKILLed while the job ran
 //! and a Hermes restarted between runs. `/jobs` lists the job and pauses it; a job made outside
-//! Iris posts into the "Agent jobs" channel.
+//! Iris, or whose chat was deleted, posts into the "Agent jobs" channel.
 //!
 //! Runs are started with Hermes' own API (`POST /api/jobs/{id}/run` marks a job due) and a
 //! Hermes restart: its scheduler ticks once at start, then every 60 s, so no test waits for
@@ -373,12 +373,35 @@ async fn hermes_0_22_job_results_reach_their_chat_once_per_run_from_its_files() 
 }
 
 #[tokio::test]
-async fn a_job_made_outside_iris_posts_into_the_agent_jobs_channel() {
+async fn jobs_made_outside_iris_or_whose_chat_is_gone_post_into_the_agent_jobs_channel() {
     let _one = ONE_HERMES.lock().await;
     let mut r = JobRig::start(Release::Hermes019, RunsFrom::Files);
     let mut c = connect_awaiting_online(&r.gw, &r.phone, HERMES_TURN_TIMEOUT).await;
-    // The gateway has had its first look at Hermes' jobs (it answered a turn since).
-    c.say("hello", typing_off).await;
+
+    // A job asked for in a channel that is then deleted.
+    let id = c
+        .request(
+            "channel.create",
+            None,
+            None,
+            json!({ "name": "Shed", "kind": "channel" }),
+        )
+        .await;
+    let created = c.recv_reply(id).await;
+    let shed = created["payload"]["chat_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    c.send_text(Some(&shed), None, "[[cron shed]] remind me about the shed")
+        .await;
+    c.recv_until(|f| typing_off(f) && f["chat_id"] == shed.as_str())
+        .await;
+    let id = c
+        .request("channel.delete", Some(&shed), None, json!({}))
+        .await;
+    assert_eq!(frame_type(&c.recv_reply(id).await), "channel.deleted");
+
+    // A job made with Hermes' own API, after the gateway's first look at its jobs.
     let made = r.post_json(
         "/api/jobs",
         json!({
@@ -387,17 +410,40 @@ async fn a_job_made_outside_iris_posts_into_the_agent_jobs_channel() {
             "prompt": "[[jobrun outside]] Tell me the garden needs water.",
         }),
     );
-    let job_id = made["job"]["id"].as_str().expect("job id").to_owned();
-    r.run_job_now(&job_id);
+    let outside = made["job"]["id"].as_str().expect("job id").to_owned();
+    let jobs = r.jobs();
+    let shed_job = jobs
+        .iter()
+        .find(|j| j["name"] == "shed")
+        .and_then(|j| j["id"].as_str())
+        .unwrap_or_else(|| panic!("{jobs:?}"))
+        .to_owned();
+    let (status, v) = r.api("POST", &format!("/api/jobs/{shed_job}/run"));
+    assert_eq!(status, 200, "{v}");
+    r.run_job_now(&outside);
     c.timeout = RUN_TIMEOUT;
-    let posted = c
-        .recv_until(|f| is_cron(f) && pstr(f, "text").starts_with("JOB-RAN-OK outside run 1."))
-        .await;
-    let chat = posted["chat_id"].as_str().expect("chat id").to_owned();
+    let mut posted = Vec::new();
+    while posted.len() < 2 {
+        let f = c.recv_until(is_cron).await;
+        posted.push((
+            f["chat_id"].as_str().unwrap_or("").to_owned(),
+            pstr(&f, "text").to_owned(),
+        ));
+    }
+    posted.sort_by(|a, b| a.1.cmp(&b.1));
+    assert!(
+        posted[0].1.starts_with("JOB-RAN-OK outside run 1."),
+        "{posted:?}"
+    );
+    assert!(
+        posted[1].1.starts_with("JOB-RAN-OK shed run 1."),
+        "{posted:?}"
+    );
+    assert_eq!(posted[0].0, posted[1].0, "{posted:?}");
     let channels = channel_list(&mut c).await;
     let channel = channels
         .iter()
-        .find(|ch| ch["chat_id"] == chat.as_str())
+        .find(|ch| ch["chat_id"] == posted[0].0.as_str())
         .unwrap_or_else(|| panic!("{channels:?}"));
     assert_eq!(channel["name"], "Agent jobs", "{channel}");
     assert_eq!(channel["automation"], true, "{channel}");

@@ -148,6 +148,9 @@ fn run_stamp(time: &str) -> Option<String> {
     .then_some(digits)
 }
 
+/// Said for a run whose session holds no answer.
+const NO_ANSWER: &str = "The job's run ended without an answer; /jobs shows its last status.";
+
 /// Cron sessions read per page, and pages at most: the newest 500 runs of all jobs are found.
 const SESSION_PAGE: usize = 100;
 const MAX_SESSION_PAGES: usize = 5;
@@ -207,10 +210,16 @@ fn session_runs(
             .find(|t| !t.trim().is_empty())
             .unwrap_or_default();
         let answer = answer.trim();
+        let text = match answer {
+            // A failed run leaves no answer in its session (its error is in Hermes' files).
+            "" => Some(NO_ANSWER.to_owned()),
+            a if is_silent(a) => None,
+            a => Some(a.to_owned()),
+        };
         runs.push(JobRun {
             stamp,
             at_ms: (ended * 1000.0) as i64,
-            text: (!answer.is_empty() && !is_silent(answer)).then(|| answer.to_owned()),
+            text,
         });
     }
     Ok(runs)
