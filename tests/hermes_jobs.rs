@@ -373,6 +373,12 @@ async fn hermes_0_22_job_results_reach_their_chat_once_per_run_from_its_files() 
 }
 
 #[tokio::test]
+async fn hermes_0_22_job_results_reach_their_chat_once_per_run_from_its_api() {
+    a_job_made_in_a_chat_reaches_every_device_once_per_run(Release::Iot022, RunsFrom::Sessions)
+        .await;
+}
+
+#[tokio::test]
 async fn jobs_made_outside_iris_or_whose_chat_is_gone_post_into_the_agent_jobs_channel() {
     let _one = ONE_HERMES.lock().await;
     let mut r = JobRig::start(Release::Hermes019, RunsFrom::Files);
