@@ -5,7 +5,7 @@
 //! task asks the agent for its job list every [`JOB_POLL_INTERVAL`] (one request, however many
 //! jobs) and looks for a job's new runs only when its `last_run_at` changed since the last
 //! look, or at start, which is how runs finished while the gateway was down are caught up, in
-//! order. Each run becomes a `cron` message with the run's own time, and the job's record moves
+//! order, at most one a second into a lane. Each run becomes a `cron` message with the run's own time, and the job's record moves
 //! its newest delivered run in the same commit: a crash delivers a run fully or not at all, and
 //! never twice. A job whose lane was deleted, or that was made outside Iris, posts into the
 //! automation channel [`AGENT_JOBS_CHANNEL`]. A job made outside Iris while the gateway
@@ -17,10 +17,12 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
-use super::automation::cron_message_changes;
+use super::automation::{cron_message_changes, AutomationError};
 use super::choices::{Picker, Setting};
 use super::errors::CommitError;
 use super::state::Hub;
@@ -32,6 +34,8 @@ use crate::store::{AgentJob, Change, Record};
 
 /// How often the agent's job list is read.
 pub const JOB_POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// A lane gets at most one job result this often: a burst is paced, never dropped.
+pub const JOB_RESULT_PACE: Duration = Duration::from_secs(1);
 /// The automation channel for results that have no lane of their own.
 pub const AGENT_JOBS_CHANNEL: &str = "Agent jobs";
 /// Jobs a `/jobs` picker lists; the rest are named by count.
@@ -56,6 +60,7 @@ impl Hub {
             looked: HashMap::new(),
             first_look: true,
             sighted: HashSet::new(),
+            posted: HashMap::new(),
         };
         loop {
             if stop.is_shutdown() {
@@ -79,6 +84,7 @@ impl Hub {
 
     /// Delivers the runs of `jobs` not delivered yet; forgets jobs the agent no longer has.
     async fn deliver_job_runs(&self, jobs: &[JobInfo], watch: &mut Watch) {
+        watch.posted.retain(|_, at| at.elapsed() < JOB_RESULT_PACE);
         let known: HashMap<String, AgentJob> = match self.store.agent_jobs() {
             Ok(records) => records.into_iter().map(|r| (r.job_id.clone(), r)).collect(),
             Err(e) => return warn!("cannot read the agent jobs' records: {e}"),
@@ -103,10 +109,10 @@ impl Hub {
                 }
             };
             let done = match record {
-                Some(_) => self.deliver_runs(job, runs).await,
+                Some(_) => self.deliver_runs(job, runs, &mut watch.posted).await,
                 None if watch.first_look => self.adopt_job(job, runs.last()).await,
                 None => match self.adopt_job(job, None).await {
-                    Ok(()) => self.deliver_runs(job, runs).await,
+                    Ok(()) => self.deliver_runs(job, runs, &mut watch.posted).await,
                     Err(e) => Err(e),
                 },
             };
@@ -130,7 +136,7 @@ impl Hub {
 
     /// A job the gateway did not see being made: its results go to the agent-jobs channel,
     /// starting after its newest run so far.
-    async fn adopt_job(&self, job: &JobInfo, newest: Option<&JobRun>) -> Result<(), CommitError> {
+    async fn adopt_job(&self, job: &JobInfo, newest: Option<&JobRun>) -> Result<(), JobError> {
         info!(job = %job.id, "the agent has a job made outside Iris: its results go to `{AGENT_JOBS_CHANNEL}`");
         let record = AgentJob {
             job_id: job.id.clone(),
@@ -138,12 +144,19 @@ impl Hub {
             delivered: newest.map(|r| r.stamp.clone()),
         };
         self.commit(vec![Change::Record(Record::PutAgentJob(record))], None)
-            .await
-            .map(drop)
+            .await?;
+        Ok(())
     }
 
-    /// Posts `runs` (oldest first) one commit each, moving the job's delivered mark with each.
-    async fn deliver_runs(&self, job: &JobInfo, runs: Vec<JobRun>) -> Result<(), CommitError> {
+    /// Posts `runs` (oldest first) one commit each, moving the job's delivered mark with each;
+    /// a lane gets at most one result every [`JOB_RESULT_PACE`] (`posted`: when each lane last
+    /// got one), so a burst caught up at start reaches the phones paced, none dropped.
+    async fn deliver_runs(
+        &self,
+        job: &JobInfo,
+        runs: Vec<JobRun>,
+        posted: &mut HashMap<Lane, Instant>,
+    ) -> Result<(), JobError> {
         for run in runs {
             // Read again for each run: the turn that made the job may have named its lane since.
             let record = match self.store.agent_jobs() {
@@ -156,11 +169,12 @@ impl Hub {
             record.delivered = Some(run.stamp.clone());
             let mut changes = vec![Change::Record(Record::PutAgentJob(record.clone()))];
             if let Some(text) = run.text {
-                let Some(lane) = self.job_lane(record.lane.as_ref()).await else {
-                    // No lane to post into (the agent-jobs channel cannot be made): tried again
-                    // at the next look, nothing is marked delivered.
-                    return Ok(());
-                };
+                // No lane to post into (the agent-jobs channel cannot be made): nothing is marked
+                // delivered, and the run is tried again at the next look.
+                let lane = self.job_lane(record.lane.as_ref()).await?;
+                if let Some(last) = posted.get(&lane) {
+                    tokio::time::sleep_until(*last + JOB_RESULT_PACE).await;
+                }
                 // `MEDIA:` lines go through the media policy, as in any answer (files stored
                 // before the message: a crash between them leaves an offer for no message).
                 let (text, files) = self.agent.files_of(text).await;
@@ -170,27 +184,25 @@ impl Hub {
                 self.attach_agent_files(&lane, &mut message, files).await;
                 changes.extend(cron_message_changes(&lane, &job.name, &message));
                 info!(job = %job.id, %lane, run = %run.stamp, "delivering a job's result");
+                self.commit(changes, None).await?;
+                posted.insert(lane, Instant::now());
+            } else {
+                self.commit(changes, None).await?;
             }
-            self.commit(changes, None).await?;
         }
         Ok(())
     }
 
     /// Where a job's result goes: its lane while it exists, else the agent-jobs channel.
-    async fn job_lane(&self, lane: Option<&Lane>) -> Option<Lane> {
+    async fn job_lane(&self, lane: Option<&Lane>) -> Result<Lane, JobError> {
         if let Some(lane) = lane.filter(|l| self.lane_exists(l)) {
-            return Some(lane.clone());
+            return Ok(lane.clone());
         }
-        match self
+        let channel = self
             .automation_channel(AGENT_JOBS_CHANNEL, "the agent's jobs")
             .await
-        {
-            Ok(channel) => Some(Lane::new(&channel.chat_id, None)),
-            Err(e) => {
-                warn!("cannot use the `{AGENT_JOBS_CHANNEL}` channel: {e}");
-                None
-            }
-        }
+            .map_err(JobError::NoChannel)?;
+        Ok(Lane::new(&channel.chat_id, None))
     }
 
     /// A turn in `lane` made the agent job `job_id`: its results belong to this lane (a record
@@ -392,6 +404,23 @@ struct Watch {
     first_look: bool,
     /// Jobs seen once with no record: adopted at the next look if no turn claimed them.
     sighted: HashSet<String>,
+    /// When each lane last got a result (within [`JOB_RESULT_PACE`]).
+    posted: HashMap<Lane, Instant>,
+}
+
+/// Why a job's run was not delivered (it is tried again at the next look).
+#[derive(Debug, thiserror::Error)]
+enum JobError {
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("cannot use the `{AGENT_JOBS_CHANNEL}` channel: {0}")]
+    NoChannel(#[source] AutomationError),
+}
+
+impl From<crate::store::StoreError> for JobError {
+    fn from(e: crate::store::StoreError) -> JobError {
+        JobError::Commit(e.into())
+    }
 }
 
 /// A run's text within `max` bytes (`limits.max_text_bytes`), cut with a note when longer.
