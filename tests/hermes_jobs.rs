@@ -176,6 +176,13 @@ async fn job_history(c: &mut Client, chat: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Answers `picker` with `value`.
+async fn select(c: &mut Client, picker: &Value, value: &str) {
+    let picker_id = pstr(picker, "picker_id").to_owned();
+    let payload = json!({ "picker_id": picker_id, "value": value });
+    c.request("picker.select", None, None, payload).await;
+}
+
 /// Sends `/jobs` and returns the picker it opens.
 async fn jobs_picker(c: &mut Client) -> Value {
     c.send_text(Some("default"), None, "/jobs").await;
@@ -327,14 +334,7 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
 
     // `/jobs` → the job → pause: Hermes pauses it, and `/jobs` says so.
     let picker = jobs_picker(&mut c).await;
-    let picker_id = pstr(&picker, "picker_id").to_owned();
-    c.request(
-        "picker.select",
-        None,
-        None,
-        json!({ "picker_id": picker_id, "value": job_id }),
-    )
-    .await;
+    select(&mut c, &picker, &job_id).await;
     let actions = c.recv_type("picker.choice").await;
     let values: Vec<&str> = actions["payload"]["choices"]
         .as_array()
@@ -343,14 +343,7 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
         .filter_map(|c| c["value"].as_str())
         .collect();
     assert_eq!(values, ["pause", "run", "remove"], "{actions}");
-    let picker_id = pstr(&actions, "picker_id").to_owned();
-    c.request(
-        "picker.select",
-        None,
-        None,
-        json!({ "picker_id": picker_id, "value": "pause" }),
-    )
-    .await;
+    select(&mut c, &actions, "pause").await;
     let said = c
         .recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
         .await;
