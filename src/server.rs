@@ -155,6 +155,7 @@ fn open_core(
 ) -> Result<Core, RunError> {
     // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
     let restore_failure = crate::control::restore::apply_pending_restore(data_dir);
+    crate::update::stage::Updates::remove_cut_part(data_dir);
     let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     // The log kept at the last clean stop is in the ring now (`main.rs`); deleted only here,
     // after the store opened, so a refused start leaves every file as it was.

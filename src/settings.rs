@@ -86,6 +86,7 @@ pub struct TranscriptionSettings {
     pub key: Option<Hidden>,
     pub model: Option<String>,
     pub language: Option<String>,
+    pub timeout_secs: Option<u64>,
 }
 
 /// `[agent]` as the page sets it.
@@ -195,6 +196,9 @@ impl Settings {
         }
         if let Some(v) = &t.language {
             config.transcription.language = v.clone();
+        }
+        if let Some(v) = t.timeout_secs {
+            config.transcription.timeout_secs = v;
         }
         if let Some(v) = &self.update.url {
             config.update.url = v.clone();
@@ -322,6 +326,11 @@ pub fn explain(
             "transcription.model",
             config.transcription.model.clone(),
             saved.transcription.model.is_some(),
+        ),
+        (
+            "transcription.timeout_secs",
+            config.transcription.timeout_secs.to_string(),
+            saved.transcription.timeout_secs.is_some(),
         ),
         ("tls.enabled", config.tls.enabled.to_string(), false),
         ("tls.allow_plain", config.tls.allow_plain.to_string(), false),

@@ -1320,7 +1320,7 @@ async fn a_saved_ntfy_token_goes_only_to_the_server_it_was_saved_for() {
 
 #[tokio::test]
 async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once() {
-    use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+    use common::fake_stt::{send_notes, upload_voice, FakeStt, SttAnswer};
     let good = FakeStt::hearing("testing one two");
     let refusing = FakeStt::start(|_| SttAnswer::Fail(401, "invalid api key".into()));
     let dir = temp_data_dir();
@@ -1342,6 +1342,7 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
             ("key".to_owned(), key.to_owned()),
             ("model".to_owned(), "whisper-1".to_owned()),
             ("language".to_owned(), "en".to_owned()),
+            ("timeout_secs".to_owned(), "7".to_owned()),
         ]
     };
     // Test: the service gets a one-second WAV tone, and the page shows what it heard.
@@ -1395,6 +1396,23 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
     );
     assert!(!r.body.contains("stt-secret-key"), "the key was shown back");
     assert!(r.body.contains("A key is saved"), "{}", r.body);
+    assert!(
+        r.body.contains("name=\"timeout_secs\" value=\"7\""),
+        "the saved wait is shown: {}",
+        r.body
+    );
+    // A wait that is no whole number of seconds from 1 to 600 is refused, and nothing changes.
+    for bad in ["0", "601", "ten"] {
+        let mut f = fields(&good.url, "");
+        f.retain(|(k, _)| k != "timeout_secs");
+        f.push(("timeout_secs".to_owned(), bad.to_owned()));
+        let r = transcription_form(&mut web, "/admin/transcription", f).await;
+        assert!(r.body.contains("from 1 to 600"), "{bad}: {}", r.body);
+        assert!(
+            r.body.contains("name=\"timeout_secs\" value=\"7\""),
+            "{bad}"
+        );
+    }
 
     // A service that refuses, tested at another URL with the key field empty: no key goes
     // there, and the page says what went wrong.
@@ -1418,15 +1436,23 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
     let p = pair(dir.path(), "phone");
     let (mut c, _) = common::connect_online(&gw, &p).await;
     upload_voice(&mut c, "v1", "note.ogg", b"OggS pretend voice").await;
-    let id = c
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
+    send_notes(&mut c, &["v1"]).await;
+    // The saved wait applies at once too: the lane says how long it may take.
+    let transcribing = c
+        .recv_until(|f| {
+            frame_type(f) == "message"
+                && f["payload"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Transcribing"))
+        })
         .await;
-    c.recv_reply(id).await;
+    assert!(
+        transcribing["payload"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("after 7 s "),
+        "{transcribing}"
+    );
     let heard = c
         .recv_until(|f| {
             frame_type(f) == "message"
@@ -1448,6 +1474,7 @@ async fn transcription_is_set_and_tested_on_the_agent_page_and_applies_at_once()
     );
     let settings = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
     assert!(settings.contains("[transcription]"), "{settings}");
+    assert!(settings.contains("timeout_secs = 7"), "{settings}");
 }
 
 /// Posts the Agent page's transcription form (Save or Test); the page answers 200 either way.

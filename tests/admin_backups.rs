@@ -81,6 +81,17 @@ async fn set_up(data: &Path, cfg: &str) -> (Gateway, Web, Paired) {
     (gw, web, phone)
 }
 
+/// Saves the schedule from the page: how often, the folder, how many to keep.
+async fn save_schedule(web: &mut Web, every: &str, folder: &str, keep: &str) {
+    let r = web
+        .post_csrf(
+            "/admin/backup/schedule",
+            &[("schedule", every), ("folder", folder), ("keep", keep)],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+}
+
 async fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !done() {
@@ -136,13 +147,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
 
     // A "day" of 2 s, keep 2: the schedule fires again and again, the folder never holds more.
     let f = folder.path().to_str().unwrap();
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "daily"), ("folder", f), ("keep", "2")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "daily", f, "2").await;
     let mut seen = std::collections::BTreeSet::new();
     wait_for("three scheduled backups", Duration::from_secs(60), || {
         let now = backups_in(folder.path());
@@ -152,13 +157,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     })
     .await;
     // Stopped, so the list below stays as it is.
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "off"), ("folder", f), ("keep", "2")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "off", f, "2").await;
     wait_for("the last backup to finish", Duration::from_secs(30), || {
         !std::fs::read_dir(folder.path())
             .unwrap()
@@ -210,7 +209,7 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
     let settings = || std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
     let before = settings();
 
-    // A wrong passphrase: one sentence, and nothing staged or changed.
+    // A wrong passphrase: the restore job says so in one sentence, nothing staged or changed.
     let chosen = files[1].file_name().unwrap().to_str().unwrap().to_owned();
     let r = web
         .post_csrf(
@@ -218,18 +217,23 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
             &[("file", &chosen), ("passphrase", "not the passphrase 000")],
         )
         .await;
-    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/restore"));
+    let job = web.job_outcome("restore").await;
     assert!(
-        r.body
-            .contains("That backup passphrase is not right, so nothing was changed."),
+        job.body.contains("data-phase=\"failed\"")
+            && job
+                .body
+                .contains("That backup passphrase is not right, so nothing was changed."),
         "{}",
-        r.body
+        job.body
     );
     assert!(!data.path().join("pending-restore").exists());
     assert!(!data.path().join("pending-restore.partial").exists());
     assert_eq!(settings(), before);
 
-    // The right one: the gateway restarts into the backup, with its settings and owner.
+    // The right one: the job's page goes on to the page that waits for the restart (so a
+    // reload restores nothing), and the gateway restarts into the backup, settings and owner.
     let r = web
         .post_csrf(
             "/admin/backup/restore-scheduled",
@@ -237,11 +241,6 @@ async fn the_schedule_writes_encrypted_backups_lists_prunes_and_the_page_restore
         )
         .await;
     assert_eq!(r.status, 303, "{r:?}");
-    assert!(
-        r.header("location")
-            .is_some_and(|to| to.starts_with("/admin/restarting/restore/")),
-        "a 303 to the page that waits for the restart, so a reload restores nothing: {r:?}"
-    );
     let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
     (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
     assert!(settings().contains("Asia/Tokyo"), "{}", settings());
@@ -260,19 +259,17 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
     let cfg = config(data.path(), 86_400);
     let (mut gw, mut web, phone) = set_up(data.path(), &cfg).await;
     let f = folder.path().to_str().unwrap();
-    let r = web
-        .post_csrf(
-            "/admin/backup/schedule",
-            &[("schedule", "off"), ("folder", f), ("keep", "7")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_schedule(&mut web, "off", f, "7").await;
     let r = web.post_csrf("/admin/backup/now", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
-    wait_for("the backup", Duration::from_secs(60), || {
-        backups_in(folder.path()).len() == 1
-    })
-    .await;
+    assert_eq!(r.header("location"), Some("/admin/job/backup"));
+    let job = web.job_outcome("backup").await;
+    assert!(
+        job.body.contains("data-phase=\"succeeded\""),
+        "{}",
+        job.body
+    );
+    assert_eq!(backups_in(folder.path()).len(), 1);
     let file = backups_in(folder.path()).remove(0);
     // The plain backup (the download's format) holds the message as text; the sealed one not.
     let plain_file = folder.path().join("plain.iris");
@@ -353,5 +350,299 @@ async fn back_up_now_then_the_command_line_restores_it_and_refuses_a_wrong_passp
         401,
         "the replaced owner"
     );
+    gw.stop_ok();
+}
+
+/// [`config`] with `hello_timeout_secs = 2`: the request deadline that used to cut admin work
+/// off, short so the jobs below outlast it quickly.
+fn short_deadline_config(dir: &Path) -> String {
+    let path = config(dir, 86_400);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text += "hello_timeout_secs = 2\n";
+    std::fs::write(&path, text).unwrap();
+    path
+}
+const DEADLINE: Duration = Duration::from_secs(2);
+
+/// A scheduled backup made with "Back up now" (its job followed to the end) into `folder`;
+/// returns the file and how long the job took.
+async fn backed_up_now(web: &mut Web, folder: &Path) -> (PathBuf, Duration) {
+    let f = folder.to_str().unwrap();
+    save_schedule(web, "off", f, "7").await;
+    let began = Instant::now();
+    let r = web.post_csrf("/admin/backup/now", &[]).await;
+    assert_eq!(r.header("location"), Some("/admin/job/backup"), "{r:?}");
+    let job = web.job_outcome("backup").await;
+    let took = began.elapsed();
+    assert!(
+        job.body.contains("data-phase=\"succeeded\"") && job.body.contains(" written, "),
+        "{}",
+        job.body
+    );
+    let files = backups_in(folder);
+    assert_eq!(files.len(), 1, "{files:?}");
+    (files[0].clone(), took)
+}
+
+/// A box as the job tests start from: [`set_up`] with the short deadline, a backup made with
+/// "Back up now" (with `noise`: over a media file of 384 KiB no cipher shrinks, so the backup
+/// is several age chunks long), and then [`AFTER`] said.
+struct BackedUp {
+    data: tempfile::TempDir,
+    folder: tempfile::TempDir,
+    cfg: String,
+    gw: Gateway,
+    web: Web,
+    phone: Paired,
+    file: PathBuf,
+    took: Duration,
+}
+const AFTER: &str = "said after the backup 5512";
+
+async fn backed_up(noise: bool) -> BackedUp {
+    let data = common::temp_data_dir();
+    let folder = tempfile::tempdir().unwrap();
+    let cfg = short_deadline_config(data.path());
+    let (gw, mut web, phone) = set_up(data.path(), &cfg).await;
+    if noise {
+        let (mut c, _) = hello_paired(&gw, &phone).await;
+        let mut rng = common::rng::Rng(35);
+        let noise: Vec<u8> = (0..384 << 10).map(|_| rng.next() as u8).collect();
+        common::upload_file(&mut c, "m1", "document", "application/pdf", "n.pdf", &noise).await;
+        c.close().await;
+    }
+    let (file, took) = backed_up_now(&mut web, folder.path()).await;
+    say(&gw, &phone, AFTER).await;
+    BackedUp {
+        data,
+        folder,
+        cfg,
+        gw,
+        web,
+        phone,
+        file,
+        took,
+    }
+}
+
+/// A USB stick that gives a backup slowly: a FIFO named as a scheduled backup in `folder`. Once
+/// the gateway opens it, the first half of `bytes` is written; the rest when `go` is sent (if
+/// it is dropped instead, the backup stays cut half-way).
+fn slow_stick(folder: &Path, bytes: Vec<u8>) -> (String, std::sync::mpsc::Sender<()>) {
+    let name = "iris-backup-29990101T000000.000Z.age".to_owned();
+    let path = folder.join(&name);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        // Blocks until the gateway opens it for reading.
+        let Ok(mut fifo) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            return;
+        };
+        let half = bytes.len() / 2;
+        let _ = fifo.write_all(&bytes[..half]);
+        if wait.recv().is_ok() {
+            let _ = fifo.write_all(&bytes[half..]);
+        }
+    });
+    (name, go)
+}
+
+/// The restore form, as the browser sends it; the answer as it is.
+async fn restore_scheduled(web: &mut Web, csrf: &str, name: &str) -> common::web::Reply {
+    web.request_form(
+        "/admin/backup/restore-scheduled",
+        &[("csrf", csrf), ("file", name), ("passphrase", BACKUP_PASS)],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_restore_from_a_slow_stick_is_a_job_that_outlives_the_request_deadline() {
+    let BackedUp {
+        data: _data,
+        folder,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        took,
+        ..
+    } = backed_up(false).await;
+    eprintln!("figure: back up now (job) took {took:?}");
+    let (name, go) = slow_stick(folder.path(), std::fs::read(&file).unwrap());
+
+    let csrf = web.csrf().await;
+    let asked = Instant::now();
+    let r = restore_scheduled(&mut web, &csrf, &name).await;
+    let answered = asked.elapsed();
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/restore"));
+    assert!(answered < DEADLINE, "answered after {answered:?}");
+    let page = web.get("/admin/job/restore").await;
+    assert!(
+        page.body.contains("data-phase=\"running\"") && page.body.contains("data-reload="),
+        "{}",
+        page.body
+    );
+    // A second start while it runs: refused, and it says so.
+    let again = restore_scheduled(&mut web, &csrf, &name).await;
+    assert_eq!(again.status, 409, "{again:?}");
+    assert!(
+        again
+            .body
+            .contains("Restoring a backup is already under way"),
+        "{}",
+        again.body
+    );
+    let listed = web.get("/admin/backup").await;
+    assert!(
+        listed.body.contains("href=\"/admin/job/restore\""),
+        "{}",
+        listed.body
+    );
+
+    // Past the deadline that cut the work off before: it still runs, then ends.
+    tokio::time::sleep_until((asked + DEADLINE + Duration::from_secs(1)).into()).await;
+    let page = web.get("/admin/job/restore").await;
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
+    go.send(()).unwrap();
+    let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
+    eprintln!(
+        "figure: restore from the slow stick: answered in {answered:?}, restarted into it after \
+         {:?}",
+        asked.elapsed()
+    );
+    (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
+    assert!(history_has(&gw, &phone, MARKER).await);
+    assert!(!history_has(&gw, &phone, AFTER).await);
+    gw.stop_ok();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_restore_killed_half_way_is_never_applied_later_and_leaves_no_part_file() {
+    // Several age chunks, so half of the backup is past the first and opening has begun.
+    let BackedUp {
+        data,
+        folder,
+        cfg,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        ..
+    } = backed_up(true).await;
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes.len() > 256 << 10, "{} bytes", bytes.len());
+    let (name, go) = slow_stick(folder.path(), bytes);
+
+    let csrf = web.csrf().await;
+    let r = restore_scheduled(&mut web, &csrf, &name).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let opened = data.path().join("pending-restore.partial");
+    wait_for("the backup half opened", Duration::from_secs(30), || {
+        std::fs::metadata(&opened).is_ok_and(|m| m.len() > 0)
+    })
+    .await;
+    gw.kill9();
+    drop(go);
+    // And what a scheduled backup cut by the same kill would leave in the folder.
+    let cut_backup = folder
+        .path()
+        .join(".iris-backup-20990101T000000.000Z.age.partial");
+    std::fs::write(&cut_backup, b"half a backup").unwrap();
+
+    let gw = Gateway::start(data.path(), &["--config", &cfg]);
+    wait_for(
+        "the cut backup removed at start",
+        Duration::from_secs(10),
+        || !cut_backup.exists(),
+    )
+    .await;
+    let left: Vec<String> = std::fs::read_dir(data.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pending-restore") || n.starts_with(".restore"))
+        .collect();
+    assert!(left.is_empty(), "left after the kill: {left:?}");
+    assert!(history_has(&gw, &phone, AFTER).await);
+    let mut gw = gw;
+    gw.stop_ok();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_named() {
+    let BackedUp {
+        data,
+        folder: _folder,
+        mut gw,
+        mut web,
+        phone,
+        file,
+        ..
+    } = backed_up(false).await;
+    let r = web
+        .post_csrf("/admin/log/timezone", &[("timezone", "Europe/Berlin")])
+        .await;
+    assert_eq!(r.status, 303);
+    let sealed = std::fs::read(&file).unwrap();
+    let csrf = web.csrf().await;
+    let token = format!("X-CSRF-Token: {csrf}\r\n");
+
+    let foreign = web
+        .upload(
+            "/admin/backup/restore",
+            b"PK\x03\x04 a zip, not a backup",
+            &token,
+        )
+        .await;
+    assert_eq!(foreign.status, 400, "{foreign:?}");
+    assert!(
+        foreign.body.contains(
+            "This is not an iris-gateway backup: it is neither a plain backup (a download from \
+             this page) nor an age-sealed one (a scheduled backup); nothing was changed."
+        ),
+        "{}",
+        foreign.body
+    );
+    let no_pass = web.upload("/admin/backup/restore", &sealed, &token).await;
+    assert_eq!(no_pass.status, 400, "{no_pass:?}");
+    assert!(
+        no_pass.body.contains("give its backup passphrase"),
+        "{}",
+        no_pass.body
+    );
+    assert!(!data.path().join("pending-restore.upload").exists());
+
+    let began = Instant::now();
+    let pass = format!(
+        "X-Backup-Passphrase: {}\r\n",
+        BACKUP_PASS.replace(' ', "%20")
+    );
+    let r = web
+        .upload("/admin/backup/restore", &sealed, &format!("{token}{pass}"))
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/restore"));
+    let addr = common::nth_listening(&gw, 2, Duration::from_secs(60)).await;
+    eprintln!(
+        "figure: sealed upload restore ({} bytes): restarted into it after {:?}",
+        sealed.len(),
+        began.elapsed()
+    );
+    (gw.addr, gw.url) = (addr, format!("ws://{addr}"));
+    assert!(history_has(&gw, &phone, MARKER).await);
+    assert!(!history_has(&gw, &phone, AFTER).await);
+    let settings = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(settings.contains("Asia/Tokyo"), "{settings}");
     gw.stop_ok();
 }

@@ -204,6 +204,13 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
 
     let r = web.post_csrf("/admin/update/check", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/update-check"));
+    let job = web.job_outcome("update-check").await;
+    assert!(
+        job.body.contains("data-phase=\"succeeded\""),
+        "{}",
+        job.body
+    );
     let page = web.get("/admin/update").await;
     assert!(
         page.body.contains(&format!("{} is available", v.minor))
@@ -214,12 +221,9 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
 
     let r = web.post_csrf("/admin/update/install", &[]).await;
     assert_eq!(r.status, 303, "{r:?}");
-    let page = web.get("/admin/update").await;
-    assert!(
-        page.body.contains("downloaded and checked"),
-        "{}",
-        page.body
-    );
+    assert_eq!(r.header("location"), Some("/admin/job/update-install"));
+    let job = web.job_outcome("update-install").await;
+    assert!(job.body.contains("downloaded and checked"), "{}", job.body);
     assert!(root.stage_dir().join("staged.json").exists());
 
     let out = root.apply(&[]);
@@ -308,7 +312,7 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
             "#restore-file",
             "#restore",
             "#restore-result",
-            "Not a whole, undamaged backup",
+            "This is not an iris-gateway backup: it is neither a plain backup",
         ),
     ] {
         b.goto(&format!("{base}{page}")).await;
@@ -365,4 +369,160 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
     assert_eq!(fits[2], serde_json::json!(true), "the row is shown: {fits}");
     assert_eq!(fits[3], serde_json::json!("refused"), "{fits}");
     root.stop();
+}
+
+/// The running version with its minor part one up: an update offered with no consent asked.
+fn next_minor() -> String {
+    let v: Vec<u64> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    format!("{}.{}.0", v[0], v[1] + 1)
+}
+
+/// A release index and a bundle behind a slow link: each answer waits for a word from the
+/// test (`release`); the bundle sends its head and its first MiB, then waits again, and is cut
+/// there (the connection closes) whatever the word.
+fn slow_release_server() -> (String, std::sync::mpsc::Sender<()>) {
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let wait = std::sync::Mutex::new(wait);
+    let index = serde_json::json!({
+        "version": next_minor(),
+        "notes": "Slowly.",
+        "bundles": { std::env::consts::ARCH: "b.iub" },
+    })
+    .to_string();
+    let url = fake_http::start_streaming(move |taken, out| {
+        let word = || {
+            let _ = wait
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(60));
+        };
+        if taken.line.starts_with("GET /index.json ") {
+            word();
+            let _ = out.write_all(&fake_http::json_200(index.as_bytes()));
+        } else {
+            let head = "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\nConnection: close\r\n\r\n";
+            let _ = out.write_all(head.as_bytes());
+            let _ = out.write_all(&vec![0x5Au8; 1 << 20]);
+            let _ = out.flush();
+            word();
+        }
+    });
+    (format!("{url}/index.json"), release)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
+    use std::time::{Duration, Instant};
+    const DEADLINE: Duration = Duration::from_secs(2);
+    let data = common::temp_data_dir();
+    let cfg = data.path().join("config.toml");
+    std::fs::write(&cfg, "[limits]\nhello_timeout_secs = 2\n").unwrap();
+    let cfg = cfg.to_str().unwrap().to_owned();
+    let mut gw = common::Gateway::start(data.path(), &["--config", &cfg]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    web.claim(OWNER).await;
+    let (index, release) = slow_release_server();
+    let r = web
+        .post_csrf("/admin/update/source", &[("url", index.as_str())])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let part = data.path().join("update").join("upload.part");
+
+    // "Check now" against an index that answers after the request deadline.
+    let csrf = web.csrf().await;
+    let asked = Instant::now();
+    let r = web
+        .request_form("/admin/update/check", &[("csrf", &csrf)])
+        .await;
+    let answered = asked.elapsed();
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/update-check"));
+    assert!(answered < DEADLINE, "answered after {answered:?}");
+    let page = web.get("/admin/job/update-check").await;
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
+    let again = web
+        .request_form("/admin/update/check", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(again.status, 409, "{again:?}");
+    assert!(again.body.contains("already under way"), "{}", again.body);
+    tokio::time::sleep_until((asked + DEADLINE + Duration::from_secs(1)).into()).await;
+    release.send(()).unwrap();
+    let job = web.job_outcome("update-check").await;
+    assert!(
+        job.body.contains("data-phase=\"succeeded\"")
+            && job.body.contains(&format!("{} is available", next_minor())),
+        "{}",
+        job.body
+    );
+    eprintln!(
+        "figure: slow index check: answered in {answered:?}, ended after {:?}",
+        asked.elapsed()
+    );
+
+    // Install: the download outlasts the deadline, a second click and an upload are refused
+    // while it runs, and once it is cut half-way nothing is left of it.
+    let asked = Instant::now();
+    let r = web
+        .request_form("/admin/update/install", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/update-install"));
+    assert!(asked.elapsed() < DEADLINE);
+    let again = web
+        .request_form("/admin/update/install", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(again.status, 409, "{again:?}");
+    let token = format!("X-CSRF-Token: {csrf}\r\n");
+    let upload = web
+        .upload("/admin/update/upload", b"a bundle", &token)
+        .await;
+    assert_eq!(upload.status, 409, "{upload:?}");
+    assert!(upload.body.contains("already under way"), "{}", upload.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::metadata(&part).is_ok_and(|m| m.len() >= 1 << 20) {
+        assert!(Instant::now() < deadline, "no download under way");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep_until((asked + DEADLINE + Duration::from_secs(1)).into()).await;
+    let page = web.get("/admin/job/update-install").await;
+    assert!(
+        page.body.contains("data-phase=\"running\""),
+        "{}",
+        page.body
+    );
+    release.send(()).unwrap();
+    let job = web.job_outcome("update-install").await;
+    assert!(
+        job.body.contains("data-phase=\"failed\"") && job.body.contains("the download broke off"),
+        "{}",
+        job.body
+    );
+    eprintln!("figure: cut download: failed after {:?}", asked.elapsed());
+    assert!(!part.exists(), "the cut download's part file is left");
+
+    // Killed mid-download: the next start removes the part file.
+    let r = web
+        .request_form("/admin/update/install", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::metadata(&part).is_ok_and(|m| m.len() >= 1 << 20) {
+        assert!(Instant::now() < deadline, "no download under way");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.kill9();
+    release.send(()).unwrap();
+    let mut gw = common::Gateway::start(data.path(), &["--config", &cfg]);
+    assert!(
+        !part.exists(),
+        "a part file survived the kill and the start"
+    );
+    gw.stop_ok();
 }

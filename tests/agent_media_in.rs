@@ -520,3 +520,162 @@ async fn openai_documents_at_and_over_the_limit_and_not_text() {
          \n[attached: e.ogg (audio/ogg, 5 bytes): not read: the gateway sends the agent no audio]"
     );
 }
+
+/// The most the gateway may hold resident while four turns look at large photos at once.
+const PEAK_MIB: u64 = 160;
+
+/// Four channels at once, each sent the two `photos` (`w`×`h`, of type `mime`): every photo
+/// reaches the model scaled to the limits, and the gateway's peak resident memory (`VmHWM`)
+/// stays within [`PEAK_MIB`].
+async fn four_channels_at_once(photos: &[Vec<u8>], mime: &str, (w, h): (u32, u32)) {
+    use common::proc::proc_status_kib;
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    // The uploads at once: more than a phone's sustained rate.
+    let gw = openai_gateway(
+        dir.path(),
+        &llm,
+        "bytes_per_second = 100000000\nbyte_burst = 100000000\n",
+    );
+    let p = pair(&dir.path().join("data"), "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    // Eight large photos on a debug build and a shared machine: more than the usual wait for a
+    // frame.
+    c.timeout = std::time::Duration::from_secs(120);
+    let mut chats = Vec::new();
+    for n in 0..4 {
+        let chat = common::create_channel(&mut c, &format!("photos {n}")).await;
+        for (k, photo) in photos.iter().enumerate() {
+            let r = format!("p{n}-{k}");
+            upload_file(&mut c, &r, "image", mime, &format!("{r}.img"), photo).await;
+        }
+        chats.push(chat);
+    }
+    let [before] = proc_status_kib(gw.pid(), ["VmHWM"]);
+    let started = std::time::Instant::now();
+    for (n, chat) in chats.iter().enumerate() {
+        c.request(
+            "message.send",
+            Some(chat),
+            None,
+            json!({ "text": format!("photos {n}"), "media_refs": [format!("p{n}-0"), format!("p{n}-1")] }),
+        )
+        .await;
+    }
+    let mut stops = 0;
+    while stops < chats.len() {
+        let f = c.recv().await;
+        assert_ne!(frame_type(&f), "error", "{f}");
+        stops += usize::from(frame_type(&f) == "message.stop");
+    }
+    let [peak] = proc_status_kib(gw.pid(), ["VmHWM"]);
+    let turns: Vec<Value> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| text_of(&last_user(r)["content"]).starts_with("photos "))
+        .collect();
+    assert_eq!(turns.len(), 4);
+    for turn in &turns {
+        let sent = images_in(turn);
+        assert_eq!(sent.len(), 2, "{}", text_of(&last_user(turn)["content"]));
+        for (mime, bytes) in &sent {
+            assert_within_defaults(mime, bytes);
+            assert_aspect(bytes, w, h);
+        }
+    }
+    eprintln!(
+        "VmHWM {} MiB before the turns, {} MiB after; the turns took {:?}",
+        before >> 10,
+        peak >> 10,
+        started.elapsed()
+    );
+    assert!(
+        peak <= PEAK_MIB << 10,
+        "peak resident memory {} MiB, over {PEAK_MIB} MiB",
+        peak >> 10
+    );
+}
+
+/// Raw pixels of `w`×`h` with `channels` samples, in bands of 500 rows alike (built a row at a
+/// time: quick in a debug build), so they compress to little.
+fn banded(w: u32, h: u32, channels: usize, tint: u8) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(w as usize * h as usize * channels);
+    let mut row = Vec::new();
+    for y in 0..h {
+        if y % 500 == 0 {
+            row = (0..w)
+                .flat_map(|x| [(x / 500 * 20) as u8, (y / 500 * 20) as u8, tint, 200])
+                .enumerate()
+                .filter(|(i, _)| i % 4 < channels)
+                .map(|(_, v)| v)
+                .collect();
+        }
+        raw.extend_from_slice(&row);
+    }
+    raw
+}
+
+/// Four channels, each sent two 5500×5500 RGBA PNGs (a few hundred KB each, 115 MiB of pixels
+/// each decoded) at once: within 160 MiB, as a PNG is scaled row by row as it is read.
+#[tokio::test]
+async fn openai_four_channels_of_large_photos_at_once_stay_within_160_mib() {
+    const SIDE: u32 = 5500;
+    let photos: Vec<Vec<u8>> = [0u8, 200]
+        .into_iter()
+        .map(|tint| {
+            let img = image::RgbaImage::from_raw(SIDE, SIDE, banded(SIDE, SIDE, 4, tint)).unwrap();
+            encoded(&DynamicImage::ImageRgba8(img), ImageFormat::Png)
+        })
+        .collect();
+    let sizes: Vec<usize> = photos.iter().map(Vec::len).collect();
+    assert!(sizes.iter().all(|n| *n < 1 << 20), "small files: {sizes:?}");
+    four_channels_at_once(&photos, "image/png", (SIDE, SIDE)).await;
+}
+
+/// Four channels, each sent two 24-megapixel JPEGs (69 MiB each decoded, a JPEG is decoded
+/// whole) at once: within 160 MiB, as the decodes take turns within the gateway's budget.
+#[tokio::test]
+async fn openai_four_channels_of_24_megapixel_jpegs_at_once_take_turns_within_160_mib() {
+    const W: u32 = 6000;
+    const H: u32 = 4000;
+    let photos: Vec<Vec<u8>> = [0u8, 200]
+        .into_iter()
+        .map(|tint| {
+            let mut out = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 80)
+                .encode(&banded(W, H, 3, tint), W, H, image::ExtendedColorType::Rgb8)
+                .unwrap();
+            out
+        })
+        .collect();
+    four_channels_at_once(&photos, "image/jpeg", (W, H)).await;
+}
+
+/// A JPEG cut in half (which a lenient decoder turns into a half-grey picture) is not sent to
+/// the model as an image: it is told the image is damaged, and the message stands.
+#[tokio::test]
+async fn openai_a_jpeg_cut_in_half_is_found_damaged() {
+    let llm = MockLlm::start();
+    let dir = temp_data_dir();
+    let gw = openai_gateway(dir.path(), &llm, "");
+    let p = pair(&dir.path().join("data"), "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    let jpg = encoded(&picture(800, 600, 31), ImageFormat::Jpeg);
+    let half = &jpg[..jpg.len() / 2];
+    upload_file(&mut c, "h", "image", "image/jpeg", "half.jpg", half).await;
+    let stop = send(&mut c, "what is this?", &["h"]).await;
+    let req = llm.requests().pop().unwrap();
+    assert!(
+        images_in(&req).is_empty(),
+        "the damaged photo went as an image"
+    );
+    let text = text_of(&last_user(&req)["content"]);
+    assert!(
+        text.starts_with(&format!(
+            "what is this?\n[attached: half.jpg (image/jpeg, {} bytes): not sent: the image is damaged and could not be read",
+            half.len()
+        )),
+        "{text}"
+    );
+    assert!(pstr(&stop, "final_text").starts_with("Echo: what is this?"));
+}

@@ -4,7 +4,9 @@
 //! bytes, and which a device that was away gets by `sync`; no `message.update` or
 //! `message.stop` carries the tag or any part of its path. Paths outside the allowed folders,
 //! `/etc/passwd`, a symlink out of an allowed folder and a file over `limits.agent_file_bytes`
-//! are not read: a note stands in the text instead. Against a real Hermes 0.19.0 (its runs
+//! are not read: a note stands in the text instead, also when a folder is swapped for a
+//! symlink to the data folder or a `.ssh` folder while the gateway reads. An inline image is
+//! offered only once it decodes (its base64 may be wrapped in lines). Against a real Hermes 0.19.0 (its runs
 //! API, `agent.hermes_home` giving the default folders) and the OpenAI-compatible backend
 //! (`agent.media_dirs`), both on the scripted mock LLM (`[[media …]]`, `[[inline N]]`).
 
@@ -23,10 +25,11 @@ use tempfile::TempDir;
 /// `limits.agent_file_bytes` in these tests: small, so "at" and "over" are cheap.
 const LIMIT: usize = 4096;
 
-/// The mock's `[[inline N]]` image: a 1x1 PNG padded with zero bytes (or cut) to `n` bytes.
+/// The mock's `[[inline N]]` image: a 1x1 PNG (one that decodes) padded with zero bytes (or
+/// cut) to `n` bytes.
 fn inline_png(n: usize) -> Vec<u8> {
-    const PNG_1X1: &str = "89504e470d0a1a0a0000000d4948445200000001000000010806000000\
-                           1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082";
+    const PNG_1X1: &str = "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489\
+                           0000000b4944415478da636000020000050001e9fadcd80000000049454e44ae426082";
     let mut png: Vec<u8> = (0..PNG_1X1.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&PNG_1X1[i..i + 2], 16).unwrap())
@@ -122,6 +125,15 @@ async fn assert_offered(
     assert_eq!(offer["payload"]["size"], want.len(), "{offer}");
     let got = pull_media(c, pstr(&offer, "media_id")).await;
     assert!(got == want, "pulled {} bytes, not the file", got.len());
+    offer
+}
+
+/// The mock's inline image (`inline_png(n)`, as `[[inline N]]` and `[[inline76 N]]` send it)
+/// offered as `chart.png`, none of its tag in the text, which reads "Look:  done.".
+async fn assert_inline_chart(c: &mut Client, frames: &[Value], n: usize) -> Value {
+    let offer = assert_offered(c, frames, "chart.png", "image", "image/png", &inline_png(n)).await;
+    assert_text_clean(frames, &["data:", "base64", "![", "iVBOR", "AAAA"]);
+    assert_eq!(pstr(stop_of(frames), "final_text"), "Look:  done.");
     offer
 }
 
@@ -295,17 +307,7 @@ async fn hermes_an_inline_image_becomes_an_offer() {
     let _one = ONE_HERMES.lock().await;
     let mut s = hermes_setup().await;
     let frames = s.c.say("[[inline 700]]", typing_off).await;
-    let offer = assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(700),
-    )
-    .await;
-    assert_text_clean(&frames, &["data:", "base64", "![", "iVBOR"]);
-    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    let offer = assert_inline_chart(&mut s.c, &frames, 700).await;
     assert_away_device_gets(&s.gw, &s.away, &offer, &inline_png(700)).await;
 }
 
@@ -365,6 +367,22 @@ struct OpenAiSetup {
     c: Client,
 }
 
+/// A gateway on `data` with the OpenAI-compatible backend on the mock and `config`.
+fn openai_gateway(data: &Path, llm: &MockLlm, config: &Path) -> Gateway {
+    let url = llm.url();
+    Gateway::start(
+        data,
+        &[
+            "--agent",
+            "openai",
+            "--agent-url",
+            &url,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+}
+
 async fn openai_setup() -> OpenAiSetup {
     openai_setup_with("").await
 }
@@ -377,18 +395,7 @@ async fn openai_setup_with(limits: &str) -> OpenAiSetup {
         limits,
     );
     let dir = temp_data_dir();
-    let url = llm.url();
-    let gw = Gateway::start(
-        dir.path(),
-        &[
-            "--agent",
-            "openai",
-            "--agent-url",
-            &url,
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let gw = openai_gateway(dir.path(), &llm, &config);
     let p = pair(dir.path(), "phone");
     let away = pair(dir.path(), "tablet");
     let (c, _) = connect(&gw, &p).await;
@@ -440,17 +447,7 @@ async fn openai_paths_outside_symlinks_out_and_files_over_the_limit_are_not_read
 async fn openai_an_inline_image_becomes_an_offer_up_to_the_limit() {
     let mut s = openai_setup().await;
     let frames = s.c.say("[[inline 500]]", typing_off).await;
-    let offer = assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(500),
-    )
-    .await;
-    assert_text_clean(&frames, &["data:", "base64", "![", "iVBOR"]);
-    assert_eq!(pstr(stop_of(&frames), "final_text"), "Look:  done.");
+    let offer = assert_inline_chart(&mut s.c, &frames, 500).await;
     assert_away_device_gets(&s.gw, &s.away, &offer, &inline_png(500)).await;
 
     let frames = s.c.say(&format!("[[inline {LIMIT}]]"), typing_off).await;
@@ -504,4 +501,147 @@ async fn openai_a_file_the_media_quota_cannot_hold_is_a_note_not_a_silent_loss()
         "{text:?}"
     );
     assert!(!text.contains("MEDIA"), "{text:?}");
+}
+
+/// Swaps `at` between the folder `real` and the symlink `link` (each kept under its own name
+/// while the other stands at `at`) until `stop` is set: what a `MEDIA:` path names changes
+/// between the gateway's check and its open.
+fn swap_until(stop: &std::sync::atomic::AtomicBool, at: &Path, real: &Path, link: &Path) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for parked in [real, link] {
+            std::fs::rename(parked, at).unwrap();
+            std::fs::rename(at, parked).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn openai_a_folder_swapped_for_a_symlink_never_sends_a_denied_file() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const ATTEMPTS: usize = 200;
+    const PER_TURN: usize = 8;
+    let llm = MockLlm::start();
+    // The gateway's data folder inside the allowed folder, and a `.ssh` folder there too.
+    let allowed = tempfile::tempdir().unwrap();
+    let root = allowed.path().canonicalize().unwrap();
+    let data = root.join("data");
+    // Every offer is pulled: more frames a second than a phone sends.
+    let (_config_dir, config) = config_with(
+        &format!("media_dirs = [{}]", toml_path(&root)),
+        "frames_per_second = 1000\nframe_burst = 1000",
+    );
+    let gw = openai_gateway(&data, &llm, &config);
+    let p = pair(&data, "phone");
+    let (mut c, _) = connect(&gw, &p).await;
+    let tls_key = std::fs::read(data.join("tls/key.pem")).expect("the gateway's TLS key");
+    std::fs::create_dir(root.join(".ssh")).unwrap();
+    let ssh_key = b"-----BEGIN OPENSSH PRIVATE KEY----- test".to_vec();
+    std::fs::write(root.join(".ssh/id_test"), &ssh_key).unwrap();
+    // Harmless look-alikes the names point at between swaps.
+    for (folder, file) in [("plain_tls", "key.pem"), ("plain_ssh", "id_test")] {
+        std::fs::create_dir(root.join(folder)).unwrap();
+        std::fs::write(root.join(folder).join(file), format!("harmless {file}")).unwrap();
+    }
+    std::os::unix::fs::symlink(data.join("tls"), root.join("link_tls")).unwrap();
+    std::os::unix::fs::symlink(root.join(".ssh"), root.join("link_ssh")).unwrap();
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let swappers: Vec<_> = ["tls", "ssh"]
+        .into_iter()
+        .map(|which| {
+            let stop = stop.clone();
+            let root = root.clone();
+            std::thread::spawn(move || {
+                swap_until(
+                    &stop,
+                    &root.join(format!("x_{which}")),
+                    &root.join(format!("plain_{which}")),
+                    &root.join(format!("link_{which}")),
+                )
+            })
+        })
+        .collect();
+
+    let paths: Vec<String> = (0..PER_TURN)
+        .map(|i| {
+            let file = if i % 2 == 0 {
+                "x_tls/key.pem"
+            } else {
+                "x_ssh/id_test"
+            };
+            root.join(file).display().to_string()
+        })
+        .collect();
+    let ask = format!("[[media {}]]", paths.join(" "));
+    let (mut offered, mut refused) = (0, 0);
+    for _ in 0..ATTEMPTS / PER_TURN {
+        let frames = c.say(&ask, typing_off).await;
+        let text = pstr(stop_of(&frames), "final_text").to_owned();
+        refused += text.matches("[file not sent:").count();
+        for offer in of_type(&frames, "media.offer") {
+            let got = pull_media(&mut c, pstr(offer, "media_id")).await;
+            assert!(got != tls_key, "the gateway's TLS key reached the phone");
+            assert!(got != ssh_key, "a .ssh key reached the phone");
+            assert!(got.starts_with(b"harmless "), "{offer}");
+            offered += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in swappers {
+        s.join().unwrap();
+    }
+    // Both sides of the race were met: files read between swaps, refusals during them.
+    assert_eq!(
+        offered + refused,
+        ATTEMPTS,
+        "every path is an offer or a note"
+    );
+    assert!(
+        offered > 0 && refused > 0,
+        "{offered} offered, {refused} refused"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn openai_inline_base64_wrapped_in_lines_is_an_image_and_bytes_that_only_start_like_one_are_not(
+) {
+    let mut s = openai_setup().await;
+    // Wrapped at 76 columns (as `base64` prints it): 3,420 bytes, 4,560 base64 characters.
+    let frames = s.c.say("[[inline76 3420]]", typing_off).await;
+    assert_inline_chart(&mut s.c, &frames, 3420).await;
+
+    // A bitmap's signature before HTML, and a PNG's before junk: not images, not offered;
+    // a short note, and none of their base64 in the text.
+    let png_signature = b"\x89PNG\r\n\x1a\n";
+    for (subtype, bytes) in [
+        (
+            "bmp",
+            &b"BM<html><script>alert(document.cookie)</script></html>"[..],
+        ),
+        ("png", &[&png_signature[..], &[0x42; 300]].concat()[..]),
+    ] {
+        let frames =
+            s.c.say(
+                &format!("[[inlinehex {subtype} {}]]", hex(bytes)),
+                typing_off,
+            )
+            .await;
+        assert!(
+            of_type(&frames, "media.offer").is_empty(),
+            "{subtype}: {}",
+            dump(&frames)
+        );
+        assert_text_clean(&frames, &["data:", "base64", "Qk08", "iVBOR", "QkJC"]);
+        let text = pstr(stop_of(&frames), "final_text");
+        assert!(
+            text.starts_with("Look: [image not sent: an inline image could not be read as one: ")
+                && text.ends_with("] done.")
+                && text.len() < 300,
+            "{text:?}"
+        );
+    }
 }

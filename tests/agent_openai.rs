@@ -118,13 +118,11 @@ async fn reasoning_content_becomes_the_reasoning_and_choices_reach_the_request()
     // /model offers the server's models as a picker.
     c.send_text(Some("default"), None, "/model").await;
     let picker = c.recv_type("picker.choice").await;
-    let values: Vec<&str> = picker["payload"]["choices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["value"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(values, ["default", "mock-model", "mock-large"], "{picker}");
+    assert_eq!(
+        common::picker_values(&picker),
+        ["default", "mock-model", "mock-large"],
+        "{picker}"
+    );
     c.request(
         "picker.select",
         None,

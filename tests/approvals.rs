@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::peers::{Hermes, HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, frame_type, pair, pstr, system_answer, temp_data_dir, typing_off,
-    Client, Gateway,
+    connect_awaiting_online, frame_type, pair, picker_values, pstr, system_answer, temp_data_dir,
+    typing_off, Client, Gateway,
 };
 use serde_json::{json, Value};
 
@@ -87,15 +87,6 @@ async fn ask_for_danger(c: &mut Client, r: &Rig) -> Value {
     picker
 }
 
-fn values(picker: &Value) -> Vec<String> {
-    picker["payload"]["choices"]
-        .as_array()
-        .expect("choices")
-        .iter()
-        .map(|c| c["value"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
 async fn select(c: &mut Client, picker: &Value, value: &str) -> i64 {
     c.request(
         "picker.select",
@@ -157,7 +148,7 @@ async fn allow_once_runs_the_command_and_the_turn_finishes() {
     let picker = ask_for_danger(&mut c, &r).await;
     // `always` (allow-list the pattern in Hermes for ever) is never one tap.
     assert_eq!(
-        values(&picker),
+        picker_values(&picker),
         ["once", "session", "deny", "stop"],
         "{picker}"
     );

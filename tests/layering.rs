@@ -895,6 +895,7 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("health.rs", "Health"),
     ("choices.rs", "Choices"),
     ("open_approvals.rs", "OpenApprovals"),
+    ("agent_calls.rs", "AgentCalls"),
     ("read_marks.rs", "ReadMarks"),
     ("unsettled.rs", "Unsettled"),
 ];

@@ -11,11 +11,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::fake_stt::{upload_voice, FakeStt, SttAnswer};
+use common::fake_stt::{send_notes, upload_voice, FakeStt, SttAnswer};
+use common::gate::Gate;
 use common::peers::{HermesRig, MockLlm, HERMES_TURN_TIMEOUT, ONE_HERMES};
 use common::{
-    connect_awaiting_online, connect_online, dump, frame_type, pair, pstr, sync_cursor, sync_from,
-    temp_data_dir, typing_off, Client, Gateway, Paired,
+    connect_awaiting_online, connect_online, demo_reply, dump, frame_type, pair, pstr, sync_cursor,
+    sync_from, temp_data_dir, typing_off, Client, Gateway, Paired,
 };
 use serde_json::{json, Value};
 
@@ -82,15 +83,11 @@ impl Turn {
             .unwrap_or_else(|| panic!("no message.stop:\n{}", dump(&self.frames)))
     }
 
-    /// The `system` messages answering the voice note.
+    /// The `system` messages answering the voice note, past the "transcribing" one.
     fn notes(&self) -> Vec<&Value> {
         self.frames
             .iter()
-            .filter(|f| {
-                frame_type(f) == "message"
-                    && f["payload"]["role"] == "system"
-                    && pstr(f, "reply_to") == self.user
-            })
+            .filter(|f| is_note_on(f, &self.user) && !is_transcribing(f))
             .collect()
     }
 
@@ -100,6 +97,16 @@ impl Turn {
             .position(pred)
             .unwrap_or_else(|| panic!("frame missing:\n{}", dump(&self.frames)))
     }
+}
+
+/// A `system` message answering the user message `user`.
+fn is_note_on(f: &Value, user: &str) -> bool {
+    frame_type(f) == "message" && f["payload"]["role"] == "system" && pstr(f, "reply_to") == user
+}
+
+/// The note a lane shows while its voice notes are being transcribed.
+fn is_transcribing(f: &Value) -> bool {
+    pstr(f, "message_id").ends_with(".hearing") && pstr(f, "text").starts_with("Transcribing")
 }
 
 /// Sends `text` with the uploads `refs` in `chat` and waits for the whole turn.
@@ -192,8 +199,11 @@ async fn a_voice_note_is_heard_by_the_agent_and_shown_on_every_device() {
     let heard_at = t.position(|f| pstr(f, "message_id") == heard_id);
     let start_at = t.position(|f| frame_type(f) == "message.start");
     let typing_at = t.position(|f| frame_type(f) == "typing" && f["payload"]["on"] == true);
+    // While the service works, the lane says so; then what was heard replaces nothing but
+    // follows it.
+    let transcribing_at = t.position(|f| is_note_on(f, &t.user) && is_transcribing(f));
     assert!(
-        typing_at < heard_at && heard_at < start_at,
+        typing_at < transcribing_at && transcribing_at < heard_at && heard_at < start_at,
         "{}",
         dump(&t.frames)
     );
@@ -490,15 +500,7 @@ async fn stop_while_a_note_is_heard_ends_the_turn_without_asking_the_agent() {
     let env = Env::start(&with_service(&stt, ""));
     let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
     upload_voice(&mut a, "v1", "note.ogg", &note_bytes(2000, 9)).await;
-    let id = a
-        .request(
-            "message.send",
-            Some("default"),
-            None,
-            json!({ "text": "", "media_refs": ["v1"] }),
-        )
-        .await;
-    a.recv_reply(id).await;
+    send_notes(&mut a, &["v1"]).await;
     a.recv_until(|f| frame_type(f) == "typing" && f["payload"]["on"] == true)
         .await;
     a.send_text(Some("default"), None, "/stop").await;
@@ -551,4 +553,100 @@ fn a_transcription_setting_that_cannot_work_is_refused_at_start() {
         assert!(!out.status.success(), "{toml} was accepted");
         assert!(stderr.contains(wanted), "{toml}: {stderr}");
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_injected_mime_type_is_refused_at_upload_and_never_reaches_the_service() {
+    let stt = FakeStt::hearing(HEARD);
+    let env = Env::start(&with_service(&stt, ""));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    let data = note_bytes(1000, 11);
+    let start = a
+        .request(
+            "media.upload.start",
+            None,
+            None,
+            json!({ "media_ref": "v1", "kind": "voice", "mime": "audio/ogg\r\nX-Injected: yes",
+                    "size": data.len(), "filename": "note.ogg" }),
+        )
+        .await;
+    let refused = a.recv_reply(start).await;
+    assert_eq!(frame_type(&refused), "error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "unsupported", "{refused}");
+    assert!(
+        pstr(&refused, "message").contains("mime"),
+        "the error names the field: {refused}"
+    );
+    // Nothing was stored: the ref names no file, so a message carrying it is refused and the
+    // service is never asked.
+    let answer = send_notes(&mut a, &["v1"]).await;
+    assert_eq!(frame_type(&answer), "error", "{answer}");
+    // A well-formed type with a parameter is taken, and reaches the service as it was sent.
+    common::upload_file(
+        &mut a,
+        "v2",
+        "voice",
+        "audio/ogg; codecs=opus",
+        "note",
+        &data,
+    )
+    .await;
+    let t = voice_turn(&mut a, "default", "", &["v2"]).await;
+    assert!(
+        pstr(t.stop(), "final_text").contains(HEARD),
+        "{}",
+        dump(&t.frames)
+    );
+    let seen = stt.requests();
+    assert_eq!(seen.len(), 1, "only the well-formed note was sent");
+    assert_eq!(seen[0].file_type, "audio/ogg; codecs=opus");
+    assert_eq!(seen[0].filename, "note.ogg");
+    assert!(seen[0].malformed.is_none(), "{seen:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hanging_service_holds_the_lane_only_until_the_timeout_and_says_so() {
+    // The service takes the request and never answers (until the test ends).
+    let gate = Gate::default();
+    let held = gate.clone();
+    let stt = FakeStt::start(move |_| {
+        held.wait();
+        SttAnswer::Text(HEARD.into())
+    });
+    let env = Env::start(&with_service(&stt, "timeout_secs = 1\n"));
+    let (mut a, _) = connect_online(&env.gw, &env.pair("a")).await;
+    let (mut b, _) = connect_online(&env.gw, &env.pair("b")).await;
+    upload_voice(&mut a, "v1", "note.ogg", &note_bytes(1000, 12)).await;
+    let user = pstr(&send_notes(&mut a, &["v1"]).await, "message_id").to_owned();
+    let timed_out = |f: &Value| {
+        is_note_on(f, &user) && pstr(f, "text").contains("could not be transcribed in time")
+    };
+    // Both devices are told at once that the note is being transcribed, with the wait.
+    for c in [&mut a, &mut b] {
+        let note = c
+            .recv_until(|f| is_note_on(f, &user) && is_transcribing(f))
+            .await;
+        assert!(pstr(&note, "text").contains("after 1 s "), "{note}");
+        assert!(!c.seen.iter().any(timed_out), "{}", c.recent());
+    }
+    // Another device's message in the same channel waits behind the note...
+    b.send_text(Some("default"), None, "and the roses?").await;
+    // ...until the timeout: the lane says why, the agent gets the note as an attachment with
+    // a word about it, and then the other message is answered.
+    let said = b.recv_until(timed_out).await;
+    assert!(
+        pstr(&said, "text").contains("note.ogg")
+            && pstr(&said, "text").contains("transcription.timeout_secs"),
+        "{said}"
+    );
+    let first = b.recv_type("message.stop").await;
+    let answer = pstr(&first, "final_text");
+    assert!(
+        answer.contains("could not be transcribed in time") && answer.contains("note.ogg"),
+        "{answer}"
+    );
+    let second = b.recv_type("message.stop").await;
+    assert_eq!(pstr(&second, "final_text"), demo_reply("and the roses?"));
+    assert_eq!(stt.requests().len(), 1);
+    gate.open();
 }

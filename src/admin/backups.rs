@@ -2,18 +2,20 @@
 //! schedule and folder, the backup passphrase, "Back up now", and restoring one of them.
 //!
 //! Each form answers with a redirect to the page (a `?done=` note says what was done), so a
-//! reload repeats nothing; a restore answers with the restarting page, as an upload does.
+//! reload repeats nothing. "Back up now" and a restore are jobs (`jobs.rs`): each answers with
+//! its job's page, which follows it (a restore that succeeded: the page that waits for the
+//! restart into it).
 
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::SystemTime;
 
 use hyper::StatusCode;
 use tracing::info;
 
+use super::jobs::Kind;
 use super::pages::{self, csrf_field, notice, Notice};
 use super::reply::{page, redirect, Refusal, Reply};
-use super::transfer::{schedule_restart, RestoreSlot};
+use super::restore_job::{restore_room, start_restore};
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
@@ -62,7 +64,6 @@ pub(super) async fn get(
         .and_then(|d| match d {
             "schedule" => Some("Schedule saved."),
             "passphrase" => Some("Backup passphrase set. Backups from now on open with it."),
-            "started" => Some("A backup is being made; reload this page to see it listed."),
             _ => None,
         });
     let n = done.map_or(Notice::None, Notice::Good);
@@ -180,6 +181,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
     if state.running() {
         out += "<p id=\"backup-running\">A backup is being made now.</p>";
     }
+    out += &admin.jobs.under_way(&[Kind::Backup, Kind::Restore]);
     match state.last() {
         None => out += "<p id=\"last-result\">Last result: none since the gateway started.</p>",
         Some(o) => {
@@ -303,7 +305,7 @@ pub(super) async fn post(
             Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
         "/admin/backup/now" => match back_up_now(admin, hub) {
-            Ok(()) => Ok(redirect("/admin/backup?done=started#scheduled")),
+            Ok(()) => Ok(redirect(&Kind::Backup.page())),
             Err(why) => bad(StatusCode::CONFLICT, why).await,
         },
         "/admin/backup/restore-scheduled" => match restore(admin, hub, form).await {
@@ -378,23 +380,37 @@ async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
     Ok(())
 }
 
+/// "Back up now" as a job (`jobs.rs`): the page follows it, and the schedule's own backups
+/// share its one-at-a-time slot (`backups::State`).
 fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
     let plan = plan(admin).map_err(|e| e.to_string())?;
-    if plan.folder.is_none() {
+    let Some(folder) = plan.folder.clone() else {
         return Err("Set a folder for the backups first.".into());
-    }
+    };
     if admin.backups.running() {
-        return Err("A backup is already being made; wait for it.".into());
+        return Err("A scheduled backup is being made now; wait for it.".into());
     }
     let (state, hub, sources) = (admin.backups.clone(), hub.clone(), sources(admin));
-    tokio::task::spawn_local(async move {
-        let _ = backups::back_up_now(&state, &hub, &sources, &plan).await;
-    });
-    Ok(())
+    let what = format!("Making a backup into {}.", folder.display());
+    admin
+        .jobs
+        .start(Kind::Backup, &what, async move {
+            backups::back_up_now(&state, &hub, &sources, &plan)
+                .await
+                .map(|l| {
+                    format!(
+                        "{} written, {}.",
+                        l.name,
+                        crate::store::human_bytes(l.bytes)
+                    )
+                })
+                .map_err(|e| capitalised(&e.to_string()))
+        })
+        .map_err(|busy| capitalised(&busy.to_string()))
 }
 
-/// Opens the chosen backup with its passphrase, checks and builds it in full off the event
-/// loop (as an upload is), stages its settings and owner beside it, and restarts into it.
+/// Starts the restore of the chosen backup as a job (`jobs.rs`): the answer is a `303` to the
+/// job's page at once, whatever the USB stick's speed.
 async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (StatusCode, String)> {
     let bad = |why: &str| (StatusCode::BAD_REQUEST, why.to_owned());
     let name = form.get("file");
@@ -413,48 +429,18 @@ async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (St
             ))
         })?
         .len();
-    if admin.restoring.replace(true) {
-        return Err((
-            StatusCode::CONFLICT,
-            "Another restore is being checked; wait for its answer. Nothing was changed.".into(),
-        ));
-    }
-    let _slot = RestoreSlot(&admin.restoring);
-    let dir = admin.data_dir.clone();
-    if dir.join(crate::control::restore::PENDING_RESTORE).exists() {
-        return Err((
-            StatusCode::CONFLICT,
-            "A restore is already waiting for the restart; nothing was changed.".into(),
-        ));
-    }
-    // The opened backup and the store built from it, about as big each, stay until the restart.
-    if let Err(e) = hub.store().disk_ok(size.saturating_mul(2)) {
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("Not enough room on the data disk to restore it ({e}); nothing was changed."),
-        ));
+    let ticket = admin
+        .jobs
+        .begin(Kind::Restore, &format!("Opening and checking {name}."))
+        .map_err(|busy| (StatusCode::CONFLICT, capitalised(&busy.to_string())))?;
+    if let Err(why) = restore_room(admin, hub, size.saturating_mul(2)) {
+        ticket.finish(Err(why.clone()));
+        return Err((StatusCode::CONFLICT, why));
     }
     let passphrase = zeroize::Zeroizing::new(form.get("passphrase").to_owned());
-    let store = hub.store().clone();
-    let owner_name = owner::FILE_NAME;
-    let done = tokio::task::spawn_blocking(move || {
-        restore_blocking(&dir, &file, &passphrase, owner_name, || {
-            store.disk_ok(0).map_err(|e| e.to_string())
-        })
-    })
-    .await
-    .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let summary = match done {
-        Ok(s) => s,
-        Err(e @ sealed::SealError::WrongPassphrase) => {
-            info!("admin page: a scheduled backup's restore refused: wrong backup passphrase");
-            return Err((StatusCode::BAD_REQUEST, capitalised(&e.to_string())));
-        }
-        Err(e) => return Err(bad(&capitalised(&e.to_string()))),
-    };
-    info!("admin page: scheduled backup {name} opened, checked and built ({summary}); restarting into it");
-    schedule_restart(admin);
-    Ok(super::power::to_restoring_page())
+    info!("admin page: restore of scheduled backup {name} started");
+    start_restore(admin, hub, ticket, file, Some(passphrase), false);
+    Ok(redirect(&Kind::Restore.page()))
 }
 
 fn capitalised(s: &str) -> String {
@@ -463,52 +449,4 @@ fn capitalised(s: &str) -> String {
         Some(f) => f.to_uppercase().chain(c).collect::<String>() + ".",
         None => String::new(),
     }
-}
-
-/// The blocking part of a restore: open (a wrong passphrase stops here, nothing written),
-/// check, build as an upload is built, then stage the settings and the owner file.
-fn restore_blocking(
-    dir: &std::path::Path,
-    file: &std::path::Path,
-    passphrase: &str,
-    owner_name: &str,
-    room: impl Fn() -> Result<(), String>,
-) -> Result<String, sealed::SealError> {
-    use crate::control::restore::{prepare_upload, PENDING_EXTRAS, PENDING_RESTORE};
-    let opened: PathBuf = dir.join(format!("{PENDING_RESTORE}.partial"));
-    let _ = std::fs::remove_file(&opened);
-    let failed = |what: &str, why: String| sealed::SealError::Damaged {
-        what: what.to_owned(),
-        why,
-    };
-    let extras = match sealed::open(file, passphrase, &opened) {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = std::fs::remove_file(&opened);
-            return Err(e);
-        }
-    };
-    let name = file.display().to_string();
-    if let Err(e) = sealed::check_extras(&extras, &name) {
-        let _ = std::fs::remove_file(&opened);
-        return Err(e);
-    }
-    let summary = prepare_upload(dir, &opened, room).map_err(|e| failed(&name, e.to_string()))?;
-    let staged = dir.join(PENDING_RESTORE).join(PENDING_EXTRAS);
-    let written = (|| {
-        std::fs::create_dir_all(&staged)?;
-        if let Some(s) = &extras.settings {
-            crate::atomic_file::write(&staged.join(crate::settings::FILE_NAME), s, 0o600)?;
-        }
-        if let Some(o) = &extras.owner {
-            crate::atomic_file::write(&staged.join(owner_name), o, 0o600)?;
-        }
-        std::io::Result::Ok(())
-    })();
-    if let Err(e) = written {
-        // Without its settings and owner it is not what was asked for: withdrawn whole.
-        let _ = std::fs::remove_dir_all(dir.join(PENDING_RESTORE));
-        return Err(failed("the restore's settings and owner", e.to_string()));
-    }
-    Ok(summary)
 }

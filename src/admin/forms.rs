@@ -13,7 +13,10 @@ use tracing::info;
 use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
 use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
-use super::{hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, PREFIX};
+use super::strength::Asker;
+use super::{
+    hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, Hashing, PREFIX,
+};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::hub::{Hub, TestTarget};
@@ -136,8 +139,14 @@ impl Post<'_> {
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
-        if let Err(e) = owner::check_new(new) {
-            return bad(&sentence(&e.to_string()));
+        let rated = admin
+            .estimator
+            .rate(zeroize::Zeroizing::new(new.to_owned()), Asker::Owner)
+            .await;
+        match rated {
+            Ok(s) if s.ok => {}
+            Ok(s) => return bad(&s.words),
+            Err(_) => return Err(unavailable(&"the passphrase could not be checked")),
         }
         // The same passphrase as at sign-in, so the same count: a session (an unlocked
         // browser left alone) must not buy guesses at a secret that outlives it. Counted as
@@ -170,7 +179,10 @@ impl Post<'_> {
             return bad("The current passphrase is not right.");
         }
         admin.signin.borrow_mut().succeeded(attempt, Instant::now());
-        let fresh = hash_new(admin, new).await.map_err(|e| unavailable(&e))?;
+        let fresh = hash_new(admin, new, Hashing::Always)
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or_else(|| unavailable(&"the passphrase could not be hashed"))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
         info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");
@@ -289,7 +301,7 @@ impl Post<'_> {
             let o = if test {
                 self.typed(
                     "transcription",
-                    &["url", "model", "language"],
+                    &["url", "model", "language", "timeout_secs"],
                     tone,
                     sentence(text),
                 )
@@ -545,10 +557,14 @@ pub(super) fn transcription_from_form(
             "the language is a short code such as en or pt-BR, or empty".into(),
         ));
     }
+    let timeout = transcription_timeout(form.get("timeout_secs"))?;
     let mut saved =
         Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     let t = &mut saved.transcription;
     t.url = Some(url.to_owned());
+    if timeout.is_some() {
+        t.timeout_secs = timeout;
+    }
     t.model = Some(if model.is_empty() { "whisper-1" } else { model }.to_owned());
     t.language = Some(language.to_owned());
     let typed = !key.is_empty();
@@ -566,6 +582,22 @@ pub(super) fn transcription_from_form(
         config.transcription.key_file = None;
     }
     Ok((config, saved))
+}
+
+/// The form's wait for a transcription, in whole seconds (1 to `MAX_TIMEOUT_SECS`); empty keeps
+/// the one in effect.
+fn transcription_timeout(typed: &str) -> Result<Option<u64>, Refusal> {
+    use crate::config::transcription::MAX_TIMEOUT_SECS;
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(None);
+    }
+    match typed.parse::<u64>() {
+        Ok(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Ok(Some(secs)),
+        _ => Err(Refusal::BadInput(format!(
+            "the longest wait for a transcription is a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}"
+        ))),
+    }
 }
 
 /// What the service makes of a one-second tone: its answer, or what went wrong, in words.

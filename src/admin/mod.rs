@@ -11,7 +11,8 @@
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
-//!   double-submit token in a `SameSite=Strict` cookie);
+//!   double-submit token in a `SameSite=Strict` cookie, which set-up and the strength meter
+//!   also need to be one the gateway signed, `session::SetupTokens`);
 //! - every answer is `no-store`, with a CSP that allows only this box's own stylesheet and
 //!   script (no inline script or style, nothing from outside, no framing), and every form body
 //!   is bounded by `limits.admin_max_form_bytes`;
@@ -26,6 +27,7 @@
 mod backups;
 mod forms;
 mod health;
+mod jobs;
 mod log_page;
 mod outcome;
 pub mod owner;
@@ -33,6 +35,7 @@ mod pages;
 mod power;
 mod receive;
 mod reply;
+mod restore_job;
 mod sections;
 pub mod session;
 mod strength;
@@ -83,8 +86,10 @@ pub struct Admin {
     data_dir: PathBuf,
     sessions: RefCell<Sessions>,
     signin: RefCell<GuessLimiter<SIGNIN_TABLE>>,
-    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU).
-    hashing: tokio::sync::Semaphore,
+    /// One Argon2 hash at a time (each takes 19 MiB and a second of a Pi's CPU). The hashing
+    /// thread holds the permit until it is done: a request given up meanwhile (its connection
+    /// closed) must not let a second hash start beside the first.
+    hashing: std::sync::Arc<tokio::sync::Semaphore>,
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
     config: RefCell<Config>,
@@ -97,14 +102,40 @@ pub struct Admin {
     https: Option<String>,
     /// Asks `run` to stop and start again (after a restore was uploaded).
     pub restart: Rc<tokio::sync::Notify>,
-    /// A restore upload is being received or checked: one at a time (`transfer.rs`).
-    restoring: std::cell::Cell<bool>,
-    /// The passphrase meter's checks this minute (`strength.rs`).
-    strength_checks: strength::Window,
+    /// The long work started from the pages, one of a kind at a time (`jobs.rs`).
+    jobs: Rc<jobs::Jobs>,
+    /// Every passphrase strength estimate, one at a time within one budget (`strength.rs`).
+    estimator: strength::Estimator,
+    /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
+    setup_tokens: session::SetupTokens,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::State>,
-    /// The Update page's last check and its one upload at a time (`updates.rs`).
-    update_state: updates::State,
+    /// The Update page's last check (`updates.rs`).
+    update_state: Rc<updates::State>,
+}
+
+/// Marks a request read in full (at once for a GET or a transfer, after its form for a POST):
+/// the front's request deadline bounds reading a request, never the answer's own work (a sign-in's
+/// hash), so from then on it gives way to the transfer bound (`front/http.rs`). The front puts
+/// one in each admin request's extensions.
+#[derive(Clone, Default)]
+pub struct RequestRead(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl RequestRead {
+    /// A new request on the connection: not read yet.
+    pub fn begin(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_read(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn done<B>(req: &Request<B>) {
+        if let Some(r) = req.extensions().get::<RequestRead>() {
+            r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// A parsed `application/x-www-form-urlencoded` body.
@@ -163,17 +194,18 @@ impl Admin {
                 l.admin_signin_failures_per_minute,
                 Instant::now(),
             )),
-            hashing: tokio::sync::Semaphore::new(1),
+            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             data_dir,
             agent,
             config: RefCell::new(config),
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
-            restoring: std::cell::Cell::new(false),
-            strength_checks: strength::Window::new(Instant::now()),
+            jobs: Rc::default(),
+            estimator: strength::Estimator::new(Instant::now()),
+            setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
-            update_state: updates::State::default(),
+            update_state: Rc::default(),
             url,
             tls,
         }
@@ -230,6 +262,9 @@ pub async fn serve(
     peer: SocketAddr,
     secure: bool,
 ) -> Response<Body> {
+    if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
+        RequestRead::done(&req);
+    }
     if !is_transfer(&req) {
         return whole(serve_page(admin, hub, req, peer, secure).await);
     }
@@ -371,11 +406,15 @@ async fn serve_page(
 
 /// Reads a form body, refusing it past `limits.admin_max_form_bytes` (nothing more is buffered).
 async fn read_form(admin: &Admin, req: Request<Incoming>) -> Result<Form, Refusal> {
+    let read = req.extensions().get::<RequestRead>().cloned();
     let body = Limited::new(req.into_body(), admin.max_form())
         .collect()
         .await
         .map_err(|_| Refusal::TooLarge)?
         .to_bytes();
+    if let Some(r) = read {
+        r.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     parse_form(&body).ok_or_else(|| Refusal::BadInput("the form is not UTF-8".into()))
 }
 
@@ -401,7 +440,9 @@ async fn unclaimed(
         Ok(f) => f,
         Err(r) => return refused(admin, r, secure),
     };
-    if !pre.is_some_and(|p| session::same(&p, form.get("pre"))) {
+    // A token the set-up page issued, not only two matching copies: what follows costs an
+    // estimate and a hash.
+    if !pre.is_some_and(|p| session::same(&p, form.get("pre")) && admin.setup_tokens.issued(&p)) {
         return refused(admin, Refusal::BadCsrf, secure);
     }
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
@@ -409,12 +450,43 @@ async fn unclaimed(
         let n = Notice::Bad("The two passphrases differ.");
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
-    if let Err(e) = owner::check_new(pass) {
-        let n = sentence(&e.to_string());
-        return setup_page(admin, StatusCode::BAD_REQUEST, &Notice::Bad(&n), secure);
+    let rated = admin
+        .estimator
+        .rate(
+            zeroize::Zeroizing::new(pass.to_owned()),
+            strength::Asker::SetupForm,
+        )
+        .await;
+    match rated {
+        Ok(s) if s.ok => {}
+        Ok(s) => {
+            return setup_page(
+                admin,
+                StatusCode::BAD_REQUEST,
+                &Notice::Bad(&s.words),
+                secure,
+            )
+        }
+        Err(busy) => {
+            let n = format!(
+                "The gateway is busy checking passphrases: wait {} s, then send the form again.",
+                busy.retry_after_secs
+            );
+            let mut reply = setup_page(
+                admin,
+                StatusCode::TOO_MANY_REQUESTS,
+                &Notice::Bad(&n),
+                secure,
+            );
+            retry_after(&mut reply, busy.retry_after_secs);
+            return reply;
+        }
     }
-    let owner = match hash_new(admin, pass).await {
-        Ok(o) => o,
+    // Set-ups sent together wait for the one hash at a time; once one of them has claimed
+    // the box, the others are not hashed at all.
+    let owner = match hash_new(admin, pass, Hashing::WhileUnclaimed).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return redirect(PREFIX),
         Err(e) => return refused(admin, Refusal::Unavailable(e), secure),
     };
     match owner::claim(&admin.data_dir, &owner) {
@@ -463,28 +535,59 @@ async fn unclaimed(
     reply
 }
 
-/// Hashes a new passphrase on a blocking thread, one at a time.
-async fn hash_new(admin: &Admin, passphrase: &str) -> Result<owner::Owner, String> {
-    let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
-    let p = zeroize::Zeroizing::new(passphrase.to_owned());
-    tokio::task::spawn_blocking(move || owner::hash(&p))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+/// When a new passphrase is still worth its hash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hashing {
+    /// The owner's change: always.
+    Always,
+    /// Set-up: only while the box is still unclaimed when its turn comes.
+    WhileUnclaimed,
 }
 
-/// Checks a passphrase on a blocking thread, one at a time.
+/// Hashes a new passphrase on a blocking thread, one at a time (the thread holds the turn);
+/// `None` when set-up's turn came after the box was claimed.
+async fn hash_new(
+    admin: &Admin,
+    passphrase: &str,
+    when: Hashing,
+) -> Result<Option<owner::Owner>, String> {
+    let permit = admin
+        .hashing
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| e.to_string())?;
+    if when == Hashing::WhileUnclaimed && !matches!(owner::load(&admin.data_dir), Ok(None)) {
+        return Ok(None);
+    }
+    let p = zeroize::Zeroizing::new(passphrase.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let hashed = owner::hash(&p);
+        drop(permit);
+        hashed
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map(Some)
+    .map_err(|e| e.to_string())
+}
+
+/// Checks a passphrase on a blocking thread, one at a time (the thread holds the turn).
 async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
-    let Ok(_permit) = admin.hashing.acquire().await else {
+    let Ok(permit) = admin.hashing.clone().acquire_owned().await else {
         return false;
     };
     let (o, p) = (
         owner.clone(),
         zeroize::Zeroizing::new(passphrase.to_owned()),
     );
-    tokio::task::spawn_blocking(move || owner::verify(&o, &p))
-        .await
-        .unwrap_or(false)
+    tokio::task::spawn_blocking(move || {
+        let right = owner::verify(&o, &p);
+        drop(permit);
+        right
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.
@@ -613,6 +716,9 @@ async fn get(
     if let Some(r) = power::get(admin, path, csrf, secure) {
         return r;
     }
+    if let Some(name) = path.strip_prefix(jobs::PAGE_PREFIX) {
+        return job_page(admin, name, csrf, secure);
+    }
     if path == forms::PAIRED {
         let paired = admin
             .sessions
@@ -643,6 +749,30 @@ async fn get(
         updates::PAGE => updates::get(admin, hub, csrf, &n, secure).await,
         _ => Err(Refusal::NotFound),
     }
+}
+
+/// `GET /admin/job/<kind>`: the last job of that kind, running (the page reloads itself) or
+/// ended. A restore that succeeded goes on to the page that waits for the restart into it.
+fn job_page(admin: &Admin, name: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
+    let kind = jobs::Kind::from_name(name).ok_or(Refusal::NotFound)?;
+    let view = admin.jobs.view(kind);
+    if kind == jobs::Kind::Restore
+        && view
+            .as_ref()
+            .is_some_and(|v| v.phase == jobs::Phase::Succeeded)
+    {
+        return Ok(power::to_restoring_page());
+    }
+    let body = jobs::body(kind, view.as_ref());
+    Ok(page(
+        admin,
+        StatusCode::OK,
+        kind.title(),
+        kind.home(),
+        Some(csrf),
+        secure,
+        &body,
+    ))
 }
 
 /// The https address of the admin page when TLS is on (for what `run` prints).

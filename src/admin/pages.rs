@@ -448,6 +448,7 @@ pub struct TranscriptionView<'a> {
     pub url: &'a str,
     pub model: &'a str,
     pub language: &'a str,
+    pub timeout_secs: &'a str,
     pub key_set: bool,
     /// The service voice notes go to now, or `None` when it is off.
     pub now: Option<String>,
@@ -485,6 +486,8 @@ pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
          <input type=\"text\" id=\"t-model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
          <label for=\"t-language\">Language (e.g. en; empty: the service detects it)</label>\
          <input type=\"text\" id=\"t-language\" name=\"language\" value=\"{}\" maxlength=\"16\">\
+         <label for=\"t-timeout\">Longest wait, in seconds (past it the agent gets the voice note as an attachment and the chat moves on)</label>\
+         <input type=\"number\" id=\"t-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{}\" step=\"1\">\
          <p><button id=\"transcription-save\" formaction=\"/admin/transcription\">Save (applies to the next voice note)</button> \
          <button id=\"transcription-test\" formaction=\"/admin/transcription/test\">Test (sends a one-second tone)</button></p>\
          </form>",
@@ -493,6 +496,8 @@ pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
         escape(v.url),
         escape(v.model),
         escape(v.language),
+        escape(v.timeout_secs),
+        crate::config::transcription::MAX_TIMEOUT_SECS,
     )
 }
 
@@ -604,12 +609,18 @@ pub fn backup(csrf: &str, n: &Notice) -> String {
         "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\" download>\
          Download a backup</a> (made now: messages, channels, devices and media, in the format \
          of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
-         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's. \
-         The file is checked in full first; the current store is kept aside in the data dir, \
-         and the gateway restarts into the backup.</p>\
+         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's \
+         (a scheduled backup's <code>.age</code> file also brings back its settings and owner \
+         passphrase). The file is checked in full first; the current store is kept aside in the \
+         data dir, and the gateway restarts into the backup.</p>\
          <form id=\"restore-form\" data-csrf=\"{}\">\
-         <label for=\"restore-file\">Backup file</label>\
+         <label for=\"restore-file\">Backup file (a download from here, or a scheduled \
+         backup)</label>\
          <input type=\"file\" id=\"restore-file\" required>\
+         <label for=\"restore-upload-passphrase\">Its backup passphrase (a scheduled backup \
+         only)</label>\
+         <input type=\"password\" id=\"restore-upload-passphrase\" autocomplete=\"off\" \
+         maxlength=\"1024\">\
          <p><button id=\"restore\">Restore this backup</button></p></form>\
          <p id=\"restore-result\" role=\"status\"></p>",
         notice(n),

@@ -57,9 +57,10 @@ impl Refusal {
     }
 }
 
-/// The set-up page, with a fresh double-submit token in its cookie and its form.
+/// The set-up page, with a fresh token the gateway signed (`session::SetupTokens`) in its
+/// cookie and its form.
 pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Reply {
-    let pre = session::random_token();
+    let pre = admin.setup_tokens.issue();
     let mut reply = page(
         admin,
         status,

@@ -66,10 +66,12 @@ pub(super) fn agent_body(
         typed(transcription, "model", &t.model),
         typed(transcription, "language", &t.language),
     );
+    let t_timeout = typed(transcription, "timeout_secs", &t.timeout_secs.to_string());
     let transcription_view = pages::TranscriptionView {
         url: &t_url,
         model: &t_model,
         language: &t_language,
+        timeout_secs: &t_timeout,
         key_set: !t.key.is_empty() || t.key_file.is_some(),
         now: hub.transcription_service(),
         key_typed: key_typed(transcription),

@@ -93,6 +93,64 @@ pub fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// The set-up page's tokens: the gateway signs each one it issues (HMAC-SHA-256 under a key
+/// that lives only in this process), so it can tell its own from a made-up cookie and header
+/// pair without keeping a table a flood of page loads could fill. A double-submit token alone
+/// only proves the two copies match, which anyone can arrange; the strength meter and the
+/// set-up form also need one the gateway gave out.
+pub struct SetupTokens {
+    key: [u8; 32],
+}
+
+impl SetupTokens {
+    pub fn new() -> SetupTokens {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the OS random source works");
+        SetupTokens { key }
+    }
+
+    /// A fresh token: a random nonce and its signature, base64url, joined by a dot.
+    pub fn issue(&self) -> String {
+        let nonce = random_token();
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!("{nonce}.{}", b64.encode(self.sign(nonce.as_bytes())))
+    }
+
+    /// Whether this process issued `token` (compared in constant time).
+    pub fn issued(&self, token: &str) -> bool {
+        let Some((nonce, mac)) = token.split_once('.') else {
+            return false;
+        };
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        same(&b64.encode(self.sign(nonce.as_bytes())), mac)
+    }
+
+    /// HMAC-SHA-256 (RFC 2104) of `message` under the key.
+    fn sign(&self, message: &[u8]) -> [u8; 32] {
+        const BLOCK: usize = 64;
+        let pad = |byte: u8| {
+            let mut p = [byte; BLOCK];
+            p.iter_mut().zip(self.key).for_each(|(p, k)| *p ^= k);
+            p
+        };
+        let inner = Sha256::new()
+            .chain_update(pad(0x36))
+            .chain_update(message)
+            .finalize();
+        Sha256::new()
+            .chain_update(pad(0x5c))
+            .chain_update(inner)
+            .finalize()
+            .into()
+    }
+}
+
+impl Default for SetupTokens {
+    fn default() -> SetupTokens {
+        SetupTokens::new()
+    }
+}
+
 /// What the table keeps of a session id: its SHA-256, never the id.
 fn hash_id(id: &str) -> [u8; 32] {
     Sha256::digest(id.as_bytes()).into()
@@ -451,6 +509,33 @@ mod tests {
         assert!(
             s.take_paired(&key, &once).is_none(),
             "a reload finds it gone"
+        );
+    }
+
+    #[test]
+    fn only_setup_tokens_this_process_issued_pass() {
+        let tokens = SetupTokens::new();
+        let t = tokens.issue();
+        assert!(tokens.issued(&t));
+        assert!(!tokens.issued("made-up"));
+        assert!(!tokens.issued(&random_token()));
+        let (nonce, _) = t.split_once('.').unwrap();
+        assert!(!tokens.issued(&format!("{nonce}.{}", random_token())));
+        assert!(
+            !SetupTokens::new().issued(&t),
+            "another process's key signs differently"
+        );
+        // HMAC-SHA-256 as another implementation computes it (Python's `hmac`, the key of
+        // RFC 4231's first case widened to 32 bytes).
+        let fixed = SetupTokens { key: [0x0b; 32] };
+        let hex: String = fixed
+            .sign(b"Hi There")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "198a607eb44bfbc69903a0f1cf2bbdc5ba0aa3f3d9ae3c1c7a3b1696a0b68cf7"
         );
     }
 

@@ -9,16 +9,20 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use tracing::{info, warn};
 
-use super::pages::{self, Notice};
+use super::jobs::{Kind, Ticket};
 use super::receive::receive;
-use super::reply::{page, refused, whole, Body, Refusal, Reply};
+use super::reply::{redirect, refused, sentence, whole, Body, Refusal, Reply};
+use super::restore_job::{format_of, restore_room, start_restore, Format, FOREIGN};
 use super::{owner, session, Admin};
+use crate::control::restore::RECEIVED_PART;
 use crate::hub::Hub;
 
-/// The longest a backup download or a restore upload may take beyond the request deadline.
+/// The longest a backup download or a restore upload's body may take beyond the request
+/// deadline: moving the bytes only; what the upload starts is a job (`jobs.rs`) with no such
+/// bound.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// A restore upload may be this much larger than `limits.media_quota_bytes` (the store part).
 pub const RESTORE_STORE_ALLOWANCE: u64 = 1 << 30;
@@ -112,10 +116,15 @@ pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<B
     reply
 }
 
-/// `POST /admin/backup/restore`: the body is a backup file. One upload at a time: streamed to
-/// the data dir (bounded, with room for it and for the store built from it checked first and as
-/// it grows), then checked and built in full off the event loop (`restore::prepare_upload`), and
-/// only then accepted and left for the restart to move in.
+/// The header that carries a sealed backup's passphrase with its upload (percent-encoded, as
+/// the page's script sends it); never logged.
+pub(super) const PASSPHRASE_HEADER: &str = "x-backup-passphrase";
+
+/// `POST /admin/backup/restore`: the body is a backup file, plain or sealed. The restore slot
+/// (`jobs.rs`) is taken first and held by the upload and then by its job: the body is streamed
+/// to the data dir (bounded, with room for it and for the store built from it checked first and
+/// as it grows) within the transfer's time; once it is all here, the answer is a `303` to the
+/// restore job's page, and the job checks and builds it off the event loop and restarts into it.
 pub(super) async fn restore(
     admin: &Admin,
     hub: &Rc<Hub>,
@@ -128,120 +137,71 @@ pub(super) async fn restore(
     if announced > limit {
         return refused(admin, Refusal::TooLarge, secure);
     }
-    if admin.restoring.replace(true) {
-        info!(%peer, "admin page: a second restore upload while one is under way; refused");
-        return refused(
-            admin,
-            Refusal::Conflict(
-                "another restore upload is being received or checked; wait for its answer, \
-                 nothing was changed"
-                    .into(),
-            ),
-            secure,
-        );
-    }
-    let _done = RestoreSlot(&admin.restoring);
-    if admin
-        .data_dir
-        .join(crate::control::restore::PENDING_RESTORE)
-        .exists()
+    let passphrase = req
+        .headers()
+        .get(PASSPHRASE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(|v| zeroize::Zeroizing::new(crate::pairing::page::percent_decode(v)));
+    let ticket = match admin
+        .jobs
+        .begin(Kind::Restore, "Receiving the uploaded backup.")
     {
-        return refused(
-            admin,
-            Refusal::Conflict(
-                "a restore is already waiting for the restart; nothing was changed".into(),
-            ),
-            secure,
-        );
-    }
-    // The upload and the store built from it, about as big, both stay until the restart.
-    if let Err(e) = hub.store().disk_ok(announced) {
-        info!(%peer, "admin page: restore upload refused: {e}");
-        return refused(
-            admin,
-            Refusal::Unavailable(format!(
-                "not enough room on the data disk for the upload and the store restored from \
-                 it ({e}); nothing was changed"
-            )),
-            secure,
-        );
-    }
-    let partial = admin.data_dir.join(format!(
-        "{}.partial",
-        crate::control::restore::PENDING_RESTORE
-    ));
-    let result = receive(hub, req.into_body(), &partial, limit).await;
-    let fail = |r: Refusal| {
-        let _ = std::fs::remove_file(&partial);
+        Ok(t) => t,
+        Err(busy) => {
+            info!(%peer, "admin page: a restore upload while a restore is under way; refused");
+            return refused(admin, Refusal::Conflict(busy.to_string()), secure);
+        }
+    };
+    let fail = |ticket: Ticket, r: Refusal| {
+        let _ = std::fs::remove_file(admin.data_dir.join(RECEIVED_PART));
+        ticket.finish(Err(sentence(&r.to_string())));
         refused(admin, r, secure)
     };
-    let size = match result {
+    // The upload and the store built from it, about as big, both stay until the restart.
+    if let Err(why) = restore_room(admin, hub, announced) {
+        info!(%peer, "admin page: restore upload refused: {why}");
+        return fail(ticket, Refusal::Conflict(why));
+    }
+    let received = admin.data_dir.join(RECEIVED_PART);
+    let size = match receive(hub, req.into_body(), &received, limit).await {
         Ok(size) => size,
-        Err(r) => return fail(r),
+        Err(r) => return fail(ticket, r),
     };
     if let Err(e) = hub.store().disk_ok(size / 2) {
         info!(%peer, "admin page: restore upload refused: {e}");
-        return fail(Refusal::Unavailable(format!(
-            "not enough room on the data disk for the store restored from the upload ({e}); \
-             nothing was changed"
-        )));
+        return fail(
+            ticket,
+            Refusal::Unavailable(format!(
+                "not enough room on the data disk for the store restored from the upload ({e}); \
+                 nothing was changed"
+            )),
+        );
     }
-    let prepared = {
-        let (dir, path, store) = (admin.data_dir.clone(), partial.clone(), hub.store().clone());
-        tokio::task::spawn_blocking(move || {
-            crate::control::restore::prepare_upload(&dir, &path, || {
-                store.disk_ok(0).map_err(|e| e.to_string())
-            })
-        })
-        .await
-    };
-    let summary = match prepared {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            info!(%peer, "admin page: uploaded backup refused: {e}");
-            let why = match e {
-                crate::control::backup::Error::Refused(why) => Refusal::Unavailable(why),
-                e => Refusal::BadInput(format!(
-                    "not a whole, undamaged backup ({e}); nothing was changed"
-                )),
-            };
-            return fail(why);
+    let passphrase = match (format_of(&received), passphrase) {
+        (None, _) => {
+            info!(%peer, "admin page: uploaded file is no backup; refused");
+            return fail(ticket, Refusal::BadInput(FOREIGN.into()));
         }
-        Err(e) => return fail(Refusal::Unavailable(e.to_string())),
+        (Some(Format::Sealed), None) => {
+            return fail(
+                ticket,
+                Refusal::BadInput(
+                    "this is a scheduled (encrypted) backup: give its backup passphrase with \
+                     it; nothing was changed"
+                        .into(),
+                ),
+            )
+        }
+        (Some(Format::Sealed), Some(p)) => Some(p),
+        (Some(Format::Plain), _) => None,
     };
-    info!(%peer, "admin page: backup uploaded, checked and built ({summary}); restarting into it");
-    schedule_restart(admin);
-    page(
-        admin,
-        StatusCode::OK,
-        "Restoring",
-        "/admin/backup",
-        None,
-        secure,
-        &pages::message(
-            &format!(
-                "The backup is whole and ready ({summary}). The gateway now restarts into it; \
-                 the current store is kept aside in the data dir. You stay signed in."
-            ),
-            &Notice::Good("Restore accepted."),
-        ),
-    )
-}
-
-/// Frees the one restore slot when the upload's answer is made, whichever way it went.
-pub(super) struct RestoreSlot<'a>(pub(super) &'a std::cell::Cell<bool>);
-
-impl Drop for RestoreSlot<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
+    info!(%peer, bytes = size, sealed = passphrase.is_some(), "admin page: backup uploaded; its restore job checks it");
+    start_restore(admin, hub, ticket, received, passphrase, true);
+    redirect(&Kind::Restore.page())
 }
 
 /// Asks `run` to restart once this answer has had time to reach the browser.
 pub(super) fn schedule_restart(admin: &Admin) {
-    let restart = admin.restart.clone();
-    tokio::task::spawn_local(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        restart.notify_one();
-    });
+    super::restore_job::restart_soon(admin.restart.clone());
 }

@@ -3,7 +3,7 @@
 //! updates. A bundle, uploaded or downloaded, is checked in full off the event loop and staged
 //! for the root helper (`crate::update`); the page follows the update from there.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use tracing::{info, warn};
 
+use super::jobs::{Kind, Ticket};
 use super::outcome::{Outcome, Tone};
 use super::pages::{self, csrf_field, notice, Notice};
 use super::receive::receive;
@@ -40,29 +41,20 @@ const FIRST_CHECK_AFTER: Duration = Duration::from_secs(10 * 60);
 /// What is read of the system update log: its end, where the last runs are.
 const SYSTEM_LOG_TAIL: u64 = 64 * 1024;
 
-/// The page's live state: the last check's answer, and one bundle received at a time.
+/// The page's live state: the last check's answer. Checks, downloads and uploads take their
+/// slots in the admin jobs (`jobs.rs`).
 #[derive(Default)]
 pub(super) struct State {
     checked: RefCell<Option<(SystemTime, Result<Available, String>)>>,
-    busy: Cell<bool>,
 }
 
-/// Frees the one upload/download slot whichever way it ended.
-struct Busy<'a>(&'a Cell<bool>);
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
-
-fn take_slot(admin: &Admin) -> Result<Busy<'_>, Refusal> {
-    if admin.update_state.busy.replace(true) {
-        return Err(Refusal::Conflict(
-            "another update is being received or checked; wait for its answer".into(),
-        ));
-    }
-    Ok(Busy(&admin.update_state.busy))
+/// Refuses a bundle while another is being received, downloaded or checked: the two share
+/// `upload.part`.
+fn install_ticket(admin: &Admin, what: &str) -> Result<Ticket, Refusal> {
+    admin
+        .jobs
+        .begin(Kind::UpdateInstall, what)
+        .map_err(|busy| Refusal::Conflict(busy.to_string()))
 }
 
 /// `GET /admin/update`.
@@ -115,6 +107,9 @@ pub(super) async fn get(
                  installed with the gateway's .deb package and on the Pi image): bundles can be \
                  checked here but not installed.</p>";
     }
+    body += &admin
+        .jobs
+        .under_way(&[Kind::UpdateCheck, Kind::UpdateInstall]);
     body += &available_section(admin, csrf, &url, automatic);
     body += &upload_section(csrf);
     body += &history_section(&state.history);
@@ -248,7 +243,8 @@ fn when(secs: u64) -> String {
         .unwrap_or_default()
 }
 
-/// The signed-in forms of the page; `None` for another path.
+/// The signed-in forms of the page; `None` for another path. A check and an install are jobs
+/// (`jobs.rs`): the answer is a `303` to the job's page at once.
 pub(super) async fn post(
     admin: &Admin,
     hub: &Rc<Hub>,
@@ -259,17 +255,24 @@ pub(super) async fn post(
 ) -> Option<Result<Reply, Refusal>> {
     let said = match path {
         SOURCE => save_source(admin, form),
-        CHECK => check_index(admin)
-            .await
-            .map(|_| None)
-            .map_err(|r| r.to_string()),
+        CHECK => {
+            let url = admin.config.borrow().update.url.clone();
+            let work = check_index(url, admin.update_state.clone());
+            let what = "Asking the release index for a newer version.";
+            return Some(match admin.jobs.start(Kind::UpdateCheck, what, work) {
+                Ok(()) => Ok(redirect(&Kind::UpdateCheck.page())),
+                Err(busy) => Err(Refusal::Conflict(busy.to_string())),
+            });
+        }
         INSTALL => {
             let consent = Consent {
                 major: form.get("major") == "1",
                 downgrade: false,
             };
             info!(%peer, "admin page: install the available update");
-            install_available(admin, hub, consent).await.map(Some)
+            return Some(
+                start_install(admin, hub, consent).map(|_| redirect(&Kind::UpdateInstall.page())),
+            );
         }
         DISMISS => hub
             .dismiss_update_failure(form.get("id"))
@@ -310,34 +313,59 @@ fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
     Ok(Some("Saved.".into()))
 }
 
-/// Asks the release index and keeps its answer for the page: one network operation at a time
-/// (a check, a download or an upload), however many times the owner clicks.
-async fn check_index(admin: &Admin) -> Result<(), Refusal> {
-    let _slot = take_slot(admin)?;
-    let url = admin.config.borrow().update.url.clone();
+/// Asks the release index (on a blocking thread, within the index's own time limit) and keeps
+/// its answer for the page; returns it in words, for the job's page.
+async fn check_index(url: String, state: Rc<State>) -> Result<String, String> {
     let answer = tokio::task::spawn_blocking(move || source::check(&url))
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
-    *admin.update_state.checked.borrow_mut() = Some((SystemTime::now(), answer));
+    let said = match &answer {
+        Err(e) => Err(super::reply::sentence(e)),
+        Ok(a) if matches!(a.step, Step::Same | Step::Older) => {
+            Ok(format!("Up to date: the newest release is {}.", a.version))
+        }
+        Ok(a) if a.bundle_url.is_none() => Ok(format!(
+            "{} is out, but not for this box ({}).",
+            a.version,
+            crate::update::policy::this_arch()
+        )),
+        Ok(a) => Ok(format!(
+            "{} is available: install it from the Update page.",
+            a.version
+        )),
+    };
+    *state.checked.borrow_mut() = Some((SystemTime::now(), answer));
+    said
+}
+
+/// Starts the download of the bundle the last check found as a job.
+fn start_install(admin: &Admin, hub: &Rc<Hub>, consent: Consent) -> Result<(), Refusal> {
+    let Some((_, Ok(a))) = admin.update_state.checked.borrow().clone() else {
+        return Err(Refusal::BadInput("check for updates first".into()));
+    };
+    let Some(url) = a.bundle_url.clone() else {
+        return Err(Refusal::BadInput(format!(
+            "{} has no bundle for this box",
+            a.version
+        )));
+    };
+    let ticket = install_ticket(admin, &format!("Downloading {}.", a.version))?;
+    let (updates, store) = (hub.updates().clone(), hub.store().clone());
+    tokio::task::spawn_local(async move {
+        ticket.finish(install(updates, store, url, consent).await);
+    });
     Ok(())
 }
 
-/// Downloads the bundle the last check found, checks and stages it.
-async fn install_available(
-    admin: &Admin,
-    hub: &Rc<Hub>,
+/// Downloads `url`, checks the bundle in full and stages it, all on a blocking thread; the
+/// part file is gone whichever way it ends (`source::download`, `Updates::stage`).
+async fn install(
+    updates: crate::update::stage::Updates,
+    store: crate::store::StoreView,
+    url: String,
     consent: Consent,
 ) -> Result<String, String> {
-    let Some((_, Ok(a))) = admin.update_state.checked.borrow().clone() else {
-        return Err("check for updates first".into());
-    };
-    let Some(url) = a.bundle_url.clone() else {
-        return Err(format!("{} has no bundle for this box", a.version));
-    };
-    let _slot = take_slot(admin).map_err(|r| r.to_string())?;
-    let updates = hub.updates().clone();
-    let store = hub.store().clone();
     tokio::task::spawn_blocking(move || {
         store
             .disk_ok(MAX_BUNDLE)
@@ -352,10 +380,11 @@ async fn install_available(
                     v.manifest.version
                 )
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| format!("Refused, nothing was changed: {e}"))
     })
     .await
     .map_err(|e| e.to_string())?
+    .map_err(|e| super::reply::sentence(&e))
 }
 
 /// `POST /admin/update/upload`: the body is a bundle. Received bounded (one at a time, the disk
@@ -376,8 +405,8 @@ pub(super) async fn upload(
     if hyper::body::Body::size_hint(req.body()).lower() > MAX_BUNDLE {
         return refused(admin, Refusal::TooLarge, secure);
     }
-    let _slot = match take_slot(admin) {
-        Ok(s) => s,
+    let ticket = match install_ticket(admin, "Receiving the uploaded bundle.") {
+        Ok(t) => t,
         Err(r) => return refused(admin, r, secure),
     };
     let part = match hub.updates().upload_path() {
@@ -386,10 +415,27 @@ pub(super) async fn upload(
     };
     if let Err(r) = receive(hub, req.into_body(), &part, MAX_BUNDLE).await {
         let _ = std::fs::remove_file(&part);
+        ticket.finish(Err(super::reply::sentence(&r.to_string())));
         return refused(admin, r, secure);
     }
     let updates = hub.updates().clone();
-    let staged = tokio::task::spawn_blocking(move || updates.stage(&part, consent)).await;
+    // The job owns the check: a browser gone mid-way does not free the slot before it ends.
+    let job = tokio::task::spawn_local(async move {
+        let staged = tokio::task::spawn_blocking(move || updates.stage(&part, consent))
+            .await
+            .unwrap_or_else(|e| Err(crate::update::Error::Refused(e.to_string())));
+        ticket.finish(match &staged {
+            Ok(v) => Ok(format!(
+                "{} uploaded and checked; installing it now.",
+                v.manifest.version
+            )),
+            Err(e) => Err(super::reply::sentence(&format!(
+                "Refused, nothing was changed: {e}"
+            ))),
+        });
+        staged
+    });
+    let staged = job.await;
     let (status, text, n) = match staged {
         Ok(Ok(v)) => {
             info!(%peer, version = %v.manifest.version, "admin page: update uploaded, checked and staged");
@@ -452,17 +498,24 @@ pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::
             if url.is_empty() {
                 continue;
             }
-            if let Err(r) = check_index(&admin).await {
-                warn!("automatic update check: {r}");
+            let check = admin
+                .jobs
+                .begin(Kind::UpdateCheck, "The daily check for a newer version.");
+            let Ok(ticket) = check else {
                 continue;
+            };
+            let said = check_index(url, admin.update_state.clone()).await;
+            if let Err(e) = &said {
+                warn!("automatic update check: {e}");
             }
+            ticket.finish(said);
             let minor = matches!(
                 admin.update_state.checked.borrow().as_ref(),
                 Some((_, Ok(a))) if a.step == Step::Minor && a.bundle_url.is_some()
             );
             if automatic && minor && !hub.on_update_trial() {
-                match install_available(&admin, &hub, Consent::default()).await {
-                    Ok(said) => info!("automatic update: {said}"),
+                match start_install(&admin, &hub, Consent::default()) {
+                    Ok(()) => info!("automatic update: downloading the newer version"),
                     Err(e) => warn!("automatic update: {e}"),
                 }
             }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::http::off_loop;
 use crate::config::{ConfigError, Secret, TranscriptionConfig};
+use crate::protocol::mime;
 
 /// Largest answer read: a transcript of 25 MiB of speech is far smaller.
 const MAX_ANSWER_BYTES: u64 = 1 << 20;
@@ -94,6 +95,11 @@ impl Transcriber {
     /// Where it sends audio (never with the key), for logs and the admin page.
     pub fn describe(&self) -> String {
         format!("{} ({})", self.base, self.model)
+    }
+
+    /// The longest one transcription may take (`transcription.timeout_secs`).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
     }
 
     /// The most bytes of audio one request carries.
@@ -239,12 +245,10 @@ fn multipart(boundary: &str, t: &Transcriber, audio: &Audio) -> Vec<u8> {
     if !t.language.is_empty() {
         field("language", &t.language);
     }
-    let filename = upload_name(&audio.filename, &audio.mime);
-    let mime = if audio.mime.trim().is_empty() {
-        "application/octet-stream"
-    } else {
-        audio.mime.trim()
-    };
+    // Checked here too, not only at upload: a mime type stored before that check existed must
+    // not end this header and write its own.
+    let mime = mime::header_safe(&audio.mime);
+    let filename = upload_name(&audio.filename, mime);
     body.extend_from_slice(
         format!(
             "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: {mime}\r\n\r\n"
@@ -401,6 +405,22 @@ mod tests {
                 .contains("language")
         );
         assert_eq!(t.describe(), "http://127.0.0.1:9/v1 (whisper-1)");
+    }
+
+    #[test]
+    fn a_stored_mime_type_cannot_write_a_header() {
+        // As if stored before uploads checked mime types.
+        let audio = Audio {
+            bytes: vec![1, 2, 3],
+            filename: "note".into(),
+            mime: "audio/ogg\r\nX-Injected: yes".into(),
+        };
+        let text = String::from_utf8_lossy(&multipart("B", &transcriber(""), &audio)).into_owned();
+        assert!(!text.contains("X-Injected"), "{text}");
+        assert!(
+            text.contains("filename=\"note\"\r\nContent-Type: application/octet-stream\r\n\r\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -366,6 +366,11 @@ fn prune(folder: &Path, keep: u32) {
             }
         }
     }
+    remove_partials(folder);
+}
+
+/// Deletes the partial files a power cut or a kill left mid-backup (never listed or restored).
+fn remove_partials(folder: &Path) {
     if let Ok(entries) = std::fs::read_dir(folder) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -408,6 +413,16 @@ pub async fn schedule(
 ) {
     let limits = hub.limits().clone();
     let check = Duration::from_secs(limits.backup_check_secs);
+    // What a backup cut by the last stop left in the folder goes at start, not at the next
+    // backup; on a blocking thread, which a hung stick may hold, never the loop.
+    let folder = Settings::load(&sources.data_dir)
+        .ok()
+        .and_then(|s| Plan::from_settings(&s.backup, &limits).folder);
+    if let Some(folder) = folder {
+        drop(tokio::task::spawn_blocking(move || {
+            remove_partials(&folder)
+        }));
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(check) => {}

@@ -8,6 +8,10 @@ use serde::Deserialize;
 
 use super::{ConfigError, Secret};
 
+/// The longest `timeout_secs` the admin page accepts: a person waits for a voice note's answer,
+/// and past ten minutes the note is better sent as an attachment.
+pub const MAX_TIMEOUT_SECS: u64 = 600;
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TranscriptionConfig {
@@ -22,7 +26,9 @@ pub struct TranscriptionConfig {
     pub model: String,
     /// The spoken language as an ISO-639-1 code (`en`, `de`); empty lets the service detect it.
     pub language: String,
-    /// Longest one transcription may take, in seconds (upload, recognition and answer).
+    /// Longest the voice notes of one message may take to transcribe, in seconds (upload,
+    /// recognition and answer): the lane waits on them no longer; past it the agent gets them
+    /// as attachments.
     pub timeout_secs: u64,
 }
 
@@ -34,7 +40,7 @@ impl Default for TranscriptionConfig {
             key_file: None,
             model: "whisper-1".into(),
             language: String::new(),
-            timeout_secs: 120,
+            timeout_secs: 30,
         }
     }
 }

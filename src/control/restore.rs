@@ -14,7 +14,9 @@
 //! A backup uploaded from the admin page is checked and built in full while the gateway runs
 //! ([`prepare_upload`], off the event loop): every entry, and the room it takes, before the page
 //! says "accepted". The built store waits in `DATA_DIR/pending-restore/` for the restart, which
-//! only opens it, raises its head and moves it in ([`apply_pending_restore`]). A restore that
+//! only opens it, raises its head and moves it in ([`apply_pending_restore`]); only once the
+//! admin page's job that built it confirmed it ([`confirm_pending`]): one a crash or a stop cut
+//! short is deleted at the next start, never applied later by surprise. A restore that
 //! still fails there is deleted (its space given back) and its reason reported in `status` and
 //! on the admin page; the gateway starts on the store it had.
 
@@ -39,6 +41,14 @@ const LEGACY_FAILED: &str = "pending-restore.failed";
 /// pending restore until the store is moved in; each then replaces the data dir's file of its
 /// name. Whoever stages them names them.
 pub const PENDING_EXTRAS: &str = "extras";
+/// An admin page's restore upload while it is received and until its job has read it.
+pub const RECEIVED_PART: &str = "pending-restore.upload";
+/// A sealed backup's store part while it is decrypted, until its job has built a store from it.
+pub const OPENED_PART: &str = "pending-restore.partial";
+/// Written into [`PENDING_RESTORE`] by the job that built it, just before the restart into it
+/// ([`confirm_pending`]): a pending restore without it (its job cut by a crash or a stop) is
+/// deleted at start, never applied later.
+const CONFIRMED: &str = "confirmed";
 /// The backup's header, beside the store built from it.
 const STAGED_HEADER: &str = "restore-header.json";
 /// Where an upload is built before it is accepted.
@@ -264,12 +274,15 @@ fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
 /// An uploaded backup, checked and built in full in the data dir `dir` while the gateway
 /// runs (call it off the event loop): structure and checksum, then every entry stored into a
 /// new store beside the current one, then `room` (the disk keeps the store's reserve with the
-/// built store on it). Only then is it moved to [`PENDING_RESTORE`] for the restart; the
+/// built store on it), then `extras` writes the files restored beside the store into the
+/// folder it is given. Only then is the whole moved to [`PENDING_RESTORE`] for the restart, in
+/// one rename: a crash before it leaves only the staging, which the next start deletes. The
 /// uploaded file is deleted either way. Returns what it holds, in words.
 pub fn prepare_upload(
     dir: &Path,
     upload: &Path,
     room: impl Fn() -> Result<(), String>,
+    extras: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<String, Error> {
     let result = (|| {
         let pending = dir.join(PENDING_RESTORE);
@@ -290,6 +303,9 @@ pub fn prepare_upload(
                      some space and upload it again"
                 ))
             })?;
+            extras(&staging.join(PENDING_EXTRAS))
+                .map_err(io("cannot stage the settings and owner restored with it"))?;
+            // Written last: a pending restore without its header was cut short.
             let json = serde_json::to_vec(&header).unwrap_or_default();
             crate::atomic_file::write(&staging.join(STAGED_HEADER), &json, 0o600)
                 .map_err(io("cannot record the backup's header"))?;
@@ -324,6 +340,19 @@ pub fn prepare_upload(
     result
 }
 
+/// The job that built the pending restore sees it through: the restart that follows applies it.
+/// Blocking (a small file, synced).
+/// Not confirmed, it is deleted at once (nothing is left waiting for a restart that would not
+/// apply it).
+pub fn confirm_pending(dir: &Path) -> std::io::Result<()> {
+    let pending = dir.join(PENDING_RESTORE);
+    let written = crate::atomic_file::write(&pending.join(CONFIRMED), b"", 0o600);
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&pending);
+    }
+    written
+}
+
 /// At start, before the store is opened: moves in the store an admin page's upload built in
 /// [`PENDING_RESTORE`], its head raised above the current store's (the current store moved
 /// aside, as `iris-gateway restore` does). Returns why a restore waiting there failed (the
@@ -338,10 +367,21 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
         );
         let _ = std::fs::remove_file(&legacy_failed);
     }
-    // Left by a start or an upload cut short: nothing was accepted from it.
+    // Left by a start, an upload or a restore job cut short: nothing was accepted from them.
     let _ = std::fs::remove_dir_all(dir.join(UPLOAD_STAGING));
+    for part in [RECEIVED_PART, OPENED_PART] {
+        if std::fs::remove_file(dir.join(part)).is_ok() {
+            tracing::info!("removed {part}: a restore cut short (nothing of it is applied)");
+        }
+    }
     let legacy = dir.join(LEGACY_PENDING);
     let pending = dir.join(PENDING_RESTORE);
+    if pending.is_dir() && !pending.join(CONFIRMED).is_file() {
+        // Not completely written, or its job never saw it through to the restart (a crash, a
+        // stop): never applied by surprise, days later.
+        tracing::warn!("removing {PENDING_RESTORE}: its restore was cut short; not applied");
+        let _ = std::fs::remove_dir_all(&pending);
+    }
     let outcome = if pending.is_dir() {
         tracing::info!("restoring the backup uploaded from the admin page");
         // Out of the way of the store's move (which deletes what is left of `pending`), and

@@ -48,12 +48,16 @@ where
 {
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
     let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
-    // Set for an admin backup download or restore upload: it may take longer than the request
-    // deadline (up to `admin::TRANSFER_TIMEOUT` more).
-    let long: Rc<std::cell::Cell<bool>> = Rc::default();
+    // The deadline bounds the exchange: reading the request and answering it. Work a request
+    // starts that may take longer (a restore, a backup, an update check or download) is a job
+    // the admin page owns (`admin/jobs.rs`), answered at once, so no deadline here cuts it.
+    // Set by the admin page once its request is read (`admin::RequestRead`): the answer's own
+    // work (a sign-in's hash) and a transfer's bytes (a backup download, a restore or update
+    // upload) may then take up to `admin::TRANSFER_TIMEOUT` more.
+    let long = admin::RequestRead::default();
     let service = {
         let (hub, upgrade, long) = (hub.clone(), upgrade.clone(), long.clone());
-        service_fn(move |req| {
+        service_fn(move |mut req: Request<Incoming>| {
             let (hub, upgrade, pairing) = (hub.clone(), upgrade.clone(), pairing.clone());
             let (admin, long) = (admin.clone(), long.clone());
             async move {
@@ -62,9 +66,8 @@ where
                 }
                 if is_admin(&req) {
                     let secure = transport == Transport::Tls;
-                    if admin::is_transfer(&req) {
-                        long.set(true);
-                    }
+                    long.begin();
+                    req.extensions_mut().insert(long);
                     return Ok(admin::serve(&admin, &hub, req, peer, secure).await);
                 }
                 if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
@@ -83,7 +86,7 @@ where
         .with_upgrades();
     let mut connection = std::pin::pin!(connection);
     let finished = loop {
-        let until = if long.get() {
+        let until = if long.is_read() {
             deadline + admin::TRANSFER_TIMEOUT
         } else {
             deadline
@@ -91,7 +94,7 @@ where
         tokio::select! {
             r = &mut connection => break Some(r),
             _ = tokio::time::sleep_until(until) => {
-                if !long.get() || Instant::now() >= deadline + admin::TRANSFER_TIMEOUT {
+                if !long.is_read() || Instant::now() >= deadline + admin::TRANSFER_TIMEOUT {
                     break None;
                 }
             }

@@ -80,6 +80,15 @@ impl Choices {
         i.pickers.insert(id, picker);
     }
 
+    /// What the open picker `id` sets, without answering it.
+    pub(super) fn picker_setting(&self, id: &str) -> Option<Setting> {
+        self.inner
+            .borrow()
+            .pickers
+            .get(id)
+            .map(|p| p.setting.clone())
+    }
+
     /// The picker `id` answers, if it is still open (each is answered once).
     pub(super) fn take_picker(&self, id: &str) -> Option<Picker> {
         let mut i = self.inner.borrow_mut();
@@ -115,4 +124,11 @@ pub(super) enum Setting {
     Job,
     /// What to do to the agent's job with this id.
     JobAction(String),
+}
+
+impl Setting {
+    /// Answering it waits on the agent (its models, its jobs).
+    pub(super) fn asks_agent(&self) -> bool {
+        matches!(self, Setting::Model | Setting::Job | Setting::JobAction(_))
+    }
 }

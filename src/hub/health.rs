@@ -7,13 +7,19 @@ use std::cell::RefCell;
 
 use crate::protocol::HealthState;
 
+/// What the owner can do about a damaged history database, said with the cause: the start-up
+/// check does not read every row, so a restart alone may hide the damage until it is read again.
+pub(super) const HISTORY_DAMAGE_FIX: &str = "restore your latest backup (the admin page's \
+    Backup, or iris-gateway restore FILE), which keeps the damaged files aside";
+
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
 /// while it lasts. Any cause set means degraded; all clear means online.
 #[derive(Default)]
 pub(super) struct Causes {
     pub(super) storage_error: Option<String>,
-    /// The history database turned out damaged while running (a backup could not read it):
-    /// it does not heal, so this lasts until a restart (whose start-up check looks again).
+    /// The history database turned out damaged while running (a backup, a history page or a
+    /// search could not read it): it does not heal, so this lasts until a restart (whose
+    /// start-up check looks again).
     pub(super) history_damaged: Option<String>,
     /// An update failed and was rolled back, until the owner dismisses it on the admin page.
     pub(super) update_failed: Option<String>,

@@ -10,6 +10,7 @@ use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
 use crate::store::{Change, PendingTurn};
 
+use super::agent_calls::CallKind;
 use super::channels;
 use super::errors::Refusal;
 use super::lanes::QueuedTurn;
@@ -69,6 +70,17 @@ impl Hub {
         if command.is_none() {
             self.check_lane_room(&lane)?;
         }
+        // `/model` and `/jobs` ask the agent: answered beside the reader, one per device and
+        // kind at a time, refused before the command is stored.
+        let asks_agent = match command {
+            Some(super::commands::Command::Model(_)) => Some(CallKind::Models),
+            Some(super::commands::Command::Jobs) => Some(CallKind::Jobs),
+            _ => None,
+        };
+        let slot = match asks_agent {
+            Some(kind) => Some(self.claim_agent_call(&outlet.device_id, kind)?),
+            None => None,
+        };
         let message = HistoryMessage {
             media,
             ..HistoryMessage::text_only(ids::message_id(), Role::User, req.text, ids::now_ms())
@@ -105,7 +117,16 @@ impl Hub {
         .await?;
         if let Some(command) = command {
             // Answered by the gateway itself, never sent to the agent.
-            self.execute_command(&lane, command).await;
+            match slot {
+                Some(slot) => {
+                    let hub = self.clone();
+                    self.beside(outlet, id, slot, async move {
+                        hub.execute_command(&lane, command).await;
+                        Ok(())
+                    });
+                }
+                None => self.execute_command(&lane, command).await,
+            }
             return Ok(());
         }
         self.enqueue_turn(

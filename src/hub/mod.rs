@@ -11,6 +11,7 @@
 //! one concern. This file only declares them and names the hub's public face.
 
 mod admin;
+mod agent_calls;
 mod agent_health;
 mod approvals;
 mod automation;

@@ -2,6 +2,7 @@
 //! that answers it, and a refusal comes back as an `error` frame. Also how a frame's
 //! `chat_id`/`thread_id` name a lane.
 
+use std::future::Future;
 use std::rc::Rc;
 
 use crate::ids;
@@ -10,7 +11,9 @@ use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
 use crate::store::DEFAULT_CHAT_ID;
 
+use super::agent_calls::{CallKind, CallSlot};
 use super::approvals;
+use super::choices::Setting;
 use super::errors::Refusal;
 use super::state::Hub;
 
@@ -80,10 +83,35 @@ impl Hub {
                 outlet.push_frame(&Frame::commands_catalog(id, self.commands_catalog()));
                 Ok(())
             }
+            // An approval's answer goes to the agent, and a model picker's answer asks the
+            // agent for its models: both run beside the reader.
             Request::PickerSelect { picker_id, value }
                 if picker_id.starts_with(approvals::PICKER_PREFIX) =>
             {
-                self.select_approval(outlet, &picker_id, &value).await
+                self.claim_agent_call(&outlet.device_id, CallKind::Approval)
+                    .map(|slot| {
+                        let (hub, to) = (self.clone(), outlet.clone());
+                        self.beside(outlet, id, slot, async move {
+                            hub.select_approval(&to, &picker_id, &value).await
+                        })
+                    })
+            }
+            Request::PickerSelect { picker_id, value }
+                if self
+                    .choices
+                    .picker_setting(&picker_id)
+                    .is_some_and(|s| s.asks_agent()) =>
+            {
+                let kind = match self.choices.picker_setting(&picker_id) {
+                    Some(Setting::Model) => CallKind::Models,
+                    _ => CallKind::Jobs,
+                };
+                self.claim_agent_call(&outlet.device_id, kind).map(|slot| {
+                    let (hub, to) = (self.clone(), outlet.clone());
+                    self.beside(outlet, id, slot, async move {
+                        hub.picker_select(&to, &picker_id, &value).await
+                    })
+                })
             }
             Request::PickerSelect { picker_id, value } => {
                 self.picker_select(outlet, &picker_id, &value).await
@@ -128,6 +156,41 @@ impl Hub {
         }
     }
 
+    /// The device's slot for a call of `kind` to the agent, or the `rate_limited` refusal
+    /// while its previous one is still under way.
+    pub(super) fn claim_agent_call(
+        &self,
+        device_id: &str,
+        kind: CallKind,
+    ) -> Result<CallSlot, Refusal> {
+        self.agent_calls.claim(device_id, kind).ok_or_else(|| {
+            Refusal::rate_limited(format!(
+                "{} from this device is still on its way to the agent; send this again once it is answered",
+                kind.described()
+            ))
+        })
+    }
+
+    /// Runs `work` (which waits on the agent) beside the device's reader, holding `slot` until
+    /// it ends, so the device's other frames are answered meanwhile. Its answer reaches the
+    /// device the way every answer does (through the committer or the outlet); a refusal comes
+    /// back as an `error` carrying the request's `id`.
+    pub(super) fn beside(
+        &self,
+        outlet: &Rc<Outlet>,
+        id: Option<i64>,
+        slot: CallSlot,
+        work: impl Future<Output = Result<(), Refusal>> + 'static,
+    ) {
+        let outlet = outlet.clone();
+        tokio::task::spawn_local(async move {
+            let _slot = slot;
+            if let Err(refusal) = work.await {
+                outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
+            }
+        });
+    }
+
     /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
     pub(super) async fn history(
         &self,
@@ -153,7 +216,7 @@ impl Hub {
             .store
             .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
             .await
-            .map_err(Refusal::internal)?;
+            .map_err(|e| self.query_failed(e))?;
         self.query_budget_charge(&outlet.device_id, took);
         let page = page.map_err(|other| {
             let before = req.before_message_id.as_deref().unwrap_or("");

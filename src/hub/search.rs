@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::errors::Refusal;
+use super::health::HISTORY_DAMAGE_FIX;
 use super::state::{Hub, Origin};
 use crate::outlet::Outlet;
-use crate::protocol::{is_valid_id, Frame, SearchRequest, SearchScope};
+use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
-use crate::store::Change;
+use crate::store::{Change, StoreError};
 
 impl Hub {
     /// Refuses a query (search, history page) while the device has spent its share of the
@@ -39,6 +40,18 @@ impl Hub {
             l.query_ms_per_second,
             l.query_burst_ms,
         );
+    }
+
+    /// What a query that failed gets back. Damage it found in the history database (which
+    /// does not heal: every later search, page and backup that reads there fails the same way)
+    /// also makes the gateway `degraded` with that cause and what the owner can do.
+    pub(super) fn query_failed(&self, e: StoreError) -> Refusal {
+        if !e.is_history_damage() {
+            return Refusal::internal(e);
+        }
+        let cause = format!("{e}; {HISTORY_DAMAGE_FIX}");
+        self.note_history_damaged(cause.clone());
+        Refusal::new(ErrorCode::Internal, cause)
     }
 
     /// `search`: the messages matching a query, in one lane or in all of them. The query runs
@@ -102,7 +115,7 @@ impl Hub {
             .store
             .query_search(words, scope, limit)
             .await
-            .map_err(Refusal::internal)?;
+            .map_err(|e| self.query_failed(e))?;
         self.query_budget_charge(&outlet.device_id, took);
         let hits: Vec<Value> = hits
             .into_iter()

@@ -70,6 +70,8 @@ pub struct Hub {
     pub(super) choices: super::choices::Choices,
     /// Approvals offered and not answered yet (`approvals.rs`).
     pub(super) open_approvals: super::open_approvals::OpenApprovals,
+    /// Each device's requests waiting on the agent, one per kind (`agent_calls.rs`).
+    pub(super) agent_calls: super::agent_calls::AgentCalls,
     /// Per lane, where the household has read it up to (`read_state.rs`).
     pub(super) read_marks: super::read_marks::ReadMarks,
     /// Turns' final changes kept while the disk failed (`storage.rs`).
@@ -187,6 +189,7 @@ impl Hub {
             fanout: super::fanout::Fanout::new(head),
             choices,
             open_approvals,
+            agent_calls: Default::default(),
             read_marks,
             unsettled: Default::default(),
             voice_noticed: Default::default(),

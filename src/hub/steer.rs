@@ -21,6 +21,7 @@ use crate::outlet::Outlet;
 use crate::protocol::{Frame, HistoryMessage, Lane, Role};
 use crate::store::{Change, PendingTurn};
 
+use super::agent_calls::CallKind;
 use super::errors::Refusal;
 use super::lanes::{QueuedTurn, SteerTaken};
 use super::state::{Hub, Origin};
@@ -55,6 +56,14 @@ impl Hub {
         // It may become the next message: refused now, before anything is stored, where the
         // lane could not queue it.
         self.check_lane_room(&lane)?;
+        // An agent that takes steers is asked beside the reader (one steer per device at a
+        // time): the phone's other frames are answered while the agent takes its time. Refused
+        // before anything is stored.
+        let slot = if self.agent.can_steer() {
+            Some(self.claim_agent_call(&outlet.device_id, CallKind::Steer)?)
+        } else {
+            None
+        };
         let message = HistoryMessage {
             steer: true,
             ..HistoryMessage::text_only(ids::message_id(), Role::User, text, ids::now_ms())
@@ -84,8 +93,19 @@ impl Hub {
             }),
         )
         .await?;
-        self.hand_steer(lane, message.message_id, message.text)
-            .await;
+        match slot {
+            Some(slot) => {
+                let hub = self.clone();
+                self.beside(outlet, id, slot, async move {
+                    hub.hand_steer(lane, message.message_id, message.text).await;
+                    Ok(())
+                });
+            }
+            None => {
+                self.hand_steer(lane, message.message_id, message.text)
+                    .await
+            }
+        }
         Ok(())
     }
 

@@ -5,6 +5,11 @@
 //! `sync`; when nothing can be heard (no service, too large, a failure) the lane says why and
 //! the agent still gets the note's attachment line.
 //!
+//! The lane never waits on the service silently: a `system` reply saying the notes are being
+//! transcribed is posted before the service is asked, and `transcription.timeout_secs` is one
+//! deadline for all of a message's notes, past which the agent gets them as attachments (with
+//! a word that they could not be transcribed in time) and the lane's queue moves on.
+//!
 //! A transcript's id is derived from the user message's, so a turn run again finds the one
 //! already stored and the service is asked once per note.
 
@@ -30,16 +35,38 @@ service is set. Set one on the gateway's admin page (Agent \u{2192} Transcriptio
 
 /// The transcript's message id for the `n`th audio file (from 0) of a user message.
 fn heard_id(user_message_id: &str, n: usize) -> String {
-    let id = match n {
-        0 => format!("{user_message_id}.heard"),
-        n => format!("{user_message_id}.heard{}", n + 1),
-    };
+    match n {
+        0 => derived_id(user_message_id, ".heard"),
+        n => derived_id(user_message_id, &format!(".heard{}", n + 1)),
+    }
+}
+
+/// The id of the "transcribing" note posted before a user message's voice notes are heard.
+fn hearing_id(user_message_id: &str) -> String {
+    derived_id(user_message_id, ".hearing")
+}
+
+/// The user message's id with `suffix`, so a rerun of the turn finds what it stored.
+fn derived_id(user_message_id: &str, suffix: &str) -> String {
+    let id = format!("{user_message_id}{suffix}");
     if crate::protocol::is_valid_id(&id) {
         id
     } else {
         // Too long to derive from: a fresh id (a rerun may then transcribe again).
         crate::ids::message_id()
     }
+}
+
+/// What the lane shows while its voice notes are being transcribed.
+fn transcribing_note(notes: usize, timeout: std::time::Duration) -> String {
+    let what = match notes {
+        1 => "the voice note".to_owned(),
+        n => format!("{n} voice notes"),
+    };
+    format!(
+        "Transcribing {what}\u{2026} (the agent is asked once it is heard, or after {} s without it)",
+        timeout.as_secs()
+    )
 }
 
 /// Whether `id` is the id of a transcript of the user message `user_message_id`.
@@ -81,9 +108,24 @@ impl Hub {
         let transcriber = self.transcriber.borrow().clone();
         let mut heard = Vec::new();
         let mut heard_notes = Vec::new();
-        for (n, m) in audio.into_iter().enumerate() {
+        let stored: Vec<Option<String>> = (0..audio.len())
+            .map(|n| self.stored_transcript(&heard_id(voice_id, n)))
+            .collect();
+        let to_hear = stored.iter().filter(|s| s.is_none()).count();
+        let deadline = tokio::time::Instant::now()
+            + transcriber
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, Transcriber::timeout);
+        if let (Some(t), true) = (&transcriber, to_hear > 0) {
+            // Shown before the service is asked, on every device: the lane is waiting on the
+            // transcription, not on nothing.
+            let note = transcribing_note(to_hear, t.timeout());
+            self.post_voice_note(lane, voice_id, note, Some(hearing_id(voice_id)))
+                .await;
+        }
+        for ((n, m), stored) in audio.into_iter().enumerate().zip(stored) {
             let id = heard_id(voice_id, n);
-            if let Some(text) = self.stored_transcript(&id) {
+            if let Some(text) = stored {
                 heard.push(text);
                 heard_notes.push(m.media_id.clone());
                 continue;
@@ -96,7 +138,18 @@ impl Hub {
                 }
                 continue;
             };
-            match self.transcribe_media(t, m).await {
+            // One deadline for all of the message's notes, so the lane waits at most
+            // `timeout_secs` however many there are. The worker's HTTP call has the same bound;
+            // this one also holds what else could hang (reading the file, a stuck worker).
+            let timed_out = Err(TranscribeError::TimedOut(t.timeout().as_secs()));
+            let answer = if tokio::time::Instant::now() >= deadline {
+                timed_out
+            } else {
+                tokio::time::timeout_at(deadline, self.transcribe_media(t, m))
+                    .await
+                    .unwrap_or(timed_out)
+            };
+            match answer {
                 Ok(text) if text.is_empty() => {
                     let note = format!(
                         "The transcription service heard no words in \u{201c}{}\u{201d}; the agent was told it is attached.",
@@ -109,6 +162,18 @@ impl Hub {
                     self.post_voice_note(lane, voice_id, shown, Some(id)).await;
                     heard.push(text);
                     heard_notes.push(m.media_id.clone());
+                }
+                Err(TranscribeError::TimedOut(secs)) => {
+                    warn!(%lane, file = %m.filename, "voice note not transcribed in {secs} s");
+                    let note = format!(
+                        "\u{201c}{}\u{201d} could not be transcribed in time: the service did not answer within {secs} seconds (transcription.timeout_secs). The agent got it as an attachment.",
+                        m.filename
+                    );
+                    self.post_voice_note(lane, voice_id, note, None).await;
+                    heard.push(format!(
+                        "[The voice note {} could not be transcribed in time.]",
+                        m.filename
+                    ));
                 }
                 Err(e) => {
                     warn!(%lane, file = %m.filename, "voice note not transcribed: {e}");
@@ -218,5 +283,9 @@ mod tests {
         assert!(heard_id(&"m".repeat(64), 0).starts_with("msg_"));
         assert!(is_heard_of("msg_1.heard", "msg_1") && is_heard_of("msg_1.heard3", "msg_1"));
         assert!(!is_heard_of("msg_12.heard", "msg_1") && !is_heard_of("msg_1.heardx", "msg_1"));
+        // The "transcribing" note is not taken for a transcript.
+        assert_eq!(hearing_id("msg_1"), "msg_1.hearing");
+        assert!(!is_heard_of(&hearing_id("msg_1"), "msg_1"));
+        assert!(hearing_id(&"m".repeat(64)).starts_with("msg_"));
     }
 }

@@ -9,6 +9,7 @@ mod encode;
 #[cfg(test)]
 mod encode_pins;
 pub mod fit;
+pub mod mime;
 mod payload;
 mod push_note;
 mod types;

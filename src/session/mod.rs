@@ -4,7 +4,8 @@
 //! decoded requests to the hub, and the front (`crate::front`) decides which sockets get here.
 //!
 //! Each session gets two local tasks: the reader (which awaits the hub's handling of each
-//! request in order) and the writer (which drains the `Outlet`'s queue). The hub only ever pushes
+//! request in order, bounded local work: a request that waits on the agent is handed to a task
+//! beside it, `Hub::beside`) and the writer (which drains the `Outlet`'s queue). The hub only ever pushes
 //! to an outlet, so a slow phone can never stall the hub or another phone.
 
 mod hello;

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::hub::Hub;
 use crate::media::{self, MediaError};
 use crate::outlet::Outlet;
-use crate::protocol::{is_valid_id, ErrorCode, Frame, UploadStart};
+use crate::protocol::{is_valid_id, mime, ErrorCode, Frame, UploadStart};
 
 pub struct Uploading {
     media_ref: String,
@@ -54,6 +54,10 @@ pub async fn start(
             ErrorCode::Unsupported,
             format!("kind must be one of {}", media::KINDS.join(", ")),
         );
+    }
+    // Checked before anything is stored: a stored mime type is later written into headers.
+    if let Err(e) = mime::check(&start.mime) {
+        return refuse(ErrorCode::Unsupported, format!("mime: {e}"));
     }
     if start.size < 0 {
         return refuse(ErrorCode::Unsupported, "size cannot be negative".into());

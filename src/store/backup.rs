@@ -374,12 +374,13 @@ impl Store {
             .map_err(|e| match e {
                 // Errors of the writer are sled-wrapped I/O; SQLite's own are the history's.
                 // Only damage: a busy or failing disk is not a damaged database.
-                e if matches!(&e, StoreError::History(h) if super::sql::is_damage(h))
-                    || matches!(e, StoreError::Corrupt { .. }) =>
-                {
+                e if e.is_history_damage() || matches!(e, StoreError::Corrupt { .. }) => {
                     BackupError::HistoryDamaged {
                         file: super::sql::history_path(self.dir()).display().to_string(),
-                        detail: e.to_string(),
+                        detail: match e {
+                            StoreError::HistoryDamaged { detail } => detail,
+                            other => other.to_string(),
+                        },
                     }
                 }
                 other => other.into(),

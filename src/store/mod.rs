@@ -118,6 +118,11 @@ pub enum StoreError {
     Sled(sled::Error),
     #[error("history database error: {0}")]
     History(rusqlite::Error),
+    /// The history database's own content is damaged: SQLite says the file is corrupt, or a
+    /// stored value is not what the schema writes (a text that is not UTF-8). It does not heal
+    /// and is not the disk failing: the owner restores a backup (docs/durability.md).
+    #[error("the history database is damaged: {detail}")]
+    HistoryDamaged { detail: String },
     #[error("stored record is damaged ({what}): {source}")]
     Corrupt {
         what: &'static str,
@@ -164,6 +169,19 @@ impl StoreError {
                 | StoreError::Stuck
                 | StoreError::Sled(sled::Error::Io(_))
         ) || matches!(self, StoreError::History(e) if sql::is_io(e))
+    }
+
+    /// What the history database holds is damaged (not the disk failing, not a refused
+    /// request): whoever finds it reports it to the hub's health.
+    pub fn is_history_damage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::HistoryDamaged { .. }
+                | StoreError::Corrupt {
+                    what: sql_query::HISTORY_MESSAGE,
+                    ..
+                }
+        )
     }
 }
 

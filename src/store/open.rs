@@ -185,7 +185,7 @@ pub(super) fn open_history_file(dir: &Path, create: bool) -> Result<sql::History
     }
     let disk_read_only = || statvfs(dir).map(|s| s.read_only).unwrap_or(true);
     sql::History::open(&path, create).map_err(|e| match e {
-        StoreError::History(e) if sql::is_damage(&e) => StoreError::Damaged {
+        StoreError::HistoryDamaged { detail: e } => StoreError::Damaged {
             touched: Vec::new(),
             dir: dir.to_owned(),
             detail: format!(

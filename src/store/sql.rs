@@ -102,7 +102,24 @@ pub(super) fn sql_error(e: rusqlite::Error) -> StoreError {
             _ => {}
         }
     }
+    if is_damage(&e) || is_bad_value(&e) {
+        return StoreError::HistoryDamaged {
+            detail: e.to_string(),
+        };
+    }
     StoreError::History(e)
+}
+
+/// Whether a stored value is not what the schema writes (a text that is not UTF-8, a number
+/// where a text belongs): the gateway wrote none of these, so the file's content was damaged.
+fn is_bad_value(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..)
+    )
 }
 
 impl From<rusqlite::Error> for StoreError {

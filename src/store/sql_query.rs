@@ -45,10 +45,13 @@ pub(super) fn lane_of(chat: String, thread: String) -> Lane {
     }
 }
 
+/// What a history row whose JSON does not parse is called in `StoreError::Corrupt`.
+pub(super) const HISTORY_MESSAGE: &str = "history message";
+
 pub(super) fn message_of(text: String, body: &str) -> Result<HistoryMessage> {
     let mut m: HistoryMessage =
         serde_json::from_str(body).map_err(|source| StoreError::Corrupt {
-            what: "history message",
+            what: HISTORY_MESSAGE,
             source,
         })?;
     m.text = text;

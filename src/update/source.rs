@@ -88,8 +88,17 @@ pub fn check(url: &str) -> Result<Available, Error> {
     })
 }
 
-/// Downloads `url` to `to`, refusing anything larger than a bundle. Blocking.
+/// Downloads `url` to `to`, refusing anything larger than a bundle. Blocking. On any failure
+/// `to` is removed: a download cut half-way leaves nothing behind.
 pub fn download(url: &str, to: &Path) -> Result<u64, Error> {
+    let result = download_into(url, to);
+    if result.is_err() {
+        let _ = std::fs::remove_file(to);
+    }
+    result
+}
+
+fn download_into(url: &str, to: &Path) -> Result<u64, Error> {
     let fail = |why: String| Error::Refused(format!("cannot download {url}: {why}"));
     let resp = agent(DOWNLOAD_TIMEOUT)
         .get(url)
@@ -103,9 +112,8 @@ pub fn download(url: &str, to: &Path) -> Result<u64, Error> {
         &mut resp.into_body().into_reader().take(MAX_BUNDLE + 1),
         &mut file,
     )
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(|e| fail(format!("the download broke off: {e}")))?;
     if n > MAX_BUNDLE {
-        let _ = std::fs::remove_file(to);
         return Err(fail("larger than any bundle".into()));
     }
     file.flush()

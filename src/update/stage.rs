@@ -85,6 +85,15 @@ impl Updates {
         Ok(dir.join(UPLOAD_PART))
     }
 
+    /// At start: a bundle being received or downloaded when the gateway stopped (a crash, a
+    /// kill) is removed; nothing of it was checked or staged.
+    pub fn remove_cut_part(data_dir: &Path) {
+        let part = stage_dir(data_dir).join(UPLOAD_PART);
+        if std::fs::remove_file(&part).is_ok() {
+            tracing::info!("removed {}: a bundle cut short", part.display());
+        }
+    }
+
     /// Checks the received bundle in full and, if it may be installed here, stages it for the
     /// helper. Blocking (it hashes the whole file): run it off the event loop.
     pub fn stage(&self, received: &Path, consent: Consent) -> Result<Verified, Error> {

@@ -168,6 +168,20 @@ fn quoted(header: &str, key: &str) -> Option<String> {
     Some(header[start..start + len].to_owned())
 }
 
+/// Sends a message of the uploads `refs` alone (no text) in the default channel; the reply to it
+/// (its `read.receipt`, or an `error`).
+pub async fn send_notes(c: &mut super::Client, refs: &[&str]) -> serde_json::Value {
+    let id = c
+        .request(
+            "message.send",
+            Some("default"),
+            None,
+            serde_json::json!({ "text": "", "media_refs": refs }),
+        )
+        .await;
+    c.recv_reply(id).await
+}
+
 /// Uploads `data` as a voice note `filename` (audio/ogg) under `media_ref`; it must be taken.
 pub async fn upload_voice(c: &mut super::Client, media_ref: &str, filename: &str, data: &[u8]) {
     super::upload_file(c, media_ref, "voice", "audio/ogg", filename, data).await;

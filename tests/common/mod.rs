@@ -5,9 +5,11 @@
 
 pub mod cdp;
 pub mod cursors;
+pub mod fake_hermes;
 pub mod fake_http;
 pub mod fake_stt;
 pub mod fixtures;
+pub mod gate;
 pub mod mounts;
 pub mod peers;
 pub mod proc;
@@ -1414,6 +1416,16 @@ pub async fn channel_list(c: &mut Client) -> Vec<Value> {
 }
 
 /// The demo agent's reply as the behaviour contract words it.
+/// The values a `picker.choice` offers, in order.
+pub fn picker_values(picker: &Value) -> Vec<String> {
+    picker["payload"]["choices"]
+        .as_array()
+        .expect("choices")
+        .iter()
+        .map(|c| c["value"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
 pub fn demo_reply(text: &str) -> String {
     let words = text.split_whitespace().count();
     let chars = text.chars().count();

@@ -249,6 +249,24 @@ impl Web {
         (r.status, v)
     }
 
+    /// The page of the admin job `kind` (`/admin/job/KIND`) once the job has ended (bounded):
+    /// its answer, a `200` with the outcome, or a `303` onwards (a restore that succeeded).
+    pub async fn job_outcome(&mut self, kind: &str) -> Reply {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let page = self.get(&format!("/admin/job/{kind}")).await;
+            if !page.body.contains("data-phase=\"running\"") {
+                return page;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the {kind} job still runs: {}",
+                page.body
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The CSRF token of the signed-in session (from any of its pages).
     pub async fn csrf(&mut self) -> String {
         let page = self.get("/admin/").await;

@@ -34,9 +34,14 @@ scripted by the LAST role=user message (text parts of list content are joined):
   [[inline N]] "Look: ![chart](data:image/png;base64,DATA) done.", DATA being inline_png(N): a
                1x1 PNG padded with zero bytes to N bytes (cut to N when N is smaller), streamed
                7 characters a chunk
+  [[inline76 N]]  like [[inline N]], DATA wrapped at 76 columns with a line break after each
+               line, the last included (what `base64` prints, so what an agent pastes)
+  [[inlinehex SUBTYPE HEX]]  "Look: ![x](data:image/SUBTYPE;base64,DATA) done.", DATA being the
+               bytes HEX spells (any bytes, image or not), streamed 7 characters a chunk
   [[cron NAME]]  no tool result after that user message yet: "I will schedule it." plus a call
-               to `cronjob` (Hermes 0.22, which offers no `cronjob`: `tool_call` of `cronjob_manage`) (action create, schedule "every 1m", name NAME, prompt
-               "[[jobrun NAME]] Tell me the garden needs water."); once a tool result follows
+               to `cronjob` (Hermes 0.22, which offers no `cronjob`: `tool_call` of
+               `cronjob_manage`) with action create, schedule "every 1m", name NAME, prompt
+               "[[jobrun NAME]] Tell me the garden needs water."; once a tool result follows
                it: "Scheduled NAME."
   [[jobrun NAME]]  (anywhere in the message: Hermes wraps a job's prompt) "JOB-RAN-OK NAME run
                N. The garden needs water.", N counting this mock's job runs of NAME from 1
@@ -65,10 +70,11 @@ TODOS = {
         {"id": "2", "content": "Steep tea", "status": "pending"},
     ]
 }
-# A 1x1 transparent PNG (67 bytes): what [[inline N]] pads to N bytes.
+# A 1x1 transparent PNG (68 bytes, every chunk's CRC right: an inline image must decode):
+# what [[inline N]] pads to N bytes.
 PNG_1X1 = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000b4944415478da636000020000050001e9fadcd80000000049454e44ae426082"
 )
 LOG_LOCK = threading.Lock()
 BUSY_SEEN = set()
@@ -149,6 +155,16 @@ def script(messages, offered=()):
         paths = newest.split("[[media ", 1)[1].split("]]", 1)[0].split()
         text = "Here it is.\n" + "".join(f"MEDIA:{p}\n" for p in paths) + "Enjoy."
         return chunked(text, 5), "stop", (0.25 if "[[slow]]" in newest else 0)
+    if "[[inline76 " in newest:
+        import base64
+        n = int(newest.split("[[inline76 ", 1)[1].split("]]", 1)[0])
+        data = base64.encodebytes(inline_png(n)).decode()
+        return chunked(f"Look: ![chart](data:image/png;base64,{data}) done.", 7), "stop", 0
+    if "[[inlinehex " in newest:
+        import base64
+        subtype, hexdata = newest.split("[[inlinehex ", 1)[1].split("]]", 1)[0].split()
+        data = base64.b64encode(bytes.fromhex(hexdata)).decode()
+        return chunked(f"Look: ![x](data:image/{subtype};base64,{data}) done.", 7), "stop", 0
     if "[[inline " in newest:
         import base64
         n = int(newest.split("[[inline ", 1)[1].split("]]", 1)[0])

@@ -88,15 +88,20 @@
     }, Number(underWay.dataset.reload) * 1000);
   }
   // A file upload (a restore, an update): the file goes as the request body, the CSRF token in
-  // a header. The answer is a whole page; only its #result block is shown in `out` (the rest
-  // would repeat around it). `done(ok)` follows the answer.
-  function sendFile(url, csrf, file, out, done) {
-    out.textContent = "Uploading and checking\u2026";
+  // a header. An upload that started a job answers with its page: the browser goes there. Any
+  // other answer is a whole page; only its #result block is shown in `out` (the rest would
+  // repeat around it). `done(ok)` follows the answer.
+  function sendFile(url, headers, file, out, done) {
+    out.textContent = "Uploading\u2026";
     fetch(url, {
       method: "POST",
-      headers: { "X-CSRF-Token": csrf },
+      headers: headers,
       body: file
     }).then(function (r) {
+      if (r.redirected && r.url.indexOf("/admin/job/") >= 0) {
+        window.location.assign(r.url);
+        return;
+      }
       return r.text().then(function (t) {
         var doc = new DOMParser().parseFromString(t, "text/html");
         var result = doc.getElementById("result");
@@ -124,7 +129,8 @@
       if (document.getElementById("update-major").checked) q.push("major=1");
       if (document.getElementById("update-downgrade").checked) q.push("downgrade=1");
       var url = "/admin/update/upload" + (q.length ? "?" + q.join("&") : "");
-      sendFile(url, update.dataset.csrf, file, document.getElementById("update-result"), function (ok) {
+      sendFile(url, { "X-CSRF-Token": update.dataset.csrf }, file,
+        document.getElementById("update-result"), function (ok) {
         if (ok) window.setTimeout(function () { window.location.reload(); }, 3000);
       });
     });
@@ -135,7 +141,12 @@
       e.preventDefault();
       var file = document.getElementById("restore-file").files[0];
       if (!file || !window.confirm("Replace everything with this backup?")) return;
-      sendFile("/admin/backup/restore", restore.dataset.csrf, file,
+      // A scheduled backup's passphrase travels in a header (percent-encoded: a header is
+      // Latin-1), never in the address, which logs may keep.
+      var headers = { "X-CSRF-Token": restore.dataset.csrf };
+      var pass = document.getElementById("restore-upload-passphrase").value;
+      if (pass) headers["X-Backup-Passphrase"] = encodeURIComponent(pass);
+      sendFile("/admin/backup/restore", headers, file,
         document.getElementById("restore-result"), function () {});
     });
   }

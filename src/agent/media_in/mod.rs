@@ -1,9 +1,9 @@
 //! What a turn's files become for the agent (docs/media.md, "Phone to agent").
 //!
-//! - An image the agent can take (JPEG, PNG, WebP, GIF) goes as an image: as it is when it is
-//!   already within `limits.agent_image_side` and `limits.agent_image_bytes` (bytes equal),
-//!   else decoded, scaled down and re-encoded as JPEG until it fits. The original stays in
-//!   media storage.
+//! - An image the agent can take (JPEG, PNG, WebP, GIF) goes as an image once it decodes in
+//!   full: as it is when it is already within `limits.agent_image_side` and
+//!   `limits.agent_image_bytes` (bytes equal), else scaled down as it is decoded and re-encoded
+//!   as JPEG until it fits. The original stays in media storage.
 //! - A text document (by mime type or file name), valid UTF-8 and within
 //!   `limits.agent_document_bytes`, is inlined into the message's text under its name.
 //! - Anything else (audio, video, other documents, and images or documents that could not be
@@ -11,14 +11,15 @@
 //!   can tell the person.
 //!
 //! Decoding and encoding cost CPU and memory in proportion to the file: this runs on a turn's
-//! worker thread (`off_loop`), never on the event loop.
+//! worker thread (`off_loop`), never on the event loop, and every decode takes its share of one
+//! gateway-wide budget of decoded pixels first (`images.rs`).
 //!
 //! Here: what a message as a whole becomes (its text, its files' lines, the images within one
 //! budget). An image made fit for the agent is `images.rs`; a document read for inlining is
 //! `documents.rs`.
 
 mod documents;
-mod images;
+pub(super) mod images;
 #[cfg(test)]
 mod tests;
 
@@ -32,7 +33,9 @@ use documents::read_document;
 use images::image_for_agent;
 
 pub use documents::is_text_like;
-pub use images::{image_dimensions, DECODE_MAX_BYTES};
+pub use images::{
+    image_dimensions, verify_image, DecodeError, DECODE_BUDGET_BYTES, DECODE_MAX_PIXELS,
+};
 
 /// All the images of one message together, as sent: Hermes' API server refuses a request
 /// over 10 MB (`MAX_REQUEST_BYTES` in gateway/platforms/api_server.py) and base64 adds a

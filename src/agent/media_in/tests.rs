@@ -244,7 +244,8 @@ fn undecodable_images_are_attachment_lines_saying_why() {
     );
     assert!(got.images.is_empty());
     assert!(
-        got.text.contains("not sent: the image cannot be decoded"),
+        got.text
+            .contains("not sent: the image is damaged and could not be read"),
         "{}",
         got.text
     );
@@ -458,4 +459,88 @@ fn dimensions_come_from_the_header() {
     assert_eq!(image_dimensions(&p), Some((7, 5)));
     let (_, p, _d) = media("t.txt", "document", "text/plain", b"hello");
     assert_eq!(image_dimensions(&p), None);
+}
+
+#[test]
+fn a_jpeg_cut_short_is_damaged_not_an_image() {
+    let jpg = encoded(&noise(64, 64), ImageFormat::Jpeg);
+    let half = &jpg[..jpg.len() / 2];
+    // What the lenient decoder makes of it: a picture, grey where the data ran out.
+    assert!(image::load_from_memory(half).is_ok());
+    let got = one(
+        "see",
+        "cut.jpg",
+        "image",
+        "image/jpeg",
+        half,
+        &MediaLimits::default(),
+    );
+    assert!(got.images.is_empty(), "{}", got.text);
+    assert!(
+        got.text.starts_with(&format!(
+            "see\n[attached: cut.jpg (image/jpeg, {} bytes): not sent: the image is damaged and could not be read",
+            half.len()
+        )),
+        "{}",
+        got.text
+    );
+    // And whole, it goes as it is.
+    let got = one(
+        "",
+        "ok.jpg",
+        "image",
+        "image/jpeg",
+        &jpg,
+        &MediaLimits::default(),
+    );
+    assert_eq!(got.images[0].bytes, jpg);
+}
+
+#[test]
+fn a_large_png_is_scaled_as_it_is_read_and_keeps_its_shape_and_colour() {
+    // Two halves, red over blue, with a transparent band at the bottom (over white).
+    let img = image::RgbaImage::from_fn(3000, 2000, |_, y| match y {
+        0..1000 => image::Rgba([255, 0, 0, 255]),
+        1000..1900 => image::Rgba([0, 0, 255, 255]),
+        _ => image::Rgba([0, 0, 0, 0]),
+    });
+    let png = encoded(&DynamicImage::ImageRgba8(img), ImageFormat::Png);
+    let l = MediaLimits {
+        image_side: 300,
+        ..MediaLimits::default()
+    };
+    let got = one("", "big.png", "image", "image/png", &png, &l);
+    let sent = &got.images[0];
+    assert_eq!((sent.width, sent.height), (300, 200), "{}", got.text);
+    let back = image::load_from_memory(&sent.bytes).unwrap().into_rgb8();
+    let near = |p: [u8; 3], want: [u8; 3]| p.iter().zip(want).all(|(a, b)| a.abs_diff(b) < 40);
+    assert!(near(back.get_pixel(150, 50).0, [255, 0, 0]));
+    assert!(near(back.get_pixel(150, 150).0, [0, 0, 255]));
+    assert!(near(back.get_pixel(150, 197).0, [255, 255, 255]));
+}
+
+#[test]
+fn decodes_wait_their_turn_within_the_budget() {
+    use std::sync::mpsc;
+    static BUDGET: images::DecodeBudget = images::DecodeBudget::new(100);
+    let first = BUDGET.reserve(70);
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let share = BUDGET.reserve(50);
+        tx.send(BUDGET.in_use()).unwrap();
+        drop(share);
+    });
+    // 70 + 50 is over 100: the second queues (it checks under the lock it queued under, so
+    // once it is seen queued it is waiting) until the first gives its share back.
+    while BUDGET.waiting() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(rx.try_recv().is_err());
+    assert_eq!(BUDGET.in_use(), 70);
+    drop(first);
+    assert_eq!(rx.recv().unwrap(), 50);
+    waiter.join().unwrap();
+    assert_eq!(BUDGET.in_use(), 0);
+    // More than the whole budget takes the whole budget, and still runs.
+    drop(BUDGET.reserve(1_000));
 }

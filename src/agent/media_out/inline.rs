@@ -1,15 +1,16 @@
 //! Images put inline in the answer (`![alt](data:image/…;base64,…)`): decoded within the policy's
-//! limit, and trusted only as the type their bytes say.
+//! limit, and offered only once their bytes decode to an image (within the same pixel limits
+//! and budget as photos for the agent), as the type the decoder found.
 
 use base64::Engine;
 
-use super::file_kind::sniff_image;
 use super::policy::FilePolicy;
 use super::{OutFile, Refusal};
+use crate::agent::media_in::verify_image;
 
 impl FilePolicy {
     /// Decodes an inline image, within the limit.
-    pub fn inline(&self, alt: &str, subtype: &str, base64: &str) -> Result<OutFile, Refusal> {
+    pub fn inline(&self, alt: &str, base64: &str) -> Result<OutFile, Refusal> {
         use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
         // Models drop or add padding: either way the data is the same.
         let engine = GeneralPurpose::new(
@@ -20,13 +21,11 @@ impl FilePolicy {
         if bytes.len() as u64 > self.max_bytes {
             return Err(Refusal::InlineTooLarge(self.max_bytes));
         }
-        let declared = format!("image/{}", subtype.to_ascii_lowercase());
-        let mime = match sniff_image(&bytes) {
-            Some(m) => m.to_owned(),
-            None if declared == "image/svg+xml" => declared,
-            None => return Err(Refusal::InlineDamaged),
-        };
-        let ext = extension_for(&mime);
+        // Offered as an image only once it decodes as one, whatever its first bytes or its
+        // declared subtype say (`BM` followed by HTML is no bitmap).
+        let (mime, _, _) =
+            verify_image(&bytes).map_err(|e| Refusal::InlineUnreadable(e.to_string()))?;
+        let ext = extension_for(mime);
         let stem: String = alt
             .chars()
             .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
@@ -41,7 +40,7 @@ impl FilePolicy {
         };
         Ok(OutFile {
             filename: format!("{stem}.{ext}"),
-            mime,
+            mime: mime.to_owned(),
             kind: "image".into(),
             bytes,
         })
@@ -54,9 +53,6 @@ fn extension_for(mime: &str) -> &'static str {
         "image/jpeg" => "jpg",
         "image/gif" => "gif",
         "image/webp" => "webp",
-        "image/bmp" => "bmp",
-        "image/tiff" => "tiff",
-        "image/svg+xml" => "svg",
         _ => "bin",
     }
 }

@@ -12,11 +12,13 @@
 //!   until its end; an inline image until its `)`, bounded by the base64 size of the file
 //!   limit), so no part of a tag ever reaches a `message.update`.
 //! - [`FilePolicy`] (`policy.rs`): reading a `MEDIA:` path, only from the allowed folders
-//!   (`agent.media_dirs`), after resolving symlinks (one out of them is refused), opened with
-//!   `O_NOFOLLOW`, regular files only, never a credential or system file (a denylist like
-//!   Hermes' `validate_media_delivery_path`), at most `limits.agent_file_bytes`. A refused tag
-//!   becomes a plain note in the text. An inline image is held to the same limit (`inline.rs`),
-//!   and a file's type is taken from its bytes where they tell it (`file_kind.rs`).
+//!   (`agent.media_dirs`), after resolving symlinks (one out of them is refused), opened from
+//!   the allowed folder down following no symlink, regular files only, never a credential or
+//!   system file (a denylist like Hermes' `validate_media_delivery_path`, checked again on where
+//!   the opened file really is), at most `limits.agent_file_bytes`. A refused tag becomes a
+//!   plain note in the text. An inline image is held to the same limit and offered only once
+//!   it decodes (`inline.rs`), and a file's type is taken from its bytes where they tell it
+//!   (`file_kind.rs`).
 //!
 //! [`OutFilter`] joins them for the backends' worker threads (file reads never happen on the
 //! event loop).
@@ -72,13 +74,15 @@ pub enum Refusal {
     InlineTooLarge(u64),
     #[error("an inline image was damaged or cut off")]
     InlineDamaged,
+    #[error("an inline image could not be read as one: {0}")]
+    InlineUnreadable(String),
 }
 
 impl Refusal {
     /// The note shown in the answer instead of the tag.
     pub fn note(&self) -> String {
         match self {
-            Refusal::InlineTooLarge(_) | Refusal::InlineDamaged => {
+            Refusal::InlineTooLarge(_) | Refusal::InlineDamaged | Refusal::InlineUnreadable(_) => {
                 format!("[image not sent: {self}]")
             }
             _ => format!("[file not sent: {self}]"),
@@ -141,11 +145,7 @@ impl OutFilter {
             };
             let (result, line) = match tag {
                 Tag::Path { path, line } => (self.policy.read(&path, self.tags.voice), line),
-                Tag::Inline {
-                    alt,
-                    subtype,
-                    base64,
-                } => (self.policy.inline(&alt, &subtype, &base64), false),
+                Tag::Inline { alt, base64, .. } => (self.policy.inline(&alt, &base64), false),
                 Tag::InlineTooLarge => (Err(Refusal::InlineTooLarge(self.policy.max_bytes)), false),
                 Tag::InlineCut => (Err(Refusal::InlineDamaged), false),
             };

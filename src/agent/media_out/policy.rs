@@ -1,4 +1,5 @@
-//! Which `MEDIA:` paths may be read, and the reading itself.
+//! Which `MEDIA:` paths may be read, and the reading itself: the checks run on the resolved
+//! path, and again on the file that was opened (a path can change between the two).
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -188,7 +189,8 @@ impl FilePolicy {
         if self.denied(&real, &root) {
             return Err(Refusal::Denied(shown));
         }
-        let bytes = self.read_checked(&real, &shown)?;
+        let file = open_beneath(&root, &real).map_err(|e| e.refusal(&shown))?;
+        let bytes = self.read_opened(file, &real, &shown)?;
         let filename = real
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -243,30 +245,28 @@ impl FilePolicy {
         prefix || component || file || hermes_config || own_data
     }
 
-    /// Opens without following a symlink swapped in since the check, and reads a regular file
-    /// within the limit.
-    fn read_checked(&self, real: &Path, shown: &str) -> Result<Vec<u8>, Refusal> {
-        use std::os::unix::fs::OpenOptionsExt;
+    /// Checks what was really opened, then reads it within the limit. The checks before the
+    /// open were made on a path; a folder on it may have been swapped (for a symlink, or by a
+    /// rename) since, so the whole policy (allowed folder and deny list) runs again on where the
+    /// open file really is, as the kernel names it.
+    fn read_opened(
+        &self,
+        file: std::fs::File,
+        real: &Path,
+        shown: &str,
+    ) -> Result<Vec<u8>, Refusal> {
         let unreadable = |e: std::io::Error| Refusal::Unreadable(shown.to_owned(), e.to_string());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            // O_NONBLOCK: a FIFO put there must not hang the worker on open.
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(real)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => Refusal::Outside(shown.to_owned()),
-                _ => unreadable(e),
-            })?;
         let meta = file.metadata().map_err(unreadable)?;
         if !meta.is_file() {
             return Err(Refusal::NotRegular(shown.to_owned()));
         }
-        // Where the open file really is: a folder on the way swapped for a symlink after the
-        // check would show here.
-        if let Ok(now) = std::fs::read_link(format!("/proc/self/fd/{}", raw_fd(&file))) {
-            if self.allowed_root(&now).is_none() {
-                return Err(Refusal::Outside(shown.to_owned()));
-            }
+        let opened =
+            std::fs::read_link(format!("/proc/self/fd/{}", raw_fd(&file))).map_err(unreadable)?;
+        let Some(root) = self.allowed_root(&opened) else {
+            return Err(Refusal::Outside(shown.to_owned()));
+        };
+        if self.denied(&opened, &root) {
+            return Err(Refusal::Denied(shown.to_owned()));
         }
         let name = real
             .file_name()
@@ -289,6 +289,138 @@ impl FilePolicy {
         }
         Ok(bytes)
     }
+}
+
+/// Why a file could not be opened beneath its allowed folder.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OpenError {
+    /// A symlink (or a non-folder) where the checked path had a folder: the path changed
+    /// since it was checked.
+    #[error("a symlink on the way")]
+    Symlink,
+    #[error("no such file")]
+    Missing,
+    #[error(transparent)]
+    Io(std::io::Error),
+}
+
+impl OpenError {
+    fn from_errno(e: std::io::Error) -> OpenError {
+        match e.raw_os_error() {
+            // ELOOP: a symlink met with symlinks refused; EXDEV: a way out of the folder;
+            // ENOTDIR: a symlink (not followed) or a file where a folder was.
+            Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR) => OpenError::Symlink,
+            Some(libc::ENOENT) => OpenError::Missing,
+            _ => OpenError::Io(e),
+        }
+    }
+
+    fn refusal(self, shown: &str) -> Refusal {
+        match self {
+            OpenError::Symlink => Refusal::Outside(shown.to_owned()),
+            OpenError::Missing => Refusal::Missing(shown.to_owned()),
+            OpenError::Io(e) => Refusal::Unreadable(shown.to_owned(), e.to_string()),
+        }
+    }
+}
+
+/// Flags of the file's own open. `O_NONBLOCK`: a FIFO put there must not hang the worker.
+const FILE_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+
+/// Opens `real` (a resolved path inside `root`) from `root` down, following no symlink at all:
+/// the path was resolved when it was checked, so a symlink met now is one swapped in since.
+/// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it (Linux 5.6),
+/// else one `openat(O_NOFOLLOW)` per component.
+pub(super) fn open_beneath(root: &Path, real: &Path) -> Result<std::fs::File, OpenError> {
+    let rel = real.strip_prefix(root).map_err(|_| OpenError::Symlink)?;
+    let root_fd = open_at(
+        libc::AT_FDCWD,
+        root.as_os_str(),
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+    )?;
+    match openat2_beneath(&root_fd, rel) {
+        // No `openat2`: an older kernel (ENOSYS), or a container's seccomp filter that refuses
+        // system calls it does not know (EPERM, as older Docker profiles do).
+        Err(OpenError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+            walk_beneath(root_fd, rel)
+        }
+        other => other,
+    }
+}
+
+fn openat2_beneath(root: &std::os::fd::OwnedFd, rel: &Path) -> Result<std::fs::File, OpenError> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let path = c_path(rel.as_os_str())?;
+    // SAFETY: `open_how` is plain integers; zero is "no flags" for each.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = FILE_FLAGS as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: a valid directory fd, a NUL-terminated path and a live `open_how` of the size
+    // passed; the kernel returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(OpenError::from_errno(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just gave us this fd, owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
+}
+
+/// The walk for kernels without `openat2`: each folder opened from the one before with
+/// `O_NOFOLLOW | O_DIRECTORY` (a symlink there fails with `ENOTDIR`), then the file.
+pub(super) fn walk_beneath(
+    root: std::os::fd::OwnedFd,
+    rel: &Path,
+) -> Result<std::fs::File, OpenError> {
+    use std::os::fd::AsRawFd;
+    let names: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(name) => Ok(name),
+            _ => Err(OpenError::Symlink),
+        })
+        .collect::<Result<_, _>>()?;
+    let Some((last, folders)) = names.split_last() else {
+        return Err(OpenError::Missing);
+    };
+    let mut dir = root;
+    for name in folders {
+        dir = open_at(
+            dir.as_raw_fd(),
+            name,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )?;
+    }
+    open_at(dir.as_raw_fd(), last, FILE_FLAGS).map(std::fs::File::from)
+}
+
+fn open_at(
+    dir: libc::c_int,
+    name: &std::ffi::OsStr,
+    flags: libc::c_int,
+) -> Result<std::os::fd::OwnedFd, OpenError> {
+    use std::os::fd::FromRawFd;
+    let path = c_path(name)?;
+    // SAFETY: a NUL-terminated path; `dir` is a live fd or AT_FDCWD.
+    let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(OpenError::from_errno(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just gave us this fd, owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+fn c_path(p: &std::ffi::OsStr) -> Result<std::ffi::CString, OpenError> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_bytes()).map_err(|_| OpenError::Missing)
 }
 
 fn raw_fd(file: &std::fs::File) -> i32 {

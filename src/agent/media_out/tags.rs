@@ -193,7 +193,7 @@ impl MediaTags {
         while i < bytes.len() {
             if self.skipping {
                 let b = bytes[i];
-                if is_base64(b) || (b.is_ascii_whitespace() && b != b'\n') {
+                if is_base64(b) || b.is_ascii_whitespace() {
                     i += 1;
                     text_from = i;
                     continue;
@@ -411,7 +411,9 @@ impl MediaTags {
                         skip: true,
                     };
                 }
-            } else if !(c.is_ascii_whitespace() && c != b'\n') {
+            } else if !c.is_ascii_whitespace() {
+                // Spaces, tabs and line breaks are how base64 is wrapped (`base64` prints 76
+                // columns a line): part of the data, dropped when it is decoded.
                 // Damaged data: what was an image is dropped; the text goes on from here.
                 return Found::Tag {
                     len: data_from + k,

@@ -369,15 +369,24 @@ fn a_fifo_or_folder_is_not_read() {
     ));
 }
 
+/// A real 3×2 PNG.
+fn tiny_png() -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(image::RgbaImage::new(3, 2))
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    out.into_inner()
+}
+
 #[test]
 fn inline_images_decode_within_the_limit() {
-    let png = b"\x89PNG\r\n\x1a\n0123456789";
-    let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+    let png = tiny_png();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
     let p = FilePolicy {
         max_bytes: png.len() as u64,
         ..FilePolicy::default()
     };
-    let f = p.inline("a cat!", "png", &b64).unwrap();
+    let f = p.inline("a cat!", &b64).unwrap();
     assert_eq!(
         (f.filename.as_str(), f.mime.as_str()),
         ("a-cat.png", "image/png")
@@ -388,11 +397,63 @@ fn inline_images_decode_within_the_limit() {
         ..FilePolicy::default()
     };
     assert!(matches!(
-        smaller.inline("", "png", &b64),
+        smaller.inline("", &b64),
         Err(Refusal::InlineTooLarge(_))
     ));
-    let not_image = base64::engine::general_purpose::STANDARD.encode(b"hello");
-    assert_eq!(p.inline("", "png", &not_image), Err(Refusal::InlineDamaged));
+    assert!(matches!(
+        p.inline("", "*not base64*"),
+        Err(Refusal::InlineDamaged)
+    ));
+}
+
+#[test]
+fn an_inline_image_is_offered_only_when_it_decodes() {
+    let p = FilePolicy {
+        max_bytes: 1 << 20,
+        ..FilePolicy::default()
+    };
+    let png = tiny_png();
+    let cut = &png[..png.len() - 20];
+    for bytes in [
+        &b"BM<html><script>alert(1)</script></html>"[..],
+        b"\x89PNG\r\n\x1a\n0123456789 junk",
+        b"hello",
+        cut,
+    ] {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let refusal = p.inline("x", &b64).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::InlineUnreadable(_)),
+            "{bytes:?}: {refusal:?}"
+        );
+        assert!(refusal
+            .note()
+            .starts_with("[image not sent: an inline image could not be read"));
+    }
+}
+
+#[test]
+fn inline_base64_wrapped_across_lines_is_one_image() {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(tiny_png());
+    let wrapped: Vec<String> = b64
+        .as_bytes()
+        .chunks(20)
+        .map(|c| String::from_utf8(c.to_vec()).unwrap())
+        .collect();
+    let text = format!(
+        "Look: ![a](data:image/png;base64,{}\r\n\t) done",
+        wrapped.join("\n")
+    );
+    let (out, tags) = same_at_every_split(&text);
+    assert_eq!(out, "Look:  done");
+    assert_eq!(
+        tags,
+        [Tag::Inline {
+            alt: "a".into(),
+            subtype: "png".into(),
+            base64: b64
+        }]
+    );
 }
 
 #[test]
@@ -416,5 +477,52 @@ fn the_joined_filter_gives_files_and_notes_in_order() {
             "Two.\n[file not sent: /etc/passwd is outside the folders the gateway may read (agent.media_dirs)]\nThree."
                 .into()
         )
+    );
+}
+
+#[test]
+fn a_folder_swapped_for_a_symlink_after_the_check_is_not_followed() {
+    use super::policy::{open_beneath, walk_beneath, OpenError};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::fs::create_dir_all(root.join("keys")).unwrap();
+    std::fs::write(root.join("real/a.txt"), b"ok").unwrap();
+    std::fs::write(root.join("keys/a.txt"), b"secret").unwrap();
+    // What was checked: root/x/a.txt with x a folder; what is there at the open: a symlink.
+    std::os::unix::fs::symlink(root.join("keys"), root.join("x")).unwrap();
+    let swapped = root.join("x/a.txt");
+    assert!(matches!(
+        open_beneath(&root, &swapped),
+        Err(OpenError::Symlink)
+    ));
+    let root_fd = || {
+        std::fs::File::open(&root)
+            .map(std::os::fd::OwnedFd::from)
+            .unwrap()
+    };
+    assert!(matches!(
+        walk_beneath(root_fd(), Path::new("x/a.txt")),
+        Err(OpenError::Symlink)
+    ));
+    // The file itself a symlink: not followed either way.
+    std::os::unix::fs::symlink(root.join("keys/a.txt"), root.join("real/b.txt")).unwrap();
+    assert!(matches!(
+        open_beneath(&root, &root.join("real/b.txt")),
+        Err(OpenError::Symlink)
+    ));
+    assert!(matches!(
+        walk_beneath(root_fd(), Path::new("real/b.txt")),
+        Err(OpenError::Symlink)
+    ));
+    // A plain path opens both ways, to the same bytes.
+    let read = |f: std::fs::File| std::io::read_to_string(f).unwrap();
+    assert_eq!(
+        read(open_beneath(&root, &root.join("real/a.txt")).unwrap()),
+        "ok"
+    );
+    assert_eq!(
+        read(walk_beneath(root_fd(), Path::new("real/a.txt")).unwrap()),
+        "ok"
     );
 }
