@@ -310,6 +310,7 @@ async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
     hub.start_automation(shutdown).await?;
+    hub.start_jobs(shutdown);
     Ok(())
 }
 

@@ -726,6 +726,7 @@ const STORE_ROOMS: &[&str] = &[
     // The read-only handle the doors above the hub get (`Hub::store`).
     "view",
     // The store's API by subject: what the hub reads and writes, over the engine below.
+    "agent_jobs",
     "approvals",
     "devices",
     "directory",

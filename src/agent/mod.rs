@@ -135,6 +135,65 @@ pub enum AgentEvent {
     /// The run ended with steering text it never gave the model (Hermes' `pending_steer`: the
     /// steer came after the run's last model call). The hub makes it the lane's next message.
     PendingSteer(String),
+    /// The turn made a scheduled job (Hermes' `cronjob` tool): its results belong to this lane.
+    JobMade(String),
+}
+
+/// A scheduled job at the agent, as `/jobs` lists it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobInfo {
+    pub id: String,
+    pub name: String,
+    /// In the agent's words (`every 1m`, `0 9 * * *`).
+    pub schedule: String,
+    pub next_run_at: Option<String>,
+    /// Changes with every finished run: the cue to look for its output.
+    pub last_run_at: Option<String>,
+    pub last_status: Option<String>,
+    pub paused: bool,
+}
+
+/// One finished run of a job, as the agent saved it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRun {
+    /// Orders a job's runs as text; kept as the job's newest delivered run.
+    pub stamp: String,
+    /// When the run was saved (epoch ms).
+    pub at_ms: i64,
+    /// What the run said; `None` when it asked to stay silent (Hermes' `[SILENT]`).
+    pub text: Option<String>,
+}
+
+/// What `/jobs` can do to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobAction {
+    Pause,
+    Resume,
+    RunNow,
+    Remove,
+}
+
+impl JobAction {
+    pub const ALL: [JobAction; 4] = [
+        JobAction::Pause,
+        JobAction::Resume,
+        JobAction::RunNow,
+        JobAction::Remove,
+    ];
+
+    /// The picker value, and the words a person reads.
+    pub fn value(self) -> &'static str {
+        match self {
+            JobAction::Pause => "pause",
+            JobAction::Resume => "resume",
+            JobAction::RunNow => "run",
+            JobAction::Remove => "remove",
+        }
+    }
+
+    pub fn from_value(value: &str) -> Option<JobAction> {
+        JobAction::ALL.into_iter().find(|a| a.value() == value)
+    }
 }
 
 /// What became of guidance handed to a running turn (`Agent::steer_run`).
@@ -369,6 +428,38 @@ pub trait Agent {
     /// What to say about the agent's approval settings in `/status`, if anything.
     fn approvals_note(&self) -> Option<&'static str> {
         None
+    }
+
+    /// Whether the agent has scheduled jobs the gateway can list and deliver (Hermes).
+    fn has_jobs(&self) -> bool {
+        false
+    }
+
+    /// Every scheduled job the agent has.
+    fn jobs(&self) -> LocalBoxFuture<'_, Result<Vec<JobInfo>, AgentError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// `job`'s finished runs newer than the run stamped `after`, oldest first.
+    fn job_runs<'a>(
+        &'a self,
+        _job: &'a JobInfo,
+        _after: Option<&'a str>,
+    ) -> LocalBoxFuture<'a, Result<Vec<JobRun>, AgentError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Pauses, resumes, runs or removes a job at the agent.
+    fn job_action<'a>(
+        &'a self,
+        _job_id: &'a str,
+        _action: JobAction,
+    ) -> LocalBoxFuture<'a, Result<(), AgentError>> {
+        Box::pin(async {
+            Err(AgentError::Failed(
+                "this agent has no scheduled jobs".into(),
+            ))
+        })
     }
 
     /// The user deleted these messages: a backend that keeps its own copy of the conversation

@@ -12,8 +12,8 @@ use std::rc::Rc;
 use tokio::sync::mpsc;
 
 use super::{
-    Agent, AgentError, AgentEvent, LocalBoxFuture, ModelOption, Recovery, RunState, Steered,
-    TurnInput, TurnSummary,
+    Agent, AgentError, AgentEvent, JobAction, JobInfo, JobRun, LocalBoxFuture, ModelOption,
+    Recovery, RunState, Steered, TurnInput, TurnSummary,
 };
 
 /// The current backend, replaceable with [`Switchable::replace`].
@@ -124,6 +124,33 @@ impl Agent for Switchable {
 
     fn approvals_note(&self) -> Option<&'static str> {
         self.current().approvals_note()
+    }
+
+    fn has_jobs(&self) -> bool {
+        self.current().has_jobs()
+    }
+
+    fn jobs(&self) -> LocalBoxFuture<'_, Result<Vec<JobInfo>, AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.jobs().await })
+    }
+
+    fn job_runs<'a>(
+        &'a self,
+        job: &'a JobInfo,
+        after: Option<&'a str>,
+    ) -> LocalBoxFuture<'a, Result<Vec<JobRun>, AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.job_runs(job, after).await })
+    }
+
+    fn job_action<'a>(
+        &'a self,
+        job_id: &'a str,
+        action: JobAction,
+    ) -> LocalBoxFuture<'a, Result<(), AgentError>> {
+        let agent = self.current();
+        Box::pin(async move { agent.job_action(job_id, action).await })
     }
 
     fn forget(&self, message_ids: &[String]) {

@@ -18,6 +18,8 @@ pub(super) enum CallKind {
     Approval,
     /// The agent's list of models (`/model`, `/model NAME`, the model picker's answer).
     Models,
+    /// The agent's scheduled jobs (`/jobs`, its pickers' answers).
+    Jobs,
 }
 
 impl CallKind {
@@ -27,6 +29,7 @@ impl CallKind {
             CallKind::Steer => "a steer",
             CallKind::Approval => "an approval's answer",
             CallKind::Models => "a model choice",
+            CallKind::Jobs => "a scheduled-jobs request",
         }
     }
 }

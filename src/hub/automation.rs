@@ -390,23 +390,7 @@ impl Hub {
     ) -> Result<String, CommitError> {
         let lane = Lane::new(&channel.chat_id, None);
         let message = gateway_message(Role::Cron, text);
-        let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
-        let notification = Frame::notification("cron", title, &body, message.ts)
-            .in_lane(&lane.chat_id, None)
-            .outboxed();
-        let changes = vec![
-            Change::PutMessage(lane.clone(), message.clone()),
-            Change::OutboxOf {
-                message_id: message.message_id.clone(),
-                frame: Frame::message(&message)
-                    .in_lane(&lane.chat_id, None)
-                    .outboxed(),
-            },
-            Change::OutboxOf {
-                message_id: message.message_id.clone(),
-                frame: notification,
-            },
-        ];
+        let changes = cron_message_changes(&lane, title, &message);
         self.commit(changes, None).await?;
         Ok(message.message_id)
     }
@@ -415,6 +399,33 @@ impl Hub {
     fn lane_idle(&self, lane: &Lane) -> bool {
         self.lanes.is_idle(lane)
     }
+}
+
+/// A `cron` message in `lane` as the changes that store it: the message, its `message` frame
+/// and its `notification{kind:cron, title}` (pushed to away devices), both withdrawn if the
+/// message is deleted. The caller commits them, with anything that must change with them.
+pub(super) fn cron_message_changes(
+    lane: &Lane,
+    title: &str,
+    message: &crate::protocol::HistoryMessage,
+) -> Vec<Change> {
+    let body: String = message.text.chars().take(NOTIFICATION_BODY_CHARS).collect();
+    let notification = Frame::notification("cron", title, &body, message.ts)
+        .in_lane(&lane.chat_id, lane.thread())
+        .outboxed();
+    vec![
+        Change::PutMessage(lane.clone(), message.clone()),
+        Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: Frame::message(message)
+                .in_lane(&lane.chat_id, lane.thread())
+                .outboxed(),
+        },
+        Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: notification,
+        },
+    ]
 }
 
 /// The token of an `Authorization: Bearer <token>` header.

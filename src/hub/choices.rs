@@ -82,7 +82,11 @@ impl Choices {
 
     /// What the open picker `id` sets, without answering it.
     pub(super) fn picker_setting(&self, id: &str) -> Option<Setting> {
-        self.inner.borrow().pickers.get(id).map(|p| p.setting)
+        self.inner
+            .borrow()
+            .pickers
+            .get(id)
+            .map(|p| p.setting.clone())
     }
 
     /// The picker `id` answers, if it is still open (each is answered once).
@@ -111,9 +115,20 @@ impl Picker {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Setting {
     Reasoning,
     Fast,
     Model,
+    /// `/jobs`: which of the agent's jobs (`jobs.rs`).
+    Job,
+    /// What to do to the agent's job with this id.
+    JobAction(String),
+}
+
+impl Setting {
+    /// Answering it waits on the agent (its models, its jobs).
+    pub(super) fn asks_agent(&self) -> bool {
+        matches!(self, Setting::Model | Setting::Job | Setting::JobAction(_))
+    }
 }

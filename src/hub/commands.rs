@@ -15,7 +15,7 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::choices::{Picker, Setting};
+use super::choices::Setting;
 use super::errors::CommitError;
 use super::errors::Refusal;
 use super::state::{gateway_message, Hub};
@@ -38,6 +38,8 @@ pub enum Command {
     Reasoning(Option<String>),
     Fast(Option<String>),
     Model(Option<String>),
+    /// `/jobs`: the agent's scheduled jobs, as a picker (`jobs.rs`).
+    Jobs,
     /// `/steer TEXT`: guidance for the running answer (`steer.rs`), never answered here.
     Steer(Option<String>),
 }
@@ -104,6 +106,14 @@ const SPECS: &[Spec] = &[
         needs_models: true,
     },
     Spec {
+        name: "/jobs",
+        aliases: &[],
+        args_hint: "",
+        category: "Tools & Skills",
+        description: "The agent's scheduled jobs (schedule, next run, last result): pause, resume, run now or remove one; their results arrive in the chat they were asked for",
+        needs_models: false,
+    },
+    Spec {
         name: "/status",
         aliases: &[],
         args_hint: "",
@@ -142,6 +152,7 @@ pub fn parse(text: &str) -> Option<Command> {
         "/reasoning" => Command::Reasoning(arg.map(|a| a.to_ascii_lowercase())),
         "/fast" => Command::Fast(arg.map(|a| a.to_ascii_lowercase())),
         "/steer" => Command::Steer(arg),
+        "/jobs" => Command::Jobs,
         _ => Command::Model(arg),
     })
 }
@@ -195,6 +206,7 @@ impl Hub {
             Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
             Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
             Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
+            Command::Jobs => return self.open_jobs_picker(lane).await,
             Command::Reasoning(Some(v)) => self.apply_setting(lane, Setting::Reasoning, &v).await,
             Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
             Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
@@ -216,7 +228,14 @@ impl Hub {
         let picker = self.choices.take_picker(picker_id);
         if let Some(p) = picker {
             if self.lane_exists(&p.lane) {
-                let answer = self.apply_setting(&p.lane, p.setting, value).await;
+                let answer = match p.setting {
+                    Setting::Job => {
+                        self.open_job_actions(&p.lane, value).await;
+                        return Ok(());
+                    }
+                    Setting::JobAction(job_id) => self.apply_job_action(&job_id, value).await,
+                    setting => self.apply_setting(&p.lane, setting, value).await,
+                };
                 self.post_system(&p.lane, answer).await;
             }
         }
@@ -253,7 +272,9 @@ impl Hub {
                 settings.fast = on;
                 self.with_note(format!("Fast mode {}.", if on { "on" } else { "off" }))
             }
-            Setting::Model => unreachable!("a model is chosen per lane"),
+            Setting::Model | Setting::Job | Setting::JobAction(_) => {
+                unreachable!("a model is chosen per lane; jobs are changed at the agent")
+            }
         };
         if let Err(e) = self.set_agent_settings(settings).await {
             warn!("could not store the agent settings: {e}");
@@ -360,24 +381,15 @@ impl Hub {
                 }));
                 ("Model", choices)
             }
+            Setting::Job | Setting::JobAction(_) => return self.open_jobs_picker(lane).await,
         };
-        let picker_id = ids::time_ordered("pk");
         let choices: Vec<Value> = choices
         .into_iter()
         .map(|(value, label, is_current)| {
             json!({ "value": value, "label": label, "is_current": is_current })
         })
         .collect();
-        let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
-            .in_lane(&lane.chat_id, lane.thread());
-        self.choices
-            .open_picker(picker_id, Picker::new(lane, setting));
-        if let Err(e) = self
-            .commit(vec![Change::Outbox(frame.outboxed())], None)
-            .await
-        {
-            warn!(%lane, "could not send a picker: {e}");
-        }
+        self.offer_picker(lane, title, choices, setting).await;
     }
 
     /// Posts the gateway's answer as a `system` message in `lane`.

@@ -70,13 +70,16 @@ impl Hub {
         if command.is_none() {
             self.check_lane_room(&lane)?;
         }
-        // `/model` asks the agent for its models: answered beside the reader, one per device
-        // at a time, refused before the command is stored.
-        let asks_agent = matches!(command, Some(super::commands::Command::Model(_)));
-        let slot = if asks_agent {
-            Some(self.claim_agent_call(&outlet.device_id, CallKind::Models)?)
-        } else {
-            None
+        // `/model` and `/jobs` ask the agent: answered beside the reader, one per device and
+        // kind at a time, refused before the command is stored.
+        let asks_agent = match command {
+            Some(super::commands::Command::Model(_)) => Some(CallKind::Models),
+            Some(super::commands::Command::Jobs) => Some(CallKind::Jobs),
+            _ => None,
+        };
+        let slot = match asks_agent {
+            Some(kind) => Some(self.claim_agent_call(&outlet.device_id, kind)?),
+            None => None,
         };
         let message = HistoryMessage {
             media,

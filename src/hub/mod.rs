@@ -25,6 +25,7 @@ mod devices;
 mod errors;
 mod fanout;
 mod health;
+mod jobs;
 mod lanes;
 mod media;
 mod message_send;

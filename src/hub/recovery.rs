@@ -146,30 +146,9 @@ impl Hub {
     /// be in a streamed turn (a file that cannot be kept is named in the text instead).
     async fn deliver_recovered(&self, p: &PendingTurn, text: String, files: Vec<AgentEvent>) {
         let mut base = gateway_message(Role::Assistant, text);
-        let mut media = Vec::new();
-        for file in files {
-            if let AgentEvent::File {
-                filename,
-                mime,
-                kind,
-                bytes,
-            } = file
-            {
-                let name = crate::media::clean_filename(&filename);
-                match self
-                    .store_agent_file(&p.lane, &base.message_id, filename, mime, kind, &bytes)
-                    .await
-                {
-                    Ok(m) => media.push(m),
-                    Err(why) => base.text.push_str(&format!(
-                        "\n[file not sent: {name} could not be kept: {why}]"
-                    )),
-                }
-            }
-        }
+        self.attach_agent_files(&p.lane, &mut base, files).await;
         let reply = HistoryMessage {
             runtime: Some(Runtime::default()),
-            media,
             ..base
         };
         self.finish_turn(

@@ -97,15 +97,21 @@ impl Hub {
                     })
             }
             Request::PickerSelect { picker_id, value }
-                if self.choices.picker_setting(&picker_id) == Some(Setting::Model) =>
+                if self
+                    .choices
+                    .picker_setting(&picker_id)
+                    .is_some_and(|s| s.asks_agent()) =>
             {
-                self.claim_agent_call(&outlet.device_id, CallKind::Models)
-                    .map(|slot| {
-                        let (hub, to) = (self.clone(), outlet.clone());
-                        self.beside(outlet, id, slot, async move {
-                            hub.picker_select(&to, &picker_id, &value).await
-                        })
+                let kind = match self.choices.picker_setting(&picker_id) {
+                    Some(Setting::Model) => CallKind::Models,
+                    _ => CallKind::Jobs,
+                };
+                self.claim_agent_call(&outlet.device_id, kind).map(|slot| {
+                    let (hub, to) = (self.clone(), outlet.clone());
+                    self.beside(outlet, id, slot, async move {
+                        hub.picker_select(&to, &picker_id, &value).await
                     })
+                })
             }
             Request::PickerSelect { picker_id, value } => {
                 self.picker_select(outlet, &picker_id, &value).await

@@ -13,7 +13,7 @@ use crate::agent::AgentEvent;
 use crate::ids;
 use crate::outlet::{encode_text, StreamedText};
 use crate::protocol::fit;
-use crate::protocol::{Frame, Lane, MediaRef, TodoItem};
+use crate::protocol::{Frame, HistoryMessage, Lane, MediaRef, TodoItem};
 use crate::store::{Change, Record};
 
 use super::state::{coalesce_key, Hub};
@@ -302,6 +302,7 @@ impl Hub {
                 }
             }
             AgentEvent::PendingSteer(text) => acc.pending_steer = Some(text),
+            AgentEvent::JobMade(job_id) => self.job_made(lane, job_id).await,
             AgentEvent::File {
                 filename,
                 mime,
@@ -472,6 +473,37 @@ impl Hub {
         // ephemeral, and the saved copy only lets a restarted gateway give a better snapshot
         // than none, so a turn's plan costs no SD-card write of its own.
         self.lanes.set_todos(lane, todos);
+    }
+
+    /// Stores the files the agent named for `message`, a finished answer that did not stream
+    /// (a recovered turn, a scheduled job's run), and lists them on it; a file that cannot be
+    /// kept is named in its text instead.
+    pub(super) async fn attach_agent_files(
+        &self,
+        lane: &Lane,
+        message: &mut HistoryMessage,
+        files: Vec<AgentEvent>,
+    ) {
+        for file in files {
+            if let AgentEvent::File {
+                filename,
+                mime,
+                kind,
+                bytes,
+            } = file
+            {
+                let name = crate::media::clean_filename(&filename);
+                let stored = self
+                    .store_agent_file(lane, &message.message_id, filename, mime, kind, &bytes)
+                    .await;
+                match stored {
+                    Ok(m) => message.media.push(m),
+                    Err(why) => message.text.push_str(&format!(
+                        "\n[file not sent: {name} could not be kept: {why}]"
+                    )),
+                }
+            }
+        }
     }
 
     /// Stores a file the agent produced and offers it to every device (outboxed with the reply,

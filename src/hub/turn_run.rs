@@ -148,6 +148,7 @@ impl Hub {
             })
             .collect();
         let session = self.lane_session(lane).await;
+        let text = self.with_job_results(lane, &turn.user_message_id, text);
         TurnInput {
             lane: lane.clone(),
             user_message_id: turn.user_message_id.clone(),

@@ -13,6 +13,7 @@
 //! (tests/layering.rs holds the order), so a reader follows it top to bottom.
 
 // The store's API by subject.
+mod agent_jobs;
 mod approvals;
 pub mod backup;
 mod devices;
@@ -42,6 +43,7 @@ mod sql;
 mod sql_query;
 mod sql_write;
 mod witness;
+pub use agent_jobs::AgentJob;
 pub use approvals::{ApprovalRecord, RunRecord};
 pub use lane_models::LaneModel;
 pub use read_marks::ReadMark;

@@ -9,12 +9,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::agent_jobs::agent_job_key;
 use super::approvals::{approval_key, run_key};
 use super::devices::Device;
 use super::history::lane_prefix;
 use super::media::{ref_key, MediaRecord};
 use super::sessions::{AgentSession, META_AGENT_SETTINGS};
-use super::{to_json, ApprovalRecord, RunRecord, Sled};
+use super::{to_json, AgentJob, ApprovalRecord, RunRecord, Sled};
 use crate::config::AgentSettings;
 use crate::protocol::{Lane, TodoItem};
 
@@ -54,6 +55,10 @@ pub enum Record {
         sha256: String,
         blob_count: u64,
     },
+    /// An agent job the gateway delivers, with its newest delivered run.
+    PutAgentJob(AgentJob),
+    /// The agent no longer has the job.
+    RemoveAgentJob(String),
 }
 
 impl Record {
@@ -67,7 +72,8 @@ impl Record {
             | Record::DropMedia { .. }
             | Record::RemoveRun(_)
             | Record::RemoveApproval(_)
-            | Record::RemoveAgentSession(_) => 64,
+            | Record::RemoveAgentSession(_)
+            | Record::RemoveAgentJob(_) => 64,
             _ => 512,
         }
     }
@@ -99,6 +105,8 @@ impl Record {
             Record::PutAgentSession(lane, s) => put(&t.sessions, &lane_prefix(lane), to_json(s)),
             Record::RemoveAgentSession(lane) => remove(&t.sessions, &lane_prefix(lane)),
             Record::PutAgentSettings(s) => put(&t.meta, META_AGENT_SETTINGS, to_json(s)),
+            Record::PutAgentJob(j) => put(&t.meta, &agent_job_key(&j.job_id), to_json(j)),
+            Record::RemoveAgentJob(id) => remove(&t.meta, &agent_job_key(id)),
             Record::PutMedia {
                 record,
                 device_ref,

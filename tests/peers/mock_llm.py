@@ -38,6 +38,13 @@ scripted by the LAST role=user message (text parts of list content are joined):
                line, the last included (what `base64` prints, so what an agent pastes)
   [[inlinehex SUBTYPE HEX]]  "Look: ![x](data:image/SUBTYPE;base64,DATA) done.", DATA being the
                bytes HEX spells (any bytes, image or not), streamed 7 characters a chunk
+  [[cron NAME]]  no tool result after that user message yet: "I will schedule it." plus a call
+               to `cronjob` (Hermes 0.22, which offers no `cronjob`: `tool_call` of
+               `cronjob_manage`) with action create, schedule "every 1m", name NAME, prompt
+               "[[jobrun NAME]] Tell me the garden needs water."; once a tool result follows
+               it: "Scheduled NAME."
+  [[jobrun NAME]]  (anywhere in the message: Hermes wraps a job's prompt) "JOB-RAN-OK NAME run
+               N. The garden needs water.", N counting this mock's job runs of NAME from 1
   [[busy]]     the first time a given text is seen: HTTP 429 with Retry-After: 1; then the echo
   (scripts follow the newest "\n\n"-separated part of that message: Hermes merges an
   unanswered user message into the next one)
@@ -71,6 +78,7 @@ PNG_1X1 = bytes.fromhex(
 )
 LOG_LOCK = threading.Lock()
 BUSY_SEEN = set()
+JOB_RUNS = {}
 
 
 def text_of(content):
@@ -93,9 +101,10 @@ def chunked(text, size):
     return [("content", text[i : i + size]) for i in range(0, len(text), size)]
 
 
-def script(messages):
+def script(messages, offered=()):
     """The reply for a conversation: a list of events ("content"|"reasoning"|"tool", value),
-    the finish_reason, and the per-event delay in seconds."""
+    the finish_reason, and the per-event delay in seconds. `offered`: the tool names the request
+    offers (Hermes 0.22 offers its cron tool `cronjob_manage` only through `tool_call`)."""
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     if not users:
         return [("content", "Echo: nothing.")], "stop", 0
@@ -104,6 +113,27 @@ def script(messages):
     # Hermes merges an unanswered user message into the next one ("A\n\nB"): the script
     # follows the newest part, the echo shows the whole.
     newest = text.split("\n\n")[-1]
+    if "[[jobrun " in text:
+        name = text.split("[[jobrun ", 1)[1].split("]]", 1)[0].strip()
+        with LOG_LOCK:
+            JOB_RUNS[name] = JOB_RUNS.get(name, 0) + 1
+            n = JOB_RUNS[name]
+        return [("content", f"JOB-RAN-OK {name} run {n}. The garden needs water.")], "stop", 0
+    if "[[cron " in newest:
+        name = newest.split("[[cron ", 1)[1].split("]]", 1)[0].strip()
+        if any(m.get("role") == "tool" for m in messages[last + 1 :]):
+            return [("content", f"Scheduled {name}.")], "stop", 0
+        job = {
+            "action": "create",
+            "schedule": "every 1m",
+            "name": name,
+            "prompt": f"[[jobrun {name}]] Tell me the garden needs water.",
+        }
+        if "cronjob" in offered or "tool_call" not in offered:
+            call = ("cronjob", job)
+        else:
+            call = ("tool_call", {"name": "cronjob_manage", "arguments": job})
+        return [("content", "I will schedule it."), ("tool", call)], "tool_calls", 0
     if "[[slowtool]]" in newest:
         if any(m.get("role") == "tool" for m in messages[last + 1 :]):
             return [("content", "The plan is"), ("content", " ready.")], "stop", 0
@@ -220,7 +250,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(data)
                 return
-        events, finish, delay = script(messages)
+        offered = [t.get("function", {}).get("name") for t in req.get("tools") or []]
+        events, finish, delay = script(messages, offered)
         model = req.get("model") or "mock-model"
         try:
             if req.get("stream"):

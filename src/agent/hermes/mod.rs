@@ -14,6 +14,7 @@
 //! state). Following a run's events and status is `run.rs`; what is read from the session's
 //! transcript (history, tool records, reasoning, a restart's recovery) is `transcript.rs`.
 
+mod jobs;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -31,8 +32,8 @@ use super::media_in::{self, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
 use super::openai::model_ids;
 use super::{
-    Agent, AgentError, AgentEvent, LocalBoxFuture, ModelOption, Recovery, Steered, TurnInput,
-    TurnSummary,
+    Agent, AgentError, AgentEvent, JobAction, JobInfo, JobRun, LocalBoxFuture, ModelOption,
+    Recovery, Steered, TurnInput, TurnSummary,
 };
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Runtime;
@@ -458,6 +459,30 @@ impl Agent for HermesAgent {
                 _ => super::RunState::Gone,
             }
         })
+    }
+
+    fn has_jobs(&self) -> bool {
+        true
+    }
+
+    fn jobs(&self) -> LocalBoxFuture<'_, Result<Vec<JobInfo>, AgentError>> {
+        self.list_jobs()
+    }
+
+    fn job_runs<'a>(
+        &'a self,
+        job: &'a JobInfo,
+        after: Option<&'a str>,
+    ) -> LocalBoxFuture<'a, Result<Vec<JobRun>, AgentError>> {
+        self.runs_of(job, after)
+    }
+
+    fn job_action<'a>(
+        &'a self,
+        job_id: &'a str,
+        action: JobAction,
+    ) -> LocalBoxFuture<'a, Result<(), AgentError>> {
+        self.change_job(job_id, action)
     }
 
     fn approvals_note(&self) -> Option<&'static str> {

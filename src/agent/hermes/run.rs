@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::jobs::made_job_id;
 use super::transcript::todos_from_result;
 use super::TurnWorker;
 use crate::agent::hermes_wire::{RunEvent, RunStatus};
@@ -64,7 +65,7 @@ pub(super) fn tool_emoji(name: &str) -> Option<&'static str> {
         "memory" => "\u{1f9e0}",
         "process" => "\u{2699}\u{fe0f}",
         "delegate_task" => "\u{1f500}",
-        "cronjob" => "\u{23f0}",
+        "cronjob" | "cronjob_manage" => "\u{23f0}",
         "clarify" => "\u{2753}",
         "vision_analyze" => "\u{1f441}\u{fe0f}",
         "image_generate" => "\u{1f3a8}",
@@ -73,6 +74,11 @@ pub(super) fn tool_emoji(name: &str) -> Option<&'static str> {
         "browser_navigate" => "\u{1f310}",
         _ => return None,
     })
+}
+
+/// Hermes' tool that makes scheduled jobs (`cronjob_manage` in 0.22).
+fn is_cron_tool(name: &str) -> bool {
+    matches!(name, "cronjob" | "cronjob_manage")
 }
 
 /// How long between looks at a run's status when its events stream is gone.
@@ -190,7 +196,12 @@ impl TurnWorker {
         };
         let tool = p.open_tools.remove(at);
         let failed = ev.error.failed;
-        let record = self.run_tool_record(name, &p.reported);
+        let mut record = self.run_tool_record(name, &p.reported);
+        if record.is_none() && is_cron_tool(name) {
+            // Hermes 0.22 defers its cron tool: the model calls it through `tool_call`, which is
+            // what the transcript records, while the events name the tool underneath.
+            record = self.run_tool_record("tool_call", &p.reported);
+        }
         let output = match &record {
             Some((id, _, output)) => {
                 p.reported.push(id.clone());
@@ -201,6 +212,11 @@ impl TurnWorker {
         if name == "todo" {
             if let Some(todos) = todos_from_result(&output) {
                 self.send(AgentEvent::Todos(todos));
+            }
+        }
+        if is_cron_tool(name) || name == "tool_call" {
+            if let Some(job_id) = made_job_id(&output) {
+                self.send(AgentEvent::JobMade(job_id));
             }
         }
         let ok = !failed
