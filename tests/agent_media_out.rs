@@ -6,7 +6,8 @@
 //! `/etc/passwd`, a symlink out of an allowed folder and a file over `limits.agent_file_bytes`
 //! are not read: a note stands in the text instead, also when a folder is swapped for a
 //! symlink to the data folder or a `.ssh` folder while the gateway reads. An inline image is
-//! offered only once it decodes (its base64 may be wrapped in lines). Against a real Hermes 0.19.0 (its runs
+//! offered only once it decodes (its base64 may be wrapped in lines), and so is a `MEDIA:` file
+//! named as an image (else it goes as an opaque document). Against a real Hermes 0.19.0 (its runs
 //! API, `agent.hermes_home` giving the default folders) and the OpenAI-compatible backend
 //! (`agent.media_dirs`), both on the scripted mock LLM (`[[media …]]`, `[[inline N]]`).
 
