@@ -273,7 +273,10 @@ fn kinds_come_from_the_extension_and_image_bytes() {
         ("a.png", &[&png[..8], &[0x42; 300][..]].concat()[..]),
         ("a.png", &png[..png.len() - 20]),
         ("a.bmp", &b"BM<html><script>alert(1)</script></html>"[..]),
-        ("a.svg", &b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"[..]),
+        (
+            "a.svg",
+            &b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"[..],
+        ),
     ] {
         assert_eq!(
             kind_of(name, bytes, false),
