@@ -651,43 +651,31 @@ async fn openai_inline_base64_wrapped_in_lines_is_an_image_and_bytes_that_only_s
 async fn openai_a_media_file_named_as_an_image_is_offered_as_one_only_when_it_decodes() {
     let mut s = openai_setup().await;
     // A bitmap's signature before HTML, and a PNG's before junk: a phone would show them in an
-    // image viewer; they go as opaque documents, bytes unchanged.
+    // image viewer; they go as opaque documents, bytes unchanged. A real PNG (a 1x1 image,
+    // whatever follows its end) still is an image.
     let png_signature = b"\x89PNG\r\n\x1a\n";
-    for (name, bytes) in [
+    let (document, image) = (
+        ("document", "application/octet-stream"),
+        ("image", "image/png"),
+    );
+    for (name, bytes, (kind, mime)) in [
         (
             "page.bmp",
             b"BM<html><script>alert(document.cookie)</script></html>".to_vec(),
+            document,
         ),
-        ("junk.png", [&png_signature[..], &[0x42; 300]].concat()),
+        (
+            "junk.png",
+            [&png_signature[..], &[0x42; 300]].concat(),
+            document,
+        ),
+        ("chart.png", inline_png(500), image),
     ] {
         let path = s.allowed.path().join(name);
         std::fs::write(&path, &bytes).unwrap();
         let frames =
             s.c.say(&format!("[[media {}]]", path.display()), typing_off)
                 .await;
-        assert_offered(
-            &mut s.c,
-            &frames,
-            name,
-            "document",
-            "application/octet-stream",
-            &bytes,
-        )
-        .await;
+        assert_offered(&mut s.c, &frames, name, kind, mime, &bytes).await;
     }
-    // A real PNG (a 1x1 image, whatever follows its end) still is an image.
-    let chart = s.allowed.path().join("chart.png");
-    std::fs::write(&chart, inline_png(500)).unwrap();
-    let frames =
-        s.c.say(&format!("[[media {}]]", chart.display()), typing_off)
-            .await;
-    assert_offered(
-        &mut s.c,
-        &frames,
-        "chart.png",
-        "image",
-        "image/png",
-        &inline_png(500),
-    )
-    .await;
 }
