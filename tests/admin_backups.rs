@@ -646,3 +646,87 @@ async fn a_scheduled_backup_uploaded_on_the_page_restores_and_a_foreign_file_is_
     assert!(settings.contains("Asia/Tokyo"), "{settings}");
     gw.stop_ok();
 }
+
+/// A 64-character string of l33t substitutions (all `owner::SCORED_CHARS` rates): zxcvbn's
+/// most expensive kind of input (0.66 s in a debug build here; more on a Pi), and a strong one.
+fn costly_passphrase() -> String {
+    "4@8(3!1|0$5+7".chars().cycle().take(64).collect()
+}
+
+/// The slowest a phone's ping may be answered while a backup passphrase is rated: well under
+/// the estimate of [`costly_passphrase`], which the event loop would wait out whole.
+const WORST_PING: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_backup_passphrase_is_rated_off_the_event_loop_with_the_same_verdicts() {
+    let data = common::temp_data_dir();
+    let cfg = config(data.path(), 3600);
+    // Sets BACKUP_PASS (a strong one: accepted, 303).
+    let (gw, mut web, phone) = set_up(data.path(), &cfg).await;
+
+    for (weak, said) in [
+        (
+            "aaaaaaaaaaaaaaaa",
+            "Not set: this passphrase is too easy to guess",
+        ),
+        (
+            "short",
+            "Not set: the passphrase must have at least 12 characters.",
+        ),
+    ] {
+        let r = web
+            .post_csrf(
+                "/admin/backup/passphrase",
+                &[("passphrase", weak), ("confirm", weak)],
+            )
+            .await;
+        assert_eq!(r.status, 400, "{weak}: {r:?}");
+        assert!(r.notice().starts_with(said), "{weak}: {}", r.notice());
+    }
+
+    // A phone pings (as fast as its frame rate allows) while the costly one is rated: none
+    // of its pings waits for the estimate.
+    let (mut c, _) = hello_paired(&gw, &phone).await;
+    let csrf = web.csrf().await;
+    let costly = costly_passphrase();
+    let answered = std::cell::Cell::new(false);
+    let form = async {
+        let r = web
+            .request_form(
+                "/admin/backup/passphrase",
+                &[
+                    ("csrf", &csrf),
+                    ("passphrase", &costly),
+                    ("confirm", &costly),
+                ],
+            )
+            .await;
+        answered.set(true);
+        r
+    };
+    let pings = async {
+        let (mut worst, mut n) = (Duration::ZERO, 0);
+        // Within the phone's frame rate (`limits.frames_per_second`).
+        let mut pace = tokio::time::interval(Duration::from_millis(60));
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !answered.get() {
+            pace.tick().await;
+            n += 1;
+            let sent = Instant::now();
+            let id = c
+                .request("ping", None, None, serde_json::json!({ "ts": n }))
+                .await;
+            let pong = c.recv_reply(id).await;
+            assert_eq!(frame_type(&pong), "pong", "{pong}");
+            worst = worst.max(sent.elapsed());
+        }
+        (worst, n)
+    };
+    let (r, (worst, pings)) = tokio::join!(form, pings);
+    assert_eq!(r.status, 303, "a strong passphrase is set: {r:?}");
+    eprintln!("{pings} pings while the backup passphrase was rated and set; worst {worst:?}");
+    assert!(
+        worst <= WORST_PING,
+        "a phone's ping took {worst:?} while the passphrase was rated (at most {WORST_PING:?})"
+    );
+}

@@ -6,7 +6,8 @@
 //! `/etc/passwd`, a symlink out of an allowed folder and a file over `limits.agent_file_bytes`
 //! are not read: a note stands in the text instead, also when a folder is swapped for a
 //! symlink to the data folder or a `.ssh` folder while the gateway reads. An inline image is
-//! offered only once it decodes (its base64 may be wrapped in lines). Against a real Hermes 0.19.0 (its runs
+//! offered only once it decodes (its base64 may be wrapped in lines), and so is a `MEDIA:` file
+//! named as an image (else it goes as an opaque document). Against a real Hermes 0.19.0 (its runs
 //! API, `agent.hermes_home` giving the default folders) and the OpenAI-compatible backend
 //! (`agent.media_dirs`), both on the scripted mock LLM (`[[media …]]`, `[[inline N]]`).
 
@@ -643,5 +644,38 @@ async fn openai_inline_base64_wrapped_in_lines_is_an_image_and_bytes_that_only_s
                 && text.len() < 300,
             "{text:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn openai_a_media_file_named_as_an_image_is_offered_as_one_only_when_it_decodes() {
+    let mut s = openai_setup().await;
+    // A bitmap's signature before HTML, and a PNG's before junk: a phone would show them in an
+    // image viewer; they go as opaque documents, bytes unchanged. A real PNG (a 1x1 image,
+    // whatever follows its end) still is an image.
+    let png_signature = b"\x89PNG\r\n\x1a\n";
+    let (document, image) = (
+        ("document", "application/octet-stream"),
+        ("image", "image/png"),
+    );
+    for (name, bytes, (kind, mime)) in [
+        (
+            "page.bmp",
+            b"BM<html><script>alert(document.cookie)</script></html>".to_vec(),
+            document,
+        ),
+        (
+            "junk.png",
+            [&png_signature[..], &[0x42; 300]].concat(),
+            document,
+        ),
+        ("chart.png", inline_png(500), image),
+    ] {
+        let path = s.allowed.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let frames =
+            s.c.say(&format!("[[media {}]]", path.display()), typing_off)
+                .await;
+        assert_offered(&mut s.c, &frames, name, kind, mime, &bytes).await;
     }
 }

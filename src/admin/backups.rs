@@ -16,6 +16,7 @@ use super::jobs::Kind;
 use super::pages::{self, csrf_field, notice, Notice};
 use super::reply::{page, redirect, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
+use super::strength::Asker;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
@@ -366,7 +367,16 @@ async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
     if pass != confirm {
         return Err("The two passphrases differ; nothing was changed.".into());
     }
-    owner::check_new(pass).map_err(|e| format!("Not set: {e}."))?;
+    // Rated by the gateway's one estimator (off the event loop: a long l33t passphrase costs
+    // zxcvbn about a second), as the owner's own change is: waits its turn, never refused.
+    let rated = admin
+        .estimator
+        .rate(zeroize::Zeroizing::new(pass.to_owned()), Asker::Owner)
+        .await
+        .map_err(|_| "The passphrase could not be checked: try again.".to_owned())?;
+    if !rated.ok {
+        return Err(format!("Not set: {}", lowercase_first(&rated.words)));
+    }
     let _permit = admin.hashing.acquire().await.map_err(|e| e.to_string())?;
     let (dir, p) = (
         admin.data_dir.clone(),
@@ -378,6 +388,15 @@ async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     info!("admin page: backup passphrase set (a new backup key)");
     Ok(())
+}
+
+/// The estimator's sentence inside "Not set: …" (its verdict starts with a capital).
+fn lowercase_first(sentence: &str) -> String {
+    let mut chars = sentence.chars();
+    chars
+        .next()
+        .map(|c| c.to_lowercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// "Back up now" as a job (`jobs.rs`): the page follows it, and the schedule's own backups

@@ -1,34 +1,20 @@
 //! What a file from the agent is (mime type and media kind), from its name and its bytes.
 
-/// The image type the bytes say, from their magic numbers.
-pub(super) fn sniff_image(b: &[u8]) -> Option<&'static str> {
-    Some(if b.starts_with(b"\x89PNG\r\n\x1a\n") {
-        "image/png"
-    } else if b.starts_with(&[0xff, 0xd8, 0xff]) {
-        "image/jpeg"
-    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
-        "image/gif"
-    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
-        "image/webp"
-    } else if b.starts_with(b"BM") {
-        "image/bmp"
-    } else if b.starts_with(b"II*\0") || b.starts_with(b"MM\0*") {
-        "image/tiff"
-    } else {
-        return None;
-    })
-}
+use crate::agent::media_in::verify_image;
 
-/// Mime type and media kind of a file: from its extension, and for images from its bytes
-/// (a `.png` that is not an image is sent as a document, not shown as a broken picture).
+/// Mime type and media kind of a file: from its extension, and for images from its bytes. A file
+/// named as an image is offered as one only once it decodes in full (within the photo decoder's
+/// pixel limit and budget), as the type the decoder found: first bytes prove nothing (`BM` before
+/// HTML, a PNG signature before junk), and a phone shows an image kind in a viewer. Anything else
+/// named as an image (BMP, TIFF, SVG, damaged, too large) goes as an opaque document.
+/// Blocking (a full decode): called where the file is read, on a worker thread.
 pub(super) fn kind_of(filename: &str, bytes: &[u8], voice: bool) -> (String, String) {
     let ext = filename
         .rsplit_once('.')
         .map(|(_, e)| e.to_ascii_lowercase())
         .unwrap_or_default();
     let by_ext = match ext.as_str() {
-        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "tif" | "tiff" => "image/raster",
-        "svg" => "image/svg+xml",
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "tif" | "tiff" | "svg" => "image/*",
         "mp3" => "audio/mpeg",
         "wav" => "audio/wav",
         "ogg" | "oga" => "audio/ogg",
@@ -66,13 +52,11 @@ pub(super) fn kind_of(filename: &str, bytes: &[u8], voice: bool) -> (String, Str
         "odp" => "application/vnd.oasis.opendocument.presentation",
         _ => "application/octet-stream",
     };
-    let (mime, kind) = if by_ext == "image/raster" {
-        match sniff_image(bytes) {
-            Some(m) => (m.to_owned(), "image"),
-            None => ("application/octet-stream".to_owned(), "document"),
+    let (mime, kind) = if by_ext == "image/*" {
+        match verify_image(bytes) {
+            Ok((mime, _, _)) => (mime.to_owned(), "image"),
+            Err(_) => ("application/octet-stream".to_owned(), "document"),
         }
-    } else if by_ext == "image/svg+xml" {
-        (by_ext.to_owned(), "image")
     } else if by_ext.starts_with("audio/") {
         (by_ext.to_owned(), if voice { "voice" } else { "audio" })
     } else if by_ext.starts_with("video/") {

@@ -17,8 +17,8 @@
 //!   system file (a denylist like Hermes' `validate_media_delivery_path`, checked again on where
 //!   the opened file really is), at most `limits.agent_file_bytes`. A refused tag becomes a
 //!   plain note in the text. An inline image is held to the same limit and offered only once
-//!   it decodes (`inline.rs`), and a file's type is taken from its bytes where they tell it
-//!   (`file_kind.rs`).
+//!   it decodes (`inline.rs`); a file named as an image is offered as one only once it decodes
+//!   too, else as an opaque document (`file_kind.rs`).
 //!
 //! [`OutFilter`] joins them for the backends' worker threads (file reads never happen on the
 //! event loop).

@@ -257,7 +257,7 @@ fn the_default_folders_follow_where_the_agent_runs() {
 
 #[test]
 fn kinds_come_from_the_extension_and_image_bytes() {
-    let png = b"\x89PNG\r\n\x1a\n....";
+    let png = &tiny_png()[..];
     assert_eq!(
         kind_of("a.png", png, false),
         ("image/png".into(), "image".into())
@@ -267,10 +267,23 @@ fn kinds_come_from_the_extension_and_image_bytes() {
         ("image/png".into(), "image".into()),
         "the bytes win for images"
     );
-    assert_eq!(
-        kind_of("a.png", b"not an image", false),
-        ("application/octet-stream".into(), "document".into())
-    );
+    // Named as images, starting like one, but not decoding to one: opaque documents.
+    for (name, bytes) in [
+        ("a.png", &b"not an image"[..]),
+        ("a.png", &[&png[..8], &[0x42; 300][..]].concat()[..]),
+        ("a.png", &png[..png.len() - 20]),
+        ("a.bmp", &b"BM<html><script>alert(1)</script></html>"[..]),
+        (
+            "a.svg",
+            &b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"[..],
+        ),
+    ] {
+        assert_eq!(
+            kind_of(name, bytes, false),
+            ("application/octet-stream".into(), "document".into()),
+            "{name}: {bytes:?}"
+        );
+    }
     assert_eq!(kind_of("a.ogg", b"", true).1, "voice");
     assert_eq!(kind_of("a.ogg", b"", false).1, "audio");
     assert_eq!(
