@@ -40,6 +40,13 @@ pub enum SealError {
     NotSealed(String),
     #[error("{what} is damaged or cut short ({why}); nothing was changed")]
     Damaged { what: String, why: String },
+    #[error(
+        "{what} was sealed with a passphrase work factor of 2^{log_n}, which needs {} MiB of \
+         memory, more than this box allows (2^{OPEN_MAX_LOG_N}); open it on a computer with \
+         age, or restore a backup this box made; nothing was changed",
+        (1u64 << .log_n) / 1024
+    )]
+    TooCostly { what: String, log_n: u8 },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -76,13 +83,24 @@ pub fn key_path(data_dir: &Path) -> PathBuf {
     data_dir.join(KEY_FILE)
 }
 
+/// scrypt's work factor for the backup passphrase: N = 2^15, 32 MiB of memory and about a
+/// second on a Pi Zero 2 W. Fixed, not age's own tuning to a second of this machine's time, which
+/// on a fast x86 box picks 2^19 (512 MiB), more than a 512 MB Pi has beside Hermes.
+const SEAL_LOG_N: u8 = 15;
+
+/// The largest work factor a sealed backup may name and still be opened here: 2^17, 128 MiB.
+/// Backups this box seals use [`SEAL_LOG_N`]; a file naming more (made elsewhere, or an upload
+/// made to cost) is refused before scrypt allocates anything (age checks it first).
+const OPEN_MAX_LOG_N: u8 = 17;
+
 /// Makes a new key for `passphrase` and saves it (mode 0600). Slow (age's scrypt: about a
 /// second by design); call it off the event loop. Backups made before keep their own key, so
 /// they still open with the passphrase they were made under.
 pub fn set_passphrase(data_dir: &Path, passphrase: &str) -> Result<Key, SealError> {
     use base64::Engine;
     let identity = age::x25519::Identity::generate();
-    let wrapper = age::scrypt::Recipient::new(SecretString::from(passphrase.to_owned()));
+    let mut wrapper = age::scrypt::Recipient::new(SecretString::from(passphrase.to_owned()));
+    wrapper.set_work_factor(SEAL_LOG_N);
     let wrapped = age::encrypt(&wrapper, identity.to_string().expose_secret().as_bytes())
         .map_err(|e| SealError::Encrypt(e.to_string()))?;
     let key = Key {
@@ -210,11 +228,18 @@ pub fn open(path: &Path, passphrase: &str, store_out: &Path) -> Result<Extras, S
     input
         .read_exact(&mut wrapped)
         .map_err(|e| damaged(e.to_string()))?;
-    let unwrapper = age::scrypt::Identity::new(SecretString::from(passphrase.to_owned()));
+    let mut unwrapper = age::scrypt::Identity::new(SecretString::from(passphrase.to_owned()));
+    unwrapper.set_max_work_factor(OPEN_MAX_LOG_N);
     let identity = match age::decrypt(&unwrapper, &wrapped) {
         Ok(i) => zeroize::Zeroizing::new(i),
         Err(age::DecryptError::DecryptionFailed | age::DecryptError::NoMatchingKeys) => {
             return Err(SealError::WrongPassphrase)
+        }
+        Err(age::DecryptError::ExcessiveWork { required, .. }) => {
+            return Err(SealError::TooCostly {
+                what: name,
+                log_n: required,
+            })
         }
         Err(e) => return Err(damaged(e.to_string())),
     };
@@ -323,5 +348,40 @@ mod tests {
             std::fs::read(&out).unwrap(),
             b"the store part, secret words"
         );
+    }
+
+    /// A file whose passphrase stanza names a work factor over [`OPEN_MAX_LOG_N`] is refused by
+    /// its header, before scrypt would allocate 2^log_n KiB.
+    #[test]
+    fn a_passphrase_work_factor_over_the_cap_is_refused_before_scrypt_runs() {
+        use base64::Engine;
+        let dir = tempfile::tempdir().unwrap();
+        let mut cheap = age::scrypt::Recipient::new(SecretString::from("p".to_owned()));
+        cheap.set_work_factor(2);
+        let wrapped = age::encrypt(&cheap, b"AGE-SECRET-KEY-1").unwrap();
+        // The header is text; the stanza's last argument is the work factor.
+        let at = wrapped
+            .windows(3)
+            .position(|w| w == b" 2\n")
+            .expect("the stanza names its work factor");
+        let costly = [&wrapped[..at], b" 18\n".as_slice(), &wrapped[at + 3..]].concat();
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&(costly.len() as u32).to_be_bytes());
+        file.extend_from_slice(&costly);
+        let path = dir.path().join("far.age");
+        std::fs::write(&path, &file).unwrap();
+        let out = dir.path().join("store.iris");
+        let got = open(&path, "p", &out);
+        assert!(
+            matches!(got, Err(SealError::TooCostly { log_n: 18, .. })),
+            "{got:?}"
+        );
+        assert!(!out.exists());
+        // The key this box seals with stays under the cap.
+        let key = set_passphrase(dir.path(), "correct horse battery").unwrap();
+        let wrapped = base64::engine::general_purpose::STANDARD
+            .decode(&key.wrapped)
+            .unwrap();
+        assert!(String::from_utf8_lossy(&wrapped).contains(&format!(" {SEAL_LOG_N}\n")));
     }
 }
