@@ -2,8 +2,9 @@
 //! tests/common/peers.rs) whose model is the scripted mock: the model calls Hermes' `cronjob`
 //! tool from an Iris chat, Hermes' scheduler runs the job, and each run's output reaches every
 //! device in that chat as a `cron` message, once, across a gateway SIGKILLed while the job ran
-//! and a Hermes restarted between runs. `/jobs` lists the job and pauses it; a job made outside
-//! Iris, or whose chat was deleted, posts into the "Agent jobs" channel.
+//! and a Hermes restarted between runs. `/jobs` lists the job, pauses, resumes, runs and
+//! removes it, and shows a pause made through Hermes' own API; a job made outside Iris, or
+//! whose chat was deleted, posts into the "Agent jobs" channel.
 //!
 //! Runs are started with Hermes' own API (`POST /api/jobs/{id}/run` marks a job due) and a
 //! Hermes restart: its scheduler ticks once at start, then every 60 s, so no test waits for
