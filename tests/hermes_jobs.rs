@@ -2,8 +2,9 @@
 //! tests/common/peers.rs) whose model is the scripted mock: the model calls Hermes' `cronjob`
 //! tool from an Iris chat, Hermes' scheduler runs the job, and each run's output reaches every
 //! device in that chat as a `cron` message, once, across a gateway SIGKILLed while the job ran
-//! and a Hermes restarted between runs. `/jobs` lists the job and pauses it; a job made outside
-//! Iris, or whose chat was deleted, posts into the "Agent jobs" channel.
+//! and a Hermes restarted between runs. `/jobs` lists the job, pauses, resumes, runs and
+//! removes it, and shows a pause made through Hermes' own API; a job made outside Iris, or
+//! whose chat was deleted, posts into the "Agent jobs" channel.
 //!
 //! Runs are started with Hermes' own API (`POST /api/jobs/{id}/run` marks a job due) and a
 //! Hermes restart: its scheduler ticks once at start, then every 60 s, so no test waits for
@@ -117,12 +118,23 @@ impl JobRig {
             .unwrap_or(0)
     }
 
+    /// `job_id` as Hermes' API lists it, if it has it.
+    fn job(&self, job_id: &str) -> Option<Value> {
+        self.jobs().into_iter().find(|j| j["id"] == job_id)
+    }
+
     /// Marks `job_id` due and restarts Hermes, whose scheduler ticks at start; returns once the
     /// run's output is saved.
     fn run_job_now(&mut self, job_id: &str) {
         let before = self.saved_runs(job_id);
         let (status, v) = self.api("POST", &format!("/api/jobs/{job_id}/run"));
         assert_eq!(status, 200, "{v}");
+        self.tick_until_run(job_id, before);
+    }
+
+    /// Restarts Hermes, whose scheduler ticks at start (running the jobs marked due); returns
+    /// once `job_id` has more than `before` runs saved.
+    fn tick_until_run(&mut self, job_id: &str, before: usize) {
         self.hermes.restart();
         let deadline = Instant::now() + RUN_TIMEOUT;
         while self.saved_runs(job_id) <= before {
@@ -187,6 +199,70 @@ async fn select(c: &mut Client, picker: &Value, value: &str) {
 async fn jobs_picker(c: &mut Client) -> Value {
     c.send_text(Some("default"), None, "/jobs").await;
     c.recv_type("picker.choice").await
+}
+
+/// The label `/jobs` gives its first job.
+async fn first_job_label(c: &mut Client) -> String {
+    let picker = jobs_picker(c).await;
+    let label = &picker["payload"]["choices"][0]["label"];
+    label.as_str().unwrap_or("").to_owned()
+}
+
+/// `/jobs` → `job_id`: the picker of what can be done to it, as (value, label) pairs.
+async fn job_actions(c: &mut Client, job_id: &str) -> (Value, Vec<(String, String)>) {
+    let picker = jobs_picker(c).await;
+    select(c, &picker, job_id).await;
+    let actions = c.recv_type("picker.choice").await;
+    let offered = actions["payload"]["choices"]
+        .as_array()
+        .expect("choices")
+        .iter()
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+            (text("value"), text("label"))
+        })
+        .collect();
+    (actions, offered)
+}
+
+fn values(offered: &[(String, String)]) -> Vec<&str> {
+    offered.iter().map(|(v, _)| v.as_str()).collect()
+}
+
+/// Chooses `action` in a job's picker; the gateway's answer in the chat.
+async fn act(c: &mut Client, actions: &Value, action: &str) -> String {
+    select(c, actions, action).await;
+    let said = c
+        .recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
+        .await;
+    pstr(&said, "text").to_owned()
+}
+
+/// Waits until every run of `job_id` Hermes saved is in `chat`'s history, then asserts each is
+/// there once, in order; returns how many.
+async fn each_run_once(r: &JobRig, c: &mut Client, job_id: &str) -> usize {
+    let saved = r.saved_runs(job_id);
+    let mut history = Vec::new();
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while history.len() < saved {
+        assert!(Instant::now() < deadline, "{history:?}");
+        history = job_history(c, "default").await;
+        if history.len() < saved {
+            c.recv_until(is_cron).await;
+        }
+    }
+    let texts: Vec<String> = history
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    for (i, text) in texts.iter().enumerate() {
+        assert!(
+            text.starts_with(&format!("JOB-RAN-OK garden run {}.", i + 1)),
+            "{texts:?}"
+        );
+    }
+    assert_eq!(texts.len(), saved, "{texts:?}");
+    saved
 }
 
 async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
@@ -295,27 +371,7 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
     );
 
     // Every saved run is in the chat once, in order (Hermes' own ticker may have added one).
-    let saved = r.saved_runs(&job_id);
-    let mut history = Vec::new();
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    while history.len() < saved {
-        assert!(Instant::now() < deadline, "{history:?}");
-        history = job_history(&mut c, "default").await;
-        if history.len() < saved {
-            c.recv_until(is_cron).await;
-        }
-    }
-    let texts: Vec<String> = history
-        .iter()
-        .map(|m| m["text"].as_str().unwrap_or("").to_owned())
-        .collect();
-    for (i, text) in texts.iter().enumerate() {
-        assert!(
-            text.starts_with(&format!("JOB-RAN-OK garden run {}.", i + 1)),
-            "{texts:?}"
-        );
-    }
-    assert_eq!(texts.len(), saved, "{texts:?}");
+    let saved = each_run_once(&r, &mut c, &job_id).await;
 
     // A reply reaches the lane's conversation with the results it answers.
     c.say("did it run?", typing_off).await;
@@ -333,32 +389,66 @@ async fn a_job_made_in_a_chat_reaches_every_device_once_per_run(
     );
 
     // `/jobs` → the job → pause: Hermes pauses it, and `/jobs` says so.
-    let picker = jobs_picker(&mut c).await;
-    select(&mut c, &picker, &job_id).await;
-    let actions = c.recv_type("picker.choice").await;
-    let values: Vec<&str> = actions["payload"]["choices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["value"].as_str())
-        .collect();
-    assert_eq!(values, ["pause", "run", "remove"], "{actions}");
-    select(&mut c, &actions, "pause").await;
+    let (actions, offered) = job_actions(&mut c, &job_id).await;
+    assert_eq!(values(&offered), ["pause", "run", "remove"], "{actions}");
+    let said = act(&mut c, &actions, "pause").await;
+    assert!(said.starts_with("Paused"), "{said}");
+    let job = r.job(&job_id).expect("the job");
+    assert!(job["enabled"] == false || job["state"] == "paused", "{job}");
+    let label = first_job_label(&mut c).await;
+    assert!(label.contains("paused"), "{label}");
+
+    // → resume: Hermes schedules it again, and `/jobs` shows its next run.
+    let (actions, offered) = job_actions(&mut c, &job_id).await;
+    assert_eq!(values(&offered), ["resume", "run", "remove"], "{actions}");
+    let said = act(&mut c, &actions, "resume").await;
+    assert!(said.starts_with("Resumed"), "{said}");
+    let job = r.job(&job_id).expect("the job");
+    assert!(job["enabled"] == true && job["state"] != "paused", "{job}");
+    let label = first_job_label(&mut c).await;
+    assert!(
+        !label.contains("paused") && label.contains("next"),
+        "{label}"
+    );
+
+    // Paused on Hermes' side, not from the phone: the next `/jobs` shows it paused.
+    let (status, v) = r.api("POST", &format!("/api/jobs/{job_id}/pause"));
+    assert_eq!(status, 200, "{v}");
+    let label = first_job_label(&mut c).await;
+    assert!(label.contains("paused"), "{label}");
+
+    // → run now: Hermes resumes a paused job to run it, and the picker says so before it is
+    // chosen; the run (at Hermes' next tick) reaches the chat once.
+    let (actions, offered) = job_actions(&mut c, &job_id).await;
+    assert_eq!(values(&offered), ["resume", "run", "remove"], "{actions}");
+    let run_label = &offered[1].1;
+    assert!(run_label.contains("resumes"), "{actions}");
+    let before = r.saved_runs(&job_id);
+    let said = act(&mut c, &actions, "run").await;
+    assert!(said.contains("next scheduler tick"), "{said}");
+    r.tick_until_run(&job_id, before);
+    let next = format!("JOB-RAN-OK garden run {}.", before + 1);
+    let ran = c
+        .recv_until(|f| is_cron(f) && pstr(f, "text").starts_with(&next))
+        .await;
+    assert_eq!(ran["chat_id"], "default", "{ran}");
+    let job = r.job(&job_id).expect("the job");
+    assert!(job["enabled"] == true && job["state"] != "paused", "{job}");
+    assert!(each_run_once(&r, &mut c, &job_id).await > saved);
+
+    // → remove: gone from Hermes' `/api/jobs` and from `/jobs`.
+    let (actions, _) = job_actions(&mut c, &job_id).await;
+    let said = act(&mut c, &actions, "remove").await;
+    assert!(said.starts_with("Removed"), "{said}");
+    assert!(r.job(&job_id).is_none(), "{:?}", r.jobs());
+    c.send_text(Some("default"), None, "/jobs").await;
     let said = c
         .recv_until(|f| frame_type(f) == "message" && f["payload"]["role"] == "system")
         .await;
-    assert!(pstr(&said, "text").starts_with("Paused"), "{said}");
-    let job = r
-        .jobs()
-        .into_iter()
-        .find(|j| j["id"] == job_id.as_str())
-        .unwrap();
-    assert!(job["enabled"] == false || job["state"] == "paused", "{job}");
-    let picker = jobs_picker(&mut c).await;
-    let label = picker["payload"]["choices"][0]["label"]
-        .as_str()
-        .unwrap_or("");
-    assert!(label.contains("paused"), "{picker}");
+    assert!(
+        pstr(&said, "text").starts_with("The agent has no scheduled jobs"),
+        "{said}"
+    );
 }
 
 #[tokio::test]

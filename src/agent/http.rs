@@ -157,16 +157,9 @@ impl Endpoint {
 
     /// A GET with the key, bounded by `JSON_CALL_TIMEOUT`, up to its answer's head.
     fn get_now(&self, path: &str) -> Result<ureq::http::Response<ureq::Body>, AgentError> {
-        let mut req = self
-            .http
-            .get(self.url(path))
-            .config()
-            .timeout_global(Some(JSON_CALL_TIMEOUT))
-            .build();
-        if let Some(a) = self.auth() {
-            req = req.header("Authorization", a);
-        }
-        req.call().map_err(|e| before_answer(&e))
+        self.json_request(self.http.get(self.url(path)), &[])
+            .call()
+            .map_err(|e| before_answer(&e))
     }
 
     /// GET returning JSON. Blocking: call it inside `off_loop`.
@@ -220,6 +213,22 @@ impl Endpoint {
         read_sse(resp, stop, on_event)
     }
 
+    /// `req` bounded by [`JSON_CALL_TIMEOUT`], with the agent's key and `headers`.
+    fn json_request<B>(
+        &self,
+        req: ureq::RequestBuilder<B>,
+        headers: &[(&str, &str)],
+    ) -> ureq::RequestBuilder<B> {
+        let mut req = req.config().timeout_global(Some(JSON_CALL_TIMEOUT)).build();
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req
+    }
+
     /// A JSON call whose non-2xx answers the caller sorts itself (a 409 from Hermes' approval
     /// endpoint means "no longer open", not a failure): the status and the body (`null` when
     /// it is not JSON). Transport failures are `AgentError`s. Blocking: call it in `off_loop`.
@@ -241,32 +250,14 @@ impl Endpoint {
         body: Option<&Value>,
     ) -> Result<(u16, Value), AgentError> {
         let url = self.url(path);
-        let auth = self.auth();
-        let resp = if method == "GET" {
-            let mut req = self
-                .http
-                .get(url)
-                .config()
-                .timeout_global(Some(JSON_CALL_TIMEOUT))
-                .build();
-            if let Some(a) = auth {
-                req = req.header("Authorization", a);
-            }
-            req.call()
-        } else {
-            let mut req = self
-                .http
-                .post(url)
-                .config()
-                .timeout_global(Some(JSON_CALL_TIMEOUT))
-                .build();
-            if let Some(a) = auth {
-                req = req.header("Authorization", a);
-            }
-            for (k, v) in headers {
-                req = req.header(*k, *v);
-            }
-            req.send_json(body.cloned().unwrap_or(Value::Null))
+        let resp = match method {
+            "GET" => self.json_request(self.http.get(url), headers).call(),
+            "DELETE" => self.json_request(self.http.delete(url), headers).call(),
+            "POST" => self
+                .json_request(self.http.post(url), headers)
+                .send_json(body.cloned().unwrap_or(Value::Null)),
+            // Sent as another would reach the wrong route (a DELETE once went out as a POST).
+            other => return Err(AgentError::Failed(format!("no JSON call by {other}"))),
         }
         .map_err(|e| before_answer(&e))?;
         let status = resp.status().as_u16();

@@ -344,6 +344,9 @@ impl Hub {
                 let label = match a {
                     JobAction::Pause => "Pause",
                     JobAction::Resume => "Resume",
+                    // Hermes' run now (`trigger_job`, 0.19.0 and 0.22) schedules a paused
+                    // job again: said before it is chosen, not found out a minute later.
+                    JobAction::RunNow if job.paused => "Run now (resumes it)",
                     JobAction::RunNow => "Run now",
                     JobAction::Remove => "Remove",
                 };
