@@ -125,23 +125,14 @@ impl SetupTokens {
         same(&b64.encode(self.sign(nonce.as_bytes())), mac)
     }
 
-    /// HMAC-SHA-256 (RFC 2104) of `message` under the key.
+    /// HMAC-SHA-256 (RFC 2104) of `message` under the key, by ring (already the TLS and the
+    /// update signatures' crypto).
     fn sign(&self, message: &[u8]) -> [u8; 32] {
-        const BLOCK: usize = 64;
-        let pad = |byte: u8| {
-            let mut p = [byte; BLOCK];
-            p.iter_mut().zip(self.key).for_each(|(p, k)| *p ^= k);
-            p
-        };
-        let inner = Sha256::new()
-            .chain_update(pad(0x36))
-            .chain_update(message)
-            .finalize();
-        Sha256::new()
-            .chain_update(pad(0x5c))
-            .chain_update(inner)
-            .finalize()
-            .into()
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.key);
+        ring::hmac::sign(&key, message)
+            .as_ref()
+            .try_into()
+            .expect("an HMAC-SHA-256 tag is 32 bytes")
     }
 }
 
