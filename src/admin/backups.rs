@@ -423,9 +423,9 @@ fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
                         crate::store::human_bytes(l.bytes)
                     )
                 })
-                .map_err(|e| capitalised(&e.to_string()))
+                .map_err(|e| super::reply::sentence(&e.to_string()))
         })
-        .map_err(|busy| capitalised(&busy.to_string()))
+        .map_err(|busy| super::reply::sentence(&busy.to_string()))
 }
 
 /// Starts the restore of the chosen backup as a job (`jobs.rs`): the answer is a `303` to the
@@ -451,7 +451,12 @@ async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (St
     let ticket = admin
         .jobs
         .begin(Kind::Restore, &format!("Opening and checking {name}."))
-        .map_err(|busy| (StatusCode::CONFLICT, capitalised(&busy.to_string())))?;
+        .map_err(|busy| {
+            (
+                StatusCode::CONFLICT,
+                super::reply::sentence(&busy.to_string()),
+            )
+        })?;
     if let Err(why) = restore_room(admin, hub, size.saturating_mul(2)) {
         ticket.finish(Err(why.clone()));
         return Err((StatusCode::CONFLICT, why));
@@ -460,12 +465,4 @@ async fn restore(admin: &Admin, hub: &Rc<Hub>, form: &Form) -> Result<Reply, (St
     info!("admin page: restore of scheduled backup {name} started");
     start_restore(admin, hub, ticket, file, Some(passphrase), false);
     Ok(redirect(&Kind::Restore.page()))
-}
-
-fn capitalised(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().chain(c).collect::<String>() + ".",
-        None => String::new(),
-    }
 }
