@@ -282,6 +282,34 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.submit("#change", "!!document.querySelector('#notice')")
             .await;
         c.fits("owner-refused", true).await;
+        // A job's page: "Check now" against a release index that is not there runs as a job
+        // and fails saying why; reloaded, the page shows the same outcome and starts nothing.
+        c.goto(&format!("{base}/admin/update")).await;
+        c.b.fill("#update-url", &format!("{dead}/index.json")).await;
+        c.submit(
+            "#update-url ~ p button",
+            "!!document.querySelector('#check')",
+        )
+        .await;
+        c.submit("#check", "location.pathname.startsWith('/admin/job/')")
+            .await;
+        c.b.wait_for(
+            "document.querySelector('#job-state').dataset.phase !== 'running'",
+            "the check's outcome",
+        )
+        .await;
+        c.fits("update-check-job", true).await;
+        let outcome =
+            c.b.eval("document.querySelector('#job-state').textContent")
+                .await;
+        c.goto(&format!("{base}/admin/job/update-check")).await;
+        c.fits("update-check-job-reloaded", false).await;
+        assert_eq!(
+            c.b.eval("document.querySelector('#job-state').textContent")
+                .await,
+            outcome,
+            "a reload shows the same outcome and starts nothing"
+        );
         c.goto(&format!("{base}/admin/no-such-page")).await;
         c.fits("not-found", true).await;
         // The home page's confirm pages (a GET does nothing; only their form would).
