@@ -125,10 +125,3 @@ pub(super) enum Setting {
     /// What to do to the agent's job with this id.
     JobAction(String),
 }
-
-impl Setting {
-    /// Answering it waits on the agent (its models, its jobs).
-    pub(super) fn asks_agent(&self) -> bool {
-        matches!(self, Setting::Model | Setting::Job | Setting::JobAction(_))
-    }
-}

@@ -100,12 +100,14 @@ impl Hub {
                 if self
                     .choices
                     .picker_setting(&picker_id)
-                    .is_some_and(|s| s.asks_agent()) =>
+                    .and_then(agent_call_of)
+                    .is_some() =>
             {
-                let kind = match self.choices.picker_setting(&picker_id) {
-                    Some(Setting::Model) => CallKind::Models,
-                    _ => CallKind::Jobs,
-                };
+                let kind = self
+                    .choices
+                    .picker_setting(&picker_id)
+                    .and_then(agent_call_of)
+                    .unwrap_or(CallKind::Jobs);
                 self.claim_agent_call(&outlet.device_id, kind).map(|slot| {
                     let (hub, to) = (self.clone(), outlet.clone());
                     self.beside(outlet, id, slot, async move {
@@ -294,5 +296,15 @@ impl Hub {
             .and_then(|all| all.into_iter().find(|c| c.is_default))
             .map(|c| c.chat_id)
             .unwrap_or_else(|| DEFAULT_CHAT_ID.to_owned())
+    }
+}
+
+/// Which call to the agent answering a picker of `setting` makes (its models, its jobs), if
+/// any: the one place that says which pickers run beside the reader.
+fn agent_call_of(setting: Setting) -> Option<CallKind> {
+    match setting {
+        Setting::Model => Some(CallKind::Models),
+        Setting::Job | Setting::JobAction(_) => Some(CallKind::Jobs),
+        _ => None,
     }
 }
