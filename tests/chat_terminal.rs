@@ -275,3 +275,78 @@ fn chat_exits_non_zero_when_its_token_is_refused() {
         "{text}"
     );
 }
+
+/// Whether a connection accepted on `port` holds bytes its process has not read yet.
+fn unread_bytes_on(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).any(|row| {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let local_port = cols[1].rsplit(':').next().unwrap();
+        let rx_queue = cols[4].rsplit(':').next().unwrap();
+        u16::from_str_radix(local_port, 16) == Ok(port)
+            && cols[3] == "01"
+            && u64::from_str_radix(rx_queue, 16).unwrap() > 0
+    })
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) on the test's own child process.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_line_whose_receipt_was_lost_arrives_exactly_once() {
+    let dir = common::temp_data_dir();
+    let work = common::temp_data_dir();
+    let mut gw = Gateway::start(dir.path(), &["--demo-pace-ms", "1"]);
+    let listen = format!("--listen={}", gw.addr);
+    let phone = common::pair(dir.path(), "phone");
+    let pane = Pane::start(&chat_command(dir.path(), work.path()));
+    let long = Duration::from_secs(30);
+    pane.wait_for("[no messages here yet]", 1, long);
+
+    // (a) Sent, never read: the gateway is frozen when the line goes out, then dies. The
+    // client cannot know, so it sends the line again once back, with the same request id.
+    signal(gw.pid(), libc::SIGSTOP);
+    pane.type_line("never read by the first gateway");
+    let deadline = Instant::now() + long;
+    while !unread_bytes_on(gw.addr.port()) {
+        assert!(Instant::now() < deadline, "the line never left the client");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gw.kill9();
+    let mut gw = Gateway::start(dir.path(), &["--demo-pace-ms", "1", &listen]);
+    pane.wait_for("[sending again: never read by the first gateway]", 1, long);
+    pane.wait_for("That is 6 words and 31 characters.", 1, long);
+
+    // (b) Stored, but the gateway dies before the receipt leaves (the test hook kills it
+    // after the commit is durable): the reconnect's sync replays the echo, so the line is
+    // known delivered and not sent again.
+    gw.stop_ok();
+    let mut gw = Gateway::start_with_env(
+        dir.path(),
+        &["--demo-pace-ms", "1", &listen],
+        &[("IRIS_GATEWAY_KILL_AT", "before-apply")],
+    );
+    pane.wait_for("[back]", 2, long);
+    pane.type_line("stored before the crash");
+    assert!(gw.wait_exit(long).is_some(), "the kill hook did not fire");
+    let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "1", &listen]);
+    pane.wait_for("[back]", 3, long);
+    pane.wait_for(
+        "[delivered before the connection dropped: stored before the crash]",
+        1,
+        long,
+    );
+
+    let said = user_texts(&gw, &phone, "default").await;
+    assert_eq!(
+        said,
+        ["never read by the first gateway", "stored before the crash"],
+        "{}",
+        pane.text()
+    );
+    pane.type_line("/quit");
+    pane.wait_for("chat exited with status 0", 1, long);
+}

@@ -380,7 +380,15 @@ impl Chat {
         if !first {
             self.screen.line("[back]");
         }
+        for echo in echoes.iter().filter(|e| mine.contains(&e.message_id)) {
+            self.screen.line(&format!(
+                "[delivered before the connection dropped: {}]",
+                echo.text
+            ));
+        }
         for message in &resend {
+            self.screen
+                .line(&format!("[sending again: {}]", message.text));
             send(ws, message_send(message)).await?;
         }
         Ok(())
