@@ -121,9 +121,6 @@ impl Chat {
             .unwrap_or_default();
         if first {
             self.chat_id = pick_channel(ws, ack, self.wanted.as_deref(), &mut self.next_id).await?;
-            if !self.chat_id.is_empty() {
-                self.ask_history(ws).await?;
-            }
         }
         let busy_here = ack["payload"]["agent_busy"]
             .as_array()
@@ -143,6 +140,11 @@ impl Chat {
             json!({"v":1,"type":"sync","id":sync_id,"payload":{"cursor":asked}}),
         )
         .await?;
+        // Asked after the sync, so the history shown also says the catch-up is over (the
+        // gateway answers a connection's requests in order).
+        if first && !self.chat_id.is_empty() {
+            self.ask_history(ws).await?;
+        }
         let mut catching_up = true;
         let mut echoes: Vec<Echo> = Vec::new();
         loop {
