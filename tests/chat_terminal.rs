@@ -350,3 +350,30 @@ async fn a_line_whose_receipt_was_lost_arrives_exactly_once() {
     pane.type_line("/quit");
     pane.wait_for("chat exited with status 0", 1, long);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn chat_opens_on_a_busy_channel_saying_so_then_shows_the_answer() {
+    let dir = common::temp_data_dir();
+    let work = common::temp_data_dir();
+    // A slow demo agent, so the turn is still running when the terminal opens.
+    let gw = Gateway::start(dir.path(), &["--demo-pace-ms", "400"]);
+    let phone = common::pair(dir.path(), "phone");
+    let (mut c, _) = common::connect_online(&gw, &phone).await;
+    c.request(
+        "message.send",
+        Some("default"),
+        None,
+        json!({ "text": "slow one please" }),
+    )
+    .await;
+    c.recv_until(|f| common::frame_type(f) == "typing" && f["payload"]["on"] == true)
+        .await;
+
+    let pane = Pane::start(&chat_command(dir.path(), work.path()));
+    let long = Duration::from_secs(60);
+    pane.wait_for("[the agent is busy answering in this channel]", 1, long);
+    pane.wait_for("you: slow one please", 1, long);
+    pane.wait_for("That is 3 words and 15 characters.", 1, long);
+    pane.type_line("/quit");
+    pane.wait_for("chat exited with status 0", 1, long);
+}
