@@ -377,3 +377,28 @@ async fn chat_opens_on_a_busy_channel_saying_so_then_shows_the_answer() {
     pane.type_line("/quit");
     pane.wait_for("chat exited with status 0", 1, long);
 }
+
+#[test]
+fn a_voice_note_sent_from_the_terminal_shows_it_being_transcribed() {
+    let stt = common::fake_stt::FakeStt::hearing("water the beans");
+    let dir = common::temp_data_dir();
+    let work = common::temp_data_dir();
+    let config = work.path().join("gateway.toml");
+    std::fs::write(&config, format!("[transcription]\nurl = \"{}\"\n", stt.url)).unwrap();
+    let _gw = Gateway::start(
+        dir.path(),
+        &["--demo-pace-ms", "1", "--config", config.to_str().unwrap()],
+    );
+    let note = work.path().join("memo.opus");
+    std::fs::write(&note, vec![7u8; 3000]).unwrap();
+    let pane = Pane::start(&chat_command(dir.path(), &work.path().join("dl")));
+    let long = Duration::from_secs(30);
+    pane.wait_for("[no messages here yet]", 1, long);
+    pane.type_line(&format!("/attach {}", note.display()));
+    pane.wait_for("[sent memo.opus (voice, audio/ogg, 3000 bytes)]", 1, long);
+    pane.wait_for("[transcribing the voice note\u{2026}]", 1, long);
+    pane.wait_for("Heard: \u{201c}water the beans", 1, long);
+    assert_eq!(stt.requests().len(), 1);
+    pane.type_line("/quit");
+    pane.wait_for("chat exited with status 0", 1, long);
+}
