@@ -38,7 +38,8 @@ pub(super) struct Chat {
     /// The outbox cursor caught up to (the last `sync.done`); `None` before the first hello.
     cursor: Option<i64>,
     /// Messages shown, this client's own included, so a replay after a reconnect shows each
-    /// once.
+    /// once. It grows with the session (an id is ~30 bytes) and is not trimmed: the replay
+    /// reaches back to the session's last `sync.done`, so any id may come again.
     seen: HashSet<String>,
     next_id: i64,
     /// The terminal's input has not ended (Ctrl-D).
