@@ -12,18 +12,20 @@ use std::time::{Duration, Instant};
 use common::{Gateway, Paired, BIN};
 use serde_json::{json, Value};
 
-/// A detached tmux session on a server of its own (so tests never touch each other's or the
-/// user's sessions), running one command; killed with its server on drop.
+/// A detached tmux session on a server of its own, its socket in a temporary folder (so tests
+/// never touch each other's or the user's sessions, and leave nothing behind), running one
+/// command; killed with its server on drop.
 struct Pane {
-    socket: String,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Pane {
     fn start(command: &str) -> Pane {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = common::temp_data_dir();
         let pane = Pane {
-            socket: format!("iris-chat-test-{}-{n}", std::process::id()),
+            socket: dir.path().join("tmux.sock"),
+            _dir: dir,
         };
         pane.tmux(&[
             "-f",
@@ -50,7 +52,7 @@ impl Pane {
 
     fn tmux(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
-            .arg("-L")
+            .arg("-S")
             .arg(&self.socket)
             .args(args)
             .output()
@@ -98,7 +100,7 @@ impl Pane {
 impl Drop for Pane {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .arg("-L")
+            .arg("-S")
             .arg(&self.socket)
             .arg("kill-server")
             .output();
