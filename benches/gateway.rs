@@ -114,10 +114,21 @@ struct Gateway {
 
 impl Gateway {
     fn start(dir: &Path, config: &str, bin: Option<(&Path, &[&str])>) -> (Gateway, Duration) {
+        Gateway::start_env(dir, config, bin, &[])
+    }
+
+    /// As `start`, with variables set in the gateway's environment (its debug-build hooks).
+    fn start_env(
+        dir: &Path,
+        config: &str,
+        bin: Option<(&Path, &[&str])>,
+        env: &[(&str, &str)],
+    ) -> (Gateway, Duration) {
         let config_path = dir.join("bench.toml");
         std::fs::write(&config_path, config).unwrap();
         let t = Instant::now();
         let mut child = gateway_command(bin)
+            .envs(env.iter().copied())
             .args(["run", "--data-dir"])
             .arg(dir.join("data"))
             .arg("--config")
@@ -153,7 +164,7 @@ impl Gateway {
         let err = child.stderr.take().unwrap();
         std::thread::spawn(move || {
             for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if l.contains("coalesced=") {
+                if l.contains("coalesced=") || l.contains("sled reopened") {
                     sink.lock().unwrap().push_str(&l);
                     sink.lock().unwrap().push('\n');
                 }
@@ -1184,17 +1195,7 @@ fn dirty_blocks(lines: &[&str]) -> u64 {
                 .and_then(|(_, r)| r.split_once('>'))
                 .map(|(p, _)| p.to_owned())
         };
-        if call.starts_with("pwrite64(") {
-            let Some(p) = path() else { continue };
-            // `pwrite64(fd<path>, "...", LEN, OFFSET) = N` (or `<unfinished ...>`).
-            let args = call.split(" <unfinished").next().unwrap_or(call);
-            let args = args.rsplit_once(')').map_or(args, |(a, _)| a);
-            let mut nums = args.rsplitn(3, ", ");
-            let off: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-            let len: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-            if len == 0 {
-                continue;
-            }
+        if let Some((p, len, off)) = pwrite_of(call) {
             let set = dirty.entry(p).or_default();
             for b in off / 4096..=(off + len - 1) / 4096 {
                 set.insert(b);
@@ -1222,6 +1223,52 @@ fn dirty_blocks(lines: &[&str]) -> u64 {
     total + dirty.values().map(|s| s.len() as u64).sum::<u64>()
 }
 
+/// The file, length and offset of a `pwrite64` call in an strace line (after its pid):
+/// `pwrite64(fd<path>, "...", LEN, OFFSET) = N` (or `<unfinished ...>`); `None` for another
+/// call or an empty write.
+fn pwrite_of(call: &str) -> Option<(String, u64, u64)> {
+    if !call.starts_with("pwrite64(") {
+        return None;
+    }
+    let path = call.split_once('<')?.1.split_once('>')?.0.to_owned();
+    let args = call.split(" <unfinished").next().unwrap_or(call);
+    let args = args.rsplit_once(')').map_or(args, |(a, _)| a);
+    let mut nums = args.rsplitn(3, ", ");
+    let off: u64 = nums.next()?.trim().parse().ok()?;
+    let len: u64 = nums.next()?.trim().parse().ok()?;
+    (len > 0).then_some((path, len, off))
+}
+
+/// sled's segment size (its default, which the store keeps): what its open zeroes at a time.
+const SLED_SEGMENT: u64 = 512 * 1024;
+
+/// What sled's opens wrote, from strace lines: the free segments of its log zeroed whole (a
+/// segment-sized `pwrite64` at a segment boundary, `initialize_from_snapshot` in its
+/// `pagecache/segment.rs`), and the zeros from the recovered tip to the end of its segment,
+/// less a byte (`advance_snapshot` in `pagecache/snapshot.rs`). sled's own log writes are
+/// neither: they never end one byte short of a segment. Returns (segments zeroed, bytes of
+/// tip zeroing).
+fn open_writes(lines: &[&str]) -> (u64, u64) {
+    let (mut segments, mut tail) = (0, 0);
+    for l in lines {
+        let Some(call) = l.split_once(' ').map(|(_, c)| c.trim_start()) else {
+            continue;
+        };
+        let Some((path, len, off)) = pwrite_of(call) else {
+            continue;
+        };
+        if !path.ends_with("/db/db") {
+            continue;
+        }
+        if len == SLED_SEGMENT && off % SLED_SEGMENT == 0 {
+            segments += 1;
+        } else if (off + len + 1) % SLED_SEGMENT == 0 {
+            tail += len;
+        }
+    }
+    (segments, tail)
+}
+
 /// The gateway's own pid when it runs under a wrapper (strace): the wrapper's child.
 fn traced_pid(wrapper: u32) -> u32 {
     for _ in 0..100 {
@@ -1233,6 +1280,165 @@ fn traced_pid(wrapper: u32) -> u32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     wrapper
+}
+
+/// What a long run of demo turns wrote, sled's reopens included (`long_turns`).
+struct LongRun {
+    /// 4 KiB blocks dirtied per sync over the whole run, per turn, in bytes.
+    per_turn: f64,
+    ms_per_turn: f64,
+    /// The reopens that bound a crash start's replay ("sled reopened" in the log): records
+    /// written before each, ms each took, and the bytes of the snapshot each wrote.
+    reopens: Vec<(u64, u64, u64)>,
+    /// What sled's opens zeroed (`open_writes`): whole free segments, and bytes at the tip.
+    zeroed_segments: u64,
+    tail_bytes: u64,
+    /// The log file's size at the end.
+    log_bytes: u64,
+}
+
+/// A `key=value` number in a log line.
+fn log_field(line: &str, key: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(&format!(" {key}="))?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `n` demo turns through the protocol on a new store, under strace, the gateway's environment
+/// set to `env` (a debug build's replay policy): every block written, reopens included.
+async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ids = pair_devices(tmp.path(), 1);
+    let trace = tmp.path().join("long.txt");
+    let trace_s = trace.to_string_lossy().into_owned();
+    let runner = [
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=fsync,fdatasync,sync_file_range,pwrite64",
+        "-y",
+        "-o",
+        &trace_s,
+    ];
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
+    let (gw, _) = Gateway::start_env(tmp.path(), &config(None), Some((&bin, &runner)), env);
+    let pid = traced_pid(gw.child.id());
+    let mut ws = hello(&gw.url, &ids[0], None).await;
+    let lines0 = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let t = Instant::now();
+    demo_turns(&mut ws, n, 0).await;
+    let elapsed = t.elapsed();
+    drop(ws);
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let log = gw.stderr.clone();
+    gw.stop();
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let window: Vec<&str> = text.lines().skip(lines0).collect();
+    if let Some(keep) = std::env::var_os("IRIS_BENCH_KEEP_LONG_TRACE") {
+        // For reading what each reopen wrote, and when.
+        let keep = PathBuf::from(keep).join(format!("long-{}.txt", env.len()));
+        std::fs::write(&keep, window.join("\n")).unwrap();
+        std::fs::write(keep.with_extension("log"), log.lock().unwrap().as_bytes()).unwrap();
+    }
+    eprintln!("{n} turns, environment {env:?}:");
+    let blocks = dirty_blocks(&window);
+    let (zeroed_segments, tail_bytes) = open_writes(&window);
+    let reopens = log
+        .lock()
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("sled reopened"))
+        .map(|l| {
+            let f = |k| log_field(l, k).unwrap_or(0);
+            (f("records"), f("ms"), f("snapshot_bytes"))
+        })
+        .collect();
+    let log_bytes = std::fs::metadata(tmp.path().join("data/db/db")).map_or(0, |m| m.len());
+    LongRun {
+        per_turn: (blocks * 4096) as f64 / n as f64,
+        ms_per_turn: elapsed.as_secs_f64() * 1e3 / n as f64,
+        reopens,
+        zeroed_segments,
+        tail_bytes,
+        log_bytes,
+    }
+}
+
+/// The long run's rows: this build's replay bound against the one it replaced (by records,
+/// selected in the same debug build by `IRIS_GATEWAY_REPLAY_POLICY=records`), run side by side.
+async fn long_turns_rows(opts: &Opts) -> Vec<Row> {
+    let n = std::env::var("IRIS_BENCH_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if opts.quick { 300 } else { 2_000 });
+    let old_policy = [("IRIS_GATEWAY_REPLAY_POLICY", "records")];
+    // `IRIS_BENCH_LONG_POLICY=records|bytes`: one of them alone (the 50,000-turn runs take a
+    // while; two side by side share the cores).
+    let (now, old) = match std::env::var("IRIS_BENCH_LONG_POLICY").as_deref() {
+        Ok("records") => (None, Some(long_turns(n, &old_policy).await)),
+        Ok(_) => (Some(long_turns(n, &[]).await), None),
+        Err(_) => {
+            let (now, old) = tokio::join!(long_turns(n, &[]), long_turns(n, &old_policy));
+            (Some(now), Some(old))
+        }
+    };
+    let describe = |r: &LongRun| {
+        let snap: u64 = r.reopens.iter().map(|x| x.2).sum();
+        let ms: u64 = r.reopens.iter().map(|x| x.1).sum();
+        let records: u64 = r.reopens.iter().map(|x| x.0).sum();
+        let k = r.reopens.len().max(1) as u64;
+        format!(
+            "{} reopens (each after ~{} records, ~{} ms, a {} KB snapshot); sled's opens zeroed {} free segments ({} MB) and {} KB at its tip; its log {:.1} MB at the end; {:.1} ms a turn",
+            r.reopens.len(),
+            records / k,
+            ms / k,
+            snap / k / 1000,
+            r.zeroed_segments,
+            r.zeroed_segments * SLED_SEGMENT / 1_000_000,
+            r.tail_bytes / 1000,
+            r.log_bytes as f64 / 1e6,
+            r.ms_per_turn,
+        )
+    };
+    let what = |r: &LongRun| {
+        format!("bytes written per demo turn over {n} turns on a new store, reopens included (4 KiB blocks dirtied per sync, from strace): {}", describe(r))
+    };
+    let baseline = |r: &LongRun| {
+        format!(
+            "{:.0} B (reopen by records, as before: {})",
+            r.per_turn,
+            describe(r)
+        )
+    };
+    match (now, old) {
+        (Some(now), Some(old)) => vec![row(
+            what(&now),
+            format!("{:.0} B", now.per_turn),
+            baseline(&old),
+            now.per_turn / old.per_turn.max(1.0),
+        )],
+        (Some(r), None) => vec![Row {
+            what: what(&r),
+            value: format!("{:.0} B", r.per_turn),
+            baseline: "— (run alone)".into(),
+            ratio: "—".into(),
+        }],
+        (None, Some(r)) => vec![Row {
+            what: "the same with the reopen by records, as before".into(),
+            value: baseline(&r),
+            baseline: "— (run alone)".into(),
+            ratio: "—".into(),
+        }],
+        (None, None) => Vec::new(),
+    }
 }
 
 /// Bytes written to the block device per demo turn, against a plain file doing the same
@@ -1438,6 +1644,9 @@ async fn turns_section(opts: &Opts) {
         baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
         ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
     });
+    if have_strace {
+        rows.extend(long_turns_rows(opts).await);
+    }
     print("Writes per turn", &rows);
 }
 
