@@ -17,9 +17,12 @@
 //!   searches every 50 ms over 20,000 messages, against an idle ping;
 //! - a start after a burst: process start to `hello.ack` after a SIGKILL that follows
 //!   `IRIS_BENCH_BURST` history messages written through the protocol as fast as it takes them
-//!   (CI-sized by default), against the same after a burst of 1,000;
+//!   (CI-sized by default), against the same after a burst of 1,000, and in a debug build
+//!   against the same burst with sled reopened by records, as before (`replay_bound.rs`);
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
-//!   against a plain file with the same frames and fdatasyncs;
+//!   against a plain file with the same frames and fdatasyncs; and over a long run on a new
+//!   store (`IRIS_BENCH_TURNS`, CI-sized by default), sled's reopens included, against the
+//!   same run with them by records (side by side; a debug build selects it);
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices;
 //! - release binary sizes, and the 10-device fan-out of the aarch64 binary under qemu-user when
 //!   `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it);
@@ -919,17 +922,21 @@ async fn burst(url: &str, devices: &[(String, String)], n: usize) -> Duration {
     t.elapsed()
 }
 
-/// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages.
-async fn crash_after_burst(n: usize) -> (Duration, Duration) {
+/// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages
+/// written by a gateway with `env` (a debug build's replay policy); how long the burst took, and
+/// how many times sled was reopened for its snapshot in it.
+async fn crash_after_burst(n: usize, env: &[(&str, &str)]) -> (Duration, Duration, usize) {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ids = pair_devices(tmp.path(), BURST_LANES);
-    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let (gw, _) = Gateway::start_env(tmp.path(), &config(None), None, env);
     let took = burst(&gw.url, &ids, n).await;
+    let log = gw.stderr.clone();
     gw.kill();
+    let reopens = log.lock().unwrap().matches("sled reopened").count();
     let (gw, ws, hello_crash) = start_to_hello(tmp.path(), &ids[0]).await;
     drop(ws);
     gw.stop();
-    (hello_crash, took)
+    (hello_crash, took, reopens)
 }
 
 /// A start after a SIGKILL that follows a burst of writes through the protocol (scale:
@@ -940,20 +947,36 @@ async fn burst_section(opts: &Opts) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if opts.quick { 4_000 } else { 20_000 });
     let small = 1000;
-    let (b, took) = crash_after_burst(big).await;
-    let (s, _) = crash_after_burst(small).await;
+    let (b, took, reopens) = crash_after_burst(big, &[]).await;
+    let (s, _, _) = crash_after_burst(small, &[]).await;
     let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
-    print(
-        &format!("A start after a burst ({big} history messages through the protocol)"),
-        &[row(
+    let mut rows = vec![row(
+        format!(
+            "process start to hello.ack after a SIGKILL that follows {big} history messages written in {:.0} s ({BURST_LANES} lanes; sled reopened {reopens} times)",
+            took.as_secs_f64()
+        ),
+        ms(b),
+        format!("{} (after a burst of {small})", ms(s)),
+        b.as_secs_f64() / s.as_secs_f64(),
+    )];
+    // The bound by records it replaced, where this build can select it (a debug build).
+    if cfg!(debug_assertions) {
+        let (old, took, reopens) =
+            crash_after_burst(big, &[("IRIS_GATEWAY_REPLAY_POLICY", "records")]).await;
+        rows.push(row(
+            "the same, against the bound by records (the burst's gateway with IRIS_GATEWAY_REPLAY_POLICY=records)",
+            ms(b),
             format!(
-                "process start to hello.ack after a SIGKILL that follows {big} history messages written in {:.0} s ({BURST_LANES} lanes)",
+                "{} (by records: written in {:.0} s, sled reopened {reopens} times)",
+                ms(old),
                 took.as_secs_f64()
             ),
-            ms(b),
-            format!("{} (after a burst of {small})", ms(s)),
-            b.as_secs_f64() / s.as_secs_f64(),
-        )],
+            b.as_secs_f64() / old.as_secs_f64(),
+        ));
+    }
+    print(
+        &format!("A start after a burst ({big} history messages through the protocol)"),
+        &rows,
     );
 }
 
@@ -1269,6 +1292,20 @@ fn open_writes(lines: &[&str]) -> (u64, u64) {
     (segments, tail)
 }
 
+/// strace as the gateway's runner: its sync and write calls, with file names, into `trace`.
+fn strace_runner(trace: &str) -> Vec<&str> {
+    vec![
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=fsync,fdatasync,sync_file_range,pwrite64",
+        "-y",
+        "-o",
+        trace,
+    ]
+}
+
 /// The gateway's own pid when it runs under a wrapper (strace): the wrapper's child.
 fn traced_pid(wrapper: u32) -> u32 {
     for _ in 0..100 {
@@ -1313,16 +1350,7 @@ async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
     let ids = pair_devices(tmp.path(), 1);
     let trace = tmp.path().join("long.txt");
     let trace_s = trace.to_string_lossy().into_owned();
-    let runner = [
-        "strace",
-        "-f",
-        "-qq",
-        "-e",
-        "trace=fsync,fdatasync,sync_file_range,pwrite64",
-        "-y",
-        "-o",
-        &trace_s,
-    ];
+    let runner = strace_runner(&trace_s);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
     let (gw, _) = Gateway::start_env(tmp.path(), &config(None), Some((&bin, &runner)), env);
     let pid = traced_pid(gw.child.id());
@@ -1452,16 +1480,7 @@ async fn turns_section(opts: &Opts) {
         && Command::new("strace").arg("-V").output().is_ok();
     let trace = tmp.path().join("sync-calls.txt");
     let trace_s = trace.to_string_lossy().into_owned();
-    let runner: Vec<&str> = vec![
-        "strace",
-        "-f",
-        "-qq",
-        "-e",
-        "trace=fsync,fdatasync,sync_file_range,pwrite64",
-        "-y",
-        "-o",
-        &trace_s,
-    ];
+    let runner = strace_runner(&trace_s);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
     let (gw, _) = if have_strace {
         Gateway::start(tmp.path(), &config(None), Some((&bin, &runner)))

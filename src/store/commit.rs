@@ -101,10 +101,7 @@ impl Store {
         self.kill_at_commit("after-commit-record", &t, &cursors);
         // Each change writes one to three sled records, the record one more: roughly what a
         // start after a crash would replay (`Store::bound_replay`).
-        self.shared
-            .replay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.replay_bound()
             .committed(2 * changes.len() as u64 + 1, bytes);
         for redo in &record.redo {
             // The commit stands (its record is written); a failure here is the disk's, and

@@ -103,12 +103,7 @@ impl Store {
     /// checkpoint on a worker thread, a flush being awaited): the caller (the committer, after
     /// a group) tries again after its next group.
     pub fn bound_replay(&self) {
-        let due = self
-            .shared
-            .replay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .due();
+        let due = self.replay_bound().due();
         if !due || self.shared.failed.load(Ordering::SeqCst) {
             return;
         }
@@ -154,12 +149,7 @@ impl Store {
                     .zip(written_before)
                     .map(|(after, before)| after.saturating_sub(before));
                 let db = dir.join("db");
-                let r = self
-                    .shared
-                    .replay
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .reopened(snapshot_lsn(&db), wrote);
+                let r = self.replay_bound().reopened(snapshot_lsn(&db), wrote);
                 tracing::info!(
                     records = r.records,
                     committed_bytes = r.committed,

@@ -150,10 +150,7 @@ impl Store {
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(trees));
                 self.shared.failed.store(false, Ordering::SeqCst);
-                self.shared
-                    .replay
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                self.replay_bound()
                     .after_open(snapshot_lsn(&dir.join("db")));
                 if let Ok(mut saved) = self.shared.failure.lock() {
                     *saved = None;

@@ -158,6 +158,16 @@ impl ReplayBound {
     }
 }
 
+impl super::Store {
+    /// The store's replay bound, for a commit to count into or a reopen to reset.
+    pub(super) fn replay_bound(&self) -> std::sync::MutexGuard<'_, ReplayBound> {
+        self.shared
+            .replay
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
