@@ -1401,8 +1401,9 @@ async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
 }
 
 /// The long run's rows: this build's replay bound against the one it replaced (by records,
-/// selected in the same debug build by `IRIS_GATEWAY_REPLAY_POLICY=records`), run side by side.
-async fn long_turns_rows(opts: &Opts) -> Vec<Row> {
+/// selected in the same debug build by `IRIS_GATEWAY_REPLAY_POLICY=records`), run side by side;
+/// and this build's bytes per turn over the run, when it ran.
+async fn long_turns_rows(opts: &Opts) -> (Vec<Row>, Option<f64>) {
     let n = std::env::var("IRIS_BENCH_TURNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -1446,7 +1447,8 @@ async fn long_turns_rows(opts: &Opts) -> Vec<Row> {
             describe(r)
         )
     };
-    match (now, old) {
+    let per_turn = now.as_ref().map(|r| r.per_turn);
+    let rows = match (now, old) {
         (Some(now), Some(old)) => vec![row(
             what(&now),
             format!("{:.0} B", now.per_turn),
@@ -1466,7 +1468,8 @@ async fn long_turns_rows(opts: &Opts) -> Vec<Row> {
             ratio: "—".into(),
         }],
         (None, None) => Vec::new(),
-    }
+    };
+    (rows, per_turn)
 }
 
 /// Bytes written to the block device per demo turn, against a plain file doing the same
@@ -1664,7 +1667,20 @@ async fn turns_section(opts: &Opts) {
         ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
     });
     if have_strace {
-        rows.extend(long_turns_rows(opts).await);
+        let (long_rows, long_per_turn) = long_turns_rows(opts).await;
+        rows.extend(long_rows);
+        // A store months old: the long run's figure (its own checkpoints included, so this
+        // counts them twice, an over-estimate of ~1.5 KB a turn).
+        if let Some(long) = long_per_turn {
+            let per_day = long * 800.0 + quiet_checkpoint as f64 * 192.0;
+            rows.push(Row {
+                what: "the same at the long run's per-turn figure (a store whose outbox is full)"
+                    .into(),
+                value: format!("{:.0} MB", per_day / 1e6),
+                baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
+                ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
+            });
+        }
     }
     print("Writes per turn", &rows);
 }
