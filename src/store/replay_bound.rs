@@ -15,12 +15,13 @@
 /// Log bytes after which sled is reopened whatever the last reopen wrote: about the 5,000
 /// records (~270 demo turns) the bound by records allowed.
 const REPLAY_FLOOR_BYTES: u64 = 2 << 20;
-/// Log bytes a start after a crash replays at most, however much a reopen writes: ~2,700 demo
-/// turns; reading and checking them added ~30 ms to a start here (docs/benchmarks.md, "A start
-/// after a burst").
+/// Log bytes a start after a crash replays at most, however much a reopen writes: ~2,200 demo
+/// turns with a full outbox; an estimated ~20 ms more than the old bound's ~2 MB for a start
+/// here, and up to ~0.5 s more from an SD card after a power cut (docs/storage.md, "A start
+/// after a crash: what sled replays", has the trade-off).
 const REPLAY_CAP_BYTES: u64 = 16 << 20;
 /// The log must have grown by this many times what the last reopen wrote before the next one:
-/// reopens then add at most an eighth to sled's writes.
+/// below the cap, reopens add at most an eighth to sled's log writes.
 const REOPEN_AMORTISED: u64 = 8;
 /// sled log bytes per byte committed, until a reopen measured it (the demo turns' figure here:
 /// JSON frames compressed, leaves rewritten, the commit records).
