@@ -1658,28 +1658,29 @@ async fn turns_section(opts: &Opts) {
     }
     // 800 turns and posts a day over 16 waking hours: activity in every 5 minutes of them,
     // so 192 checkpoints a day, each like the quiet one above.
-    let per_day = per_turn * 800.0 + quiet_checkpoint as f64 * 192.0;
-    rows.push(Row {
-        what: "SD writes per day at 500 turns + 300 automation posts (800 × the per-turn figure + 192 quiet checkpoints)"
-            .into(),
-        value: format!("{:.0} MB", per_day / 1e6),
-        baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
-        ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
-    });
+    let per_day_row = |what: &str, per_turn: f64| {
+        let per_day = per_turn * 800.0 + quiet_checkpoint as f64 * 192.0;
+        Row {
+            what: what.into(),
+            value: format!("{:.0} MB", per_day / 1e6),
+            baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
+            ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
+        }
+    };
+    rows.push(per_day_row(
+        "SD writes per day at 500 turns + 300 automation posts (800 × the per-turn figure + 192 quiet checkpoints)",
+        per_turn,
+    ));
     if have_strace {
         let (long_rows, long_per_turn) = long_turns_rows(opts).await;
         rows.extend(long_rows);
         // A store months old: the long run's figure (its own checkpoints included, so this
         // counts them twice, an over-estimate of ~1.5 KB a turn).
         if let Some(long) = long_per_turn {
-            let per_day = long * 800.0 + quiet_checkpoint as f64 * 192.0;
-            rows.push(Row {
-                what: "the same at the long run's per-turn figure (a store whose outbox is full)"
-                    .into(),
-                value: format!("{:.0} MB", per_day / 1e6),
-                baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
-                ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
-            });
+            rows.push(per_day_row(
+                "the same at the long run's per-turn figure (a store whose outbox is full)",
+                long,
+            ));
         }
     }
     print("Writes per turn", &rows);
