@@ -56,7 +56,7 @@ impl Invocation {
         let _ = INSTALLED.set(self);
     }
 
-    /// `iris-gateway COMMAND` with the flags its subcommand takes from this invocation appended
+    /// `iris-gateway COMMAND` with the flags its subcommand takes from this invocation
     /// (`--data-dir` for every command on a gateway's data; `--config` for `run` and `config`;
     /// `--listen` for `run`, `config` and `pair`, which prints the URL when no gateway answers).
     /// `COMMAND` is what follows the program's name, placeholders (`NAME`, `FILE`) included.
@@ -65,7 +65,9 @@ impl Invocation {
         let takes_data_dir = !matches!(subcommand, "update" | "");
         let takes_config = matches!(subcommand, "run" | "config");
         let takes_listen = takes_config || (subcommand == "pair" && !command.contains("--page"));
-        let mut line = format!("{PROGRAM} {command}");
+        // Right after the subcommand, where every one of its flags is taken (the data dir of
+        // `devices` and `owner` is global to their own subcommands).
+        let mut line = format!("{PROGRAM} {subcommand}");
         if let Some(config) = self.config.as_ref().filter(|_| takes_config) {
             line.push_str(" --config ");
             line.push_str(&shell_word(config));
@@ -76,6 +78,11 @@ impl Invocation {
         }
         if let Some(listen) = self.listen.filter(|_| takes_listen) {
             line.push_str(&format!(" --listen {listen}"));
+        }
+        let rest = command[subcommand.len()..].trim_start();
+        if !rest.is_empty() {
+            line.push(' ');
+            line.push_str(rest);
         }
         line
     }
@@ -123,11 +130,11 @@ mod tests {
         );
         assert_eq!(
             custom.command("pair --name NAME"),
-            "iris-gateway pair --name NAME --data-dir '/srv/my iris' --listen 127.0.0.1:9000"
+            "iris-gateway pair --data-dir '/srv/my iris' --listen 127.0.0.1:9000 --name NAME"
         );
         assert_eq!(
             custom.command("pair --page"),
-            "iris-gateway pair --page --data-dir '/srv/my iris'"
+            "iris-gateway pair --data-dir '/srv/my iris' --page"
         );
         assert_eq!(
             custom.command("run"),
@@ -141,6 +148,10 @@ mod tests {
         assert_eq!(
             chosen_port.command("pair"),
             "iris-gateway pair --data-dir /srv/x"
+        );
+        assert_eq!(
+            chosen_port.command("devices revoke dev_1"),
+            "iris-gateway devices --data-dir /srv/x revoke dev_1"
         );
     }
 }

@@ -134,7 +134,10 @@ fn listing(
             } else {
                 Source::Default
             };
-            let value = used(&key, value);
+            let value = match used(&key, value) {
+                derived if derived.is_empty() => "\"\"".to_owned(),
+                shown => shown,
+            };
             Row { key, value, source }
         })
         .collect();
