@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::default_data_dir;
-
 use crate::control::ControlResponse;
 use crate::store::Store;
 
