@@ -21,6 +21,7 @@ pub mod control;
 pub mod discovery;
 pub mod front;
 pub mod guessing;
+pub mod hints;
 pub mod http_client;
 pub mod hub;
 pub mod ids;

@@ -25,10 +25,13 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => {
             runtime().and_then(|rt| rt.block_on(cli::run_chat(args)).map_err(|e| e.to_string()))
         }
-        Command::Config(args) if args.effective => {
-            cli::run_config_effective(&args.run).map_err(|e| e.to_string())
-        }
-        Command::Config(_) => service::print_config_template().map_err(|e| e.to_string()),
+        Command::Config(args) => match &args.check {
+            Some(file) => cli::run_config_check(file).map_err(|e| e.to_string()),
+            None if args.effective => {
+                cli::run_config_effective(&args.run).map_err(|e| e.to_string())
+            }
+            None => service::print_config_template().map_err(|e| e.to_string()),
+        },
         Command::Owner(args) => cli::run_owner(args).map_err(|e| e.to_string()),
         Command::Backup(args) => cli::run_backup(args).map_err(|e| e.to_string()),
         Command::Restore(args) => cli::run_restore(args).map_err(|e| e.to_string()),
@@ -46,6 +49,9 @@ fn main() -> std::process::ExitCode {
 fn run(args: RunArgs) -> Result<(), String> {
     let (config, data_dir, pinned, switched_off) =
         args.resolve_for_run().map_err(|e| e.to_string())?;
+    // The commands it prints (start-up lines, pages, errors) repeat the flags it runs with.
+    iris_gateway::hints::Invocation::new(&data_dir, args.config.as_deref(), Some(config.listen))
+        .install();
     init_logging(&config.log_level);
     iris_gateway::logring::take_kept(&data_dir);
     let rt = runtime()?;

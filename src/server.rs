@@ -516,12 +516,16 @@ async fn print_pairing_hint(
                 warn!("could not remove the unused set-up device: {e}");
             }
         }
-        println!("pair another device with: iris-gateway pair --name NAME");
+        println!(
+            "pair another device with: {}",
+            crate::hints::command("pair --name NAME")
+        );
         return;
     }
     if crate::service::stdout_is_journal() {
-        let dir = data_dir.display();
-        println!("no device is paired yet; pair one with: sudo -u iris-gateway iris-gateway pair --data-dir {dir} --name NAME");
+        // Typed at a shell, where systemd's STATE_DIRECTORY (the service's default) is not set.
+        let pair = crate::hints::Invocation::on(data_dir).command("pair --name NAME");
+        println!("no device is paired yet; pair one with: sudo -u iris-gateway {pair}");
         println!("(tokens are never written to the journal)");
         return;
     }
@@ -548,7 +552,10 @@ async fn print_pairing_hint(
         println!("  TLS:   {} with certificate SHA-256", t.url);
         println!("         {}", t.fingerprint);
     }
-    println!("or try it from a terminal: iris-gateway chat");
+    println!(
+        "or try it from a terminal: {}",
+        crate::hints::command("chat")
+    );
 }
 
 /// The pairing page issues the codes `pair --page` asks the control socket for; the two doors
@@ -570,8 +577,9 @@ fn print_page_code(page: &PairingPage) {
     let code = page.codes.mint();
     let minutes = crate::pairing::page::ttl_minutes(page.codes.ttl());
     println!(
-        "pairing page: {} code {code} (works once, for {minutes} minutes; a fresh one: iris-gateway pair --page)",
-        page.address()
+        "pairing page: {} code {code} (works once, for {minutes} minutes; a fresh one: {})",
+        page.address(),
+        crate::hints::command("pair --page")
     );
 }
 
@@ -582,7 +590,8 @@ fn print_admin_hint(data_dir: &std::path::Path, url: &str, tls: Option<&crate::t
         Ok(Some(_)) => println!("admin page: {address}"),
         Ok(None) => println!(
             "admin page: {address} (no owner yet: the first to open it sets the passphrase; \
-             or claim it here with iris-gateway owner set)"
+             or claim it here with {})",
+            crate::hints::command("owner set")
         ),
         Err(e) => warn!("admin page: {e}"),
     }

@@ -4,7 +4,7 @@
 //! the package manager owns), so what the owner changes in the browser lives in the data dir.
 //! The order, highest first: command-line flags, these saved settings, the config file, the
 //! built-in defaults (README, "Where settings come from"). `iris-gateway config --effective`
-//! shows each value with where it came from ([`explain`]).
+//! shows each value with where it came from.
 //!
 //! The file holds the agent key, the transcription key and the ntfy token as typed, so it is written mode 0600
 //! (readable by the gateway's user and root only, like the store), atomically (a temporary file,
@@ -346,161 +346,6 @@ impl Settings {
     }
 }
 
-/// Where one effective value came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    Default,
-    File,
-    Saved,
-    Flag,
-}
-
-impl Source {
-    pub fn label(self) -> &'static str {
-        match self {
-            Source::Default => "default",
-            Source::File => "config file",
-            Source::Saved => "saved from the admin page",
-            Source::Flag => "command-line flag",
-        }
-    }
-}
-
-/// One line of `config --effective`: a key, its value as shown (secrets as `(set)`), its source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explained {
-    pub key: &'static str,
-    pub value: String,
-    pub source: Source,
-}
-
-/// The settings a person most often asks "why is it this?" about, with their sources. `file`
-/// is the config file's own table (to tell a file value from a default), `saved` the data dir's
-/// settings, `pinned` what the flags set.
-pub fn explain(
-    config: &Config,
-    pinned: &crate::config::Pinned,
-    file: Option<&toml::Table>,
-    saved: &Settings,
-) -> Vec<Explained> {
-    let in_file = |key: &str| {
-        let mut table = match file {
-            Some(t) => t,
-            None => return false,
-        };
-        let mut parts = key.split('.').peekable();
-        while let Some(part) = parts.next() {
-            match table.get(part) {
-                Some(toml::Value::Table(t)) if parts.peek().is_some() => table = t,
-                Some(_) if parts.peek().is_none() => return true,
-                _ => return false,
-            }
-        }
-        false
-    };
-    let (a, p) = (&saved.agent, &saved.push);
-    let secret = |set: bool| if set { "(set)" } else { "(none)" }.to_owned();
-    let rows: Vec<(&'static str, String, bool)> = vec![
-        ("listen", config.listen.to_string(), false),
-        (
-            "data_dir",
-            config
-                .data_dir
-                .as_ref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_else(|| crate::config::default_data_dir().display().to_string()),
-            false,
-        ),
-        ("log_level", config.log_level.clone(), false),
-        (
-            "agent.backend",
-            config.agent.backend.clone(),
-            a.backend.is_some(),
-        ),
-        ("agent.url", config.agent.base_url(), a.url.is_some()),
-        (
-            "agent.key",
-            secret(!config.agent.key.is_empty() || config.agent.key_file.is_some()),
-            a.key.is_some(),
-        ),
-        ("agent.model", config.agent.model.clone(), a.model.is_some()),
-        (
-            "push.backend",
-            config.push.backend.clone(),
-            p.backend.is_some(),
-        ),
-        (
-            "push.ntfy_server",
-            config.push.ntfy_server.clone(),
-            p.ntfy_server.is_some(),
-        ),
-        (
-            "push.ntfy_token",
-            secret(config.push.ntfy_token.is_some() || config.push.ntfy_token_file.is_some()),
-            p.ntfy_token.is_some(),
-        ),
-        (
-            "push.content",
-            config.push.content.clone(),
-            p.content.is_some(),
-        ),
-        (
-            "push.fcm_credentials",
-            config
-                .push
-                .fcm_credentials
-                .as_ref()
-                .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string()),
-            p.fcm_credentials.is_some(),
-        ),
-        (
-            "update.url",
-            config.update.url.clone(),
-            saved.update.url.is_some(),
-        ),
-        (
-            "transcription.url",
-            config.transcription.base_url(),
-            saved.transcription.url.is_some(),
-        ),
-        (
-            "transcription.key",
-            secret(!config.transcription.key.is_empty() || config.transcription.key_file.is_some()),
-            saved.transcription.key.is_some(),
-        ),
-        (
-            "transcription.model",
-            config.transcription.model.clone(),
-            saved.transcription.model.is_some(),
-        ),
-        (
-            "transcription.timeout_secs",
-            config.transcription.timeout_secs.to_string(),
-            saved.transcription.timeout_secs.is_some(),
-        ),
-        ("tls.enabled", config.tls.enabled.to_string(), false),
-        ("tls.allow_plain", config.tls.allow_plain.to_string(), false),
-    ];
-    rows.into_iter()
-        .map(|(key, value, saved_here)| {
-            let source = if pinned.contains(key) {
-                Source::Flag
-            } else if saved_here {
-                Source::Saved
-            } else if in_file(key)
-                || (key == "agent.key" && in_file("agent.key_file"))
-                || (key == "push.ntfy_token" && in_file("push.ntfy_token_file"))
-                || (key == "transcription.key" && in_file("transcription.key_file"))
-            {
-                Source::File
-            } else {
-                Source::Default
-            };
-            Explained { key, value, source }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,22 +381,11 @@ mod tests {
         let loaded = Settings::load(dir.path()).unwrap();
         assert_eq!(loaded, saved);
 
-        let file: toml::Table = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
         let mut config: Config = toml::from_str("[agent]\nmodel = \"m\"\n").unwrap();
         loaded.apply(&mut config);
-        let pinned = crate::config::Pinned(vec!["agent.url"]);
-        let rows = explain(&config, &pinned, Some(&file), &loaded);
-        let source = |k: &str| rows.iter().find(|r| r.key == k).unwrap().source;
-        assert_eq!(source("agent.backend"), Source::Saved);
-        assert_eq!(source("agent.url"), Source::Flag);
-        assert_eq!(source("agent.model"), Source::File);
-        assert_eq!(source("push.backend"), Source::Default);
-        let key = rows.iter().find(|r| r.key == "agent.key").unwrap();
-        assert_eq!(key.value, "(set)");
-        assert_eq!(source("transcription.url"), Source::Saved);
+        assert_eq!(config.agent.backend, "openai");
+        assert_eq!(config.agent.model, "m");
         assert_eq!(config.transcription.key.expose(), "stt-secret");
-        let key = rows.iter().find(|r| r.key == "transcription.key").unwrap();
-        assert_eq!(key.value, "(set)");
     }
 
     #[test]

@@ -29,6 +29,7 @@ const TIERS: &[&[&str]] = &[
         "service",
         "http_client",
         "approval",
+        "hints",
     ],
     // What the hub drives; siblings, never importing each other.
     &["store", "agent", "push", "media", "board", "tls", "outlet"],

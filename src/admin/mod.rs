@@ -323,8 +323,11 @@ async fn serve_page(
             None,
             secure,
             &pages::message(
-                "This gateway already has an owner. Sign in with the passphrase, or take it \
-                 back at the box with iris-gateway owner reset.",
+                &format!(
+                    "This gateway already has an owner. Sign in with the passphrase, or take it \
+                     back at the box with {}.",
+                    crate::hints::command("owner reset")
+                ),
                 &Notice::None,
             ),
         );

@@ -174,7 +174,7 @@ pub fn setup(pre: &str, n: &Notice) -> String {
     format!(
         "{}<p>This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
          every setting and pair phones. The first person to do this on your network owns the box \
-         (you can take it back at the box with <code>iris-gateway owner reset</code>).</p>\
+         (you can take it back at the box with <code>{}</code>).</p>\
          <form method=\"post\" action=\"/admin/setup\">\
          <input type=\"hidden\" name=\"pre\" value=\"{}\">{}\
          <label for=\"confirm\">The same again</label>\
@@ -182,6 +182,7 @@ pub fn setup(pre: &str, n: &Notice) -> String {
          maxlength=\"1024\" required>\
          <p><button id=\"claim\" class=\"big\">Claim this gateway</button></p></form>",
         notice(n),
+        escape(&crate::hints::command("owner reset")),
         escape(pre),
         strength_input("passphrase", "Owner passphrase", pre),
     )
@@ -197,11 +198,13 @@ pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
          <input type=\"password\" id=\"passphrase\" name=\"passphrase\" \
          autocomplete=\"current-password\" maxlength=\"1024\" required autofocus>\
          <p><button id=\"signin\" class=\"big\">Sign in</button></p></form>\
-         <p><small>Forgot it? At the box: <code>iris-gateway owner set</code> (or \
-         <code>owner reset</code> to set it up again here).</small></p>",
+         <p><small>Forgot it? At the box: <code>{}</code> (or \
+         <code>{}</code> to set it up again here).</small></p>",
         notice(n),
         escape(pre),
-        escape(next)
+        escape(next),
+        escape(&crate::hints::command("owner set")),
+        escape(&crate::hints::command("owner reset")),
     )
 }
 

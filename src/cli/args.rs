@@ -127,6 +127,10 @@ pub struct ConfigArgs {
     /// defaults) and where each comes from, for the same flags `run` takes.
     #[arg(long)]
     pub effective: bool,
+    /// Check that FILE is a config file the gateway takes (unknown keys, values out of range),
+    /// changing nothing.
+    #[arg(long, value_name = "FILE", conflicts_with = "effective")]
+    pub check: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
 }

@@ -9,7 +9,6 @@ use std::io::{BufRead, BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
 
 use super::args::{BackupArgs, RestoreArgs};
-use crate::config::default_data_dir;
 use crate::control::backup::{io, write_offline, Error, CHUNK, STALLED_READER};
 use crate::control::restore::{restore, verify, Counts, Restored};
 use crate::control::{client, socket_path, ControlRequest, ControlResponse};
@@ -19,7 +18,7 @@ use crate::store::human_bytes;
 /// Writes the backup to `FILE.partial`, checks it and renames it to `FILE`; nothing is left
 /// behind when any step fails.
 pub fn run_backup(args: BackupArgs) -> Result<(), Error> {
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = super::error::data_dir(args.data_dir);
     let file = args.file;
     let partial = partial_path(&file);
     let result = (|| {
@@ -100,8 +99,9 @@ fn report_backup(dir: &Path, file: &Path, from_gateway: bool, header: &Header, c
         }
     );
     println!(
-        "{} in all. Restore it with: iris-gateway restore {name} --data-dir DIR",
-        human_bytes(size)
+        "{} in all. Restore it with: {}",
+        human_bytes(size),
+        crate::hints::command(&format!("restore {name}"))
     );
 }
 
@@ -155,7 +155,7 @@ fn fetch_from_gateway(dir: &Path) -> Result<Option<impl Read>, Error> {
 
 /// Restores the backup and says what became of the store that was there.
 pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = super::error::data_dir(args.data_dir);
     let done = if crate::backups::sealed::is_sealed(&args.file) {
         super::restore_sealed::restore_sealed(&dir, &args.file, args.passphrase_file.as_deref())?
     } else {

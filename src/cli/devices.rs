@@ -1,21 +1,23 @@
 //! `iris-gateway devices`: the paired devices, and revoking one.
 
 use super::args::{DevicesAction, DevicesArgs};
-use super::error::{open_offline, refusal, CliError};
-use crate::config::default_data_dir;
+use super::error::{data_dir, open_offline, refusal, require_store, CliError};
 use crate::control::{self, ControlRequest, ControlResponse, Reached};
 use crate::store::{Change, Device, DeviceOrigin, Record};
 
 /// Lists the devices, or revokes one: through the running gateway (which also closes the
 /// device's connection), or in the store when none runs.
 pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = data_dir(args.data_dir);
     match args.action {
         None => {
             let devices = match control::request(&dir, &ControlRequest::Devices)? {
                 Reached::Answer(ControlResponse::Devices { devices }) => devices,
                 Reached::Answer(other) => return Err(refusal(other)),
-                Reached::NotRunning => open_offline(&dir)?.devices()?,
+                Reached::NotRunning => {
+                    require_store(&dir)?;
+                    open_offline(&dir)?.devices()?
+                }
             };
             print_devices(&devices, args.json);
             Ok(())
@@ -30,6 +32,7 @@ pub fn run_devices(args: DevicesArgs) -> Result<(), CliError> {
                 Reached::Answer(ControlResponse::Revoked { existed }) => existed,
                 Reached::Answer(other) => return Err(refusal(other)),
                 Reached::NotRunning => {
+                    require_store(&dir)?;
                     let store = open_offline(&dir)?;
                     // The gateway is not running: this command is the store's only writer.
                     let existed = store.device(&device_id)?.is_some();
@@ -69,7 +72,10 @@ fn print_devices(devices: &[Device], json: bool) {
         return;
     }
     if devices.is_empty() {
-        println!("No devices are paired. Pair one with: iris-gateway pair --name NAME");
+        println!(
+            "No devices are paired. Pair one with: {}",
+            crate::hints::command("pair --name NAME")
+        );
         return;
     }
     println!("{:<32} {:<24} {:<8} LAST SEEN", "DEVICE", "NAME", "ORIGIN");

@@ -1,13 +1,12 @@
 //! `iris-gateway owner`: setting or removing the admin page's owner passphrase at the box.
 
 use super::args::{OwnerAction, OwnerArgs};
-use super::error::CliError;
-use crate::config::default_data_dir;
+use super::error::{data_dir, CliError};
 
 /// `owner set` / `owner reset`.
 pub fn run_owner(args: OwnerArgs) -> Result<(), CliError> {
     use crate::admin::owner;
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = data_dir(args.data_dir);
     let fail = |e: owner::OwnerError| CliError::Refused(e.to_string());
     match args.action {
         OwnerAction::Set => {

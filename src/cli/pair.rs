@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::args::PairArgs;
-use super::error::{open_offline, refusal, CliError};
-use crate::config::{default_data_dir, Config};
+use super::error::{data_dir, open_offline, refusal, CliError};
+use crate::config::Config;
 use crate::control::{self, ControlRequest, ControlResponse, Reached};
 use crate::hub::new_device;
 use crate::store::{Change, DeviceOrigin, Record};
@@ -93,7 +93,7 @@ fn run_pair_page(data_dir: &Path, json: bool) -> Result<(), CliError> {
 
 /// `pair`: mints the device and prints what the app needs (a QR code, or JSON for scripts).
 pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = data_dir(args.data_dir);
     if args.page {
         return run_pair_page(&dir, args.json);
     }
@@ -125,8 +125,8 @@ pub fn run_pair(args: PairArgs) -> Result<(), CliError> {
             println!("         {}", t.fingerprint);
         }
         println!(
-            "The token is shown only now; revoke it with: iris-gateway devices revoke {}",
-            paired.device_id
+            "The token is shown only now; revoke it with: {}",
+            crate::hints::command(&format!("devices revoke {}", paired.device_id))
         );
     }
     Ok(())

@@ -83,7 +83,7 @@ impl RunArgs {
     /// The config keys these flags set: the admin page cannot override them.
     fn pinned(&self) -> Pinned {
         let mut pinned = Pinned::default();
-        let flags: [(&'static str, bool); 10] = [
+        let flags: [(&'static str, bool); 17] = [
             ("data_dir", self.data_dir.is_some()),
             ("listen", self.listen.is_some()),
             ("agent.backend", self.agent.is_some()),
@@ -99,6 +99,19 @@ impl RunArgs {
             (
                 "push.ntfy_token",
                 self.ntfy_token.is_some() || self.ntfy_token_file.is_some(),
+            ),
+            ("push.fcm_credentials", self.fcm_credentials.is_some()),
+            ("discovery.enabled", self.no_discovery),
+            ("demo.pace_ms", self.demo_pace_ms.is_some()),
+            ("limits.max_frame_bytes", self.max_frame_bytes.is_some()),
+            (
+                "limits.max_out_frame_bytes",
+                self.max_out_frame_bytes.is_some(),
+            ),
+            ("limits.max_text_bytes", self.max_text_bytes.is_some()),
+            (
+                "store.outbox_retain_frames",
+                self.outbox_retain_frames.is_some(),
             ),
         ];
         for (key, set) in flags {

@@ -1,8 +1,7 @@
 //! `iris-gateway status`: the running gateway's health, or a plain "not running".
 
 use super::args::StatusArgs;
-use super::error::{open_offline, refusal, CliError};
-use crate::config::default_data_dir;
+use super::error::{data_dir, open_offline, refusal, require_store, CliError};
 use crate::control::{self, ControlRequest, ControlResponse, Reached};
 
 /// What `status` found: the gateway answered, or nothing runs on the data dir.
@@ -16,7 +15,7 @@ pub enum StatusOutcome {
 /// treated as an error of the command: `StatusOutcome::NotRunning` lets the caller exit 3, as
 /// LSB status commands do.
 pub fn run_status(args: StatusArgs) -> Result<StatusOutcome, CliError> {
-    let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let dir = data_dir(args.data_dir);
     match control::request(&dir, &ControlRequest::Status)? {
         Reached::Answer(ControlResponse::Status { report }) => {
             if args.json {
@@ -28,6 +27,7 @@ pub fn run_status(args: StatusArgs) -> Result<StatusOutcome, CliError> {
         }
         Reached::Answer(other) => Err(refusal(other)),
         Reached::NotRunning => {
+            require_store(&dir)?;
             // The store can be read while nothing holds it; a damaged or locked one is only
             // mentioned, the command is about the gateway.
             let devices = open_offline(&dir).and_then(|s| Ok(s.devices()?.len()));
@@ -46,7 +46,10 @@ pub fn run_status(args: StatusArgs) -> Result<StatusOutcome, CliError> {
                     Ok(n) => println!("Devices: {n} paired (store in {})", dir.display()),
                     Err(e) => println!("Store:   {e}"),
                 }
-                println!("Start it with: sudo systemctl start iris-gateway (or iris-gateway run)");
+                println!(
+                    "Start it with: sudo systemctl start iris-gateway (or {})",
+                    crate::hints::command("run")
+                );
             }
             Ok(StatusOutcome::NotRunning)
         }

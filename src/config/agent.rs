@@ -3,13 +3,13 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, Secret};
 
 /// The agent backend. `demo` needs nothing; `hermes` and `openai` are reached over HTTP with
 /// blocking `ureq` calls on worker threads (one per running turn), so the event loop never waits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// `demo`, `hermes` (a Hermes Agent's API server) or `openai` (any `/v1/chat/completions`).

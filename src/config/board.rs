@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which driver shows the status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LedDriver {
     /// The sysfs LED at `sysfs_path` (or its `led0` sibling) if present and writable, else none.
@@ -22,7 +22,7 @@ pub enum LedDriver {
 }
 
 /// Boards with defaults in `board/*.toml`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum Board {
     #[serde(rename = "pi-zero-2w")]
     PiZero2W,
@@ -59,7 +59,7 @@ impl Board {
 }
 
 /// `[led]`: which LED shows the gateway's state, after board defaults are applied.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(try_from = "RawLedConfig")]
 pub struct LedConfig {
     /// `auto` (default), `sysfs`, `gpio` or `none`.

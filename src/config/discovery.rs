@@ -2,7 +2,7 @@
 //! Plain data read from the config file; src/discovery.rs does the advertising.
 
 /// `[discovery]` in the config file.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DiscoveryConfig {
     /// Advertise the gateway on the LAN with mDNS/DNS-SD.

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
 pub mod agent;
 pub mod board;
@@ -68,7 +68,7 @@ pub(crate) fn key_of(key: &Secret, key_file: Option<&Path>) -> Result<Secret, Co
 }
 
 /// The whole configuration after defaults, file and flags are merged.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Where the WebSocket listens; `0.0.0.0` makes the gateway reachable on the LAN.
@@ -136,6 +136,27 @@ impl Secret {
     }
 }
 
+/// What a listing of the configuration shows for a secret: whether one is set, never the secret
+/// (`config --effective` prints the serialized config).
+fn redacted<S: Serializer>(set: bool, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(if set { "(set)" } else { "(not set)" })
+}
+
+/// For an optional secret field: `#[serde(serialize_with = "redact_option")]`.
+pub(crate) fn redact_option<S: Serializer>(
+    secret: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    redacted(secret.is_some(), serializer)
+}
+
+/// A secret serializes as whether it is set: nothing that serializes a config can leak it.
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        redacted(!self.0.is_empty(), serializer)
+    }
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.is_empty() {
@@ -148,7 +169,7 @@ impl std::fmt::Debug for Secret {
 
 /// A scheduled prompt: at each `schedule` instant the agent answers `prompt` and the answer is
 /// posted (role `cron`) into the automation channel named `channel`, created if missing.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CronJob {
     /// Channel name (created as an automation channel if no channel has this name).
@@ -161,7 +182,7 @@ pub struct CronJob {
 
 /// An HTTP endpoint, `POST /hooks/<name>` with `Authorization: Bearer <token>`, whose body is
 /// posted into the automation channel named `channel` (created if missing).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// The URL path segment: letters, digits, `-` and `_`.
@@ -175,7 +196,7 @@ pub struct WebhookConfig {
 }
 
 /// `[demo]`: the built-in agent that needs nothing (first start, tests).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
     /// Milliseconds between streamed steps of a demo turn; 0 streams as fast as possible.
@@ -183,7 +204,7 @@ pub struct DemoConfig {
 }
 
 /// `[store]`: the store's memory and replay window.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// sled's page cache. sled defaults to 1 GiB, far beyond a Pi's budget; a small cache costs
@@ -195,7 +216,7 @@ pub struct StoreConfig {
 
 /// TLS on the listen port (docs/security.md). TLS and plain connections share the port: the
 /// first byte of a connection tells them apart.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// Serve `wss://` (TLS) on the listen port.
@@ -222,7 +243,7 @@ impl Default for TlsConfig {
 
 /// Every input limit, with its default. Documented in docs/limits.md; the names are the config
 /// keys under `[limits]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest JSON text frame read from a socket. Larger frames are not buffered: the socket

@@ -2,10 +2,10 @@
 //! box. The service is unprivileged; the shipped polkit rule lets its user, and only it, ask
 //! logind for these two (docs/security.md, "Reboot and shut down").
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A command and its arguments, run directly (no shell).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PowerConfig {
     /// Reboots the box. Empty: the page offers no reboot.

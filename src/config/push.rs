@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The `[push]` section of the config file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PushConfig {
     /// `none`, `ntfy` or `fcm`.
@@ -14,10 +14,12 @@ pub struct PushConfig {
     /// ntfy server base URL, e.g. `https://ntfy.sh` or `http://192.168.1.10:8080`.
     pub ntfy_server: String,
     /// ntfy access token (`Authorization: Bearer`), or read from `ntfy_token_file`.
+    #[serde(serialize_with = "super::redact_option")]
     pub ntfy_token: Option<String>,
     pub ntfy_token_file: Option<PathBuf>,
     /// ntfy user and password (basic auth), as an alternative to a token.
     pub ntfy_user: Option<String>,
+    #[serde(serialize_with = "super::redact_option")]
     pub ntfy_password: Option<String>,
     /// FCM service-account key file (JSON, from the Firebase console).
     pub fcm_credentials: Option<PathBuf>,

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, Secret};
 
@@ -12,7 +12,7 @@ use super::{ConfigError, Secret};
 /// and past ten minutes the note is better sent as an attachment.
 pub const MAX_TIMEOUT_SECS: u64 = 600;
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TranscriptionConfig {
     /// Base URL of the API, up to and including its version (`http://192.168.1.20:8000/v1`,

@@ -416,7 +416,8 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
         Err(e) => {
             let why = format!(
                 "the backup uploaded from the admin page was not restored: {e}; the store is \
-                 unchanged (upload it again, or restore it with iris-gateway restore FILE)"
+                 unchanged (upload it again, or restore it with {})",
+                crate::hints::command("restore FILE")
             );
             tracing::warn!("{why}");
             Some(why)

@@ -65,9 +65,10 @@ impl Hub {
             None
         };
         let Some(mut device) = found else {
-            return Err(Refusal::auth(
-                "unknown or revoked token: pair this device again (iris-gateway pair)",
-            ));
+            return Err(Refusal::auth(format!(
+                "unknown or revoked token: pair this device again ({})",
+                crate::hints::command("pair --name NAME")
+            )));
         };
         device.last_seen_ms = Some(ids::now_ms());
         if let Some(app_id) = hello.device_id.as_deref().filter(|s| s.len() <= 128) {

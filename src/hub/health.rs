@@ -16,8 +16,13 @@ pub(super) struct OffCause {
 
 /// What the owner can do about a damaged history database, said with the cause: the start-up
 /// check does not read every row, so a restart alone may hide the damage until it is read again.
-pub(super) const HISTORY_DAMAGE_FIX: &str = "restore your latest backup (the admin page's \
-    Backup, or iris-gateway restore FILE), which keeps the damaged files aside";
+pub(super) fn history_damage_fix() -> String {
+    format!(
+        "restore your latest backup (the admin page's Backup, or {}), which keeps the damaged \
+         files aside",
+        crate::hints::command("restore FILE")
+    )
+}
 
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
 /// while it lasts. Any cause set means degraded; all clear means online.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::errors::Refusal;
-use super::health::HISTORY_DAMAGE_FIX;
+use super::health::history_damage_fix;
 use super::state::{Hub, Origin};
 use crate::outlet::Outlet;
 use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
@@ -49,7 +49,7 @@ impl Hub {
         if !e.is_history_damage() {
             return Refusal::internal(e);
         }
-        let cause = format!("{e}; {HISTORY_DAMAGE_FIX}");
+        let cause = format!("{e}; {}", history_damage_fix());
         self.note_history_damaged(cause.clone());
         Refusal::new(ErrorCode::Internal, cause)
     }

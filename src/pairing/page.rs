@@ -132,7 +132,8 @@ async fn redeem(
                     "Could not pair",
                     &format!(
                         "The gateway could not store the new device ({e}). The code is used \
-                         up: get a new one with iris-gateway pair --page."
+                         up: get a new one with {}.",
+                        crate::hints::command("pair --page")
                     ),
                 ),
             );
@@ -155,8 +156,11 @@ fn refused(refusal: Refusal, secure: bool) -> Response<Full<Bytes>> {
             StatusCode::GONE,
             &message_page(
                 "Code used up",
-                "That code was already used, has expired, or was replaced by a newer one. \
-                 Get a new one on the gateway with: iris-gateway pair --page",
+                &format!(
+                    "That code was already used, has expired, or was replaced by a newer one. \
+                     Get a new one on the gateway with: {}",
+                    crate::hints::command("pair --page")
+                ),
             ),
         ),
         Refusal::RateLimited {
@@ -267,11 +271,12 @@ fn form_page(problem: Option<&str>, secure: bool) -> String {
             "<h1>Pair a phone with Iris</h1>{problem}{warning}\
              <form method=\"post\" action=\"{PATH}\">\
              <p><label for=\"code\">The code the gateway printed (or \
-             <code>iris-gateway pair --page</code> shows):</label></p>\
+             <code>{pair_page}</code> shows):</label></p>\
              <p><input id=\"code\" name=\"code\" autocomplete=\"off\" autocapitalize=\"characters\" \
              spellcheck=\"false\" maxlength=\"16\" required autofocus> \
              <button type=\"submit\">Show the QR code</button></p></form>",
             warning = plain_warning(secure),
+            pair_page = escape(&crate::hints::command("pair --page")),
         ),
     )
 }
@@ -292,9 +297,10 @@ fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String 
              <dl><dt>URL</dt><dd><code>{url}</code></dd>{tls}\
              <dt>Token (shown only now)</dt><dd><code>{token}</code></dd></dl>\
              <p>This page is not kept: close it once the phone is paired. The device can be \
-             revoked with <code>iris-gateway devices revoke</code>.</p>",
+             revoked with <code>{revoke}</code>.</p>",
             warning = plain_warning(secure),
             svg = invitation.svg_qr(QR_PX),
+            revoke = escape(&crate::hints::command("devices revoke DEVICE")),
             url = escape(&invitation.url),
             token = escape(&invitation.token),
         ),

@@ -166,7 +166,7 @@ pub enum BackupError {
     Io { file: String, source: io::Error },
     /// Making a backup: the gateway's own history database could not be read. The backup was
     /// not made; the history needs repair (a restore of an earlier backup).
-    #[error("the history database {file} is damaged or unreadable ({detail}); no backup can be made of it. Restore your latest backup (iris-gateway restore FILE), which keeps the damaged files aside")]
+    #[error("the history database {file} is damaged or unreadable ({detail}); no backup can be made of it. Restore your latest backup ({}), which keeps the damaged files aside", crate::hints::command("restore FILE"))]
     HistoryDamaged { file: String, detail: String },
     #[error(transparent)]
     Store(#[from] StoreError),

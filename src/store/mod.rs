@@ -104,7 +104,7 @@ pub enum StoreError {
     /// sled's write failed with ENOSPC.
     #[error("the data disk is full ({detail}); nothing new can be saved until space is freed: delete messages with media, or remove other files from that disk")]
     Full { detail: String },
-    #[error("the data disk is read-only ({detail}); nothing new can be saved. The SD card may be failing: make a backup now (iris-gateway backup FILE) and check the card")]
+    #[error("the data disk is read-only ({detail}); nothing new can be saved. The SD card may be failing: make a backup now ({}) and check the card", crate::hints::command("backup FILE"))]
     ReadOnly { detail: String },
     /// sled can no longer complete a flush after a failed write and cannot be closed either
     /// (`Store::reopen`): only a restart of the process reopens the store.
@@ -430,6 +430,12 @@ impl Store {
         }
         Ok(total)
     }
+}
+
+/// Whether `dir` holds a store (sled's directory, there in every layout): what a read-only
+/// command checks first, since opening a store makes one.
+pub fn exists_in(dir: &Path) -> bool {
+    dir.join("db").is_dir()
 }
 
 /// 8 MiB, 340 KiB, 12 bytes: for messages people read.

@@ -696,13 +696,28 @@ pub fn cli_os<S: AsRef<OsStr>>(args: &[S]) -> Output {
 }
 
 /// Runs `cmd` with its output captured, bounded by `timeout` (then killed, and the test fails).
-pub fn run_bounded(mut cmd: Command, timeout: Duration, what: &str) -> Output {
+pub fn run_bounded(cmd: Command, timeout: Duration, what: &str) -> Output {
+    run_bounded_input(cmd, b"", timeout, what)
+}
+
+/// As [`run_bounded`], with `input` on its standard input (then closed); none at all when empty.
+pub fn run_bounded_input(mut cmd: Command, input: &[u8], timeout: Duration, what: &str) -> Output {
+    let stdin = match input.is_empty() {
+        true => Stdio::null(),
+        false => Stdio::piped(),
+    };
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    if let Some(mut pipe) = child.stdin.take() {
+        use std::io::Write;
+        let input = input.to_vec();
+        // A child that exits without reading must not block the test on a full pipe.
+        std::thread::spawn(move || pipe.write_all(&input));
+    }
     let collect = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
