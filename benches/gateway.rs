@@ -17,9 +17,12 @@
 //!   searches every 50 ms over 20,000 messages, against an idle ping;
 //! - a start after a burst: process start to `hello.ack` after a SIGKILL that follows
 //!   `IRIS_BENCH_BURST` history messages written through the protocol as fast as it takes them
-//!   (CI-sized by default), against the same after a burst of 1,000;
+//!   (CI-sized by default), against the same after a burst of 1,000, and in a debug build
+//!   against the same burst with sled reopened by records, as before (`replay_bound.rs`);
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
-//!   against a plain file with the same frames and fdatasyncs;
+//!   against a plain file with the same frames and fdatasyncs; and over a long run on a new
+//!   store (`IRIS_BENCH_TURNS`, CI-sized by default), sled's reopens included, against the
+//!   same run with them by records (side by side; a debug build selects it);
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices; VmRSS on an empty
 //!   store and 10 s after the owner's work on the admin page (claim, sign-ins, passphrase
 //!   change, strength checks, a backup, a restore tried, an update check), against the previous
@@ -122,10 +125,21 @@ struct Gateway {
 
 impl Gateway {
     fn start(dir: &Path, config: &str, bin: Option<(&Path, &[&str])>) -> (Gateway, Duration) {
+        Gateway::start_env(dir, config, bin, &[])
+    }
+
+    /// As `start`, with variables set in the gateway's environment (its debug-build hooks).
+    fn start_env(
+        dir: &Path,
+        config: &str,
+        bin: Option<(&Path, &[&str])>,
+        env: &[(&str, &str)],
+    ) -> (Gateway, Duration) {
         let config_path = dir.join("bench.toml");
         std::fs::write(&config_path, config).unwrap();
         let t = Instant::now();
         let mut child = gateway_command(bin)
+            .envs(env.iter().copied())
             .args(["run", "--data-dir"])
             .arg(dir.join("data"))
             .arg("--config")
@@ -161,7 +175,7 @@ impl Gateway {
         let err = child.stderr.take().unwrap();
         std::thread::spawn(move || {
             for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if l.contains("coalesced=") {
+                if l.contains("coalesced=") || l.contains("sled reopened") {
                     sink.lock().unwrap().push_str(&l);
                     sink.lock().unwrap().push('\n');
                 }
@@ -916,17 +930,21 @@ async fn burst(url: &str, devices: &[(String, String)], n: usize) -> Duration {
     t.elapsed()
 }
 
-/// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages.
-async fn crash_after_burst(n: usize) -> (Duration, Duration) {
+/// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages
+/// written by a gateway with `env` (a debug build's replay policy); how long the burst took, and
+/// how many times sled was reopened for its snapshot in it.
+async fn crash_after_burst(n: usize, env: &[(&str, &str)]) -> (Duration, Duration, usize) {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ids = pair_devices(tmp.path(), BURST_LANES);
-    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let (gw, _) = Gateway::start_env(tmp.path(), &config(None), None, env);
     let took = burst(&gw.url, &ids, n).await;
+    let log = gw.stderr.clone();
     gw.kill();
+    let reopens = log.lock().unwrap().matches("sled reopened").count();
     let (gw, ws, hello_crash) = start_to_hello(tmp.path(), &ids[0]).await;
     drop(ws);
     gw.stop();
-    (hello_crash, took)
+    (hello_crash, took, reopens)
 }
 
 /// A start after a SIGKILL that follows a burst of writes through the protocol (scale:
@@ -937,20 +955,36 @@ async fn burst_section(opts: &Opts) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if opts.quick { 4_000 } else { 20_000 });
     let small = 1000;
-    let (b, took) = crash_after_burst(big).await;
-    let (s, _) = crash_after_burst(small).await;
+    let (b, took, reopens) = crash_after_burst(big, &[]).await;
+    let (s, _, _) = crash_after_burst(small, &[]).await;
     let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
-    print(
-        &format!("A start after a burst ({big} history messages through the protocol)"),
-        &[row(
+    let mut rows = vec![row(
+        format!(
+            "process start to hello.ack after a SIGKILL that follows {big} history messages written in {:.0} s ({BURST_LANES} lanes; sled reopened {reopens} times)",
+            took.as_secs_f64()
+        ),
+        ms(b),
+        format!("{} (after a burst of {small})", ms(s)),
+        b.as_secs_f64() / s.as_secs_f64(),
+    )];
+    // The bound by records it replaced, where this build can select it (a debug build).
+    if cfg!(debug_assertions) {
+        let (old, took, reopens) =
+            crash_after_burst(big, &[("IRIS_GATEWAY_REPLAY_POLICY", "records")]).await;
+        rows.push(row(
+            "the same, against the bound by records (the burst's gateway with IRIS_GATEWAY_REPLAY_POLICY=records)",
+            ms(b),
             format!(
-                "process start to hello.ack after a SIGKILL that follows {big} history messages written in {:.0} s ({BURST_LANES} lanes)",
+                "{} (by records: written in {:.0} s, sled reopened {reopens} times)",
+                ms(old),
                 took.as_secs_f64()
             ),
-            ms(b),
-            format!("{} (after a burst of {small})", ms(s)),
-            b.as_secs_f64() / s.as_secs_f64(),
-        )],
+            b.as_secs_f64() / old.as_secs_f64(),
+        ));
+    }
+    print(
+        &format!("A start after a burst ({big} history messages through the protocol)"),
+        &rows,
     );
 }
 
@@ -1192,17 +1226,7 @@ fn dirty_blocks(lines: &[&str]) -> u64 {
                 .and_then(|(_, r)| r.split_once('>'))
                 .map(|(p, _)| p.to_owned())
         };
-        if call.starts_with("pwrite64(") {
-            let Some(p) = path() else { continue };
-            // `pwrite64(fd<path>, "...", LEN, OFFSET) = N` (or `<unfinished ...>`).
-            let args = call.split(" <unfinished").next().unwrap_or(call);
-            let args = args.rsplit_once(')').map_or(args, |(a, _)| a);
-            let mut nums = args.rsplitn(3, ", ");
-            let off: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-            let len: u64 = nums.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-            if len == 0 {
-                continue;
-            }
+        if let Some((p, len, off)) = pwrite_of(call) {
             let set = dirty.entry(p).or_default();
             for b in off / 4096..=(off + len - 1) / 4096 {
                 set.insert(b);
@@ -1230,6 +1254,66 @@ fn dirty_blocks(lines: &[&str]) -> u64 {
     total + dirty.values().map(|s| s.len() as u64).sum::<u64>()
 }
 
+/// The file, length and offset of a `pwrite64` call in an strace line (after its pid):
+/// `pwrite64(fd<path>, "...", LEN, OFFSET) = N` (or `<unfinished ...>`); `None` for another
+/// call or an empty write.
+fn pwrite_of(call: &str) -> Option<(String, u64, u64)> {
+    if !call.starts_with("pwrite64(") {
+        return None;
+    }
+    let path = call.split_once('<')?.1.split_once('>')?.0.to_owned();
+    let args = call.split(" <unfinished").next().unwrap_or(call);
+    let args = args.rsplit_once(')').map_or(args, |(a, _)| a);
+    let mut nums = args.rsplitn(3, ", ");
+    let off: u64 = nums.next()?.trim().parse().ok()?;
+    let len: u64 = nums.next()?.trim().parse().ok()?;
+    (len > 0).then_some((path, len, off))
+}
+
+/// sled's segment size (its default, which the store keeps): what its open zeroes at a time.
+const SLED_SEGMENT: u64 = 512 * 1024;
+
+/// What sled's opens wrote, from strace lines: the free segments of its log zeroed whole (a
+/// segment-sized `pwrite64` at a segment boundary, `initialize_from_snapshot` in its
+/// `pagecache/segment.rs`), and the zeros from the recovered tip to the end of its segment,
+/// less a byte (`advance_snapshot` in `pagecache/snapshot.rs`). sled's own log writes are
+/// neither: they never end one byte short of a segment. Returns (segments zeroed, bytes of
+/// tip zeroing).
+fn open_writes(lines: &[&str]) -> (u64, u64) {
+    let (mut segments, mut tail) = (0, 0);
+    for l in lines {
+        let Some(call) = l.split_once(' ').map(|(_, c)| c.trim_start()) else {
+            continue;
+        };
+        let Some((path, len, off)) = pwrite_of(call) else {
+            continue;
+        };
+        if !path.ends_with("/db/db") {
+            continue;
+        }
+        if len == SLED_SEGMENT && off % SLED_SEGMENT == 0 {
+            segments += 1;
+        } else if (off + len + 1) % SLED_SEGMENT == 0 {
+            tail += len;
+        }
+    }
+    (segments, tail)
+}
+
+/// strace as the gateway's runner: its sync and write calls, with file names, into `trace`.
+fn strace_runner(trace: &str) -> Vec<&str> {
+    vec![
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=fsync,fdatasync,sync_file_range,pwrite64",
+        "-y",
+        "-o",
+        trace,
+    ]
+}
+
 /// The gateway's own pid when it runs under a wrapper (strace): the wrapper's child.
 fn traced_pid(wrapper: u32) -> u32 {
     for _ in 0..100 {
@@ -1243,6 +1327,159 @@ fn traced_pid(wrapper: u32) -> u32 {
     wrapper
 }
 
+/// What a long run of demo turns wrote, sled's reopens included (`long_turns`).
+struct LongRun {
+    /// 4 KiB blocks dirtied per sync over the whole run, per turn, in bytes.
+    per_turn: f64,
+    ms_per_turn: f64,
+    /// The reopens that bound a crash start's replay ("sled reopened" in the log): records
+    /// written before each, ms each took, and the bytes of the snapshot each wrote.
+    reopens: Vec<(u64, u64, u64)>,
+    /// What sled's opens zeroed (`open_writes`): whole free segments, and bytes at the tip.
+    zeroed_segments: u64,
+    tail_bytes: u64,
+    /// The log file's size at the end.
+    log_bytes: u64,
+}
+
+/// A `key=value` number in a log line.
+fn log_field(line: &str, key: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(&format!(" {key}="))?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `n` demo turns through the protocol on a new store, under strace, the gateway's environment
+/// set to `env` (a debug build's replay policy): every block written, reopens included.
+async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ids = pair_devices(tmp.path(), 1);
+    let trace = tmp.path().join("long.txt");
+    let trace_s = trace.to_string_lossy().into_owned();
+    let runner = strace_runner(&trace_s);
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
+    let (gw, _) = Gateway::start_env(tmp.path(), &config(None), Some((&bin, &runner)), env);
+    let pid = traced_pid(gw.child.id());
+    let mut ws = hello(&gw.url, &ids[0], None).await;
+    let lines0 = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let t = Instant::now();
+    demo_turns(&mut ws, n, 0).await;
+    let elapsed = t.elapsed();
+    drop(ws);
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let log = gw.stderr.clone();
+    gw.stop();
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let window: Vec<&str> = text.lines().skip(lines0).collect();
+    if let Some(keep) = std::env::var_os("IRIS_BENCH_KEEP_LONG_TRACE") {
+        // For reading what each reopen wrote, and when.
+        let keep = PathBuf::from(keep).join(format!("long-{}.txt", env.len()));
+        std::fs::write(&keep, window.join("\n")).unwrap();
+        std::fs::write(keep.with_extension("log"), log.lock().unwrap().as_bytes()).unwrap();
+    }
+    eprintln!("{n} turns, environment {env:?}:");
+    let blocks = dirty_blocks(&window);
+    let (zeroed_segments, tail_bytes) = open_writes(&window);
+    let reopens = log
+        .lock()
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("sled reopened"))
+        .map(|l| {
+            let f = |k| log_field(l, k).unwrap_or(0);
+            (f("records"), f("ms"), f("snapshot_bytes"))
+        })
+        .collect();
+    let log_bytes = std::fs::metadata(tmp.path().join("data/db/db")).map_or(0, |m| m.len());
+    LongRun {
+        per_turn: (blocks * 4096) as f64 / n as f64,
+        ms_per_turn: elapsed.as_secs_f64() * 1e3 / n as f64,
+        reopens,
+        zeroed_segments,
+        tail_bytes,
+        log_bytes,
+    }
+}
+
+/// The long run's rows: this build's replay bound against the one it replaced (by records,
+/// selected in the same debug build by `IRIS_GATEWAY_REPLAY_POLICY=records`), run side by side;
+/// and this build's bytes per turn over the run, when it ran.
+async fn long_turns_rows(opts: &Opts) -> (Vec<Row>, Option<f64>) {
+    let n = std::env::var("IRIS_BENCH_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if opts.quick { 300 } else { 2_000 });
+    let old_policy = [("IRIS_GATEWAY_REPLAY_POLICY", "records")];
+    // `IRIS_BENCH_LONG_POLICY=records|bytes`: one of them alone (the 50,000-turn runs take a
+    // while; two side by side share the cores).
+    let (now, old) = match std::env::var("IRIS_BENCH_LONG_POLICY").as_deref() {
+        Ok("records") => (None, Some(long_turns(n, &old_policy).await)),
+        Ok(_) => (Some(long_turns(n, &[]).await), None),
+        Err(_) => {
+            let (now, old) = tokio::join!(long_turns(n, &[]), long_turns(n, &old_policy));
+            (Some(now), Some(old))
+        }
+    };
+    let describe = |r: &LongRun| {
+        let snap: u64 = r.reopens.iter().map(|x| x.2).sum();
+        let ms: u64 = r.reopens.iter().map(|x| x.1).sum();
+        let records: u64 = r.reopens.iter().map(|x| x.0).sum();
+        let k = r.reopens.len().max(1) as u64;
+        format!(
+            "{} reopens (each after ~{} records, ~{} ms, a {} KB snapshot); sled's opens zeroed {} free segments ({} MB) and {} KB at its tip; its log {:.1} MB at the end; {:.1} ms a turn",
+            r.reopens.len(),
+            records / k,
+            ms / k,
+            snap / k / 1000,
+            r.zeroed_segments,
+            r.zeroed_segments * SLED_SEGMENT / 1_000_000,
+            r.tail_bytes / 1000,
+            r.log_bytes as f64 / 1e6,
+            r.ms_per_turn,
+        )
+    };
+    let what = |r: &LongRun| {
+        format!("bytes written per demo turn over {n} turns on a new store, reopens included (4 KiB blocks dirtied per sync, from strace): {}", describe(r))
+    };
+    let baseline = |r: &LongRun| {
+        format!(
+            "{:.0} B (reopen by records, as before: {})",
+            r.per_turn,
+            describe(r)
+        )
+    };
+    let per_turn = now.as_ref().map(|r| r.per_turn);
+    let rows = match (now, old) {
+        (Some(now), Some(old)) => vec![row(
+            what(&now),
+            format!("{:.0} B", now.per_turn),
+            baseline(&old),
+            now.per_turn / old.per_turn.max(1.0),
+        )],
+        (Some(r), None) => vec![Row {
+            what: what(&r),
+            value: format!("{:.0} B", r.per_turn),
+            baseline: "— (run alone)".into(),
+            ratio: "—".into(),
+        }],
+        (None, Some(r)) => vec![Row {
+            what: "the same with the reopen by records, as before".into(),
+            value: baseline(&r),
+            baseline: "— (run alone)".into(),
+            ratio: "—".into(),
+        }],
+        (None, None) => Vec::new(),
+    };
+    (rows, per_turn)
+}
+
 /// Bytes written to the block device per demo turn, against a plain file doing the same
 /// number of durable commits with the same frames; and the sync calls per turn (strace).
 async fn turns_section(opts: &Opts) {
@@ -1254,16 +1491,7 @@ async fn turns_section(opts: &Opts) {
         && Command::new("strace").arg("-V").output().is_ok();
     let trace = tmp.path().join("sync-calls.txt");
     let trace_s = trace.to_string_lossy().into_owned();
-    let runner: Vec<&str> = vec![
-        "strace",
-        "-f",
-        "-qq",
-        "-e",
-        "trace=fsync,fdatasync,sync_file_range,pwrite64",
-        "-y",
-        "-o",
-        &trace_s,
-    ];
+    let runner = strace_runner(&trace_s);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
     let (gw, _) = if have_strace {
         Gateway::start(tmp.path(), &config(None), Some((&bin, &runner)))
@@ -1438,14 +1666,31 @@ async fn turns_section(opts: &Opts) {
     }
     // 800 turns and posts a day over 16 waking hours: activity in every 5 minutes of them,
     // so 192 checkpoints a day, each like the quiet one above.
-    let per_day = per_turn * 800.0 + quiet_checkpoint as f64 * 192.0;
-    rows.push(Row {
-        what: "SD writes per day at 500 turns + 300 automation posts (800 × the per-turn figure + 192 quiet checkpoints)"
-            .into(),
-        value: format!("{:.0} MB", per_day / 1e6),
-        baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
-        ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
-    });
+    let per_day_row = |what: &str, per_turn: f64| {
+        let per_day = per_turn * 800.0 + quiet_checkpoint as f64 * 192.0;
+        Row {
+            what: what.into(),
+            value: format!("{:.0} MB", per_day / 1e6),
+            baseline: format!("{:.0} MB (plain file, 800 turns)", plain * 800.0 / 1e6),
+            ratio: format!("{:.2}", per_day / (plain * 800.0).max(1.0)),
+        }
+    };
+    rows.push(per_day_row(
+        "SD writes per day at 500 turns + 300 automation posts (800 × the per-turn figure + 192 quiet checkpoints)",
+        per_turn,
+    ));
+    if have_strace {
+        let (long_rows, long_per_turn) = long_turns_rows(opts).await;
+        rows.extend(long_rows);
+        // A store months old: the long run's figure (its own checkpoints included, so this
+        // counts them twice, an over-estimate of ~1.5 KB a turn).
+        if let Some(long) = long_per_turn {
+            rows.push(per_day_row(
+                "the same at the long run's per-turn figure (a store whose outbox is full)",
+                long,
+            ));
+        }
+    }
     print("Writes per turn", &rows);
 }
 

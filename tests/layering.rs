@@ -764,6 +764,7 @@ const STORE_ROOMS: &[&str] = &[
     // Leaves every room may reach.
     "fold",
     "kill_points",
+    "replay_bound",
 ];
 
 /// Imports from one store room to a room before it in `rooms` (each naming file and line), and

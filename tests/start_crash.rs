@@ -376,12 +376,15 @@ async fn a_crash_right_after_a_burst_keeps_every_acknowledged_message() {
     let phones: Vec<_> = (0..4)
         .map(|i| common::pair(&data, &format!("phone {i}")))
         .collect();
-    // sled reopened for its snapshot every few hundred records: several times in the burst,
-    // so the kill lands between two such reopens, with commits around each.
+    // sled reopened for its snapshot every 100 KB of its log (a few dozen messages): several
+    // times in the burst, so the kill lands between two such reopens, with commits around each.
     let mut gw = Gateway::start_with_env(
         &data,
         &["--config", cfg],
-        &[("IRIS_GATEWAY_REPLAY_BOUND", "500")],
+        &[
+            ("IRIS_GATEWAY_REPLAY_BOUND_BYTES", "100000"),
+            ("IRIS_GATEWAY_REPLAY_CAP_BYTES", "100000"),
+        ],
     );
     let per_lane = burst_messages() / 4;
     let mut lanes = Vec::new();

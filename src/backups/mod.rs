@@ -13,6 +13,7 @@
 //! deletes. Only then are the oldest beyond `keep` deleted, so a failed backup never costs one
 //! that was good.
 
+pub mod age_v1;
 pub mod sealed;
 
 use std::cell::{Cell, RefCell};

@@ -1,5 +1,5 @@
 //! The scheduled backups' file: the store backup (as the admin page's download makes it) with
-//! the saved settings and the owner file, encrypted with age.
+//! the saved settings and the owner file, encrypted in the age v1 format (`age_v1.rs`).
 //!
 //! The schedule runs unattended, so it cannot ask for the backup passphrase. It encrypts to an
 //! age X25519 public key (the recipient), kept in the data dir; the matching secret key (the
@@ -15,8 +15,9 @@
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use age::secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
+
+use super::age_v1::{self, AgeError};
 
 /// The first bytes of a sealed backup.
 pub const MAGIC: &[u8] = b"IRIS-SEALED-BACKUP-1\n";
@@ -90,21 +91,24 @@ const SEAL_LOG_N: u8 = 15;
 
 /// The largest work factor a sealed backup may name and still be opened here: 2^17, 128 MiB.
 /// Backups this box seals use [`SEAL_LOG_N`]; a file naming more (made elsewhere, or an upload
-/// made to cost) is refused before scrypt allocates anything (age checks it first).
+/// made to cost) is refused before scrypt allocates anything (the stanza is checked first).
 const OPEN_MAX_LOG_N: u8 = 17;
 
-/// Makes a new key for `passphrase` and saves it (mode 0600). Slow (age's scrypt: about a
-/// second by design); call it off the event loop. Backups made before keep their own key, so
-/// they still open with the passphrase they were made under.
+/// Makes a new key for `passphrase` and saves it (mode 0600). Slow (scrypt: about a second by
+/// design); call it off the event loop. Backups made before keep their own key, so they still
+/// open with the passphrase they were made under.
 pub fn set_passphrase(data_dir: &Path, passphrase: &str) -> Result<Key, SealError> {
     use base64::Engine;
-    let identity = age::x25519::Identity::generate();
-    let mut wrapper = age::scrypt::Recipient::new(SecretString::from(passphrase.to_owned()));
-    wrapper.set_work_factor(SEAL_LOG_N);
-    let wrapped = age::encrypt(&wrapper, identity.to_string().expose_secret().as_bytes())
-        .map_err(|e| SealError::Encrypt(e.to_string()))?;
+    let encrypt = |e: AgeError| SealError::Encrypt(e.to_string());
+    let identity = age_v1::Identity::generate().map_err(encrypt)?;
+    let wrapped = age_v1::encrypt_with_passphrase(
+        identity.to_secret_string().as_bytes(),
+        passphrase,
+        SEAL_LOG_N,
+    )
+    .map_err(encrypt)?;
     let key = Key {
-        recipient: identity.to_public().to_string(),
+        recipient: identity.recipient().to_string(),
         wrapped: base64::engine::general_purpose::STANDARD.encode(wrapped),
         set_ms: crate::ids::now_ms(),
     };
@@ -137,7 +141,7 @@ pub fn key(data_dir: &Path) -> Result<Option<Key>, SealError> {
 /// Writes a sealed backup to `out`: the header and the extras at once, then whatever is
 /// written (the store backup), encrypted as it comes. [`Sealer::finish`] ends the age stream.
 pub struct Sealer<W: Write> {
-    stream: age::stream::StreamWriter<W>,
+    stream: age_v1::StreamWriter<W>,
 }
 
 impl<W: Write> Sealer<W> {
@@ -150,19 +154,16 @@ impl<W: Write> Sealer<W> {
         let wrapped = base64::engine::general_purpose::STANDARD
             .decode(&key.wrapped)
             .map_err(|e| bad(e.to_string()))?;
-        let recipient: age::x25519::Recipient =
-            key.recipient.parse().map_err(|e: &str| bad(e.into()))?;
+        let recipient = age_v1::Recipient::parse(&key.recipient).map_err(|e| bad(e.to_string()))?;
         let write = io("writing the backup");
         out.write_all(MAGIC).map_err(io("writing the backup"))?;
         out.write_all(&(wrapped.len() as u32).to_be_bytes())
             .and_then(|_| out.write_all(&wrapped))
             .map_err(write)?;
-        let encryptor =
-            age::Encryptor::with_recipients(std::iter::once(&recipient as &dyn age::Recipient))
-                .map_err(|e| SealError::Encrypt(e.to_string()))?;
-        let mut stream = encryptor
-            .wrap_output(out)
-            .map_err(io("writing the backup"))?;
+        let mut stream = age_v1::encrypt_to(out, &recipient).map_err(|e| match e {
+            AgeError::Io(source) => io("writing the backup")(source),
+            e => SealError::Encrypt(e.to_string()),
+        })?;
         for extra in [&extras.settings, &extras.owner] {
             write_extra(&mut stream, extra.as_deref()).map_err(io("writing the backup"))?;
         }
@@ -206,8 +207,8 @@ pub fn is_sealed(path: &Path) -> bool {
 }
 
 /// Opens a sealed backup with the passphrase: the extras, and the store backup written to
-/// `store_out` (synced). A wrong passphrase is found before `store_out` is created. Slow (age's
-/// scrypt), and it reads the whole file: call it off the event loop.
+/// `store_out` (synced). A wrong passphrase is found before `store_out` is created. Slow
+/// (scrypt), and it reads the whole file: call it off the event loop.
 pub fn open(path: &Path, passphrase: &str, store_out: &Path) -> Result<Extras, SealError> {
     let name = path.display().to_string();
     let damaged = |why: String| SealError::Damaged {
@@ -228,29 +229,19 @@ pub fn open(path: &Path, passphrase: &str, store_out: &Path) -> Result<Extras, S
     input
         .read_exact(&mut wrapped)
         .map_err(|e| damaged(e.to_string()))?;
-    let mut unwrapper = age::scrypt::Identity::new(SecretString::from(passphrase.to_owned()));
-    unwrapper.set_max_work_factor(OPEN_MAX_LOG_N);
-    let identity = match age::decrypt(&unwrapper, &wrapped) {
-        Ok(i) => zeroize::Zeroizing::new(i),
-        Err(age::DecryptError::DecryptionFailed | age::DecryptError::NoMatchingKeys) => {
-            return Err(SealError::WrongPassphrase)
-        }
-        Err(age::DecryptError::ExcessiveWork { required, .. }) => {
-            return Err(SealError::TooCostly {
-                what: name,
-                log_n: required,
-            })
+    let identity = match age_v1::decrypt_with_passphrase(&wrapped, passphrase, OPEN_MAX_LOG_N) {
+        Ok(i) => i,
+        Err(AgeError::NoMatch) => return Err(SealError::WrongPassphrase),
+        Err(AgeError::ExcessiveWork { log_n }) => {
+            return Err(SealError::TooCostly { what: name, log_n })
         }
         Err(e) => return Err(damaged(e.to_string())),
     };
-    let identity: age::x25519::Identity = std::str::from_utf8(&identity)
+    let identity = std::str::from_utf8(&identity)
         .ok()
-        .and_then(|s| s.parse().ok())
+        .and_then(|s| age_v1::Identity::parse(s).ok())
         .ok_or_else(|| damaged("its key is not an age identity".into()))?;
-    let decryptor = age::Decryptor::new_buffered(input).map_err(|e| damaged(e.to_string()))?;
-    let mut plain = decryptor
-        .decrypt(std::iter::once(&identity as &dyn age::Identity))
-        .map_err(|e| damaged(e.to_string()))?;
+    let mut plain = age_v1::decrypt_with(input, &identity).map_err(|e| damaged(e.to_string()))?;
     let mut extras = Extras::default();
     for slot in [&mut extras.settings, &mut extras.owner] {
         *slot = read_extra(&mut plain).map_err(|e| damaged(e.to_string()))?;
@@ -319,6 +310,7 @@ fn read_extra(r: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use age::secrecy::SecretString;
 
     #[test]
     fn sealed_round_trip_and_a_wrong_passphrase_creates_nothing() {

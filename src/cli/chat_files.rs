@@ -217,6 +217,11 @@ impl Upload {
         ))
     }
 
+    /// Bytes sent so far, and the size announced.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.sent, self.size)
+    }
+
     /// The next chunk, or the end frame once the announced size is sent (or the file ended).
     pub async fn step(&mut self) -> std::io::Result<Step> {
         let left = self.size - self.sent;
@@ -266,6 +271,7 @@ async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Resul
 /// One pull in flight: its bytes stream to a hidden part file beside the final name.
 struct Pull {
     id: i64,
+    media_id: String,
     filename: String,
     size: u64,
     part: PathBuf,
@@ -298,6 +304,16 @@ impl Downloads {
         !self.queue.is_empty()
     }
 
+    /// The connection that carried the pulls is gone: their part files are removed and their
+    /// media forgotten, so the offers a reconnect replays pull them again.
+    pub async fn abandon(&mut self) {
+        for pull in std::mem::take(&mut self.queue) {
+            drop(pull.file);
+            let _ = tokio::fs::remove_file(&pull.part).await;
+            self.seen.remove(&pull.media_id);
+        }
+    }
+
     /// Starts pulling `media` (a media entry: media_id, filename, size) as request `id`:
     /// `Ok(Some(media.pull frame))` to send, `Ok(None)` when it is already pulled, or a sentence
     /// saying why it cannot be saved.
@@ -327,6 +343,7 @@ impl Downloads {
             .map_err(|e| format!("cannot save {filename}: {}: {e}", part.display()))?;
         self.queue.push_back(Pull {
             id,
+            media_id: media_id.to_owned(),
             filename,
             size,
             part,

@@ -86,7 +86,8 @@ impl Store {
     /// Applies `changes` atomically and returns the cursors assigned to its outbox frames, in
     /// order. Not yet durable: call `sync` before telling anyone.
     pub fn commit(&self, changes: &[Change]) -> Result<Vec<u64>> {
-        self.writable_for(changes.iter().map(Change::approx_bytes).sum())?;
+        let bytes = changes.iter().map(Change::approx_bytes).sum();
+        self.writable_for(bytes)?;
         let t = self.t()?;
         // Held through the three steps: commits are ordered as their records are.
         let mut heads = t
@@ -100,10 +101,8 @@ impl Store {
         self.kill_at_commit("after-commit-record", &t, &cursors);
         // Each change writes one to three sled records, the record one more: roughly what a
         // start after a crash would replay (`Store::bound_replay`).
-        self.shared.written_since_open.fetch_add(
-            2 * changes.len() as u64 + 1,
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        self.replay_bound()
+            .committed(2 * changes.len() as u64 + 1, bytes);
         for redo in &record.redo {
             // The commit stands (its record is written); a failure here is the disk's, and
             // sled refuses every later write until the store is reopened, which replays this.

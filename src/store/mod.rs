@@ -38,6 +38,7 @@ mod migrate;
 mod open;
 mod rebuild;
 mod recovery;
+mod replay_bound;
 mod safety_copy;
 mod sql;
 mod sql_query;
@@ -361,11 +362,9 @@ struct Shared {
     checkpointing: AtomicBool,
     last_checkpoint: std::sync::Mutex<std::time::Instant>,
     kill_at: Option<String>,
-    /// sled records written since sled last opened (about: `Store::commit` counts its
-    /// changes): what a start after a crash would replay (`bound_replay`).
-    written_since_open: std::sync::atomic::AtomicU64,
-    /// `REPLAY_BOUND`, or the test hook's value.
-    replay_bound: u64,
+    /// What was written since sled last opened, against what its last reopen wrote: when
+    /// `bound_replay` reopens it.
+    replay: std::sync::Mutex<replay_bound::ReplayBound>,
     /// Why the last apply of the journal failed, until one succeeds.
     history_behind: std::sync::Mutex<Option<String>>,
 }

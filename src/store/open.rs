@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::durability::{statvfs, RESERVE_ENV, STORE_RESERVE_BYTES};
 use super::kill_points::kill_hook;
+use super::replay_bound::ReplayBound;
 use super::witness::WitnessClock;
 use super::{
     check, classify_io, commit, migrate, sql, u64_from, Result, Shared, Sled, Store, StoreError,
@@ -64,12 +65,7 @@ impl Store {
                 checkpointing: AtomicBool::new(false),
                 last_checkpoint: std::sync::Mutex::new(std::time::Instant::now()),
                 kill_at: kill_hook(),
-                written_since_open: Default::default(),
-                replay_bound: std::env::var(REPLAY_BOUND_ENV)
-                    .ok()
-                    .filter(|_| cfg!(debug_assertions))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(REPLAY_BOUND),
+                replay: std::sync::Mutex::new(ReplayBound::new(snapshot_lsn(&dir.join("db")))),
                 history_behind: Default::default(),
             }),
         }
@@ -99,16 +95,16 @@ impl Store {
     /// Bounds what a start after a crash replays: sled 0.34.7 writes its snapshot (the page
     /// table a start reads instead of the log) only when it opens (`advance_snapshot` in its
     /// `pagecache/snapshot.rs`; `snapshot_after_ops` does nothing since 0.31), so a start after
-    /// a SIGKILL replays every record written since the last open: 100,000 messages written in
-    /// a burst took 0.95 s to `hello.ack` here. Once `REPLAY_BOUND` records were written, this
-    /// closes sled and opens it again, which writes a new snapshot; the start after a crash
-    /// then replays at most that many records. Done only when nothing else holds the database
-    /// (a checkpoint on a worker thread, a flush being awaited): the caller (the committer,
-    /// after a group) tries again after its next group. Its cost is the replay it saves a
-    /// crash start, bounded by `REPLAY_BOUND` (docs/benchmarks.md, "A start after a burst").
+    /// a SIGKILL replays all the log written since the last open: 100,000 messages written in
+    /// a burst took 0.95 s to `hello.ack` here. Once `ReplayBound` says enough log was written
+    /// (`replay_bound.rs`: several times what the last reopen wrote, within a floor and a cap),
+    /// this closes sled and opens it again, which writes a new snapshot; the start after a
+    /// crash then replays at most that. Done only when nothing else holds the database (a
+    /// checkpoint on a worker thread, a flush being awaited): the caller (the committer, after
+    /// a group) tries again after its next group.
     pub fn bound_replay(&self) {
-        let written = self.shared.written_since_open.load(Ordering::SeqCst);
-        if written < self.shared.replay_bound || self.shared.failed.load(Ordering::SeqCst) {
+        let due = self.replay_bound().due();
+        if !due || self.shared.failed.load(Ordering::SeqCst) {
             return;
         }
         let mut slot = self
@@ -133,6 +129,9 @@ impl Store {
         // sled flushes and lets go of its files (and its lock) with its last handle.
         drop(s);
         let dir = &self.shared.dir;
+        // sled's open writes on this thread (the zeros and the snapshot): what it wrote is
+        // what this thread's write calls passed.
+        let written_before = thread_written_bytes();
         let reopened =
             open_sled(dir, self.shared.cache_bytes, Duration::from_secs(1)).and_then(|s| {
                 // What was durable stays so; the new snapshot's name made durable like the log.
@@ -146,9 +145,18 @@ impl Store {
         match reopened {
             Ok(s) => {
                 *slot = Some(Arc::new(Trees { s, hist }));
-                self.shared.written_since_open.store(0, Ordering::SeqCst);
+                let wrote = thread_written_bytes()
+                    .zip(written_before)
+                    .map(|(after, before)| after.saturating_sub(before));
+                let db = dir.join("db");
+                let r = self.replay_bound().reopened(snapshot_lsn(&db), wrote);
                 tracing::info!(
-                    records = written,
+                    records = r.records,
+                    committed_bytes = r.committed,
+                    log_bytes = r.log_bytes.unwrap_or(0),
+                    wrote_bytes = wrote.unwrap_or(0),
+                    snapshot_bytes = snapshot_bytes(&db),
+                    next_bound_bytes = r.next_bound.unwrap_or(0),
                     ms = started.elapsed().as_millis() as u64,
                     "sled reopened to write its snapshot: a start after a crash replays only what follows"
                 );
@@ -164,13 +172,48 @@ impl Store {
     }
 }
 
-/// sled records written after which `bound_replay` reopens sled (its snapshot): what a start
-/// after a crash replays at most. About 300 demo turns (a commit counts twice its changes plus
-/// one); a reopen then costs what replaying them costs (docs/benchmarks.md, "A start after a
-/// burst"). With 20,000 a start after a 100,000-message burst still took 0.62 s here.
-const REPLAY_BOUND: u64 = 5_000;
-/// Test hook (debug builds only): a smaller `REPLAY_BOUND`, so a short burst reopens sled.
-const REPLAY_BOUND_ENV: &str = "IRIS_GATEWAY_REPLAY_BOUND";
+/// sled's snapshot files (`snap.<log position, hex>`) in its directory, by position.
+fn snapshots(db: &Path) -> Vec<(u64, std::fs::DirEntry)> {
+    let mut found: Vec<_> = std::fs::read_dir(db)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let lsn = u64::from_str_radix(name.to_str()?.strip_prefix("snap.")?, 16).ok()?;
+            Some((lsn, e))
+        })
+        .collect();
+    found.sort_by_key(|(lsn, _)| *lsn);
+    found
+}
+
+/// The log position sled's snapshot was taken at (its file's name): the log a start replays
+/// begins there, so two of them measure the log written in between. `None` before sled wrote
+/// one (a new store).
+pub(super) fn snapshot_lsn(db: &Path) -> Option<u64> {
+    snapshots(db).last().map(|(lsn, _)| *lsn)
+}
+
+/// The size of sled's snapshot file, for the log.
+fn snapshot_bytes(db: &Path) -> u64 {
+    snapshots(db)
+        .last()
+        .and_then(|(_, e)| e.metadata().ok())
+        .map_or(0, |m| m.len())
+}
+
+/// Bytes this thread's write calls have passed to the kernel (`wchar` in
+/// `/proc/thread-self/io`); `None` where the system does not say.
+fn thread_written_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/io")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar: "))?
+        .trim()
+        .parse()
+        .ok()
+}
 
 /// Opens the history database of a layout-2 store: its file must be there (`create` only for
 /// a new one). Damage SQLite reports is `Damaged`.

@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use super::durability::poke;
 use super::kill_points::kill_point;
-use super::open::{compresses, open_history, open_history_file, open_lock, open_sled};
+use super::open::{
+    compresses, open_history, open_history_file, open_lock, open_sled, snapshot_lsn,
+};
 use super::safety_copy::{SafetyCopy, NO_COPY_NOTE};
 use super::witness::Witness;
 use super::{check, commit, rebuild, sql, Result, Store, StoreError, Trees};
@@ -148,7 +150,8 @@ impl Store {
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(trees));
                 self.shared.failed.store(false, Ordering::SeqCst);
-                self.shared.written_since_open.store(0, Ordering::SeqCst);
+                self.replay_bound()
+                    .after_open(snapshot_lsn(&dir.join("db")));
                 if let Ok(mut saved) = self.shared.failure.lock() {
                     *saved = None;
                 }

@@ -82,7 +82,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
 pub(super) type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Transport>>;
 
 /// Opens the WebSocket: plain for `ws://`, TLS accepting only the pinned certificate for `wss://`.
-pub(super) async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
+async fn connect(creds: &Credentials) -> Result<Socket, ChatError> {
     let url = creds.url.as_str();
     let fail = |why: String| ChatError::Tls {
         url: url.to_owned(),
@@ -141,30 +141,53 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.write_all(bytes)
 }
 
-/// Sends `hello` and waits for its `hello.ack` (an `error` is the gateway's refusal).
-pub(super) async fn hello(ws: &mut Socket, token: &str) -> Result<Value, ChatError> {
+/// How long connecting and the hello may take before the attempt counts as failed.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens the socket and says hello, within [`CONNECT_TIMEOUT`]: the socket and its `hello.ack`.
+pub(super) async fn connect_and_hello(creds: &Credentials) -> Result<(Socket, Value), ChatError> {
+    let attempt = async {
+        let mut ws = connect(creds).await?;
+        let ack = hello(&mut ws, &creds.token).await?;
+        Ok((ws, ack))
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ChatError::Unavailable(format!(
+                "no answer within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            )))
+        })
+}
+
+/// Sends `hello` and waits for its `hello.ack`. An `error{auth}` is the gateway's refusal of
+/// the token; any other error (too many attempts) or a close is worth trying again later.
+async fn hello(ws: &mut Socket, token: &str) -> Result<Value, ChatError> {
     // Append updates: the terminal prints only what is new anyway, and a long answer then
-    // costs its length, not its square, on the wire.
-    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat","caps":{"extensions":[crate::protocol::EXT_UPDATE_APPEND]}}});
+    // costs its length, not its square, on the wire. Busy lanes: the state to show on open.
+    let extensions = [
+        crate::protocol::EXT_UPDATE_APPEND,
+        crate::protocol::EXT_AGENT_BUSY,
+    ];
+    let hello = json!({"v":1,"type":"hello","id":1,"payload":{"token":token,"device_id":"terminal","device_name":"terminal chat","caps":{"extensions":extensions}}});
     ws.send(Message::text(hello.to_string())).await?;
     loop {
         match ws.next().await {
             Some(Ok(Message::Text(t))) => {
                 let v = printable(serde_json::from_str(t.as_str()).unwrap_or(Value::Null));
-                match v["type"].as_str() {
-                    Some("hello.ack") => return Ok(v),
-                    Some("error") => {
-                        return Err(ChatError::Refused(
-                            v["payload"]["message"].as_str().unwrap_or("").to_owned(),
-                        ))
-                    }
+                let message = || v["payload"]["message"].as_str().unwrap_or("").to_owned();
+                match (v["type"].as_str(), v["payload"]["code"].as_str()) {
+                    (Some("hello.ack"), _) => return Ok(v),
+                    (Some("error"), Some("auth")) => return Err(ChatError::Refused(message())),
+                    (Some("error"), _) => return Err(ChatError::Unavailable(message())),
                     _ => {}
                 }
             }
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(e.into()),
             None => {
-                return Err(ChatError::Refused(
+                return Err(ChatError::Unavailable(
                     "the gateway closed the connection".into(),
                 ))
             }

@@ -1,27 +1,30 @@
 //! `iris-gateway chat`: a small terminal client over the same WebSocket protocol as the app.
 //!
-//! It pairs itself when pointed at a local data dir (keeping its token in that dir), sends what
-//! the user types and renders the streamed turn live; `/attach` sends a file and files the
-//! gateway offers are saved to a downloads folder (`chat_files`). It doubles as a debugging tool
-//! on the Pi.
+//! It pairs itself when pointed at a local data dir (keeping its token in that dir), shows the
+//! channel's recent history, sends what the user types and renders the streamed turn live and
+//! what other devices send; `/attach` sends a file (with its progress) and files the gateway
+//! offers are saved to a downloads folder (`chat_files`); `/channels` and `/switch NAME` move
+//! between channels. A lost connection (a restart, an update, a restore) is tried again with
+//! backoff and caught up with `sync`; what was typed meanwhile is held and sent once back
+//! (`held`). It doubles as a debugging tool on the Pi.
 
+mod backoff;
 mod connect;
+mod held;
 mod screen;
+mod session;
 mod transfers;
 
-use std::collections::HashSet;
+use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_tungstenite::tungstenite::Message;
+use tokio::sync::mpsc;
 
 use super::args::ChatArgs;
-use super::chat_files::{default_downloads, Downloads, Stage};
+use super::chat_files::{default_downloads, Downloads};
 use super::error::CliError;
-use connect::{connect, credentials, hello, pick_channel};
-use screen::{printable, render, Screen, Updates};
-use transfers::{attach_command, Files};
+use backoff::Backoff;
+use connect::{connect_and_hello, credentials};
+use session::{Chat, Ended};
 
 /// Why the terminal client stopped.
 #[derive(Debug, thiserror::Error)]
@@ -37,100 +40,134 @@ pub enum ChatError {
     Socket(#[from] tokio_tungstenite::tungstenite::Error),
     #[error("the gateway refused: {0}")]
     Refused(String),
+    #[error("the gateway is not taking connections: {0}")]
+    Unavailable(String),
     #[error("cannot connect to {url}: {why}")]
     Tls { url: String, why: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Pairs or reads the saved credentials, says hello, picks the channel, then relays lines typed
-/// to `message.send` (and `/attach` to an upload) and renders what comes back, saving offered
-/// files, until Ctrl-D (once uploads and downloads in flight are done) or the gateway closes.
+impl ChatError {
+    /// A failure that trying again later can mend (the gateway restarting, the network), as
+    /// opposed to one that needs the user (a refused token, a wrong URL or fingerprint).
+    fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ChatError::Connect { .. }
+                | ChatError::Socket(_)
+                | ChatError::Unavailable(_)
+                | ChatError::Io(_)
+        )
+    }
+}
+
+/// Lines read from the terminal and not yet taken: with `held::MAX_HELD_LINES` it bounds
+/// what the client keeps of the user's input.
+const TYPED_AHEAD: usize = 8;
+
+/// Pairs or reads the saved credentials, then converses, connection after connection: a lost
+/// one is tried again with backoff (the line typed meanwhile held), until `/quit`, Ctrl-D with
+/// nothing left to send or save, or a refused token (an error, so a non-zero exit).
 pub async fn run(args: ChatArgs) -> Result<(), ChatError> {
     let creds = credentials(&args)?;
-    let mut ws = connect(&creds).await?;
-    let (url, token) = (creds.url, creds.token);
-    let ack = hello(&mut ws, &token).await?;
-    let mut next_id = 2i64;
-    let mut chat_id = pick_channel(&mut ws, &ack, args.channel.as_deref(), &mut next_id).await?;
     let downloads_dir = args.downloads.clone().unwrap_or_else(default_downloads);
-    println!("connected to {url}. Type a message and press Enter; /attach PATH [caption] sends a file; Ctrl-D quits.");
-    println!(
-        "files from the agent are saved in {}",
-        downloads_dir.display()
-    );
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    let mut screen = Screen::default();
-    let mut updates = Updates::default();
-    let mut files = Files {
-        upload: None,
-        downloads: Downloads::new(downloads_dir),
-        mine: HashSet::new(),
-    };
-    let mut typing = true;
+    let mut chat = Chat::new(args.channel.clone(), Downloads::new(downloads_dir.clone()));
+    let mut lines = read_terminal();
+    let mut backoff = Backoff::default();
+    let mut greeted = false;
     loop {
-        if !typing && files.upload.is_none() && !files.downloads.busy() {
-            break;
+        match connect_and_hello(&creds).await {
+            Ok((mut ws, ack)) => {
+                backoff.reset();
+                if !greeted {
+                    greeted = true;
+                    chat.screen.line(&format!("connected to {}. Type a message and press Enter; /attach PATH [caption] sends a file; /channels lists the channels, /switch NAME moves to one; /quit or Ctrl-D quits.", creds.url));
+                    chat.screen.line(&format!(
+                        "files from the agent are saved in {}",
+                        downloads_dir.display()
+                    ));
+                }
+                let ended = match chat.converse(&mut ws, &ack, &mut lines).await {
+                    Ok(ended) => ended,
+                    Err(e) if e.is_transient() => Ended::Lost(e.to_string()),
+                    Err(e) => return Err(e),
+                };
+                match ended {
+                    Ended::Quit => {
+                        chat.screen.interrupted();
+                        let _ = futures_util::SinkExt::close(&mut ws).await;
+                        return quit(&chat);
+                    }
+                    Ended::Lost(why) => chat.screen.line(&format!("[connection lost: {why}]")),
+                }
+                chat.lost().await;
+            }
+            Err(e) if e.is_transient() => {
+                if !greeted {
+                    chat.screen
+                        .line(&format!("[cannot reach the gateway: {e}]"));
+                }
+            }
+            Err(e) => return Err(e),
         }
-        let sending = files
-            .upload
-            .as_ref()
-            .is_some_and(|u| u.stage == Stage::Sending);
+        if chat.settled() {
+            return Ok(());
+        }
+        let delay = backoff.next_delay();
+        chat.screen.line(&format!(
+            "[reconnecting in {:.1}s\u{2026}]",
+            delay.as_secs_f64()
+        ));
+        if !wait_offline(&mut chat, &mut lines, delay).await {
+            return quit(&chat);
+        }
+    }
+}
+
+/// Waits `delay` before the next attempt, holding what is typed meanwhile; `false` on `/quit`.
+async fn wait_offline(
+    chat: &mut Chat,
+    lines: &mut mpsc::Receiver<String>,
+    delay: Duration,
+) -> bool {
+    let pause = tokio::time::sleep(delay);
+    tokio::pin!(pause);
+    loop {
         tokio::select! {
-            // One upload at a time: what is typed after an `/attach` waits for it.
-            line = stdin.next_line(), if typing && files.upload.is_none() => {
-                let Some(line) = line? else {
-                    typing = false;
-                    continue;
-                };
-                if line.trim().is_empty() { continue; }
-                if chat_id.is_empty() {
-                    println!("(still creating the channel; try again in a moment)");
-                    continue;
-                }
-                if let Some(rest) = attach_command(&line) {
-                    files.attach(&mut ws, &mut screen, rest, &mut next_id).await?;
-                    continue;
-                }
-                let req = json!({"v":1,"type":"message.send","id":next_id,"chat_id":chat_id,"payload":{"text":line}});
-                next_id += 1;
-                ws.send(Message::text(req.to_string())).await?;
-            }
-            // The next chunk goes out between frames read, so a long upload does not stall them.
-            _ = std::future::ready(()), if sending => {
-                files.send_chunk(&mut ws, &mut screen).await?;
-            }
-            msg = ws.next() => {
-                let text = match msg {
-                    Some(Ok(Message::Text(t))) => t,
-                    Some(Ok(Message::Binary(bytes))) => {
-                        files.downloads.chunk(&bytes).await;
-                        continue;
+            _ = &mut pause => return true,
+            line = lines.recv(), if chat.input_open && !chat.held.is_full() => match line {
+                Some(line) => {
+                    if !chat.typed_offline(line) {
+                        return false;
                     }
-                    Some(Ok(Message::Close(c))) => {
-                        screen.line(&format!("[gateway closed the connection{}]", c.map(|c| format!(": {}", c.reason)).unwrap_or_default()));
-                        break;
-                    }
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                };
-                let frame = printable(serde_json::from_str(text.as_str()).unwrap_or(Value::Null));
-                if frame["type"] == "channel.created" && chat_id.is_empty() && frame.get("id").is_some() {
-                    chat_id = frame["payload"]["chat_id"].as_str().unwrap_or("default").to_owned();
-                    screen.line(&format!("[created channel {}]", frame["payload"]["name"].as_str().unwrap_or("")));
-                    continue;
                 }
-                if files.on_frame(&mut ws, &mut screen, &frame, &chat_id, &mut next_id).await? {
-                    continue;
-                }
-                render(&mut screen, &mut updates, &frame, &chat_id);
-            }
+                None => chat.input_open = false,
+            },
         }
     }
-    for held in std::mem::take(&mut screen.held) {
-        screen.line(&held);
+}
+
+/// `/quit`: what was still held is named, since it was not sent.
+fn quit(chat: &Chat) -> Result<(), ChatError> {
+    for line in chat.held.unsent() {
+        println!("[not sent: {line}]");
     }
-    let _ = ws.close(None).await;
     Ok(())
+}
+
+/// The terminal's lines, read on a thread of their own: a read of a terminal cannot be
+/// cancelled, and a runtime blocking thread stuck in one would keep the process from exiting
+/// on `/quit`. The channel closes at end of input (Ctrl-D).
+fn read_terminal() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(TYPED_AHEAD);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

@@ -37,6 +37,19 @@ impl Screen {
         }
     }
 
+    /// The connection dropped mid-answer: the line is closed, and the answer starts over whole
+    /// when it streams again (or arrives complete with the reconnect's replay).
+    pub(super) fn interrupted(&mut self) {
+        if self.streaming {
+            self.line("  \x1b[2m[answer interrupted]\x1b[0m");
+        }
+        self.streaming = false;
+        self.printed.clear();
+        for held in std::mem::take(&mut self.held) {
+            self.line(&held);
+        }
+    }
+
     /// The streamed answer grew: print only what is new.
     fn update(&mut self, text: &str) {
         if !self.streaming {
@@ -143,6 +156,64 @@ pub(super) fn printable(v: Value) -> Value {
     }
 }
 
+/// A complete message as one line. This client's own messages are not passed here (the
+/// terminal already shows what was typed), so a user message came from another device.
+/// A voice note being transcribed is a state, not words of the agent's.
+fn message_line(p: &Value) -> String {
+    let text = p["text"].as_str().unwrap_or("");
+    let files = attached(&p["media"]);
+    let transcribing = p["message_id"]
+        .as_str()
+        .is_some_and(|id| id.ends_with(".hearing"));
+    match p["role"].as_str().unwrap_or("") {
+        "system" if transcribing => "[transcribing the voice note\u{2026}]".to_owned(),
+        "user" => format!("\x1b[1myou (another device):\x1b[0m {text}{files}"),
+        role => format!("\x1b[1m{role}:\x1b[0m {text}{files}"),
+    }
+}
+
+/// The names of a message's files, as ` [file: NAME]` after its text.
+fn attached(media: &Value) -> String {
+    media
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| format!(" [file: {}]", m["filename"].as_str().unwrap_or("?")))
+        .collect()
+}
+
+/// A `history` page, oldest first: the lane's recent messages, shown when it is opened.
+pub(super) fn render_history(screen: &mut Screen, payload: &Value) {
+    let mut messages: Vec<&Value> = payload["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    messages.sort_by_key(|m| m["ts"].as_i64().unwrap_or(0));
+    if messages.is_empty() {
+        screen.line("[no messages here yet]");
+        return;
+    }
+    let older = if payload["has_more"] == true {
+        " (older ones not shown)"
+    } else {
+        ""
+    };
+    screen.line(&format!(
+        "[the last {} messages here{older}]",
+        messages.len()
+    ));
+    for m in messages {
+        let who = if m["role"] == "user" { "you" } else { "agent" };
+        let files = attached(&m["media"]);
+        screen.line(&format!(
+            "\x1b[2m{who}:\x1b[0m {}{files}",
+            m["text"].as_str().unwrap_or("")
+        ));
+    }
+    screen.line("[end of history]");
+}
+
 /// The streamed text after a `message.update`: the whole text, or (`update_append`) the first
 /// `append_at` characters of what the screen has, followed by the update's text.
 fn updated_text(printed: &str, payload: &Value) -> String {
@@ -175,6 +246,21 @@ pub(super) fn render(screen: &mut Screen, updates: &mut Updates, frame: &Value, 
     };
     match kind {
         "status" => screen.line(&format!("[gateway {}]", p["state"].as_str().unwrap_or("?"))),
+        "channel.list" => {
+            for c in p["channels"].as_array().into_iter().flatten() {
+                let here = if c["chat_id"] == chat_id { "*" } else { " " };
+                let default = if c["is_default"] == true {
+                    " (default)"
+                } else {
+                    ""
+                };
+                screen.line(&format!(
+                    "  {here} {} [{}]{default}",
+                    c["name"].as_str().unwrap_or(""),
+                    c["kind"].as_str().unwrap_or("")
+                ));
+            }
+        }
         "error" => screen.line(&format!(
             "\x1b[31merror ({}): {}\x1b[0m",
             p["code"].as_str().unwrap_or("?"),
@@ -186,11 +272,10 @@ pub(super) fn render(screen: &mut Screen, updates: &mut Updates, frame: &Value, 
             screen.update(&text);
         }
         "message.stop" => screen.stop(frame),
-        "message" if p["role"] != "user" => screen.line(&format!(
-            "\x1b[1m{}:\x1b[0m {}",
-            p["role"].as_str().unwrap_or(""),
-            p["text"].as_str().unwrap_or("")
-        )),
+        "typing" if p["on"] == true && !screen.streaming => {
+            screen.line("[agent is typing\u{2026}]")
+        }
+        "message" => screen.line(&message_line(p)),
         "commentary" => screen.line(&format!("  \u{1f4ac} {}", p["text"].as_str().unwrap_or(""))),
         "tool.start" => screen.line(&format!(
             "  {} {}: {}",

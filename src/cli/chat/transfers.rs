@@ -25,14 +25,50 @@ pub(super) struct Files {
     /// This client's own messages (from their `read.receipt`s): their files came from here and
     /// are not downloaded back.
     pub(super) mine: HashSet<String>,
+    /// The `/attach` line of the upload in flight, typed again if the connection drops.
+    line: Option<String>,
+    /// An upload the gateway took, whose message (caption and media ref) is to be sent.
+    ready: Option<(String, String)>,
+    /// The tenth of the upload's size last reported, so progress is a line per 10 %.
+    reported_tenth: u64,
 }
 
 impl Files {
+    pub(super) fn new(downloads: Downloads) -> Files {
+        Files {
+            upload: None,
+            downloads,
+            mine: HashSet::new(),
+            line: None,
+            ready: None,
+            reported_tenth: 0,
+        }
+    }
+
+    /// Neither an upload nor a pull is under way.
+    pub(super) fn idle(&self) -> bool {
+        self.upload.is_none() && !self.downloads.busy()
+    }
+
+    /// The connection dropped: pulls under way are given up (their offers come again with the
+    /// `sync` replay), and the `/attach` line of an upload cut short is returned to try again.
+    pub(super) async fn lost(&mut self) -> Option<String> {
+        self.downloads.abandon().await;
+        self.ready = None;
+        self.upload.take().and(self.line.take())
+    }
+
+    /// The caption and media ref of an upload the gateway took, to send as a message.
+    pub(super) fn take_ready(&mut self) -> Option<(String, String)> {
+        self.ready.take()
+    }
+
     /// `/attach PATH [caption]`: announces the upload, or says why the file cannot be sent.
     pub(super) async fn attach(
         &mut self,
         ws: &mut Socket,
         screen: &mut Screen,
+        line: &str,
         rest: &str,
         next_id: &mut i64,
     ) -> Result<(), ChatError> {
@@ -47,6 +83,8 @@ impl Files {
                 // The start has no reply when accepted: the pong after it says it was.
                 ws.send(Message::text(ping.to_string())).await?;
                 self.upload = Some(upload);
+                self.line = Some(line.to_owned());
+                self.reported_tenth = 0;
             }
             Err(why) => screen.line(&format!("[{why}]")),
         }
@@ -63,7 +101,20 @@ impl Files {
             return Ok(());
         };
         match upload.step().await {
-            Ok(Step::Chunk(bytes)) => ws.send(Message::binary(bytes)).await?,
+            Ok(Step::Chunk(bytes)) => {
+                ws.send(Message::binary(bytes)).await?;
+                let (sent, size) = upload.progress();
+                let tenth = (sent * 10).checked_div(size).unwrap_or(10);
+                if tenth > self.reported_tenth {
+                    self.reported_tenth = tenth;
+                    screen.note(format!(
+                        "[sending {}: {}% of {} bytes]",
+                        upload.filename,
+                        (sent * 100).checked_div(size).unwrap_or(100),
+                        size
+                    ));
+                }
+            }
             Ok(Step::End(end)) => ws.send(Message::text(end.to_string())).await?,
             Err(e) => {
                 screen.line(&format!(
@@ -107,19 +158,18 @@ impl Files {
                         p["message"].as_str().unwrap_or("the gateway refused it")
                     ));
                     self.upload = None;
+                    self.line = None;
                     return Ok(true);
                 }
                 "media.upload.ack" if p["media_ref"] == upload.media_ref.as_str() => {
                     let upload = self.upload.take().expect("matched above");
+                    self.line = None;
                     if p["ok"] == true && upload.stage == Stage::Ending && !upload.changed {
-                        let req = json!({"v":1,"type":"message.send","id":*next_id,"chat_id":chat_id,
-                            "payload":{"text":upload.caption,"media_refs":[upload.media_ref]}});
-                        *next_id += 1;
-                        ws.send(Message::text(req.to_string())).await?;
                         screen.line(&format!(
                             "[sent {} ({}, {}, {} bytes)]",
                             upload.filename, upload.kind, upload.mime, upload.size
                         ));
+                        self.ready = Some((upload.caption, upload.media_ref));
                     } else if !upload.reported {
                         let why = if upload.changed {
                             "the file changed while it was sent"
