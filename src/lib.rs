@@ -28,6 +28,7 @@ pub mod ids;
 pub mod lan;
 pub mod logring;
 pub mod media;
+pub mod memory;
 pub mod outlet;
 pub mod pairing;
 pub mod protocol;

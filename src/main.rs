@@ -8,7 +8,7 @@ use iris_gateway::cli::{self, Cli, Command, RunArgs};
 use iris_gateway::{server, service, store};
 
 fn main() -> std::process::ExitCode {
-    keep_memory_small();
+    iris_gateway::memory::set_policy();
     let cli = Cli::parse();
     let result = match cli
         .command
@@ -117,13 +117,4 @@ fn init_logging(level: &str) {
         .with_max_level(filter)
         .with_target(false)
         .init();
-}
-
-/// Debian's arm64 kernels enable transparent huge pages for every process, which grew this
-/// gateway from ~3 MB to ~30 MB RSS (measured); opting out costs nothing at this size.
-fn keep_memory_small() {
-    // SAFETY: prctl with PR_SET_THP_DISABLE only sets a flag on the calling process.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
 }

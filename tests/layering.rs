@@ -19,7 +19,14 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first. A module may import only from tiers before its own.
 const TIERS: &[&[&str]] = &[
     // Leaves: plain data and small pure helpers, importing nothing of the crate.
-    &["ids", "atomic_file", "logring", "shutdown", "command"],
+    &[
+        "ids",
+        "atomic_file",
+        "logring",
+        "shutdown",
+        "command",
+        "memory",
+    ],
     &["config", "lan", "system_health"],
     // The wire format and the small policies over plain data.
     &[
