@@ -15,6 +15,7 @@ pub mod board;
 pub mod discovery;
 pub mod power;
 pub mod push;
+pub mod speech;
 pub mod transcription;
 pub mod update;
 mod validate;
@@ -24,6 +25,7 @@ pub use board::LedConfig;
 pub use discovery::DiscoveryConfig;
 pub use power::PowerConfig;
 pub use push::PushConfig;
+pub use speech::SpeechConfig;
 pub use transcription::TranscriptionConfig;
 pub use update::UpdateConfig;
 
@@ -95,6 +97,8 @@ pub struct Config {
     pub webhook: Vec<WebhookConfig>,
     /// `[transcription]`: the speech-to-text service voice notes go to before the agent.
     pub transcription: TranscriptionConfig,
+    /// `[speech]`: the text-to-speech service answers are spoken by in lanes that ask for voice.
+    pub speech: SpeechConfig,
     /// `[power]`: how the admin page reboots and shuts down the box.
     pub power: PowerConfig,
     /// `[update]`: signed updates, their health window and the helper that installs them.
@@ -364,6 +368,7 @@ impl Default for Config {
             cron: Vec::new(),
             webhook: Vec::new(),
             transcription: TranscriptionConfig::default(),
+            speech: SpeechConfig::default(),
             power: PowerConfig::default(),
             update: UpdateConfig::default(),
         }
