@@ -43,6 +43,7 @@ pub struct Settings {
     pub agent: AgentSettings,
     pub push: PushSettings,
     pub transcription: TranscriptionSettings,
+    pub speech: SpeechSettings,
     pub backup: BackupSettings,
     pub log: LogSettings,
     pub update: UpdateSettings,
@@ -89,6 +90,48 @@ pub struct TranscriptionSettings {
     pub timeout_secs: Option<u64>,
 }
 
+/// `[speech]` as the page sets it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpeechSettings {
+    pub url: Option<String>,
+    pub key: Option<Hidden>,
+    pub model: Option<String>,
+    pub voice: Option<String>,
+    pub format: Option<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_chars: Option<usize>,
+}
+
+impl SpeechSettings {
+    /// Lays the saved values over `[speech]`.
+    fn apply(&self, speech: &mut crate::config::SpeechConfig) {
+        if let Some(v) = &self.url {
+            speech.url = v.clone();
+        }
+        if let Some(v) = &self.key {
+            // Empty: none (the page moved the service to a new address without a new key).
+            speech.key = Secret(v.0.clone());
+            speech.key_file = None;
+        }
+        if let Some(v) = &self.model {
+            speech.model = v.clone();
+        }
+        if let Some(v) = &self.voice {
+            speech.voice = v.clone();
+        }
+        if let Some(v) = &self.format {
+            speech.format = v.clone();
+        }
+        if let Some(v) = self.timeout_secs {
+            speech.timeout_secs = v;
+        }
+        if let Some(v) = self.max_chars {
+            speech.max_chars = v;
+        }
+    }
+}
+
 /// `[agent]` as the page sets it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -130,6 +173,7 @@ pub enum Part {
     Agent,
     Push,
     Transcription,
+    Speech,
 }
 
 impl Part {
@@ -140,13 +184,14 @@ impl Part {
             Part::Agent => "the agent",
             Part::Push => "push",
             Part::Transcription => "transcription",
+            Part::Speech => "speech",
         }
     }
 
     /// The admin page where it is fixed.
     pub fn page(self) -> &'static str {
         match self {
-            Part::File | Part::Agent | Part::Transcription => "/admin/agent",
+            Part::File | Part::Agent | Part::Transcription | Part::Speech => "/admin/agent",
             Part::Push => "/admin/push",
         }
     }
@@ -190,7 +235,7 @@ pub fn apply_usable(
         ..Settings::default()
     };
     let mut refused = Vec::new();
-    for part in [Part::Agent, Part::Push, Part::Transcription] {
+    for part in [Part::Agent, Part::Push, Part::Transcription, Part::Speech] {
         let mut candidate = kept.clone();
         candidate.take_part(saved, part);
         let mut trial = config.clone();
@@ -208,6 +253,7 @@ pub fn apply_usable(
         match off.part {
             Part::Push => config.push.backend = "none".into(),
             Part::Transcription => config.transcription.url = String::new(),
+            Part::Speech => config.speech.url = String::new(),
             Part::File | Part::Agent => {}
         }
     }
@@ -277,6 +323,7 @@ impl Settings {
             Part::Agent => self.agent = from.agent.clone(),
             Part::Push => self.push = from.push.clone(),
             Part::Transcription => self.transcription = from.transcription.clone(),
+            Part::Speech => self.speech = from.speech.clone(),
         }
     }
 
@@ -337,6 +384,7 @@ impl Settings {
         if let Some(v) = t.timeout_secs {
             config.transcription.timeout_secs = v;
         }
+        self.speech.apply(&mut config.speech);
         if let Some(v) = &self.update.url {
             config.update.url = v.clone();
         }
@@ -478,6 +526,41 @@ pub fn explain(
             config.transcription.timeout_secs.to_string(),
             saved.transcription.timeout_secs.is_some(),
         ),
+        (
+            "speech.url",
+            config.speech.base_url(),
+            saved.speech.url.is_some(),
+        ),
+        (
+            "speech.key",
+            secret(!config.speech.key.is_empty() || config.speech.key_file.is_some()),
+            saved.speech.key.is_some(),
+        ),
+        (
+            "speech.model",
+            config.speech.model.clone(),
+            saved.speech.model.is_some(),
+        ),
+        (
+            "speech.voice",
+            config.speech.voice.clone(),
+            saved.speech.voice.is_some(),
+        ),
+        (
+            "speech.format",
+            config.speech.format.clone(),
+            saved.speech.format.is_some(),
+        ),
+        (
+            "speech.timeout_secs",
+            config.speech.timeout_secs.to_string(),
+            saved.speech.timeout_secs.is_some(),
+        ),
+        (
+            "speech.max_chars",
+            config.speech.max_chars.to_string(),
+            saved.speech.max_chars.is_some(),
+        ),
         ("tls.enabled", config.tls.enabled.to_string(), false),
         ("tls.allow_plain", config.tls.allow_plain.to_string(), false),
     ];
@@ -491,6 +574,7 @@ pub fn explain(
                 || (key == "agent.key" && in_file("agent.key_file"))
                 || (key == "push.ntfy_token" && in_file("push.ntfy_token_file"))
                 || (key == "transcription.key" && in_file("transcription.key_file"))
+                || (key == "speech.key" && in_file("speech.key_file"))
             {
                 Source::File
             } else {

@@ -8,6 +8,7 @@ pub mod cursors;
 pub mod fake_hermes;
 pub mod fake_http;
 pub mod fake_stt;
+pub mod fake_tts;
 pub mod fixtures;
 pub mod gate;
 pub mod mounts;
