@@ -318,3 +318,143 @@ fn a_speech_setting_that_cannot_work_is_refused_at_start() {
         assert!(stderr.contains(wanted), "{toml}: {stderr}");
     }
 }
+
+/// The Agent page's Speech section sets the service, tests it and applies it at once: the next
+/// answer in a `/voice on` lane is spoken by it, with its key, without a restart. The key is
+/// never shown back and follows no new URL; a wait outside 1 to 120 s is refused.
+#[tokio::test(flavor = "current_thread")]
+async fn speech_is_set_and_tested_on_the_agent_page_and_applies_at_once() {
+    use common::web::Web;
+    const PASSPHRASE: &str = "violet tractor harbour 42";
+    let audio = audio_bytes(4_000);
+    let good = FakeTts::start(TtsAnswer::Audio(audio.clone()));
+    let refusing = FakeTts::start(TtsAnswer::Fail(401, "invalid api key".into()));
+    let dir = temp_data_dir();
+    common::owner_set(dir.path(), PASSPHRASE);
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    assert_eq!(web.sign_in(PASSPHRASE).await.status, 303);
+    let csrf = web.csrf().await;
+    let page = web.get("/admin/agent").await;
+    assert!(
+        page.body.contains("id=\"speech-form\"")
+            && page.body.contains("off: answers are text only"),
+        "{}",
+        page.body
+    );
+    let fields = |url: &str, key: &str, timeout: &str| {
+        vec![
+            ("csrf".to_owned(), csrf.clone()),
+            ("url".to_owned(), url.to_owned()),
+            ("key".to_owned(), key.to_owned()),
+            ("model".to_owned(), "kokoro".to_owned()),
+            ("voice".to_owned(), "af_sky".to_owned()),
+            ("format".to_owned(), "opus".to_owned()),
+            ("timeout_secs".to_owned(), timeout.to_owned()),
+            ("max_chars".to_owned(), "800".to_owned()),
+        ]
+    };
+
+    // Test: one sentence goes to the service, and the page says how much audio came back.
+    let r = form(
+        &mut web,
+        "/admin/speech/test",
+        fields(&good.url, "tts-secret-key", "9"),
+    )
+    .await;
+    assert!(
+        r.body.contains("It works") && r.body.contains(&format!("{} bytes", audio.len())),
+        "{}",
+        r.body
+    );
+    let taken = good.requests();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].body["model"], "kokoro");
+    assert_eq!(taken[0].body["voice"], "af_sky");
+    assert_eq!(
+        taken[0].authorization.as_deref(),
+        Some("Bearer tts-secret-key")
+    );
+    assert!(!r.body.contains("tts-secret-key"), "the key was shown back");
+    // A test saves nothing.
+    assert!(web
+        .get("/admin/agent")
+        .await
+        .body
+        .contains("off: answers are text only"));
+
+    // Refused: a wait outside its bounds; nothing changes.
+    for bad in ["0", "121", "ten"] {
+        let r = form(&mut web, "/admin/speech", fields(&good.url, "", bad)).await;
+        assert!(r.body.contains("from 1 to 120"), "{bad}: {}", r.body);
+        assert!(r.body.contains("off: answers are text only"), "{bad}");
+    }
+
+    // Save, with the key.
+    let r = form(
+        &mut web,
+        "/admin/speech",
+        fields(&good.url, "tts-secret-key", "9"),
+    )
+    .await;
+    assert!(
+        r.body
+            .contains("Saved: answers in chats with /voice on are spoken by"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("A key is saved"), "{}", r.body);
+    assert!(!r.body.contains("tts-secret-key"), "the key was shown back");
+    assert!(
+        r.body.contains("name=\"max_chars\" value=\"800\""),
+        "{}",
+        r.body
+    );
+
+    // Another URL tested with the key field empty: no key goes there.
+    let r = form(
+        &mut web,
+        "/admin/speech/test",
+        fields(&refusing.url, "", "9"),
+    )
+    .await;
+    assert!(
+        r.body.contains("Not working") && r.body.contains("refused the key"),
+        "{}",
+        r.body
+    );
+    assert!(
+        refusing.requests()[0].authorization.is_none(),
+        "the key followed a new URL"
+    );
+
+    // No restart: the next answer in a `/voice on` lane is spoken by the saved service.
+    let mut c = connect_online(&gw, &pair(dir.path(), "phone")).await.0;
+    command(&mut c, "/voice on").await;
+    let (stop, frames) = ask_then(&mut c, "from the page", is_voice_of).await;
+    assert_eq!(pstr(&stop, "final_text"), demo_reply("from the page"));
+    let offer = frames.last().unwrap();
+    assert!(pull_media(&mut c, pstr(offer, "media_id")).await == audio);
+    let last = good.requests().pop().unwrap();
+    assert_eq!(last.authorization.as_deref(), Some("Bearer tts-secret-key"));
+    assert_eq!(last.input(), demo_reply("from the page"));
+    assert!(!gw.output_tail().contains("tts-secret-key"));
+    assert!(!std::fs::read_to_string(dir.path().join("settings.toml"))
+        .unwrap()
+        .is_empty());
+}
+
+/// Posts an admin form and follows it to the page it leads to.
+async fn form(
+    web: &mut common::web::Web,
+    path: &str,
+    fields: Vec<(String, String)>,
+) -> common::web::Reply {
+    let pairs: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let r = web.post(path, &pairs).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r
+}

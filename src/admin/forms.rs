@@ -38,6 +38,7 @@ pub(super) fn section_of(form: &str) -> Option<&'static str> {
         }
         "/admin/agent" | "/admin/agent/test" => "/admin/agent",
         "/admin/transcription" | "/admin/transcription/test" => "/admin/agent",
+        "/admin/speech" | "/admin/speech/test" => "/admin/agent",
         "/admin/push" | "/admin/push/test" => "/admin/push",
         _ => return None,
     })
@@ -85,6 +86,8 @@ pub(super) async fn post(
         "/admin/agent/test" => post.agent(true).await,
         "/admin/transcription" => post.transcription(false).await,
         "/admin/transcription/test" => post.transcription(true).await,
+        "/admin/speech" => post.speech(false).await,
+        "/admin/speech/test" => post.speech(true).await,
         "/admin/push" => post.save_push().await,
         "/admin/push/test" => post.test_push().await,
         _ => Err(Refusal::NotFound),
@@ -345,6 +348,60 @@ impl Post<'_> {
         self.admin.config.borrow_mut().transcription = config.transcription.clone();
         self.hub.set_transcriber(transcriber);
         info!(peer = %self.peer, "admin page: transcription settings saved; the next voice note uses them");
+        section(Tone::Good, &said)
+    }
+
+    /// Saves the speech form (the next answer uses it), or with `test` asks the service to
+    /// speak one sentence and shows how much audio came back or what went wrong.
+    async fn speech(&self, test: bool) -> Result<Reply, Refusal> {
+        let admin = self.admin;
+        let section = |tone, text: &str| {
+            // A test brings the form back as typed; a save shows what was saved.
+            let o = if test {
+                let fields = [
+                    "url",
+                    "model",
+                    "voice",
+                    "format",
+                    "timeout_secs",
+                    "max_chars",
+                ];
+                self.typed("speech", &fields, tone, sentence(text))
+            } else {
+                let mut o = Outcome::new("/admin/agent", tone, sentence(text));
+                o.typed.push(("form".into(), "speech".into()));
+                o
+            };
+            self.done(o)
+        };
+        let (config, saved) = super::speech::from_form(admin, self.form)?;
+        let speaker = match crate::agent::Speaker::from_config(&config.speech) {
+            Ok(s) => s,
+            Err(e) => return section(Tone::Bad, &format!("Not usable: {e}")),
+        };
+        if test {
+            let Some(s) = speaker else {
+                return section(
+                    Tone::Bad,
+                    "Nothing to test: the URL is empty, so speech is off.",
+                );
+            };
+            return match super::speech::test(&s).await {
+                Ok(t) => section(Tone::Good, &t),
+                Err(t) => section(Tone::Bad, &t),
+            };
+        }
+        saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        let said = match &speaker {
+            Some(s) => format!(
+                "Saved: answers in chats with /voice on are spoken by {}.",
+                s.describe()
+            ),
+            None => "Saved: speech is off; answers are text only.".to_owned(),
+        };
+        self.admin.config.borrow_mut().speech = config.speech.clone();
+        self.hub.set_speaker(speaker);
+        info!(peer = %self.peer, "admin page: speech settings saved; the next answer uses them");
         section(Tone::Good, &said)
     }
 

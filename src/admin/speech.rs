@@ -1,0 +1,186 @@
+//! The Agent page's Speech section: where answers are spoken for lanes that asked for voice
+//! (`/voice`). Saved in `settings.toml`'s `[speech]` and applied at once (the next answer uses
+//! it); Test asks the service to speak one short sentence. As with the agent and
+//! transcription, a key goes only to the address it was saved for and is never shown back.
+
+use super::forms::{checked_url, MAX_KEY_BYTES, MAX_MODEL_BYTES};
+use super::pages::{csrf_field, notice, Notice};
+use super::reply::Refusal;
+use super::{Admin, Form};
+use crate::agent::Speaker;
+use crate::config::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
+use crate::config::Config;
+use crate::pairing::page::escape;
+use crate::settings::{Hidden, Settings};
+
+/// What Test asks the service to say.
+const TEST_SENTENCE: &str = "This is the Iris gateway testing its voice.";
+
+/// What the speech form shows: never the key itself.
+pub(super) struct SpeechView<'a> {
+    pub url: &'a str,
+    pub model: &'a str,
+    pub voice: &'a str,
+    pub format: &'a str,
+    pub timeout_secs: &'a str,
+    pub max_chars: &'a str,
+    pub key_set: bool,
+    /// The service answers are spoken by now, or `None` when it is off.
+    pub now: Option<String>,
+    /// The form shows what was typed for a test, and a key was typed: it is not shown back.
+    pub key_typed: bool,
+}
+
+/// The section's HTML, in the page's form pattern (labels over inputs, Save and Test).
+pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
+    let key_note = if v.key_typed {
+        "The key you typed was used for the test but is never shown back: type it again to save it."
+    } else if v.key_set {
+        "A key is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
+    } else {
+        "No key is saved (a service on your network usually needs none)."
+    };
+    let now = match &v.now {
+        Some(d) => format!("answers are spoken by {}", escape(d)),
+        None => "off: answers are text only".to_owned(),
+    };
+    let formats: String = crate::config::speech::FORMATS
+        .iter()
+        .map(|(name, _, _)| {
+            let selected = if *name == v.format { " selected" } else { "" };
+            format!("<option value=\"{name}\"{selected}>{name}</option>")
+        })
+        .collect();
+    format!(
+        "<h2 id=\"speech\">Speech</h2>{}\
+         <p>In a chat where someone said <code>/voice on</code> (or <code>/voice auto</code>, for \
+         answers to voice notes), the agent's answer is also spoken, by any OpenAI-compatible \
+         text-to-speech service (OpenAI, or a Piper, Kokoro or openedai-speech server on your \
+         network), and reaches every phone as a voice message after its text.</p>\
+         <p>Now: <span id=\"speech-now\">{now}</span></p>\
+         <form method=\"post\" action=\"/admin/speech\" id=\"speech-form\">{}\
+         <label for=\"s-url\">URL, with its version (e.g. http://192.168.1.20:8880/v1 or https://api.openai.com/v1; empty: off)</label>\
+         <input type=\"url\" id=\"s-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
+         <label for=\"s-key\">Key</label>\
+         <input type=\"password\" id=\"s-key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
+         <small>{key_note}</small>\
+         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
+         <label for=\"s-model\">Model</label>\
+         <input type=\"text\" id=\"s-model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
+         <label for=\"s-voice\">Voice (the service's name for it)</label>\
+         <input type=\"text\" id=\"s-voice\" name=\"voice\" value=\"{}\" maxlength=\"256\">\
+         <label for=\"s-format\">Audio format (opus: Ogg Opus, small, played as a voice message)</label>\
+         <select id=\"s-format\" name=\"format\">{formats}</select>\
+         <label for=\"s-timeout\">Longest wait, in seconds (past it the answer stays text only, with a note)</label>\
+         <input type=\"number\" id=\"s-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{MAX_TIMEOUT_SECS}\" step=\"1\">\
+         <label for=\"s-max-chars\">Most characters spoken (a longer answer is spoken up to there, and says so)</label>\
+         <input type=\"number\" id=\"s-max-chars\" name=\"max_chars\" value=\"{}\" min=\"1\" max=\"{MAX_CHARS}\" step=\"1\">\
+         <p><button id=\"speech-save\" formaction=\"/admin/speech\">Save (applies to the next answer)</button> \
+         <button id=\"speech-test\" formaction=\"/admin/speech/test\">Test (speaks one sentence)</button></p>\
+         </form>",
+        notice(n),
+        csrf_field(csrf),
+        escape(v.url),
+        escape(v.model),
+        escape(v.voice),
+        escape(v.timeout_secs),
+        escape(v.max_chars),
+    )
+}
+
+/// The configuration the speech form asks for, and the settings to save. A key goes only to
+/// the address it was given for: a new URL without a new key has none.
+pub(super) fn from_form(admin: &Admin, form: &Form) -> Result<(Config, Settings), Refusal> {
+    let url = checked_url(form.get("url"), "the speech")?;
+    let (model, voice, key) = (
+        form.get("model").trim(),
+        form.get("voice").trim(),
+        form.get("key"),
+    );
+    if model.len() > MAX_MODEL_BYTES || voice.len() > MAX_MODEL_BYTES || key.len() > MAX_KEY_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "the model and the voice are at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
+        )));
+    }
+    let format = form.get("format").trim().to_ascii_lowercase();
+    if !format.is_empty()
+        && !crate::config::speech::FORMATS
+            .iter()
+            .any(|(name, _, _)| *name == format)
+    {
+        return Err(Refusal::BadInput(
+            "the audio format is one of opus, mp3, aac, flac, wav".into(),
+        ));
+    }
+    let timeout = whole_in(
+        form.get("timeout_secs"),
+        MAX_TIMEOUT_SECS as usize,
+        "the longest wait for a voice is a whole number of seconds",
+    )?;
+    let max_chars = whole_in(
+        form.get("max_chars"),
+        MAX_CHARS,
+        "the most characters spoken is a whole number",
+    )?;
+    let mut saved =
+        Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    let s = &mut saved.speech;
+    s.url = Some(url.to_owned());
+    s.model = Some(if model.is_empty() { "tts-1" } else { model }.to_owned());
+    s.voice = Some(if voice.is_empty() { "alloy" } else { voice }.to_owned());
+    if !format.is_empty() {
+        s.format = Some(format);
+    }
+    if let Some(t) = timeout {
+        s.timeout_secs = Some(t as u64);
+    }
+    if max_chars.is_some() {
+        s.max_chars = max_chars;
+    }
+    let typed = !key.is_empty();
+    if form.get("clear_key") == "1" {
+        s.key = Some(Hidden(String::new()));
+    } else if typed {
+        s.key = Some(Hidden(key.trim().to_owned()));
+    }
+    let old = admin.config.borrow().clone();
+    let mut config = old.clone();
+    saved.apply(&mut config);
+    if !typed && config.speech.base_url() != old.speech.base_url() {
+        saved.speech.key = Some(Hidden(String::new()));
+        config.speech.key = crate::config::Secret(String::new());
+        config.speech.key_file = None;
+    }
+    Ok((config, saved))
+}
+
+/// A whole number from 1 to `max` typed in a field; empty keeps the one in effect.
+fn whole_in(typed: &str, max: usize, what: &str) -> Result<Option<usize>, Refusal> {
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(None);
+    }
+    match typed.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(Refusal::BadInput(format!("{what} from 1 to {max}"))),
+    }
+}
+
+/// What the service makes of one sentence: how much audio, or what went wrong, in words.
+/// Bounded by the service's own `timeout_secs` (at most `MAX_TIMEOUT_SECS`).
+pub(super) async fn test(s: &Speaker) -> Result<String, String> {
+    match tokio::time::timeout(s.timeout(), s.speak(TEST_SENTENCE)).await {
+        Err(_) => Err(format!(
+            "{}: no answer within {} s",
+            s.describe(),
+            s.timeout().as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("Not working: {e}")),
+        Ok(Ok(spoken)) => Ok(format!(
+            "It works: {} spoke a test sentence as {} bytes of {}.",
+            s.describe(),
+            spoken.bytes.len(),
+            spoken.mime
+        )),
+    }
+}
