@@ -664,15 +664,22 @@ mod tests {
     fn a_part_whose_saved_settings_cannot_work_is_switched_off_alone() {
         let saved: Settings = toml::from_str(
             "[agent]\nmodel = \"kept\"\n[push]\nbackend = \"fcm\"\ncontent = \"title\"\n\
-             [transcription]\nurl = \"ftp://x\"\n[update]\nurl = \"https://u\"\n",
+             [transcription]\nurl = \"ftp://x\"\n[speech]\nurl = \"http://s\"\ntimeout_secs = 999\n\
+             [update]\nurl = \"https://u\"\n",
         )
         .unwrap();
-        let mut config: Config =
-            toml::from_str("[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n")
-                .unwrap();
+        let mut config: Config = toml::from_str(
+            "[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n[speech]\nurl = \"http://s0\"\n",
+        )
+        .unwrap();
         let off = apply_usable(&saved, &mut config, Config::validate);
         let parts: Vec<Part> = off.iter().map(|o| o.part).collect();
-        assert_eq!(parts, [Part::Push, Part::Transcription]);
+        assert_eq!(parts, [Part::Push, Part::Transcription, Part::Speech]);
+        assert!(off[2].why.contains("speech.timeout_secs"), "{:?}", off[2]);
+        assert!(
+            !config.speech.is_on(),
+            "speech is off, not the file's service"
+        );
         assert!(off[0].why.contains("push.fcm_credentials"), "{:?}", off[0]);
         assert!(off[1].cause().starts_with("transcription is off: "));
         // Off, not the file's: the owner chose another service than the file's.

@@ -458,3 +458,63 @@ async fn form(
     assert_eq!(r.status, 200, "{r:?}");
     r
 }
+
+/// A phone that is away is pushed the spoken answer as a voice reply: its push starts with
+/// "🔊 Voice reply: " and then the answer; a lane without voice is pushed the plain answer.
+#[tokio::test(flavor = "current_thread")]
+async fn an_away_phones_push_says_it_is_a_voice_reply() {
+    let (pushed, pushes) = std::sync::mpsc::channel::<Value>();
+    let pushed = std::sync::Mutex::new(pushed);
+    let ntfy = common::fake_http::start(move |taken| {
+        let body: Value = serde_json::from_slice(&taken.body).unwrap_or(Value::Null);
+        let _ = pushed.lock().unwrap().send(body);
+        common::fake_http::json_200(b"{}")
+    });
+    let tts = FakeTts::start(TtsAnswer::Audio(audio_bytes(100)));
+    let env = Env::start(
+        &format!(
+            "{}[push]\nbackend = \"ntfy\"\nntfy_server = \"{ntfy}\"\n",
+            speech_at(&tts, "")
+        ),
+        &[],
+    );
+    let away = pair(env.dir.path(), "away-phone");
+    let (c, _) = common::connect_with(&env.gw, &away, json!({ "ntfy_topic": "away-1" })).await;
+    c.close().await;
+    let pushes = std::sync::Arc::new(std::sync::Mutex::new(pushes));
+    let next_push = || {
+        let pushes = pushes.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                pushes
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(15))
+                    .expect("a push within 15 s")
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let mut a = env.device("phone").await;
+    a.say("text only", |f| frame_type(f) == "message.stop")
+        .await;
+    // The push's text is the answer's start (`push.content = "preview"`, the default).
+    let plain = next_push().await;
+    let plain_text = plain["message"].as_str().unwrap_or("");
+    assert!(
+        plain_text.starts_with("You said: \u{201c}text only"),
+        "{plain}"
+    );
+
+    command(&mut a, "/voice on").await;
+    ask_then(&mut a, "say it", is_voice_of).await;
+    let voiced = next_push().await;
+    assert_eq!(voiced["topic"], "away-1", "{voiced}");
+    let voiced_text = voiced["message"].as_str().unwrap_or("");
+    assert!(
+        voiced_text.starts_with("\u{1f50a} Voice reply: You said: \u{201c}say it"),
+        "{voiced}"
+    );
+}
