@@ -3,15 +3,10 @@
 //! it); Test asks the service to speak one short sentence. As with the agent and
 //! transcription, a key goes only to the address it was saved for and is never shown back.
 
-use super::forms::{checked_url, MAX_KEY_BYTES, MAX_MODEL_BYTES};
-use super::pages::{csrf_field, notice, Notice};
-use super::reply::Refusal;
-use super::{Admin, Form};
+use super::pages::{csrf_field, key_note, notice, Notice};
 use crate::agent::Speaker;
 use crate::config::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
-use crate::config::Config;
 use crate::pairing::page::escape;
-use crate::settings::{Hidden, Settings};
 
 /// What Test asks the service to say.
 const TEST_SENTENCE: &str = "This is the Iris gateway testing its voice.";
@@ -32,14 +27,9 @@ pub(super) struct SpeechView<'a> {
 }
 
 /// The section's HTML, in the page's form pattern (labels over inputs, Save and Test).
+/// (The form's handler and its checks are in `forms.rs`, with the other forms'.)
 pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
-    let key_note = if v.key_typed {
-        "The key you typed was used for the test but is never shown back: type it again to save it."
-    } else if v.key_set {
-        "A key is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
-    } else {
-        "No key is saved (a service on your network usually needs none)."
-    };
+    let key_note = key_note(v.key_typed, v.key_set);
     let now = match &v.now {
         Some(d) => format!("answers are spoken by {}", escape(d)),
         None => "off: answers are text only".to_owned(),
@@ -86,84 +76,6 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
         escape(v.timeout_secs),
         escape(v.max_chars),
     )
-}
-
-/// The configuration the speech form asks for, and the settings to save. A key goes only to
-/// the address it was given for: a new URL without a new key has none.
-pub(super) fn from_form(admin: &Admin, form: &Form) -> Result<(Config, Settings), Refusal> {
-    let url = checked_url(form.get("url"), "the speech")?;
-    let (model, voice, key) = (
-        form.get("model").trim(),
-        form.get("voice").trim(),
-        form.get("key"),
-    );
-    if model.len() > MAX_MODEL_BYTES || voice.len() > MAX_MODEL_BYTES || key.len() > MAX_KEY_BYTES {
-        return Err(Refusal::BadInput(format!(
-            "the model and the voice are at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
-        )));
-    }
-    let format = form.get("format").trim().to_ascii_lowercase();
-    if !format.is_empty()
-        && !crate::config::speech::FORMATS
-            .iter()
-            .any(|(name, _, _)| *name == format)
-    {
-        return Err(Refusal::BadInput(
-            "the audio format is one of opus, mp3, aac, flac, wav".into(),
-        ));
-    }
-    let timeout = whole_in(
-        form.get("timeout_secs"),
-        MAX_TIMEOUT_SECS as usize,
-        "the longest wait for a voice is a whole number of seconds",
-    )?;
-    let max_chars = whole_in(
-        form.get("max_chars"),
-        MAX_CHARS,
-        "the most characters spoken is a whole number",
-    )?;
-    let mut saved =
-        Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let s = &mut saved.speech;
-    s.url = Some(url.to_owned());
-    s.model = Some(if model.is_empty() { "tts-1" } else { model }.to_owned());
-    s.voice = Some(if voice.is_empty() { "alloy" } else { voice }.to_owned());
-    if !format.is_empty() {
-        s.format = Some(format);
-    }
-    if let Some(t) = timeout {
-        s.timeout_secs = Some(t as u64);
-    }
-    if max_chars.is_some() {
-        s.max_chars = max_chars;
-    }
-    let typed = !key.is_empty();
-    if form.get("clear_key") == "1" {
-        s.key = Some(Hidden(String::new()));
-    } else if typed {
-        s.key = Some(Hidden(key.trim().to_owned()));
-    }
-    let old = admin.config.borrow().clone();
-    let mut config = old.clone();
-    saved.apply(&mut config);
-    if !typed && config.speech.base_url() != old.speech.base_url() {
-        saved.speech.key = Some(Hidden(String::new()));
-        config.speech.key = crate::config::Secret(String::new());
-        config.speech.key_file = None;
-    }
-    Ok((config, saved))
-}
-
-/// A whole number from 1 to `max` typed in a field; empty keeps the one in effect.
-fn whole_in(typed: &str, max: usize, what: &str) -> Result<Option<usize>, Refusal> {
-    let typed = typed.trim();
-    if typed.is_empty() {
-        return Ok(None);
-    }
-    match typed.parse::<usize>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
-        _ => Err(Refusal::BadInput(format!("{what} from 1 to {max}"))),
-    }
 }
 
 /// What the service makes of one sentence: how much audio, or what went wrong, in words.

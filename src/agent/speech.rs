@@ -11,14 +11,13 @@
 use std::io::Read;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::http::off_loop;
+use super::transcribe::{error_detail, service_client};
 use crate::config::speech::MAX_AUDIO_BYTES;
 use crate::config::{ConfigError, Secret, SpeechConfig};
 
-/// How long a connection to the service may take before it counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a cut answer's voice ends with.
 const CUT_NOTE: &str = "The rest of the answer is in the text.";
 
@@ -80,14 +79,7 @@ impl Speaker {
             why: "must be one of opus, mp3, aac, flac, wav".into(),
         })?;
         let key = config.resolve_key()?;
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(Duration::from_secs(config.timeout_secs)))
-            .tls_config(crate::http_client::system_tls())
-            .user_agent(concat!("iris-gateway/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+        let http = service_client(config.timeout_secs);
         Ok(Some(Speaker {
             http,
             base: config.base_url(),
@@ -224,23 +216,6 @@ fn audio_or_why(content_type: &str, bytes: Vec<u8>) -> Result<Vec<u8>, SpeechErr
         return Err(SpeechError::NotAudio(format!("{essence}: {}", head.trim())));
     }
     Ok(bytes)
-}
-
-/// The `error.message` of an OpenAI-style error body, or the start of the body.
-fn error_detail(body: &str) -> String {
-    let message = serde_json::from_str::<Value>(body).ok().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("error"))
-            .or_else(|| v.get("detail"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    });
-    message
-        .unwrap_or_else(|| body.to_owned())
-        .trim()
-        .chars()
-        .take(300)
-        .collect()
 }
 
 /// The answer as it is read aloud: fenced code blocks and inline code left out, markdown marks

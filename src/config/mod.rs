@@ -69,6 +69,11 @@ pub(crate) fn key_of(key: &Secret, key_file: Option<&Path>) -> Result<Secret, Co
     }
 }
 
+/// A service's base URL as typed, without spaces or a trailing `/` (empty: the service is off).
+pub(crate) fn base_url_of(url: &str) -> String {
+    url.trim().trim_end_matches('/').to_owned()
+}
+
 /// The whole configuration after defaults, file and flags are merged.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
