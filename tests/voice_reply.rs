@@ -403,7 +403,7 @@ async fn speech_is_set_and_tested_on_the_agent_page_and_applies_at_once() {
         "{}",
         r.body
     );
-    assert!(r.body.contains("A key is saved"), "{}", r.body);
+    assert!(r.body.contains("A speech key is saved"), "{}", r.body);
     assert!(!r.body.contains("tts-secret-key"), "the key was shown back");
     assert!(
         r.body.contains("name=\"max_chars\" value=\"800\""),

@@ -29,7 +29,7 @@ pub(super) struct SpeechView<'a> {
 /// The section's HTML, in the page's form pattern (labels over inputs, Save and Test).
 /// (The form's handler and its checks are in `forms.rs`, with the other forms'.)
 pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
-    let key_note = key_note(v.key_typed, v.key_set);
+    let key_note = key_note(v.key_typed, v.key_set, "speech key");
     let now = match &v.now {
         Some(d) => format!("answers are spoken by {}", escape(d)),
         None => "off: answers are text only".to_owned(),
