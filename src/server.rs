@@ -145,7 +145,7 @@ struct Core {
 }
 
 /// Opens the store, the agent, TLS, media and push, and starts the hub on them. A part whose
-/// settings cannot work (the agent, push, transcription) starts switched off instead.
+/// settings cannot work (the agent, push, transcription, speech) starts switched off instead.
 fn open_core(
     config: Config,
     data_dir: &Path,
@@ -224,6 +224,14 @@ fn open_core(
         None
     });
     hub.set_transcriber(transcriber);
+    let speaker = crate::agent::Speaker::from_config(&started_with.speech).unwrap_or_else(|e| {
+        switched_off.push(SwitchedOff {
+            part: Part::Speech,
+            why: e.to_string(),
+        });
+        None
+    });
+    hub.set_speaker(speaker);
     for off in switched_off {
         hub.note_switched_off(off);
     }

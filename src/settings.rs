@@ -43,6 +43,7 @@ pub struct Settings {
     pub agent: AgentSettings,
     pub push: PushSettings,
     pub transcription: TranscriptionSettings,
+    pub speech: SpeechSettings,
     pub backup: BackupSettings,
     pub log: LogSettings,
     pub update: UpdateSettings,
@@ -89,6 +90,48 @@ pub struct TranscriptionSettings {
     pub timeout_secs: Option<u64>,
 }
 
+/// `[speech]` as the page sets it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpeechSettings {
+    pub url: Option<String>,
+    pub key: Option<Hidden>,
+    pub model: Option<String>,
+    pub voice: Option<String>,
+    pub format: Option<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_chars: Option<usize>,
+}
+
+impl SpeechSettings {
+    /// Lays the saved values over `[speech]`.
+    fn apply(&self, speech: &mut crate::config::SpeechConfig) {
+        if let Some(v) = &self.url {
+            speech.url = v.clone();
+        }
+        if let Some(v) = &self.key {
+            // Empty: none (the page moved the service to a new address without a new key).
+            speech.key = Secret(v.0.clone());
+            speech.key_file = None;
+        }
+        if let Some(v) = &self.model {
+            speech.model = v.clone();
+        }
+        if let Some(v) = &self.voice {
+            speech.voice = v.clone();
+        }
+        if let Some(v) = &self.format {
+            speech.format = v.clone();
+        }
+        if let Some(v) = self.timeout_secs {
+            speech.timeout_secs = v;
+        }
+        if let Some(v) = self.max_chars {
+            speech.max_chars = v;
+        }
+    }
+}
+
 /// `[agent]` as the page sets it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -130,6 +173,7 @@ pub enum Part {
     Agent,
     Push,
     Transcription,
+    Speech,
 }
 
 impl Part {
@@ -140,13 +184,14 @@ impl Part {
             Part::Agent => "the agent",
             Part::Push => "push",
             Part::Transcription => "transcription",
+            Part::Speech => "speech",
         }
     }
 
     /// The admin page where it is fixed.
     pub fn page(self) -> &'static str {
         match self {
-            Part::File | Part::Agent | Part::Transcription => "/admin/agent",
+            Part::File | Part::Agent | Part::Transcription | Part::Speech => "/admin/agent",
             Part::Push => "/admin/push",
         }
     }
@@ -190,7 +235,7 @@ pub fn apply_usable(
         ..Settings::default()
     };
     let mut refused = Vec::new();
-    for part in [Part::Agent, Part::Push, Part::Transcription] {
+    for part in [Part::Agent, Part::Push, Part::Transcription, Part::Speech] {
         let mut candidate = kept.clone();
         candidate.take_part(saved, part);
         let mut trial = config.clone();
@@ -208,6 +253,7 @@ pub fn apply_usable(
         match off.part {
             Part::Push => config.push.backend = "none".into(),
             Part::Transcription => config.transcription.url = String::new(),
+            Part::Speech => config.speech.url = String::new(),
             Part::File | Part::Agent => {}
         }
     }
@@ -277,6 +323,7 @@ impl Settings {
             Part::Agent => self.agent = from.agent.clone(),
             Part::Push => self.push = from.push.clone(),
             Part::Transcription => self.transcription = from.transcription.clone(),
+            Part::Speech => self.speech = from.speech.clone(),
         }
     }
 
@@ -337,6 +384,7 @@ impl Settings {
         if let Some(v) = t.timeout_secs {
             config.transcription.timeout_secs = v;
         }
+        self.speech.apply(&mut config.speech);
         if let Some(v) = &self.update.url {
             config.update.url = v.clone();
         }
@@ -414,15 +462,22 @@ mod tests {
     fn a_part_whose_saved_settings_cannot_work_is_switched_off_alone() {
         let saved: Settings = toml::from_str(
             "[agent]\nmodel = \"kept\"\n[push]\nbackend = \"fcm\"\ncontent = \"title\"\n\
-             [transcription]\nurl = \"ftp://x\"\n[update]\nurl = \"https://u\"\n",
+             [transcription]\nurl = \"ftp://x\"\n[speech]\nurl = \"http://s\"\ntimeout_secs = 999\n\
+             [update]\nurl = \"https://u\"\n",
         )
         .unwrap();
-        let mut config: Config =
-            toml::from_str("[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n")
-                .unwrap();
+        let mut config: Config = toml::from_str(
+            "[push]\nbackend = \"ntfy\"\n[transcription]\nurl = \"http://t\"\n[speech]\nurl = \"http://s0\"\n",
+        )
+        .unwrap();
         let off = apply_usable(&saved, &mut config, Config::validate);
         let parts: Vec<Part> = off.iter().map(|o| o.part).collect();
-        assert_eq!(parts, [Part::Push, Part::Transcription]);
+        assert_eq!(parts, [Part::Push, Part::Transcription, Part::Speech]);
+        assert!(off[2].why.contains("speech.timeout_secs"), "{:?}", off[2]);
+        assert!(
+            !config.speech.is_on(),
+            "speech is off, not the file's service"
+        );
         assert!(off[0].why.contains("push.fcm_credentials"), "{:?}", off[0]);
         assert!(off[1].cause().starts_with("transcription is off: "));
         // Off, not the file's: the owner chose another service than the file's.

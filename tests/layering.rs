@@ -893,6 +893,7 @@ const HUB_STATE_OWNERS: &[(&str, &str)] = &[
     ("automation", "automation.rs"),
     ("query_budgets", "search.rs"),
     ("transcriber", "voice.rs"),
+    ("speaker", "voice_reply.rs"),
     ("media_holds", "media.rs"),
 ];
 

@@ -538,19 +538,7 @@ fn a_transcription_setting_that_cannot_work_is_refused_at_start() {
             "/nonexistent/stt.key",
         ),
     ] {
-        let data = temp_data_dir();
-        let path = config_file(cfg.path(), toml);
-        let out = common::cli_os(&[
-            std::ffi::OsStr::new("run"),
-            "--listen".as_ref(),
-            "127.0.0.1:0".as_ref(),
-            "--data-dir".as_ref(),
-            data.path().as_os_str(),
-            "--config".as_ref(),
-            path.as_os_str(),
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{toml} was accepted");
+        let stderr = common::refused_start(&config_file(cfg.path(), toml));
         assert!(stderr.contains(wanted), "{toml}: {stderr}");
     }
 }

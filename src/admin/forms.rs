@@ -38,6 +38,7 @@ pub(super) fn section_of(form: &str) -> Option<&'static str> {
         }
         "/admin/agent" | "/admin/agent/test" => "/admin/agent",
         "/admin/transcription" | "/admin/transcription/test" => "/admin/agent",
+        "/admin/speech" | "/admin/speech/test" => "/admin/agent",
         "/admin/push" | "/admin/push/test" => "/admin/push",
         _ => return None,
     })
@@ -85,6 +86,8 @@ pub(super) async fn post(
         "/admin/agent/test" => post.agent(true).await,
         "/admin/transcription" => post.transcription(false).await,
         "/admin/transcription/test" => post.transcription(true).await,
+        "/admin/speech" => post.speech(false).await,
+        "/admin/speech/test" => post.speech(true).await,
         "/admin/push" => post.save_push().await,
         "/admin/push/test" => post.test_push().await,
         _ => Err(Refusal::NotFound),
@@ -345,6 +348,60 @@ impl Post<'_> {
         self.admin.config.borrow_mut().transcription = config.transcription.clone();
         self.hub.set_transcriber(transcriber);
         info!(peer = %self.peer, "admin page: transcription settings saved; the next voice note uses them");
+        section(Tone::Good, &said)
+    }
+
+    /// Saves the speech form (the next answer uses it), or with `test` asks the service to
+    /// speak one sentence and shows how much audio came back or what went wrong.
+    async fn speech(&self, test: bool) -> Result<Reply, Refusal> {
+        let admin = self.admin;
+        let section = |tone, text: &str| {
+            // A test brings the form back as typed; a save shows what was saved.
+            let o = if test {
+                let fields = [
+                    "url",
+                    "model",
+                    "voice",
+                    "format",
+                    "timeout_secs",
+                    "max_chars",
+                ];
+                self.typed("speech", &fields, tone, sentence(text))
+            } else {
+                let mut o = Outcome::new("/admin/agent", tone, sentence(text));
+                o.typed.push(("form".into(), "speech".into()));
+                o
+            };
+            self.done(o)
+        };
+        let (config, saved) = speech_from_form(admin, self.form)?;
+        let speaker = match crate::agent::Speaker::from_config(&config.speech) {
+            Ok(s) => s,
+            Err(e) => return section(Tone::Bad, &format!("Not usable: {e}")),
+        };
+        if test {
+            let Some(s) = speaker else {
+                return section(
+                    Tone::Bad,
+                    "Nothing to test: the URL is empty, so speech is off.",
+                );
+            };
+            return match super::speech::test(&s).await {
+                Ok(t) => section(Tone::Good, &t),
+                Err(t) => section(Tone::Bad, &t),
+            };
+        }
+        saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
+        let said = match &speaker {
+            Some(s) => format!(
+                "Saved: answers in chats with /voice on are spoken by {}.",
+                s.describe()
+            ),
+            None => "Saved: speech is off; answers are text only.".to_owned(),
+        };
+        self.admin.config.borrow_mut().speech = config.speech.clone();
+        self.hub.set_speaker(speaker);
+        info!(peer = %self.peer, "admin page: speech settings saved; the next answer uses them");
         section(Tone::Good, &said)
     }
 
@@ -651,6 +708,84 @@ pub(super) fn transcription_from_form(
         config.transcription.key_file = None;
     }
     Ok((config, saved))
+}
+
+/// The configuration the speech form asks for, and the settings to save. A key goes only to
+/// the address it was given for: a new URL without a new key has none.
+pub(super) fn speech_from_form(admin: &Admin, form: &Form) -> Result<(Config, Settings), Refusal> {
+    let url = checked_url(form.get("url"), "the speech")?;
+    let (model, voice, key) = (
+        form.get("model").trim(),
+        form.get("voice").trim(),
+        form.get("key"),
+    );
+    if model.len() > MAX_MODEL_BYTES || voice.len() > MAX_MODEL_BYTES || key.len() > MAX_KEY_BYTES {
+        return Err(Refusal::BadInput(format!(
+            "the model and the voice are at most {MAX_MODEL_BYTES} bytes and the key {MAX_KEY_BYTES}"
+        )));
+    }
+    let format = form.get("format").trim().to_ascii_lowercase();
+    if !format.is_empty()
+        && !crate::config::speech::FORMATS
+            .iter()
+            .any(|(name, _, _)| *name == format)
+    {
+        return Err(Refusal::BadInput(
+            "the audio format is one of opus, mp3, aac, flac, wav".into(),
+        ));
+    }
+    let timeout = whole_in(
+        form.get("timeout_secs"),
+        crate::config::speech::MAX_TIMEOUT_SECS as usize,
+        "the longest wait for a voice is a whole number of seconds",
+    )?;
+    let max_chars = whole_in(
+        form.get("max_chars"),
+        crate::config::speech::MAX_CHARS,
+        "the most characters spoken is a whole number",
+    )?;
+    let mut saved =
+        Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
+    let s = &mut saved.speech;
+    s.url = Some(url.to_owned());
+    s.model = Some(if model.is_empty() { "tts-1" } else { model }.to_owned());
+    s.voice = Some(if voice.is_empty() { "alloy" } else { voice }.to_owned());
+    if !format.is_empty() {
+        s.format = Some(format);
+    }
+    if let Some(t) = timeout {
+        s.timeout_secs = Some(t as u64);
+    }
+    if max_chars.is_some() {
+        s.max_chars = max_chars;
+    }
+    let typed = !key.is_empty();
+    if form.get("clear_key") == "1" {
+        s.key = Some(Hidden(String::new()));
+    } else if typed {
+        s.key = Some(Hidden(key.trim().to_owned()));
+    }
+    let old = admin.config.borrow().clone();
+    let mut config = old.clone();
+    saved.apply(&mut config);
+    if !typed && config.speech.base_url() != old.speech.base_url() {
+        saved.speech.key = Some(Hidden(String::new()));
+        config.speech.key = crate::config::Secret(String::new());
+        config.speech.key_file = None;
+    }
+    Ok((config, saved))
+}
+
+/// A whole number from 1 to `max` typed in a field; empty keeps the one in effect.
+fn whole_in(typed: &str, max: usize, what: &str) -> Result<Option<usize>, Refusal> {
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(None);
+    }
+    match typed.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(Refusal::BadInput(format!("{what} from 1 to {max}"))),
+    }
 }
 
 /// The form's wait for a transcription, in whole seconds (1 to `MAX_TIMEOUT_SECS`); empty keeps

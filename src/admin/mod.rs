@@ -7,7 +7,7 @@
 //!   counter as the hello gate (`guessing.rs`: no reset by a success), each attempt counted
 //!   before its hash runs so attempts sent together cannot all be checked; the
 //!   change-passphrase form shares that count;
-//! - the agent key, the transcription key and the ntfy token go only to the address they were saved for (`forms.rs`);
+//! - the agent key, the transcription and speech keys and the ntfy token go only to the address they were saved for (`forms.rs`);
 //! - a session is a random cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https) in a
 //!   bounded table that forgets it when idle, old, signed out or the passphrase changes
 //!   (`session.rs`); every POST carries the session's CSRF token (before a session: a
@@ -39,6 +39,7 @@ mod reply;
 mod restore_job;
 mod sections;
 pub mod session;
+mod speech;
 mod strength;
 mod transfer;
 mod updates;
@@ -751,11 +752,13 @@ async fn get(
         PREFIX => health::home(admin, hub, csrf, secure, &n).await,
         "/admin/devices" => ok("Devices", path, devices_body(hub, csrf, &n)?),
         "/admin/agent" => {
-            let (agent, transcription) = match outcome.as_ref() {
-                Some(o) if o.typed("form") == Some("transcription") => (None, Some(o)),
-                o => (o, None),
+            let form = outcome.as_ref().and_then(|o| o.typed("form"));
+            let (agent, transcription, speech) = match (outcome.as_ref(), form) {
+                (Some(o), Some("transcription")) => (None, Some(o), None),
+                (Some(o), Some("speech")) => (None, None, Some(o)),
+                (o, _) => (o, None, None),
             };
-            let body = agent_body(admin, hub, csrf, agent, transcription);
+            let body = agent_body(admin, hub, csrf, agent, transcription, speech);
             ok("Agent", path, body)
         }
         "/admin/push" => ok("Push", path, push_body(admin, hub, csrf, &n)?),

@@ -459,15 +459,22 @@ pub struct TranscriptionView<'a> {
     pub key_typed: bool,
 }
 
+/// What a service form says under its key field (`what`: `key`, `speech key`, so two forms on
+/// one page do not say the same sentence): a key typed for a test is not shown back, a saved
+/// one is never shown and goes only to its URL, or there is none.
+pub(super) fn key_note(key_typed: bool, key_set: bool, what: &str) -> String {
+    if key_typed {
+        format!("The {what} you typed was used for the test but is never shown back: type it again to save it.")
+    } else if key_set {
+        format!("A {what} is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with.")
+    } else {
+        format!("No {what} is saved (a service on your network usually needs none).")
+    }
+}
+
 /// The Agent page's Transcription section: where voice notes are turned into text.
 pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
-    let key_note = if v.key_typed {
-        "The key you typed was used for the test but is never shown back: type it again to save it."
-    } else if v.key_set {
-        "A key is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
-    } else {
-        "No key is saved (a service on your network usually needs none)."
-    };
+    let key_note = key_note(v.key_typed, v.key_set, "key");
     let now = match &v.now {
         Some(d) => format!("voice notes are transcribed by {}", escape(d)),
         None => "off: voice notes reach the agent as an attachment line".to_owned(),

@@ -21,7 +21,7 @@ pub(super) fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, 
 }
 
 /// The agent section: what is in effect now (never the key), and what flags pin; then the
-/// transcription section. An outcome of a test shows the values that were typed for it, so a
+/// transcription and speech sections. An outcome of a test shows the values that were typed for it, so a
 /// test never throws them away (secrets excepted: the page says so).
 pub(super) fn agent_body(
     admin: &Admin,
@@ -29,6 +29,7 @@ pub(super) fn agent_body(
     csrf: &str,
     agent: Option<&Outcome>,
     transcription: Option<&Outcome>,
+    speech: Option<&Outcome>,
 ) -> String {
     let config = admin.config.borrow();
     let a = &config.agent;
@@ -76,8 +77,29 @@ pub(super) fn agent_body(
         now: hub.transcription_service(),
         key_typed: key_typed(transcription),
     };
+    let s = &config.speech;
+    let (s_url, s_model, s_voice, s_format) = (
+        typed(speech, "url", &s.url),
+        typed(speech, "model", &s.model),
+        typed(speech, "voice", &s.voice),
+        typed(speech, "format", &s.format),
+    );
+    let s_timeout = typed(speech, "timeout_secs", &s.timeout_secs.to_string());
+    let s_max_chars = typed(speech, "max_chars", &s.max_chars.to_string());
+    let speech_view = super::speech::SpeechView {
+        url: &s_url,
+        model: &s_model,
+        voice: &s_voice,
+        format: &s_format,
+        timeout_secs: &s_timeout,
+        max_chars: &s_max_chars,
+        key_set: !s.key.is_empty() || s.key_file.is_some(),
+        now: hub.speech_service(),
+        key_typed: key_typed(speech),
+    };
     pages::agent(&view, csrf, &Notice::of(agent))
         + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
+        + &super::speech::section(&speech_view, csrf, &Notice::of(speech))
 }
 
 /// Who the FCM key at `path` is for: read from its JSON alone (at most

@@ -16,6 +16,7 @@ pub mod media_in;
 pub mod media_out;
 mod off;
 mod openai;
+pub mod speech;
 mod switch;
 pub mod transcribe;
 
@@ -29,6 +30,7 @@ pub use demo::DemoAgent;
 pub use hermes::HermesAgent;
 pub use off::OffAgent;
 pub use openai::OpenAiAgent;
+pub use speech::{Speaker, SpeechError, Spoken};
 pub use switch::Switchable;
 pub use transcribe::{TranscribeError, Transcriber};
 

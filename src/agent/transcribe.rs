@@ -73,14 +73,7 @@ impl Transcriber {
             return Ok(None);
         }
         let key = config.resolve_key()?;
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(Duration::from_secs(config.timeout_secs)))
-            .tls_config(crate::http_client::system_tls())
-            .user_agent(concat!("iris-gateway/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+        let http = service_client(config.timeout_secs);
         Ok(Some(Transcriber {
             http,
             base: config.base_url(),
@@ -221,6 +214,19 @@ impl Transcriber {
     }
 }
 
+/// The HTTP client of a speech service (this one, and `speech.rs`'s): HTTP errors are
+/// answers, a connection gives up after `CONNECT_TIMEOUT`, a whole call after `timeout_secs`.
+pub(super) fn service_client(timeout_secs: u64) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_global(Some(Duration::from_secs(timeout_secs)))
+        .tls_config(crate::http_client::system_tls())
+        .user_agent(concat!("iris-gateway/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into()
+}
+
 /// A boundary no audio file will contain by chance: 128 random bits.
 fn boundary() -> String {
     let mut b = [0u8; 16];
@@ -316,7 +322,7 @@ fn transcript_of(body: &str) -> Result<String, TranscribeError> {
 }
 
 /// The `error.message` of an OpenAI-style error body, or the start of the body.
-fn error_detail(body: &str) -> String {
+pub(super) fn error_detail(body: &str) -> String {
     let message = serde_json::from_str::<Value>(body).ok().and_then(|v| {
         v.pointer("/error/message")
             .or_else(|| v.get("error"))

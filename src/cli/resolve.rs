@@ -193,7 +193,7 @@ impl RunArgs {
     }
 }
 
-/// What a start finds out past `validate`: the key files the agent and transcription read, and
+/// What a start finds out past `validate`: the key files the agent, transcription and speech read, and
 /// push's (an FCM key that works). Run once per part at start, each a small file.
 fn can_start(config: &Config) -> Result<(), ConfigError> {
     if matches!(config.agent.backend.as_str(), "hermes" | "openai") {
@@ -207,6 +207,12 @@ fn can_start(config: &Config) -> Result<(), ConfigError> {
             .transcription
             .resolve_key()
             .map_err(|e| misconfigured("transcription", e))?;
+    }
+    if config.speech.is_on() {
+        config
+            .speech
+            .resolve_key()
+            .map_err(|e| misconfigured("speech", e))?;
     }
     crate::push::check_config(&config.push).map_err(|e| misconfigured("push", e))
 }

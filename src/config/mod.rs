@@ -15,6 +15,7 @@ pub mod board;
 pub mod discovery;
 pub mod power;
 pub mod push;
+pub mod speech;
 pub mod transcription;
 pub mod update;
 mod validate;
@@ -24,6 +25,7 @@ pub use board::LedConfig;
 pub use discovery::DiscoveryConfig;
 pub use power::PowerConfig;
 pub use push::PushConfig;
+pub use speech::SpeechConfig;
 pub use transcription::TranscriptionConfig;
 pub use update::UpdateConfig;
 
@@ -67,6 +69,11 @@ pub(crate) fn key_of(key: &Secret, key_file: Option<&Path>) -> Result<Secret, Co
     }
 }
 
+/// A service's base URL as typed, without spaces or a trailing `/` (empty: the service is off).
+pub(crate) fn base_url_of(url: &str) -> String {
+    url.trim().trim_end_matches('/').to_owned()
+}
+
 /// The whole configuration after defaults, file and flags are merged.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -95,6 +102,8 @@ pub struct Config {
     pub webhook: Vec<WebhookConfig>,
     /// `[transcription]`: the speech-to-text service voice notes go to before the agent.
     pub transcription: TranscriptionConfig,
+    /// `[speech]`: the text-to-speech service answers are spoken by in lanes that ask for voice.
+    pub speech: SpeechConfig,
     /// `[power]`: how the admin page reboots and shuts down the box.
     pub power: PowerConfig,
     /// `[update]`: signed updates, their health window and the helper that installs them.
@@ -385,6 +394,7 @@ impl Default for Config {
             cron: Vec::new(),
             webhook: Vec::new(),
             transcription: TranscriptionConfig::default(),
+            speech: SpeechConfig::default(),
             power: PowerConfig::default(),
             update: UpdateConfig::default(),
         }

@@ -48,7 +48,7 @@ impl Default for TranscriptionConfig {
 impl TranscriptionConfig {
     /// The base URL without a trailing `/`; empty when the service is off.
     pub fn base_url(&self) -> String {
-        self.url.trim().trim_end_matches('/').to_owned()
+        super::base_url_of(&self.url)
     }
 
     /// Whether a service is set at all.

@@ -19,6 +19,7 @@ impl Config {
             .chain(agent_media_checks(&self.limits))
             .chain(self.service_checks())
             .chain(self.transcription_checks())
+            .chain(self.speech_checks())
             .chain(self.push_checks());
         for (key, ok, why) in checks {
             if !ok {
@@ -131,6 +132,48 @@ impl Config {
                 "limits.transcription_bytes",
                 self.limits.transcription_bytes >= 1024,
                 "must be at least 1024",
+            ),
+        ]
+    }
+}
+
+impl Config {
+    /// `[speech]`: a URL the client can call, a model, voice and format to ask for, and the
+    /// bounds of `timeout_secs` and `max_chars`.
+    fn speech_checks(&self) -> [Check; 6] {
+        use super::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
+        let s = &self.speech;
+        let url = s.base_url();
+        [
+            (
+                "speech.url",
+                url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+                "must be empty (off) or start with http:// or https://",
+            ),
+            (
+                "speech.model",
+                !s.model.trim().is_empty(),
+                "must name a model (tts-1 for OpenAI)",
+            ),
+            (
+                "speech.voice",
+                !s.voice.trim().is_empty(),
+                "must name a voice (alloy for OpenAI)",
+            ),
+            (
+                "speech.format",
+                s.format_type().is_some(),
+                "must be one of opus, mp3, aac, flac, wav",
+            ),
+            (
+                "speech.timeout_secs",
+                (1..=MAX_TIMEOUT_SECS).contains(&s.timeout_secs),
+                "must be from 1 to 120",
+            ),
+            (
+                "speech.max_chars",
+                (1..=MAX_CHARS).contains(&s.max_chars),
+                "must be from 1 to 4096",
             ),
         ]
     }

@@ -1,5 +1,5 @@
 //! The user's choices and the pickers that offer them: `/reasoning` and `/fast` for every lane,
-//! `/model` per lane (all also in the store, written through the committer), and the settings
+//! `/model` and `/voice` per lane (all also in the store, written through the committer), and the settings
 //! pickers waiting for an answer (memory only: a restart expires them). Its one owner.
 
 use std::cell::RefCell;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::agent::AgentSettings;
 use crate::protocol::Lane;
-use crate::store::LaneModel;
+use crate::store::{LaneModel, VoiceMode};
 
 /// Pickers waiting for an answer; the oldest is forgotten beyond this.
 const MAX_PENDING_PICKERS: usize = 32;
@@ -22,15 +22,22 @@ pub(super) struct Choices {
 struct Inner {
     settings: AgentSettings,
     lane_models: HashMap<Lane, LaneModel>,
+    /// Lanes whose voice mode is not off.
+    lane_voices: HashMap<Lane, VoiceMode>,
     pickers: HashMap<String, Picker>,
 }
 
 impl Choices {
-    pub(super) fn new(settings: AgentSettings, lane_models: Vec<(Lane, LaneModel)>) -> Choices {
+    pub(super) fn new(
+        settings: AgentSettings,
+        lane_models: Vec<(Lane, LaneModel)>,
+        lane_voices: Vec<(Lane, VoiceMode)>,
+    ) -> Choices {
         Choices {
             inner: RefCell::new(Inner {
                 settings,
                 lane_models: lane_models.into_iter().collect(),
+                lane_voices: lane_voices.into_iter().collect(),
                 pickers: HashMap::new(),
             }),
         }
@@ -58,9 +65,25 @@ impl Choices {
         };
     }
 
+    /// The lane's voice mode (`Off` unless `/voice` chose another).
+    pub(super) fn lane_voice(&self, lane: &Lane) -> VoiceMode {
+        let i = self.inner.borrow();
+        i.lane_voices.get(lane).copied().unwrap_or(VoiceMode::Off)
+    }
+
+    pub(super) fn set_lane_voice(&self, lane: &Lane, mode: VoiceMode) {
+        let mut i = self.inner.borrow_mut();
+        match mode {
+            VoiceMode::Off => i.lane_voices.remove(lane),
+            other => i.lane_voices.insert(lane.clone(), other),
+        };
+    }
+
     /// Deleted lanes' choices leave memory (the store drops them with the channel).
     pub(super) fn forget_lanes(&self, gone: &impl Fn(&Lane) -> bool) {
-        self.inner.borrow_mut().lane_models.retain(|l, _| !gone(l));
+        let mut i = self.inner.borrow_mut();
+        i.lane_models.retain(|l, _| !gone(l));
+        i.lane_voices.retain(|l, _| !gone(l));
     }
 
     /// Remembers an offered picker under `id`; expired ones go, and past the cap the oldest.

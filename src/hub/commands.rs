@@ -42,6 +42,8 @@ pub enum Command {
     Jobs,
     /// `/steer TEXT`: guidance for the running answer (`steer.rs`), never answered here.
     Steer(Option<String>),
+    /// `/voice on|off|auto`: whether this lane's answers are also spoken (`voice_reply.rs`).
+    Voice(Option<String>),
 }
 
 /// One catalog entry: the single source for `commands.catalog`, `/help` and parsing.
@@ -106,6 +108,14 @@ const SPECS: &[Spec] = &[
         needs_models: true,
     },
     Spec {
+        name: "/voice",
+        aliases: &[],
+        args_hint: "[on|off|auto]",
+        category: "Configuration",
+        description: "Whether the agent's answers in this chat are also spoken (auto: answers to voice notes); needs a speech service on the gateway",
+        needs_models: false,
+    },
+    Spec {
         name: "/jobs",
         aliases: &[],
         args_hint: "",
@@ -153,6 +163,7 @@ pub fn parse(text: &str) -> Option<Command> {
         "/fast" => Command::Fast(arg.map(|a| a.to_ascii_lowercase())),
         "/steer" => Command::Steer(arg),
         "/jobs" => Command::Jobs,
+        "/voice" => Command::Voice(arg),
         _ => Command::Model(arg),
     })
 }
@@ -211,6 +222,11 @@ impl Hub {
             Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
             Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
             // `/steer TEXT` never gets here (`send_message` hands it to `steer`).
+            Command::Voice(Some(v)) => self.set_voice_mode(lane, &v).await,
+            Command::Voice(None) => format!(
+                "Voice in this chat: {}. Say `/voice on`, `/voice off` or `/voice auto` (answers to voice notes).",
+                self.voice_mode(lane).as_str()
+            ),
             Command::Steer(_) => {
                 "Say `/steer` and the guidance, e.g. `/steer keep it short`: the running answer takes it without stopping.".to_owned()
             }
@@ -453,12 +469,16 @@ impl Hub {
             None => report.push.clone(),
         };
         let open = self.open_approvals.count();
+        let voice = match self.speech_service() {
+            Some(service) => format!("{} (spoken by {service})", self.voice_mode(lane).as_str()),
+            None => format!("{} (no speech service set)", self.voice_mode(lane).as_str()),
+        };
         let approvals = match self.agent.approvals_note() {
             Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),
             None => String::new(),
         };
         format!(
-        "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.{approvals}\nSettings: reasoning {}, fast {}, model {}.\nStorage: {storage}.\nPush: {}.",
+        "Gateway: {gateway}; up {}h {:02}m; {} device(s) connected.\nAgent: {} \u{2014} {agent_state}.{approvals}\nSettings: reasoning {}, fast {}, model {}, voice {voice}.\nStorage: {storage}.\nPush: {}.",
         up / 3600,
         (up % 3600) / 60,
         report.devices_connected,

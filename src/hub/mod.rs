@@ -46,6 +46,7 @@ mod turn_run;
 mod unsettled;
 mod update;
 mod voice;
+mod voice_reply;
 
 pub use admin::{TestPushError, TestTarget};
 /// For the fuzz targets: the webhook body parser is pure.

@@ -13,12 +13,23 @@ use tracing::{info, warn};
 
 use super::errors::Refusal;
 use super::state::Hub;
-use crate::protocol::{decode_pushable, PushNote};
+use crate::protocol::{decode_pushable, Outboxed, PushNote};
 use crate::push::{Outcome, PushJob};
 use crate::store::{Change, Record};
 
 /// How far back a restart looks for pushes still owed to each away device.
 const CATCH_UP_FRAMES: u64 = 200;
+/// What a push of an answer that is also spoken starts with: the phone shows it is a voice
+/// reply before the app is opened.
+const VOICE_REPLY: &str = "\u{1f50a} Voice reply: ";
+
+/// Marks the push of an answer whose voice follows (`/voice`). Only the live push says it: a
+/// restart's catch-up reads the stored frame, which is the plain answer.
+pub(super) fn say_voice_reply(outboxed: &mut Outboxed) {
+    if let Some(note) = outboxed.push.as_mut() {
+        note.body = format!("{VOICE_REPLY}{}", note.body);
+    }
+}
 
 impl Hub {
     /// Called for every published outbox frame that can be pushed (its note was made from the

@@ -158,6 +158,7 @@ impl Hub {
             reply,
             Frame::message,
             None,
+            false,
         )
         .await;
     }

@@ -92,6 +92,8 @@ pub struct Hub {
     pub(super) query_budgets: RefCell<QueryBudgets>,
     /// Where voice notes are transcribed (`voice.rs`); `None` when no service is set.
     pub(super) transcriber: RefCell<Option<crate::agent::Transcriber>>,
+    /// Where answers are spoken (`voice_reply.rs`); `None` when no service is set.
+    pub(super) speaker: RefCell<Option<crate::agent::Speaker>>,
     /// Updates: the helper's records and the staging area (`update.rs`).
     pub(super) updates: crate::update::stage::Updates,
     /// This version is on trial after an update: devices wait until it is committed
@@ -170,7 +172,11 @@ impl Hub {
         let head = store.cursor_head()?;
         let lanes = super::lanes::Lanes::with_todos(store.all_todos()?);
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        let choices = super::choices::Choices::new(store.agent_settings()?, store.lane_models()?);
+        let choices = super::choices::Choices::new(
+            store.agent_settings()?,
+            store.lane_models()?,
+            store.lane_voices()?,
+        );
         let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
@@ -200,6 +206,7 @@ impl Hub {
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
             transcriber: RefCell::default(),
+            speaker: RefCell::default(),
             updates,
             update_trial: Default::default(),
         });

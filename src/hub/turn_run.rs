@@ -89,6 +89,8 @@ impl Hub {
         if let Some(run_id) = acc.run_id.clone() {
             self.settle_run(&run_id, &outcome).await;
         }
+        // Only a whole answer is spoken: not one cut by `/stop`, nor a failure's note.
+        let answered = matches!(outcome, Attempt::Done(Ok(_)));
         let (seen, unseen) =
             super::steer::split_by_pending(steers, acc.pending_steer.as_deref().unwrap_or(""));
         let steered: Vec<String> = seen.into_iter().map(|s| s.message_id).collect();
@@ -101,6 +103,8 @@ impl Hub {
                 let body: String = reply.text.chars().take(200).collect();
                 Frame::notification("cron", title, &body, reply.ts).in_lane(chat, thread)
             });
+            let voiced = answered && self.voice_wanted(lane, &turn);
+            let spoken = voiced.then(|| reply.clone());
             self.finish_turn(
                 lane,
                 &turn.user_message_id,
@@ -108,8 +112,13 @@ impl Hub {
                 reply,
                 Frame::message_stop,
                 notice,
+                voiced,
             )
             .await;
+            // After the text is durable and shown: the answer never waits on its voice.
+            if let Some(reply) = spoken {
+                self.voice_reply(lane, &reply).await;
+            }
         }
         self.requeue_unseen_steers(lane, unseen).await;
         self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
@@ -334,7 +343,8 @@ impl Hub {
 
     /// Commits a turn's final message (and its notification, for automation turns) and closes
     /// its pending record, and those of the steers its run gave the model (`steered`), in one
-    /// transaction.
+    /// transaction. `voiced`: its voice follows, and a push to an away phone says so.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn finish_turn(
         &self,
         lane: &Lane,
@@ -343,6 +353,7 @@ impl Hub {
         reply: HistoryMessage,
         frame: fn(&HistoryMessage) -> Frame,
         notice: Option<Frame>,
+        voiced: bool,
     ) {
         // Built within budget as it streamed; this catches what was not (an error text, a
         // partial answer recovered after a restart).
@@ -365,11 +376,15 @@ impl Hub {
         // A lane deleted while its turn ran gets no message (its history is gone too).
         if self.lane_exists(lane) {
             changes.push(Change::PutMessage(lane.clone(), reply.clone()));
+            let mut outboxed = frame(&reply)
+                .in_lane(&lane.chat_id, lane.thread())
+                .outboxed();
+            if voiced {
+                super::push::say_voice_reply(&mut outboxed);
+            }
             changes.push(Change::OutboxOf {
                 message_id: reply.message_id.clone(),
-                frame: frame(&reply)
-                    .in_lane(&lane.chat_id, lane.thread())
-                    .outboxed(),
+                frame: outboxed,
             });
             if let Some(n) = notice {
                 changes.push(Change::OutboxOf {

@@ -219,7 +219,13 @@ impl Hub {
     }
 
     /// Commits a `system` message answering `reply_to`: durable, outboxed, live on every device.
-    async fn post_voice_note(&self, lane: &Lane, reply_to: &str, text: String, id: Option<String>) {
+    pub(super) async fn post_voice_note(
+        &self,
+        lane: &Lane,
+        reply_to: &str,
+        text: String,
+        id: Option<String>,
+    ) {
         // Deleted while its note was being heard: its history is gone, and so is the reply.
         if !self.lane_exists(lane) {
             return;

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     sql_write, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Record, Result, Sled,
-    Store,
+    Store, VoiceMode,
 };
 use crate::protocol::Channel;
 use crate::protocol::Lane;
@@ -76,6 +76,7 @@ enum Redo {
     EndTurn(String),
     PutReadMark(Lane, ReadMark),
     SetLaneModel(Lane, Option<LaneModel>),
+    SetLaneVoice(Lane, Option<VoiceMode>),
     Record(Record),
 }
 
@@ -224,6 +225,7 @@ fn new_entries(
             Change::SetLaneModel(lane, model) => {
                 redo.push(Redo::SetLaneModel(lane.clone(), model.clone()))
             }
+            Change::SetLaneVoice(lane, mode) => redo.push(Redo::SetLaneVoice(lane.clone(), *mode)),
             Change::Record(r) => redo.push(Redo::Record(r.clone())),
             Change::AddMedia {
                 record,
@@ -307,8 +309,8 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
             if t.channels.get(id.as_bytes())?.is_some() {
                 t.channels.remove(id.as_bytes())?;
             }
-            // Its lanes' read markers and models go with it (one per lane: short scans).
-            for tree in [&t.read_marks, &t.lane_models] {
+            // Its lanes' read markers, models and voice modes go with it (one per lane: short scans).
+            for tree in [&t.read_marks, &t.lane_models, &t.lane_voices] {
                 for item in tree.iter() {
                     let (k, _) = item?;
                     if super::read_marks::in_entry(&k, id) {
@@ -330,6 +332,22 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
                 None => {
                     if t.lane_models.get(&key)?.is_some() {
                         t.lane_models.remove(key)?;
+                    }
+                }
+            }
+        }
+        Redo::SetLaneVoice(lane, mode) => {
+            let key = super::lane_models::key(lane);
+            match mode {
+                Some(m) => {
+                    let value = to_json(m);
+                    if t.lane_voices.get(&key)?.as_deref() != Some(&value[..]) {
+                        t.lane_voices.insert(key, value)?;
+                    }
+                }
+                None => {
+                    if t.lane_voices.get(&key)?.is_some() {
+                        t.lane_voices.remove(key)?;
                     }
                 }
             }

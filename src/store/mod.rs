@@ -46,7 +46,7 @@ mod sql_write;
 mod witness;
 pub use agent_jobs::AgentJob;
 pub use approvals::{ApprovalRecord, RunRecord};
-pub use lane_models::LaneModel;
+pub use lane_models::{LaneModel, VoiceMode};
 pub use read_marks::ReadMark;
 pub use records::Record;
 pub use sessions::AgentSession;
@@ -235,6 +235,8 @@ pub enum Change {
     MarkRead(Lane, ReadMark),
     /// Set (or, with `None`, clear) the model a lane's turns ask for.
     SetLaneModel(Lane, Option<LaneModel>),
+    /// Set (or, with `None`, clear: off) whether a lane's answers are also spoken.
+    SetLaneVoice(Lane, Option<VoiceMode>),
     /// Write one of the gateway's small records (records.rs).
     Record(Record),
     /// A stored file's record, under its uploader's ref (`device_id` empty for a file the agent
@@ -259,6 +261,7 @@ impl Change {
             Change::DeleteMessage { tombstone, .. } => tombstone.len() + 128,
             Change::MarkRead(_, m) => m.message_id.len() + 96,
             Change::SetLaneModel(_, m) => m.as_ref().map_or(0, |m| m.model.len()) + 160,
+            Change::SetLaneVoice(..) => 160,
             Change::Record(r) => r.approx_bytes(),
             Change::AddMedia { record, .. } => record.filename.len() + record.mime.len() + 256,
             Change::RemoveMedia(_) => 64,
@@ -311,6 +314,8 @@ struct Sled {
     read_marks: sled::Tree,
     /// Lane → the model `/model` chose there (`lane_models.rs`).
     lane_models: sled::Tree,
+    /// Lane → its voice mode, when `/voice` set one other than off (`lane_models.rs`).
+    lane_voices: sled::Tree,
     turns: sled::Tree,
     /// Message id → the cursors of its outbox frames, and cursor → message id: both only for
     /// frames still in the outbox (pruned with it), so they stay bounded by the retention.

@@ -336,6 +336,7 @@ pub(super) fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Re
         sessions: tree("sessions")?,
         read_marks: tree("read_marks")?,
         lane_models: tree("lane_models")?,
+        lane_voices: tree("lane_voices")?,
         turns: tree("turns")?,
         message_frames: tree("message_frames")?,
         frame_of: tree("frame_of")?,

@@ -8,6 +8,7 @@ pub mod cursors;
 pub mod fake_hermes;
 pub mod fake_http;
 pub mod fake_stt;
+pub mod fake_tts;
 pub mod fixtures;
 pub mod gate;
 pub mod mounts;
@@ -1634,6 +1635,23 @@ pub async fn pull_media(c: &mut Client, media_id: &str) -> Vec<u8> {
             other => panic!("pull: {other:?}"),
         }
     }
+}
+
+/// Starts `run` with the config file `config` on a fresh data dir and expects a refusal: its
+/// stderr (the start's message).
+pub fn refused_start(config: &Path) -> String {
+    let data = temp_data_dir();
+    let out = cli_os(&[
+        OsStr::new("run"),
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--data-dir".as_ref(),
+        data.path().as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    assert!(!out.status.success(), "{} was accepted", config.display());
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Runs the command line with `args`: (succeeded, stdout, stderr).

@@ -65,6 +65,25 @@ pub const HERMES_OUTPUT_DIRS: &[&str] = &[
     "browser_screenshots",
 ];
 
+/// The folders Hermes' text-to-speech tool writes its audio to (`tools/tts_tool.py`,
+/// `DEFAULT_OUTPUT_DIR`), in the current layout and the legacy one.
+const HERMES_SPEECH_DIRS: &[&str] = &["cache/audio", "audio_cache"];
+
+/// Whether `real` is audio Hermes' text-to-speech tool made (`tts_<time>.mp3|ogg` in its
+/// speech folder): the agent speaking, so a voice. Hermes marks it `[[audio_as_voice]]` only
+/// for Telegram; every phone of the gateway plays a voice as one.
+fn is_hermes_speech(real: &Path) -> bool {
+    let named = real
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("tts_"));
+    let folder = real.parent().is_some_and(|dir| {
+        HERMES_SPEECH_DIRS
+            .iter()
+            .any(|speech| dir.ends_with(Path::new(speech)))
+    });
+    named && folder
+}
+
 /// Where `MEDIA:` files may be read from, and how much.
 #[derive(Debug, Clone, Default)]
 pub struct FilePolicy {
@@ -195,7 +214,7 @@ impl FilePolicy {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "file".into());
-        let (mime, kind) = kind_of(&filename, &bytes, voice);
+        let (mime, kind) = kind_of(&filename, &bytes, voice || is_hermes_speech(&real));
         Ok(OutFile {
             filename,
             mime,

@@ -539,3 +539,33 @@ fn a_folder_swapped_for_a_symlink_after_the_check_is_not_followed() {
         "ok"
     );
 }
+
+#[test]
+fn hermes_speech_is_a_voice_and_other_audio_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let allowed = tmp.path().join("allowed");
+    for dir in ["cache/audio", "audio_cache", "music"] {
+        std::fs::create_dir_all(allowed.join(dir)).unwrap();
+    }
+    std::fs::write(allowed.join("cache/audio/tts_20261207_101500.mp3"), b"ID3a").unwrap();
+    std::fs::write(allowed.join("audio_cache/tts_20261207_101501.ogg"), b"OggS").unwrap();
+    std::fs::write(allowed.join("cache/audio/song.mp3"), b"ID3b").unwrap();
+    std::fs::write(allowed.join("music/tts_1.mp3"), b"ID3c").unwrap();
+    let p = policy(tmp.path(), 100);
+    let kind = |n: &str| {
+        let f = p
+            .read(&allowed.join(n).display().to_string(), false)
+            .unwrap();
+        (f.kind, f.mime)
+    };
+    assert_eq!(
+        kind("cache/audio/tts_20261207_101500.mp3"),
+        ("voice".into(), "audio/mpeg".into())
+    );
+    assert_eq!(
+        kind("audio_cache/tts_20261207_101501.ogg"),
+        ("voice".into(), "audio/ogg".into())
+    );
+    assert_eq!(kind("cache/audio/song.mp3").0, "audio");
+    assert_eq!(kind("music/tts_1.mp3").0, "audio");
+}
