@@ -16,18 +16,14 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use super::passphrase_rule::{MAX_PASSPHRASE_BYTES, MIN_PASSPHRASE_CHARS};
 use super::passphrase_rule::{self, Fault, Weakness};
 
 /// The file's name inside the data dir.
 pub const FILE_NAME: &str = "owner.json";
-/// Shortest passphrase accepted.
-pub const MIN_PASSPHRASE_CHARS: usize = 12;
 /// The meter's level (0–4) from which a passphrase is accepted: 3 is "Good enough.", 4
 /// "Strong." (`passphrase_rule::STRONG_CHARS`); a refused one is 0–2.
 pub const MIN_STRENGTH_SCORE: u8 = 3;
-/// Longest passphrase accepted, in bytes: far beyond any person's (NIST asks for at least 64
-/// characters), short enough to hash and check fast.
-pub const MAX_PASSPHRASE_BYTES: usize = 1024;
 /// Argon2id memory cost (OWASP's minimum for Argon2id: 19 MiB, 2 passes, 1 lane).
 pub const MEMORY_KIB: u32 = 19 * 1024;
 /// Argon2id passes (time cost).

@@ -1,6 +1,6 @@
 //! The rule a new passphrase (the owner's, the backups') must pass, after NIST SP 800-63B
-//! §5.1.1.2: long enough (`owner::MIN_PASSPHRASE_CHARS`) and not too long
-//! (`owner::MAX_PASSPHRASE_BYTES`), counted after Unicode NFKC normalisation, and none of what a
+//! §5.1.1.2: long enough ([`MIN_PASSPHRASE_CHARS`]) and not too long
+//! ([`MAX_PASSPHRASE_BYTES`]), counted after Unicode NFKC normalisation, and none of what a
 //! guesser tries first: a common or leaked password (with or without digits and signs around
 //! it or l33t spellings), repeats, sequences and keyboard rows, or the box's own names.
 //!
@@ -14,8 +14,11 @@
 use unicode_normalization::UnicodeNormalization;
 use zeroize::Zeroizing;
 
-use super::owner::{MAX_PASSPHRASE_BYTES, MIN_PASSPHRASE_CHARS};
-
+/// Shortest passphrase accepted, in characters once normalised.
+pub const MIN_PASSPHRASE_CHARS: usize = 12;
+/// Longest passphrase accepted, in bytes as typed and once normalised: far beyond any person's
+/// (NIST asks for at least 64 characters), short enough to hash and check fast.
+pub const MAX_PASSPHRASE_BYTES: usize = 1024;
 /// The most common passwords of leaked corpora, lowercase, sorted by byte, one a line after a
 /// header of `#` lines saying where they come from.
 const COMMON_PASSWORDS: &str = include_str!("common_passwords.txt");

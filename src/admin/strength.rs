@@ -11,7 +11,7 @@
 //!   browsers (so rotating addresses cannot multiply them), the body bounded by
 //!   `limits.admin_max_form_bytes`, and the passphrase is never logged or kept.
 //!
-//! A check is a few passes over at most `owner::MAX_PASSPHRASE_BYTES` and a binary search
+//! A check is a few passes over at most `passphrase_rule::MAX_PASSPHRASE_BYTES` and a binary search
 //! (`passphrase_rule`), bounded whatever is sent, so it runs on the event loop where it is
 //! asked; the thread, the one-at-a-time and the CPU budget the zxcvbn estimate needed (its cost
 //! grew faster than the length: about a second for 64 characters on a Pi) went with it.
