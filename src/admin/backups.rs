@@ -368,7 +368,7 @@ async fn set_passphrase(admin: &Admin, hub: &Hub, form: &Form) -> Result<(), Str
         return Err("The two passphrases differ; nothing was changed.".into());
     }
     // The same rule as the owner's own passphrase change.
-    let rated = strength::rate_for_owner(hub, pass);
+    let rated = strength::rate_for_owner(hub, pass).await;
     if !rated.ok {
         return Err(format!("Not set: {}", lowercase_first(&rated.words)));
     }

@@ -139,7 +139,7 @@ impl Post<'_> {
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
-        let rated = strength::rate_for_owner(self.hub, new);
+        let rated = strength::rate_for_owner(self.hub, new).await;
         if !rated.ok {
             return bad(&rated.words);
         }

@@ -462,7 +462,7 @@ async fn unclaimed(
         let n = Notice::Bad("The two passphrases differ.");
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
-    let rated = strength::rate_for_setup(pass);
+    let rated = strength::rate_for_setup(pass).await;
     if !rated.ok {
         let n = Notice::Bad(&rated.words);
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);

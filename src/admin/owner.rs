@@ -16,8 +16,8 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use super::passphrase_rule::{MAX_PASSPHRASE_BYTES, MIN_PASSPHRASE_CHARS};
 use super::passphrase_rule::{self, Fault, Weakness};
+pub use super::passphrase_rule::{MAX_PASSPHRASE_BYTES, MIN_PASSPHRASE_CHARS};
 
 /// The file's name inside the data dir.
 pub const FILE_NAME: &str = "owner.json";

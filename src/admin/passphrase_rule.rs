@@ -8,8 +8,8 @@
 //! memory after its first use, and whose cost grew faster than the length. The rule reads a
 //! passphrase a few times over and binary-searches a list of a few thousand entries in place:
 //! its cost is linear in a length bounded by `MAX_PASSPHRASE_BYTES` (normalised too), 2-4 ms
-//! for the longest in an unoptimised debug build on a loaded 2-core x86 machine, so it runs
-//! where it is asked, on the event loop, with no budget of its own (docs/security.md).
+//! for the longest in an unoptimised debug build on a loaded 2-core x86 machine: it needs no
+//! budget of its own, only a pooled blocking thread (`strength.rs`, docs/security.md).
 
 use unicode_normalization::UnicodeNormalization;
 use zeroize::Zeroizing;

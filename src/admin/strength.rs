@@ -12,9 +12,9 @@
 //!   `limits.admin_max_form_bytes`, and the passphrase is never logged or kept.
 //!
 //! A check is a few passes over at most `passphrase_rule::MAX_PASSPHRASE_BYTES` and a binary search
-//! (`passphrase_rule`), bounded whatever is sent, so it runs on the event loop where it is
-//! asked; the thread, the one-at-a-time and the CPU budget the zxcvbn estimate needed (its cost
-//! grew faster than the length: about a second for 64 characters on a Pi) went with it.
+//! (`passphrase_rule`), bounded whatever is sent: it runs on a pooled blocking thread, and the
+//! lowest-priority thread, the one-at-a-time and the CPU budget the zxcvbn estimate needed (its
+//! cost grew faster than the length: about a second for 64 characters on a Pi) went with it.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -65,17 +65,30 @@ impl Window {
 /// What the policy makes of a signed-in owner's new passphrase (the change, the backups'): the
 /// box's own words are its names, its host name and its devices' names; the devices are left
 /// out if the store cannot say (the rule still has the rest).
-pub(super) fn rate_for_owner(hub: &Hub, passphrase: &str) -> owner::Strength {
+pub(super) async fn rate_for_owner(hub: &Hub, passphrase: &str) -> owner::Strength {
     let devices = hub.store().devices().unwrap_or_default();
     let words = passphrase_rule::own_words(devices.iter().map(|d| d.name.as_str()));
-    owner::strength(passphrase, &words)
+    rate_off_the_loop(passphrase, words).await
 }
 
 /// What the policy makes of the set-up page's passphrase: the box's names and host name only,
 /// as `owner set` checks. Its devices' names stay out: the meter would tell anyone on the LAN
 /// which words they contain.
-pub(super) fn rate_for_setup(passphrase: &str) -> owner::Strength {
-    owner::strength(passphrase, &passphrase_rule::own_words([]))
+pub(super) async fn rate_for_setup(passphrase: &str) -> owner::Strength {
+    rate_off_the_loop(passphrase, passphrase_rule::own_words([])).await
+}
+
+/// Runs the rule on a blocking thread: bounded by its 1 KiB, but milliseconds unoptimised, and a
+/// burst of a minute's meter checks on the event loop held a phone's pings back past 100 ms.
+async fn rate_off_the_loop(passphrase: &str, words: Vec<String>) -> owner::Strength {
+    let passphrase = Zeroizing::new(passphrase.to_owned());
+    tokio::task::spawn_blocking(move || owner::strength(&passphrase, &words))
+        .await
+        .unwrap_or_else(|_| owner::Strength {
+            score: 0,
+            ok: false,
+            words: "The passphrase could not be checked: try again.".to_owned(),
+        })
 }
 
 /// Who asks the meter.
@@ -139,8 +152,8 @@ pub(super) async fn serve(admin: &Admin, hub: &Hub, req: Request<Incoming>) -> R
     }
     let passphrase = Zeroizing::new(form.get("passphrase").to_owned());
     let s = match asker {
-        Asker::SetUp => rate_for_setup(&passphrase),
-        Asker::Owner => rate_for_owner(hub, &passphrase),
+        Asker::SetUp => rate_for_setup(&passphrase).await,
+        Asker::Owner => rate_for_owner(hub, &passphrase).await,
     };
     json(
         StatusCode::OK,
