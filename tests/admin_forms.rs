@@ -113,8 +113,8 @@ async fn a_weak_passphrase_is_refused_by_the_server_and_the_meter_agrees() {
     assert_eq!(
         weak["words"],
         json!(
-            "This passphrase is too easy to guess (repeats like \"aaa\" are easy to guess): \
-             add a few unrelated words."
+            "This passphrase is too easy to guess (repeats like \"aaa\" or \"abab\" are tried \
+             early): add a few unrelated words."
         )
     );
     assert!(weak["score"].as_u64().unwrap() < 3, "{weak}");
@@ -142,6 +142,93 @@ async fn a_weak_passphrase_is_refused_by_the_server_and_the_meter_agrees() {
     );
     assert_eq!(
         Web::new(&gw, "127.0.0.2").sign_in(PASSPHRASE).await.status,
+        303,
+        "the passphrase stayed"
+    );
+}
+
+/// The passphrase rule's refusals, each with its reason, from the set-up page and its meter
+/// alike; the box's devices' names count only once signed in (before, the meter would tell
+/// the LAN which words they hold).
+#[tokio::test]
+async fn set_up_refuses_a_leaked_password_and_a_sequence_saying_why_and_takes_a_good_one() {
+    let dir = temp_data_dir();
+    common::pair(dir.path(), "Kitchen Radio");
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+
+    for (passphrase, why) in [
+        (
+            "Sunshine-2024!",
+            "it is on a list of common and leaked passwords, even with digits or signs added",
+        ),
+        (
+            "qwertyuiop123456",
+            "sequences like \"abcd\", \"1234\" or keyboard rows like \"qwerty\" are tried early",
+        ),
+        ("Iris Gateway 2024", "words naming this box or its devices"),
+    ] {
+        let pre = web.get("/admin/").await.field("pre");
+        let (status, verdict) = web.strength(&pre, passphrase).await;
+        assert_eq!(status, 200, "{verdict}");
+        assert_eq!(verdict["ok"], json!(false), "{passphrase}: {verdict}");
+        assert!(verdict["score"].as_u64().unwrap() < 3, "{verdict}");
+        let words = verdict["words"].as_str().unwrap();
+        assert!(
+            words.starts_with(&format!("This passphrase is too easy to guess ({why}")),
+            "{passphrase}: {words}"
+        );
+        let refused = web.claim(passphrase).await;
+        assert_eq!(refused.status, 400, "{passphrase} claimed the box");
+        let said = between(&refused.body, "id=\"notice\">", "<");
+        assert_eq!(
+            said,
+            words.replace('"', "&quot;"),
+            "the page and the meter agree"
+        );
+        assert!(!dir.path().join("owner.json").exists());
+    }
+
+    // Before a session the devices' names are not the box's words: the meter says nothing of them.
+    let good = "Kitchen radio sings sunshine";
+    let pre = web.get("/admin/").await.field("pre");
+    let (_, verdict) = web.strength(&pre, good).await;
+    assert_eq!(
+        (
+            verdict["ok"].clone(),
+            verdict["score"].clone(),
+            verdict["words"].clone()
+        ),
+        (json!(true), json!(4), json!("Strong.")),
+        "{verdict}"
+    );
+    assert_eq!(web.claim(good).await.status, 200);
+
+    // Signed in, they are: "kitchen" and "radio" count for nothing, and the rest is too short.
+    let csrf = web.csrf().await;
+    let own = "kitchen radio 2024 ok";
+    let (_, verdict) = web.strength(&csrf, own).await;
+    assert_eq!(verdict["ok"], json!(false), "{verdict}");
+    let refused = web
+        .post(
+            "/admin/passphrase",
+            &[
+                ("csrf", &csrf),
+                ("current", good),
+                ("passphrase", own),
+                ("confirm", own),
+            ],
+        )
+        .await;
+    assert!(
+        refused
+            .body
+            .contains("words naming this box or its devices"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        Web::new(&gw, "127.0.0.2").sign_in(good).await.status,
         303,
         "the passphrase stayed"
     );

@@ -16,7 +16,7 @@ use super::jobs::Kind;
 use super::pages::{self, csrf_field, notice, Notice};
 use super::reply::{page, redirect, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
-use super::strength::Asker;
+use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
@@ -301,7 +301,7 @@ pub(super) async fn post(
             Ok(()) => Ok(redirect("/admin/backup?done=schedule#scheduled")),
             Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
-        "/admin/backup/passphrase" => match set_passphrase(admin, form).await {
+        "/admin/backup/passphrase" => match set_passphrase(admin, hub, form).await {
             Ok(()) => Ok(redirect("/admin/backup?done=passphrase#scheduled")),
             Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
@@ -362,18 +362,13 @@ fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
     Ok(())
 }
 
-async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
+async fn set_passphrase(admin: &Admin, hub: &Hub, form: &Form) -> Result<(), String> {
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
     if pass != confirm {
         return Err("The two passphrases differ; nothing was changed.".into());
     }
-    // Rated by the gateway's one estimator (off the event loop: a long l33t passphrase costs
-    // zxcvbn about a second), as the owner's own change is: waits its turn, never refused.
-    let rated = admin
-        .estimator
-        .rate(zeroize::Zeroizing::new(pass.to_owned()), Asker::Owner)
-        .await
-        .map_err(|_| "The passphrase could not be checked: try again.".to_owned())?;
+    // The same rule as the owner's own passphrase change.
+    let rated = strength::rate_for_owner(hub, pass).await;
     if !rated.ok {
         return Err(format!("Not set: {}", lowercase_first(&rated.words)));
     }
@@ -390,7 +385,7 @@ async fn set_passphrase(admin: &Admin, form: &Form) -> Result<(), String> {
     Ok(())
 }
 
-/// The estimator's sentence inside "Not set: …" (its verdict starts with a capital).
+/// The rule's sentence inside "Not set: …" (its verdict starts with a capital).
 fn lowercase_first(sentence: &str) -> String {
     let mut chars = sentence.chars();
     chars

@@ -13,9 +13,9 @@ use tracing::info;
 use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
 use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
-use super::strength::Asker;
 use super::{
-    hash_new, limited_notice, owner, retry_after, session, verify, Admin, Form, Hashing, PREFIX,
+    hash_new, limited_notice, owner, retry_after, session, strength, verify, Admin, Form, Hashing,
+    PREFIX,
 };
 use crate::agent::Agent;
 use crate::config::Config;
@@ -142,14 +142,9 @@ impl Post<'_> {
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
-        let rated = admin
-            .estimator
-            .rate(zeroize::Zeroizing::new(new.to_owned()), Asker::Owner)
-            .await;
-        match rated {
-            Ok(s) if s.ok => {}
-            Ok(s) => return bad(&s.words),
-            Err(_) => return Err(unavailable(&"the passphrase could not be checked")),
+        let rated = strength::rate_for_owner(self.hub, new).await;
+        if !rated.ok {
+            return bad(&rated.words);
         }
         // The same passphrase as at sign-in, so the same count: a session (an unlocked
         // browser left alone) must not buy guesses at a secret that outlives it. Counted as

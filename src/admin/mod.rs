@@ -33,6 +33,7 @@ mod multipart;
 mod outcome;
 pub mod owner;
 mod pages;
+mod passphrase_rule;
 mod power;
 mod receive;
 mod reply;
@@ -106,8 +107,8 @@ pub struct Admin {
     pub restart: Rc<tokio::sync::Notify>,
     /// The long work started from the pages, one of a kind at a time (`jobs.rs`).
     jobs: Rc<jobs::Jobs>,
-    /// Every passphrase strength estimate, one at a time within one budget (`strength.rs`).
-    estimator: strength::Estimator,
+    /// The passphrase meter's checks this minute, over all browsers (`strength.rs`).
+    meter_checks: strength::Window,
     /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
     setup_tokens: session::SetupTokens,
     /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
@@ -204,7 +205,7 @@ impl Admin {
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
             jobs: Rc::default(),
-            estimator: strength::Estimator::new(Instant::now()),
+            meter_checks: strength::Window::new(Instant::now()),
             setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
             update_state: Rc::default(),
@@ -292,7 +293,7 @@ async fn serve_page(
         return redirect(PREFIX);
     }
     if method == Method::POST && path == strength::PATH {
-        return strength::serve(admin, req).await;
+        return strength::serve(admin, hub, req).await;
     }
     let owner = match owner::load(&admin.data_dir) {
         Ok(o) => o,
@@ -465,37 +466,10 @@ async fn unclaimed(
         let n = Notice::Bad("The two passphrases differ.");
         return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
-    let rated = admin
-        .estimator
-        .rate(
-            zeroize::Zeroizing::new(pass.to_owned()),
-            strength::Asker::SetupForm,
-        )
-        .await;
-    match rated {
-        Ok(s) if s.ok => {}
-        Ok(s) => {
-            return setup_page(
-                admin,
-                StatusCode::BAD_REQUEST,
-                &Notice::Bad(&s.words),
-                secure,
-            )
-        }
-        Err(busy) => {
-            let n = format!(
-                "The gateway is busy checking passphrases: wait {} s, then send the form again.",
-                busy.retry_after_secs
-            );
-            let mut reply = setup_page(
-                admin,
-                StatusCode::TOO_MANY_REQUESTS,
-                &Notice::Bad(&n),
-                secure,
-            );
-            retry_after(&mut reply, busy.retry_after_secs);
-            return reply;
-        }
+    let rated = strength::rate_for_setup(pass).await;
+    if !rated.ok {
+        let n = Notice::Bad(&rated.words);
+        return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
     }
     // Set-ups sent together wait for the one hash at a time; once one of them has claimed
     // the box, the others are not hashed at all.

@@ -16,20 +16,14 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::passphrase_rule::{self, Fault, Weakness};
+pub use super::passphrase_rule::{MAX_PASSPHRASE_BYTES, MIN_PASSPHRASE_CHARS};
+
 /// The file's name inside the data dir.
 pub const FILE_NAME: &str = "owner.json";
-/// Shortest passphrase accepted.
-pub const MIN_PASSPHRASE_CHARS: usize = 12;
-/// Lowest zxcvbn score (0–4) accepted for a new passphrase: 3 is "safely unguessable" in
-/// zxcvbn's own terms (about 10^8 guesses and up), which an offline attack on the Argon2id
-/// hash at a Pi's pace cannot reach; 2 lets through repeats and keyboard rows of 12+ characters.
+/// The meter's level (0–4) from which a passphrase is accepted: 3 is "Good enough.", 4
+/// "Strong." (`passphrase_rule::STRONG_CHARS`); a refused one is 0–2.
 pub const MIN_STRENGTH_SCORE: u8 = 3;
-/// Longest passphrase accepted, in bytes: far beyond any person's, short enough to hash fast.
-pub const MAX_PASSPHRASE_BYTES: usize = 1024;
-/// Characters of a passphrase zxcvbn rates (the rest is accepted unrated): its cost grows
-/// faster than the length (a 100-character l33t string took 1.2 s in a debug build, 64 took
-/// 0.45 s), and 64 characters are already more than any guesser can cover.
-pub const SCORED_CHARS: usize = 64;
 /// Argon2id memory cost (OWASP's minimum for Argon2id: 19 MiB, 2 passes, 1 lane).
 pub const MEMORY_KIB: u32 = 19 * 1024;
 /// Argon2id passes (time cost).
@@ -41,11 +35,11 @@ const MAX_FILE_BYTES: u64 = 4096;
 #[derive(Debug, thiserror::Error)]
 pub enum OwnerError {
     #[error("the passphrase must have at least {MIN_PASSPHRASE_CHARS} characters")]
-    TooShort,
+    TooShort { chars: usize },
     #[error("the passphrase must be at most {MAX_PASSPHRASE_BYTES} bytes")]
     TooLong,
-    #[error("this passphrase is too easy to guess{why}: add a few unrelated words")]
-    Weak { score: u8, why: String },
+    #[error("this passphrase is too easy to guess ({}): add a few unrelated words", .0.why())]
+    Weak(Weakness),
     #[error("cannot read or write {path}: {source}")]
     Io {
         path: PathBuf,
@@ -80,7 +74,8 @@ pub fn path(data_dir: &Path) -> PathBuf {
 /// `/admin/strength`), and set-up and the passphrase change refuse what is not `ok`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strength {
-    /// zxcvbn's score, 0–4 (0 for one too short or too long to be scored).
+    /// The meter's level, 0–4: from [`MIN_STRENGTH_SCORE`] when accepted; below it, 0–2 by
+    /// length while too short, 1 for a weakness, 0 when too long.
     pub score: u8,
     /// Long enough and strong enough.
     pub ok: bool,
@@ -88,9 +83,10 @@ pub struct Strength {
     pub words: String,
 }
 
-/// Rates a new passphrase for the page's meter: the same test as [`check_new`].
-pub fn strength(passphrase: &str) -> Strength {
-    match rate(passphrase) {
+/// Rates a new passphrase for the page's meter: the same test as [`check_new`], with the box's
+/// own words (`passphrase_rule::own_words`).
+pub fn strength(passphrase: &str, own_words: &[String]) -> Strength {
+    match rate(passphrase, own_words) {
         Ok(score) => Strength {
             score,
             ok: true,
@@ -103,7 +99,8 @@ pub fn strength(passphrase: &str) -> Strength {
         },
         Err(e) => Strength {
             score: match e {
-                OwnerError::Weak { score, .. } => score,
+                OwnerError::TooShort { chars } => (chars * 3 / MIN_PASSPHRASE_CHARS).min(2) as u8,
+                OwnerError::Weak(_) => 1,
                 _ => 0,
             },
             ok: false,
@@ -112,34 +109,22 @@ pub fn strength(passphrase: &str) -> Strength {
     }
 }
 
-/// Checks a new passphrase against the policy: length, then zxcvbn's score.
+/// Checks a new passphrase against the policy (`passphrase_rule`) with the box's own words
+/// known without the store (its names and host name): `owner set` at the box cannot read the
+/// devices while the gateway runs; the pages check with their names too ([`strength`]) first.
 pub fn check_new(passphrase: &str) -> Result<(), OwnerError> {
-    rate(passphrase).map(|_| ())
+    rate(passphrase, &passphrase_rule::own_words([])).map(|_| ())
 }
 
-/// The zxcvbn score of a passphrase the policy accepts, or why it does not.
-fn rate(passphrase: &str) -> Result<u8, OwnerError> {
-    if passphrase.len() > MAX_PASSPHRASE_BYTES {
-        return Err(OwnerError::TooLong);
+/// The meter's level of a passphrase the policy accepts, or why it does not.
+fn rate(passphrase: &str, own_words: &[String]) -> Result<u8, OwnerError> {
+    match passphrase_rule::check(passphrase, own_words) {
+        Ok(accepted) if accepted.strong() => Ok(4),
+        Ok(_) => Ok(MIN_STRENGTH_SCORE),
+        Err(Fault::TooLong) => Err(OwnerError::TooLong),
+        Err(Fault::TooShort { chars }) => Err(OwnerError::TooShort { chars }),
+        Err(Fault::Weak(w)) => Err(OwnerError::Weak(w)),
     }
-    if passphrase.chars().count() < MIN_PASSPHRASE_CHARS {
-        return Err(OwnerError::TooShort);
-    }
-    let scored = match passphrase.char_indices().nth(SCORED_CHARS) {
-        Some((end, _)) => &passphrase[..end],
-        None => passphrase,
-    };
-    let entropy = zxcvbn::zxcvbn(scored, &["iris", "gateway", "iris-gateway"]);
-    let score = u8::from(entropy.score());
-    if score >= MIN_STRENGTH_SCORE {
-        return Ok(score);
-    }
-    let why = entropy
-        .feedback()
-        .and_then(|f| f.warning())
-        .map(|w| format!(" ({})", w.to_string().trim_end_matches('.').to_lowercase()))
-        .unwrap_or_default();
-    Err(OwnerError::Weak { score, why })
 }
 
 /// An error's text as a sentence: capital first, full stop last.
@@ -254,20 +239,23 @@ mod tests {
     fn a_passphrase_round_trips_and_a_new_hash_changes_the_stamp() {
         let dir = tempfile::tempdir().unwrap();
         assert!(load(dir.path()).unwrap().is_none());
-        assert!(matches!(hash("short"), Err(OwnerError::TooShort)));
+        assert!(matches!(
+            hash("short"),
+            Err(OwnerError::TooShort { chars: 5 })
+        ));
         assert!(matches!(
             hash("aaaaaaaaaaaa"),
-            Err(OwnerError::Weak { score: 0, .. })
+            Err(OwnerError::Weak(Weakness::Repeats))
         ));
-        let weak = strength("aaaaaaaaaaaa");
+        let weak = strength("aaaaaaaaaaaa", &[]);
         assert!(!weak.ok);
         assert_eq!(
             weak.words,
-            "This passphrase is too easy to guess (repeats like \"aaa\" are easy to guess): \
-             add a few unrelated words."
+            "This passphrase is too easy to guess (repeats like \"aaa\" or \"abab\" are tried \
+             early): add a few unrelated words."
         );
-        assert!(!strength("short").ok);
-        assert!(strength("violet tractor harbour 42").ok);
+        assert!(!strength("short", &[]).ok);
+        assert!(strength("violet tractor harbour 42", &[]).ok);
         let owner = hash("correct horse battery").unwrap();
         assert!(owner.hash.starts_with("$argon2id$"), "{}", owner.hash);
         assert!(claim(dir.path(), &owner).unwrap());
@@ -285,14 +273,21 @@ mod tests {
     }
 
     #[test]
-    fn only_the_first_scored_chars_are_rated() {
-        let weak_head = "a".repeat(SCORED_CHARS);
-        assert!(!strength(&format!("{weak_head}violet tractor harbour 42")).ok);
-        let strong_head: String = "violet tractor harbour 42 "
-            .chars()
-            .cycle()
-            .take(SCORED_CHARS)
-            .collect();
-        assert!(strength(&format!("{strong_head}{weak_head}")).ok);
+    fn the_meter_level_follows_the_verdict() {
+        let level = |p: &str| {
+            let s = strength(p, &["kitchen".to_owned()]);
+            (s.score, s.ok)
+        };
+        assert_eq!(level("shor"), (1, false));
+        assert_eq!(level("violet trac"), (2, false));
+        assert_eq!(level("password1234"), (1, false));
+        assert_eq!(level(&"x".repeat(MAX_PASSPHRASE_BYTES + 1)), (0, false));
+        assert_eq!(level("violet tract"), (MIN_STRENGTH_SCORE, true));
+        assert_eq!(level("violet tractor harbour 42"), (4, true));
+        // The box's own words count for nothing, towards the level too.
+        assert_eq!(level("kitchen violet tractor"), (MIN_STRENGTH_SCORE, true));
+        let own = strength("kitchen and sink", &["kitchen".to_owned()]);
+        assert_eq!((own.score, own.ok), (1, false));
+        assert!(own.words.contains("naming this box"), "{}", own.words);
     }
 }
