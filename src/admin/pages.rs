@@ -3,7 +3,7 @@
 //! CSP can forbid every inline script and style. Every value shown is escaped.
 
 use crate::hub::StatusReport;
-use crate::pairing::page::escape;
+use crate::pairing::page::{escape, tokens};
 use crate::pairing::Invitation;
 use crate::protocol::HealthState;
 use crate::store::{human_bytes, Device};
@@ -83,13 +83,17 @@ fn connection_note(shell: &Shell) -> String {
             Some(fp) => format!(
                 "<p><small>Encrypted. Compare the certificate your browser shows with this \
                  SHA-256: <code id=\"fingerprint\">{}</code></small></p>",
-                escape(fp)
+                tokens(fp)
             ),
             None => String::new(),
         }
     } else {
         let better = match shell.https {
-            Some(u) => format!(" Prefer <a href=\"{0}\"><code>{0}</code></a>.", escape(u)),
+            Some(u) => format!(
+                " Prefer <a href=\"{}\"><code>{}</code></a>.",
+                escape(u),
+                tokens(u)
+            ),
             None => String::new(),
         };
         format!(
@@ -210,7 +214,7 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
     let fp = match &inv.fingerprint {
         Some(fp) => format!(
             "<dt>Certificate SHA-256 (the app pins it)</dt><dd><code>{}</code></dd>",
-            escape(fp)
+            tokens(fp)
         ),
         None => String::new(),
     };
@@ -227,9 +231,9 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
         escape(intro),
         uri = escape(&inv.uri()),
         svg = inv.svg_qr(QR_PX),
-        url = escape(&inv.url),
-        token = escape(&inv.token),
-        id = escape(device_id),
+        url = tokens(&inv.url),
+        token = tokens(&inv.token),
+        id = tokens(device_id),
     )
 }
 
@@ -337,7 +341,7 @@ pub fn devices(
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
                  aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
-                 <br><small><code>{id}</code></small></td>\
+                 <br><small><code>{shown_id}</code></small></td>\
                  <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
@@ -345,6 +349,7 @@ pub fn devices(
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <button class=\"revoke\">Revoke</button></form></td></tr>",
                 name = escape(&d.name),
+                shown_id = tokens(&d.device_id),
                 paired = ago(d.created_ms),
             )
         })

@@ -35,7 +35,7 @@ const QR_PX: u32 = 320;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;\
 padding:0 1rem;color:#111;background:#fff}code,input{font-family:ui-monospace,monospace}\
-code{word-break:break-all}input{font-size:1.5rem;width:10ch;letter-spacing:.1em}\
+.token{white-space:nowrap}input{font-size:1.5rem;width:10ch;letter-spacing:.1em}\
 button{font-size:1.2rem}.warn{background:#fff3cd;padding:.5rem}\
 .qr svg{width:320px;height:320px}";
 
@@ -237,6 +237,54 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
+/// The longest run of characters a long value (a fingerprint, a URL, a token, an id) keeps on
+/// one line: short enough for a 360 px phone in the monospace font.
+const TOKEN_GROUP_CHARS: usize = 24;
+
+/// A long value as HTML (escaped) that wraps only between its groups, never inside one: it is
+/// cut after its separators (`:` between a fingerprint's bytes, `/` in a URL, `-`, spaces) into
+/// groups of at most [`TOKEN_GROUP_CHARS`], each a `nowrap` `<span class="token">`, with a
+/// `<wbr>` between them (which copies as nothing: the value is copied whole).
+pub(crate) fn tokens(text: &str) -> String {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut piece = String::new();
+    for c in text.chars() {
+        piece.push(c);
+        if matches!(c, ':' | '/' | '-' | ' ') {
+            pieces.push(std::mem::take(&mut piece));
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    let mut groups: Vec<String> = Vec::new();
+    let mut group = String::new();
+    for piece in pieces {
+        if group.chars().count() + piece.chars().count() > TOKEN_GROUP_CHARS && !group.is_empty()
+        {
+            groups.push(std::mem::take(&mut group));
+        }
+        group.push_str(&piece);
+        // A piece with no separator for longer than a group (a token, a hash) is cut evenly.
+        while group.chars().count() > TOKEN_GROUP_CHARS {
+            let cut = group
+                .char_indices()
+                .nth(TOKEN_GROUP_CHARS)
+                .map_or(group.len(), |(i, _)| i);
+            let rest = group.split_off(cut);
+            groups.push(std::mem::replace(&mut group, rest));
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
+        .iter()
+        .map(|g| format!("<span class=\"token\">{}</span>", escape(g)))
+        .collect::<Vec<_>>()
+        .join("<wbr>")
+}
+
 fn document(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -280,7 +328,7 @@ fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String 
     let tls = match &page.tls {
         Some(t) => format!(
             "<dt>Certificate SHA-256 (pin it)</dt><dd><code>{}</code></dd>",
-            escape(&t.fingerprint)
+            tokens(&t.fingerprint)
         ),
         None => String::new(),
     };
@@ -295,8 +343,8 @@ fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String 
              revoked with <code>iris-gateway devices revoke</code>.</p>",
             warning = plain_warning(secure),
             svg = invitation.svg_qr(QR_PX),
-            url = escape(&invitation.url),
-            token = escape(&invitation.token),
+            url = tokens(&invitation.url),
+            token = tokens(&invitation.token),
         ),
     )
 }
@@ -378,5 +426,22 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
+    }
+
+    #[test]
+    fn long_values_wrap_between_groups_only() {
+        let fp = (0..32).map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":");
+        let html = tokens(&fp);
+        let groups: Vec<&str> = html
+            .split("<wbr>")
+            .map(|g| g.trim_start_matches("<span class=\"token\">").trim_end_matches("</span>"))
+            .collect();
+        // Whole bytes only: each group ends after a colon, but the last.
+        assert_eq!(groups.concat(), fp);
+        assert!(groups.iter().all(|g| g.len() <= TOKEN_GROUP_CHARS), "{groups:?}");
+        assert!(groups[..groups.len() - 1].iter().all(|g| g.ends_with(':')));
+        assert_eq!(tokens("a<b"), "<span class=\"token\">a&lt;b</span>");
+        let long = "x".repeat(50);
+        assert_eq!(tokens(&long).matches("<wbr>").count(), 2);
     }
 }
