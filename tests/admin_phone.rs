@@ -354,8 +354,8 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.goto(&format!("{base}/admin/no-such-page")).await;
         c.fits("not-found", true).await;
         // The home page's confirm pages (a GET does nothing; only their form would).
-        c.goto(&format!("{base}/admin/power/reboot")).await;
-        c.fits("reboot-confirm", true).await;
+        c.goto(&format!("{base}/admin/power/restart")).await;
+        c.fits("restart-confirm", true).await;
 
         // Signed out: the sign-in page, and its refusal.
         c.submit("#signout", "!!document.querySelector('#signin')")
