@@ -305,7 +305,7 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
             "#update-file",
             "#upload",
             "#update-result",
-            "Refused, nothing was changed: not a usable bundle",
+            "Update refused. Nothing was changed: not a usable bundle",
         ),
         (
             "/admin/backup",

@@ -190,7 +190,11 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
                     l.name,
                     crate::store::human_bytes(l.bytes)
                 ),
-                Err(e) => format!("Last result ({}): failed: {e}.", age(o.at)),
+                Err(e) => format!(
+                    "Last result ({}): failed: {}.",
+                    age(o.at),
+                    super::reply::owner_words(&e.to_string())
+                ),
             };
             let class = if o.result.is_ok() { "good" } else { "bad" };
             out += &format!(

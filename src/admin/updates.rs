@@ -465,7 +465,8 @@ pub(super) async fn upload(
             };
             (
                 status,
-                format!("Refused, nothing was changed: {e}"),
+                // The notice already says "refused": saying it twice reads as a stutter.
+                super::reply::sentence(&format!("nothing was changed: {e}")),
                 Notice::Bad("Update refused."),
             )
         }
