@@ -318,10 +318,42 @@ pub fn status(r: &StatusReport, n: &Notice) -> String {
     )
 }
 
+/// The cookie naming the device this browser paired (the one its Devices page calls "this
+/// device").
+pub const THIS_DEVICE_COOKIE: &str = "iris_this_device";
+
+/// [`THIS_DEVICE_COOKIE`] for `device_id`, kept a year (a phone's browser outlives a session).
+pub fn this_device_cookie(device_id: &str, secure: bool) -> String {
+    let plain = device_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let value = if plain { device_id } else { "" };
+    format!(
+        "{}; Max-Age=31536000",
+        super::session::set_cookie(THIS_DEVICE_COOKIE, value, secure)
+    )
+}
+
+/// How a device gets pushes, from what its app sent in `hello`.
+fn push_state(d: &Device) -> String {
+    let via = match (&d.fcm_token, &d.ntfy_topic) {
+        (Some(_), _) => "on, through Firebase (FCM)",
+        (None, Some(_)) => "on, through ntfy",
+        (None, None) => "off: the app gave no push address",
+    };
+    match d.push_via.as_deref() {
+        Some(app) if d.fcm_token.is_none() && d.ntfy_topic.is_none() => {
+            format!("{via} (it names {app})")
+        }
+        _ => via.to_owned(),
+    }
+}
+
 /// The devices section.
 pub fn devices(
     list: &[Device],
     connected: &std::collections::HashSet<String>,
+    this_device: Option<&str>,
     csrf: &str,
     n: &Notice,
 ) -> String {
@@ -336,14 +368,31 @@ pub fn devices(
             } else {
                 "no"
             };
+            let mine = if this_device == Some(d.device_id.as_str()) {
+                " <strong class=\"this-device\">This device</strong>"
+            } else {
+                ""
+            };
+            // The protocol's hello names no app or platform: the push service is its one hint.
+            let app = d.push_via.as_deref().map_or_else(
+                || "not told".to_owned(),
+                |p| format!("an app pushing by {}", escape(p)),
+            );
+            let address = d
+                .last_address
+                .as_deref()
+                .map_or_else(|| "none yet".to_owned(), tokens);
             format!(
                 "<tr data-device=\"{id}\"><td><form class=\"inline\" method=\"post\" \
                  action=\"/admin/devices/rename\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
                  aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
-                 <br><small><code>{shown_id}</code></small></td>\
+                 <br><small><code>{shown_id}</code></small>{mine}</td>\
                  <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
+                 <td class=\"address\" data-label=\"Last address\">{address}</td>\
+                 <td class=\"app\" data-label=\"App\">{app}</td>\
+                 <td class=\"push\" data-label=\"Push\">{push}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
                  data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
@@ -351,6 +400,7 @@ pub fn devices(
                  <button class=\"revoke\">Revoke</button></form></td></tr>",
                 name = escape(&d.name),
                 shown_id = tokens(&d.device_id),
+                push = escape(&push_state(d)),
                 paired = ago(d.created_ms),
             )
         })
@@ -360,7 +410,7 @@ pub fn devices(
     } else {
         format!(
             "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
-             <th>Connected</th><th></th></tr>{rows}</table>"
+             <th>Last address</th><th>App</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
         )
     };
     format!(
