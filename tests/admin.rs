@@ -110,8 +110,8 @@ async fn no_session_is_refused_and_the_box_is_claimed_once() {
         .get(claim.header("location").expect("where the result is"))
         .await;
     assert_eq!(claimed.status, 200, "{claimed:?}");
-    let token = between(&claimed.body, "id=\"pair-token\">", "<");
-    let device = between(&claimed.body, "<dt>Device</dt><dd><code>", "<");
+    let token = claimed.code_after("id=\"pair-token\">");
+    let device = claimed.code_after("<dt>Device</dt><dd><code>");
     let (_c, _) = Client::hello(&gw.url, &token, &device).await;
     assert!(
         claimed.body.contains("href=\"iris://pair?url="),
