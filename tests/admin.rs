@@ -138,14 +138,6 @@ async fn no_session_is_refused_and_the_box_is_claimed_once() {
     assert_eq!(web.get("/admin/agent").await.status, 200);
 }
 
-fn between(text: &str, start: &str, end: &str) -> String {
-    let from = text
-        .find(start)
-        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
-        + start.len();
-    text[from..].split(end).next().unwrap_or("").to_owned()
-}
-
 #[track_caller]
 fn assert_guarded(reply: &Reply) {
     assert_eq!(reply.header("cache-control"), Some("no-store"));

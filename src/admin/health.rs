@@ -56,9 +56,15 @@ async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), 
     let report = hub.status_report();
     let system = system(admin).await?;
     let low = admin.config.borrow().limits.admin_disk_low_percent;
+    let mut values = values(&report, &system);
+    // The box's clock in the zone the owner chose for every page (the Log page's setting).
+    let now = super::log_page::Zone::of(admin).now();
+    if let Some((_, time)) = values.iter_mut().find(|(id, _)| *id == "h-time") {
+        *time = now;
+    }
     let snap = Snapshot {
         instance: super::power::instance(),
-        values: values(&report, &system),
+        values,
         problems: {
             let mut list = problems(&report, &system, low);
             // The scheduled backups are the admin page's own (`backups/`), not the hub's: a
