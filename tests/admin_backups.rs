@@ -756,13 +756,19 @@ async fn a_backup_to_a_read_only_stick_fails_in_the_owners_words() {
     b.fill("#backup-confirm", BACKUP_PASS).await;
     b.eval("window.oldPage = true").await;
     b.click("#set-backup-passphrase").await;
-    b.wait_for("!window.oldPage && !!document.querySelector('#folder')", "the page again")
-        .await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#folder')",
+        "the page again",
+    )
+    .await;
     b.fill("#folder", stick.at.to_str().unwrap()).await;
     b.eval("window.oldPage = true").await;
     b.click("#save-schedule").await;
-    b.wait_for("!window.oldPage && !!document.querySelector('#back-up-now')", "the page again")
-        .await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#back-up-now')",
+        "the page again",
+    )
+    .await;
     b.click("#back-up-now").await;
     let said = b
         .wait_for(
@@ -776,6 +782,8 @@ async fn a_backup_to_a_read_only_stick_fails_in_the_owners_words() {
     assert!(!said.contains("os error"), "{said}");
     assert!(said.contains("the disk is read-only"), "{said}");
     b.goto(&format!("http://{}/admin/backup", gw.addr)).await;
-    let last = b.eval("document.querySelector('#last-result').textContent").await;
+    let last = b
+        .eval("document.querySelector('#last-result').textContent")
+        .await;
     assert!(!last.as_str().unwrap().contains("os error"), "{last}");
 }

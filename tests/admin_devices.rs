@@ -55,7 +55,10 @@ async fn devices_show_their_last_address_push_and_which_is_this_device() {
     assert_eq!(b.eval(&cell(k, "this-device")).await, json!(null));
 
     // This browser's own phone: marked, never said hello yet, no push address.
-    assert_eq!(b.eval(&cell(&own, "this-device")).await, json!("This device"));
+    assert_eq!(
+        b.eval(&cell(&own, "this-device")).await,
+        json!("This device")
+    );
     assert_eq!(b.eval(&cell(&own, "address")).await, json!("none yet"));
     assert_eq!(
         b.eval(&cell(&own, "push")).await,

@@ -380,7 +380,10 @@ async fn a_gateway_run_by_hand_offers_no_reboot_or_shut_down() {
     assert_eq!(shown[1], json!(false), "{shown}");
     assert_eq!(shown[2], json!(false), "{shown}");
     assert!(
-        shown[3].as_str().unwrap().contains("runs as the box's own service"),
+        shown[3]
+            .as_str()
+            .unwrap()
+            .contains("runs as the box's own service"),
         "{shown}"
     );
     // Not by a typed address or a form either, with the session's own CSRF token.

@@ -167,8 +167,11 @@ async fn one_time_zone_picked_from_the_systems_list_is_used_on_the_status_page()
         .await;
     b.eval("window.oldPage = true").await;
     b.click("#save-timezone").await;
-    b.wait_for("!window.oldPage && !!document.querySelector('#log')", "the log page")
-        .await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#log')",
+        "the log page",
+    )
+    .await;
     b.goto(&format!("http://{}/admin/", gw.addr)).await;
     let time = b
         .wait_for(

@@ -252,10 +252,9 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.submit("#pair", "!!document.querySelector('#qr svg')")
             .await;
         c.fits("pair-result", false).await;
-        let groups = c
-            .b
-            .eval("document.querySelectorAll('#pair-url .token, #pair-token .token').length")
-            .await;
+        let groups =
+            c.b.eval("document.querySelectorAll('#pair-url .token, #pair-token .token').length")
+                .await;
         assert!(
             groups.as_u64().unwrap() >= 2,
             "the URL and token are set as groups that wrap whole: {groups}"
@@ -405,7 +404,10 @@ async fn the_page_follows_the_systems_dark_mode_and_has_real_buttons() {
         b.goto(&format!("http://{}/admin/devices", gw.addr)).await;
         let look = b.eval(LOOK).await;
         let radius = look["radius"].as_f64().unwrap();
-        assert!(radius >= 4.0, "{scheme}: a button with square corners: {look}");
+        assert!(
+            radius >= 4.0,
+            "{scheme}: a button with square corners: {look}"
+        );
         assert_ne!(
             look["button"],
             json!("rgb(239, 239, 239)"),

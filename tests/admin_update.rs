@@ -551,10 +551,15 @@ async fn with_no_update_helper_a_bundle_is_checked_before_the_refusal_and_nothin
         .await;
     assert_eq!(automatic[0], serde_json::json!(false), "{automatic}");
     assert!(
-        automatic[1].as_str().unwrap().contains("needs the release index address"),
+        automatic[1]
+            .as_str()
+            .unwrap()
+            .contains("needs the release index address"),
         "{automatic}"
     );
-    let said = b.eval("document.querySelector('#no-helper').textContent").await;
+    let said = b
+        .eval("document.querySelector('#no-helper').textContent")
+        .await;
     assert!(said.as_str().unwrap().contains("checked in full"), "{said}");
 
     // What the page says is so: a bundle is checked before the missing helper refuses it.
@@ -570,7 +575,8 @@ async fn with_no_update_helper_a_bundle_is_checked_before_the_refusal_and_nothin
     let r = upload(&mut web, &good, "").await;
     assert_eq!(r.status, 422, "{r:?}");
     assert!(
-        r.body.contains(&format!("iris-gateway {} (signed by", v.minor))
+        r.body
+            .contains(&format!("iris-gateway {} (signed by", v.minor))
             && r.body.contains("is good for this box")
             && r.body.contains("no update helper"),
         "{}",

@@ -517,8 +517,7 @@ async fn headless_chromium_shows_a_qr_code_that_pairs() {
 
 #[tokio::test]
 async fn the_pairing_page_asks_for_a_name_and_the_device_gets_it() {
-    let Some(mut b) = common::cdp::Browser::start("the_pairing_page_asks_for_a_name").await
-    else {
+    let Some(mut b) = common::cdp::Browser::start("the_pairing_page_asks_for_a_name").await else {
         return;
     };
     let dir = temp_data_dir();

@@ -336,10 +336,7 @@ const ZONE_TABLE: &str = "/usr/share/zoneinfo/zone1970.tab";
 /// even when the list lacks it, so saving the form again changes nothing).
 fn zone_options(current: &str) -> String {
     let mark = |z: &str| if z == current { " selected" } else { "" };
-    let mut out = format!(
-        "<option value=\"\"{}>The box's own</option>",
-        mark("")
-    );
+    let mut out = format!("<option value=\"\"{}>The box's own</option>", mark(""));
     let zones = system_zones();
     if !current.is_empty() && !zones.iter().any(|z| z == current) {
         out += &format!("<option selected>{}</option>", escape(current));

@@ -357,7 +357,18 @@ async fn serve_page(
             "/admin/log" | "/admin/log/download" => {
                 log_page::get(admin, &path, &raw_query, &csrf, secure)
             }
-            _ => get(admin, hub, &path, &query, &valid, this_device.as_deref(), secure).await,
+            _ => {
+                get(
+                    admin,
+                    hub,
+                    &path,
+                    &query,
+                    &valid,
+                    this_device.as_deref(),
+                    secure,
+                )
+                .await
+            }
         },
         Method::POST => {
             let form = match read_form(admin, req).await {

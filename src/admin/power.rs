@@ -298,11 +298,19 @@ mod tests {
     #[test]
     fn only_the_packaged_unit_under_systemd_is_the_appliance() {
         let unit = "0::/system.slice/iris-gateway.service\n";
-        assert!(is_appliance_service(some("1f"), some("/run/systemd/notify"), unit));
+        assert!(is_appliance_service(
+            some("1f"),
+            some("/run/systemd/notify"),
+            unit
+        ));
         // A container's cgroup names no unit: the variables decide.
         assert!(is_appliance_service(some("1f"), some("/run/n"), "0::/\n"));
         // By hand in a terminal: no variables.
-        assert!(!is_appliance_service(None, None, "0::/user.slice/session-2.scope\n"));
+        assert!(!is_appliance_service(
+            None,
+            None,
+            "0::/user.slice/session-2.scope\n"
+        ));
         // Another unit that runs the binary (a user's own service, a test harness).
         let other = "0::/system.slice/my-chat.service\n";
         assert!(!is_appliance_service(some("1f"), some("/run/n"), other));

@@ -149,11 +149,17 @@ const OS_ERRORS: [(i32, &str); 14] = [
     (libc::ENOENT, "it is not there"),
     (libc::ENOTDIR, "a part of that path is a file, not a folder"),
     (libc::EISDIR, "that is a folder, not a file"),
-    (libc::EIO, "the disk could not be read or written (it may be failing)"),
+    (
+        libc::EIO,
+        "the disk could not be read or written (it may be failing)",
+    ),
     (libc::ENAMETOOLONG, "the name is too long"),
     (libc::ECONNREFUSED, "nothing answers at that address"),
     (libc::ETIMEDOUT, "it did not answer in time"),
-    (libc::EHOSTUNREACH, "that address cannot be reached from here"),
+    (
+        libc::EHOSTUNREACH,
+        "that address cannot be reached from here",
+    ),
     (libc::ENETUNREACH, "the network cannot be reached from here"),
 ];
 

@@ -138,7 +138,11 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> S
         csrf_field(csrf),
         escape(url),
         // With no index nothing is checked, so nothing installs by itself: not shown ticked.
-        if automatic && !url.is_empty() { " checked" } else { "" },
+        if automatic && !url.is_empty() {
+            " checked"
+        } else {
+            ""
+        },
         if url.is_empty() {
             ". It needs the release index address above"
         } else {

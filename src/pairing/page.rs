@@ -289,8 +289,7 @@ pub(crate) fn tokens(text: &str) -> String {
     let mut groups: Vec<String> = Vec::new();
     let mut group = String::new();
     for piece in pieces {
-        if group.chars().count() + piece.chars().count() > TOKEN_GROUP_CHARS && !group.is_empty()
-        {
+        if group.chars().count() + piece.chars().count() > TOKEN_GROUP_CHARS && !group.is_empty() {
             groups.push(std::mem::take(&mut group));
         }
         group.push_str(&piece);
@@ -465,15 +464,24 @@ mod tests {
 
     #[test]
     fn long_values_wrap_between_groups_only() {
-        let fp = (0..32).map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":");
+        let fp = (0..32)
+            .map(|b| format!("{b:02X}"))
+            .collect::<Vec<_>>()
+            .join(":");
         let html = tokens(&fp);
         let groups: Vec<&str> = html
             .split("<wbr>")
-            .map(|g| g.trim_start_matches("<span class=\"token\">").trim_end_matches("</span>"))
+            .map(|g| {
+                g.trim_start_matches("<span class=\"token\">")
+                    .trim_end_matches("</span>")
+            })
             .collect();
         // Whole bytes only: each group ends after a colon, but the last.
         assert_eq!(groups.concat(), fp);
-        assert!(groups.iter().all(|g| g.len() <= TOKEN_GROUP_CHARS), "{groups:?}");
+        assert!(
+            groups.iter().all(|g| g.len() <= TOKEN_GROUP_CHARS),
+            "{groups:?}"
+        );
         assert!(groups[..groups.len() - 1].iter().all(|g| g.ends_with(':')));
         assert_eq!(tokens("a<b"), "<span class=\"token\">a&lt;b</span>");
         let long = "x".repeat(50);
