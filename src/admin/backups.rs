@@ -193,7 +193,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
                 Err(e) => format!(
                     "Last result ({}): failed: {}.",
                     age(o.at),
-                    super::reply::owner_words(&e.to_string())
+                    super::words::owner_words(&e.to_string())
                 ),
             };
             let class = if o.result.is_ok() { "good" } else { "bad" };

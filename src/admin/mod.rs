@@ -42,6 +42,7 @@ pub mod session;
 mod strength;
 mod transfer;
 mod updates;
+mod words;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;

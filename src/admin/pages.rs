@@ -59,7 +59,7 @@ impl<'a> Notice<'a> {
 
 /// A notice as HTML (escaped), system errors in it in the owner's words.
 pub(super) fn notice(n: &Notice) -> String {
-    let escape = |t: &str| escape(&super::reply::owner_words(t));
+    let escape = |t: &str| escape(&super::words::owner_words(t));
     match n {
         Notice::None => String::new(),
         Notice::Good(t) => format!(
