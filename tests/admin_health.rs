@@ -32,6 +32,29 @@ fn write_config(dir: &Path, text: &str) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// A `[power]` script in `dir` that records what it was asked in a marker file (then runs
+/// `more`), and a config (`before`, then `[power]` naming it): the marker's path and the
+/// config's.
+fn power_script(dir: &Path, more: &str, before: &str) -> (std::path::PathBuf, String) {
+    let marker = dir.join("asked");
+    let script = dir.join("power.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$1\" >> '{}'\n{more}", marker.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = script.display();
+    let config = write_config(
+        dir,
+        &format!(
+            "{before}[power]\nreboot = [\"{s}\", \"reboot\"]\npoweroff = [\"{s}\", \"poweroff\"]\n"
+        ),
+    );
+    (marker, config)
+}
+
 /// Claims the box in the browser, then opens the home page.
 async fn claim_and_go_home(b: &mut Browser, addr: SocketAddr) {
     common::cdp::claim(b, addr, PASSPHRASE).await;
@@ -217,27 +240,11 @@ async fn reboot_and_shut_down_run_the_configured_command_once_and_say_when_it_fa
     };
     let dir = temp_data_dir();
     let conf = tempfile::tempdir().unwrap();
-    let marker = conf.path().join("asked");
-    let script = conf.path().join("power.sh");
-    // Records what it was asked; "poweroff" fails as logind refusing would.
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$1\" >> '{}'\n\
-             if [ \"$1\" = poweroff ]; then echo 'Access denied' >&2; exit 1; fi\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let s = script.display();
-    let config = write_config(
+    // "poweroff" fails as logind refusing would.
+    let (marker, config) = power_script(
         conf.path(),
-        &format!(
-            "[limits]\nadmin_health_refresh_secs = 1\n\n\
-             [power]\nreboot = [\"{s}\", \"reboot\"]\npoweroff = [\"{s}\", \"poweroff\"]\n"
-        ),
+        "if [ \"$1\" = poweroff ]; then echo 'Access denied' >&2; exit 1; fi\n",
+        "[limits]\nadmin_health_refresh_secs = 1\n\n",
     );
     // As systemd starts the packaged unit: INVOCATION_ID, and a notify socket of ours.
     let notify = conf.path().join("notify");
@@ -347,20 +354,7 @@ async fn a_gateway_run_by_hand_offers_no_reboot_or_shut_down() {
     };
     let dir = temp_data_dir();
     let conf = tempfile::tempdir().unwrap();
-    let marker = conf.path().join("asked");
-    let script = conf.path().join("power.sh");
-    std::fs::write(
-        &script,
-        format!("#!/bin/sh\necho \"$1\" >> '{}'\n", marker.display()),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let s = script.display();
-    let config = write_config(
-        conf.path(),
-        &format!("[power]\nreboot = [\"{s}\", \"reboot\"]\npoweroff = [\"{s}\", \"poweroff\"]\n"),
-    );
+    let (marker, config) = power_script(conf.path(), "", "");
     // Typed in a terminal: no INVOCATION_ID, no NOTIFY_SOCKET (the test's own are removed).
     let gw = Gateway::start_with_env(
         dir.path(),
