@@ -144,7 +144,7 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> S
             ""
         },
         if url.is_empty() {
-            ". It needs the release index address above"
+            ". It needs the release index address above."
         } else {
             ""
         }
