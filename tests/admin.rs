@@ -110,8 +110,8 @@ async fn no_session_is_refused_and_the_box_is_claimed_once() {
         .get(claim.header("location").expect("where the result is"))
         .await;
     assert_eq!(claimed.status, 200, "{claimed:?}");
-    let token = between(&claimed.body, "id=\"pair-token\">", "<");
-    let device = between(&claimed.body, "<dt>Device</dt><dd><code>", "<");
+    let token = claimed.code_after("id=\"pair-token\">");
+    let device = claimed.code_after("<dt>Device</dt><dd><code>");
     let (_c, _) = Client::hello(&gw.url, &token, &device).await;
     assert!(
         claimed.body.contains("href=\"iris://pair?url="),
@@ -136,14 +136,6 @@ async fn no_session_is_refused_and_the_box_is_claimed_once() {
         401
     );
     assert_eq!(web.get("/admin/agent").await.status, 200);
-}
-
-fn between(text: &str, start: &str, end: &str) -> String {
-    let from = text
-        .find(start)
-        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
-        + start.len();
-    text[from..].split(end).next().unwrap_or("").to_owned()
 }
 
 #[track_caller]

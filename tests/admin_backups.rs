@@ -731,3 +731,60 @@ async fn a_backup_passphrase_is_rated_with_the_same_verdicts_and_phones_keep_the
         "a phone's ping took {worst:?} while the passphrase was rated (at most {WORST_PING:?})"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_backup_to_a_read_only_stick_fails_in_the_owners_words() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("\n*** NOT RUN: mounting a read-only tmpfs needs root.\n");
+        return;
+    }
+    let Some(mut b) = common::cdp::Browser::start("a_backup_to_a_read_only_stick").await else {
+        return;
+    };
+    let stick = common::mounts::mount_tmpfs("40m").expect("a tmpfs");
+    common::mounts::run(
+        std::process::Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&stick.at),
+    )
+    .expect("made read-only");
+    let data = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(data.path(), &[]);
+    common::cdp::claim(&mut b, gw.addr, OWNER).await;
+    b.goto(&format!("http://{}/admin/backup", gw.addr)).await;
+    b.fill("#backup-passphrase", BACKUP_PASS).await;
+    b.fill("#backup-confirm", BACKUP_PASS).await;
+    b.eval("window.oldPage = true").await;
+    b.click("#set-backup-passphrase").await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#folder')",
+        "the page again",
+    )
+    .await;
+    b.fill("#folder", stick.at.to_str().unwrap()).await;
+    b.eval("window.oldPage = true").await;
+    b.click("#save-schedule").await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#back-up-now')",
+        "the page again",
+    )
+    .await;
+    b.click("#back-up-now").await;
+    let said = b
+        .wait_for(
+            "location.pathname === '/admin/job/backup' && document.querySelector('#job-state') \
+             && document.querySelector('#job-state').dataset.phase === 'failed' \
+             && document.querySelector('#job-message').textContent",
+            "the backup's failure",
+        )
+        .await;
+    let said = said.as_str().unwrap();
+    assert!(!said.contains("os error"), "{said}");
+    assert!(said.contains("the disk is read-only"), "{said}");
+    b.goto(&format!("http://{}/admin/backup", gw.addr)).await;
+    let last = b
+        .eval("document.querySelector('#last-result').textContent")
+        .await;
+    assert!(!last.as_str().unwrap().contains("os error"), "{last}");
+}

@@ -253,8 +253,8 @@ async fn every_form_answers_with_a_redirect_and_a_reload_changes_nothing() {
     let result = r.header("location").unwrap().to_owned();
     assert!(result.starts_with("/admin/paired?id="), "{result}");
     let shown = web.get(&result).await;
-    let token = between(&shown.body, "id=\"pair-token\">", "<");
-    let device = between(&shown.body, "<dt>Device</dt><dd><code>", "<");
+    let token = shown.code_after("id=\"pair-token\">");
+    let device = shown.code_after("<dt>Device</dt><dd><code>");
     assert!(token.starts_with("iris_"), "{token}");
     assert_eq!(device_count(dir.path()), before + 1);
     for _ in 0..2 {

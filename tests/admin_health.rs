@@ -32,6 +32,29 @@ fn write_config(dir: &Path, text: &str) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// A `[power]` script in `dir` that records what it was asked in a marker file (then runs
+/// `more`), and a config (`before`, then `[power]` naming it): the marker's path and the
+/// config's.
+fn power_script(dir: &Path, more: &str, before: &str) -> (std::path::PathBuf, String) {
+    let marker = dir.join("asked");
+    let script = dir.join("power.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$1\" >> '{}'\n{more}", marker.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = script.display();
+    let config = write_config(
+        dir,
+        &format!(
+            "{before}[power]\nreboot = [\"{s}\", \"reboot\"]\npoweroff = [\"{s}\", \"poweroff\"]\n"
+        ),
+    );
+    (marker, config)
+}
+
 /// Claims the box in the browser, then opens the home page.
 async fn claim_and_go_home(b: &mut Browser, addr: SocketAddr) {
     common::cdp::claim(b, addr, PASSPHRASE).await;
@@ -217,29 +240,23 @@ async fn reboot_and_shut_down_run_the_configured_command_once_and_say_when_it_fa
     };
     let dir = temp_data_dir();
     let conf = tempfile::tempdir().unwrap();
-    let marker = conf.path().join("asked");
-    let script = conf.path().join("power.sh");
-    // Records what it was asked; "poweroff" fails as logind refusing would.
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$1\" >> '{}'\n\
-             if [ \"$1\" = poweroff ]; then echo 'Access denied' >&2; exit 1; fi\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let s = script.display();
-    let config = write_config(
+    // "poweroff" fails as logind refusing would.
+    let (marker, config) = power_script(
         conf.path(),
-        &format!(
-            "[limits]\nadmin_health_refresh_secs = 1\n\n\
-             [power]\nreboot = [\"{s}\", \"reboot\"]\npoweroff = [\"{s}\", \"poweroff\"]\n"
-        ),
+        "if [ \"$1\" = poweroff ]; then echo 'Access denied' >&2; exit 1; fi\n",
+        "[limits]\nadmin_health_refresh_secs = 1\n\n",
     );
-    let gw = Gateway::start(dir.path(), &["--config", &config]);
+    // As systemd starts the packaged unit: INVOCATION_ID, and a notify socket of ours.
+    let notify = conf.path().join("notify");
+    let _systemd = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    let gw = Gateway::start_with_env(
+        dir.path(),
+        &["--config", &config],
+        &[
+            ("INVOCATION_ID", "0123456789abcdef0123456789abcdef"),
+            ("NOTIFY_SOCKET", notify.to_str().unwrap()),
+        ],
+    );
     claim_and_go_home(&mut b, gw.addr).await;
     let asked = || std::fs::read_to_string(&marker).unwrap_or_default();
 
@@ -328,4 +345,54 @@ async fn a_restore_restarts_into_the_backup_with_the_owner_still_signed_in() {
         "the home page, signed in, after the restore",
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_gateway_run_by_hand_offers_no_reboot_or_shut_down() {
+    let Some(mut b) = Browser::start("a_gateway_run_by_hand_offers_no_reboot").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    let conf = tempfile::tempdir().unwrap();
+    let (marker, config) = power_script(conf.path(), "", "");
+    // Typed in a terminal: no INVOCATION_ID, no NOTIFY_SOCKET (the test's own are removed).
+    let gw = Gateway::start_with_env(
+        dir.path(),
+        &["--config", &config],
+        &[("INVOCATION_ID", ""), ("NOTIFY_SOCKET", "")],
+    );
+    claim_and_go_home(&mut b, gw.addr).await;
+    let shown = b
+        .eval(
+            "[!!document.querySelector('#power-restart'), \
+             !!document.querySelector('#power-reboot'), \
+             !!document.querySelector('#power-poweroff'), \
+             document.querySelector('#power').innerText]",
+        )
+        .await;
+    assert_eq!(shown[0], json!(true), "{shown}");
+    assert_eq!(shown[1], json!(false), "{shown}");
+    assert_eq!(shown[2], json!(false), "{shown}");
+    assert!(
+        shown[3]
+            .as_str()
+            .unwrap()
+            .contains("runs as the box's own service"),
+        "{shown}"
+    );
+    // Not by a typed address or a form either, with the session's own CSRF token.
+    for what in ["reboot", "poweroff"] {
+        let statuses = b
+            .eval(&format!(
+                "(async () => {{ const csrf = document.querySelector('input[name=csrf]').value; \
+                 const get = await fetch('/admin/power/{what}'); \
+                 const post = await fetch('/admin/power/{what}', {{method: 'POST', \
+                 headers: {{'Content-Type': 'application/x-www-form-urlencoded'}}, \
+                 body: 'csrf=' + encodeURIComponent(csrf)}}); \
+                 return [get.status, post.status]; }})()"
+            ))
+            .await;
+        assert_eq!(statuses, json!([404, 404]), "{what}");
+    }
+    assert_eq!(std::fs::read_to_string(&marker).unwrap_or_default(), "");
 }

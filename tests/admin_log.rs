@@ -141,3 +141,44 @@ async fn the_log_filters_by_level_and_text_downloads_and_shows_the_chosen_zone()
     );
     assert!(!data.path().join("log-before-restart.txt").exists());
 }
+
+#[tokio::test]
+async fn one_time_zone_picked_from_the_systems_list_is_used_on_the_status_page() {
+    let Some(mut b) = common::cdp::Browser::start("one_time_zone_picked").await else {
+        return;
+    };
+    let dir = common::temp_data_dir();
+    let gw = common::Gateway::start(dir.path(), &[]);
+    common::cdp::claim(&mut b, gw.addr, "violet tractor harbour 42").await;
+    b.goto(&format!("http://{}/admin/log", gw.addr)).await;
+    // A picker of the system's zones, not a field to type a name into.
+    let offered = b
+        .eval(
+            "(() => { const s = document.querySelector('select#timezone'); \
+             return s ? [s.options.length, [...s.options].some(o => o.value === 'Asia/Tokyo')] \
+             : null; })()",
+        )
+        .await;
+    assert!(
+        offered[0].as_u64().unwrap() > 100 && offered[1] == serde_json::json!(true),
+        "{offered}"
+    );
+    b.eval("document.querySelector('#timezone').value = 'Asia/Tokyo'")
+        .await;
+    b.eval("window.oldPage = true").await;
+    b.click("#save-timezone").await;
+    b.wait_for(
+        "!window.oldPage && !!document.querySelector('#log')",
+        "the log page",
+    )
+    .await;
+    b.goto(&format!("http://{}/admin/", gw.addr)).await;
+    let time = b
+        .wait_for(
+            "document.querySelector('#h-time') && document.querySelector('#h-time').textContent",
+            "the status page's time",
+        )
+        .await;
+    let time = time.as_str().unwrap();
+    assert!(time.ends_with("+09:00 (Asia/Tokyo)"), "{time}");
+}

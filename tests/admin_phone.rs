@@ -24,6 +24,26 @@ const SHOT_WIDTHS: [u32; 2] = [360, 1280];
 /// The tallest screenshot kept: the pages are short, and a PNG stays small.
 const MAX_SHOT_PX: u32 = 1600;
 
+/// The words (runs between spaces, cut after `:`, `/` and `-`) of every text shown outside a log
+/// excerpt that the browser has broken across two lines, and every `.token` (a group of a
+/// fingerprint, URL or id) drawn in more than one box; empty when none is.
+const SPLIT_WORDS: &str = "(() => { const bad = []; \
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); \
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) { \
+      const el = n.parentElement; \
+      if (!el || el.closest('pre, script, style, svg, select, textarea') \
+          || el.getClientRects().length === 0) continue; \
+      const words = /[^\\s:\\/-]+[:\\/-]*/g; let m; \
+      while ((m = words.exec(n.data))) { \
+        const r = document.createRange(); \
+        r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length); \
+        const lines = new Set([...r.getClientRects()].filter(x => x.width > 0) \
+          .map(x => Math.round(x.top))); \
+        if (lines.size > 1) bad.push(m[0]); } } \
+    for (const t of document.querySelectorAll('.token')) \
+      if (t.getClientRects().length !== 1) bad.push('token ' + t.textContent); \
+    return bad.slice(0, 8).join(' | '); })()";
+
 struct Check<'a> {
     b: &'a mut Browser,
     width: u32,
@@ -81,6 +101,19 @@ impl Check<'_> {
             "{name} at {} px is {scroll} px wide ({}); too wide: {wide}",
             self.width,
             dims[2]
+        );
+        assert_eq!(
+            wide,
+            json!(""),
+            "{name} at {} px: elements reach past the screen",
+            self.width
+        );
+        let split = self.b.eval(SPLIT_WORDS).await;
+        assert_eq!(
+            split,
+            json!(""),
+            "{name} at {} px breaks these inside a word",
+            self.width
         );
         let twice = self
             .b
@@ -219,6 +252,13 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.submit("#pair", "!!document.querySelector('#qr svg')")
             .await;
         c.fits("pair-result", false).await;
+        let groups =
+            c.b.eval("document.querySelectorAll('#pair-url .token, #pair-token .token').length")
+                .await;
+        assert!(
+            groups.as_u64().unwrap() >= 2,
+            "the URL and token are set as groups that wrap whole: {groups}"
+        );
         c.b.eval("window.oldPage = true").await;
         c.b.call("Page.reload", json!({})).await;
         c.b.wait_for(
@@ -313,8 +353,8 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.goto(&format!("{base}/admin/no-such-page")).await;
         c.fits("not-found", true).await;
         // The home page's confirm pages (a GET does nothing; only their form would).
-        c.goto(&format!("{base}/admin/power/reboot")).await;
-        c.fits("reboot-confirm", true).await;
+        c.goto(&format!("{base}/admin/power/restart")).await;
+        c.fits("restart-confirm", true).await;
 
         // Signed out: the sign-in page, and its refusal.
         c.submit("#signout", "!!document.querySelector('#signin')")
@@ -335,4 +375,53 @@ async fn every_page_and_every_result_fits_a_phone_and_a_desktop() {
         c.seen
     );
     eprintln!("checked {seen} pages: {:?}", c.seen);
+}
+
+/// The colours of the page's body and its first filled button, and that button's corner radius.
+const LOOK: &str = "(() => { const b = document.querySelector('main button'); \
+    const c = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number); \
+    const lum = ([r, g, b]) => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; \
+    return { page: lum(c(getComputedStyle(document.body).backgroundColor)), \
+             ink: lum(c(getComputedStyle(document.body).color)), \
+             button: getComputedStyle(b).backgroundColor, \
+             radius: parseFloat(getComputedStyle(b).borderTopLeftRadius) }; })()";
+
+#[tokio::test]
+async fn the_page_follows_the_systems_dark_mode_and_has_real_buttons() {
+    let Some(mut b) = Browser::start("the_page_follows_the_systems_dark_mode").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    let gw = Gateway::start(dir.path(), &[]);
+    common::cdp::claim(&mut b, gw.addr, PASSPHRASE).await;
+    let mut looks = Vec::new();
+    for scheme in ["light", "dark"] {
+        b.call(
+            "Emulation.setEmulatedMedia",
+            json!({ "features": [{ "name": "prefers-color-scheme", "value": scheme }] }),
+        )
+        .await;
+        b.goto(&format!("http://{}/admin/devices", gw.addr)).await;
+        let look = b.eval(LOOK).await;
+        let radius = look["radius"].as_f64().unwrap();
+        assert!(
+            radius >= 4.0,
+            "{scheme}: a button with square corners: {look}"
+        );
+        assert_ne!(
+            look["button"],
+            json!("rgb(239, 239, 239)"),
+            "{scheme}: the browser's own grey button: {look}"
+        );
+        looks.push(look);
+    }
+    let (light, dark) = (&looks[0], &looks[1]);
+    assert!(
+        light["page"].as_f64().unwrap() > 0.8 && light["ink"].as_f64().unwrap() < 0.3,
+        "light: dark ink on a light page: {light}"
+    );
+    assert!(
+        dark["page"].as_f64().unwrap() < 0.2 && dark["ink"].as_f64().unwrap() > 0.7,
+        "dark: light ink on a dark page: {dark}"
+    );
 }

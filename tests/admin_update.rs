@@ -305,7 +305,7 @@ async fn the_pages_upload_forms_send_the_file_and_show_the_answer() {
             "#update-file",
             "#upload",
             "#update-result",
-            "Refused, nothing was changed: not a usable bundle",
+            "Update refused. Nothing was changed: not a usable bundle",
         ),
         (
             "/admin/backup",
@@ -525,4 +525,62 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
         "a part file survived the kill and the start"
     );
     gw.stop_ok();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_no_update_helper_a_bundle_is_checked_before_the_refusal_and_nothing_is_ticked_without_an_index(
+) {
+    let Some(mut b) = common::cdp::Browser::start("with_no_update_helper").await else {
+        return;
+    };
+    let root = Root::new(20);
+    std::fs::remove_dir_all(&root.helper_dir).unwrap();
+    root.start_serving();
+    let base = format!("http://{}", addr(&root));
+    common::cdp::claim(&mut b, addr(&root), OWNER).await;
+
+    // No release index is set: "Install fixes by itself" is not shown ticked, and says why.
+    b.goto(&format!("{base}/admin/update")).await;
+    b.wait_for("document.querySelector('#no-helper')", "the page")
+        .await;
+    let automatic = b
+        .eval(
+            "[document.querySelector('#automatic').checked, \
+             document.querySelector('#automatic').closest('label').textContent]",
+        )
+        .await;
+    assert_eq!(automatic[0], serde_json::json!(false), "{automatic}");
+    assert!(
+        automatic[1]
+            .as_str()
+            .unwrap()
+            .contains("needs the release index address"),
+        "{automatic}"
+    );
+    let said = b
+        .eval("document.querySelector('#no-helper').textContent")
+        .await;
+    assert!(said.as_str().unwrap().contains("checked in full"), "{said}");
+
+    // What the page says is so: a bundle is checked before the missing helper refuses it.
+    let mut web = Web::at(addr(&root), "127.0.0.1");
+    let r = web.sign_in(OWNER).await;
+    assert!(r.status == 303 || r.status == 200, "{r:?}");
+    let v = root.versions.clone();
+    let r = upload(&mut web, &root.untrusted_bundle(&v.minor), "").await;
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(r.body.contains("does not trust"), "{}", r.body);
+    assert!(!r.body.contains("no update helper"), "{}", r.body);
+    let good = root.bundle(&root.variant(&v.minor), &v.minor);
+    let r = upload(&mut web, &good, "").await;
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(
+        r.body
+            .contains(&format!("iris-gateway {} (signed by", v.minor))
+            && r.body.contains("is good for this box")
+            && r.body.contains("no update helper"),
+        "{}",
+        r.body
+    );
+    assert!(root.nothing_staged());
 }

@@ -311,7 +311,13 @@ async fn the_pairing_page_answers_each_code_with_the_right_status() {
     assert_guarded(&ok);
     let values = common::parse_pairing_uri(&decode_svg_qr(&ok.body));
     assert_eq!(values["fp"], served_fingerprint(&gw).replace(':', ""));
-    assert!(ok.body.contains(&values["token"]), "the token in text too");
+    // Shown in groups that wrap whole (`<span class="token">`s between `<wbr>`s).
+    let shown = ok
+        .body
+        .replace("<wbr>", "")
+        .replace("<span class=\"token\">", "")
+        .replace("</span>", "");
+    assert!(shown.contains(&values["token"]), "the token in text too");
     assert!(
         !gw.stderr_tail().contains(&values["token"]),
         "the token must never be logged"
@@ -507,4 +513,36 @@ async fn headless_chromium_shows_a_qr_code_that_pairs() {
     // The browser used the code up.
     assert_eq!(post_code(&gw, "127.0.0.1", &code).await.status, 410);
     let _ = std::io::stderr().flush();
+}
+
+#[tokio::test]
+async fn the_pairing_page_asks_for_a_name_and_the_device_gets_it() {
+    let Some(mut b) = common::cdp::Browser::start("the_pairing_page_asks_for_a_name").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    let data = dir.path().join("data");
+    let gw = Gateway::start(&data, &[]);
+    let code = startup_page_code(&gw);
+    b.goto(&format!("http://{}/pair", gw.addr)).await;
+    // Asked for: the form cannot be sent without one.
+    let asked = b
+        .eval("(() => { const n = document.querySelector('#name'); return !!n && n.required; })()")
+        .await;
+    assert_eq!(asked, serde_json::json!(true), "{}", b.text().await);
+    b.fill("#code", &code).await;
+    b.fill("#name", "Kitchen tablet").await;
+    b.click("button[type=submit]").await;
+    b.wait_for("document.querySelector('.qr svg')", "the QR code page")
+        .await;
+    let named: Vec<String> = common::devices_json(&data)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|d| d["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        named.iter().any(|n| n == "Kitchen tablet"),
+        "the device is named as typed: {named:?}"
+    );
 }

@@ -20,7 +20,7 @@ use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
-use crate::pairing::page::escape;
+use crate::pairing::page::{escape, tokens};
 use crate::settings::Settings;
 
 /// Longest folder path taken from the form.
@@ -167,17 +167,14 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
         Some(backups::Every::Day) => "daily".to_owned(),
         Some(backups::Every::Week) => "weekly".to_owned(),
     };
+    let folder = match plan.folder.as_deref() {
+        Some(f) => format!("in <code>{}</code>", tokens(&f.display().to_string())),
+        None => "with no folder chosen".to_owned(),
+    };
     out += &format!(
-        "<p id=\"schedule-now\">Schedule: <strong>{every}</strong>, keeping the newest {}, in \
-         <code>{}</code>.</p>",
+        "<p id=\"schedule-now\">Schedule: <strong>{every}</strong>, keeping the newest {}, \
+         {folder}.</p>",
         plan.keep,
-        escape(
-            &plan
-                .folder
-                .as_deref()
-                .map(|f| f.display().to_string())
-                .unwrap_or_else(|| "(no folder)".into())
-        )
     );
     if state.running() {
         out += "<p id=\"backup-running\">A backup is being made now.</p>";
@@ -193,7 +190,11 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
                     l.name,
                     crate::store::human_bytes(l.bytes)
                 ),
-                Err(e) => format!("Last result ({}): failed: {e}.", age(o.at)),
+                Err(e) => format!(
+                    "Last result ({}): failed: {}.",
+                    age(o.at),
+                    super::words::owner_words(&e.to_string())
+                ),
             };
             let class = if o.result.is_ok() { "good" } else { "bad" };
             out += &format!(
@@ -215,8 +216,9 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
         .iter()
         .map(|l| {
             format!(
-                "<tr><td class=\"name\">{}</td><td class=\"size\">{}</td><td>{}</td></tr>",
-                escape(&l.name),
+                "<tr><td class=\"name\" data-label=\"Backup\">{}</td>\
+                 <td class=\"size\" data-label=\"Size\">{}</td><td data-label=\"Made\">{}</td></tr>",
+                tokens(&l.name),
                 crate::store::human_bytes(l.bytes),
                 age(l.made)
             )
@@ -227,7 +229,7 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
         .map(|l| format!("<option>{}</option>", escape(&l.name)))
         .collect();
     format!(
-        "<table id=\"backups\"><thead><tr><th>Backup</th><th>Size</th><th>Made</th></tr></thead>\
+        "<table id=\"backups\" class=\"stack\"><thead><tr><th>Backup</th><th>Size</th><th>Made</th></tr></thead>\
          <tbody>{rows}</tbody></table>\
          <h3>Restore a scheduled backup</h3><p>Replaces messages, channels, devices, media, \
          the saved settings and the owner passphrase with the backup's; the current store is \

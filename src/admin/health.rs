@@ -56,9 +56,15 @@ async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), 
     let report = hub.status_report();
     let system = system(admin).await?;
     let low = admin.config.borrow().limits.admin_disk_low_percent;
+    let mut values = values(&report, &system);
+    // The box's clock in the zone the owner chose for every page (the Log page's setting).
+    let now = super::log_page::Zone::of(admin).now();
+    if let Some((_, time)) = values.iter_mut().find(|(id, _)| *id == "h-time") {
+        *time = now;
+    }
     let snap = Snapshot {
         instance: super::power::instance(),
-        values: values(&report, &system),
+        values,
         problems: {
             let mut list = problems(&report, &system, low);
             // The scheduled backups are the admin page's own (`backups/`), not the hub's: a
@@ -309,14 +315,25 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
     .collect();
     let every = admin.config.borrow().limits.admin_health_refresh_secs;
     let buttons = super::power::buttons(admin);
+    let (power_title, power_note) = if super::power::as_appliance_service() {
+        ("Restart or shut down", String::new())
+    } else {
+        (
+            "Restart",
+            format!(
+                "<p id=\"power-note\">{}</p>",
+                super::power::NOT_THE_APPLIANCE
+            ),
+        )
+    };
     format!(
         "{problems}{status}<section id=\"box\"><h2>The box</h2>\
          <dl id=\"box-health\" data-every=\"{every}\">{rows}</dl></section>\
-         <section id=\"power\"><h2>Restart or shut down</h2><p>{buttons}</p></section>\
+         <section id=\"power\"><h2>{power_title}</h2><p>{buttons}</p>{power_note}</section>\
          <section id=\"help\"><h2>If something is wrong</h2>\
          <p id=\"help-store\"><strong>The store.</strong> The gateway keeps what it has and \
          refuses what it cannot keep. Make room on the data disk, check the card (its wear, \
-         below), look at the <a href=\"/admin/log\">log</a>; if the store is damaged, restore a \
+         above), look at the <a href=\"/admin/log\">log</a>; if the store is damaged, restore a \
          backup on the <a href=\"/admin/backup\">Backup</a> page.</p>\
          <p id=\"help-clock\"><strong>The clock.</strong> A Raspberry Pi has no battery clock: \
          it sets its time from the network. Connect the box to a network that reaches the \

@@ -278,7 +278,7 @@ pub(super) fn body(kind: Kind, view: Option<&View>) -> String {
             Phase::Succeeded => "succeeded",
             Phase::Failed => "failed",
         },
-        escape(&v.message)
+        escape(&super::words::owner_words(&v.message))
     )
 }
 

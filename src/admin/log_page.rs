@@ -5,7 +5,9 @@
 //! and Debian image has, kept current by the `tzdata` package) through `tz-rs`, which only
 //! parses those files: a zone database built into the binary would be bigger and go stale
 //! (README, "Design notes"). The chosen zone is a saved setting (`[log] timezone` in
-//! `settings.toml`); unset, the box's own zone is used.
+//! `settings.toml`), picked from the system's list (`zone1970.tab`); unset, the box's own zone
+//! is used. It is the one zone of the admin page: the Status page's clock ([`Zone::now`]) shows
+//! it too.
 
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
@@ -90,14 +92,15 @@ fn parse(line: &str) -> Line<'_> {
     }
 }
 
-/// The zone times are shown in: its name for the page, and the database's rules.
-struct Zone {
+/// The zone every admin page shows times in (the one setting, saved from the Log page): its
+/// name for the page, and the database's rules.
+pub(super) struct Zone {
     name: String,
     tz: Option<tz::TimeZone>,
 }
 
 impl Zone {
-    fn of(admin: &Admin) -> Zone {
+    pub(super) fn of(admin: &Admin) -> Zone {
         let saved = Settings::load(&admin.data_dir)
             .ok()
             .and_then(|s| s.log.timezone);
@@ -118,6 +121,15 @@ impl Zone {
                 tz: tz::TimeZone::local().ok(),
             },
         }
+    }
+
+    /// Now, as [`Zone::show`] puts it, with the zone's name.
+    pub(super) fn now(&self) -> String {
+        format!(
+            "{} ({})",
+            self.show(chrono::Utc::now().fixed_offset()),
+            self.name
+        )
     }
 
     /// `2026-12-02 20:18:45 +01:00`, or the time as logged (UTC) when the zone is unknown.
@@ -255,16 +267,16 @@ fn log_page(
          (the journal keeps the rest, on the box). Times in {zone}.</p>\
          <pre id=\"log\">{text}</pre>\
          <h2>Time zone</h2><form method=\"post\" action=\"/admin/log/timezone\">{csrf}\
-         <label for=\"timezone\">Zone (e.g. Europe/Berlin; empty: the box's own)</label>\
-         <input id=\"timezone\" name=\"timezone\" value=\"{current}\" \
-         maxlength=\"{MAX_ZONE_BYTES}\"><p><button id=\"save-timezone\">Save</button></p></form>",
+         <label for=\"timezone\">Zone, for the times on every page</label>\
+         <select id=\"timezone\" name=\"timezone\">{zones}</select>\
+         <p><button id=\"save-timezone\">Save</button></p></form>",
         note = notice(n),
         q = escape(&filter.search),
         count = lines.len(),
         kept = crate::logring::lines().len(),
         zone = escape(&zone.name),
         csrf = csrf_field(csrf),
-        current = escape(
+        zones = zone_options(
             &Settings::load(&admin.data_dir)
                 .ok()
                 .and_then(|s| s.log.timezone)
@@ -296,6 +308,43 @@ fn download(lines: &[String]) -> Reply {
         reply.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     reply
+}
+
+/// The system's list of zones (`zone1970.tab` of the zone database, one zone a line after two
+/// columns), sorted; read once, as it changes only with the tzdata package.
+fn system_zones() -> &'static [String] {
+    static ZONES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    ZONES.get_or_init(|| {
+        let text = std::fs::read_to_string(ZONE_TABLE).unwrap_or_default();
+        let mut zones: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split('\t').nth(2))
+            .filter(|z| plausible_zone(z))
+            .map(str::to_owned)
+            .collect();
+        zones.sort();
+        zones.dedup();
+        zones
+    })
+}
+
+/// Where the system lists its zones (Debian's tzdata).
+const ZONE_TABLE: &str = "/usr/share/zoneinfo/zone1970.tab";
+
+/// The zone picker's options: the box's own, then the system's zones, `current` selected (kept
+/// even when the list lacks it, so saving the form again changes nothing).
+fn zone_options(current: &str) -> String {
+    let mark = |z: &str| if z == current { " selected" } else { "" };
+    let mut out = format!("<option value=\"\"{}>The box's own</option>", mark(""));
+    let zones = system_zones();
+    if !current.is_empty() && !zones.iter().any(|z| z == current) {
+        out += &format!("<option selected>{}</option>", escape(current));
+    }
+    for z in zones {
+        out += &format!("<option{}>{}</option>", mark(z), escape(z));
+    }
+    out
 }
 
 /// Whether `name` can be a zone database name (no path tricks: it becomes a file name).

@@ -44,6 +44,7 @@ mod speech;
 mod strength;
 mod transfer;
 mod updates;
+mod words;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -355,13 +356,25 @@ async fn serve_page(
         return refused(admin, Refusal::NoSession, secure);
     };
     let csrf = valid.csrf.clone();
+    let this_device = session::cookie(req.headers(), pages::THIS_DEVICE_COOKIE).map(str::to_owned);
     let result = match method {
         Method::GET | Method::HEAD => match path.as_str() {
             "/admin/backup" => backups::get(admin, &raw_query, &csrf, secure).await,
             "/admin/log" | "/admin/log/download" => {
                 log_page::get(admin, &path, &raw_query, &csrf, secure)
             }
-            _ => get(admin, hub, &path, &query, &valid, secure).await,
+            _ => {
+                get(
+                    admin,
+                    hub,
+                    &path,
+                    &query,
+                    &valid,
+                    this_device.as_deref(),
+                    secure,
+                )
+                .await
+            }
         },
         Method::POST => {
             let form = match read_form(admin, req).await {
@@ -685,6 +698,7 @@ async fn get(
     path: &str,
     query: &Form,
     valid: &session::Valid,
+    this_device: Option<&str>,
     secure: bool,
 ) -> Result<Reply, Refusal> {
     let csrf = valid.csrf.as_str();
@@ -718,13 +732,20 @@ async fn get(
         };
         let inv = Invitation::new(&admin.url, &p.token, admin.tls.as_ref());
         let body = pages::invitation(&inv, &p.device_id, p.intro);
-        return ok("Pair a phone", "/admin/devices", body);
+        // The browser that opens the app from this page is, most likely, that phone: the
+        // Devices page marks it "this device" (a device id is no secret: the page lists it).
+        let mut reply = ok("Pair a phone", "/admin/devices", body)?;
+        set_cookies(
+            &mut reply,
+            &[pages::this_device_cookie(&p.device_id, secure)],
+        );
+        return Ok(reply);
     }
     let outcome = admin.sessions.borrow_mut().take_outcome(&valid.key, path);
     let n = Notice::of(outcome.as_ref());
     match path {
         PREFIX => health::home(admin, hub, csrf, secure, &n).await,
-        "/admin/devices" => ok("Devices", path, devices_body(hub, csrf, &n)?),
+        "/admin/devices" => ok("Devices", path, devices_body(hub, csrf, this_device, &n)?),
         "/admin/agent" => {
             let form = outcome.as_ref().and_then(|o| o.typed("form"));
             let (agent, transcription, speech) = match (outcome.as_ref(), form) {

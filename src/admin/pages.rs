@@ -3,7 +3,7 @@
 //! CSP can forbid every inline script and style. Every value shown is escaped.
 
 use crate::hub::StatusReport;
-use crate::pairing::page::escape;
+use crate::pairing::page::{escape, tokens};
 use crate::pairing::Invitation;
 use crate::protocol::HealthState;
 use crate::store::{human_bytes, Device};
@@ -57,8 +57,9 @@ impl<'a> Notice<'a> {
     }
 }
 
-/// A notice as HTML (escaped).
+/// A notice as HTML (escaped), system errors in it in the owner's words.
 pub(super) fn notice(n: &Notice) -> String {
+    let escape = |t: &str| escape(&super::words::owner_words(t));
     match n {
         Notice::None => String::new(),
         Notice::Good(t) => format!(
@@ -83,13 +84,17 @@ fn connection_note(shell: &Shell) -> String {
             Some(fp) => format!(
                 "<p><small>Encrypted. Compare the certificate your browser shows with this \
                  SHA-256: <code id=\"fingerprint\">{}</code></small></p>",
-                escape(fp)
+                tokens(fp)
             ),
             None => String::new(),
         }
     } else {
         let better = match shell.https {
-            Some(u) => format!(" Prefer <a href=\"{0}\"><code>{0}</code></a>.", escape(u)),
+            Some(u) => format!(
+                " Prefer <a href=\"{}\"><code>{}</code></a>.",
+                escape(u),
+                tokens(u)
+            ),
             None => String::new(),
         };
         format!(
@@ -213,7 +218,7 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
     let fp = match &inv.fingerprint {
         Some(fp) => format!(
             "<dt>Certificate SHA-256 (the app pins it)</dt><dd><code>{}</code></dd>",
-            escape(fp)
+            tokens(fp)
         ),
         None => String::new(),
     };
@@ -230,9 +235,9 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
         escape(intro),
         uri = escape(&inv.uri()),
         svg = inv.svg_qr(QR_PX),
-        url = escape(&inv.url),
-        token = escape(&inv.token),
-        id = escape(device_id),
+        url = tokens(&inv.url),
+        token = tokens(&inv.token),
+        id = tokens(device_id),
     )
 }
 
@@ -316,10 +321,42 @@ pub fn status(r: &StatusReport, n: &Notice) -> String {
     )
 }
 
+/// The cookie naming the device this browser paired (the one its Devices page calls "this
+/// device").
+pub const THIS_DEVICE_COOKIE: &str = "iris_this_device";
+
+/// [`THIS_DEVICE_COOKIE`] for `device_id`, kept a year (a phone's browser outlives a session).
+pub fn this_device_cookie(device_id: &str, secure: bool) -> String {
+    let plain = device_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let value = if plain { device_id } else { "" };
+    format!(
+        "{}; Max-Age=31536000",
+        super::session::set_cookie(THIS_DEVICE_COOKIE, value, secure)
+    )
+}
+
+/// How a device gets pushes, from what its app sent in `hello`.
+fn push_state(d: &Device) -> String {
+    let via = match (&d.fcm_token, &d.ntfy_topic) {
+        (Some(_), _) => "on, through Firebase (FCM)",
+        (None, Some(_)) => "on, through ntfy",
+        (None, None) => "off: the app gave no push address",
+    };
+    match d.push_via.as_deref() {
+        Some(app) if d.fcm_token.is_none() && d.ntfy_topic.is_none() => {
+            format!("{via} (it names {app})")
+        }
+        _ => via.to_owned(),
+    }
+}
+
 /// The devices section.
 pub fn devices(
     list: &[Device],
     connected: &std::collections::HashSet<String>,
+    this_device: Option<&str>,
     csrf: &str,
     n: &Notice,
 ) -> String {
@@ -334,20 +371,39 @@ pub fn devices(
             } else {
                 "no"
             };
+            let mine = if this_device == Some(d.device_id.as_str()) {
+                " <strong class=\"this-device\">This device</strong>"
+            } else {
+                ""
+            };
+            // The protocol's hello names no app or platform: the push service is its one hint.
+            let app = d.push_via.as_deref().map_or_else(
+                || "not told".to_owned(),
+                |p| format!("an app pushing by {}", escape(p)),
+            );
+            let address = d
+                .last_address
+                .as_deref()
+                .map_or_else(|| "none yet".to_owned(), tokens);
             format!(
                 "<tr data-device=\"{id}\"><td><form class=\"inline\" method=\"post\" \
                  action=\"/admin/devices/rename\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
                  aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
-                 <br><small><code>{id}</code></small></td>\
+                 <br><small><code>{shown_id}</code></small>{mine}</td>\
                  <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
+                 <td class=\"address\" data-label=\"Last address\">{address}</td>\
+                 <td class=\"app\" data-label=\"App\">{app}</td>\
+                 <td class=\"push\" data-label=\"Push\">{push}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
                  data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <button class=\"revoke\">Revoke</button></form></td></tr>",
                 name = escape(&d.name),
+                shown_id = tokens(&d.device_id),
+                push = escape(&push_state(d)),
                 paired = ago(d.created_ms),
             )
         })
@@ -357,7 +413,7 @@ pub fn devices(
     } else {
         format!(
             "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
-             <th>Connected</th><th></th></tr>{rows}</table>"
+             <th>Last address</th><th>App</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
         )
     };
     format!(

@@ -74,11 +74,46 @@ impl Power {
         Some(cmd.clone())
     }
 
-    /// Offered on the page: a restart always; the others when their command is set.
+    /// Offered on the page: a restart always; the others when their command is set and the
+    /// gateway runs as the box's own service (a laptop running it by hand is not the box).
     fn offered(self, admin: &Admin) -> bool {
-        self.command(admin).is_none_or(|c| !c.is_empty())
+        self.command(admin)
+            .is_none_or(|c| !c.is_empty() && as_appliance_service())
     }
 }
+
+/// The packaged unit (systemd/iris-gateway.service).
+const APPLIANCE_UNIT: &str = "iris-gateway.service";
+
+/// Whether this process is the appliance's service, read once: see [`is_appliance_service`].
+pub(super) fn as_appliance_service() -> bool {
+    static ANSWER: OnceLock<bool> = OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        is_appliance_service(var("INVOCATION_ID"), var("NOTIFY_SOCKET"), &cgroup)
+    })
+}
+
+/// Started by systemd (which sets `INVOCATION_ID` for every unit it runs) as a notify service
+/// (`NOTIFY_SOCKET`, as the packaged unit is `Type=notify`), and, where the cgroup names the
+/// unit, that unit is the packaged one. A gateway typed in a terminal has neither variable.
+fn is_appliance_service(
+    invocation_id: Option<String>,
+    notify_socket: Option<String>,
+    cgroup: &str,
+) -> bool {
+    let unit = cgroup
+        .lines()
+        .filter_map(|line| line.rsplit('/').next())
+        .find(|last| last.ends_with(".service"));
+    invocation_id.is_some() && notify_socket.is_some() && unit.is_none_or(|u| u == APPLIANCE_UNIT)
+}
+
+/// What the home page says where it offers no reboot or shut-down.
+pub(super) const NOT_THE_APPLIANCE: &str = "Rebooting and shutting down are offered only where \
+     the gateway runs as the box's own service (the iris-gateway unit systemd starts); here, \
+     use the machine's own controls.";
 
 /// The home page's three buttons (those whose command is set).
 pub(super) fn buttons(admin: &Admin) -> String {
@@ -250,4 +285,36 @@ async fn run(cmd: Vec<String>, within: Duration) -> Result<(), String> {
     tokio::task::spawn_blocking(move || crate::command::run(&cmd, within))
         .await
         .map_err(|e| e.to_string())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_appliance_service;
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_owned())
+    }
+
+    #[test]
+    fn only_the_packaged_unit_under_systemd_is_the_appliance() {
+        let unit = "0::/system.slice/iris-gateway.service\n";
+        assert!(is_appliance_service(
+            some("1f"),
+            some("/run/systemd/notify"),
+            unit
+        ));
+        // A container's cgroup names no unit: the variables decide.
+        assert!(is_appliance_service(some("1f"), some("/run/n"), "0::/\n"));
+        // By hand in a terminal: no variables.
+        assert!(!is_appliance_service(
+            None,
+            None,
+            "0::/user.slice/session-2.scope\n"
+        ));
+        // Another unit that runs the binary (a user's own service, a test harness).
+        let other = "0::/system.slice/my-chat.service\n";
+        assert!(!is_appliance_service(some("1f"), some("/run/n"), other));
+        // Started by systemd but not as a notify service (`systemd-run` of a shell).
+        assert!(!is_appliance_service(some("1f"), None, unit));
+    }
 }

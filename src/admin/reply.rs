@@ -121,8 +121,10 @@ pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, secure
     page(admin, r.status(), title, "", csrf, secure, &body)
 }
 
-/// A message as one sentence: capital first, a full stop last.
+/// A message as one sentence: capital first, a full stop last, and the system's own wording
+/// of a failed file or network call put as the owner would say it (`words::owner_words`).
 pub(super) fn sentence(text: &str) -> String {
+    let text = super::words::owner_words(text);
     let mut chars = text.trim().chars();
     let Some(first) = chars.next() else {
         return String::new();

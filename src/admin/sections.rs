@@ -11,13 +11,24 @@ use crate::hub::Hub;
 use crate::settings::Settings;
 
 /// The devices section with the store's devices, oldest first.
-pub(super) fn devices_body(hub: &Hub, csrf: &str, n: &Notice) -> Result<String, Refusal> {
+pub(super) fn devices_body(
+    hub: &Hub,
+    csrf: &str,
+    this_device: Option<&str>,
+    n: &Notice,
+) -> Result<String, Refusal> {
     let mut list = hub
         .store()
         .devices()
         .map_err(|e| Refusal::Unavailable(e.to_string()))?;
     list.sort_by_key(|d| d.created_ms);
-    Ok(pages::devices(&list, &hub.connected_devices(), csrf, n))
+    Ok(pages::devices(
+        &list,
+        &hub.connected_devices(),
+        this_device,
+        csrf,
+        n,
+    ))
 }
 
 /// The agent section: what is in effect now (never the key), and what flags pin; then the

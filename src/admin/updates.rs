@@ -104,8 +104,9 @@ pub(super) async fn get(
     }
     if !state.helper_installed {
         body += "<p class=\"warn\" id=\"no-helper\">This system has no update service (it is \
-                 installed with the gateway's .deb package and on the Pi image): bundles can be \
-                 checked here but not installed.</p>";
+                 installed with the gateway's .deb package and on the Pi image): a bundle \
+                 uploaded here is checked in full and the result shown, but it cannot be \
+                 installed.</p>";
     }
     body += &admin
         .jobs
@@ -131,12 +132,22 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> S
         "<form method=\"post\" action=\"{SOURCE}\">{}<label for=\"update-url\">Release index \
          address</label><input type=\"url\" id=\"update-url\" name=\"url\" value=\"{}\" \
          maxlength=\"2048\" placeholder=\"empty: updates come only from an upload\">\
-         <label class=\"check\"><input type=\"checkbox\" name=\"automatic\" value=\"1\"{}> \
-         Install fixes by itself (checked daily; a new major version always waits for you)\
-         </label><p><button>Save</button></p></form>",
+         <label class=\"check\"><input type=\"checkbox\" id=\"automatic\" name=\"automatic\" \
+         value=\"1\"{}> <span>Install fixes by itself (checked daily; a new major version \
+         always waits for you){}</span></label><p><button>Save</button></p></form>",
         csrf_field(csrf),
         escape(url),
-        if automatic { " checked" } else { "" }
+        // With no index nothing is checked, so nothing installs by itself: not shown ticked.
+        if automatic && !url.is_empty() {
+            " checked"
+        } else {
+            ""
+        },
+        if url.is_empty() {
+            ". It needs the release index address above."
+        } else {
+            ""
+        }
     );
     if url.is_empty() {
         return out;
@@ -458,7 +469,8 @@ pub(super) async fn upload(
             };
             (
                 status,
-                format!("Refused, nothing was changed: {e}"),
+                // The notice already says "refused": saying it twice reads as a stutter.
+                super::reply::sentence(&format!("nothing was changed: {e}")),
                 Notice::Bad("Update refused."),
             )
         }

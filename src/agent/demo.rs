@@ -226,6 +226,15 @@ pub fn image_size(b: &[u8]) -> Option<(&'static str, u32, u32)> {
     (found.1 > 0 && found.2 > 0).then_some(found)
 }
 
+/// "1 word", "2 words": a count with its noun, singular for one.
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn todos(done: usize) -> Vec<TodoItem> {
     let steps = ["Read the message", "Count its words", "Write the reply"];
     steps
@@ -278,7 +287,8 @@ impl Agent for DemoAgent {
             let words = turn.text.split_whitespace().count();
             let chars = turn.text.chars().count();
             send(AgentEvent::Reasoning(format!(
-                "The user sent {words} words. I will count them with a tool and echo the message back."
+                "The user sent {}. I will count them with a tool and echo the message back.",
+                counted(words, "word")
             )))
             .await?;
             send(AgentEvent::Todos(todos(1))).await?;
@@ -298,7 +308,7 @@ impl Agent for DemoAgent {
             .await?;
             send(AgentEvent::ToolProgress {
                 index: 0,
-                note: format!("{words} words so far"),
+                note: format!("{} so far", counted(words, "word")),
             })
             .await?;
             send(AgentEvent::ToolEnd {
@@ -362,6 +372,13 @@ impl Agent for DemoAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_word_is_not_one_words() {
+        assert_eq!(counted(1, "word"), "1 word");
+        assert_eq!(counted(0, "word"), "0 words");
+        assert_eq!(counted(5, "word"), "5 words");
+    }
     use crate::protocol::Lane;
 
     #[tokio::test(flavor = "current_thread")]

@@ -71,6 +71,8 @@ impl Hub {
             )));
         };
         device.last_seen_ms = Some(ids::now_ms());
+        device.last_address = Some(ip.to_string());
+        device.push_via = hello.caps.push.clone();
         if let Some(app_id) = hello.device_id.as_deref().filter(|s| s.len() <= 128) {
             device.app_device_id = Some(app_id.to_owned());
         }
@@ -190,6 +192,8 @@ pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
         ntfy_topic: None,
         token_hash: ids::token_hash(&token),
         seen_cursor: 0,
+        last_address: None,
+        push_via: None,
     };
     (device, token)
 }

@@ -26,16 +26,16 @@ use crate::hub::Hub;
 
 /// The path the page is served at.
 pub const PATH: &str = "/pair";
-/// Largest form body read: a code is 9 characters, so anything near this is not a form of ours.
-const MAX_FORM_BYTES: usize = 1024;
-/// Name given to devices paired through the page, until their app says its own.
-const DEVICE_NAME: &str = "";
+/// Largest form body read: a code is 9 characters and a name at most `limits.max_name_chars`
+/// (100) characters, each at most 12 bytes percent-encoded, so anything past this is not a form
+/// of ours.
+const MAX_FORM_BYTES: usize = 2048;
 /// Side of the QR code on the page, in CSS pixels: big enough to scan from a laptop screen.
 const QR_PX: u32 = 320;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;\
 padding:0 1rem;color:#111;background:#fff}code,input{font-family:ui-monospace,monospace}\
-code{word-break:break-all}input{font-size:1.5rem;width:10ch;letter-spacing:.1em}\
+.token{white-space:nowrap}input{font-size:1.5rem;width:10ch;letter-spacing:.1em}input.name{width:min(100%,20ch);letter-spacing:0}\
 button{font-size:1.2rem}.warn{background:#fff3cd;padding:.5rem}\
 .qr svg{width:320px;height:320px}";
 
@@ -72,7 +72,10 @@ pub async fn serve(
     secure: bool,
 ) -> Response<Full<Bytes>> {
     match *req.method() {
-        Method::GET | Method::HEAD => html(StatusCode::OK, &form_page(None, secure)),
+        Method::GET | Method::HEAD => html(
+            StatusCode::OK,
+            &form_page(None, hub.limits().max_name_chars, secure),
+        ),
         Method::POST => redeem(page, hub, req, peer, secure).await,
         _ => {
             let mut reply = html(
@@ -109,17 +112,42 @@ async fn redeem(
     let Some(code) = form_value(&body, "code") else {
         return html(
             StatusCode::BAD_REQUEST,
-            &form_page(Some("Enter the code the gateway printed."), secure),
+            &form_page(
+                Some("Enter the code the gateway printed."),
+                hub.limits().max_name_chars,
+                secure,
+            ),
         );
     };
+    // The page asks for a name; one left out (an older page, a script) stays empty until the
+    // app's hello names the device, as before.
+    let name: String = form_value(&body, "name")
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let name = name.trim();
+    let max = hub.limits().max_name_chars;
+    if name.chars().count() > max {
+        return html(
+            StatusCode::BAD_REQUEST,
+            &form_page(
+                Some(&format!(
+                    "That name is longer than {max} characters: give the phone a shorter one."
+                )),
+                max,
+                secure,
+            ),
+        );
+    }
     match page.codes.redeem(&code, peer.ip()) {
         Ok(()) => {}
         Err(refusal) => {
             info!(%peer, ?refusal, "pairing page: code refused");
-            return refused(refusal, secure);
+            return refused(refusal, hub.limits().max_name_chars, secure);
         }
     }
-    let token = match hub.pair(DEVICE_NAME).await {
+    let token = match hub.pair(name).await {
         Ok((device, token)) => {
             info!(%peer, device = %device.device_id, "pairing page: paired a device");
             token
@@ -143,12 +171,13 @@ async fn redeem(
     html(StatusCode::OK, &qr_page(&invitation, page, secure))
 }
 
-fn refused(refusal: Refusal, secure: bool) -> Response<Full<Bytes>> {
+fn refused(refusal: Refusal, max_name: usize, secure: bool) -> Response<Full<Bytes>> {
     match refusal {
         Refusal::Wrong => html(
             StatusCode::FORBIDDEN,
             &form_page(
                 Some("That code is not right. Check it against what the gateway printed."),
+                max_name,
                 secure,
             ),
         ),
@@ -241,6 +270,53 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
+/// The longest run of characters a long value (a fingerprint, a URL, a token, an id) keeps on
+/// one line: short enough for a 360 px phone in the monospace font.
+const TOKEN_GROUP_CHARS: usize = 24;
+
+/// A long value as HTML (escaped) that wraps only between its groups, never inside one: it is
+/// cut after its separators (`:` between a fingerprint's bytes, `/` in a URL, `-`, spaces) into
+/// groups of at most [`TOKEN_GROUP_CHARS`], each a `nowrap` `<span class="token">`, with a
+/// `<wbr>` between them (which copies as nothing: the value is copied whole).
+pub(crate) fn tokens(text: &str) -> String {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut piece = String::new();
+    for c in text.chars() {
+        piece.push(c);
+        if matches!(c, ':' | '/' | '-' | ' ') {
+            pieces.push(std::mem::take(&mut piece));
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    let mut groups: Vec<String> = Vec::new();
+    let mut group = String::new();
+    for piece in pieces {
+        if group.chars().count() + piece.chars().count() > TOKEN_GROUP_CHARS && !group.is_empty() {
+            groups.push(std::mem::take(&mut group));
+        }
+        group.push_str(&piece);
+        // A piece with no separator for longer than a group (a token, a hash) is cut evenly.
+        while group.chars().count() > TOKEN_GROUP_CHARS {
+            let cut = group
+                .char_indices()
+                .nth(TOKEN_GROUP_CHARS)
+                .map_or(group.len(), |(i, _)| i);
+            let rest = group.split_off(cut);
+            groups.push(std::mem::replace(&mut group, rest));
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
+        .iter()
+        .map(|g| format!("<span class=\"token\">{}</span>", escape(g)))
+        .collect::<Vec<_>>()
+        .join("<wbr>")
+}
+
 fn document(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -261,7 +337,8 @@ fn plain_warning(secure: bool) -> &'static str {
     }
 }
 
-fn form_page(problem: Option<&str>, secure: bool) -> String {
+/// The form: the code, and a name of at most `max_name` characters (`limits.max_name_chars`).
+fn form_page(problem: Option<&str>, max_name: usize, secure: bool) -> String {
     let problem = problem
         .map(|p| format!("<p class=\"warn\" role=\"alert\">{}</p>", escape(p)))
         .unwrap_or_default();
@@ -273,10 +350,15 @@ fn form_page(problem: Option<&str>, secure: bool) -> String {
              <p><label for=\"code\">The code the gateway printed (or \
              <code>{pair_page}</code> shows):</label></p>\
              <p><input id=\"code\" name=\"code\" autocomplete=\"off\" autocapitalize=\"characters\" \
-             spellcheck=\"false\" maxlength=\"16\" required autofocus> \
-             <button type=\"submit\">Show the QR code</button></p></form>",
+             spellcheck=\"false\" maxlength=\"16\" required autofocus></p>\
+             <p><label for=\"name\">A name for this phone (to tell it apart on the admin \
+             page's Devices):</label></p>\
+             <p><input id=\"name\" name=\"name\" class=\"name\" autocomplete=\"off\" \
+             maxlength=\"{max}\" placeholder=\"e.g. Anna's phone\" required></p>\
+             <p><button type=\"submit\">Show the QR code</button></p></form>",
             warning = plain_warning(secure),
             pair_page = escape(&crate::hints::command("pair --page")),
+            max = max_name,
         ),
     )
 }
@@ -285,7 +367,7 @@ fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String 
     let tls = match &page.tls {
         Some(t) => format!(
             "<dt>Certificate SHA-256 (pin it)</dt><dd><code>{}</code></dd>",
-            escape(&t.fingerprint)
+            tokens(&t.fingerprint)
         ),
         None => String::new(),
     };
@@ -301,8 +383,8 @@ fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String 
             warning = plain_warning(secure),
             svg = invitation.svg_qr(QR_PX),
             revoke = escape(&crate::hints::command("devices revoke DEVICE")),
-            url = escape(&invitation.url),
-            token = escape(&invitation.token),
+            url = tokens(&invitation.url),
+            token = tokens(&invitation.token),
         ),
     )
 }
@@ -384,5 +466,31 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
+    }
+
+    #[test]
+    fn long_values_wrap_between_groups_only() {
+        let fp = (0..32)
+            .map(|b| format!("{b:02X}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        let html = tokens(&fp);
+        let groups: Vec<&str> = html
+            .split("<wbr>")
+            .map(|g| {
+                g.trim_start_matches("<span class=\"token\">")
+                    .trim_end_matches("</span>")
+            })
+            .collect();
+        // Whole bytes only: each group ends after a colon, but the last.
+        assert_eq!(groups.concat(), fp);
+        assert!(
+            groups.iter().all(|g| g.len() <= TOKEN_GROUP_CHARS),
+            "{groups:?}"
+        );
+        assert!(groups[..groups.len() - 1].iter().all(|g| g.ends_with(':')));
+        assert_eq!(tokens("a<b"), "<span class=\"token\">a&lt;b</span>");
+        let long = "x".repeat(50);
+        assert_eq!(tokens(&long).matches("<wbr>").count(), 2);
     }
 }

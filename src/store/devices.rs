@@ -41,6 +41,13 @@ pub struct Device {
     /// The outbox head when the device last disconnected: it saw everything up to here live.
     #[serde(default)]
     pub seen_cursor: u64,
+    /// The address of its last good hello, for the owner to recognise it.
+    #[serde(default)]
+    pub last_address: Option<String>,
+    /// The push service the app named in its last hello's `caps.push` (`fcm`, `ntfy`, …): the
+    /// one hint of its platform the protocol carries.
+    #[serde(default)]
+    pub push_via: Option<String>,
 }
 
 impl Store {

@@ -174,6 +174,8 @@ mod tests {
             ntfy_topic: None,
             token_hash: hash.to_vec(),
             seen_cursor: 0,
+            last_address: None,
+            push_via: None,
         }
     }
 

@@ -103,13 +103,6 @@ impl Updates {
     }
 
     fn check_and_stage(&self, received: &Path, consent: Consent) -> Result<Verified, Error> {
-        if !self.config.helper_dir.is_dir() {
-            return Err(Error::Refused(format!(
-                "this system has no update helper ({} is missing): install the gateway's .deb \
-                 package, or update it by hand",
-                self.config.helper_dir.display()
-            )));
-        }
         if let Some(waiting) = self.staged_request() {
             // A second click (a stale page, the daily check) must not swap the file under a
             // helper that is taking it; one the helper never took (no path unit) is replaced.
@@ -132,11 +125,26 @@ impl Updates {
             )));
         }
         let verified = bundle::verify(received, &keys::trusted(&self.config.keys_dir))?;
-        policy::check(
-            &verified,
-            consent,
-            Space::measure(&self.data_dir, &self.config),
-        )?;
+        let helper_installed = self.config.helper_dir.is_dir();
+        let mut space = Space::measure(&self.data_dir, &self.config);
+        if !helper_installed {
+            // Nothing will be installed here, so the room an install needs is not asked for.
+            space.data_free = u64::MAX;
+            space.binary_free = u64::MAX;
+        }
+        policy::check(&verified, consent, space)?;
+        // Checked in full first, so a box with no helper still tells a good bundle from a bad
+        // one (the Update page says a bundle is checked here).
+        if !helper_installed {
+            return Err(Error::Refused(format!(
+                "iris-gateway {} (signed by {}) is good for this box, but this system has no \
+                 update helper to install it ({} is missing): install the gateway's .deb \
+                 package, or update it by hand",
+                verified.manifest.version,
+                verified.signed_by,
+                self.config.helper_dir.display()
+            )));
+        }
         let dir = stage_dir(&self.data_dir);
         let staged = dir.join(STAGED_BUNDLE);
         std::fs::rename(received, &staged).map_err(|e| Error::io("staging", &staged, e))?;

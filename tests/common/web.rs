@@ -42,6 +42,23 @@ impl Reply {
         rest.split(end).next().unwrap_or("")
     }
 
+    /// The text of the `<code>` that follows `start`, its tags removed: long values (a token,
+    /// a URL, an id) are set as groups (`<span class="token">` between `<wbr>`s).
+    pub fn code_after(&self, start: &str) -> String {
+        let html = self.after(start, "</code>");
+        let mut text = String::new();
+        let mut in_tag = false;
+        for c in html.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                c if !in_tag => text.push(c),
+                _ => {}
+            }
+        }
+        text
+    }
+
     /// What the page says about the last form (its one-time notice).
     pub fn notice(&self) -> &str {
         self.after("id=\"notice\">", "<")

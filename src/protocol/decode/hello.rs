@@ -31,6 +31,19 @@ pub struct HelloCaps {
     /// the list is cut at [`MAX_HELLO_EXTENSIONS`] names.
     #[serde(default, deserialize_with = "extension_names")]
     pub extensions: Vec<String>,
+    /// The push service the app uses (`fcm`, `ntfy`), shown to the owner; anything but a
+    /// short string is ignored rather than refused.
+    #[serde(default, deserialize_with = "short_name")]
+    pub push: Option<String>,
+}
+
+/// A push service's name as the app says it, when it is a string of at most
+/// [`MAX_EXTENSION_NAME_BYTES`]; else none (caps are advisory).
+fn short_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_str()
+        .filter(|s| s.len() <= MAX_EXTENSION_NAME_BYTES)
+        .map(str::to_owned))
 }
 
 /// Extension names a hello may list that are looked at; the rest are ignored (this build
