@@ -418,7 +418,7 @@ mod tests {
         let sample = |i: u64| Sample {
             cpu_celsius: Some(i as f64),
             mem_used_bytes: Some(i),
-            load: (i % 2 == 0).then_some(0.5),
+            load: i.is_multiple_of(2).then_some(0.5),
             disk_written_bytes: Some(i * 1000),
         };
         day.baseline(&sample(0));
