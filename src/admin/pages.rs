@@ -482,7 +482,7 @@ pub fn devices(
                  <br><small><code>{shown_id}</code></small>{mine}</td>\
                  <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
                  <td class=\"address\" data-label=\"Last address\">{address}</td>\
-                 <td class=\"app\" data-label=\"App\">{app}</td>\
+                 <td class=\"app\" data-label=\"App / platform\">{app}</td>\
                  <td class=\"push\" data-label=\"Push\">{push}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
@@ -501,7 +501,7 @@ pub fn devices(
     } else {
         format!(
             "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
-             <th>Last address</th><th>App</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
+             <th>Last address</th><th>App / platform</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
         )
     };
     format!(
