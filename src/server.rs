@@ -364,6 +364,7 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
     ));
     crate::admin::start_schedule(&admin, core.hub.clone(), shutdown.listener());
     crate::admin::start_checks(&admin, core.hub.clone(), shutdown.listener());
+    crate::admin::start_sampling(&admin, shutdown.listener());
     let control = control::bind(data_dir).map_err(|source| RunError::Control {
         dir: data_dir.to_path_buf(),
         source,

@@ -92,6 +92,156 @@ pub fn read(data_dir: &Path) -> SystemHealth {
     }
 }
 
+/// Samples kept per series of the Status page's day of figures: 24 hours at one every
+/// [`SAMPLE_EVERY`].
+pub const HISTORY_SAMPLES: usize = 288;
+/// How often the day of figures takes a sample.
+pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// [`SAMPLE_EVERY`], or in a debug build `IRIS_GATEWAY_HEALTH_SAMPLE_MS`: tests see several
+/// samples without waiting on a five-minute clock; the release binary has no such door.
+pub fn sample_every() -> std::time::Duration {
+    let hook = cfg!(debug_assertions)
+        .then(|| std::env::var("IRIS_GATEWAY_HEALTH_SAMPLE_MS").ok())
+        .flatten()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0);
+    hook.map_or(SAMPLE_EVERY, std::time::Duration::from_millis)
+}
+
+/// The figures one sample of the day keeps: four small files, no `statvfs`, nothing written.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    pub cpu_celsius: Option<f64>,
+    /// `MemTotal - MemAvailable`.
+    pub mem_used_bytes: Option<u64>,
+    /// The 1-minute load average.
+    pub load: Option<f64>,
+    /// Bytes written to the data dir's device since boot (a counter: the day plots its steps).
+    pub disk_written_bytes: Option<u64>,
+}
+
+/// Reads one [`Sample`]; like [`read`], on a blocking thread (a failing card can hold a read).
+pub fn read_sample(data_dir: &Path) -> Sample {
+    let (total, available) = read_capped("/proc/meminfo")
+        .map(|t| parse_meminfo(&t))
+        .unwrap_or_default();
+    Sample {
+        cpu_celsius: cpu_celsius(Path::new("/sys/class/thermal")),
+        mem_used_bytes: total.zip(available).map(|(t, a)| t.saturating_sub(a)),
+        load: read_capped("/proc/loadavg")
+            .and_then(|t| parse_loadavg(&t))
+            .map(|[one, _, _]| one),
+        disk_written_bytes: disk_of(data_dir)
+            .and_then(|d| read_capped(d.join("stat")))
+            .and_then(|t| parse_block_written(&t)),
+    }
+}
+
+/// One series of the day: the last [`HISTORY_SAMPLES`] values in a fixed array (no allocation
+/// after creation, so a month of uptime costs what the first day did), `NaN` where the machine
+/// reported nothing at that sample.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    values: [f32; HISTORY_SAMPLES],
+    /// Where the next value goes (the oldest, once full).
+    next: usize,
+    len: usize,
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring {
+            values: [f32::NAN; HISTORY_SAMPLES],
+            next: 0,
+            len: 0,
+        }
+    }
+}
+
+impl Ring {
+    fn push(&mut self, value: Option<f64>) {
+        self.values[self.next] = value.map_or(f32::NAN, |v| v as f32);
+        self.next = (self.next + 1) % HISTORY_SAMPLES;
+        self.len = (self.len + 1).min(HISTORY_SAMPLES);
+    }
+
+    /// The samples, oldest first: `None` where nothing was reported.
+    pub fn values(&self) -> impl Iterator<Item = Option<f32>> + '_ {
+        let start = (self.next + HISTORY_SAMPLES - self.len) % HISTORY_SAMPLES;
+        (0..self.len).map(move |i| {
+            let v = self.values[(start + i) % HISTORY_SAMPLES];
+            v.is_finite().then_some(v)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Which of the day's series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Series {
+    Temperature,
+    Memory,
+    Load,
+    /// Bytes written to the card between one sample and the one before.
+    Written,
+}
+
+impl Series {
+    pub const ALL: [Series; 4] = [
+        Series::Temperature,
+        Series::Memory,
+        Series::Load,
+        Series::Written,
+    ];
+}
+
+/// The Status page's last 24 hours of figures, kept in memory only: a record on the card every
+/// five minutes would cost the card the wear the page is there to watch.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    rings: [Ring; 4],
+    /// The write counter at the last sample (or the baseline), for the next step.
+    last_written: Option<u64>,
+}
+
+impl History {
+    /// The write counter at start, so the first sample already has a step to show.
+    pub fn baseline(&mut self, sample: &Sample) {
+        self.last_written = sample.disk_written_bytes;
+    }
+
+    pub fn record(&mut self, sample: &Sample) {
+        // A counter that went back (another device behind the path) is no step.
+        let step = sample
+            .disk_written_bytes
+            .zip(self.last_written)
+            .and_then(|(now, before)| now.checked_sub(before));
+        self.last_written = sample.disk_written_bytes;
+        let [temp, memory, load, written] = &mut self.rings;
+        temp.push(sample.cpu_celsius);
+        memory.push(sample.mem_used_bytes.map(|b| b as f64));
+        load.push(sample.load);
+        written.push(step.map(|b| b as f64));
+    }
+
+    pub fn series(&self, which: Series) -> &Ring {
+        &self.rings[which as usize]
+    }
+
+    /// How many samples were taken (at most [`HISTORY_SAMPLES`]).
+    pub fn samples(&self) -> usize {
+        self.rings[0].len()
+    }
+}
+
 /// A file's text, at most [`READ_CAP`] bytes of it; `None` if it cannot be read.
 fn read_capped(path: impl AsRef<Path>) -> Option<String> {
     let file = std::fs::File::open(path).ok()?;
@@ -260,6 +410,58 @@ mod tests {
 
     const MEMINFO_PI: &str = "MemTotal:         944268 kB\nMemFree:          500000 kB\n\
                               MemAvailable:     712340 kB\nBuffers:           20000 kB\n";
+
+    #[test]
+    fn the_day_wraps_at_its_bound_and_keeps_its_size() {
+        let mut day = History::default();
+        let size = std::mem::size_of_val(&day);
+        let sample = |i: u64| Sample {
+            cpu_celsius: Some(i as f64),
+            mem_used_bytes: Some(i),
+            load: i.is_multiple_of(2).then_some(0.5),
+            disk_written_bytes: Some(i * 1000),
+        };
+        day.baseline(&sample(0));
+        for i in 1..=(HISTORY_SAMPLES as u64 + 10) {
+            day.record(&sample(i));
+        }
+        assert_eq!(day.samples(), HISTORY_SAMPLES);
+        assert_eq!(std::mem::size_of_val(&day), size);
+        let temps: Vec<_> = day.series(Series::Temperature).values().collect();
+        assert_eq!(temps.len(), HISTORY_SAMPLES);
+        // The ten oldest went: the day starts at sample 11 and ends at the last one.
+        assert_eq!(temps[0], Some(11.0));
+        assert_eq!(
+            temps[HISTORY_SAMPLES - 1],
+            Some(HISTORY_SAMPLES as f32 + 10.0)
+        );
+        // What a sample did not report stays a gap, not a zero.
+        let load: Vec<_> = day.series(Series::Load).values().collect();
+        assert_eq!(
+            load.iter().filter(|v| v.is_none()).count(),
+            HISTORY_SAMPLES / 2
+        );
+        // The card's series is the step since the sample before.
+        assert!(day
+            .series(Series::Written)
+            .values()
+            .all(|v| v == Some(1000.0)));
+    }
+
+    #[test]
+    fn a_write_counter_without_a_baseline_or_going_back_is_no_step() {
+        let mut day = History::default();
+        let written = |b| Sample {
+            disk_written_bytes: Some(b),
+            ..Sample::default()
+        };
+        day.record(&written(500));
+        day.record(&written(200));
+        day.record(&written(700));
+        let steps: Vec<_> = day.series(Series::Written).values().collect();
+        assert_eq!(steps, [None, None, Some(500.0)]);
+        assert!(History::default().series(Series::Memory).is_empty());
+    }
 
     #[test]
     fn meminfo_gives_total_and_available() {

@@ -107,6 +107,15 @@ async fn the_home_page_shows_the_box_refreshes_it_and_links_a_problem_to_its_fix
         ],
     );
     claim_and_go_home(&mut b, gw.addr).await;
+    // The day's first sample comes five minutes after the start: until then the page says so.
+    let collecting = b
+        .eval("document.querySelector('#day-collecting').textContent")
+        .await;
+    assert_eq!(
+        collecting,
+        json!("Collecting: the first sample in 5 minutes."),
+        "{collecting}"
+    );
 
     let h = health_json(&mut b).await;
     assert_eq!(h["status"], 200, "{h}");
@@ -395,4 +404,98 @@ async fn a_gateway_run_by_hand_offers_no_reboot_or_shut_down() {
         assert_eq!(statuses, json!([404, 404]), "{what}");
     }
     assert_eq!(std::fs::read_to_string(&marker).unwrap_or_default(), "");
+}
+
+/// Every file under `dir` with its length and modification time.
+fn files_and_mtimes(dir: &Path) -> Vec<(std::path::PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).expect("read the data dir") {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else {
+                out.push((entry.path(), meta.len(), meta.modified().unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn the_status_page_charts_the_day_from_memory_and_fits_a_phone() {
+    let Some(mut b) = Browser::start("the_status_page_charts_the_day").await else {
+        return;
+    };
+    let dir = temp_data_dir();
+    // The debug build's hook: a sample every 150 ms instead of every five minutes.
+    let gw = Gateway::start_with_env(dir.path(), &[], &[("IRIS_GATEWAY_HEALTH_SAMPLE_MS", "150")]);
+    claim_and_go_home(&mut b, gw.addr).await;
+    let on_disk = files_and_mtimes(dir.path());
+
+    const ENOUGH: u64 = 6;
+    let samples_now = "fetch('/admin/', {cache: 'no-store'}).then(r => r.text()).then(t => \
+                       +(/data-samples=\"(\\d+)\"/.exec(t) || [0, 0])[1])";
+    b.wait_for(
+        &format!("{samples_now}.then(n => n >= {ENOUGH})"),
+        "several samples of the day",
+    )
+    .await;
+    // Sampling kept nothing on the card: the data dir is as it was, file by file.
+    assert_eq!(files_and_mtimes(dir.path()), on_disk);
+
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({ "width": 360, "height": 800, "deviceScaleFactor": 1, "mobile": false }),
+    )
+    .await;
+    b.goto(&format!("http://{}/admin/", gw.addr)).await;
+    b.wait_for("document.querySelector('#day')", "the day's section")
+        .await;
+    let day = b
+        .eval(
+            "({samples: +document.querySelector('#day').dataset.samples, \
+              wide: document.documentElement.scrollWidth, \
+              figures: [...document.querySelectorAll('#day figure')].map(f => { \
+                const svg = f.querySelector('svg'); \
+                const line = f.querySelector('svg polyline'); \
+                return {id: f.id, caption: f.querySelector('figcaption').textContent, \
+                        points: line ? line.getAttribute('points').trim().split(/\\s+/).length : null, \
+                        right: svg ? svg.getBoundingClientRect().right : null, \
+                        height: svg ? svg.getBoundingClientRect().height : null}; })})",
+        )
+        .await;
+    let samples = day["samples"].as_u64().unwrap();
+    assert!(samples >= ENOUGH, "{day}");
+    assert!(day["wide"].as_u64().unwrap() <= 360, "{day}");
+    let figures = day["figures"].as_array().unwrap();
+    let ids: Vec<_> = figures.iter().map(|f| f["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        ["day-temp", "day-memory", "day-load", "day-written"],
+        "{day}"
+    );
+    for f in figures {
+        let caption = f["caption"].as_str().unwrap();
+        let reported = !caption.ends_with(NOT_REPORTED);
+        // Memory and load are in every Linux's /proc; the sensor and the card's counter may
+        // be missing in a VM or a container, and then the figure says so.
+        if matches!(f["id"].as_str(), Some("day-memory" | "day-load")) {
+            assert!(reported, "{day}");
+        }
+        if reported {
+            assert_eq!(f["points"].as_u64(), Some(samples), "{day}");
+            assert!(
+                caption.contains("now ") && caption.contains("lowest "),
+                "{day}"
+            );
+            assert!(f["right"].as_f64().unwrap() <= 360.0, "{day}");
+            assert!(f["height"].as_f64().unwrap() > 10.0, "{day}");
+        } else {
+            assert!(f["points"].is_null(), "{day}");
+        }
+    }
 }

@@ -14,7 +14,11 @@ use super::Admin;
 use crate::hub::{Hub, StatusReport};
 use crate::pairing::page::escape;
 use crate::store::human_bytes;
-use crate::system_health::{self, SystemHealth};
+use crate::system_health::{self, History, Sample, Series, SystemHealth, HISTORY_SAMPLES};
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// What the page says of a value this machine does not expose (a VM, a container, a board
 /// without the sensor): nothing is made up.
@@ -179,6 +183,160 @@ fn values(r: &StatusReport, s: &SystemHealth) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The Status page's last 24 hours (temperature, memory, load, writes to the card) and when
+/// its next sample is due. Filled by [`start_sampling`]'s task; read by the page.
+pub struct Day {
+    history: RefCell<History>,
+    next_due: Cell<Instant>,
+}
+
+impl Default for Day {
+    fn default() -> Self {
+        Day {
+            history: RefCell::default(),
+            next_due: Cell::new(Instant::now() + system_health::sample_every()),
+        }
+    }
+}
+
+/// One [`Sample`] read on a blocking thread: the event loop only awaits it.
+async fn read_sample(dir: PathBuf) -> Option<Sample> {
+    tokio::task::spawn_blocking(move || system_health::read_sample(&dir))
+        .await
+        .ok()
+}
+
+/// Takes the day's samples until the gateway stops: a baseline at once (for the first step
+/// of the write counter), then one every `system_health::sample_every()`.
+pub fn start_sampling(admin: &Admin, mut stop: crate::shutdown::Listener) {
+    let (day, dir) = (admin.day.clone(), admin.data_dir.clone());
+    let every = system_health::sample_every();
+    tokio::task::spawn_local(async move {
+        if let Some(sample) = read_sample(dir.clone()).await {
+            day.history.borrow_mut().baseline(&sample);
+        }
+        let mut tick = tokio::time::interval_at(day.next_due.get(), every);
+        // A loop held up (a long suspend) takes one sample late, not a burst to catch up.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.recv() => return,
+            }
+            day.next_due.set(Instant::now() + every);
+            if let Some(sample) = read_sample(dir.clone()).await {
+                day.history.borrow_mut().record(&sample);
+            }
+        }
+    });
+}
+
+/// `5 min`, `30 s`, `200 ms`: how long one sample's step is.
+fn span(d: Duration) -> String {
+    match d.as_secs() {
+        0 => format!("{} ms", d.as_millis()),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+/// One series as a small chart: an SVG polyline (newest at the right, a gap where nothing was
+/// reported) with its now, lowest and highest in words.
+fn sparkline(
+    id: &str,
+    label: &str,
+    values: &[Option<f32>],
+    words: impl Fn(f32) -> String,
+) -> String {
+    let present: Vec<f32> = values.iter().flatten().copied().collect();
+    let (Some(now), Some(min), Some(max)) = (
+        present.last(),
+        present.iter().copied().reduce(f32::min),
+        present.iter().copied().reduce(f32::max),
+    ) else {
+        return format!(
+            "<figure id=\"{id}\" class=\"day-figure\"><figcaption>{label}: {NOT_REPORTED}</figcaption></figure>"
+        );
+    };
+    const HEIGHT: f32 = 40.0;
+    const MARGIN: f32 = 2.0;
+    let y = |v: f32| {
+        if max > min {
+            MARGIN + (max - v) / (max - min) * (HEIGHT - 2.0 * MARGIN)
+        } else {
+            HEIGHT / 2.0
+        }
+    };
+    let offset = HISTORY_SAMPLES - values.len();
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| format!("{},{:.1}", offset + i, y(v))))
+        .collect();
+    let caption = format!(
+        "{label}: now {}, lowest {}, highest {}",
+        words(*now),
+        words(min),
+        words(max)
+    );
+    format!(
+        "<figure id=\"{id}\" class=\"day-figure\"><figcaption>{caption}</figcaption>\
+         <svg class=\"spark\" viewBox=\"0 0 {w} {HEIGHT}\" preserveAspectRatio=\"none\" \
+         role=\"img\" aria-label=\"{caption}\"><polyline fill=\"none\" stroke=\"currentColor\" \
+         stroke-width=\"1.5\" vector-effect=\"non-scaling-stroke\" points=\"{points}\"/></svg>\
+         </figure>",
+        caption = escape(&caption),
+        w = HISTORY_SAMPLES - 1,
+        points = points.join(" "),
+    )
+}
+
+/// The Status page's section of the day: a chart per series, or how long until the first
+/// sample.
+fn day_html(day: &Day) -> String {
+    let every = system_health::sample_every();
+    let history = day.history.borrow();
+    let samples = history.samples();
+    let body = if samples == 0 {
+        let left = day.next_due.get().saturating_duration_since(Instant::now());
+        let minutes = left.as_secs().div_ceil(60).max(1);
+        let unit = if minutes == 1 { "minute" } else { "minutes" };
+        format!("<p id=\"day-collecting\">Collecting: the first sample in {minutes} {unit}.</p>")
+    } else {
+        let step = span(every);
+        Series::ALL
+            .iter()
+            .map(|&series| {
+                let values: Vec<Option<f32>> = history.series(series).values().collect();
+                match series {
+                    Series::Temperature => sparkline("day-temp", "CPU temperature", &values, |c| {
+                        format!("{c:.1} °C")
+                    }),
+                    Series::Memory => sparkline("day-memory", "Memory in use", &values, |b| {
+                        human_bytes(b as u64)
+                    }),
+                    Series::Load => {
+                        sparkline("day-load", "Load (1 min)", &values, |l| format!("{l:.2}"))
+                    }
+                    Series::Written => sparkline(
+                        "day-written",
+                        &format!("Written to the card per {step}"),
+                        &values,
+                        |b| human_bytes(b as u64),
+                    ),
+                }
+            })
+            .collect()
+    };
+    let plural = if samples == 1 { "" } else { "s" };
+    format!(
+        "<section id=\"day\" data-samples=\"{samples}\"><h2>The last 24 hours</h2>\
+         <p>{samples} sample{plural}, one every {step}, kept in memory only: a restart starts \
+         the day again. Reload the page for the latest.</p>{body}</section>",
+        step = span(every),
+    )
+}
+
 /// What is wrong, from what the hub knows and what the system says, each with its fix.
 /// `low_percent`: `limits.admin_disk_low_percent`.
 pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Problem> {
@@ -328,7 +486,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
     };
     format!(
         "{problems}{status}<section id=\"box\"><h2>The box</h2>\
-         <dl id=\"box-health\" data-every=\"{every}\">{rows}</dl></section>\
+         <dl id=\"box-health\" data-every=\"{every}\">{rows}</dl></section>{day}\
          <section id=\"power\"><h2>{power_title}</h2><p>{buttons}</p>{power_note}</section>\
          <section id=\"help\"><h2>If something is wrong</h2>\
          <p id=\"help-store\"><strong>The store.</strong> The gateway keeps what it has and \
@@ -343,6 +501,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
          to a new card.</p></section>",
         problems = problems_html(&snap.problems),
         status = pages::status(report, n),
+        day = day_html(&admin.day),
     )
 }
 

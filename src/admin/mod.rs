@@ -65,6 +65,7 @@ use crate::hub::Hub;
 use crate::pairing::Invitation;
 pub use backups::start_schedule;
 use forms::post;
+pub use health::start_sampling;
 use outcome::{Outcome, Paired, Tone};
 use pages::{Notice, Shell};
 pub use reply::Body;
@@ -116,6 +117,8 @@ pub struct Admin {
     backups: Rc<crate::backups::State>,
     /// The Update page's last check (`updates.rs`).
     update_state: Rc<updates::State>,
+    /// The Status page's last 24 hours of figures, in memory only (`health.rs`).
+    day: Rc<health::Day>,
 }
 
 /// Marks a request read in full (at once for a GET or a transfer, after its form for a POST):
@@ -210,6 +213,7 @@ impl Admin {
             setup_tokens: session::SetupTokens::new(),
             backups: Rc::default(),
             update_state: Rc::default(),
+            day: Rc::default(),
             url,
             tls,
         }

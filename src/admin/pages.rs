@@ -352,6 +352,94 @@ fn push_state(d: &Device) -> String {
     }
 }
 
+/// The most of a User-Agent shown as it is, when it names no app or platform known here.
+const RAW_USER_AGENT_CHARS: usize = 60;
+
+/// "app / platform" from a WebSocket upgrade's `User-Agent`: `Iris 1.4 / Android 14`,
+/// `okhttp 4.12 / platform not told`, `Chrome 126 / Windows`; a User-Agent naming neither is
+/// shown as it is, cut. Only what the header says: nothing is guessed from its shape.
+pub fn app_and_platform(ua: &str) -> String {
+    // The first product token is the app's, unless it is a browser's `Mozilla/5.0`, whose
+    // real name comes later (Edge says Chrome and Safari too, Chrome says Safari).
+    let version_of = |name: &str| {
+        ua.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ';')
+            .find_map(|t| t.strip_prefix(name)?.strip_prefix('/'))
+            .map(|v| v.split('.').take(2).collect::<Vec<_>>().join("."))
+    };
+    // (the token naming the browser, its name, the token carrying its version)
+    let browsers = [
+        ("Firefox", "Firefox", "Firefox"),
+        ("Edg", "Edge", "Edg"),
+        ("Chrome", "Chrome", "Chrome"),
+        ("Safari", "Safari", "Version"),
+    ];
+    let browser = browsers.iter().find_map(|(token, name, carrier)| {
+        version_of(token)?;
+        let major = version_of(carrier)
+            .and_then(|v| v.split('.').next().map(str::to_owned))
+            .unwrap_or_default();
+        Some(format!("{name} {major}").trim_end().to_owned())
+    });
+    let first = ua.split_whitespace().next().and_then(|t| t.split_once('/'));
+    let app = match first {
+        Some(("Mozilla", _)) => browser,
+        Some((name, version))
+            if !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') =>
+        {
+            Some(format!("{name} {version}"))
+        }
+        _ => None,
+    };
+    let after = |marker: &str| {
+        let rest = &ua[ua.find(marker)? + marker.len()..];
+        let v: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '_')
+            .collect();
+        Some(v.replace('_', ".").trim_end_matches('.').to_owned())
+    };
+    let with = |name: &str, v: Option<String>| match v.filter(|v| !v.is_empty()) {
+        Some(v) => format!("{name} {v}"),
+        None => name.to_owned(),
+    };
+    let platform = if ua.contains("Android") {
+        Some(with("Android", after("Android")))
+    } else if ua.contains("iPhone OS") || ua.contains("iOS") || ua.contains("iPad") {
+        Some(with(
+            "iOS",
+            after("iPhone OS")
+                .or_else(|| after("iOS"))
+                .or_else(|| after("CPU OS")),
+        ))
+    } else if ua.contains("Windows") {
+        Some("Windows".to_owned())
+    } else if ua.contains("Mac OS X") || ua.contains("macOS") {
+        Some("macOS".to_owned())
+    } else if ua.contains("CrOS") {
+        Some("ChromeOS".to_owned())
+    } else if ua.contains("Linux") {
+        Some("Linux".to_owned())
+    } else {
+        None
+    };
+    match (app, platform) {
+        (None, None) => {
+            let cut: String = ua.chars().take(RAW_USER_AGENT_CHARS).collect();
+            let more = if cut.len() < ua.len() { "…" } else { "" };
+            format!("{cut}{more}")
+        }
+        (app, platform) => format!(
+            "{} / {}",
+            app.as_deref().unwrap_or("app not told"),
+            platform.as_deref().unwrap_or("platform not told")
+        ),
+    }
+}
+
 /// The devices section.
 pub fn devices(
     list: &[Device],
@@ -376,11 +464,11 @@ pub fn devices(
             } else {
                 ""
             };
-            // The protocol's hello names no app or platform: the push service is its one hint.
-            let app = d.push_via.as_deref().map_or_else(
-                || "not told".to_owned(),
-                |p| format!("an app pushing by {}", escape(p)),
-            );
+            // The schema's hello names no app or platform: the upgrade's User-Agent does.
+            let app = d
+                .user_agent
+                .as_deref()
+                .map_or_else(|| "not told".to_owned(), |ua| escape(&app_and_platform(ua)));
             let address = d
                 .last_address
                 .as_deref()
@@ -394,7 +482,7 @@ pub fn devices(
                  <br><small><code>{shown_id}</code></small>{mine}</td>\
                  <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
                  <td class=\"address\" data-label=\"Last address\">{address}</td>\
-                 <td class=\"app\" data-label=\"App\">{app}</td>\
+                 <td class=\"app\" data-label=\"App / platform\">{app}</td>\
                  <td class=\"push\" data-label=\"Push\">{push}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
                  <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
@@ -413,7 +501,7 @@ pub fn devices(
     } else {
         format!(
             "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
-             <th>Last address</th><th>App</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
+             <th>Last address</th><th>App / platform</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
         )
     };
     format!(
@@ -753,4 +841,39 @@ pub fn already_shown() -> String {
      <p>If the phone did not get it, revoke that device and pair again on \
      <a id=\"back\" href=\"/admin/devices\">Devices</a>.</p>"
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::app_and_platform;
+
+    #[test]
+    fn a_user_agent_reads_as_app_and_platform_or_is_shown_cut() {
+        let cases = [
+            ("Iris/1.4 (Android 14)", "Iris 1.4 / Android 14"),
+            ("okhttp/4.12.0", "okhttp 4.12.0 / platform not told"),
+            ("Dart/3.5 (dart:io)", "Dart 3.5 / platform not told"),
+            (
+                "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) \
+                 Chrome/126.0.0.0 Safari/537.36",
+                "Chrome 126 / Windows",
+            ),
+            (
+                "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 \
+                 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1",
+                "Safari 17 / iOS 17.4",
+            ),
+            (
+                "Mozilla/5.0 (Android 14; Mobile; rv:126.0) Gecko/126.0 Firefox/126.0",
+                "Firefox 126 / Android 14",
+            ),
+            ("Mozilla/5.0 (X11; Linux x86_64)", "app not told / Linux"),
+            ("a phone", "a phone"),
+        ];
+        for (ua, shown) in cases {
+            assert_eq!(app_and_platform(ua), shown, "{ua}");
+        }
+        let long = "x".repeat(150);
+        assert_eq!(app_and_platform(&long), format!("{}…", "x".repeat(60)));
+    }
 }

@@ -42,12 +42,12 @@ pub async fn serve_http<I>(
     transport: Transport,
     pairing: Rc<PairingPage>,
     admin: Rc<Admin>,
-) -> Option<Upgraded>
+) -> Option<(Upgraded, Option<String>)>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let hello_timeout = Duration::from_secs(hub.limits().hello_timeout_secs);
-    let upgrade: Rc<RefCell<Option<OnUpgrade>>> = Rc::default();
+    let upgrade: Rc<RefCell<Option<PendingSocket>>> = Rc::default();
     // The deadline bounds the exchange: reading the request and answering it. Work a request
     // starts that may take longer (a restore, a backup, an update check or download) is a job
     // the admin page owns (`admin/jobs.rs`), answered at once, so no deadline here cuts it.
@@ -111,7 +111,7 @@ where
             return None;
         }
     }
-    let pending = upgrade.borrow_mut().take()?;
+    let (pending, user_agent) = upgrade.borrow_mut().take()?;
     let upgraded = match tokio::time::timeout_at(deadline, pending).await {
         Ok(Ok(upgraded)) => upgraded,
         Ok(Err(e)) => {
@@ -120,8 +120,11 @@ where
         }
         Err(_) => return None,
     };
-    Some(upgraded)
+    Some((upgraded, user_agent))
 }
+
+/// An accepted upgrade and the `User-Agent` it came with (cut: `session::user_agent`).
+type PendingSocket = (OnUpgrade, Option<String>);
 
 /// A whole answer as the body type every answer shares (the admin page also streams).
 fn boxed(reply: Reply) -> Response<admin::Body> {
@@ -164,7 +167,7 @@ fn tls_required(peer: SocketAddr) -> Reply {
 async fn route(
     hub: &Rc<Hub>,
     mut req: Request<Incoming>,
-    upgrade: &RefCell<Option<OnUpgrade>>,
+    upgrade: &RefCell<Option<PendingSocket>>,
     peer: SocketAddr,
 ) -> Reply {
     let headers = req.headers();
@@ -185,7 +188,8 @@ async fn route(
     if is_upgrade {
         return match websocket_accept(&req) {
             Ok(accept) => {
-                *upgrade.borrow_mut() = Some(hyper::upgrade::on(&mut req));
+                let user_agent = crate::session::user_agent(req.headers());
+                *upgrade.borrow_mut() = Some((hyper::upgrade::on(&mut req), user_agent));
                 switching_protocols(&accept)
             }
             Err(why) => {

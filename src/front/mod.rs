@@ -77,8 +77,8 @@ pub async fn serve(
         upgraded = front => upgraded,
         _ = stop.recv() => return debug!(%peer, "gateway stopping; closed before a session began"),
     };
-    if let Some(upgraded) = upgraded {
-        session::run(hub, upgraded, peer, deadline, stop).await;
+    if let Some((upgraded, user_agent)) = upgraded {
+        session::run(hub, upgraded, peer, user_agent, deadline, stop).await;
     }
 }
 
@@ -92,7 +92,7 @@ async fn front(
     tls: Option<Rc<Tls>>,
     pairing: Rc<PairingPage>,
     admin: Rc<Admin>,
-) -> Option<Upgraded> {
+) -> Option<(Upgraded, Option<String>)> {
     let Some(tls) = tls else {
         return serve_http(
             hub,

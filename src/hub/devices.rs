@@ -26,7 +26,13 @@ impl Hub {
     /// long the lookup takes depends only on the hash of what was presented, and learning how
     /// many leading bytes of that hash match a stored one tells nothing about any token (it
     /// would take a SHA-256 preimage to use it), so the check is constant-time in the secret.
-    pub fn authenticate(&self, hello: &Hello, ip: IpAddr) -> Result<Device, Refusal> {
+    /// `user_agent`: the upgrade request's, already cut (`session::user_agent`).
+    pub fn authenticate(
+        &self,
+        hello: &Hello,
+        ip: IpAddr,
+        user_agent: Option<&str>,
+    ) -> Result<Device, Refusal> {
         let limit = self.config.limits.bad_hellos_per_minute;
         if self.is_shutting_down() {
             return Err(Refusal::new(
@@ -73,6 +79,7 @@ impl Hub {
         device.last_seen_ms = Some(ids::now_ms());
         device.last_address = Some(ip.to_string());
         device.push_via = hello.caps.push.clone();
+        device.user_agent = user_agent.map(str::to_owned);
         if let Some(app_id) = hello.device_id.as_deref().filter(|s| s.len() <= 128) {
             device.app_device_id = Some(app_id.to_owned());
         }
@@ -194,6 +201,7 @@ pub fn new_device(name: &str, origin: DeviceOrigin) -> (Device, String) {
         seen_cursor: 0,
         last_address: None,
         push_via: None,
+        user_agent: None,
     };
     (device, token)
 }

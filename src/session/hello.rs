@@ -24,6 +24,7 @@ pub async fn gate(
     hub: &Rc<Hub>,
     ws: &mut Ws,
     peer: SocketAddr,
+    user_agent: Option<&str>,
     deadline: tokio::time::Instant,
 ) -> Option<Rc<Outlet>> {
     let refuse = |id, code, msg: String| Frame::error(id, code, msg).encode();
@@ -77,7 +78,7 @@ pub async fn gate(
         close_with(ws, e, CloseCode::Policy, "hello required").await;
         return None;
     };
-    match hub.authenticate(hello, peer.ip()) {
+    match hub.authenticate(hello, peer.ip(), user_agent) {
         Ok(device) => {
             let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
             outlet.set_append_updates(hello.wants(crate::protocol::EXT_UPDATE_APPEND));

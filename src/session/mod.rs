@@ -69,6 +69,27 @@ async fn websocket(upgraded: Upgraded, limits: &Limits) -> Ws {
     .await
 }
 
+/// The most kept of an upgrade's `User-Agent` (the Devices page's "app / platform"): an app's
+/// is a few dozen bytes, a browser's about 120.
+pub const MAX_USER_AGENT_BYTES: usize = 200;
+
+/// The upgrade request's `User-Agent`, cut to [`MAX_USER_AGENT_BYTES`] on a character boundary,
+/// control characters left out; `None` when absent or blank. The schema's `hello` names no app
+/// or platform: this header is where a device says which it is.
+pub fn user_agent(headers: &hyper::HeaderMap) -> Option<String> {
+    let raw = headers.get(hyper::header::USER_AGENT)?.as_bytes();
+    let text = String::from_utf8_lossy(&raw[..raw.len().min(MAX_USER_AGENT_BYTES + 4)]);
+    let mut kept = String::new();
+    for c in text.chars().filter(|c| !c.is_control()) {
+        if kept.len() + c.len_utf8() > MAX_USER_AGENT_BYTES {
+            break;
+        }
+        kept.push(c);
+    }
+    let kept = kept.trim();
+    (!kept.is_empty()).then(|| kept.to_owned())
+}
+
 /// Runs one device session on a socket the front upgraded, until it closes. `deadline` is when the
 /// connection's hello time (`limits.hello_timeout_secs`, counted from accept) runs out.
 /// `stop` is held until the session ends, so the server's shutdown waits for it; before the
@@ -77,12 +98,13 @@ pub async fn run(
     hub: Rc<Hub>,
     upgraded: Upgraded,
     peer: SocketAddr,
+    user_agent: Option<String>,
     deadline: tokio::time::Instant,
     mut stop: Listener,
 ) {
     let mut ws = websocket(upgraded, hub.limits()).await;
     let gate = tokio::select! {
-        gate = hello::gate(&hub, &mut ws, peer, deadline) => gate,
+        gate = hello::gate(&hub, &mut ws, peer, user_agent.as_deref(), deadline) => gate,
         _ = stop.recv() => None,
     };
     let Some(outlet) = gate else {
@@ -103,4 +125,33 @@ pub async fn run(
         writer.abort();
     }
     info!(%peer, device = %outlet.device_id, conn = outlet.conn_id, coalesced = outlet.coalesced(), "device disconnected");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{user_agent, MAX_USER_AGENT_BYTES};
+    use hyper::header::{HeaderMap, HeaderValue, USER_AGENT};
+
+    fn of(value: &[u8]) -> Option<String> {
+        let mut headers = HeaderMap::new();
+        headers.insert(USER_AGENT, HeaderValue::from_bytes(value).unwrap());
+        user_agent(&headers)
+    }
+
+    #[test]
+    fn a_user_agent_is_kept_cut_on_a_character_and_without_controls() {
+        assert_eq!(
+            of(b"Iris/1.4 (Android 14)").as_deref(),
+            Some("Iris/1.4 (Android 14)")
+        );
+        assert_eq!(user_agent(&HeaderMap::new()), None);
+        assert_eq!(of(b"   "), None);
+        assert_eq!(of(b"a\tb").as_deref(), Some("ab"));
+        // 199 bytes, then a two-byte character that would end past the bound.
+        let long = format!("{}é and more", "x".repeat(MAX_USER_AGENT_BYTES - 1));
+        let kept = of(long.as_bytes()).unwrap();
+        assert_eq!(kept, "x".repeat(MAX_USER_AGENT_BYTES - 1));
+        let kept = of("y".repeat(5000).as_bytes()).unwrap();
+        assert_eq!(kept.len(), MAX_USER_AGENT_BYTES);
+    }
 }

@@ -48,6 +48,10 @@ pub struct Device {
     /// one hint of its platform the protocol carries.
     #[serde(default)]
     pub push_via: Option<String>,
+    /// The `User-Agent` of the WebSocket upgrade of its last good hello (at most
+    /// `session::MAX_USER_AGENT_BYTES`): the app and platform the Devices page shows.
+    #[serde(default)]
+    pub user_agent: Option<String>,
 }
 
 impl Store {

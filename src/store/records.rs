@@ -176,6 +176,7 @@ mod tests {
             seen_cursor: 0,
             last_address: None,
             push_via: None,
+            user_agent: None,
         }
     }
 

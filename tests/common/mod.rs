@@ -881,7 +881,32 @@ impl Client {
 
     /// For tests that expect the upgrade to be refused or the port to be closed.
     pub async fn try_open(url: &str) -> Result<Client, String> {
-        match tokio::time::timeout(DEFAULT_TIMEOUT, tokio_tungstenite::connect_async(url)).await {
+        Client::try_open_with(url, &[]).await
+    }
+
+    /// As [`Client::open`], the upgrade request carrying `headers` too (a `User-Agent`, as an
+    /// app's HTTP library sends one).
+    pub async fn open_with(url: &str, headers: &[(&str, &str)]) -> Client {
+        match Client::try_open_with(url, headers).await {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    async fn try_open_with(url: &str, headers: &[(&str, &str)]) -> Result<Client, String> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+        let mut request = url
+            .into_client_request()
+            .map_err(|e| format!("{url} is no WebSocket URL: {e}"))?;
+        for (name, value) in headers {
+            request.headers_mut().insert(
+                HeaderName::from_bytes(name.as_bytes()).expect("a header name"),
+                HeaderValue::from_str(value).expect("a header value"),
+            );
+        }
+        match tokio::time::timeout(DEFAULT_TIMEOUT, tokio_tungstenite::connect_async(request)).await
+        {
             Err(_) => Err(format!("WebSocket connect to {url} timed out")),
             Ok(Err(e)) => Err(format!("WebSocket connect to {url} failed: {e}")),
             Ok(Ok((ws, _response))) => Ok(Client::over(ws)),
