@@ -678,13 +678,17 @@ pub(super) fn transcription_from_form(
             "the language is a short code such as en or pt-BR, or empty".into(),
         ));
     }
-    let timeout = transcription_timeout(form.get("timeout_secs"))?;
+    let timeout = whole_in(
+        form.get("timeout_secs"),
+        crate::config::transcription::MAX_TIMEOUT_SECS as usize,
+        "the longest wait for a transcription is a whole number of seconds",
+    )?;
     let mut saved =
         Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     let t = &mut saved.transcription;
     t.url = Some(url.to_owned());
-    if timeout.is_some() {
-        t.timeout_secs = timeout;
+    if let Some(secs) = timeout {
+        t.timeout_secs = Some(secs as u64);
     }
     t.model = Some(if model.is_empty() { "whisper-1" } else { model }.to_owned());
     t.language = Some(language.to_owned());
@@ -780,22 +784,6 @@ fn whole_in(typed: &str, max: usize, what: &str) -> Result<Option<usize>, Refusa
     match typed.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
         _ => Err(Refusal::BadInput(format!("{what} from 1 to {max}"))),
-    }
-}
-
-/// The form's wait for a transcription, in whole seconds (1 to `MAX_TIMEOUT_SECS`); empty keeps
-/// the one in effect.
-fn transcription_timeout(typed: &str) -> Result<Option<u64>, Refusal> {
-    use crate::config::transcription::MAX_TIMEOUT_SECS;
-    let typed = typed.trim();
-    if typed.is_empty() {
-        return Ok(None);
-    }
-    match typed.parse::<u64>() {
-        Ok(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Ok(Some(secs)),
-        _ => Err(Refusal::BadInput(format!(
-            "the longest wait for a transcription is a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}"
-        ))),
     }
 }
 
