@@ -111,11 +111,10 @@ impl Config {
     /// `[transcription]` and its limit: a URL the client can call, a model to ask for.
     fn transcription_checks(&self) -> [Check; 4] {
         let t = &self.transcription;
-        let url = t.base_url();
         [
             (
                 "transcription.url",
-                url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+                off_or_http(&t.base_url()),
                 "must be empty (off) or start with http:// or https://",
             ),
             (
@@ -125,8 +124,8 @@ impl Config {
             ),
             (
                 "transcription.timeout_secs",
-                t.timeout_secs >= 1,
-                "must be at least 1",
+                (1..=super::transcription::MAX_TIMEOUT_SECS).contains(&t.timeout_secs),
+                "must be from 1 to 600",
             ),
             (
                 "limits.transcription_bytes",
@@ -143,11 +142,10 @@ impl Config {
     fn speech_checks(&self) -> [Check; 6] {
         use super::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
         let s = &self.speech;
-        let url = s.base_url();
         [
             (
                 "speech.url",
-                url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+                off_or_http(&s.base_url()),
                 "must be empty (off) or start with http:// or https://",
             ),
             (
@@ -365,9 +363,25 @@ fn check_webhooks(hooks: &[WebhookConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A service URL a client can call: empty (the service is off) or HTTP(S).
+fn off_or_http(url: &str) -> bool {
+    url.is_empty() || url.starts_with("http://") || url.starts_with("https://")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transcription_wait_is_bounded_in_the_file_as_on_the_page() {
+        let mut c = Config::default();
+        c.transcription.timeout_secs = 600;
+        assert!(c.validate().is_ok());
+        c.transcription.timeout_secs = 601;
+        assert_eq!(refused_key(c.validate()), "transcription.timeout_secs");
+        c.transcription.timeout_secs = 0;
+        assert_eq!(refused_key(c.validate()), "transcription.timeout_secs");
+    }
 
     fn with(f: impl FnOnce(&mut Limits)) -> Result<(), ConfigError> {
         let mut c = Config::default();
