@@ -223,11 +223,5 @@ fn mime_base(mime: &str) -> String {
 }
 
 fn human_bytes(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{} KiB", n >> 10)
-    } else {
-        format!("{n} bytes")
-    }
+    crate::units::human_bytes(n as u64)
 }
