@@ -222,6 +222,7 @@ fn mime_base(mime: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// The limits here are `usize`; the wording is the crate's one (`units`).
 fn human_bytes(n: usize) -> String {
     crate::units::human_bytes(n as u64)
 }
