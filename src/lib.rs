@@ -41,4 +41,5 @@ pub mod shutdown;
 pub mod store;
 pub mod system_health;
 pub mod tls;
+pub mod units;
 pub mod update;

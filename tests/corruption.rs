@@ -1,7 +1,7 @@
 //! A damaged store at start-up: the gateway exits non-zero with a message saying what is wrong
 //! and how to restore a backup, and leaves every file as it was; it never starts on a store
 //! that silently lost part of its data (sled, left alone, opens some damaged stores as empty or
-//! shorter ones: see src/store/check.rs).
+//! shorter ones: see src/store/engine/check.rs).
 //!
 //! One store is made by the real binary (messages, one over sled's 128 KiB threshold so sled
 //! keeps it in a file of its own, a channel, a clean stop and a second start so sled has its

@@ -26,6 +26,7 @@ const TIERS: &[&[&str]] = &[
         "shutdown",
         "command",
         "memory",
+        "units",
     ],
     &["config", "lan", "system_health"],
     // The wire format and the small policies over plain data.
@@ -362,6 +363,10 @@ fn imports_of(code: &str, children: &BTreeSet<String>) -> Vec<Import> {
             let at = from + p;
             from = at + root.len();
             if in_use[at] || code[..at].chars().next_back().is_some_and(is_ident) {
+                continue;
+            }
+            // `pub(in crate::store)` names where an item is visible, not something it uses.
+            if code[..at].trim_end().ends_with("(in") {
                 continue;
             }
             let tail: String = code[at..]
@@ -722,51 +727,72 @@ fn only_the_committer_commits_to_the_store() {
 }
 
 /// The store's rooms (docs/architecture.md, "The store"), in the order a start after a power cut
-/// walks them: a room may import only from rooms after its own. `mod` is the store's face (the
-/// handle, its errors, the change list, the helpers every room needs): every room may use it.
+/// walks them: a room may import only from rooms after its own. A room is a file of `src/store`
+/// (`store/x.rs` is `x`, `store/engine/x.rs` is `engine/x`); the faces `mod` (`store/mod.rs`) and
+/// `engine` (`store/engine/mod.rs`) only declare rooms and re-export, so they come first and
+/// nothing imports them: every room names the file an item lives in, and the order below is
+/// the whole of the store's dependencies, with no exemption to hide a loop behind.
 /// A file of `src/store` missing here fails, as a module missing from [`TIERS`] does.
 const STORE_ROOMS: &[&str] = &[
-    // The face.
+    // The faces.
     "mod",
-    // The small records every commit writes (devices, runs, sessions, media, …), keyed as the
-    // subjects below keep them.
-    "records",
-    // The read-only handle the doors above the hub get (`Hub::store`).
+    "engine",
+    // The read-only handle the doors above the hub get (`Hub::store`), and the backup format.
     "view",
-    // The store's API by subject: what the hub reads and writes, over the engine below.
+    "backup",
+    // The subjects that read through the handle and commit through the engine.
+    "directory",
+    "outbox",
+    "search",
+    "history",
+    "todos",
+    // The engine, in the order a start meets it: the order of a start, then its steps.
+    "engine/recovery",
+    "engine/rebuild",
+    "engine/open",
+    "engine/migrate",
+    "engine/check",
+    "engine/safety_copy",
+    "engine/witness",
+    "engine/durability",
+    "journal",
+    "engine/commit",
+    // The change list a commit applies, and the plain records it names, each with its
+    // subject's reads.
+    "change",
+    "records",
+    "read_marks",
+    "lane_models",
+    "turns",
     "agent_jobs",
     "approvals",
     "devices",
-    "directory",
     "media",
-    "outbox",
     "sessions",
-    "search",
-    "backup",
-    // The engine, in the order a start meets it: the order of a start, then its steps.
-    "recovery",
-    "rebuild",
-    "open",
-    "migrate",
-    "check",
-    "safety_copy",
-    "witness",
-    "durability",
-    "journal",
-    "commit",
-    // The records a commit writes, and history's keys.
-    "read_marks",
-    "lane_models",
-    "history",
+    // sled's handle and the state it holds.
+    "engine/handle",
+    "engine/witness_clock",
+    "engine/replay_bound",
     // The history database: its writes, the file, its query thread.
     "sql_write",
     "sql",
     "sql_query",
     // Leaves every room may reach.
+    "engine/kill_points",
+    "keys",
     "fold",
-    "kill_points",
-    "replay_bound",
+    "base",
 ];
+
+/// The store room a module is (`["store", "engine", "open"]` → `engine/open`), or `None`
+/// outside the store.
+fn store_room_of(module: &[String]) -> Option<String> {
+    match module {
+        [top] if top == "store" => Some("mod".to_owned()),
+        [top, rest @ ..] if top == "store" => Some(rest.join("/")),
+        _ => None,
+    }
+}
 
 /// Imports from one store room to a room before it in `rooms` (each naming file and line), and
 /// the store's files no room names.
@@ -777,14 +803,7 @@ fn judge_store_rooms(src: &Path, rooms: &[&str]) -> (Vec<String>, BTreeSet<Strin
         .enumerate()
         .map(|(i, f)| (f.module.clone(), i))
         .collect();
-    // `store/mod.rs` is the room "mod"; `store/x.rs` the room "x".
-    let room_of = |module: &[String]| -> Option<String> {
-        match module {
-            [top] if top == "store" => Some("mod".to_owned()),
-            [top, room] if top == "store" => Some(room.clone()),
-            _ => None,
-        }
-    };
+    let room_of = store_room_of;
     let mut backward = Vec::new();
     let mut unplaced = BTreeSet::new();
     for f in &files {
@@ -802,8 +821,8 @@ fn judge_store_rooms(src: &Path, rooms: &[&str]) -> (Vec<String>, BTreeSet<Strin
             let Some(target) = room_of(&files[j].module) else {
                 continue;
             };
-            // The face is everyone's; a room's own names are its own.
-            if target == "mod" || target == room {
+            // A room's own names are its own.
+            if target == room {
                 continue;
             }
             match rooms.iter().position(|r| *r == target) {
@@ -840,7 +859,8 @@ fn the_store_rooms_import_only_rooms_after_their_own() {
 }
 
 /// The store's check must see what it is for: a room importing an earlier one fails with its file
-/// and line, the face and later rooms pass, and an unlisted room is named.
+/// and line, an import of a face fails as one, a nested room (`engine/x`) is held as the others,
+/// later rooms pass, and an unlisted room is named.
 #[test]
 fn the_store_check_catches_an_import_back_and_an_unplaced_room() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -853,27 +873,108 @@ fn the_store_check_catches_an_import_back_and_an_unplaced_room() {
     write("lib.rs", "pub mod store;\n");
     write(
         "store/mod.rs",
-        "mod first;\nmod second;\nmod stray;\npub struct Store;\n",
+        "mod base;\nmod engine;\nmod first;\nmod second;\nmod stray;\npub use base::Store;\n",
+    );
+    write("store/base.rs", "pub struct Store;\n");
+    write("store/engine/mod.rs", "pub(super) mod deep;\n");
+    write(
+        "store/engine/deep.rs",
+        "use crate::store::base::Store;\n\npub fn d() { crate::store::first::f(); }\n",
     );
     write(
         "store/first.rs",
-        "use super::Store;\nuse super::second::g;\npub fn f() {}\n",
+        "use super::base::Store;\nuse super::second::g;\npub fn f() {}\n",
     );
     write(
         "store/second.rs",
         "use super::Store;\n\npub fn g() { super::first::f(); }\n",
     );
     write("store/stray.rs", "pub fn h() {}\n");
-    let (backward, unplaced) = judge_store_rooms(src, &["mod", "first", "second"]);
+    let rooms = ["mod", "engine", "first", "engine/deep", "second", "base"];
+    let (backward, unplaced) = judge_store_rooms(src, &rooms);
     assert_eq!(unplaced, BTreeSet::from(["stray".to_owned()]));
-    assert_eq!(backward.len(), 1, "{backward:?}");
-    assert!(backward[0].contains("second.rs:3"), "{backward:?}");
+    assert_eq!(backward.len(), 3, "{backward:?}");
+    assert!(backward[0].contains("deep.rs:3"), "{backward:?}");
+    assert!(backward[1].contains("second.rs:1"), "{backward:?}");
+    assert!(backward[2].contains("second.rs:3"), "{backward:?}");
 
-    write("store/second.rs", "use super::Store;\npub fn g() {}\n");
-    let (backward, unplaced) = judge_store_rooms(src, &["mod", "first", "second", "stray"]);
+    write("store/engine/deep.rs", "use crate::store::base::Store;\n");
+    write(
+        "store/second.rs",
+        "use super::base::Store;\npub fn g() {}\n",
+    );
+    let rooms = [
+        "mod",
+        "engine",
+        "first",
+        "engine/deep",
+        "second",
+        "stray",
+        "base",
+    ];
+    let (backward, unplaced) = judge_store_rooms(src, &rooms);
     assert!(
         backward.is_empty() && unplaced.is_empty(),
         "{backward:?} {unplaced:?}"
+    );
+}
+
+/// The store's faces: they declare rooms and re-export, nothing else, so no room needs them.
+const STORE_FACES: &[&str] = &["store/mod.rs", "store/engine/mod.rs"];
+
+/// The statements of a file's code (comments, strings and tests left out) other than a module
+/// declaration or a re-export.
+fn not_declaring_or_re_exporting(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut statement = String::new();
+    for c in code.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        statement.push(c);
+        if c == ';' && depth == 0 {
+            let s = statement.split_whitespace().collect::<Vec<_>>().join(" ");
+            let item = s
+                .strip_prefix("pub(super) ")
+                .or_else(|| s.strip_prefix("pub(crate) "))
+                .or_else(|| s.strip_prefix("pub "))
+                .unwrap_or(&s);
+            let declares = item.starts_with("mod ");
+            let re_exports = s.starts_with("pub use ") || s.starts_with("pub(crate) use ");
+            if !declares && !re_exports {
+                out.push(s);
+            }
+            statement.clear();
+        }
+    }
+    let rest = statement.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+#[test]
+fn the_store_faces_only_declare_rooms_and_re_export() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut report = String::new();
+    for face in STORE_FACES {
+        let text = std::fs::read_to_string(src.join(face)).expect("read a face");
+        for s in not_declaring_or_re_exporting(&code_only(&text)) {
+            report += &format!("{face} holds more than rooms and re-exports: {s}\n");
+        }
+    }
+    assert!(report.is_empty(), "\n{report}");
+    // The check sees what it is for.
+    let face = "//! A face.\nmod a;\npub(super) mod b;\npub use a::{X,\n    Y};\n\
+                use a::Z;\npub struct S {\n    f: u8,\n}\nfn h() {}\n\
+                #[cfg(test)]\nmod tests {\n    use super::*;\n}\n";
+    assert_eq!(
+        not_declaring_or_re_exporting(&code_only(face)),
+        ["use a::Z;", "pub struct S { f: u8, } fn h() {}"]
     );
 }
 

@@ -1,4 +1,4 @@
-//! sled's reopen for its snapshot (`Store::bound_replay`, src/store/replay_bound.rs) bounds by
+//! sled's reopen for its snapshot (`Store::bound_replay`, src/store/engine/replay_bound.rs) bounds by
 //! bytes of its log what a start after a SIGKILL replays: the log between the snapshot sled
 //! last wrote and the tip, measured here from the snapshot files' names (`snap.<log position>`),
 //! not from anything the gateway says. The floor and cap are made small by debug-build hooks, so

@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, Result, Store};
+use super::base::{from_json, Result};
+use super::engine::handle::Store;
 use crate::protocol::Lane;
 
 const AGENT_JOB_PREFIX: &[u8] = b"agent_job/";

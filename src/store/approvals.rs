@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, Result, Store};
+use super::base::{from_json, Result};
+use super::engine::handle::Store;
 use crate::approval::ApprovalRequest;
 use crate::protocol::Lane;
 

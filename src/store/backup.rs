@@ -29,7 +29,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{Store, StoreError, LAYOUT_VERSION};
+use super::base::{StoreError, LAYOUT_VERSION};
+use super::engine::handle::Store;
 
 pub const MAGIC: &[u8; 20] = b"IRIS-GATEWAY-BACKUP\n";
 /// Version of the file format above (not of the store layout, which the header also carries).
@@ -361,8 +362,8 @@ impl Store {
             .hist
             .export(
                 |lane, seq, m| {
-                    let key = super::history::message_key(lane, seq);
-                    w.entry(&key, &super::to_json(m)).map_err(io_store)?;
+                    let key = super::keys::message_key(lane, seq);
+                    w.entry(&key, &super::base::to_json(m)).map_err(io_store)?;
                     entries += 1;
                     Ok(())
                 },
@@ -414,7 +415,8 @@ impl HistoryRows {
         let bad = |what: &str| io::Error::other(format!("a damaged {what} entry"));
         match tree {
             b"messages" => {
-                let (lane, seq) = super::migrate::split_key(k).ok_or_else(|| bad("message"))?;
+                let (lane, seq) =
+                    super::engine::migrate::split_key(k).ok_or_else(|| bad("message"))?;
                 let m = serde_json::from_slice(v).map_err(|_| bad("message"))?;
                 self.rows.push((lane, seq, m));
             }
@@ -428,7 +430,7 @@ impl HistoryRows {
                     String::from_utf8_lossy(message).into_owned(),
                 ));
             }
-            _ => self.applied = super::u64_from(v),
+            _ => self.applied = super::base::u64_from(v),
         }
         Ok(())
     }
@@ -466,7 +468,7 @@ pub fn restore_into(
         file: media_dir.display().to_string(),
         source,
     })?;
-    let db = super::open::sled_config(&db_path, 1 << 20)
+    let db = super::engine::open::sled_config(&db_path, 1 << 20)
         .open()
         .map_err(StoreError::from)?;
     let mut restore = Restore {

@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, Result, Store};
+use super::base::{from_json, Result};
+use super::engine::handle::Store;
 
 /// Why a device record exists: minted by `pair`, or the code printed when a gateway with no
 /// devices starts (replaced at each start until a device uses it).

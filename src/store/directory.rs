@@ -2,7 +2,8 @@
 
 use crate::protocol::{Channel, ChannelKind};
 
-use super::{from_json, to_json, Result, Store};
+use super::base::{from_json, to_json, Result};
+use super::engine::handle::Store;
 
 /// The channel every fresh gateway starts with. It is the default until the user picks another.
 pub const DEFAULT_CHAT_ID: &str = "default";

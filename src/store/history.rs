@@ -8,55 +8,14 @@ use std::time::Duration;
 
 use crate::protocol::{HistoryMessage, Lane};
 
-use super::{Result, Store};
+use super::base::Result;
+use super::engine::handle::Store;
 
 /// One page of a lane's history, in chronological order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryPage {
     pub messages: Vec<HistoryMessage>,
     pub has_more: bool,
-}
-
-/// The layout-1 sled key prefix of a lane (`chat_id 0x00 thread_id 0x00`): still the key of
-/// the `todos` and `sessions` trees, and of history entries in backups.
-pub(super) fn lane_prefix(lane: &Lane) -> Vec<u8> {
-    let mut k = Vec::with_capacity(lane.chat_id.len() + 24);
-    k.extend_from_slice(lane.chat_id.as_bytes());
-    k.push(0);
-    if let Some(t) = &lane.thread_id {
-        k.extend_from_slice(t.as_bytes());
-    }
-    k.push(0);
-    k
-}
-
-pub(super) fn message_key(lane: &Lane, seq: u64) -> Vec<u8> {
-    let mut k = lane_prefix(lane);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-pub(super) fn lane_from_prefix(prefix: &[u8]) -> Option<Lane> {
-    let mut parts = prefix.split(|b| *b == 0);
-    let chat = std::str::from_utf8(parts.next()?).ok()?;
-    let thread = std::str::from_utf8(parts.next()?).ok()?;
-    Some(Lane::new(chat, (!thread.is_empty()).then_some(thread)))
-}
-
-/// Every record of a tree keyed by lane (`lane_prefix`): one per lane, so bounded by the
-/// directory. `what` names the record in a damage report.
-pub(super) fn per_lane<T: serde::de::DeserializeOwned>(
-    tree: &sled::Tree,
-    what: &'static str,
-) -> Result<Vec<(Lane, T)>> {
-    let mut out = Vec::new();
-    for item in tree.iter() {
-        let (k, v) = item?;
-        if let Some(lane) = lane_from_prefix(&k) {
-            out.push((lane, super::from_json(&v, what)?));
-        }
-    }
-    Ok(out)
 }
 
 impl Store {
@@ -159,12 +118,12 @@ impl Store {
         let mut media = Vec::new();
         for m in &doomed {
             media.extend(m.media.iter().map(|r| r.media_id.clone()));
-            self.commit(&[super::Change::DeleteMessage {
+            self.commit(&[super::change::Change::DeleteMessage {
                 tombstone: tombstone(&m.message_id),
                 message_id: m.message_id.clone(),
             }])?;
         }
-        self.commit(&[super::Change::PurgeHistory {
+        self.commit(&[super::change::Change::PurgeHistory {
             chat_id: chat_id.to_owned(),
             thread_id: thread_id.map(str::to_owned),
         }])?;
@@ -177,9 +136,9 @@ impl Store {
 pub fn purge_changes(
     ids: &[String],
     tombstone: impl Fn(&str) -> bytes::Bytes,
-) -> Vec<super::Change> {
+) -> Vec<super::change::Change> {
     ids.iter()
-        .map(|id| super::Change::DeleteMessage {
+        .map(|id| super::change::Change::DeleteMessage {
             tombstone: tombstone(id),
             message_id: id.clone(),
         })

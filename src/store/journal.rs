@@ -7,8 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::kill_points::{kill_now, kill_point};
-use super::{from_json, sql_query, sql_write, u64_from, Result, Store, StoreError, Trees};
+use super::base::{from_json, u64_from, Result, StoreError};
+use super::engine::handle::{Store, Trees};
+use super::engine::kill_points::{kill_now, kill_point};
+use super::{sql_query, sql_write};
 
 impl Store {
     /// At open: what sled made durable before a crash but the history database lost or never

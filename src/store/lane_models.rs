@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::history::{lane_prefix, per_lane};
-use super::{Result, Store};
+use super::base::Result;
+use super::engine::handle::Store;
+use super::keys::{lane_prefix, per_lane};
 use crate::protocol::Lane;
 
 /// The model a lane's turns ask for, and the provider that serves it where the agent lists

@@ -16,7 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{from_json, Result, Store};
+use super::base::{from_json, Result};
+use super::engine::handle::Store;
 use crate::protocol::MediaRef;
 
 /// One stored file.

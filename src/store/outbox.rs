@@ -15,7 +15,8 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{Result, Store};
+use super::base::Result;
+use super::engine::handle::Store;
 
 /// The gaps left by restores, in `meta` (JSON, oldest first).
 const META_GAPS: &[u8] = b"cursor_gaps";
@@ -42,7 +43,7 @@ impl Store {
         let end = upto.to_be_bytes();
         for item in self.t()?.outbox.range(start..=end).take(max) {
             let (k, v) = item?;
-            out.push((super::u64_from(&k), Bytes::copy_from_slice(&v)));
+            out.push((super::base::u64_from(&k), Bytes::copy_from_slice(&v)));
         }
         Ok(out)
     }
@@ -53,14 +54,14 @@ impl Store {
             .t()?
             .outbox
             .first()?
-            .map(|(k, _)| super::u64_from(&k))
+            .map(|(k, _)| super::base::u64_from(&k))
             .unwrap_or(0))
     }
 
     /// The gaps restores left in the cursors (oldest first).
     pub fn cursor_gaps(&self) -> Result<Vec<CursorGap>> {
         match self.t()?.meta.get(META_GAPS)? {
-            Some(v) => super::from_json(&v, "cursor gaps"),
+            Some(v) => super::base::from_json(&v, "cursor gaps"),
             None => Ok(Vec::new()),
         }
     }
@@ -96,10 +97,10 @@ impl Store {
         if gaps.len() > MAX_GAPS {
             gaps.remove(0);
         }
-        let (raised, record) = super::commit::raised_record(*heads, floor);
+        let (raised, record) = super::engine::commit::raised_record(*heads, floor);
         let mut batch = sled::Batch::default();
-        batch.insert(META_GAPS, super::to_json(&gaps));
-        batch.insert(super::commit::META_COMMIT, record);
+        batch.insert(META_GAPS, super::base::to_json(&gaps));
+        batch.insert(super::engine::commit::META_COMMIT, record);
         self.note_failure(t.meta.apply_batch(batch))?;
         *heads = raised;
         Ok(Some(gap))
@@ -115,7 +116,7 @@ impl Store {
         let tail = t
             .outbox
             .first()?
-            .map_or(u64::MAX, |(k, _)| super::u64_from(&k));
+            .map_or(u64::MAX, |(k, _)| super::base::u64_from(&k));
         if tail > head.saturating_sub(retain) {
             return Ok(0);
         }
@@ -123,7 +124,7 @@ impl Store {
         let keep_from = keep_from(head, retain, &gaps);
         let mut dropped = 0;
         while let Some((k, _)) = t.outbox.first()? {
-            if super::u64_from(&k) >= keep_from {
+            if super::base::u64_from(&k) >= keep_from {
                 break;
             }
             if dropped == 0 {

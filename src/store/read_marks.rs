@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::history::{lane_from_prefix, lane_prefix, per_lane};
-use super::{Result, Store};
+use super::base::Result;
+use super::engine::handle::Store;
+use super::keys::{lane_from_prefix, lane_prefix, per_lane};
 use crate::protocol::Lane;
 
 /// Where a lane is read up to. `ts` is the message's own, so a later receipt for an older

@@ -10,12 +10,15 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent_jobs::agent_job_key;
+use super::agent_jobs::AgentJob;
 use super::approvals::{approval_key, run_key};
+use super::approvals::{ApprovalRecord, RunRecord};
+use super::base::to_json;
 use super::devices::Device;
-use super::history::lane_prefix;
+use super::engine::handle::Sled;
+use super::keys::lane_prefix;
 use super::media::{ref_key, MediaRecord};
 use super::sessions::{AgentSession, META_AGENT_SETTINGS};
-use super::{to_json, AgentJob, ApprovalRecord, RunRecord, Sled};
 use crate::config::AgentSettings;
 use crate::protocol::{Lane, TodoItem};
 

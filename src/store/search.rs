@@ -12,8 +12,9 @@
 //! The queries run on the history database's query thread (`Store::query`), never on the
 //! event loop.
 
+use super::base::Result;
+use super::engine::handle::Store;
 use super::fold::{is_word_char, words};
-use super::{Result, Store};
 use crate::protocol::{HistoryMessage, Lane};
 
 /// Candidates one query may look at before it answers with what it has.

@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::history::lane_prefix;
-use super::{from_json, Result, Store};
+use super::base::{from_json, Result};
+use super::engine::handle::Store;
+use super::keys::lane_prefix;
 use crate::config::AgentSettings;
 use crate::protocol::Lane;
 

@@ -19,8 +19,8 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
+use super::base::{Result, StoreError};
 use super::sql_query::{lane_of, message_of, spawn_query_thread, Job, Query};
-use super::{Result, StoreError};
 use crate::protocol::{HistoryMessage, Lane};
 
 pub const HISTORY_DIR: &str = "history";
@@ -241,9 +241,9 @@ fn reindex(conn: &mut Connection) -> Result<()> {
         "INSERT INTO search(rowid, words) SELECT seq, iris_fold(text) FROM messages",
         [],
     )?;
-    if super::kill_points::kill_hook().as_deref() == Some("reindex") {
+    if super::engine::kill_points::kill_hook().as_deref() == Some("reindex") {
         // Test hook: every row indexed, the commit not made (tests/search_fold.rs).
-        super::kill_points::kill_now();
+        super::engine::kill_points::kill_now();
     }
     tx.execute(
         "UPDATE meta SET value = ?1 WHERE key = 'schema'",

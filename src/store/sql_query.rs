@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use super::{Result, StoreError};
+use super::base::{Result, StoreError};
 use crate::protocol::{HistoryMessage, Lane};
 
 /// A read of the history database, handed to its query thread.

@@ -4,9 +4,9 @@
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use super::base::Result;
 use super::sql::History;
 use super::sql_query::message_of;
-use super::Result;
 use crate::protocol::{HistoryMessage, Lane};
 
 /// One change to history, as the journal carries it. Built and dropped one at a time, so

@@ -9,7 +9,9 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::backup::{BackupError, BackupWriter};
-use super::{Device, Result, Store};
+use super::base::Result;
+use super::devices::Device;
+use super::engine::handle::Store;
 
 /// A read-only handle on the live store (cheap to clone: it shares the store's handles).
 #[derive(Clone)]

@@ -222,12 +222,7 @@ fn mime_base(mime: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// The limits here are `usize`; the wording is the crate's one (`units`).
 fn human_bytes(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{} KiB", n >> 10)
-    } else {
-        format!("{n} bytes")
-    }
+    crate::units::human_bytes(n as u64)
 }

@@ -9,18 +9,18 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::durability::{statvfs, RESERVE_ENV, STORE_RESERVE_BYTES};
+use super::handle::{Shared, Sled, Store, Trees};
 use super::kill_points::kill_hook;
 use super::replay_bound::ReplayBound;
-use super::witness::WitnessClock;
-use super::{
-    check, classify_io, commit, migrate, sql, u64_from, Result, Shared, Sled, Store, StoreError,
-    Trees, LAYOUT_VERSION, META_LAYOUT,
-};
+use super::witness_clock::WitnessClock;
+use super::{check, commit, migrate};
+use crate::store::base::{classify_io, u64_from, Result, StoreError, LAYOUT_VERSION, META_LAYOUT};
+use crate::store::sql;
 
 /// Serializes the opening of one data dir between processes (a gateway starting while an
 /// offline `pair` runs, say): the safety copy and its putting back must never run while
 /// another process is half-way through opening the same store. Held until the open is done.
-pub(super) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
+pub(in crate::store) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
     use fs2::FileExt;
     let path = dir.join(".open-check.lock");
     let f = std::fs::OpenOptions::new()
@@ -43,7 +43,7 @@ pub(super) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
 
 impl Store {
     /// The handle around freshly opened engines, with the test knobs read (debug builds only).
-    pub(super) fn assemble(dir: &Path, cache_bytes: u64, trees: Trees) -> Store {
+    pub(in crate::store) fn assemble(dir: &Path, cache_bytes: u64, trees: Trees) -> Store {
         // The override is a test hook: debug builds only.
         let reserve = std::env::var(RESERVE_ENV)
             .ok()
@@ -71,7 +71,7 @@ impl Store {
         }
     }
 
-    pub(super) fn init_layout(&self) -> Result<()> {
+    pub(in crate::store) fn init_layout(&self) -> Result<()> {
         let t = self.t()?;
         match t.meta.get(META_LAYOUT)?.map(|v| u64_from(&v)) {
             Some(found) if found > LAYOUT_VERSION => return Err(StoreError::TooNew { found }),
@@ -191,7 +191,7 @@ fn snapshots(db: &Path) -> Vec<(u64, std::fs::DirEntry)> {
 /// The log position sled's snapshot was taken at (its file's name): the log a start replays
 /// begins there, so two of them measure the log written in between. `None` before sled wrote
 /// one (a new store).
-pub(super) fn snapshot_lsn(db: &Path) -> Option<u64> {
+pub(in crate::store) fn snapshot_lsn(db: &Path) -> Option<u64> {
     snapshots(db).last().map(|(lsn, _)| *lsn)
 }
 
@@ -217,7 +217,7 @@ fn thread_written_bytes() -> Option<u64> {
 
 /// Opens the history database of a layout-2 store: its file must be there (`create` only for
 /// a new one). Damage SQLite reports is `Damaged`.
-pub(super) fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
+pub(in crate::store) fn open_history_file(dir: &Path, create: bool) -> Result<sql::History> {
     let path = sql::history_path(dir);
     if !create && !path.exists() {
         return Err(StoreError::Damaged {
@@ -251,7 +251,7 @@ pub(super) fn open_history_file(dir: &Path, create: bool) -> Result<sql::History
 
 /// The history database for an opened sled: made for a new store, migrated from a layout-1
 /// store, or opened and looked at (bounded: the newest messages, the journal positions).
-pub(super) fn open_history(dir: &Path, s: &Sled) -> Result<sql::History> {
+pub(in crate::store) fn open_history(dir: &Path, s: &Sled) -> Result<sql::History> {
     let layout = s.meta.get(META_LAYOUT)?.map(|v| u64_from(&v));
     let hist = match layout {
         Some(found) if found > LAYOUT_VERSION => return Err(StoreError::TooNew { found }),
@@ -277,7 +277,11 @@ pub(super) fn open_history(dir: &Path, s: &Sled) -> Result<sql::History> {
 }
 
 /// Opens sled and every tree (no checks: `open` checks, `reopen` trusts what it checked).
-pub(super) fn open_sled(dir: &Path, cache_bytes: u64, lock_wait: Duration) -> Result<Sled> {
+pub(in crate::store) fn open_sled(
+    dir: &Path,
+    cache_bytes: u64,
+    lock_wait: Duration,
+) -> Result<Sled> {
     let deadline = std::time::Instant::now() + lock_wait;
     let db = loop {
         let attempt = sled_config(&dir.join("db"), cache_bytes).open();
@@ -369,7 +373,7 @@ fn open_failure(dir: &Path, source: sled::Error) -> StoreError {
 }
 
 /// The one sled configuration (also used to build a restored store).
-pub(super) fn sled_config(path: &Path, cache_bytes: u64) -> sled::Config {
+pub(in crate::store) fn sled_config(path: &Path, cache_bytes: u64) -> sled::Config {
     sled::Config::new()
         .path(path)
         .cache_capacity(cache_bytes)
@@ -390,7 +394,7 @@ fn is_lock_error(e: &std::io::Error) -> bool {
 
 /// Whether the sled database at `db` compresses (or will: a new one does). Read from the
 /// configuration sled keeps beside its log.
-pub(super) fn compresses(db: &Path) -> bool {
+pub(in crate::store) fn compresses(db: &Path) -> bool {
     // Text lines, then a CRC32 in four raw bytes: not necessarily UTF-8 as a whole.
     match std::fs::read(db.join("conf")) {
         Ok(conf) => String::from_utf8_lossy(&conf)
@@ -401,4 +405,10 @@ pub(super) fn compresses(db: &Path) -> bool {
         // before this version.
         Err(_) => false,
     }
+}
+
+/// Whether `dir` holds a store (sled's directory, there in every layout): what a read-only
+/// command checks first, since opening a store makes one.
+pub fn exists_in(dir: &Path) -> bool {
+    dir.join("db").is_dir()
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use super::kill_points::kill_point;
 use super::open::sled_config;
 use super::witness::withdraw_snapshot_claim;
-use super::{Result, StoreError};
+use crate::store::base::{Result, StoreError};
 
 const REBUILD_DIR: &str = "db.rebuild";
 const OLD_DIR: &str = "db.uncompressed";
@@ -33,7 +33,7 @@ const BATCH: usize = 1000;
 
 /// Completes or undoes a rebuild a crash interrupted (see the module comment). Run before
 /// anything opens sled. Says what it changed, if anything (for an honest refusal).
-pub(super) fn finish_or_undo(dir: &Path) -> Result<Option<String>> {
+pub(in crate::store) fn finish_or_undo(dir: &Path) -> Result<Option<String>> {
     let db = dir.join("db");
     let rebuilt = dir.join(REBUILD_DIR);
     let old = dir.join(OLD_DIR);
@@ -69,7 +69,7 @@ pub(super) fn finish_or_undo(dir: &Path) -> Result<Option<String>> {
 
 /// Copies every tree of the sled database `from` into a new compressed one beside it, and
 /// swaps it in. `from` must be the only handle on the old database; it is closed here.
-pub(super) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<()> {
+pub(in crate::store) fn compress(dir: &Path, from: sled::Db, cache_bytes: u64) -> Result<()> {
     let started = std::time::Instant::now();
     let target = dir.join(REBUILD_DIR);
     if target.exists() {
@@ -142,7 +142,7 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::open::compresses;
+    use crate::store::engine::open::compresses;
 
     fn uncompressed(dir: &Path) -> sled::Db {
         super::sled_config(&dir.join("db"), 1 << 20)

@@ -30,13 +30,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::durability::poke;
+use super::handle::{Store, Trees};
 use super::kill_points::kill_point;
 use super::open::{
     compresses, open_history, open_history_file, open_lock, open_sled, snapshot_lsn,
 };
 use super::safety_copy::{SafetyCopy, NO_COPY_NOTE};
 use super::witness::Witness;
-use super::{check, commit, rebuild, sql, Result, Store, StoreError, Trees};
+use super::{check, commit, rebuild};
+use crate::store::base::{Result, StoreError};
+use crate::store::sql;
 
 impl Store {
     /// Opens (or creates) the store, waiting up to `lock_wait` for another process (a short-lived

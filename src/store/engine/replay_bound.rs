@@ -50,7 +50,7 @@ enum Policy {
 /// What was written since sled last opened, and what the last reopen cost. One per store
 /// (behind its lock in `Shared`).
 #[derive(Debug)]
-pub(super) struct ReplayBound {
+pub(in crate::store) struct ReplayBound {
     policy: Policy,
     records: u64,
     committed: u64,
@@ -63,21 +63,21 @@ pub(super) struct ReplayBound {
 
 /// What one reopen measured, for the log.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Reopened {
-    pub(super) records: u64,
+pub(in crate::store) struct Reopened {
+    pub(in crate::store) records: u64,
     /// Bytes of values committed since the previous open.
-    pub(super) committed: u64,
+    pub(in crate::store) committed: u64,
     /// Log bytes written since the previous open (what a crash start would have replayed),
     /// when both snapshots' positions are known.
-    pub(super) log_bytes: Option<u64>,
+    pub(in crate::store) log_bytes: Option<u64>,
     /// The bound the next reopen waits for, in log bytes (`None`: by records).
-    pub(super) next_bound: Option<u64>,
+    pub(in crate::store) next_bound: Option<u64>,
 }
 
 impl ReplayBound {
     /// The bound for a store whose sled just opened with its snapshot at `lsn`; the test hooks
     /// read (debug builds only).
-    pub(super) fn new(lsn: Option<u64>) -> ReplayBound {
+    pub(in crate::store) fn new(lsn: Option<u64>) -> ReplayBound {
         let hook = |name: &str| std::env::var(name).ok().filter(|_| cfg!(debug_assertions));
         let number = |name: &str| hook(name).and_then(|v| v.parse::<u64>().ok());
         let policy = if hook(POLICY_ENV).as_deref() == Some("records") {
@@ -100,7 +100,7 @@ impl ReplayBound {
     }
 
     /// A commit of `records` sled records and about `bytes` bytes of values.
-    pub(super) fn committed(&mut self, records: u64, bytes: u64) {
+    pub(in crate::store) fn committed(&mut self, records: u64, bytes: u64) {
         self.records += records;
         self.committed += bytes;
     }
@@ -118,7 +118,7 @@ impl ReplayBound {
     }
 
     /// Whether enough was written since sled opened to reopen it.
-    pub(super) fn due(&self) -> bool {
+    pub(in crate::store) fn due(&self) -> bool {
         match self.policy {
             Policy::Records(bound) => self.records >= bound,
             Policy::LogBytes { floor, cap } => self.log_estimate() >= self.bound_bytes(floor, cap),
@@ -128,7 +128,7 @@ impl ReplayBound {
     /// sled was reopened: its snapshot is now at `lsn`, and the reopen wrote `wrote` bytes
     /// (`None` where the system cannot say). Learns the log bytes per committed byte from the
     /// two snapshots' positions.
-    pub(super) fn reopened(&mut self, lsn: Option<u64>, wrote: Option<u64>) -> Reopened {
+    pub(in crate::store) fn reopened(&mut self, lsn: Option<u64>, wrote: Option<u64>) -> Reopened {
         let log_bytes = match (self.opened_at_lsn, lsn) {
             (Some(before), Some(now)) if now > before => Some(now - before),
             _ => None,
@@ -152,20 +152,10 @@ impl ReplayBound {
     }
 
     /// sled opened again (after a storage failure, or a reopen): nothing written since.
-    pub(super) fn after_open(&mut self, lsn: Option<u64>) {
+    pub(in crate::store) fn after_open(&mut self, lsn: Option<u64>) {
         self.records = 0;
         self.committed = 0;
         self.opened_at_lsn = lsn;
-    }
-}
-
-impl super::Store {
-    /// The store's replay bound, for a commit to count into or a reopen to reset.
-    pub(super) fn replay_bound(&self) -> std::sync::MutexGuard<'_, ReplayBound> {
-        self.shared
-            .replay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

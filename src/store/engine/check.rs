@@ -33,34 +33,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::handle::Sled;
 use super::safety_copy::{SafetyCopy, NO_COPY_NOTE};
 use super::witness::{has_snapshot, stamp_files, witness_path, Witness, WITNESS_FORMAT};
-use super::{Result, Sled, StoreError, META_LAYOUT};
+use crate::store::base::{damaged_message, Result, StoreError, META_LAYOUT};
 
 /// Exit status of `run` when the store is damaged (EX_DATAERR): the systemd unit does not
 /// restart on it (`RestartPreventExitStatus=65`), since every attempt would fail the same way.
 pub const EXIT_DAMAGED: u8 = 65;
-
-/// The user-facing text of `StoreError::Damaged`. `touched`: what the start changed before it
-/// found the damage; the message says "nothing" only when that is so.
-pub fn damaged_message(dir: &Path, detail: &str, touched: &[String]) -> String {
-    let changed = if touched.is_empty() {
-        "Nothing was changed or removed.".to_owned()
-    } else {
-        format!(
-            "Before it found that, this start changed: {}; nothing else was changed or removed.",
-            touched.join("; ")
-        )
-    };
-    format!(
-        "the store in {db} is damaged: {detail}. {changed} To recover, restore your latest \
-         backup with `iris-gateway restore FILE --data-dir {dir}` (backups are made with \
-         `iris-gateway backup FILE`; restore keeps the damaged files aside). Without a backup, \
-         move {dir} aside (keep it) to start with an empty store",
-        db = dir.join("db").display(),
-        dir = dir.display(),
-    )
-}
 
 fn damaged(dir: &Path, detail: impl Into<String>) -> StoreError {
     StoreError::Damaged {
@@ -71,7 +51,7 @@ fn damaged(dir: &Path, detail: impl Into<String>) -> StoreError {
 }
 
 /// Adds what the start changed to a refusal's message (other errors pass unchanged).
-pub(super) fn with_touched(e: StoreError, notes: &[String]) -> StoreError {
+pub(in crate::store) fn with_touched(e: StoreError, notes: &[String]) -> StoreError {
     match e {
         StoreError::Damaged {
             dir,
@@ -92,7 +72,7 @@ pub(super) fn with_touched(e: StoreError, notes: &[String]) -> StoreError {
 
 /// Step 1: the files are there. `None` for a store never opened by a gateway that writes
 /// witnesses (a fresh data dir, or one from an older version).
-pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
+pub(in crate::store) fn before_open(dir: &Path) -> Result<Option<Witness>> {
     let path = witness_path(dir);
     let text = match std::fs::read(&path) {
         Ok(t) => t,
@@ -178,8 +158,12 @@ pub(super) fn before_open(dir: &Path) -> Result<Option<Witness>> {
 /// checkpoint made them durable in SQLite), and it cannot have applied more than sled ever
 /// journaled: either means the two were not written together (an older copy of one of them
 /// put back, or a lost file).
-pub(super) fn history(dir: &Path, s: &Sled, hist: &super::sql::History) -> Result<()> {
-    let path = super::sql::history_path(dir);
+pub(in crate::store) fn history(
+    dir: &Path,
+    s: &Sled,
+    hist: &crate::store::sql::History,
+) -> Result<()> {
+    let path = crate::store::sql::history_path(dir);
     let applied = hist.quick_look().map_err(|why| {
         damaged(
             dir,
@@ -201,7 +185,7 @@ pub(super) fn history(dir: &Path, s: &Sled, hist: &super::sql::History) -> Resul
         .journal
         .first()
         .map_err(meta_err)?
-        .map(|(k, _)| super::u64_from(&k));
+        .map(|(k, _)| crate::store::base::u64_from(&k));
     let complete = match first {
         Some(first) => first <= applied + 1,
         None => applied == head,
@@ -220,7 +204,7 @@ pub(super) fn history(dir: &Path, s: &Sled, hist: &super::sql::History) -> Resul
 }
 
 /// Step 3: every record reads back and nothing is missing at the end.
-pub(super) fn after_open(
+pub(in crate::store) fn after_open(
     dir: &Path,
     t: &Sled,
     witness: Option<&Witness>,
@@ -293,14 +277,14 @@ pub(super) fn after_open(
 /// store and ends the process with status 1: sled 0.34 panics on some damaged files, and the
 /// release build aborts on panics (no unwinding to catch), so the message has to be printed
 /// from the panic hook. Nothing has been written by then.
-pub(super) struct PanicGuard;
+pub(in crate::store) struct PanicGuard;
 
 /// The store being opened, the opening thread, and the safety copy to put back on a panic.
 type Opening = (PathBuf, std::thread::ThreadId, Option<PathBuf>);
 static OPENING: Mutex<Option<Opening>> = Mutex::new(None);
 
 impl PanicGuard {
-    pub(super) fn new(dir: &Path, safety: Option<&SafetyCopy>) -> PanicGuard {
+    pub(in crate::store) fn new(dir: &Path, safety: Option<&SafetyCopy>) -> PanicGuard {
         static HOOK: std::sync::Once = std::sync::Once::new();
         HOOK.call_once(|| {
             let previous = std::panic::take_hook();

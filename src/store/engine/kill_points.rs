@@ -89,7 +89,7 @@ pub fn kill_point(name: &str, flush: Option<&sled::Db>) {
 /// The test hook `IRIS_GATEWAY_KILL_AT` (tests/durability.rs): where to kill the process with
 /// SIGKILL, to prove what a crash there leaves. Debug builds only: the release binary people
 /// run never reads it.
-pub(super) fn kill_hook() -> Option<String> {
+pub(in crate::store) fn kill_hook() -> Option<String> {
     if cfg!(debug_assertions) {
         std::env::var(KILL_ENV).ok()
     } else {
@@ -98,7 +98,7 @@ pub(super) fn kill_hook() -> Option<String> {
 }
 
 /// Ends the process as a power cut would, for the kill hooks.
-pub(super) fn kill_now() {
+pub(in crate::store) fn kill_now() {
     // SAFETY: raising a signal in our own process.
     unsafe {
         libc::raise(libc::SIGKILL);

@@ -27,26 +27,21 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    sql_write, to_json, u64_from, Change, LaneModel, PendingTurn, ReadMark, Record, Result, Sled,
-    Store, VoiceMode,
-};
-use crate::protocol::Channel;
-use crate::protocol::Lane;
+use super::handle::{Heads, Sled, Store};
+use crate::protocol::{Channel, Lane};
+use crate::store::base::{to_json, u64_from, Result};
+use crate::store::change::Change;
+use crate::store::lane_models::{LaneModel, VoiceMode};
+use crate::store::read_marks::ReadMark;
+use crate::store::records::Record;
+use crate::store::sql_write;
+use crate::store::turns::PendingTurn;
 
 /// The commit record's key in `meta` (layout 3).
-pub(super) const META_COMMIT: &[u8] = b"commit";
+pub(in crate::store) const META_COMMIT: &[u8] = b"commit";
 /// Layout 2's separate heads, read once by the upgrade to layout 3.
-pub(super) const META_CURSOR_V2: &[u8] = b"cursor_head";
-pub(super) const META_JOURNAL_V2: &[u8] = b"journal_head";
-
-/// The last cursor and journal position ever assigned. Kept in the commit record, apart from
-/// the outbox and the journal, so that pruning either can never make a number be reused.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Heads {
-    pub cursor: u64,
-    pub journal: u64,
-}
+pub(in crate::store) const META_CURSOR_V2: &[u8] = b"cursor_head";
+pub(in crate::store) const META_JOURNAL_V2: &[u8] = b"journal_head";
 
 /// The commit point of the last commit: its heads and what it changed under existing keys.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -126,7 +121,7 @@ impl Store {
 /// The commit record that moves the cursor head up to `cursor` and changes nothing else, for
 /// a batch that writes it with what explains the jump (`Store::raise_cursor_head`). Nothing to
 /// redo: the record it replaces was applied when the store opened.
-pub(super) fn raised_record(heads: Heads, cursor: u64) -> (Heads, Vec<u8>) {
+pub(in crate::store) fn raised_record(heads: Heads, cursor: u64) -> (Heads, Vec<u8>) {
     let heads = Heads {
         cursor: cursor.max(heads.cursor),
         journal: heads.journal,
@@ -242,10 +237,9 @@ fn new_entries(
                 }));
             }
             Change::RemoveMedia(media_id) => {
-                let record = t
-                    .media
-                    .get(media_id.as_bytes())?
-                    .and_then(|v| serde_json::from_slice::<super::MediaRecord>(&v).ok());
+                let record = t.media.get(media_id.as_bytes())?.and_then(|v| {
+                    serde_json::from_slice::<crate::store::media::MediaRecord>(&v).ok()
+                });
                 if let Some(record) = record {
                     let count = blob_count(t, &blobs, &record.sha256)?.saturating_sub(1);
                     blobs.insert(record.sha256.clone(), count);
@@ -313,7 +307,7 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
             for tree in [&t.read_marks, &t.lane_models, &t.lane_voices] {
                 for item in tree.iter() {
                     let (k, _) = item?;
-                    if super::read_marks::in_entry(&k, id) {
+                    if crate::store::read_marks::in_entry(&k, id) {
                         tree.remove(k)?;
                     }
                 }
@@ -321,7 +315,7 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
         }
         Redo::Record(r) => r.apply(t)?,
         Redo::SetLaneModel(lane, model) => {
-            let key = super::lane_models::key(lane);
+            let key = crate::store::lane_models::key(lane);
             match model {
                 Some(m) => {
                     let value = to_json(m);
@@ -337,7 +331,7 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
             }
         }
         Redo::SetLaneVoice(lane, mode) => {
-            let key = super::lane_models::key(lane);
+            let key = crate::store::lane_models::key(lane);
             match mode {
                 Some(m) => {
                     let value = to_json(m);
@@ -353,7 +347,7 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
             }
         }
         Redo::PutReadMark(lane, mark) => {
-            let key = super::read_marks::key(lane);
+            let key = crate::store::read_marks::key(lane);
             let value = to_json(mark);
             if t.read_marks.get(&key)?.as_deref() != Some(&value[..]) {
                 t.read_marks.insert(key, value)?;
@@ -377,9 +371,9 @@ fn apply(t: &Sled, redo: &Redo) -> SledResult<()> {
 
 /// The heads as stored: the commit record's (layout 3), layout 2's two keys before the
 /// upgrade, or nothing yet (a new store).
-pub(super) fn load_heads(meta: &sled::Tree) -> Result<Heads> {
+pub(in crate::store) fn load_heads(meta: &sled::Tree) -> Result<Heads> {
     if let Some(v) = meta.get(META_COMMIT)? {
-        let record: CommitRecord = super::from_json(&v, "commit record")?;
+        let record: CommitRecord = crate::store::base::from_json(&v, "commit record")?;
         return Ok(record.heads);
     }
     let read =
@@ -392,11 +386,11 @@ pub(super) fn load_heads(meta: &sled::Tree) -> Result<Heads> {
 
 /// After a crash: cuts what a commit wrote past the heads before its record was written, and
 /// applies the last record's redo list again. Writes nothing when there is nothing to do.
-pub(super) fn recover(t: &Sled) -> Result<()> {
+pub(in crate::store) fn recover(t: &Sled) -> Result<()> {
     let Some(v) = t.meta.get(META_COMMIT)? else {
         return Ok(());
     };
-    let record: CommitRecord = super::from_json(&v, "commit record")?;
+    let record: CommitRecord = crate::store::base::from_json(&v, "commit record")?;
     let mut cut = 0u64;
     let after = |n: u64| (n + 1).to_be_bytes();
     for tree in [&t.outbox, &t.frame_of] {
@@ -424,7 +418,7 @@ pub(super) fn recover(t: &Sled) -> Result<()> {
 /// Layout 2 → 3 (and the first record of a new store): the two heads become the commit record (with nothing to redo: layout 2
 /// committed in sled transactions). The record goes first, so a crash before the layout
 /// record changes leaves a layout-2 store whose heads are still where they were.
-pub(super) fn upgrade_to_layout3(t: &Sled) -> Result<()> {
+pub(in crate::store) fn upgrade_to_layout3(t: &Sled) -> Result<()> {
     let heads = load_heads(&t.meta)?;
     let record = CommitRecord {
         heads,
@@ -432,7 +426,8 @@ pub(super) fn upgrade_to_layout3(t: &Sled) -> Result<()> {
     };
     t.meta.insert(META_COMMIT, to_json(&record))?;
     super::kill_points::kill_point("layout3-record", Some(&t.db));
-    t.meta.insert(super::META_LAYOUT, &3u64.to_be_bytes())?;
+    t.meta
+        .insert(crate::store::base::META_LAYOUT, &3u64.to_be_bytes())?;
     t.meta.remove(META_CURSOR_V2)?;
     t.meta.remove(META_JOURNAL_V2)?;
     t.db.flush()?;

@@ -16,9 +16,10 @@
 use std::path::Path;
 
 use super::commit::META_JOURNAL_V2;
-use super::sql::{self, History};
-use super::{from_json, u64_from, Result, Sled, StoreError, META_LAYOUT};
+use super::handle::Sled;
 use crate::protocol::{HistoryMessage, Lane};
+use crate::store::base::{from_json, u64_from, Result, StoreError, META_LAYOUT};
+use crate::store::sql::{self, History};
 
 /// Layout-1 trees that layout 2 keeps in the history database instead.
 const OLD_TREES: &[&str] = &["messages", "message_ids", "search", "media_uses"];
@@ -26,13 +27,13 @@ const OLD_TREES: &[&str] = &["messages", "message_ids", "search", "media_uses"];
 const BATCH: usize = 5000;
 
 /// A layout-1 history key: `chat_id 0x00 thread_id 0x00 seq(u64 BE)`.
-pub(super) fn split_key(key: &[u8]) -> Option<(Lane, u64)> {
+pub(in crate::store) fn split_key(key: &[u8]) -> Option<(Lane, u64)> {
     let at = key.len().checked_sub(8)?;
-    let lane = super::history::lane_from_prefix(&key[..at])?;
+    let lane = crate::store::keys::lane_from_prefix(&key[..at])?;
     Some((lane, u64_from(&key[at..])))
 }
 
-pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
+pub(in crate::store) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
     let started = std::time::Instant::now();
     let hist_dir = dir.join(sql::HISTORY_DIR);
     // A database left by a migration that did not finish: built again from sled.
@@ -123,7 +124,7 @@ pub(super) fn from_layout1(dir: &Path, s: &Sled) -> Result<History> {
 
 /// Drops layout-1 trees a layout-2 store still has (a crash right after the layout record
 /// changed).
-pub(super) fn drop_leftovers(s: &Sled) -> Result<()> {
+pub(in crate::store) fn drop_leftovers(s: &Sled) -> Result<()> {
     let names = s.db.tree_names();
     let mut dropped = false;
     for name in OLD_TREES {

@@ -10,12 +10,12 @@
 //! tests/start_crash.rs hold every step to that.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Result, Store};
+use super::handle::Store;
+use crate::store::base::Result;
 
 pub const WITNESS_FILE: &str = "store-witness.json";
 /// After a clean stop the store opens without the full read-back and the safety copy, unless
@@ -25,40 +25,40 @@ const FULL_CHECK_EVERY_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 const WITNESS_EVERY: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Witness {
+pub(in crate::store) struct Witness {
     /// The highest cursor known to be durable in the store when this was written.
-    pub(super) cursor_head: u64,
+    pub(in crate::store) cursor_head: u64,
     /// sled had a snapshot file (`db/snap.*`) by then: from then on a missing one is damage.
-    pub(super) snapshot: bool,
-    pub(super) updated_ms: i64,
+    pub(in crate::store) snapshot: bool,
+    pub(in crate::store) updated_ms: i64,
     /// When the store last opened and read back in full (`RECHECK_AFTER_MS`).
     #[serde(default)]
-    pub(super) checked_ms: i64,
+    pub(in crate::store) checked_ms: i64,
     /// Written by the last graceful stop after its final flush; any later write of the witness
     /// (the next open) clears it, so a crash or power cut leaves it false.
     #[serde(default)]
-    pub(super) clean: bool,
+    pub(in crate::store) clean: bool,
     #[serde(default)]
-    pub(super) about: String,
+    pub(in crate::store) about: String,
     /// 2 from this version on: `snapshot` is claimed only once the snapshot's name is durable
     /// (sled renames it into place without an fsync of its directory), and withdrawn before
     /// the compression rebuild swaps in a copy that has none yet. Older witnesses (0) made the
     /// claim without either, so their claim alone cannot prove damage (`before_open`).
     #[serde(default)]
-    pub(super) format: u32,
+    pub(in crate::store) format: u32,
     /// With `clean`: sled's files as the graceful stop left them (`stamp_files`). A start that
     /// finds them otherwise (an older copy put back, a file replaced) checks in full, with the
     /// safety copy, instead of trusting the clean stop.
     #[serde(default)]
-    pub(super) files: Option<Vec<FileStamp>>,
+    pub(in crate::store) files: Option<Vec<FileStamp>>,
 }
 
 /// The current witness format (see `Witness::format`).
-pub(super) const WITNESS_FORMAT: u32 = 2;
+pub(in crate::store) const WITNESS_FORMAT: u32 = 2;
 
 /// One file of sled's directory as the graceful stop left it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct FileStamp {
+pub(in crate::store) struct FileStamp {
     name: String,
     len: u64,
     mtime_ns: i128,
@@ -67,7 +67,7 @@ pub(super) struct FileStamp {
 
 /// Every file under `db/` (names relative to it), sorted: enough to see that the files are not
 /// the ones a clean stop left, without reading them.
-pub(super) fn stamp_files(db_dir: &Path) -> std::io::Result<Vec<FileStamp>> {
+pub(in crate::store) fn stamp_files(db_dir: &Path) -> std::io::Result<Vec<FileStamp>> {
     use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
     let mut stack = vec![db_dir.to_owned()];
@@ -97,12 +97,12 @@ pub(super) fn stamp_files(db_dir: &Path) -> std::io::Result<Vec<FileStamp>> {
 }
 
 impl Witness {
-    pub(super) fn checked_ms(&self) -> i64 {
+    pub(in crate::store) fn checked_ms(&self) -> i64 {
         self.checked_ms
     }
 
     /// Whether this open must read every record back (and take the safety copy first).
-    pub(super) fn wants_full_check(witness: Option<&Witness>) -> bool {
+    pub(in crate::store) fn wants_full_check(witness: Option<&Witness>) -> bool {
         match witness {
             None => true,
             Some(w) => !w.clean || crate::ids::now_ms() - w.checked_ms >= FULL_CHECK_EVERY_MS,
@@ -110,33 +110,11 @@ impl Witness {
     }
 }
 
-/// What the witness last said, so it is rewritten only when there is news.
-#[derive(Default)]
-pub(super) struct WitnessClock {
-    last: Mutex<Option<(Instant, u64, bool)>>,
-    checked_ms: std::sync::atomic::AtomicI64,
-}
-
-impl WitnessClock {
-    pub(super) fn checked_ms(&self) -> i64 {
-        self.checked_ms.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Whether the last witness written claimed a snapshot (made durable at open).
-    fn claims_snapshot(&self) -> bool {
-        self.last
-            .lock()
-            .ok()
-            .and_then(|l| l.map(|(_, _, snap)| snap))
-            .unwrap_or(false)
-    }
-}
-
 /// Withdraws the witness's snapshot claim, durably, before the compression rebuild puts a copy
 /// in `db/` that has no snapshot yet (a claim left standing would refuse the next start if the
 /// power went before sled wrote one: the copy is whole, only the claim was wrong). The next
 /// open claims the new snapshot once it is durable.
-pub(super) fn withdraw_snapshot_claim(dir: &Path) -> std::io::Result<()> {
+pub(in crate::store) fn withdraw_snapshot_claim(dir: &Path) -> std::io::Result<()> {
     let path = witness_path(dir);
     let text = match std::fs::read(&path) {
         Ok(t) => t,
@@ -159,13 +137,13 @@ pub(super) fn withdraw_snapshot_claim(dir: &Path) -> std::io::Result<()> {
     crate::atomic_file::write(&path, &text, 0o644)
 }
 
-pub(super) fn witness_path(dir: &Path) -> PathBuf {
+pub(in crate::store) fn witness_path(dir: &Path) -> PathBuf {
     dir.join(WITNESS_FILE)
 }
 
 /// Whether sled has a snapshot file in its directory (it writes one at every open that
 /// recovers a log, renaming it into place, so one is always there once a store was reopened).
-pub(super) fn has_snapshot(db_dir: &Path) -> bool {
+pub(in crate::store) fn has_snapshot(db_dir: &Path) -> bool {
     std::fs::read_dir(db_dir)
         .map(|entries| {
             entries.flatten().any(|e| {
@@ -181,7 +159,7 @@ impl Store {
     /// Records the store as it is on disk now (just opened or reopened: everything is durable).
     /// `checked_ms` is when every record was last read back: now after a full check, else the
     /// previous witness's.
-    pub(super) fn record_witness(&self, checked_ms: i64) {
+    pub(in crate::store) fn record_witness(&self, checked_ms: i64) {
         self.shared
             .witness
             .checked_ms
@@ -217,7 +195,7 @@ impl Store {
 
     /// After a flush made everything up to `head` durable: follows the head every
     /// `WITNESS_EVERY` (or now, with `force`).
-    pub(super) fn witness_durable(&self, head: u64, force: bool) {
+    pub(in crate::store) fn witness_durable(&self, head: u64, force: bool) {
         let (due, snapshot) = {
             let last = self.shared.witness.last.lock().ok();
             match last.as_deref().copied().flatten() {

@@ -24,8 +24,8 @@ const RECHECK_AFTER_MS: i64 = 10 * 60 * 1000;
 /// as they were. On success the copy is deleted. It costs one copy of the log per start (on a
 /// Pi's SD card about 2 s per 50 MB); when the disk has no room for it, the store opens
 /// without one and says so in the log.
-pub(super) struct SafetyCopy {
-    pub(super) root: PathBuf,
+pub(in crate::store) struct SafetyCopy {
+    pub(in crate::store) root: PathBuf,
 }
 
 pub const SAFETY_DIR: &str = ".open-check";
@@ -36,11 +36,11 @@ const SAFETY_COMPLETE: &str = "complete";
 const SAFETY_MANIFEST: &str = "manifest";
 
 /// What a refusal says when sled opened the files without a copy taken first.
-pub(super) const NO_COPY_NOTE: &str =
+pub(in crate::store) const NO_COPY_NOTE: &str =
     "sled may have rewritten parts of its files in db/ while opening them (no copy was taken first";
 
 /// What `SafetyCopy::take` did.
-pub(super) struct Taken {
+pub(in crate::store) struct Taken {
     pub copy: Option<SafetyCopy>,
     /// Why there is no copy of a store that was used before, for an honest refusal.
     pub why_none: Option<&'static str>,
@@ -52,7 +52,7 @@ impl SafetyCopy {
     /// Takes the copy, or `None` for a new store (nothing to protect), a store another process
     /// has open (sled will say so; nothing here may touch its files), or when it does not fit.
     /// The caller holds the open lock (`open_lock`).
-    pub(super) fn take(dir: &Path, witness: Option<&Witness>) -> std::io::Result<Taken> {
+    pub(in crate::store) fn take(dir: &Path, witness: Option<&Witness>) -> std::io::Result<Taken> {
         let db_dir = dir.join("db");
         let root = dir.join(SAFETY_DIR);
         let none = |why_none, put_back_leftover| Taken {
@@ -87,7 +87,7 @@ impl SafetyCopy {
                 tracing::warn!(
                     "not enough free space for a copy of the store before opening it ({} needed): \
                      opening without one, so a damaged store may be changed by the attempt",
-                    super::human_bytes(size)
+                    crate::units::human_bytes(size)
                 );
                 return Ok(none(Some("the disk had no room for it"), put_back));
             }
@@ -116,7 +116,7 @@ impl SafetyCopy {
 
     /// The open succeeded: the copy goes. Its "complete" mark first, and durably: a complete
     /// copy left behind would be put back at the next start, undoing everything written since.
-    pub(super) fn discard(self) -> std::io::Result<()> {
+    pub(in crate::store) fn discard(self) -> std::io::Result<()> {
         std::fs::remove_file(self.root.join(SAFETY_COMPLETE))?;
         std::fs::File::open(&self.root)?.sync_all()?;
         if let Err(e) = std::fs::remove_dir_all(&self.root) {
@@ -127,11 +127,11 @@ impl SafetyCopy {
     }
 
     /// The open failed: every file of `db/` is put back as it was.
-    pub(super) fn restore(self, dir: &Path) -> std::io::Result<()> {
+    pub(in crate::store) fn restore(self, dir: &Path) -> std::io::Result<()> {
         Self::put_back(dir, &self.root)
     }
 
-    pub(super) fn put_back(dir: &Path, root: &Path) -> std::io::Result<()> {
+    pub(in crate::store) fn put_back(dir: &Path, root: &Path) -> std::io::Result<()> {
         let db_dir = dir.join("db");
         let saved_db = root.join("db");
         match std::fs::read_to_string(root.join(SAFETY_MANIFEST)) {

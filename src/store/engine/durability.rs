@@ -7,14 +7,48 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{classify_io, human_bytes, Result, Shared, Store, StoreError, Trees};
+use super::handle::{Shared, Store, Trees};
+use crate::store::base::{classify_io, Result, StoreError};
+use crate::store::sql;
+use crate::store::sql_query;
+use crate::units::human_bytes;
 
 /// Free space below which the store refuses to write, so sled never meets a full disk halfway
 /// through its log (after which it stops writing until reopened). Overridable for tests with
 /// `IRIS_GATEWAY_STORE_RESERVE_BYTES` (0 lets sled itself run into the full disk; debug
 /// builds only).
 pub const STORE_RESERVE_BYTES: u64 = 8 << 20;
-pub(super) const RESERVE_ENV: &str = "IRIS_GATEWAY_STORE_RESERVE_BYTES";
+pub(in crate::store) const RESERVE_ENV: &str = "IRIS_GATEWAY_STORE_RESERVE_BYTES";
+
+/// Which failures are the storage itself failing, and which are the history database's
+/// content damaged: what the hub's health reports as `degraded`.
+impl StoreError {
+    /// The storage itself failed (as opposed to a bad record or a refused request): the
+    /// gateway reports `degraded` until it works again.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full { .. }
+                | StoreError::ReadOnly { .. }
+                | StoreError::Closed(_)
+                | StoreError::Stuck
+                | StoreError::Sled(sled::Error::Io(_))
+        ) || matches!(self, StoreError::History(e) if sql::is_io(e))
+    }
+
+    /// What the history database holds is damaged (not the disk failing, not a refused
+    /// request): whoever finds it reports it to the hub's health.
+    pub fn is_history_damage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::HistoryDamaged { .. }
+                | StoreError::Corrupt {
+                    what: sql_query::HISTORY_MESSAGE,
+                    ..
+                }
+        )
+    }
+}
 
 impl Store {
     /// Refuses writes while the data disk is read-only or has less than the reserve free, or
@@ -28,7 +62,7 @@ impl Store {
     /// As `writable`, for a write of about `bytes`: sled writes values over 128 KiB to files
     /// of their own, and one of those failing leaves sled unable to complete any flush (see
     /// `reopen`), so the room for them is checked too.
-    pub(super) fn writable_for(&self, bytes: u64) -> Result<()> {
+    pub(in crate::store) fn writable_for(&self, bytes: u64) -> Result<()> {
         if self.shared.failed.load(Ordering::SeqCst) {
             return Err(self.failure());
         }
@@ -69,7 +103,7 @@ impl Store {
     }
 
     /// What the failure that stopped sled was (full, read-only, other), as an error to report.
-    pub(super) fn failure(&self) -> StoreError {
+    pub(in crate::store) fn failure(&self) -> StoreError {
         let saved = self.shared.failure.lock().ok();
         match saved.as_deref() {
             Some(Some(StoreError::Full { detail })) => StoreError::Full {
@@ -86,7 +120,10 @@ impl Store {
     }
 
     /// Notes a failed sled write or flush (sled has stopped writing).
-    pub(super) fn note_failure<T>(&self, r: std::result::Result<T, sled::Error>) -> Result<T> {
+    pub(in crate::store) fn note_failure<T>(
+        &self,
+        r: std::result::Result<T, sled::Error>,
+    ) -> Result<T> {
         r.map_err(|e| {
             let is_io = matches!(e, sled::Error::Io(_));
             let e = StoreError::from(e);
@@ -112,7 +149,7 @@ impl Store {
 
     /// As `note_failure`, for the fsync that follows sled's flush: after a failed fsync the
     /// kernel may have dropped the dirty pages, so nothing later can be trusted either.
-    pub(super) fn note_io_failure<T>(&self, r: std::io::Result<T>) -> Result<T> {
+    pub(in crate::store) fn note_io_failure<T>(&self, r: std::io::Result<T>) -> Result<T> {
         r.map_err(sled::Error::Io)
             .or_else(|e| self.note_failure(Err(e)))
     }
@@ -233,16 +270,16 @@ fn fsync_files(t: &Trees, shared: &Shared) -> std::io::Result<()> {
 
 /// One tiny write: fails at once with sled's stored error once sled has stopped writing, and
 /// then also wakes whatever waits for a log write that will never complete.
-pub(super) fn poke(t: &Trees) -> std::result::Result<(), sled::Error> {
+pub(in crate::store) fn poke(t: &Trees) -> std::result::Result<(), sled::Error> {
     t.meta.insert(META_FLUSH_PROBE, &[]).map(|_| ())
 }
 
-pub(super) struct DiskState {
-    pub(super) available: u64,
-    pub(super) read_only: bool,
+pub(in crate::store) struct DiskState {
+    pub(in crate::store) available: u64,
+    pub(in crate::store) read_only: bool,
 }
 
-pub(super) fn statvfs(dir: &Path) -> Result<DiskState> {
+pub(in crate::store) fn statvfs(dir: &Path) -> Result<DiskState> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
         StoreError::Sled(sled::Error::Unsupported(
