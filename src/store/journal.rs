@@ -125,6 +125,30 @@ impl Store {
         }
     }
 
+    /// Whether the `sync` that just made journal entries durable should also apply them. Not
+    /// until `APPLY_EVERY_ENTRIES` have gathered: each SQLite transaction writes its own copy
+    /// of the pages it touches into the WAL (the lane's and the id index's leaves, FTS5's
+    /// structure record and a new segment, `applied`), so a few turns in one transaction
+    /// write those pages once. Nothing waits for it: every read of history catches up first
+    /// (`read_history`, `query`), and what waits is durable in sled's journal, which the next
+    /// start applies. After a failed apply every sync tries again.
+    pub(super) fn apply_due(&self, t: &Trees) -> bool {
+        let backlog = t
+            .durable_journal
+            .load(Ordering::SeqCst)
+            .saturating_sub(t.hist.applied().unwrap_or(0));
+        if backlog == 0 {
+            return false;
+        }
+        if self.history_behind().is_some() {
+            return true;
+        }
+        match apply_every() {
+            ApplyEvery::Entries(n) => backlog >= n,
+            ApplyEvery::EachTurn => t.turns.is_empty(),
+        }
+    }
+
     /// Test hook: `IRIS_GATEWAY_KILL_AT=before-apply` ends the process with SIGKILL at the
     /// first `sync` that has history changes to apply, after their sled commit is durable and
     /// before the history database has them, so the tests can prove the journal repairs it at
@@ -261,6 +285,36 @@ impl Store {
 
 /// Journal entries applied per SQLite transaction.
 const APPLY_BATCH: usize = 256;
+/// Durable journal entries a sync leaves for a later one to apply with them (`apply_due`): a
+/// demo turn journals two (the user's message and the answer), so eight turns share one
+/// transaction. It bounds what a read catches up on before it answers, and what a start after
+/// a crash applies beyond the last checkpoint.
+const APPLY_EVERY_ENTRIES: u64 = 16;
+/// Test hook (debug builds only): `IRIS_GATEWAY_APPLY_EVERY=N` applies once N entries wait,
+/// `=turn` as before batching (at each sync with no turn waiting for its answer), so the
+/// benchmarks can measure both builds' policies side by side and the tests can pin one.
+const APPLY_EVERY_ENV: &str = "IRIS_GATEWAY_APPLY_EVERY";
+
+/// When a sync applies the journal (`apply_due`).
+#[derive(Debug, Clone, Copy)]
+enum ApplyEvery {
+    Entries(u64),
+    EachTurn,
+}
+
+fn apply_every() -> ApplyEvery {
+    static POLICY: std::sync::OnceLock<ApplyEvery> = std::sync::OnceLock::new();
+    *POLICY.get_or_init(|| {
+        let hook = std::env::var(APPLY_EVERY_ENV)
+            .ok()
+            .filter(|_| cfg!(debug_assertions));
+        match hook.as_deref() {
+            Some("turn") => ApplyEvery::EachTurn,
+            Some(n) => ApplyEvery::Entries(n.parse().unwrap_or(APPLY_EVERY_ENTRIES).max(1)),
+            None => ApplyEvery::Entries(APPLY_EVERY_ENTRIES),
+        }
+    })
+}
 /// How often the journal is applied to the history database and checkpointed (fsynced)
 /// while history changes: bounds the journal in sled, the WAL, and what a start after a crash
 /// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes
