@@ -8,7 +8,6 @@ mod common;
 use std::path::Path;
 
 use common::{frame_type, hello_paired, pair, pstr, temp_data_dir, Client, Gateway};
-use serde_json::{json, Value};
 
 /// A WAL frame: its 24-byte header and one 1 KiB page (the history database's page size).
 const WAL_FRAME_BYTES: u64 = 24 + 1024;
@@ -28,38 +27,12 @@ async fn turn(c: &mut Client, text: &str) -> (String, String) {
     )
 }
 
-/// The message ids a search over every channel finds.
-async fn found(c: &mut Client, query: &str) -> Vec<String> {
-    let id = c
-        .request(
-            "search",
-            None,
-            None,
-            json!({ "query": query, "limit": 100 }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "search.results", "search `{query}`: {r}");
-    r["payload"]["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["message_id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// The ids of the default channel's newest messages, oldest first.
 async fn newest_ids(c: &mut Client) -> Vec<String> {
-    let id = c
-        .request("history", Some("default"), None, json!({ "limit": 50 }))
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "history", "{r}");
-    r["payload"]["messages"]
-        .as_array()
-        .unwrap()
+    c.newest_messages(None, 50)
+        .await
         .iter()
-        .map(|m: &Value| m["message_id"].as_str().unwrap().to_owned())
+        .map(|m| m["message_id"].as_str().unwrap().to_owned())
         .collect()
 }
 
@@ -76,7 +49,7 @@ async fn a_turn_is_found_at_once_though_history_is_applied_a_few_turns_at_a_time
     // One turn: far fewer journal entries than a batch, so nothing applied them at its syncs.
     let (asked, answered) = turn(&mut c, "a parsnip for the soup").await;
     assert_eq!(
-        found(&mut c, "parsnip").await,
+        c.search_ids("parsnip").await,
         [answered.clone(), asked.clone()]
     );
     let ids = newest_ids(&mut c).await;
@@ -102,7 +75,7 @@ async fn turns_share_the_history_databases_pages() {
     let (mut c, _) = hello_paired(&gw, &phone).await;
     // The first turn creates the lane's pages; count the steady state after it.
     turn(&mut c, "the first turn of the lane").await;
-    assert!(found(&mut c, "first").await.len() == 2);
+    assert!(c.search_ids("first").await.len() == 2);
     let before = wal_bytes(dir.path());
     let mut said = Vec::new();
     for i in 0..TURNS {
@@ -110,7 +83,7 @@ async fn turns_share_the_history_databases_pages() {
     }
     // A search applies whatever the journal still holds, and finds every turn.
     for (i, (asked, answered)) in said.iter().enumerate() {
-        let hits = found(&mut c, &format!("number{i}x")).await;
+        let hits = c.search_ids(&format!("number{i}x")).await;
         assert_eq!(hits, [answered.clone(), asked.clone()], "turn {i}");
     }
     let grown = wal_bytes(dir.path()) - before;
@@ -135,7 +108,7 @@ async fn turns_not_yet_applied_survive_a_kill() {
     let gw = Gateway::start(dir.path(), &[]);
     let (mut c, _) = hello_paired(&gw, &phone).await;
     assert_eq!(
-        found(&mut c, "beetroot").await,
+        c.search_ids("beetroot").await,
         [answered.clone(), asked.clone()]
     );
     let ids = newest_ids(&mut c).await;
