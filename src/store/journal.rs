@@ -315,6 +315,7 @@ fn apply_every() -> ApplyEvery {
         }
     })
 }
+
 /// How often the journal is applied to the history database and checkpointed (fsynced)
 /// while history changes: bounds the journal in sled, the WAL, and what a start after a crash
 /// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes
