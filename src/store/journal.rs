@@ -46,7 +46,12 @@ impl Store {
             store.catch_up();
             // Timed after the catch-up: a device pays for its query, not for others' writes.
             let started = std::time::Instant::now();
-            let r = f(q).map(|v| (v, started.elapsed()));
+            let r = match store.t().and_then(|t| Ok((store.unapplied(&t)?, t))) {
+                Ok((None, _)) => f(q),
+                Ok((Some(pending), t)) => t.hist.read_with(&pending, f),
+                Err(e) => Err(e),
+            }
+            .map(|v| (v, started.elapsed()));
             let _ = tx.send(r);
         }))?;
         drop(t);
@@ -59,7 +64,26 @@ impl Store {
         &self,
         f: impl FnOnce(&sql_query::Query<'_>) -> Result<T>,
     ) -> Result<T> {
-        self.read_history()?.hist.read(f)
+        let t = self.read_history()?;
+        match self.unapplied(&t)? {
+            None => t.hist.read(f),
+            Some(pending) => t.hist.read_with(&pending, f),
+        }
+    }
+
+    /// What sled made durable and the history database lacks after a catch-up: nothing once
+    /// it applied it all; when applying failed (a full or read-only disk), the entries a read
+    /// applies for itself alone and rolls back (`History::read_with`), so it still sees every
+    /// acknowledged message while nothing can be written: the oldest `APPLY_BATCH` of them
+    /// (a store without its free-space reserve may take more before sled meets the full disk;
+    /// the read does without the newest then, as `history_behind` says).
+    fn unapplied(&self, t: &Trees) -> Result<Option<Vec<(u64, sql_write::Op)>>> {
+        let last = t.durable_journal.load(Ordering::SeqCst);
+        let applied = t.hist.applied()?;
+        if last <= applied {
+            return Ok(None);
+        }
+        Ok(Some(journal_batch(t, applied, last)?))
     }
 
     /// Applies what is durable but not yet in the history database (off the event loop).
@@ -173,18 +197,7 @@ impl Store {
         let last = t.durable_journal.load(Ordering::SeqCst);
         let mut applied = t.hist.applied()?;
         while applied < last {
-            let mut batch = Vec::new();
-            for item in t
-                .journal
-                .range((applied + 1).to_be_bytes()..=last.to_be_bytes())
-                .take(APPLY_BATCH)
-            {
-                let (k, v) = item?;
-                batch.push((
-                    u64_from(&k),
-                    from_json::<sql_write::Op>(&v, "journal entry")?,
-                ));
-            }
+            let batch = journal_batch(&t, applied, last)?;
             let Some(&(end, _)) = batch.last() else {
                 break;
             };
@@ -281,6 +294,23 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Up to `APPLY_BATCH` journal entries after position `after`, up to `last`.
+fn journal_batch(t: &Trees, after: u64, last: u64) -> Result<Vec<(u64, sql_write::Op)>> {
+    let mut batch = Vec::new();
+    for item in t
+        .journal
+        .range((after + 1).to_be_bytes()..=last.to_be_bytes())
+        .take(APPLY_BATCH)
+    {
+        let (k, v) = item?;
+        batch.push((
+            u64_from(&k),
+            from_json::<sql_write::Op>(&v, "journal entry")?,
+        ));
+    }
+    Ok(batch)
 }
 
 /// Journal entries applied per SQLite transaction.
