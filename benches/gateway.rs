@@ -18,11 +18,13 @@
 //! - a start after a burst: process start to `hello.ack` after a SIGKILL that follows
 //!   `IRIS_BENCH_BURST` history messages written through the protocol as fast as it takes them
 //!   (CI-sized by default), against the same after a burst of 1,000, and in a debug build
-//!   against the same burst with sled reopened by records, as before (`replay_bound.rs`);
+//!   against the same burst with the journal applied at each sync, as before batching
+//!   (`IRIS_GATEWAY_APPLY_EVERY=turn`);
 //! - writes per demo turn: 4 KiB blocks dirtied between syncs and sync calls (under strace),
 //!   against a plain file with the same frames and fdatasyncs; and over a long run on a new
 //!   store (`IRIS_BENCH_TURNS`, CI-sized by default), sled's reopens included, against the
-//!   same run with them by records (side by side; a debug build selects it);
+//!   same run with each turn applied to the history database on its own, as before batching
+//!   (side by side; a debug build selects it: `IRIS_GATEWAY_APPLY_EVERY=turn`);
 //! - idle RSS, and RSS per connected idle device at 100 and 500 devices; VmRSS on an empty
 //!   store and 10 s after the owner's work on the admin page (claim, sign-ins, passphrase
 //!   change, strength checks, a backup, a restore tried, an update check), against the previous
@@ -931,7 +933,7 @@ async fn burst(url: &str, devices: &[(String, String)], n: usize) -> Duration {
 }
 
 /// Process start to `hello.ack` after a SIGKILL that follows a burst of `n` history messages
-/// written by a gateway with `env` (a debug build's replay policy); how long the burst took, and
+/// written by a gateway with `env` (a debug build's apply policy); how long the burst took, and
 /// how many times sled was reopened for its snapshot in it.
 async fn crash_after_burst(n: usize, env: &[(&str, &str)]) -> (Duration, Duration, usize) {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -967,15 +969,16 @@ async fn burst_section(opts: &Opts) {
         format!("{} (after a burst of {small})", ms(s)),
         b.as_secs_f64() / s.as_secs_f64(),
     )];
-    // The bound by records it replaced, where this build can select it (a debug build).
+    // Each turn's history applied on its own, as before the journal was applied a few
+    // entries at a time, where this build can select it (a debug build).
     if cfg!(debug_assertions) {
         let (old, took, reopens) =
-            crash_after_burst(big, &[("IRIS_GATEWAY_REPLAY_POLICY", "records")]).await;
+            crash_after_burst(big, &[("IRIS_GATEWAY_APPLY_EVERY", "turn")]).await;
         rows.push(row(
-            "the same, against the bound by records (the burst's gateway with IRIS_GATEWAY_REPLAY_POLICY=records)",
+            "the same, against the journal applied at each sync (the burst's gateway with IRIS_GATEWAY_APPLY_EVERY=turn)",
             ms(b),
             format!(
-                "{} (by records: written in {:.0} s, sled reopened {reopens} times)",
+                "{} (applied at each sync: written in {:.0} s, sled reopened {reopens} times)",
                 ms(old),
                 took.as_secs_f64()
             ),
@@ -1352,7 +1355,7 @@ fn log_field(line: &str, key: &str) -> Option<u64> {
 }
 
 /// `n` demo turns through the protocol on a new store, under strace, the gateway's environment
-/// set to `env` (a debug build's replay policy): every block written, reopens included.
+/// set to `env` (a debug build's apply policy): every block written, reopens included.
 async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ids = pair_devices(tmp.path(), 1);
@@ -1368,7 +1371,26 @@ async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
         .lines()
         .count();
     let t = Instant::now();
-    demo_turns(&mut ws, n, 0).await;
+    // In parts, each followed by the figure so far on stderr: a run cut short (the long runs
+    // take hours under strace) still says what it measured.
+    const PART: usize = 5_000;
+    let mut done = 0;
+    while done < n {
+        let part = PART.min(n - done);
+        demo_turns(&mut ws, part, done).await;
+        done += part;
+        if done < n {
+            let text = std::fs::read_to_string(&trace).unwrap_or_default();
+            let window: Vec<&str> = text.lines().skip(lines0).collect();
+            eprintln!("{done} of {n} turns, environment {env:?}:");
+            let blocks = dirty_blocks(&window);
+            eprintln!(
+                "  so far {:.0} B a turn, {:.1} ms a turn",
+                (blocks * 4096) as f64 / done as f64,
+                t.elapsed().as_secs_f64() * 1e3 / done as f64
+            );
+        }
+    }
     let elapsed = t.elapsed();
     drop(ws);
     unsafe {
@@ -1408,19 +1430,19 @@ async fn long_turns(n: usize, env: &[(&str, &str)]) -> LongRun {
     }
 }
 
-/// The long run's rows: this build's replay bound against the one it replaced (by records,
-/// selected in the same debug build by `IRIS_GATEWAY_REPLAY_POLICY=records`), run side by side;
-/// and this build's bytes per turn over the run, when it ran.
+/// The long run's rows: this build's journal applied a few turns at a time against each turn
+/// applied on its own (selected in the same debug build by `IRIS_GATEWAY_APPLY_EVERY=turn`),
+/// run side by side; and this build's bytes per turn over the run, when it ran.
 async fn long_turns_rows(opts: &Opts) -> (Vec<Row>, Option<f64>) {
     let n = std::env::var("IRIS_BENCH_TURNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if opts.quick { 300 } else { 2_000 });
-    let old_policy = [("IRIS_GATEWAY_REPLAY_POLICY", "records")];
-    // `IRIS_BENCH_LONG_POLICY=records|bytes`: one of them alone (the 50,000-turn runs take a
+    let old_policy = [("IRIS_GATEWAY_APPLY_EVERY", "turn")];
+    // `IRIS_BENCH_LONG_POLICY=turn|batched`: one of them alone (the 50,000-turn runs take a
     // while; two side by side share the cores).
     let (now, old) = match std::env::var("IRIS_BENCH_LONG_POLICY").as_deref() {
-        Ok("records") => (None, Some(long_turns(n, &old_policy).await)),
+        Ok("turn") => (None, Some(long_turns(n, &old_policy).await)),
         Ok(_) => (Some(long_turns(n, &[]).await), None),
         Err(_) => {
             let (now, old) = tokio::join!(long_turns(n, &[]), long_turns(n, &old_policy));
@@ -1450,7 +1472,7 @@ async fn long_turns_rows(opts: &Opts) -> (Vec<Row>, Option<f64>) {
     };
     let baseline = |r: &LongRun| {
         format!(
-            "{:.0} B (reopen by records, as before: {})",
+            "{:.0} B (each turn applied on its own, as before: {})",
             r.per_turn,
             describe(r)
         )
@@ -1470,7 +1492,7 @@ async fn long_turns_rows(opts: &Opts) -> (Vec<Row>, Option<f64>) {
             ratio: "—".into(),
         }],
         (None, Some(r)) => vec![Row {
-            what: "the same with the reopen by records, as before".into(),
+            what: "the same with each turn applied on its own, as before".into(),
             value: baseline(&r),
             baseline: "— (run alone)".into(),
             ratio: "—".into(),

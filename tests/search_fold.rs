@@ -12,7 +12,6 @@ use std::path::Path;
 use common::{
     connect_online, frame_type, gateway_command, pair, pstr, temp_data_dir, Client, Gateway,
 };
-use serde_json::json;
 
 /// Sends `text` to the default channel and waits for the demo agent's reply to finish; returns
 /// the user message's id.
@@ -23,26 +22,6 @@ async fn say(c: &mut Client, text: &str) -> String {
         .find(|f| frame_type(f) == "read.receipt")
         .unwrap_or_else(|| panic!("no read.receipt for `{text}`"));
     pstr(receipt, "message_id").to_owned()
-}
-
-/// The message ids a search over everything finds.
-async fn found(c: &mut Client, query: &str) -> Vec<String> {
-    let id = c
-        .request(
-            "search",
-            None,
-            None,
-            json!({ "query": query, "limit": 100 }),
-        )
-        .await;
-    let r = c.recv_reply(id).await;
-    assert_eq!(frame_type(&r), "search.results", "search `{query}`: {r}");
-    r["payload"]["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["message_id"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// The messages every case test writes: (label, text).
@@ -59,25 +38,25 @@ async fn assert_folds(c: &mut Client, ids: &[(&str, String)]) {
     let id = |label: &str| ids.iter().find(|(l, _)| *l == label).unwrap().1.clone();
     let has = |hits: &[String], label: &str| hits.contains(&id(label));
     for q in ["σας", "ΣΑΣ", "Σας"] {
-        let hits = found(c, q).await;
+        let hits = c.search_ids(q).await;
         assert!(
             has(&hits, "upper") && has(&hits, "lower"),
             "`{q}` must find both ΣΑΣ and σας: {hits:?} (ids {ids:?})"
         );
     }
     for q in ["istanbul", "İSTANBUL", "Istanbul"] {
-        let hits = found(c, q).await;
+        let hits = c.search_ids(q).await;
         assert!(has(&hits, "dotted"), "`{q}` must find İstanbul: {hits:?}");
     }
     for q in ["caf\u{e9}", "cafe\u{301}", "CAF\u{c9}"] {
-        let hits = found(c, q).await;
+        let hits = c.search_ids(q).await;
         assert!(
             has(&hits, "composed") && has(&hits, "decomposed"),
             "`{q}` must find both forms of café: {hits:?}"
         );
     }
     // Diacritics are kept, as before.
-    assert!(!has(&found(c, "creme").await, "composed"));
+    assert!(!has(&c.search_ids("creme").await, "composed"));
 }
 
 async fn write_texts(c: &mut Client) -> Vec<(&'static str, String)> {

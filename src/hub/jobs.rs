@@ -235,11 +235,20 @@ impl Hub {
     /// ran each job in a session of its own, so without them a reply to a result would reach
     /// the lane's conversation with no idea what it answers. Lines after the text in the shape
     /// of attachment lines (`\n[…]`), so a restart's recovery still knows the message.
-    pub(super) fn with_job_results(&self, lane: &Lane, current: &str, mut text: String) -> String {
+    pub(super) async fn with_job_results(
+        &self,
+        lane: &Lane,
+        current: &str,
+        mut text: String,
+    ) -> String {
         if !self.agent.has_jobs() {
             return text;
         }
-        let Ok(Some(page)) = self.store.history_page(lane, None, JOB_CONTEXT_LOOKBACK) else {
+        let Ok((Ok(page), _)) = self
+            .store
+            .query_history_page(lane.clone(), None, JOB_CONTEXT_LOOKBACK)
+            .await
+        else {
             return text;
         };
         let mut unseen: Vec<HistoryMessage> = page

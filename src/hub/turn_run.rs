@@ -157,14 +157,18 @@ impl Hub {
             })
             .collect();
         let session = self.lane_session(lane).await;
-        let text = self.with_job_results(lane, &turn.user_message_id, text);
+        let text = self
+            .with_job_results(lane, &turn.user_message_id, text)
+            .await;
         TurnInput {
             lane: lane.clone(),
             user_message_id: turn.user_message_id.clone(),
             text,
             media,
             heard,
-            history: self.past_messages(lane, &session, &turn.user_message_id),
+            history: self
+                .past_messages(lane, &session, &turn.user_message_id)
+                .await,
             session: session.session_id,
             settings: self.turn_settings(lane),
             resume_run: turn.resume_run.clone(),
@@ -429,7 +433,7 @@ impl Hub {
 
     /// The lane's messages since its conversation began, for backends that keep no history:
     /// the user's and the agent's words only (no gateway notices, no slash commands).
-    pub(super) fn past_messages(
+    pub(super) async fn past_messages(
         &self,
         lane: &Lane,
         session: &AgentSession,
@@ -439,7 +443,12 @@ impl Hub {
             return Vec::new();
         }
         let limit = self.config.agent.history_messages;
-        let Ok(Some(page)) = self.store.history_page(lane, None, limit + 1) else {
+        // On the query thread: the read first applies what the journal holds (a few turns).
+        let Ok((Ok(page), _)) = self
+            .store
+            .query_history_page(lane.clone(), None, limit + 1)
+            .await
+        else {
             return Vec::new();
         };
         // Kept messages with what was heard in their voice notes, then made text at the end.

@@ -40,8 +40,8 @@ impl Store {
         .await
     }
 
-    /// `query_history_page` on this thread (the agent's context at a turn's start: one short
-    /// index range; tools, tests).
+    /// `query_history_page` on this thread (tools, tests): it first applies what the journal
+    /// holds, so not for the event loop.
     pub fn history_page(
         &self,
         lane: &Lane,

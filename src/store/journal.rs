@@ -48,7 +48,12 @@ impl Store {
             store.catch_up();
             // Timed after the catch-up: a device pays for its query, not for others' writes.
             let started = std::time::Instant::now();
-            let r = f(q).map(|v| (v, started.elapsed()));
+            let r = match store.t().and_then(|t| Ok((store.unapplied(&t)?, t))) {
+                Ok((None, _)) => f(q),
+                Ok((Some(pending), t)) => t.hist.read_with(&pending, f),
+                Err(e) => Err(e),
+            }
+            .map(|v| (v, started.elapsed()));
             let _ = tx.send(r);
         }))?;
         drop(t);
@@ -61,7 +66,26 @@ impl Store {
         &self,
         f: impl FnOnce(&sql_query::Query<'_>) -> Result<T>,
     ) -> Result<T> {
-        self.read_history()?.hist.read(f)
+        let t = self.read_history()?;
+        match self.unapplied(&t)? {
+            None => t.hist.read(f),
+            Some(pending) => t.hist.read_with(&pending, f),
+        }
+    }
+
+    /// What sled made durable and the history database lacks after a catch-up: nothing once
+    /// it applied it all; when applying failed (a full or read-only disk), the entries a read
+    /// applies for itself alone and rolls back (`History::read_with`), so it still sees every
+    /// acknowledged message while nothing can be written: the oldest `APPLY_BATCH` of them
+    /// (a store without its free-space reserve may take more before sled meets the full disk;
+    /// the read does without the newest then, as `history_behind` says).
+    fn unapplied(&self, t: &Trees) -> Result<Option<Vec<(u64, sql_write::Op)>>> {
+        let last = t.durable_journal.load(Ordering::SeqCst);
+        let applied = t.hist.applied()?;
+        if last <= applied {
+            return Ok(None);
+        }
+        Ok(Some(journal_batch(t, applied, last)?))
     }
 
     /// Applies what is durable but not yet in the history database (off the event loop).
@@ -127,6 +151,30 @@ impl Store {
         }
     }
 
+    /// Whether the `sync` that just made journal entries durable should also apply them. Not
+    /// until `APPLY_EVERY_ENTRIES` have gathered: each SQLite transaction writes its own copy
+    /// of the pages it touches into the WAL (the lane's and the id index's leaves, FTS5's
+    /// structure record and a new segment, `applied`), so a few turns in one transaction
+    /// write those pages once. Nothing waits for it: every read of history catches up first
+    /// (`read_history`, `query`), and what waits is durable in sled's journal, which the next
+    /// start applies. After a failed apply every sync tries again.
+    pub(super) fn apply_due(&self, t: &Trees) -> bool {
+        let backlog = t
+            .durable_journal
+            .load(Ordering::SeqCst)
+            .saturating_sub(t.hist.applied().unwrap_or(0));
+        if backlog == 0 {
+            return false;
+        }
+        if self.history_behind().is_some() {
+            return true;
+        }
+        match apply_every() {
+            ApplyEvery::Entries(n) => backlog >= n,
+            ApplyEvery::EachTurn => t.turns.is_empty(),
+        }
+    }
+
     /// Test hook: `IRIS_GATEWAY_KILL_AT=before-apply` ends the process with SIGKILL at the
     /// first `sync` that has history changes to apply, after their sled commit is durable and
     /// before the history database has them, so the tests can prove the journal repairs it at
@@ -151,18 +199,7 @@ impl Store {
         let last = t.durable_journal.load(Ordering::SeqCst);
         let mut applied = t.hist.applied()?;
         while applied < last {
-            let mut batch = Vec::new();
-            for item in t
-                .journal
-                .range((applied + 1).to_be_bytes()..=last.to_be_bytes())
-                .take(APPLY_BATCH)
-            {
-                let (k, v) = item?;
-                batch.push((
-                    u64_from(&k),
-                    from_json::<sql_write::Op>(&v, "journal entry")?,
-                ));
-            }
+            let batch = journal_batch(&t, applied, last)?;
             let Some(&(end, _)) = batch.last() else {
                 break;
             };
@@ -261,8 +298,56 @@ impl Store {
     }
 }
 
+/// Up to `APPLY_BATCH` journal entries after position `after`, up to `last`.
+fn journal_batch(t: &Trees, after: u64, last: u64) -> Result<Vec<(u64, sql_write::Op)>> {
+    let mut batch = Vec::new();
+    for item in t
+        .journal
+        .range((after + 1).to_be_bytes()..=last.to_be_bytes())
+        .take(APPLY_BATCH)
+    {
+        let (k, v) = item?;
+        batch.push((
+            u64_from(&k),
+            from_json::<sql_write::Op>(&v, "journal entry")?,
+        ));
+    }
+    Ok(batch)
+}
+
 /// Journal entries applied per SQLite transaction.
 const APPLY_BATCH: usize = 256;
+/// Durable journal entries a sync leaves for a later one to apply with them (`apply_due`): a
+/// demo turn journals two (the user's message and the answer), so eight turns share one
+/// transaction. It bounds what a read catches up on before it answers, and what a start after
+/// a crash applies beyond the last checkpoint.
+const APPLY_EVERY_ENTRIES: u64 = 16;
+/// Test hook (debug builds only): `IRIS_GATEWAY_APPLY_EVERY=N` applies once N entries wait,
+/// `=turn` as before batching (at each sync with no turn waiting for its answer), so the
+/// benchmarks can measure both builds' policies side by side and the tests can pin one.
+const APPLY_EVERY_ENV: &str = "IRIS_GATEWAY_APPLY_EVERY";
+
+/// When a sync applies the journal (`apply_due`).
+#[derive(Debug, Clone, Copy)]
+enum ApplyEvery {
+    Entries(u64),
+    EachTurn,
+}
+
+fn apply_every() -> ApplyEvery {
+    static POLICY: std::sync::OnceLock<ApplyEvery> = std::sync::OnceLock::new();
+    *POLICY.get_or_init(|| {
+        let hook = std::env::var(APPLY_EVERY_ENV)
+            .ok()
+            .filter(|_| cfg!(debug_assertions));
+        match hook.as_deref() {
+            Some("turn") => ApplyEvery::EachTurn,
+            Some(n) => ApplyEvery::Entries(n.parse().unwrap_or(APPLY_EVERY_ENTRIES).max(1)),
+            None => ApplyEvery::Entries(APPLY_EVERY_ENTRIES),
+        }
+    })
+}
+
 /// How often the journal is applied to the history database and checkpointed (fsynced)
 /// while history changes: bounds the journal in sled, the WAL, and what a start after a crash
 /// applies; it is the only fsync SQLite does. Each checkpoint writes every page the changes

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::base::Result;
 use super::sql::History;
-use super::sql_query::message_of;
+use super::sql_query::{message_of, Query};
 use crate::protocol::{HistoryMessage, Lane};
 
 /// One change to history, as the journal carries it. Built and dropped one at a time, so
@@ -71,6 +71,33 @@ impl History {
             c.pragma_update(None, "secure_delete", "FAST")?;
         }
         result
+    }
+
+    /// `f` over the database as it would be with `ops` applied, keeping none of them: they are
+    /// applied in a transaction that `f` reads and that is then rolled back. For reads while
+    /// the journal cannot be applied (a full or read-only disk): with `cache_spill` off the
+    /// transaction's pages stay in SQLite's page cache (at most `APPLY_BATCH` entries' worth),
+    /// so nothing reaches the disk.
+    pub(super) fn read_with<T>(
+        &self,
+        ops: &[(u64, Op)],
+        f: impl FnOnce(&Query<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut c = self.c();
+        let done = self.applied.load(std::sync::atomic::Ordering::SeqCst);
+        let ops = &ops[ops.partition_point(|(p, _)| *p <= done)..];
+        c.pragma_update(None, "cache_spill", false)?;
+        let out = (|| {
+            let tx = c.transaction()?;
+            for (_, op) in ops {
+                apply_op(&tx, op)?;
+            }
+            let out = f(&Query { c: &tx });
+            tx.rollback()?;
+            out
+        })();
+        c.pragma_update(None, "cache_spill", true)?;
+        out
     }
 
     /// Inserts messages with their original positions (migration, restore), in one transaction.

@@ -1202,6 +1202,37 @@ impl Client {
             .await
     }
 
+    /// The message ids a search over every channel finds (up to 100), newest first.
+    pub async fn search_ids(&mut self, query: &str) -> Vec<String> {
+        let id = self
+            .request(
+                "search",
+                None,
+                None,
+                json!({ "query": query, "limit": 100 }),
+            )
+            .await;
+        let r = self.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "search.results", "search `{query}`: {r}");
+        r["payload"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["message_id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The newest `limit` messages of a channel's flat lane (the default channel's with
+    /// `None`), oldest first.
+    pub async fn newest_messages(&mut self, chat: Option<&str>, limit: usize) -> Vec<Value> {
+        let id = self
+            .request("history", chat, None, json!({ "limit": limit }))
+            .await;
+        let r = self.recv_reply(id).await;
+        assert_eq!(frame_type(&r), "history", "{r}");
+        r["payload"]["messages"].as_array().unwrap().clone()
+    }
+
     /// The next `error` frame, asserting its code.
     pub async fn expect_error(&mut self, code: &str) -> Value {
         let err = self.recv_type("error").await;

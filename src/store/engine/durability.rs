@@ -197,14 +197,13 @@ impl Store {
         if self.shared.kill_at.as_deref() == Some("before-apply") {
             self.kill_if_unapplied();
         }
-        // Applied now unless a turn is waiting for its answer: its user message then goes to
-        // the history database with the reply, one transaction for the turn instead of two
-        // (each writes the lane's index pages, the id index, FTS5's structure and `applied`
-        // again). Reads catch up first either way (`read_history`, `query`). On a worker
-        // thread: its cost follows the changes (a channel's deletion is thousands of index
-        // removals), and the event loop waits on nothing whose cost grows with the data; the
-        // caller (the committer) awaits it, so the health it reports includes its result.
-        if t.turns.is_empty() {
+        // Applied once a few turns' worth has gathered (`apply_due`): they share one
+        // transaction's index pages. Reads catch up first either way (`read_history`,
+        // `query`). On a worker thread: its cost follows the changes (a channel's deletion is
+        // thousands of index removals), and the event loop waits on nothing whose cost grows
+        // with the data; the caller (the committer) awaits it, so the health it reports
+        // includes its result.
+        if self.apply_due(&t) {
             let store = self.clone();
             let _ = tokio::task::spawn_blocking(move || store.apply_or_note()).await;
         }
