@@ -137,7 +137,6 @@ impl Hub {
     pub fn agent_switched(&self) {
         self.update_health(|st| st.agent_error = None);
         self.switched_on(crate::settings::Part::Agent);
-        self.agent_watch.back.notify_waiters();
-        self.agent_watch.check.notify_one();
+        self.turns.agent_switched();
     }
 }

@@ -194,7 +194,7 @@ impl Hub {
         if value == "stop" {
             self.forget_approval(&record).await;
             info!(%lane, run = %record.run_id, "approval answered: stop the task");
-            let abort = self.lanes.abort_of_run(&lane, &record.run_id);
+            let abort = self.turns.abort_of_run(&lane, &record.run_id);
             match abort {
                 // The turn's end stops the run at Hermes and says "Stopped." in the answer.
                 Some(a) => a.stop(),

@@ -397,7 +397,7 @@ impl Hub {
 
     /// Nothing is running or queued in `lane`.
     fn lane_idle(&self, lane: &Lane) -> bool {
-        self.lanes.is_idle(lane)
+        self.turns.is_idle(lane)
     }
 }
 
@@ -536,7 +536,7 @@ impl Hub {
                     Ok(channel) => {
                         let lane = Lane::new(&channel.chat_id, None);
                         info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
-                        self.enqueue_automation(
+                        self.turns.enqueue_automation(
                             lane.clone(),
                             job.prompt.clone(),
                             channel.name.clone(),

@@ -193,10 +193,10 @@ impl Hub {
     pub async fn execute_command(self: &Rc<Self>, lane: &Lane, command: Command) {
         let answer = match command {
             Command::New => {
-                self.new_lane_session(lane, ids::now_ms()).await;
-                self.clear_todos(lane);
+                self.turns.new_lane_session(lane, ids::now_ms()).await;
+                self.turns.clear_todos(lane);
                 // No turn ends to store it: a fresh conversation's empty plan is stored now.
-                if let Some(todos) = self.lanes.unsaved_todos(lane) {
+                if let Some(todos) = self.turns.unsaved_todos(lane) {
                     let put = Change::Record(Record::PutTodos(lane.clone(), todos));
                     if let Err(e) = self.commit(vec![put], None).await {
                         warn!(%lane, "could not store the cleared todo list: {e}");
@@ -206,7 +206,7 @@ impl Hub {
                 .to_owned()
             }
             Command::Stop => {
-                if self.stop_lane(lane) {
+                if self.turns.stop(lane) {
                     "Stopped the agent's answer.".to_owned()
                 } else {
                     "Nothing is running in this chat.".to_owned()
@@ -222,10 +222,10 @@ impl Hub {
             Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
             Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
             // `/steer TEXT` never gets here (`send_message` hands it to `steer`).
-            Command::Voice(Some(v)) => self.set_voice_mode(lane, &v).await,
+            Command::Voice(Some(v)) => self.turns.set_voice_mode(lane, &v).await,
             Command::Voice(None) => format!(
                 "Voice in this chat: {}. Say `/voice on`, `/voice off` or `/voice auto` (answers to voice notes).",
-                self.voice_mode(lane).as_str()
+                self.turns.voice_mode(lane).as_str()
             ),
             Command::Steer(_) => {
                 "Say `/steer` and the guidance, e.g. `/steer keep it short`: the running answer takes it without stopping.".to_owned()
@@ -470,8 +470,14 @@ impl Hub {
         };
         let open = self.open_approvals.count();
         let voice = match self.speech_service() {
-            Some(service) => format!("{} (spoken by {service})", self.voice_mode(lane).as_str()),
-            None => format!("{} (no speech service set)", self.voice_mode(lane).as_str()),
+            Some(service) => format!(
+                "{} (spoken by {service})",
+                self.turns.voice_mode(lane).as_str()
+            ),
+            None => format!(
+                "{} (no speech service set)",
+                self.turns.voice_mode(lane).as_str()
+            ),
         };
         let approvals = match self.agent.approvals_note() {
             Some(note) => format!("\nApprovals: {open} waiting for an answer. {note}"),

@@ -116,7 +116,7 @@ impl Hub {
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
         let health = self.health();
-        let busy = outlet.wants_busy_frames().then(|| self.busy_lanes());
+        let busy = outlet.wants_busy_frames().then(|| self.turns.busy_lanes());
         let read = outlet.wants_read_markers().then(|| self.read_lanes());
         let mut ack = Frame::hello_ack(
             hello_id,
@@ -133,7 +133,7 @@ impl Hub {
         }
         outlet.push_frame(&ack);
         outlet.push_frame(&Frame::status(health));
-        for (lane, todos) in self.lanes.todo_lists() {
+        for (lane, todos) in self.turns.todo_lists() {
             outlet.push_frame(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()));
         }
         self.fanout.add(outlet.clone());

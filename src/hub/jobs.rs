@@ -181,7 +181,9 @@ impl Hub {
                 let text = cut_with_note(text, self.config.limits.max_text_bytes);
                 let mut message =
                     HistoryMessage::text_only(ids::message_id(), Role::Cron, text, run.at_ms);
-                self.attach_agent_files(&lane, &mut message, files).await;
+                self.turns
+                    .attach_agent_files(&lane, &mut message, files)
+                    .await;
                 changes.extend(cron_message_changes(&lane, &job.name, &message));
                 info!(job = %job.id, %lane, run = %run.stamp, "delivering a job's result");
                 self.commit(changes, None).await?;

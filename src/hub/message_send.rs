@@ -13,8 +13,8 @@ use crate::store::{Change, PendingTurn};
 use super::agent_calls::CallKind;
 use super::channels;
 use super::errors::Refusal;
-use super::lanes::QueuedTurn;
 use super::state::{Hub, Origin};
+use super::turns::QueuedTurn;
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
@@ -129,7 +129,7 @@ impl Hub {
             }
             return Ok(());
         }
-        self.enqueue_turn(
+        self.turns.enqueue(
             lane,
             QueuedTurn {
                 user_message_id: message.message_id,
@@ -180,7 +180,7 @@ impl Hub {
 
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
     pub(super) fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
-        let waiting = self.lanes.waiting(lane);
+        let waiting = self.turns.waiting(lane);
         if waiting > 0 && waiting >= self.limits().lane_queue_depth {
             return Err(Refusal::rate_limited(format!(
                 "{waiting} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply"

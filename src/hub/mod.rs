@@ -12,11 +12,9 @@
 
 mod admin;
 mod agent_calls;
-mod agent_health;
 mod approvals;
 mod automation;
 mod budget;
-mod busy;
 mod channels;
 mod choices;
 mod commands;
@@ -26,27 +24,21 @@ mod errors;
 mod fanout;
 mod health;
 mod jobs;
-mod lanes;
 mod media;
 mod message_send;
 mod open_approvals;
 mod push;
 mod read_marks;
 mod read_state;
-mod recovery;
 mod router;
 mod search;
 mod state;
 mod status;
-mod steer;
 mod storage;
-mod turn_events;
-mod turn_queue;
-mod turn_run;
+mod turn_port;
+mod turns;
 mod unsettled;
 mod update;
-mod voice;
-mod voice_reply;
 
 pub use admin::{TestPushError, TestTarget};
 /// For the fuzz targets: the webhook body parser is pure.

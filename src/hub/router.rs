@@ -122,7 +122,7 @@ impl Hub {
                 .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
                 .and_then(|(lane, _)| {
                     // The same as `/stop` in that lane, without a command message to answer.
-                    if self.stop_lane(&lane) {
+                    if self.turns.stop(&lane) {
                         Ok(())
                     } else {
                         Err(Refusal::not_found(format!("nothing is running in {lane}")))

@@ -190,7 +190,7 @@ impl Hub {
             .query_media_of(ids.clone())
             .await
             .unwrap_or_default();
-        self.drop_turns_of(&ids);
+        self.turns.drop_turns_of(&ids);
         self.commit(
             changes,
             Some(Origin {

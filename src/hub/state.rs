@@ -1,7 +1,8 @@
 //! The hub's base: the `Hub` itself (the services it drives and the live state it owns), the
 //! types its fields hold, and the small helpers every part of the hub uses (fan-out, health).
 //! Every other file of the hub adds `impl Hub` methods for one concern and imports from here;
-//! this file imports none of them, only the plain-data leaves `errors.rs` and `lanes.rs`.
+//! this file imports none of them, only the plain-data leaves `errors.rs` and the turns' face
+//! (`turns/mod.rs`, which reaches the hub only through its port).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -9,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::agent::Agent;
@@ -19,7 +20,7 @@ use crate::ids;
 use crate::media::MediaFiles;
 use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
 use crate::protocol::fit::OutBudget;
-use crate::protocol::{Frame, HealthState, Lane, ServerCaps};
+use crate::protocol::{Frame, HealthState, ServerCaps};
 use crate::shutdown::{Listener, Shutdown};
 use crate::store::{Change, Store, StoreError, StoreView};
 
@@ -33,15 +34,6 @@ const BAD_HELLO_TABLE: usize = 32;
 
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
-
-/// The agent monitor and the turns waiting for the agent wake each other through these.
-#[derive(Default)]
-pub(super) struct AgentWatch {
-    /// Wakes the monitor for an immediate check (a turn just failed to reach the agent)...
-    pub(super) check: tokio::sync::Notify,
-    /// ...and the monitor wakes turns waiting for the agent when it is back.
-    pub(super) back: tokio::sync::Notify,
-}
 
 /// Backups streaming media right now (`hold_media_files`), and the files whose removal waits
 /// for them.
@@ -62,8 +54,9 @@ pub struct Hub {
     pub(super) pusher: crate::push::Pusher,
     pub(super) config: Config,
     pub(super) agent: Rc<dyn Agent>,
-    /// Every lane's turns, queue and todo list (`lanes.rs`).
-    pub(super) lanes: super::lanes::Lanes,
+    /// Every lane's turns and what runs them: queues, slots, the agent watch, the speech
+    /// services (`turns/`).
+    pub(super) turns: Rc<super::turns::Turns<Hub>>,
     /// The connected devices' outlets and how far frames were published to them.
     pub(super) fanout: super::fanout::Fanout,
     /// The user's choices and the settings pickers waiting for an answer (`choices.rs`).
@@ -76,24 +69,15 @@ pub struct Hub {
     pub(super) read_marks: super::read_marks::ReadMarks,
     /// Turns' final changes kept while the disk failed (`storage.rs`).
     pub(super) unsettled: super::unsettled::Unsettled,
-    /// Lanes told this run that voice notes need a transcription service (once each; only
-    /// `voice.rs` touches it).
-    pub(super) voice_noticed: RefCell<std::collections::HashSet<Lane>>,
     /// Failed hellos per source address (`guessing.rs`; only `devices.rs` touches it).
     pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
     pub(super) committer: mpsc::Sender<CommitJob>,
-    pub(super) turn_slots: Semaphore,
-    pub(super) agent_watch: AgentWatch,
     pub(super) started: Instant,
     /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
     pub(super) automation: RefCell<Automation>,
     pub(super) media_holds: MediaHolds,
     /// Each device's share of the history query thread (`budget.rs`).
     pub(super) query_budgets: RefCell<QueryBudgets>,
-    /// Where voice notes are transcribed (`voice.rs`); `None` when no service is set.
-    pub(super) transcriber: RefCell<Option<crate::agent::Transcriber>>,
-    /// Where answers are spoken (`voice_reply.rs`); `None` when no service is set.
-    pub(super) speaker: RefCell<Option<crate::agent::Speaker>>,
     /// Updates: the helper's records and the staging area (`update.rs`).
     pub(super) updates: crate::update::stage::Updates,
     /// This version is on trial after an update: devices wait until it is committed
@@ -170,7 +154,7 @@ impl Hub {
         committer_stop: Listener,
     ) -> Result<Rc<Hub>, StoreError> {
         let head = store.cursor_head()?;
-        let lanes = super::lanes::Lanes::with_todos(store.all_todos()?);
+        let todos = store.all_todos()?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let choices = super::choices::Choices::new(
             store.agent_settings()?,
@@ -181,16 +165,20 @@ impl Hub {
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
-        let hub = Rc::new(Hub {
+        let max_running_turns = config.limits.max_running_turns;
+        let hub = Rc::new_cyclic(|hub| Hub {
             health: super::health::Health::new(),
-            turn_slots: Semaphore::new(config.limits.max_running_turns),
+            turns: Rc::new(super::turns::Turns::new(
+                hub.clone(),
+                max_running_turns,
+                todos,
+            )),
             view: store.view(),
             store,
             media,
             pusher,
             config,
             agent,
-            lanes,
             committer: tx,
             fanout: super::fanout::Fanout::new(head),
             choices,
@@ -198,15 +186,11 @@ impl Hub {
             agent_calls: Default::default(),
             read_marks,
             unsettled: Default::default(),
-            voice_noticed: Default::default(),
             bad_hellos: RefCell::new(bad_hellos),
-            agent_watch: AgentWatch::default(),
             started: Instant::now(),
             automation: RefCell::default(),
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
-            transcriber: RefCell::default(),
-            speaker: RefCell::default(),
             updates,
             update_trial: Default::default(),
         });
@@ -214,7 +198,7 @@ impl Hub {
         tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));
         // Also for the demo (whose probe always succeeds): the admin page can switch the agent
         // to a network backend while the gateway runs, and that one needs watching.
-        tokio::task::spawn_local(hub.clone().agent_monitor(shutdown.listener()));
+        hub.turns.watch_agent(shutdown.listener());
         hub.follow_update(shutdown.listener());
         Ok(hub)
     }

@@ -16,109 +16,28 @@ use std::rc::Rc;
 use tracing::info;
 
 use crate::agent::Steered;
-use crate::ids;
-use crate::outlet::Outlet;
-use crate::protocol::{Frame, HistoryMessage, Lane, Role};
-use crate::store::{Change, PendingTurn};
+use crate::protocol::Lane;
+use crate::store::Change;
 
-use super::agent_calls::CallKind;
-use super::errors::Refusal;
 use super::lanes::{QueuedTurn, SteerTaken};
-use super::state::{Hub, Origin};
+use super::{TurnPort, Turns};
 
-impl Hub {
-    /// Stores `text` as a steering message in the frame's lane, shows it to every device, and
-    /// hands it to the running answer (or makes it the next message). `receipt`: the sender
-    /// sent it as a `message.send` (`/steer TEXT`) and is owed a `read.receipt` for it.
-    pub async fn steer(
-        self: &Rc<Self>,
-        outlet: &Rc<Outlet>,
-        chat_id: Option<&str>,
-        thread_id: Option<&str>,
-        id: Option<i64>,
-        text: String,
-        receipt: bool,
-    ) -> Result<(), Refusal> {
-        self.check_text_size(&text)?;
-        let text = text.trim().to_owned();
-        if text.is_empty() {
-            return Err(Refusal::unsupported(
-                "agent.steer needs text: what the running answer should do differently",
-            ));
-        }
-        let (lane, root) = self.resolve_lane(chat_id, thread_id)?;
-        if root.automation {
-            return Err(Refusal::unsupported(format!(
-                "`{}` is an automation channel: it only receives gateway output",
-                root.name
-            )));
-        }
-        // It may become the next message: refused now, before anything is stored, where the
-        // lane could not queue it.
-        self.check_lane_room(&lane)?;
-        // An agent that takes steers is asked beside the reader (one steer per device at a
-        // time): the phone's other frames are answered while the agent takes its time. Refused
-        // before anything is stored.
-        let slot = if self.agent.can_steer() {
-            Some(self.claim_agent_call(&outlet.device_id, CallKind::Steer)?)
-        } else {
-            None
-        };
-        let message = HistoryMessage {
-            steer: true,
-            ..HistoryMessage::text_only(ids::message_id(), Role::User, text, ids::now_ms())
-        };
-        let echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-        let changes = vec![
-            Change::PutMessage(lane.clone(), message.clone()),
-            Change::OutboxOf {
-                message_id: message.message_id.clone(),
-                frame: echo.outboxed(),
-            },
-            Change::BeginTurn(PendingTurn {
-                user_message_id: message.message_id.clone(),
-                lane: lane.clone(),
-                text: message.text.clone(),
-            }),
-        ];
-        let before = receipt.then(|| {
-            Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread())
-        });
-        self.commit(
-            changes,
-            Some(Origin {
-                conn: outlet.conn_id,
-                before,
-                reply: None,
-            }),
-        )
-        .await?;
-        match slot {
-            Some(slot) => {
-                let hub = self.clone();
-                self.beside(outlet, id, slot, async move {
-                    hub.hand_steer(lane, message.message_id, message.text).await;
-                    Ok(())
-                });
-            }
-            None => {
-                self.hand_steer(lane, message.message_id, message.text)
-                    .await
-            }
-        }
-        Ok(())
-    }
-
+impl<P: TurnPort> Turns<P> {
     /// Gives a stored steer to the lane's running run, or makes it the next message.
-    async fn hand_steer(self: &Rc<Self>, lane: Lane, message_id: String, text: String) {
+    pub(in crate::hub) async fn hand_steer(
+        self: &Rc<Self>,
+        lane: Lane,
+        message_id: String,
+        text: String,
+    ) {
         let run = self.lanes.running_run(&lane);
         let why = match run {
             None => "nothing was running in this chat".to_owned(),
-            Some(_) if !self.agent.can_steer() => {
+            Some(_) if !self.hub().agent().can_steer() => {
                 "this agent cannot take guidance while it answers".to_owned()
             }
             Some(None) => "the answer had not started at the agent yet".to_owned(),
-            Some(Some(run_id)) => match self.agent.steer_run(&run_id, &text).await {
+            Some(Some(run_id)) => match self.hub().agent().steer_run(&run_id, &text).await {
                 Steered::Accepted => {
                     let steer = SteerTaken {
                         message_id: message_id.clone(),
@@ -173,19 +92,19 @@ impl Hub {
         steers: Vec<SteerTaken>,
         note: &str,
     ) {
-        if !self.lane_exists(lane) {
+        if !self.hub().lane_exists(lane) {
             let end = steers
                 .into_iter()
                 .map(|s| Change::EndTurn(s.message_id))
                 .collect();
-            if let Err(e) = self.commit(end, None).await {
+            if let Err(e) = self.hub().commit(end).await {
                 tracing::warn!(%lane, "could not close the steers of a deleted lane: {e}");
             }
             return;
         }
-        self.post_system(lane, note.to_owned()).await;
+        self.hub().post_system(lane, note.to_owned()).await;
         for s in steers {
-            self.enqueue_turn(
+            self.enqueue(
                 lane.clone(),
                 QueuedTurn {
                     user_message_id: s.message_id,

@@ -6,9 +6,9 @@
 use crate::outlet::Outlet;
 use crate::protocol::{Frame, Lane, LaneRef};
 
-use super::state::Hub;
+use super::{TurnPort, Turns};
 
-impl Hub {
+impl<P: TurnPort> Turns<P> {
     /// A turn starts (`busy`) or ends in `lane`. Only a change is sent, so a device never sees
     /// two `agent.idle` in a row for one lane.
     pub(super) fn set_lane_busy(&self, lane: &Lane, busy: bool) {
@@ -16,12 +16,12 @@ impl Hub {
             return;
         }
         let frame = Frame::agent_busy(busy).in_lane(&lane.chat_id, lane.thread());
-        self.broadcast_to(&frame, Outlet::wants_busy_frames);
+        self.hub().broadcast_to(&frame, Outlet::wants_busy_frames);
     }
 
     /// The lanes with a turn running, sorted, for `hello.ack.agent_busy`. Turns run only with
     /// a turn slot, so there are at most `limits.max_running_turns` of them.
-    pub(super) fn busy_lanes(&self) -> Vec<LaneRef> {
+    pub(in crate::hub) fn busy_lanes(&self) -> Vec<LaneRef> {
         let mut lanes: Vec<LaneRef> = self
             .lanes
             .busy_lanes()

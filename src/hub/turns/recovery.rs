@@ -9,26 +9,27 @@ use crate::agent::{AgentEvent, Recovery, RunState};
 use crate::protocol::{Frame, HistoryMessage, Role, Runtime};
 use crate::store::{PendingTurn, RunRecord, StoreError};
 
+use super::super::state::gateway_message;
 use super::lanes::QueuedTurn;
+use super::{TurnPort, Turns};
 
 /// What an interrupted turn comes to: its run is followed, or it gets this reply and files.
 enum Settled {
     Follow(String),
     Reply(String, Vec<AgentEvent>),
 }
-use super::state::{gateway_message, Hub};
 
 /// The longest start-up spends asking the agent about interrupted turns.
 const RECOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl Hub {
+impl<P: TurnPort> Turns<P> {
     /// Settles user messages whose turns a previous run never finished (power cut, kill -9),
     /// before listening. Nothing is ever sent to the agent twice: a turn the agent took as a
     /// run that is still going is followed to its end (its approval, if it waits for one,
     /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
     /// own store has the answer (or its start), that is delivered; else the user is told.
-    pub async fn close_interrupted_turns(self: &Rc<Self>) -> Result<usize, StoreError> {
-        let pending = self.store.pending_turns()?;
+    pub(in crate::hub) async fn close_interrupted(self: &Rc<Self>) -> Result<usize, StoreError> {
+        let pending = self.hub().store().pending_turns()?;
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;
         let mut followed = Vec::new();
@@ -36,14 +37,15 @@ impl Hub {
         // Asked once, and only when some turn has no run on record.
         let mut repeat_window = None;
         for p in pending {
-            let run = self.store.run_of(&p.user_message_id).ok().flatten();
+            let run = self.hub().store().run_of(&p.user_message_id).ok().flatten();
             if run.is_none() {
                 // The gateway died before it recorded a run for this message: before handing it
                 // over, or between the start request and its answer. Where the agent answers a
                 // repeated start with the run of the first (Hermes' Idempotency-Key), the start
                 // is repeated: the message is answered once, by whichever run took it.
                 if repeat_window.is_none() {
-                    let ask = self.agent.repeatable_start();
+                    let hub = self.hub();
+                    let ask = hub.agent().repeatable_start();
                     repeat_window =
                         Some(tokio::time::timeout_at(deadline, ask).await.ok().flatten());
                 }
@@ -64,7 +66,7 @@ impl Hub {
         self.forget_what_ended(&followed, &repeated).await;
         for (p, run_id) in followed {
             info!(lane = %p.lane, run = %run_id, "following a run that outlived the gateway");
-            self.enqueue_turn(
+            self.enqueue(
                 p.lane,
                 QueuedTurn {
                     user_message_id: p.user_message_id,
@@ -76,7 +78,7 @@ impl Hub {
             );
         }
         for (p, turn) in repeated {
-            self.enqueue_turn(p.lane, turn);
+            self.enqueue(p.lane, turn);
         }
         Ok(count)
     }
@@ -91,7 +93,7 @@ impl Hub {
     ) -> Settled {
         let state = match &run {
             Some(r) if tokio::time::Instant::now() < deadline => {
-                tokio::time::timeout_at(deadline, self.agent.run_state(&r.run_id))
+                tokio::time::timeout_at(deadline, self.hub().agent().run_state(&r.run_id))
                     .await
                     .unwrap_or(RunState::Gone)
             }
@@ -104,7 +106,7 @@ impl Hub {
             RunState::Active { .. } => {
                 return Settled::Follow(run.map(|r| r.run_id).unwrap_or_default())
             }
-            RunState::Completed { output, .. } => self.agent.files_of(output).await,
+            RunState::Completed { output, .. } => self.hub().agent().files_of(output).await,
             RunState::Failed(e) => (
                 format!("\u{26a0}\u{fe0f} the agent failed: {e}"),
                 Vec::new(),
@@ -122,9 +124,10 @@ impl Hub {
         p: &PendingTurn,
         deadline: tokio::time::Instant,
     ) -> (String, Vec<AgentEvent>) {
-        let recovery = match self.store.agent_session(&p.lane).ok().flatten() {
+        let recovery = match self.hub().store().agent_session(&p.lane).ok().flatten() {
             Some(session) if tokio::time::Instant::now() < deadline => {
-                let ask = self.agent.recover(&session.session_id, &p.text);
+                let hub = self.hub();
+                let ask = hub.agent().recover(&session.session_id, &p.text);
                 tokio::time::timeout_at(deadline, ask)
                     .await
                     .unwrap_or(Recovery::Unknown)
@@ -133,9 +136,9 @@ impl Hub {
         };
         info!(lane = %p.lane, message = %p.user_message_id, ?recovery, "settling a turn interrupted by a restart");
         match recovery {
-            Recovery::Answered(text) => self.agent.files_of(text).await,
+            Recovery::Answered(text) => self.hub().agent().files_of(text).await,
             Recovery::Partial(text) => {
-                let (text, files) = self.agent.files_of(text).await;
+                let (text, files) = self.hub().agent().files_of(text).await;
                 (format!("{text}\n\n\u{26a0}\u{fe0f} The gateway restarted while the agent was answering, so this answer stopped here. Send the message again if you need the rest."), files)
             }
             Recovery::Unknown => ("\u{26a0}\u{fe0f} The gateway restarted before the agent answered this message. Send it again if you still need an answer.".into(), Vec::new()),
@@ -171,9 +174,9 @@ impl Hub {
         repeated: &[(PendingTurn, QueuedTurn)],
     ) {
         let live: Vec<&String> = followed.iter().map(|(_, r)| r).collect();
-        for run_id in self.approval_runs() {
+        for run_id in self.hub().approval_runs() {
             if !live.contains(&&run_id) {
-                self.close_approvals_of(&run_id, |command| {
+                self.hub().close_approvals_of(&run_id, |command| {
                     format!("The gateway restarted after the task ended: the approval for `{command}` is no longer open.")
                 })
                 .await;
@@ -184,7 +187,7 @@ impl Hub {
             .map(|(p, _)| &p.user_message_id)
             .chain(repeated.iter().map(|(p, _)| &p.user_message_id))
             .collect();
-        for r in self.store.runs().unwrap_or_default() {
+        for r in self.hub().store().runs().unwrap_or_default() {
             if !pending.contains(&&r.user_message_id) {
                 self.forget_run(&r.user_message_id);
             }
@@ -200,7 +203,7 @@ impl Hub {
         text: &str,
         window: std::time::Duration,
     ) -> Option<QueuedTurn> {
-        let (_, message) = self.store.message(message_id).ok().flatten()?;
+        let (_, message) = self.hub().store().message(message_id).ok().flatten()?;
         let age_ms = crate::ids::now_ms().saturating_sub(message.ts);
         if message.role != Role::User || age_ms < 0 || age_ms as u128 >= window.as_millis() {
             return None;

@@ -17,9 +17,9 @@ use crate::agent::{Speaker, SpeechError, Spoken};
 use crate::protocol::{HistoryMessage, Lane};
 use crate::store::{Change, VoiceMode};
 
-use super::errors::CommitError;
+use super::super::errors::CommitError;
 use super::lanes::QueuedTurn;
-use super::state::Hub;
+use super::{TurnPort, Turns};
 
 /// What `/voice` answers when it is turned on but no service is set.
 const NO_SERVICE: &str = "No speech service is set, so answers stay text only. Set one on the \
@@ -27,30 +27,28 @@ gateway's admin page (Agent \u{2192} Speech) or with `[speech] url` in config.to
 OpenAI-compatible text-to-speech service works (OpenAI, or a Piper, Kokoro or openedai-speech \
 server on your network).";
 
-impl Hub {
-    /// The speech service answers are spoken by (`None`: off). The admin page sets it when its
-    /// Speech form is saved; the next answer uses it.
-    pub fn set_speaker(&self, speaker: Option<Speaker>) {
+impl<P: TurnPort> Turns<P> {
+    /// The speech service answers are spoken by (`None`: off); the next answer uses it.
+    pub(in crate::hub) fn set_speaker(&self, speaker: Option<Speaker>) {
         match &speaker {
             Some(s) => info!(service = %s.describe(), "answers can be spoken"),
             None => info!("no speech service: answers are text only"),
         }
         *self.speaker.borrow_mut() = speaker;
-        self.switched_on(crate::settings::Part::Speech);
     }
 
     /// Where answers are spoken now (never with its key), or `None` when off.
-    pub fn speech_service(&self) -> Option<String> {
+    pub(in crate::hub) fn speech_service(&self) -> Option<String> {
         self.speaker.borrow().as_ref().map(Speaker::describe)
     }
 
     /// The lane's voice mode, for `/status`.
-    pub(super) fn voice_mode(&self, lane: &Lane) -> VoiceMode {
-        self.choices.lane_voice(lane)
+    pub(in crate::hub) fn voice_mode(&self, lane: &Lane) -> VoiceMode {
+        self.hub().lane_voice(lane)
     }
 
     /// `/voice on|off|auto`: stored with the lane, then answered in words.
-    pub(super) async fn set_voice_mode(&self, lane: &Lane, value: &str) -> String {
+    pub(in crate::hub) async fn set_voice_mode(&self, lane: &Lane, value: &str) -> String {
         let mode = match value.trim().to_ascii_lowercase().as_str() {
             "on" => VoiceMode::On,
             "off" => VoiceMode::Off,
@@ -65,7 +63,7 @@ impl Hub {
             warn!(%lane, "could not store the lane's voice mode: {e}");
             return format!("Could not save the setting: {e}.");
         }
-        self.choices.set_lane_voice(lane, mode);
+        self.hub().set_lane_voice(lane, mode);
         let said = match mode {
             VoiceMode::On => "Voice on: answers in this chat are also spoken.",
             VoiceMode::Off => "Voice off: answers in this chat are text only.",
@@ -82,7 +80,8 @@ impl Hub {
         lane: &Lane,
         mode: Option<VoiceMode>,
     ) -> Result<(), CommitError> {
-        self.commit(vec![Change::SetLaneVoice(lane.clone(), mode)], None)
+        self.hub()
+            .commit(vec![Change::SetLaneVoice(lane.clone(), mode)])
             .await?;
         Ok(())
     }
@@ -90,7 +89,7 @@ impl Hub {
     /// Whether the answer to `turn` is to be spoken: the lane asked for voice (always, or for
     /// voice notes when `auto`) and a service is set.
     pub(super) fn voice_wanted(&self, lane: &Lane, turn: &QueuedTurn) -> bool {
-        let wanted = match self.choices.lane_voice(lane) {
+        let wanted = match self.hub().lane_voice(lane) {
             VoiceMode::On => true,
             VoiceMode::Auto => turn.media.iter().any(|m| m.is_audio()),
             VoiceMode::Off => false,
@@ -105,7 +104,7 @@ impl Hub {
             return;
         };
         // Deleted while its turn ran: its answer was not stored, and gets no voice.
-        if !self.lane_exists(lane) {
+        if !self.hub().lane_exists(lane) {
             return;
         }
         let timed_out = Err(SpeechError::TimedOut(speaker.timeout().as_secs()));

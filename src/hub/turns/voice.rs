@@ -19,8 +19,9 @@ use crate::agent::{TranscribeError, Transcriber};
 use crate::protocol::{Frame, HistoryMessage, Lane, MediaRef, Role};
 use crate::store::Change;
 
+use super::super::state::gateway_message;
 use super::lanes::QueuedTurn;
-use super::state::{gateway_message, Hub};
+use super::{TurnPort, Turns};
 
 /// How a transcript starts and ends in its message: the lane shows what the agent heard.
 const HEARD_OPEN: &str = "Heard: \u{201c}";
@@ -76,20 +77,19 @@ pub(super) fn is_heard_of(id: &str, user_message_id: &str) -> bool {
         .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-impl Hub {
-    /// The transcription service new voice notes go to (`None`: off). The admin page sets it
-    /// when its Transcription form is saved; the next voice note uses it.
-    pub fn set_transcriber(&self, transcriber: Option<Transcriber>) {
+impl<P: TurnPort> Turns<P> {
+    /// The transcription service new voice notes go to (`None`: off); the next voice note uses
+    /// it.
+    pub(in crate::hub) fn set_transcriber(&self, transcriber: Option<Transcriber>) {
         match &transcriber {
             Some(t) => info!(service = %t.describe(), "voice notes are transcribed"),
             None => info!("no transcription service: voice notes reach the agent as attachments"),
         }
         *self.transcriber.borrow_mut() = transcriber;
-        self.switched_on(crate::settings::Part::Transcription);
     }
 
     /// Where voice notes are transcribed now (never with its key), or `None` when off.
-    pub fn transcription_service(&self) -> Option<String> {
+    pub(in crate::hub) fn transcription_service(&self) -> Option<String> {
         self.transcriber
             .borrow()
             .as_ref()
@@ -191,7 +191,7 @@ impl Hub {
 
     /// A transcript stored for this id by an earlier run of the turn.
     fn stored_transcript(&self, id: &str) -> Option<String> {
-        let (_, m) = self.store.message(id).ok().flatten()?;
+        let (_, m) = self.hub().store().message(id).ok().flatten()?;
         transcript_of(&m)
     }
 
@@ -209,11 +209,12 @@ impl Hub {
             });
         }
         let record = self
-            .store
+            .hub()
+            .store()
             .media(&m.media_id)
             .map_err(|e| TranscribeError::Unreadable(e.to_string()))?
             .ok_or_else(|| TranscribeError::Unreadable("it was deleted".into()))?;
-        let path = self.media.blob_path(&record.sha256);
+        let path = self.hub().media().blob_path(&record.sha256);
         t.transcribe_file(path, m.filename.clone(), m.mime.clone())
             .await
     }
@@ -227,7 +228,7 @@ impl Hub {
         id: Option<String>,
     ) {
         // Deleted while its note was being heard: its history is gone, and so is the reply.
-        if !self.lane_exists(lane) {
+        if !self.hub().lane_exists(lane) {
             return;
         }
         let mut message: HistoryMessage = gateway_message(Role::System, text);
@@ -244,7 +245,7 @@ impl Hub {
                 frame: frame.outboxed(),
             },
         ];
-        if let Err(e) = self.commit(changes, None).await {
+        if let Err(e) = self.hub().commit(changes).await {
             warn!(%lane, "could not store a voice note's transcript or note: {e}");
         }
     }

@@ -16,7 +16,8 @@ use crate::protocol::fit;
 use crate::protocol::{Frame, HistoryMessage, Lane, MediaRef, TodoItem};
 use crate::store::{Change, Record};
 
-use super::state::{coalesce_key, Hub};
+use super::super::state::coalesce_key;
+use super::{TurnPort, Turns};
 
 /// What ends a reply cut at its share of `limits.max_out_frame_bytes` (`OutBudget::text`).
 const REPLY_CUT_NOTE: &str = "\n\n[reply cut: longer than the gateway keeps]";
@@ -194,7 +195,7 @@ impl TurnText {
     }
 }
 
-impl Hub {
+impl<P: TurnPort> Turns<P> {
     /// Applies one agent event to the running turn: frames to every device, and what the reply keeps.
     pub(super) async fn apply_event(
         &self,
@@ -233,10 +234,12 @@ impl Hub {
     ) {
         match event {
             AgentEvent::Text(delta) => self.push_answer(lane, message_id, acc, delta),
-            AgentEvent::Reasoning(delta) => acc.push_reasoning(&delta, self.out_budget().reasoning),
+            AgentEvent::Reasoning(delta) => {
+                acc.push_reasoning(&delta, self.hub().out_budget().reasoning)
+            }
             AgentEvent::Commentary(mut text) => {
-                fit::cut_in_place(&mut text, self.out_budget().text);
-                self.broadcast(
+                fit::cut_in_place(&mut text, self.hub().out_budget().text);
+                self.hub().broadcast(
                     &Frame::commentary(message_id, &text).in_lane(chat, thread),
                     None,
                 );
@@ -249,7 +252,7 @@ impl Hub {
                 emoji,
             } => {
                 if let Some(said) = acc.take_commentary() {
-                    self.broadcast(
+                    self.hub().broadcast(
                         &Frame::commentary(message_id, &said).in_lane(chat, thread),
                         None,
                     );
@@ -263,14 +266,14 @@ impl Hub {
                 let (name, preview, args, emoji) = self.bounded_tool(name, preview, args, emoji);
                 let f = Frame::tool_start(index, &name, &preview, &args, emoji.as_deref());
                 acc.tool_names.insert(index, name);
-                self.broadcast(&f.in_lane(chat, thread), None);
+                self.hub().broadcast(&f.in_lane(chat, thread), None);
             }
             AgentEvent::ToolProgress { index, mut note } => {
                 fit::cut_in_place(&mut note, fit::PREVIEW_BYTES);
                 let name = acc.tool_names.get(&index).cloned().unwrap_or_default();
                 let key = coalesce_key("tool.progress", message_id, index);
                 if acc.pacer.admit(key, self.update_interval()) {
-                    self.broadcast(
+                    self.hub().broadcast(
                         &Frame::tool_progress(index, &name, &note).in_lane(chat, thread),
                         Some(key),
                     );
@@ -293,16 +296,16 @@ impl Hub {
             AgentEvent::Todos(todos) => self.set_todos(lane, todos),
             AgentEvent::RunStarted(run_id) => self.run_started(lane, acc, run_id).await,
             AgentEvent::Approval(request) => match acc.run_id.clone() {
-                Some(run_id) => self.offer_approval(lane, &run_id, request).await,
+                Some(run_id) => self.hub().offer_approval(lane, &run_id, request).await,
                 None => warn!(%lane, "an approval request outside a run was ignored"),
             },
             AgentEvent::ApprovalExpired => {
                 if let Some(run_id) = acc.run_id.clone() {
-                    self.approval_expired(&run_id).await;
+                    self.hub().approval_expired(&run_id).await;
                 }
             }
             AgentEvent::PendingSteer(text) => acc.pending_steer = Some(text),
-            AgentEvent::JobMade(job_id) => self.job_made(lane, job_id).await,
+            AgentEvent::JobMade(job_id) => self.hub().job_made(lane, job_id).await,
             AgentEvent::File {
                 filename,
                 mime,
@@ -331,7 +334,7 @@ impl Hub {
     /// Adds `text` to the answer and sends the update now, or holds it for the pacer when one
     /// went out less than `limits.stream_update_ms` ago (the held one carries everything).
     fn push_answer(&self, lane: &Lane, message_id: &str, acc: &mut TurnText, text: String) {
-        if acc.push_text(text, self.out_budget().text) {
+        if acc.push_text(text, self.hub().out_budget().text) {
             let key = coalesce_key("message.update", message_id, 0);
             if acc.pacer.admit(key, self.update_interval()) {
                 self.broadcast_answer(lane, message_id, acc, false);
@@ -343,7 +346,7 @@ impl Hub {
 
     /// `limits.stream_update_ms`: the least time between two updates of one message.
     pub(super) fn update_interval(&self) -> Duration {
-        Duration::from_millis(self.limits().stream_update_ms)
+        Duration::from_millis(self.hub().config().limits.stream_update_ms)
     }
 
     /// Sends the held states that `how` asks for. The turn's loop calls it when
@@ -356,7 +359,7 @@ impl Hub {
         for (key, held) in acc.pacer.take_due(self.update_interval(), all) {
             match held {
                 Held::Answer => self.broadcast_answer(lane, message_id, acc, how == Flush::Settle),
-                Held::Progress { index, name, note } => self.broadcast(
+                Held::Progress { index, name, note } => self.hub().broadcast(
                     &Frame::tool_progress(index, &name, &note)
                         .in_lane(&lane.chat_id, lane.thread()),
                     Some(key),
@@ -386,9 +389,7 @@ impl Hub {
             settles,
         });
         let key = coalesce_key("message.update", message_id, 0);
-        for o in self.fanout.all() {
-            o.push_update(key, &streamed);
-        }
+        self.hub().broadcast_answer(key, &streamed);
         acc.published = Some(streamed);
     }
 
@@ -399,7 +400,7 @@ impl Hub {
             message_id: message_id.to_owned(),
             frame: frame.outboxed(),
         };
-        if let Err(e) = self.commit(vec![change], None).await {
+        if let Err(e) = self.hub().commit(vec![change]).await {
             warn!(%lane, "could not store tool.end: {e}");
         }
     }
@@ -413,7 +414,8 @@ impl Hub {
             run_id: run_id.clone(),
         };
         if let Err(e) = self
-            .commit(vec![Change::Record(Record::PutRun(record))], None)
+            .hub()
+            .commit(vec![Change::Record(Record::PutRun(record))])
             .await
         {
             warn!(%lane, "could not store the agent's run (a restart will not find it): {e}");
@@ -437,14 +439,14 @@ impl Hub {
         if let Some(e) = emoji.as_mut() {
             fit::cut_in_place(e, TOOL_LABEL_BYTES);
         }
-        if !fit::shrink_value(&mut args, self.out_budget().content / 2) {
+        if !fit::shrink_value(&mut args, self.hub().out_budget().content / 2) {
             args = serde_json::json!({});
         }
         (name, preview, args, emoji)
     }
 
     /// A fresh conversation has no plan yet.
-    pub(super) fn clear_todos(&self, lane: &Lane) {
+    pub(in crate::hub) fn clear_todos(&self, lane: &Lane) {
         if self.lanes.has_todos(lane) {
             self.set_todos(lane, Vec::new());
         }
@@ -452,20 +454,20 @@ impl Hub {
 
     /// A lane's todo list changed: remember it (memory and store) and tell every device.
     pub(super) fn set_todos(&self, lane: &Lane, mut todos: Vec<TodoItem>) {
-        if !self.lane_exists(lane) {
+        if !self.hub().lane_exists(lane) {
             return;
         }
         // The list goes out whole in one `todo.update` (and after every hello): bounded per
         // item and in all, the first items kept.
         let mut used = 0;
-        let budget = self.out_budget().content / 2;
+        let budget = self.hub().out_budget().content / 2;
         todos.retain_mut(|t| {
             fit::cut_in_place(&mut t.content, TODO_ITEM_BYTES);
             fit::cut_in_place(&mut t.id, TOOL_LABEL_BYTES);
             used += fit::escaped_len(&t.content) + fit::escaped_len(&t.id) + 64;
             used <= budget
         });
-        self.broadcast(
+        self.hub().broadcast(
             &Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()),
             None,
         );
@@ -478,7 +480,7 @@ impl Hub {
     /// Stores the files the agent named for `message`, a finished answer that did not stream
     /// (a recovered turn, a scheduled job's run), and lists them on it; a file that cannot be
     /// kept is named in its text instead.
-    pub(super) async fn attach_agent_files(
+    pub(in crate::hub) async fn attach_agent_files(
         &self,
         lane: &Lane,
         message: &mut HistoryMessage,
@@ -517,12 +519,12 @@ impl Hub {
         kind: String,
         bytes: &[u8],
     ) -> Result<MediaRef, String> {
-        let (sha256, size) = match self.media.store_bytes(bytes).await {
+        let (sha256, size) = match self.hub().media().store_bytes(bytes).await {
             Ok(stored) => stored,
             Err(e) => {
                 warn!(%lane, "could not store a file from the agent: {e}");
                 if e.is_space() {
-                    self.set_media_full(Some(e.to_string()));
+                    self.hub().set_media_full(Some(e.to_string()));
                 }
                 return Err(e.to_string());
             }
@@ -554,7 +556,7 @@ impl Hub {
                 frame: offer.outboxed(),
             },
         ];
-        if let Err(e) = self.commit(changes, None).await {
+        if let Err(e) = self.hub().commit(changes).await {
             warn!(%lane, "could not offer a file from the agent: {e}");
             return Err(e.to_string());
         }

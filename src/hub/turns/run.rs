@@ -14,9 +14,9 @@ use crate::protocol::fit;
 use crate::protocol::{Frame, HistoryMessage, Lane, Role, Runtime};
 use crate::store::{AgentSession, Change, Record};
 
+use super::events::{Flush, TurnText};
 use super::lanes::{Abort, QueuedTurn};
-use super::state::Hub;
-use super::turn_events::{Flush, TurnText};
+use super::{TurnPort, Turns};
 
 /// A gap long enough between tries that a flapping agent is not hammered, short enough that
 /// a message is answered soon after the agent is back.
@@ -41,7 +41,7 @@ pub(super) enum Attempt {
     Abandoned,
 }
 
-impl Hub {
+impl<P: TurnPort> Turns<P> {
     /// Runs one queued turn to its end: the agent's answer (or what was streamed before a
     /// `/stop`, or the failure) becomes the lane's reply; an abandoned turn leaves nothing.
     pub(super) async fn run_turn(self: &Rc<Self>, lane: &Lane, turn: QueuedTurn) {
@@ -55,7 +55,7 @@ impl Hub {
             text = self.hear(lane, &turn) => Ok(text),
             stop = abort.fired() => Err(if stop { Attempt::Stopped } else { Attempt::Abandoned }),
         };
-        self.broadcast(
+        self.hub().broadcast(
             &Frame::message_start(&message_id).in_lane(chat, thread),
             None,
         );
@@ -80,8 +80,9 @@ impl Hub {
         };
         let mut acc = running.acc;
         // Stopping for a restart: the run goes on at the agent, and the next start follows it.
-        if matches!(outcome, Attempt::Abandoned) && self.is_shutting_down() {
-            self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+        if matches!(outcome, Attempt::Abandoned) && self.hub().is_shutting_down() {
+            self.hub()
+                .broadcast(&Frame::typing(false).in_lane(chat, thread), None);
             self.set_lane_busy(lane, false);
             return;
         }
@@ -121,7 +122,8 @@ impl Hub {
             }
         }
         self.requeue_unseen_steers(lane, unseen).await;
-        self.broadcast(&Frame::typing(false).in_lane(chat, thread), None);
+        self.hub()
+            .broadcast(&Frame::typing(false).in_lane(chat, thread), None);
         self.set_lane_busy(lane, false);
     }
 
@@ -133,7 +135,8 @@ impl Hub {
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
         let abort = Rc::new(Abort::default());
         self.lanes.begin_turn(lane, abort.clone(), message_id);
-        self.broadcast(&Frame::typing(true).in_lane(chat, thread), None);
+        self.hub()
+            .broadcast(&Frame::typing(true).in_lane(chat, thread), None);
         self.set_lane_busy(lane, true);
         abort
     }
@@ -152,12 +155,13 @@ impl Hub {
             .media
             .iter()
             .filter_map(|m| {
-                let record = self.store.media(&m.media_id).ok().flatten()?;
-                Some((m.clone(), self.media.blob_path(&record.sha256)))
+                let record = self.hub().store().media(&m.media_id).ok().flatten()?;
+                Some((m.clone(), self.hub().media().blob_path(&record.sha256)))
             })
             .collect();
         let session = self.lane_session(lane).await;
         let text = self
+            .hub()
             .with_job_results(lane, &turn.user_message_id, text)
             .await;
         TurnInput {
@@ -170,7 +174,7 @@ impl Hub {
                 .past_messages(lane, &session, &turn.user_message_id)
                 .await,
             session: session.session_id,
-            settings: self.turn_settings(lane),
+            settings: self.hub().turn_settings(lane),
             resume_run: turn.resume_run.clone(),
         }
     }
@@ -184,7 +188,8 @@ impl Hub {
     ) -> Attempt {
         let (lane, message_id, abort) = (turn.lane, turn.message_id, turn.abort);
         let (chat, thread) = (lane.chat_id.as_str(), lane.thread());
-        let agent_config = &self.config.agent;
+        let hub = self.hub();
+        let agent_config = &hub.config().agent;
         let wait_limit = std::time::Duration::from_secs(agent_config.unreachable_wait_secs);
         let turn_limit = std::time::Duration::from_secs(agent_config.turn_timeout_secs);
         let mut told_waiting = false;
@@ -206,7 +211,7 @@ impl Hub {
                 let note = format!(
                     "{e}. Your message is kept and will be answered when the agent is back."
                 );
-                self.broadcast(
+                self.hub().broadcast(
                     &Frame::commentary(message_id, &note).in_lane(chat, thread),
                     None,
                 );
@@ -222,10 +227,10 @@ impl Hub {
             .max(std::time::Duration::from_millis(100));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = self.agent_watch.back.notified() => {}
+                _ = self.watch.back.notified() => {}
                 stop = abort.fired() => return if stop { Attempt::Stopped } else { Attempt::Abandoned },
             }
-            if self.is_shutting_down() {
+            if self.hub().is_shutting_down() {
                 return Attempt::Abandoned;
             }
         }
@@ -247,7 +252,7 @@ impl Hub {
                 // Its conversation or its reply was deleted (or the gateway is stopping, and the
                 // next start settles it): keep nothing of it, nor of the steers it took.
                 info!(%lane, "turn abandoned");
-                if !self.is_shutting_down() {
+                if !self.hub().is_shutting_down() {
                     let mut end: Vec<Change> = std::iter::once(&turn.user_message_id)
                         .chain(steered)
                         .map(|id| Change::EndTurn(id.clone()))
@@ -255,7 +260,7 @@ impl Hub {
                     end.push(Change::Record(Record::RemoveRun(
                         turn.user_message_id.clone(),
                     )));
-                    if let Err(e) = self.commit(end, None).await {
+                    if let Err(e) = self.hub().commit(end).await {
                         warn!(%lane, "could not close an abandoned turn: {e}");
                     }
                 }
@@ -294,18 +299,21 @@ impl Hub {
             Attempt::Stopped | Attempt::Abandoned | Attempt::Done(Err(AgentError::TimedOut(_)))
         );
         if gave_up {
-            let (hub2, id) = (self.clone(), run_id.to_owned());
-            tokio::task::spawn_local(async move { hub2.agent.stop_run(&id).await });
+            let (agent, id) = (self.hub().agent().clone(), run_id.to_owned());
+            self.spawn(async move { agent.stop_run(&id).await });
         }
         let stopped = matches!(outcome, Attempt::Stopped);
-        self.close_approvals_of(run_id, |command| {
-            if stopped {
-                format!("The task was stopped: Hermes did not run `{command}`.")
-            } else {
-                format!("The agent's turn ended: the approval for `{command}` is no longer open.")
-            }
-        })
-        .await;
+        self.hub()
+            .close_approvals_of(run_id, |command| {
+                if stopped {
+                    format!("The task was stopped: Hermes did not run `{command}`.")
+                } else {
+                    format!(
+                        "The agent's turn ended: the approval for `{command}` is no longer open."
+                    )
+                }
+            })
+            .await;
     }
 
     /// One try at a turn: runs the agent and applies its events until it ends, the time limit
@@ -319,7 +327,7 @@ impl Hub {
         let (lane, message_id, abort) = (turn.lane, turn.message_id, turn.abort);
         let acc = &mut turn.acc;
         let (tx, mut rx) = mpsc::channel(16);
-        let agent = self.agent.clone();
+        let agent = self.hub().agent().clone();
         let run = agent.run_turn(input.clone(), tx);
         let interval = self.update_interval();
         let consume = async {
@@ -362,14 +370,14 @@ impl Hub {
         // Built within budget as it streamed; this catches what was not (an error text, a
         // partial answer recovered after a restart).
         let mut reply = reply;
-        fit::fit_message(&mut reply, &self.out_budget());
+        fit::fit_message(&mut reply, &self.hub().out_budget());
         let mut changes: Vec<Change> = std::iter::once(user_message_id)
             .chain(steered.iter().map(String::as_str))
             .map(|id| Change::EndTurn(id.to_owned()))
             .collect();
         // The run record and the plan are settled in the same commit as the answer: no SD-card
         // write of their own per turn (and none at all for a turn that had no run).
-        if matches!(self.store.run_of(user_message_id), Ok(Some(_))) {
+        if matches!(self.hub().store().run_of(user_message_id), Ok(Some(_))) {
             changes.push(Change::Record(Record::RemoveRun(
                 user_message_id.to_owned(),
             )));
@@ -378,13 +386,13 @@ impl Hub {
             changes.push(Change::Record(Record::PutTodos(lane.clone(), todos)));
         }
         // A lane deleted while its turn ran gets no message (its history is gone too).
-        if self.lane_exists(lane) {
+        if self.hub().lane_exists(lane) {
             changes.push(Change::PutMessage(lane.clone(), reply.clone()));
             let mut outboxed = frame(&reply)
                 .in_lane(&lane.chat_id, lane.thread())
                 .outboxed();
             if voiced {
-                super::push::say_voice_reply(&mut outboxed);
+                super::super::push::say_voice_reply(&mut outboxed);
             }
             changes.push(Change::OutboxOf {
                 message_id: reply.message_id.clone(),
@@ -397,18 +405,18 @@ impl Hub {
                 });
             }
         }
-        if let Err(e) = self.commit(changes.clone(), None).await {
+        if let Err(e) = self.hub().commit(changes.clone()).await {
             warn!(%lane, "could not store the agent's reply: {e}");
             // The disk filled (or failed) while the turn ran: the user's message is stored and
             // waits for this answer. Keep it and store it once the disk works again
             // (`storage::monitor`), rather than leave the message unanswered until a restart.
-            self.keep_unsettled(changes);
+            self.hub().keep_unsettled(changes);
         }
     }
 
     /// The lane's conversation at the agent, started (and stored) on first use.
     pub(super) async fn lane_session(&self, lane: &Lane) -> AgentSession {
-        if let Ok(Some(s)) = self.store.agent_session(lane) {
+        if let Ok(Some(s)) = self.hub().store().agent_session(lane) {
             return s;
         }
         // The first conversation covers the lane's whole history (including the message
@@ -417,7 +425,11 @@ impl Hub {
     }
 
     /// Starts a fresh conversation for the lane: on first use, or from now on (`/new`).
-    pub(super) async fn new_lane_session(&self, lane: &Lane, started_ms: i64) -> AgentSession {
+    pub(in crate::hub) async fn new_lane_session(
+        &self,
+        lane: &Lane,
+        started_ms: i64,
+    ) -> AgentSession {
         let session = AgentSession {
             session_id: ids::time_ordered("iris"),
             started_ms,
@@ -425,7 +437,7 @@ impl Hub {
         // Durable before the run that names it starts: a restart that repeats the start
         // (docs/agents.md, "Exactly once") must send the same session, or Hermes refuses it.
         let put = Change::Record(Record::PutAgentSession(lane.clone(), session.clone()));
-        if let Err(e) = self.commit(vec![put], None).await {
+        if let Err(e) = self.hub().commit(vec![put]).await {
             warn!(%lane, "could not store the lane's agent session: {e}");
         }
         session
@@ -439,13 +451,14 @@ impl Hub {
         session: &AgentSession,
         current: &str,
     ) -> Vec<PastMessage> {
-        if !self.agent.wants_history() {
+        if !self.hub().agent().wants_history() {
             return Vec::new();
         }
-        let limit = self.config.agent.history_messages;
+        let limit = self.hub().config().agent.history_messages;
         // On the query thread: the read first applies what the journal holds (a few turns).
         let Ok((Ok(page), _)) = self
-            .store
+            .hub()
+            .store()
             .query_history_page(lane.clone(), None, limit + 1)
             .await
         else {
@@ -470,7 +483,7 @@ impl Hub {
                 continue;
             }
             let keep = match m.role {
-                Role::User => super::commands::parse(&m.text).is_none(),
+                Role::User => super::super::commands::parse(&m.text).is_none(),
                 Role::Assistant => true,
                 Role::System | Role::Cron => false,
             };
@@ -500,7 +513,7 @@ impl Hub {
     pub(super) fn forget_run(&self, user_message_id: &str) {
         // Not awaited: a run left behind by a crash is dropped at the next start (its turn is
         // no longer pending).
-        self.commit_soon(
+        self.hub().commit_soon(
             vec![Change::Record(Record::RemoveRun(
                 user_message_id.to_owned(),
             ))],
