@@ -292,7 +292,7 @@ impl Hub {
                 unreachable!("a model is chosen per lane; jobs are changed at the agent")
             }
         };
-        if let Err(e) = self.set_agent_settings(settings).await {
+        if let Err(e) = self.choices.store_settings(self, settings).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -323,7 +323,7 @@ impl Hub {
                 offered.join(", ")
             );
         };
-        if let Err(e) = self.set_lane_model(lane, choice.clone()).await {
+        if let Err(e) = self.choices.store_lane_model(self, lane, choice.clone()).await {
             warn!(%lane, "could not store the lane's model: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -336,7 +336,7 @@ impl Hub {
                 provider: None,
                 ..old
             };
-            if let Err(e) = self.set_agent_settings(settings).await {
+            if let Err(e) = self.choices.store_settings(self, settings).await {
                 warn!("could not store the agent settings: {e}");
                 return format!("Could not save the setting: {e}.");
             }
@@ -377,7 +377,7 @@ impl Hub {
                         return self.post_system(lane, text).await;
                     }
                 };
-                let chosen = self.lane_model(lane);
+                let chosen = self.choices.lane_model(lane);
                 let mut choices = vec![(
                     "default".to_owned(),
                     "Agent default".to_owned(),
@@ -514,46 +514,9 @@ fn shorten(s: &str) -> String {
 }
 
 impl Hub {
-    /// The model chosen in `lane`, if any.
-    pub(super) fn lane_model(&self, lane: &Lane) -> Option<LaneModel> {
-        self.choices.lane_model(lane)
-    }
-
-    /// Sets (or, with `None`, clears) the lane's model once it is on disk.
-    pub(super) async fn set_lane_model(
-        &self,
-        lane: &Lane,
-        choice: Option<LaneModel>,
-    ) -> Result<(), CommitError> {
-        self.commit(
-            vec![Change::SetLaneModel(lane.clone(), choice.clone())],
-            None,
-        )
-        .await?;
-        self.choices.set_lane_model(lane, choice);
-        Ok(())
-    }
-
-    /// Stores the household's settings, then keeps them.
-    pub(super) async fn set_agent_settings(
-        &self,
-        settings: AgentSettings,
-    ) -> Result<(), CommitError> {
-        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
-        self.commit(vec![put], None).await?;
-        self.choices.set_settings(settings);
-        Ok(())
-    }
-
-    /// The settings a turn in `lane` runs with: the household's reasoning and speed, and the
-    /// lane's model where one was chosen there.
+    /// The settings a turn in `lane` runs with (`Choices::turn_settings`).
     pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
-        let mut settings = self.choices.settings();
-        if let Some(m) = self.lane_model(lane) {
-            settings.model = Some(m.model);
-            settings.provider = m.provider;
-        }
-        settings
+        self.choices.turn_settings(lane)
     }
 }
 

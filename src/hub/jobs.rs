@@ -199,7 +199,8 @@ impl Hub {
             return Ok(lane.clone());
         }
         let channel = self
-            .automation_channel(AGENT_JOBS_CHANNEL, "the agent's jobs")
+            .automation
+            .channel(self, AGENT_JOBS_CHANNEL, "the agent's jobs")
             .await
             .map_err(JobError::NoChannel)?;
         Ok(Lane::new(&channel.chat_id, None))

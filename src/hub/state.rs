@@ -4,7 +4,6 @@
 //! this file imports none of them, only the plain-data leaves `errors.rs` and `lanes.rs`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
@@ -62,6 +61,8 @@ pub struct Hub {
     pub(super) pusher: crate::push::Pusher,
     pub(super) config: Config,
     pub(super) agent: Rc<dyn Agent>,
+    /// The channel directory: lookups, lane resolution, `channel.*` requests (`directory.rs`).
+    pub(super) directory: super::directory::Directory,
     /// Every lane's turns, queue and todo list (`lanes.rs`).
     pub(super) lanes: super::lanes::Lanes,
     /// The connected devices' outlets and how far frames were published to them.
@@ -85,8 +86,8 @@ pub struct Hub {
     pub(super) turn_slots: Semaphore,
     pub(super) agent_watch: AgentWatch,
     pub(super) started: Instant,
-    /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
-    pub(super) automation: RefCell<Automation>,
+    /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
+    pub(super) automation: super::automation::Automation,
     pub(super) media_holds: MediaHolds,
     /// Each device's share of the history query thread (`budget.rs`).
     pub(super) query_budgets: RefCell<QueryBudgets>,
@@ -117,45 +118,6 @@ pub struct CommitJob {
     pub(super) done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
 }
 
-/// A configured webhook, with its token kept only as a SHA-256 digest.
-pub(super) struct Hook {
-    pub(super) name: String,
-    pub(super) channel: String,
-    pub(super) digest: Vec<u8>,
-}
-
-/// Wrong (or missing) webhook tokens accepted from one address (IPv6: one /64) a minute; past
-/// it, that address's webhook requests get 429 before their token is looked at. A token has at
-/// least 16 characters, but the owner may choose a weak one.
-pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
-/// Addresses whose wrong webhook tokens are counted one by one; past them, the rest share one
-/// count, so at most 33 × [`WEBHOOK_FAILURES_PER_MINUTE`] guesses a minute from any number of
-/// addresses.
-pub const WEBHOOK_FAILURE_TABLE: usize = 32;
-
-/// The hub's automation state (`Hub::automation`).
-pub(super) struct Automation {
-    pub(super) hooks: Vec<Hook>,
-    /// When the webhook requests admitted within the last minute arrived, oldest first.
-    pub(super) admitted: VecDeque<Instant>,
-    /// Wrong webhook tokens per source address (`guessing.rs`).
-    pub(super) bad_tokens: GuessLimiter<{ WEBHOOK_FAILURE_TABLE }>,
-    /// Held while an automation channel is looked up and maybe created, so two posts arriving
-    /// together cannot both create it.
-    pub(super) directory: Rc<tokio::sync::Mutex<()>>,
-}
-
-impl Default for Automation {
-    fn default() -> Automation {
-        Automation {
-            hooks: Vec::new(),
-            admitted: VecDeque::new(),
-            bad_tokens: GuessLimiter::new(WEBHOOK_FAILURES_PER_MINUTE, Instant::now()),
-            directory: Rc::default(),
-        }
-    }
-}
-
 impl Hub {
     /// Builds the hub and starts its tasks (must be called inside a `LocalSet`): the storage
     /// and agent monitors stop with `shutdown`; the committer stops at `committer_stop`, which
@@ -181,10 +143,13 @@ impl Hub {
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
+        let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
+        let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
         let hub = Rc::new(Hub {
             health: super::health::Health::new(),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
             view: store.view(),
+            directory,
             store,
             media,
             pusher,
@@ -202,7 +167,7 @@ impl Hub {
             bad_hellos: RefCell::new(bad_hellos),
             agent_watch: AgentWatch::default(),
             started: Instant::now(),
-            automation: RefCell::default(),
+            automation,
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
             transcriber: RefCell::default(),
