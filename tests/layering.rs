@@ -909,6 +909,7 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("unsettled.rs", "Unsettled"),
     ("directory.rs", "Directory"),
     ("automation.rs", "Automation"),
+    ("jobs.rs", "AgentJobs"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

@@ -15,9 +15,9 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::choices::Setting;
-use super::errors::CommitError;
+use super::choices::{Picker, Setting};
 use super::errors::Refusal;
+use super::jobs::JobsOffer;
 use super::state::{gateway_message, Hub};
 use crate::agent::AgentSettings;
 use crate::ids;
@@ -217,7 +217,7 @@ impl Hub {
             Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
             Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
             Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
-            Command::Jobs => return self.open_jobs_picker(lane).await,
+            Command::Jobs => return self.offer(lane, self.jobs.picker(lane).await).await,
             Command::Reasoning(Some(v)) => self.apply_setting(lane, Setting::Reasoning, &v).await,
             Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
             Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
@@ -246,10 +246,11 @@ impl Hub {
             if self.lane_exists(&p.lane) {
                 let answer = match p.setting {
                     Setting::Job => {
-                        self.open_job_actions(&p.lane, value).await;
+                        let offer = self.jobs.actions_picker(value).await;
+                        self.offer(&p.lane, offer).await;
                         return Ok(());
                     }
-                    Setting::JobAction(job_id) => self.apply_job_action(&job_id, value).await,
+                    Setting::JobAction(job_id) => self.jobs.apply_action(&job_id, value).await,
                     setting => self.apply_setting(&p.lane, setting, value).await,
                 };
                 self.post_system(&p.lane, answer).await;
@@ -323,7 +324,11 @@ impl Hub {
                 offered.join(", ")
             );
         };
-        if let Err(e) = self.choices.store_lane_model(self, lane, choice.clone()).await {
+        if let Err(e) = self
+            .choices
+            .store_lane_model(self, lane, choice.clone())
+            .await
+        {
             warn!(%lane, "could not store the lane's model: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -397,7 +402,9 @@ impl Hub {
                 }));
                 ("Model", choices)
             }
-            Setting::Job | Setting::JobAction(_) => return self.open_jobs_picker(lane).await,
+            Setting::Job | Setting::JobAction(_) => {
+                return self.offer(lane, self.jobs.picker(lane).await).await
+            }
         };
         let choices: Vec<Value> = choices
         .into_iter()
@@ -406,6 +413,39 @@ impl Hub {
         })
         .collect();
         self.offer_picker(lane, title, choices, setting).await;
+    }
+
+    /// Sends a picker in `lane` and remembers what answering it means.
+    pub(super) async fn offer_picker(
+        &self,
+        lane: &Lane,
+        title: &str,
+        choices: Vec<Value>,
+        setting: Setting,
+    ) {
+        let picker_id = ids::time_ordered("pk");
+        let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
+            .in_lane(&lane.chat_id, lane.thread());
+        self.choices
+            .open_picker(picker_id, Picker::new(lane, setting));
+        if let Err(e) = self
+            .commit(vec![Change::Outbox(frame.outboxed())], None)
+            .await
+        {
+            warn!(%lane, "could not send a picker: {e}");
+        }
+    }
+
+    /// Says or offers what the agent's jobs answer in `lane`.
+    async fn offer(&self, lane: &Lane, offer: JobsOffer) {
+        match offer {
+            JobsOffer::Say(text) => self.post_system(lane, text).await,
+            JobsOffer::Pick {
+                title,
+                choices,
+                setting,
+            } => self.offer_picker(lane, &title, choices, setting).await,
+        }
     }
 
     /// Posts the gateway's answer as a `system` message in `lane`.

@@ -5,7 +5,8 @@ use std::rc::Rc;
 use super::errors::CommitError;
 use super::port::{Port, Reply};
 use super::state::{Hub, Origin};
-use crate::protocol::Lane;
+use crate::agent::AgentEvent;
+use crate::protocol::{HistoryMessage, Lane};
 use crate::store::Change;
 
 impl Port for Hub {
@@ -24,6 +25,19 @@ impl Port for Hub {
 
     async fn collect_media(&self, media_ids: &[String]) {
         Hub::collect_media(self, media_ids).await
+    }
+
+    fn lane_exists(&self, lane: &Lane) -> bool {
+        Hub::lane_exists(self, lane)
+    }
+
+    async fn attach_agent_files(
+        &self,
+        lane: &Lane,
+        message: &mut HistoryMessage,
+        files: Vec<AgentEvent>,
+    ) {
+        Hub::attach_agent_files(self, lane, message, files).await
     }
 
     fn lane_idle(&self, lane: &Lane) -> bool {

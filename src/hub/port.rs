@@ -1,4 +1,5 @@
-//! The port: the narrow way a service of the hub (`Directory`, `Automation`) reaches back to the
+//! The port: the narrow way a service of the hub (`Directory`, `Automation`, `AgentJobs`,
+//! `Choices`' stored settings) reaches back to the
 //! hub for what it does not own: the committer, the lanes' live turns, the media files. The
 //! services take it as a parameter instead of being `impl Hub` blocks, so each one's state stays
 //! private and what it may ask of the rest is this list. `hub_port.rs` implements it for `Hub`.
@@ -6,8 +7,9 @@
 use std::rc::Rc;
 
 use super::errors::CommitError;
+use crate::agent::AgentEvent;
 use crate::outlet::ConnId;
-use crate::protocol::{Frame, Lane};
+use crate::protocol::{Frame, HistoryMessage, Lane};
 use crate::store::Change;
 
 /// How a commit answers the device that asked for it: `frame` (the broadcast frame carrying the
@@ -30,6 +32,18 @@ pub(super) trait Port {
 
     /// Removes the media files that no message refers to any more.
     async fn collect_media(&self, media_ids: &[String]);
+
+    /// The lane's channel (and thread) still exist.
+    fn lane_exists(&self, lane: &Lane) -> bool;
+
+    /// Stores the files an agent's answer names (`MEDIA:` lines, through the media policy) and
+    /// attaches them to `message`.
+    async fn attach_agent_files(
+        &self,
+        lane: &Lane,
+        message: &mut HistoryMessage,
+        files: Vec<AgentEvent>,
+    );
 
     /// Nothing is running or queued in `lane`.
     fn lane_idle(&self, lane: &Lane) -> bool;

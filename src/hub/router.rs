@@ -254,7 +254,8 @@ impl Hub {
     }
 }
 
-/// The doors of automation: the server starts it, the HTTP front hands it webhook requests.
+/// The doors of automation: the server starts it and the agent's jobs, the HTTP front hands it
+/// webhook requests, a turn reports a job it made.
 impl Hub {
     /// Prepares automation before the gateway listens (`Automation::start`) and starts the cron
     /// task, which stops with `shutdown`. An error names the config entry; the gateway must not
@@ -271,6 +272,24 @@ impl Hub {
             );
         }
         Ok(())
+    }
+
+    /// Starts the task that delivers the agent's job results (`AgentJobs::follow`).
+    pub fn start_jobs(self: &Rc<Self>, shutdown: &Shutdown) {
+        let (hub, stop) = (self.clone(), shutdown.listener());
+        tokio::task::spawn_local(
+            async move { hub.jobs.follow(&*hub, &hub.automation, stop).await },
+        );
+    }
+
+    /// A turn in `lane` made the agent job `job_id` (`AgentJobs::made`).
+    pub(super) async fn job_made(&self, lane: &Lane, job_id: String) {
+        self.jobs.made(self, lane, job_id).await
+    }
+
+    /// `text` with the job results the agent has not seen in `lane` (`AgentJobs::with_results`).
+    pub(super) fn with_job_results(&self, lane: &Lane, current: &str, text: String) -> String {
+        self.jobs.with_results(lane, current, text)
     }
 
     /// Admits a webhook request before its body is read (`Automation::webhook_admit`); returns

@@ -86,6 +86,8 @@ pub struct Hub {
     pub(super) turn_slots: Semaphore,
     pub(super) agent_watch: AgentWatch,
     pub(super) started: Instant,
+    /// The agent's scheduled jobs: their delivery and `/jobs` (`jobs.rs`).
+    pub(super) jobs: super::jobs::AgentJobs,
     /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
     pub(super) automation: super::automation::Automation,
     pub(super) media_holds: MediaHolds,
@@ -145,6 +147,8 @@ impl Hub {
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
         let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
+        let jobs =
+            super::jobs::AgentJobs::new(store.clone(), agent.clone(), config.limits.max_text_bytes);
         let hub = Rc::new(Hub {
             health: super::health::Health::new(),
             turn_slots: Semaphore::new(config.limits.max_running_turns),
@@ -168,6 +172,7 @@ impl Hub {
             agent_watch: AgentWatch::default(),
             started: Instant::now(),
             automation,
+            jobs,
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
             transcriber: RefCell::default(),
