@@ -991,7 +991,6 @@ const HUB_STATE_OWNERS: &[(&str, &str)] = &[
     ("unsettled", "unsettled.rs"),
     ("voice_noticed", "voice.rs"),
     ("bad_hellos", "devices.rs"),
-    ("automation", "automation.rs"),
     ("query_budgets", "search.rs"),
     ("transcriber", "voice.rs"),
     ("speaker", "voice_reply.rs"),
@@ -1009,6 +1008,9 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("agent_calls.rs", "AgentCalls"),
     ("read_marks.rs", "ReadMarks"),
     ("unsettled.rs", "Unsettled"),
+    ("directory.rs", "Directory"),
+    ("automation.rs", "Automation"),
+    ("jobs.rs", "AgentJobs"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

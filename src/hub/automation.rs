@@ -1,6 +1,6 @@
 //! Automation channels: scheduled prompts (cron) and webhooks post gateway output into them.
 //!
-//! At start ([`Hub::start_automation`]) every channel a `[[cron]]` or `[[webhook]]` names is
+//! At start ([`Automation::start`]) every channel a `[[cron]]` or `[[webhook]]` names is
 //! looked up by its exact name among the root channels: created as an automation channel if
 //! missing, marked as one if it is not (announced like `channel.set_automation`), and refused if
 //! it is the default channel. The same lookup runs again before each post, so a channel a user
@@ -9,7 +9,7 @@
 //! A webhook's text becomes a stored message (role `cron`) with its `message` frame and a
 //! `notification{kind:cron}`, committed together: durable before any device sees them, and
 //! pushed to away devices like any other message. A cron job's prompt is queued as an agent
-//! turn in its channel's lane (`Hub::enqueue_automation` stores the answer).
+//! turn in its channel's lane (through the port: the turns store the answer).
 //!
 //! The cron task sleeps until the earliest due job, never more than [`MAX_CRON_SLEEP`], and
 //! checks the wall clock at each wake-up. A Pi has no real-time clock: its clock jumps when NTP
@@ -18,6 +18,8 @@
 //! missed runs is ever replayed; a job due in normal time fires once, and its next run is
 //! computed from then.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -26,11 +28,13 @@ use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
 use super::errors::CommitError;
-use super::state::{gateway_message, Hook, Hub, WEBHOOK_FAILURES_PER_MINUTE};
+use super::port::Port;
+use crate::config::{Config, Limits};
+use crate::guessing::GuessLimiter;
 use crate::ids;
-use crate::protocol::{Channel, ChannelKind, Frame, Lane, Role};
-use crate::shutdown::{Listener, Shutdown};
-use crate::store::{Change, StoreError};
+use crate::protocol::{Channel, ChannelKind, Frame, HistoryMessage, Lane, Role};
+use crate::shutdown::Listener;
+use crate::store::{Change, Store, StoreError};
 
 /// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
 /// picks it), and the automation that refuses it owns the type.
@@ -118,8 +122,44 @@ const MAX_TITLE_CHARS: usize = 200;
 /// The rate window of `limits.webhooks_per_minute`.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
+/// Wrong (or missing) webhook tokens accepted from one address (IPv6: one /64) a minute; past
+/// it, that address's webhook requests get 429 before their token is looked at. A token has at
+/// least 16 characters, but the owner may choose a weak one.
+pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
+/// Addresses whose wrong webhook tokens are counted one by one; past them, the rest share one
+/// count, so at most 33 × [`WEBHOOK_FAILURES_PER_MINUTE`] guesses a minute from any number of
+/// addresses.
+pub const WEBHOOK_FAILURE_TABLE: usize = 32;
+
+/// The hub's automation: the webhooks and their rate windows, and the automation channels it
+/// posts into. The cron task and the webhook posts reach the hub through the port.
+pub(super) struct Automation {
+    store: Store,
+    limits: Limits,
+    webhooks: RefCell<Webhooks>,
+    /// Held while an automation channel is looked up and maybe created, so two posts arriving
+    /// together cannot both create it.
+    finding_channel: tokio::sync::Mutex<()>,
+}
+
+/// The webhooks read at start and what admitting them remembers.
+struct Webhooks {
+    hooks: Vec<Hook>,
+    /// When the webhook requests admitted within the last minute arrived, oldest first.
+    admitted: VecDeque<Instant>,
+    /// Wrong webhook tokens per source address (`guessing.rs`).
+    bad_tokens: GuessLimiter<{ WEBHOOK_FAILURE_TABLE }>,
+}
+
+/// A configured webhook, with its token kept only as a SHA-256 digest.
+struct Hook {
+    name: String,
+    channel: String,
+    digest: Vec<u8>,
+}
+
 /// A scheduled prompt, parsed.
-struct Job {
+pub(super) struct CronJob {
     /// How logs and errors name it: `[[cron]] #1 (0 30 7 * * *)`.
     label: String,
     channel: String,
@@ -127,16 +167,31 @@ struct Job {
     prompt: String,
 }
 
-impl Hub {
-    /// Prepares automation before the gateway listens: reads the webhook tokens, makes sure every
-    /// channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel, and starts the
-    /// cron task. An error names the config entry; the gateway must not start with it.
-    pub async fn start_automation(
-        self: &Rc<Self>,
-        shutdown: &Shutdown,
-    ) -> Result<(), AutomationError> {
+impl Automation {
+    pub(super) fn new(store: Store, limits: Limits) -> Automation {
+        Automation {
+            store,
+            limits,
+            webhooks: RefCell::new(Webhooks {
+                hooks: Vec::new(),
+                admitted: VecDeque::new(),
+                bad_tokens: GuessLimiter::new(WEBHOOK_FAILURES_PER_MINUTE, Instant::now()),
+            }),
+            finding_channel: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Prepares automation before the gateway listens: reads the webhook tokens and makes sure
+    /// every channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel. Returns
+    /// the cron jobs for [`Automation::cron_loop`]. An error names the config entry; the gateway
+    /// must not start with it.
+    pub(super) async fn start(
+        &self,
+        port: &impl Port,
+        config: &Config,
+    ) -> Result<Vec<CronJob>, AutomationError> {
         let mut hooks = Vec::new();
-        for hook in &self.config.webhook {
+        for hook in &config.webhook {
             let label = format!("[[webhook]] `{}`", hook.name);
             let token = match &hook.token_file {
                 Some(path) => std::fs::read_to_string(path)
@@ -161,13 +216,13 @@ impl Hub {
             });
         }
         let mut jobs = Vec::new();
-        for (i, job) in self.config.cron.iter().enumerate() {
+        for (i, job) in config.cron.iter().enumerate() {
             let label = format!("[[cron]] #{} ({})", i + 1, job.schedule);
             let schedule = job
                 .schedule
                 .parse::<cron::Schedule>()
                 .map_err(|e| AutomationError::Entry(format!("{label}: {e}")))?;
-            jobs.push(Job {
+            jobs.push(CronJob {
                 label,
                 channel: job.channel.trim().to_owned(),
                 schedule,
@@ -184,13 +239,10 @@ impl Hub {
             )
             .collect();
         for (channel, origin) in &wanted {
-            self.automation_channel(channel, origin).await?;
+            self.channel(port, channel, origin).await?;
         }
         let (hook_count, job_count) = (hooks.len(), jobs.len());
-        self.automation.borrow_mut().hooks = hooks;
-        if !jobs.is_empty() {
-            tokio::task::spawn_local(self.clone().cron_loop(jobs, shutdown.listener()));
-        }
+        self.webhooks.borrow_mut().hooks = hooks;
         if hook_count + job_count > 0 {
             info!(
                 webhooks = hook_count,
@@ -198,27 +250,27 @@ impl Hub {
                 "automation ready"
             );
         }
-        Ok(())
+        Ok(jobs)
     }
 
     /// The root channel named `name`, made an automation channel: created if missing (announced
     /// with `channel.created`), marked if not yet (announced with `channel.renamed`, as
     /// `channel.set_automation` does). The default channel is refused. `origin` names the config
     /// entry in logs and errors.
-    pub(super) async fn automation_channel(
+    pub(super) async fn channel(
         &self,
+        port: &impl Port,
         name: &str,
         origin: &str,
     ) -> Result<Channel, AutomationError> {
-        let max_chars = self.config.limits.max_name_chars;
+        let max_chars = self.limits.max_name_chars;
         if name.is_empty() || name.chars().count() > max_chars || name.chars().any(char::is_control)
         {
             return Err(AutomationError::Entry(format!(
                 "{origin}: the channel name `{name}` must be 1 to {max_chars} characters (limits.max_name_chars), without control characters"
             )));
         }
-        let lock = self.automation.borrow().directory.clone();
-        let _held = lock.lock().await;
+        let _held = self.finding_channel.lock().await;
         let all = self.store.channels().map_err(AutomationError::Directory)?;
         let found = all
             .iter()
@@ -244,7 +296,7 @@ impl Hub {
                 (c, "channel.renamed")
             }
             None => {
-                let max = self.config.limits.max_channels;
+                let max = self.limits.max_channels;
                 if all.len() >= max {
                     return Err(AutomationError::Entry(format!(
                         "{origin}: cannot create the channel `{name}`: the directory is full ({max} channels and threads, limits.max_channels)"
@@ -265,7 +317,7 @@ impl Hub {
             Change::PutChannel(entry.clone()),
             Change::Outbox(Frame::channel_entry(frame, &entry).outboxed()),
         ];
-        self.commit(changes, None)
+        port.commit(changes, None)
             .await
             .map_err(|source| AutomationError::Save {
                 origin: origin.to_owned(),
@@ -281,16 +333,16 @@ impl Hub {
     /// begins, `guessing.rs`), the announced length fits `limits.max_webhook_bytes` (413), and
     /// the rate is under `limits.webhooks_per_minute` over all hooks (429; only authorised
     /// requests count). Returns the channel name the hook posts into.
-    pub fn webhook_admit(
+    pub(super) fn webhook_admit(
         &self,
         name: &str,
         authorization: Option<&str>,
         announced_bytes: u64,
         ip: IpAddr,
     ) -> Result<String, HookError> {
-        let limits = &self.config.limits;
+        let limits = &self.limits;
         {
-            let mut a = self.automation.borrow_mut();
+            let mut a = self.webhooks.borrow_mut();
             let a = &mut *a;
             let hook = a
                 .hooks
@@ -344,8 +396,9 @@ impl Hub {
     /// Posts an admitted webhook's body into its channel: JSON `{"text", "title"?}` when the
     /// content type is `application/json`, else the body as UTF-8 text. Returns the message id
     /// once the message and its notification are durable (and published).
-    pub async fn post_webhook(
+    pub(super) async fn post_webhook(
         &self,
+        port: &impl Port,
         hook: &str,
         channel: &str,
         content_type: Option<&str>,
@@ -357,7 +410,7 @@ impl Hub {
                 "the text is empty: nothing to post".into(),
             ));
         }
-        let max = self.config.limits.max_text_bytes;
+        let max = self.limits.max_text_bytes;
         if text.len() > max {
             return Err(HookError::TooLarge(format!(
                 "the text is {} bytes; the limit is {max} (limits.max_text_bytes)",
@@ -365,7 +418,7 @@ impl Hub {
             )));
         }
         let entry = self
-            .automation_channel(channel, &format!("[[webhook]] `{hook}`"))
+            .channel(port, channel, &format!("[[webhook]] `{hook}`"))
             .await
             .map_err(|e| HookError::Unavailable(e.to_string()))?;
         let title = title
@@ -374,7 +427,7 @@ impl Hub {
             .filter(|t| !t.is_empty())
             .map(|t| t.chars().take(MAX_TITLE_CHARS).collect::<String>())
             .unwrap_or_else(|| entry.name.clone());
-        self.post_automation(&entry, &title, text)
+        self.post(port, &entry, &title, text)
             .await
             .map_err(|e| HookError::Unavailable(format!("could not store the message: {e}")))
     }
@@ -382,22 +435,18 @@ impl Hub {
     /// Stores `text` as a message with role `cron` in `channel`'s lane, with its `message`
     /// frame and a `notification{kind:cron, title}`, in one commit (deleting the message later
     /// withdraws both frames). Returns the message id.
-    pub(super) async fn post_automation(
+    async fn post(
         &self,
+        port: &impl Port,
         channel: &Channel,
         title: &str,
         text: String,
     ) -> Result<String, CommitError> {
         let lane = Lane::new(&channel.chat_id, None);
-        let message = gateway_message(Role::Cron, text);
+        let message = HistoryMessage::text_only(ids::message_id(), Role::Cron, text, ids::now_ms());
         let changes = cron_message_changes(&lane, title, &message);
-        self.commit(changes, None).await?;
+        port.commit(changes, None).await?;
         Ok(message.message_id)
-    }
-
-    /// Nothing is running or queued in `lane`.
-    fn lane_idle(&self, lane: &Lane) -> bool {
-        self.turns.is_idle(lane)
     }
 }
 
@@ -491,10 +540,15 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
     (wall - monotonic).abs() > step
 }
 
-impl Hub {
+impl Automation {
     /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
     /// running, and stops when the gateway shuts down.
-    async fn cron_loop(self: Rc<Self>, jobs: Vec<Job>, mut stop: Listener) {
+    pub(super) async fn cron_loop(
+        &self,
+        port: &Rc<impl Port>,
+        jobs: Vec<CronJob>,
+        mut stop: Listener,
+    ) {
         let mut last = (Local::now(), Instant::now());
         let mut next: Vec<Option<DateTime<Local>>> = jobs
             .iter()
@@ -519,7 +573,7 @@ impl Hub {
             }
             last = now;
             for p in pending.iter_mut() {
-                if p.as_ref().is_some_and(|lane| self.lane_idle(lane)) {
+                if p.as_ref().is_some_and(|lane| port.lane_idle(lane)) {
                     *p = None;
                 }
             }
@@ -532,11 +586,11 @@ impl Hub {
                     info!(job = %job.label, "skipping a run: the previous one is still queued or running");
                     continue;
                 }
-                match self.automation_channel(&job.channel, &job.label).await {
+                match self.channel(&**port, &job.channel, &job.label).await {
                     Ok(channel) => {
                         let lane = Lane::new(&channel.chat_id, None);
                         info!(job = %job.label, channel = %channel.chat_id, "cron job due: asking the agent");
-                        self.turns.enqueue_automation(
+                        port.enqueue_automation(
                             lane.clone(),
                             job.prompt.clone(),
                             channel.name.clone(),

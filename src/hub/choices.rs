@@ -1,14 +1,16 @@
 //! The user's choices and the pickers that offer them: `/reasoning` and `/fast` for every lane,
-//! `/model` and `/voice` per lane (all also in the store, written through the committer), and the settings
+//! `/model` and `/voice` per lane (all also in the store, written through the port's commit), and the settings
 //! pickers waiting for an answer (memory only: a restart expires them). Its one owner.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::errors::CommitError;
+use super::port::Port;
 use crate::agent::AgentSettings;
 use crate::protocol::Lane;
-use crate::store::{LaneModel, VoiceMode};
+use crate::store::{Change, LaneModel, Record, VoiceMode};
 
 /// Pickers waiting for an answer; the oldest is forgotten beyond this.
 const MAX_PENDING_PICKERS: usize = 32;
@@ -48,21 +50,48 @@ impl Choices {
         self.inner.borrow().settings.clone()
     }
 
-    /// Kept once on disk (the caller committed it).
-    pub(super) fn set_settings(&self, settings: AgentSettings) {
+    /// Stores the household's settings through the port, then keeps them.
+    pub(super) async fn store_settings(
+        &self,
+        port: &impl Port,
+        settings: AgentSettings,
+    ) -> Result<(), CommitError> {
+        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
+        port.commit(vec![put], None).await?;
         self.inner.borrow_mut().settings = settings;
+        Ok(())
+    }
+
+    /// The settings a turn in `lane` runs with: the household's reasoning and speed, and the
+    /// lane's model where one was chosen there.
+    pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
+        let mut settings = self.settings();
+        if let Some(m) = self.lane_model(lane) {
+            settings.model = Some(m.model);
+            settings.provider = m.provider;
+        }
+        settings
     }
 
     pub(super) fn lane_model(&self, lane: &Lane) -> Option<LaneModel> {
         self.inner.borrow().lane_models.get(lane).cloned()
     }
 
-    pub(super) fn set_lane_model(&self, lane: &Lane, choice: Option<LaneModel>) {
+    /// Sets (or, with `None`, clears) the lane's model once it is on disk.
+    pub(super) async fn store_lane_model(
+        &self,
+        port: &impl Port,
+        lane: &Lane,
+        choice: Option<LaneModel>,
+    ) -> Result<(), CommitError> {
+        let change = Change::SetLaneModel(lane.clone(), choice.clone());
+        port.commit(vec![change], None).await?;
         let mut i = self.inner.borrow_mut();
         match choice {
             Some(c) => i.lane_models.insert(lane.clone(), c),
             None => i.lane_models.remove(lane),
         };
+        Ok(())
     }
 
     /// The lane's voice mode (`Off` unless `/voice` chose another).

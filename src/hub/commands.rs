@@ -15,9 +15,9 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::choices::Setting;
-use super::errors::CommitError;
+use super::choices::{Picker, Setting};
 use super::errors::Refusal;
+use super::jobs::JobsOffer;
 use super::state::{gateway_message, Hub};
 use crate::agent::AgentSettings;
 use crate::ids;
@@ -217,7 +217,7 @@ impl Hub {
             Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
             Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
             Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
-            Command::Jobs => return self.open_jobs_picker(lane).await,
+            Command::Jobs => return self.offer(lane, self.jobs.picker(lane).await).await,
             Command::Reasoning(Some(v)) => self.apply_setting(lane, Setting::Reasoning, &v).await,
             Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
             Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
@@ -246,10 +246,11 @@ impl Hub {
             if self.lane_exists(&p.lane) {
                 let answer = match p.setting {
                     Setting::Job => {
-                        self.open_job_actions(&p.lane, value).await;
+                        let offer = self.jobs.actions_picker(value).await;
+                        self.offer(&p.lane, offer).await;
                         return Ok(());
                     }
-                    Setting::JobAction(job_id) => self.apply_job_action(&job_id, value).await,
+                    Setting::JobAction(job_id) => self.jobs.apply_action(&job_id, value).await,
                     setting => self.apply_setting(&p.lane, setting, value).await,
                 };
                 self.post_system(&p.lane, answer).await;
@@ -292,7 +293,7 @@ impl Hub {
                 unreachable!("a model is chosen per lane; jobs are changed at the agent")
             }
         };
-        if let Err(e) = self.set_agent_settings(settings).await {
+        if let Err(e) = self.choices.store_settings(self, settings).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -323,7 +324,11 @@ impl Hub {
                 offered.join(", ")
             );
         };
-        if let Err(e) = self.set_lane_model(lane, choice.clone()).await {
+        if let Err(e) = self
+            .choices
+            .store_lane_model(self, lane, choice.clone())
+            .await
+        {
             warn!(%lane, "could not store the lane's model: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -336,7 +341,7 @@ impl Hub {
                 provider: None,
                 ..old
             };
-            if let Err(e) = self.set_agent_settings(settings).await {
+            if let Err(e) = self.choices.store_settings(self, settings).await {
                 warn!("could not store the agent settings: {e}");
                 return format!("Could not save the setting: {e}.");
             }
@@ -377,7 +382,7 @@ impl Hub {
                         return self.post_system(lane, text).await;
                     }
                 };
-                let chosen = self.lane_model(lane);
+                let chosen = self.choices.lane_model(lane);
                 let mut choices = vec![(
                     "default".to_owned(),
                     "Agent default".to_owned(),
@@ -397,7 +402,9 @@ impl Hub {
                 }));
                 ("Model", choices)
             }
-            Setting::Job | Setting::JobAction(_) => return self.open_jobs_picker(lane).await,
+            Setting::Job | Setting::JobAction(_) => {
+                return self.offer(lane, self.jobs.picker(lane).await).await
+            }
         };
         let choices: Vec<Value> = choices
         .into_iter()
@@ -406,6 +413,39 @@ impl Hub {
         })
         .collect();
         self.offer_picker(lane, title, choices, setting).await;
+    }
+
+    /// Sends a picker in `lane` and remembers what answering it means.
+    pub(super) async fn offer_picker(
+        &self,
+        lane: &Lane,
+        title: &str,
+        choices: Vec<Value>,
+        setting: Setting,
+    ) {
+        let picker_id = ids::time_ordered("pk");
+        let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
+            .in_lane(&lane.chat_id, lane.thread());
+        self.choices
+            .open_picker(picker_id, Picker::new(lane, setting));
+        if let Err(e) = self
+            .commit(vec![Change::Outbox(frame.outboxed())], None)
+            .await
+        {
+            warn!(%lane, "could not send a picker: {e}");
+        }
+    }
+
+    /// Says or offers what the agent's jobs answer in `lane`.
+    async fn offer(&self, lane: &Lane, offer: JobsOffer) {
+        match offer {
+            JobsOffer::Say(text) => self.post_system(lane, text).await,
+            JobsOffer::Pick {
+                title,
+                choices,
+                setting,
+            } => self.offer_picker(lane, &title, choices, setting).await,
+        }
     }
 
     /// Posts the gateway's answer as a `system` message in `lane`.
@@ -520,46 +560,9 @@ fn shorten(s: &str) -> String {
 }
 
 impl Hub {
-    /// The model chosen in `lane`, if any.
-    pub(super) fn lane_model(&self, lane: &Lane) -> Option<LaneModel> {
-        self.choices.lane_model(lane)
-    }
-
-    /// Sets (or, with `None`, clears) the lane's model once it is on disk.
-    pub(super) async fn set_lane_model(
-        &self,
-        lane: &Lane,
-        choice: Option<LaneModel>,
-    ) -> Result<(), CommitError> {
-        self.commit(
-            vec![Change::SetLaneModel(lane.clone(), choice.clone())],
-            None,
-        )
-        .await?;
-        self.choices.set_lane_model(lane, choice);
-        Ok(())
-    }
-
-    /// Stores the household's settings, then keeps them.
-    pub(super) async fn set_agent_settings(
-        &self,
-        settings: AgentSettings,
-    ) -> Result<(), CommitError> {
-        let put = Change::Record(Record::PutAgentSettings(settings.clone()));
-        self.commit(vec![put], None).await?;
-        self.choices.set_settings(settings);
-        Ok(())
-    }
-
-    /// The settings a turn in `lane` runs with: the household's reasoning and speed, and the
-    /// lane's model where one was chosen there.
+    /// The settings a turn in `lane` runs with (`Choices::turn_settings`).
     pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
-        let mut settings = self.choices.settings();
-        if let Some(m) = self.lane_model(lane) {
-            settings.model = Some(m.model);
-            settings.provider = m.provider;
-        }
-        settings
+        self.choices.turn_settings(lane)
     }
 }
 

@@ -22,15 +22,15 @@ use tokio::time::Instant;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
-use super::automation::{cron_message_changes, AutomationError};
-use super::choices::{Picker, Setting};
+use super::automation::{cron_message_changes, Automation, AutomationError};
+use super::choices::Setting;
 use super::errors::CommitError;
-use super::state::Hub;
-use crate::agent::{JobAction, JobInfo, JobRun};
+use super::port::Port;
+use crate::agent::{Agent, JobAction, JobInfo, JobRun};
 use crate::ids;
-use crate::protocol::{fit, Frame, HistoryMessage, Lane, Role};
-use crate::shutdown::{Listener, Shutdown};
-use crate::store::{AgentJob, Change, Record};
+use crate::protocol::{fit, HistoryMessage, Lane, Role};
+use crate::shutdown::Listener;
+use crate::store::{AgentJob, Change, Record, Store};
 
 /// How often the agent's job list is read.
 pub const JOB_POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -49,13 +49,42 @@ const JOB_CONTEXT_CHARS: usize = 2000;
 /// A picker label names this much of a job's name.
 const MAX_JOB_LABEL_CHARS: usize = 60;
 
-impl Hub {
-    /// Starts the task that delivers the agent's job results.
-    pub fn start_jobs(self: &Rc<Self>, shutdown: &Shutdown) {
-        tokio::task::spawn_local(self.clone().jobs_loop(shutdown.listener()));
+/// The agent's scheduled jobs as the gateway follows them: their records in the store, the
+/// agent that runs them. The delivering task's memory is its own ([`Watch`]); what it posts
+/// goes through the port, into a lane or the automation channel [`AGENT_JOBS_CHANNEL`].
+pub(super) struct AgentJobs {
+    store: Store,
+    agent: Rc<dyn Agent>,
+    /// `limits.max_text_bytes`: a longer run's output is cut with a note.
+    max_text_bytes: usize,
+}
+
+/// What `/jobs` answers in the lane: a sentence, or a picker to offer.
+pub(super) enum JobsOffer {
+    Say(String),
+    Pick {
+        title: String,
+        choices: Vec<Value>,
+        setting: Setting,
+    },
+}
+
+impl AgentJobs {
+    pub(super) fn new(store: Store, agent: Rc<dyn Agent>, max_text_bytes: usize) -> AgentJobs {
+        AgentJobs {
+            store,
+            agent,
+            max_text_bytes,
+        }
     }
 
-    async fn jobs_loop(self: Rc<Self>, mut stop: Listener) {
+    /// The task that delivers the agent's job results, until `stop`.
+    pub(super) async fn follow(
+        &self,
+        port: &impl Port,
+        automation: &Automation,
+        mut stop: Listener,
+    ) {
         let mut watch = Watch {
             looked: HashMap::new(),
             first_look: true,
@@ -69,7 +98,8 @@ impl Hub {
             if self.agent.has_jobs() {
                 match self.agent.jobs().await {
                     Ok(jobs) => {
-                        self.deliver_job_runs(&jobs, &mut watch).await;
+                        self.deliver_job_runs(port, automation, &jobs, &mut watch)
+                            .await;
                         watch.first_look = false;
                     }
                     Err(e) => debug!("could not read the agent's jobs: {e}"),
@@ -83,7 +113,13 @@ impl Hub {
     }
 
     /// Delivers the runs of `jobs` not delivered yet; forgets jobs the agent no longer has.
-    async fn deliver_job_runs(&self, jobs: &[JobInfo], watch: &mut Watch) {
+    async fn deliver_job_runs(
+        &self,
+        port: &impl Port,
+        automation: &Automation,
+        jobs: &[JobInfo],
+        watch: &mut Watch,
+    ) {
         watch.posted.retain(|_, at| at.elapsed() < JOB_RESULT_PACE);
         let known: HashMap<String, AgentJob> = match self.store.agent_jobs() {
             Ok(records) => records.into_iter().map(|r| (r.job_id.clone(), r)).collect(),
@@ -108,11 +144,18 @@ impl Hub {
                     continue;
                 }
             };
+            let deliver = Delivery { port, automation };
             let done = match record {
-                Some(_) => self.deliver_runs(job, runs, &mut watch.posted).await,
-                None if watch.first_look => self.adopt_job(job, runs.last()).await,
-                None => match self.adopt_job(job, None).await {
-                    Ok(()) => self.deliver_runs(job, runs, &mut watch.posted).await,
+                Some(_) => {
+                    self.deliver_runs(&deliver, job, runs, &mut watch.posted)
+                        .await
+                }
+                None if watch.first_look => self.adopt_job(port, job, runs.last()).await,
+                None => match self.adopt_job(port, job, None).await {
+                    Ok(()) => {
+                        self.deliver_runs(&deliver, job, runs, &mut watch.posted)
+                            .await
+                    }
                     Err(e) => Err(e),
                 },
             };
@@ -126,7 +169,7 @@ impl Hub {
         }
         for gone in known.keys().filter(|id| !jobs.iter().any(|j| &j.id == *id)) {
             let change = Change::Record(Record::RemoveAgentJob(gone.clone()));
-            if let Err(e) = self.commit(vec![change], None).await {
+            if let Err(e) = port.commit(vec![change], None).await {
                 warn!(job = %gone, "could not forget a removed job: {e}");
             }
             watch.looked.remove(gone);
@@ -136,14 +179,19 @@ impl Hub {
 
     /// A job the gateway did not see being made: its results go to the agent-jobs channel,
     /// starting after its newest run so far.
-    async fn adopt_job(&self, job: &JobInfo, newest: Option<&JobRun>) -> Result<(), JobError> {
+    async fn adopt_job(
+        &self,
+        port: &impl Port,
+        job: &JobInfo,
+        newest: Option<&JobRun>,
+    ) -> Result<(), JobError> {
         info!(job = %job.id, "the agent has a job made outside Iris: its results go to `{AGENT_JOBS_CHANNEL}`");
         let record = AgentJob {
             job_id: job.id.clone(),
             lane: None,
             delivered: newest.map(|r| r.stamp.clone()),
         };
-        self.commit(vec![Change::Record(Record::PutAgentJob(record))], None)
+        port.commit(vec![Change::Record(Record::PutAgentJob(record))], None)
             .await?;
         Ok(())
     }
@@ -153,6 +201,7 @@ impl Hub {
     /// got one), so a burst caught up at start reaches the phones paced, none dropped.
     async fn deliver_runs(
         &self,
+        deliver: &Delivery<'_, impl Port>,
         job: &JobInfo,
         runs: Vec<JobRun>,
         posted: &mut HashMap<Lane, Instant>,
@@ -171,45 +220,34 @@ impl Hub {
             if let Some(text) = run.text {
                 // No lane to post into (the agent-jobs channel cannot be made): nothing is marked
                 // delivered, and the run is tried again at the next look.
-                let lane = self.job_lane(record.lane.as_ref()).await?;
+                let lane = deliver.lane(record.lane.as_ref()).await?;
                 if let Some(last) = posted.get(&lane) {
                     tokio::time::sleep_until(*last + JOB_RESULT_PACE).await;
                 }
                 // `MEDIA:` lines go through the media policy, as in any answer (files stored
                 // before the message: a crash between them leaves an offer for no message).
                 let (text, files) = self.agent.files_of(text).await;
-                let text = cut_with_note(text, self.config.limits.max_text_bytes);
+                let text = cut_with_note(text, self.max_text_bytes);
                 let mut message =
                     HistoryMessage::text_only(ids::message_id(), Role::Cron, text, run.at_ms);
-                self.turns
+                deliver
+                    .port
                     .attach_agent_files(&lane, &mut message, files)
                     .await;
                 changes.extend(cron_message_changes(&lane, &job.name, &message));
                 info!(job = %job.id, %lane, run = %run.stamp, "delivering a job's result");
-                self.commit(changes, None).await?;
+                deliver.port.commit(changes, None).await?;
                 posted.insert(lane, Instant::now());
             } else {
-                self.commit(changes, None).await?;
+                deliver.port.commit(changes, None).await?;
             }
         }
         Ok(())
     }
 
-    /// Where a job's result goes: its lane while it exists, else the agent-jobs channel.
-    async fn job_lane(&self, lane: Option<&Lane>) -> Result<Lane, JobError> {
-        if let Some(lane) = lane.filter(|l| self.lane_exists(l)) {
-            return Ok(lane.clone());
-        }
-        let channel = self
-            .automation_channel(AGENT_JOBS_CHANNEL, "the agent's jobs")
-            .await
-            .map_err(JobError::NoChannel)?;
-        Ok(Lane::new(&channel.chat_id, None))
-    }
-
     /// A turn in `lane` made the agent job `job_id`: its results belong to this lane (a record
     /// the poller already made for it keeps its delivered mark).
-    pub(super) async fn job_made(&self, lane: &Lane, job_id: String) {
+    pub(super) async fn made(&self, port: &impl Port, lane: &Lane, job_id: String) {
         let delivered = match self.store.agent_jobs() {
             Ok(records) => records
                 .into_iter()
@@ -222,7 +260,7 @@ impl Hub {
             lane: Some(lane.clone()),
             delivered,
         };
-        match self
+        match port
             .commit(vec![Change::Record(Record::PutAgentJob(record))], None)
             .await
         {
@@ -237,7 +275,7 @@ impl Hub {
     /// ran each job in a session of its own, so without them a reply to a result would reach
     /// the lane's conversation with no idea what it answers. Lines after the text in the shape
     /// of attachment lines (`\n[…]`), so a restart's recovery still knows the message.
-    pub(super) async fn with_job_results(
+    pub(super) async fn with_results(
         &self,
         lane: &Lane,
         current: &str,
@@ -280,24 +318,24 @@ impl Hub {
     }
 
     /// `/jobs`: a picker of the agent's jobs, this lane's first.
-    pub(super) async fn open_jobs_picker(self: &Rc<Self>, lane: &Lane) {
+    pub(super) async fn picker(&self, lane: &Lane) -> JobsOffer {
         if !self.agent.has_jobs() {
             let text = format!(
                 "This agent ({}) has no scheduled jobs: only Hermes makes and runs them.",
                 self.agent.name()
             );
-            return self.post_system(lane, text).await;
+            return JobsOffer::Say(text);
         }
         let jobs = match self.agent.jobs().await {
             Ok(jobs) => jobs,
             Err(e) => {
                 let text = format!("Could not ask the agent for its jobs: {e}.");
-                return self.post_system(lane, text).await;
+                return JobsOffer::Say(text);
             }
         };
         if jobs.is_empty() {
             let text = "The agent has no scheduled jobs. Ask it for one, e.g. \"remind me every morning at 8 to water the garden\".".to_owned();
-            return self.post_system(lane, text).await;
+            return JobsOffer::Say(text);
         }
         let lanes: HashMap<String, Option<Lane>> = self
             .store
@@ -327,22 +365,24 @@ impl Hub {
             }
             _ => "Scheduled jobs".to_owned(),
         };
-        self.offer_picker(lane, &title, choices, Setting::Job).await;
+        JobsOffer::Pick {
+            title,
+            choices,
+            setting: Setting::Job,
+        }
     }
 
     /// A job was chosen in a `/jobs` picker: offer what can be done to it.
-    pub(super) async fn open_job_actions(self: &Rc<Self>, lane: &Lane, job_id: &str) {
+    pub(super) async fn actions_picker(&self, job_id: &str) -> JobsOffer {
         let job = match self.agent.jobs().await {
             Ok(jobs) => jobs.into_iter().find(|j| j.id == job_id),
             Err(e) => {
                 let text = format!("Could not ask the agent for its jobs: {e}.");
-                return self.post_system(lane, text).await;
+                return JobsOffer::Say(text);
             }
         };
         let Some(job) = job else {
-            return self
-                .post_system(lane, "The agent no longer has that job.".to_owned())
-                .await;
+            return JobsOffer::Say("The agent no longer has that job.".to_owned());
         };
         let choices: Vec<Value> = JobAction::ALL
             .into_iter()
@@ -364,13 +404,15 @@ impl Hub {
                 json!({ "value": a.value(), "label": label, "is_current": false })
             })
             .collect();
-        let title = job_label(&job);
-        self.offer_picker(lane, &title, choices, Setting::JobAction(job.id))
-            .await;
+        JobsOffer::Pick {
+            title: job_label(&job),
+            choices,
+            setting: Setting::JobAction(job.id),
+        }
     }
 
     /// An action chosen for a job: done at the agent, and said in the lane.
-    pub(super) async fn apply_job_action(&self, job_id: &str, value: &str) -> String {
+    pub(super) async fn apply_action(&self, job_id: &str, value: &str) -> String {
         let Some(action) = JobAction::from_value(value) else {
             return format!(
                 "`{value}` is not something a job can do: pause, resume, run or remove."
@@ -386,26 +428,26 @@ impl Hub {
             Err(e) => format!("Could not change the job: {e}."),
         }
     }
+}
 
-    /// Sends a picker in `lane` and remembers what answering it means.
-    pub(super) async fn offer_picker(
-        &self,
-        lane: &Lane,
-        title: &str,
-        choices: Vec<Value>,
-        setting: Setting,
-    ) {
-        let picker_id = ids::time_ordered("pk");
-        let frame = Frame::picker_choice(&picker_id, title, Value::Array(choices))
-            .in_lane(&lane.chat_id, lane.thread());
-        self.choices
-            .open_picker(picker_id, Picker::new(lane, setting));
-        if let Err(e) = self
-            .commit(vec![Change::Outbox(frame.outboxed())], None)
-            .await
-        {
-            warn!(%lane, "could not send a picker: {e}");
+/// Where the delivering task posts: the hub, through the port, and automation's channels.
+struct Delivery<'a, P> {
+    port: &'a P,
+    automation: &'a Automation,
+}
+
+impl<P: Port> Delivery<'_, P> {
+    /// Where a job's result goes: its lane while it exists, else the agent-jobs channel.
+    async fn lane(&self, lane: Option<&Lane>) -> Result<Lane, JobError> {
+        if let Some(lane) = lane.filter(|l| self.port.lane_exists(l)) {
+            return Ok(lane.clone());
         }
+        let channel = self
+            .automation
+            .channel(self.port, AGENT_JOBS_CHANNEL, "the agent's jobs")
+            .await
+            .map_err(JobError::NoChannel)?;
+        Ok(Lane::new(&channel.chat_id, None))
     }
 }
 

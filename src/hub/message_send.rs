@@ -11,7 +11,7 @@ use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSen
 use crate::store::{Change, PendingTurn};
 
 use super::agent_calls::CallKind;
-use super::channels;
+use super::directory;
 use super::errors::Refusal;
 use super::state::{Hub, Origin};
 use super::turns::QueuedTurn;
@@ -174,8 +174,8 @@ impl Hub {
             && lane.thread_id.is_none()
             && !req.text.trim_start().starts_with('/');
         wants_thread
-            .then(|| channels::new_thread(&lane.chat_id, auto_title(&req.text), true))
-            .filter(|t| self.directory_room(std::slice::from_ref(t)).is_ok())
+            .then(|| directory::new_thread(&lane.chat_id, auto_title(&req.text), true))
+            .filter(|t| self.directory.room(std::slice::from_ref(t)).is_ok())
     }
 
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.

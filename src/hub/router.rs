@@ -3,16 +3,18 @@
 //! `chat_id`/`thread_id` name a lane.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
-use crate::store::DEFAULT_CHAT_ID;
+use crate::shutdown::Shutdown;
 
 use super::agent_calls::{CallKind, CallSlot};
 use super::approvals;
+use super::automation::{AutomationError, HookError};
 use super::choices::Setting;
 use super::errors::Refusal;
 use super::state::Hub;
@@ -44,7 +46,7 @@ impl Hub {
                     .channels()
                     .map_err(Refusal::internal)
                     .map(|channels| {
-                        let channels = self.directory_for_wire(channels);
+                        let channels = self.directory.for_wire(channels);
                         outlet.push_frame(&Frame::channel_list(id, &channels));
                     })
             }
@@ -149,7 +151,8 @@ impl Hub {
             }
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
-                self.handle_channel_request(outlet.conn_id, id, target, other)
+                self.directory
+                    .handle_request(&**self, outlet.conn_id, id, target, other)
                     .await
             }
         };
@@ -240,62 +243,85 @@ impl Hub {
         Ok(())
     }
 
-    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
-    ///
-    /// The addressing rule: a thread's frames carry `chat_id` = its parent channel and
-    /// `thread_id` = the thread's own id. For convenience a thread's own id alone in `chat_id`
-    /// is accepted too and means the same lane. No `chat_id` means the default channel.
+    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel (the addressing
+    /// rule is the directory's: `Directory::resolve_lane`).
     pub fn resolve_lane(
         &self,
         chat_id: Option<&str>,
         thread_id: Option<&str>,
     ) -> Result<(Lane, Channel), Refusal> {
-        let default_id;
-        let chat_id = match chat_id {
-            Some(c) => c,
-            None => {
-                default_id = self.default_channel_id();
-                default_id.as_str()
-            }
-        };
-        let entry = self.channel(chat_id)?;
-        if entry.is_thread() {
-            if thread_id.is_some() {
-                return Err(Refusal::not_found(format!(
-                    "`{chat_id}` is a thread; use its parent as chat_id"
-                )));
-            }
-            let parent = entry.parent_chat_id.clone().unwrap_or_default();
-            let root = self.channel(&parent)?;
-            return Ok((Lane::new(&parent, Some(chat_id)), root));
+        self.directory.resolve_lane(chat_id, thread_id)
+    }
+}
+
+/// The doors of automation: the server starts it and the agent's jobs, the HTTP front hands it
+/// webhook requests, a turn reports a job it made.
+impl Hub {
+    /// Prepares automation before the gateway listens (`Automation::start`) and starts the cron
+    /// task, which stops with `shutdown`. An error names the config entry; the gateway must not
+    /// start with it.
+    pub async fn start_automation(
+        self: &Rc<Self>,
+        shutdown: &Shutdown,
+    ) -> Result<(), AutomationError> {
+        let jobs = self.automation.start(&**self, &self.config).await?;
+        if !jobs.is_empty() {
+            let (hub, stop) = (self.clone(), shutdown.listener());
+            tokio::task::spawn_local(
+                async move { hub.automation.cron_loop(&hub, jobs, stop).await },
+            );
         }
-        if let Some(t) = thread_id {
-            let thread = self.channel(t)?;
-            if !thread.is_thread() || thread.parent_chat_id.as_deref() != Some(chat_id) {
-                return Err(Refusal::not_found(format!(
-                    "no thread `{t}` in channel `{chat_id}`"
-                )));
-            }
-        }
-        Ok((Lane::new(chat_id, thread_id), entry))
+        Ok(())
     }
 
-    /// A directory entry, or the `not_found` refusal naming it.
-    pub(super) fn channel(&self, chat_id: &str) -> Result<Channel, Refusal> {
-        self.store
-            .channel(chat_id)
-            .map_err(Refusal::internal)?
-            .ok_or_else(|| Refusal::not_found(format!("no channel `{chat_id}`")))
+    /// Starts the task that delivers the agent's job results (`AgentJobs::follow`).
+    pub fn start_jobs(self: &Rc<Self>, shutdown: &Shutdown) {
+        let (hub, stop) = (self.clone(), shutdown.listener());
+        tokio::task::spawn_local(
+            async move { hub.jobs.follow(&*hub, &hub.automation, stop).await },
+        );
     }
 
-    /// The default channel, which always exists (the store's own id before any directory change).
-    pub(super) fn default_channel_id(&self) -> String {
-        self.store
-            .channels()
-            .ok()
-            .and_then(|all| all.into_iter().find(|c| c.is_default))
-            .map(|c| c.chat_id)
-            .unwrap_or_else(|| DEFAULT_CHAT_ID.to_owned())
+    /// A turn in `lane` made the agent job `job_id` (`AgentJobs::made`).
+    pub(super) async fn job_made(&self, lane: &Lane, job_id: String) {
+        self.jobs.made(self, lane, job_id).await
+    }
+
+    /// `text` with the job results the agent has not seen in `lane` (`AgentJobs::with_results`).
+    pub(super) async fn with_job_results(
+        &self,
+        lane: &Lane,
+        current: &str,
+        text: String,
+    ) -> String {
+        self.jobs.with_results(lane, current, text).await
+    }
+
+    /// Admits a webhook request before its body is read (`Automation::webhook_admit`); returns
+    /// the channel name the hook posts into.
+    pub fn webhook_admit(
+        &self,
+        name: &str,
+        authorization: Option<&str>,
+        announced_bytes: u64,
+        ip: IpAddr,
+    ) -> Result<String, HookError> {
+        self.automation
+            .webhook_admit(name, authorization, announced_bytes, ip)
+    }
+
+    /// Posts an admitted webhook's body into its channel (`Automation::post_webhook`); returns
+    /// the message id once it is durable.
+    pub async fn post_webhook(
+        &self,
+        hook: &str,
+        channel: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<String, HookError> {
+        self.automation
+            .post_webhook(self, hook, channel, content_type, body)
+            .await
     }
 }
 

@@ -5,7 +5,6 @@
 //! (`turns/mod.rs`, which reaches the hub only through its port).
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
@@ -57,6 +56,8 @@ pub struct Hub {
     /// Every lane's turns and what runs them: queues, slots, the agent watch, the speech
     /// services (`turns/`).
     pub(super) turns: Rc<super::turns::Turns<Hub>>,
+    /// The channel directory: lookups, lane resolution, `channel.*` requests (`directory.rs`).
+    pub(super) directory: super::directory::Directory,
     /// The connected devices' outlets and how far frames were published to them.
     pub(super) fanout: super::fanout::Fanout,
     /// The user's choices and the settings pickers waiting for an answer (`choices.rs`).
@@ -73,8 +74,10 @@ pub struct Hub {
     pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
     pub(super) committer: mpsc::Sender<CommitJob>,
     pub(super) started: Instant,
-    /// Webhook tokens, the webhook rate window, the cron jobs' bookkeeping.
-    pub(super) automation: RefCell<Automation>,
+    /// The agent's scheduled jobs: their delivery and `/jobs` (`jobs.rs`).
+    pub(super) jobs: super::jobs::AgentJobs,
+    /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
+    pub(super) automation: super::automation::Automation,
     pub(super) media_holds: MediaHolds,
     /// Each device's share of the history query thread (`budget.rs`).
     pub(super) query_budgets: RefCell<QueryBudgets>,
@@ -99,45 +102,6 @@ pub struct CommitJob {
     pub(super) changes: Vec<Change>,
     pub(super) origin: Option<Origin>,
     pub(super) done: oneshot::Sender<Result<Vec<u64>, CommitError>>,
-}
-
-/// A configured webhook, with its token kept only as a SHA-256 digest.
-pub(super) struct Hook {
-    pub(super) name: String,
-    pub(super) channel: String,
-    pub(super) digest: Vec<u8>,
-}
-
-/// Wrong (or missing) webhook tokens accepted from one address (IPv6: one /64) a minute; past
-/// it, that address's webhook requests get 429 before their token is looked at. A token has at
-/// least 16 characters, but the owner may choose a weak one.
-pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
-/// Addresses whose wrong webhook tokens are counted one by one; past them, the rest share one
-/// count, so at most 33 × [`WEBHOOK_FAILURES_PER_MINUTE`] guesses a minute from any number of
-/// addresses.
-pub const WEBHOOK_FAILURE_TABLE: usize = 32;
-
-/// The hub's automation state (`Hub::automation`).
-pub(super) struct Automation {
-    pub(super) hooks: Vec<Hook>,
-    /// When the webhook requests admitted within the last minute arrived, oldest first.
-    pub(super) admitted: VecDeque<Instant>,
-    /// Wrong webhook tokens per source address (`guessing.rs`).
-    pub(super) bad_tokens: GuessLimiter<{ WEBHOOK_FAILURE_TABLE }>,
-    /// Held while an automation channel is looked up and maybe created, so two posts arriving
-    /// together cannot both create it.
-    pub(super) directory: Rc<tokio::sync::Mutex<()>>,
-}
-
-impl Default for Automation {
-    fn default() -> Automation {
-        Automation {
-            hooks: Vec::new(),
-            admitted: VecDeque::new(),
-            bad_tokens: GuessLimiter::new(WEBHOOK_FAILURES_PER_MINUTE, Instant::now()),
-            directory: Rc::default(),
-        }
-    }
 }
 
 impl Hub {
@@ -166,6 +130,10 @@ impl Hub {
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let max_running_turns = config.limits.max_running_turns;
+        let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
+        let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
+        let jobs =
+            super::jobs::AgentJobs::new(store.clone(), agent.clone(), config.limits.max_text_bytes);
         let hub = Rc::new_cyclic(|hub| Hub {
             health: super::health::Health::new(),
             turns: Rc::new(super::turns::Turns::new(
@@ -174,6 +142,7 @@ impl Hub {
                 todos,
             )),
             view: store.view(),
+            directory,
             store,
             media,
             pusher,
@@ -188,7 +157,8 @@ impl Hub {
             unsettled: Default::default(),
             bad_hellos: RefCell::new(bad_hellos),
             started: Instant::now(),
-            automation: RefCell::default(),
+            automation,
+            jobs,
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
             updates,

@@ -4,12 +4,11 @@
 //! `channel.deleted`), so every device sees it, and a device that was away replays it on `sync`.
 //! The requester gets the same frame carrying its request id.
 
-use std::rc::Rc;
-
 use base64::Engine;
 
-use super::errors::Refusal;
-use super::state::{Hub, Origin};
+use super::Directory;
+use crate::hub::errors::Refusal;
+use crate::hub::port::{Port, Reply};
 use crate::ids;
 use crate::outlet::ConnId;
 use crate::protocol::{
@@ -17,17 +16,18 @@ use crate::protocol::{
 };
 use crate::store::{purge_changes, Change};
 
-impl Hub {
+impl Directory {
     /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
-    pub async fn handle_channel_request(
-        self: &Rc<Self>,
+    pub(in crate::hub) async fn handle_request(
+        &self,
+        port: &impl Port,
         conn: ConnId,
         id: Option<i64>,
         target: Option<String>,
         request: Request,
     ) -> Result<(), Refusal> {
         if let Request::ChannelCreate(c) = request {
-            return self.create_channel(conn, id, target, c).await;
+            return self.create_channel(port, conn, id, target, c).await;
         }
         let target = target.ok_or_else(|| {
             Refusal::not_found("this request needs the channel's chat_id in the envelope")
@@ -36,15 +36,15 @@ impl Hub {
         match request {
             Request::ChannelRename { name } => {
                 entry.name = self.valid_channel_name(&name)?;
-                self.save_channel(conn, id, vec![entry]).await
+                self.save_channel(port, conn, id, vec![entry]).await
             }
             Request::ChannelFavorite { on } => {
                 entry.favorite = on;
-                self.save_channel(conn, id, vec![entry]).await
+                self.save_channel(port, conn, id, vec![entry]).await
             }
             Request::ChannelIcon(icon) => {
                 self.set_channel_icon(&mut entry, icon)?;
-                self.save_channel(conn, id, vec![entry]).await
+                self.save_channel(port, conn, id, vec![entry]).await
             }
             Request::ChannelSetAutomation { on } => {
                 if entry.is_default {
@@ -73,10 +73,10 @@ impl Hub {
                     }
                 }
                 entry.automation = on;
-                self.save_channel(conn, id, vec![entry]).await
+                self.save_channel(port, conn, id, vec![entry]).await
             }
-            Request::ChannelSetDefault => self.set_default_channel(conn, id, entry).await,
-            Request::ChannelDelete => self.delete_channel(conn, id, entry).await,
+            Request::ChannelSetDefault => self.set_default_channel(port, conn, id, entry).await,
+            Request::ChannelDelete => self.delete_channel(port, conn, id, entry).await,
             _ => unreachable!("self routes only channel requests here"),
         }
     }
@@ -84,7 +84,7 @@ impl Hub {
     /// A channel name as stored: trimmed, visible, within `limits.max_name_chars`.
     fn valid_channel_name(&self, name: &str) -> Result<String, Refusal> {
         let name = name.trim();
-        let max = self.limits().max_name_chars;
+        let max = self.limits.max_name_chars;
         if is_blank(name) {
             return Err(Refusal::unsupported(
                 "a channel name cannot be empty (spaces and invisible characters such as U+200B \
@@ -148,11 +148,11 @@ fn is_invisible(c: char) -> bool {
     )
 }
 
-impl Hub {
+impl Directory {
     /// Checks and sets a channel icon: an image of a known type within `limits.max_icon_bytes`.
     fn set_channel_icon(&self, entry: &mut Channel, req: ChannelIcon) -> Result<(), Refusal> {
         if let Some(icon) = &req.icon {
-            let max = self.limits().max_icon_bytes;
+            let max = self.limits.max_icon_bytes;
             // Base64 is 4/3 of the bytes: refuse before decoding anything oversized.
             if icon.len() > max / 3 * 4 + 4 {
                 return Err(Refusal::unsupported(format!(
@@ -191,86 +191,16 @@ impl Hub {
     }
 }
 
-/// Encoded size of the directory as `hello.ack` and `channel.list` carry it.
-fn directory_bytes(channels: &[Channel]) -> usize {
-    serde_json::to_vec(channels).map_or(usize::MAX, |b| b.len())
-}
-
-impl Hub {
-    /// The whole directory travels in one frame (`hello.ack`, `channel.list`), so a change that
-    /// would grow it past `limits.max_out_frame_bytes` (less the reserve for the rest of the frame)
-    /// is refused: otherwise no device could ever say hello again, and no client could undo it.
-    /// Icons are what can fill it (names are at most `max_name_chars`), so the message says how
-    /// much they take. A change that does not grow an over-full directory (one from before this
-    /// limit) is always allowed, so it can be brought back under.
-    pub(super) fn directory_room(&self, changed: &[Channel]) -> Result<(), Refusal> {
-        let mut all = self.store.channels().map_err(Refusal::internal)?;
-        let before = directory_bytes(&all);
-        for c in changed {
-            match all.iter_mut().find(|e| e.chat_id == c.chat_id) {
-                Some(e) => *e = c.clone(),
-                None => all.push(c.clone()),
-            }
-        }
-        let after = directory_bytes(&all);
-        let budget = self.out_budget().content;
-        if after <= budget || after <= before {
-            return Ok(());
-        }
-        let icons: usize = all
-            .iter()
-            .filter_map(|c| c.icon.as_ref())
-            .map(String::len)
-            .sum();
-        Err(Refusal::unsupported(format!(
-            "the channel directory would take {after} bytes; it is sent whole in hello.ack and must fit {budget} \
-             (limits.max_out_frame_bytes less {reserve} for the rest of the frame); icons take {icons} of it: \
-             use a smaller icon or clear another channel's icon",
-            reserve = crate::protocol::fit::OUT_RESERVE,
-        )))
-    }
-
-    /// The directory as it is sent. One stored before the directory limit existed may be over it:
-    /// the largest icons are left out of the frame (the app shows its letter avatar instead) until
-    /// it fits, so a hello always works and the owner can clear an icon.
-    pub(super) fn directory_for_wire(&self, mut channels: Vec<Channel>) -> Vec<Channel> {
-        let budget = self.out_budget().content;
-        let mut size = directory_bytes(&channels);
-        if size <= budget {
-            return channels;
-        }
-        let mut by_icon: Vec<(usize, usize)> = channels
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.icon.as_ref().map(|icon| (icon.len(), i)))
-            .collect();
-        by_icon.sort_unstable_by(|a, b| b.cmp(a));
-        let mut left_out = 0;
-        for (len, i) in by_icon {
-            if size <= budget {
-                break;
-            }
-            channels[i].icon = None;
-            size = size.saturating_sub(len);
-            left_out += 1;
-        }
-        tracing::warn!(
-        left_out,
-        bytes = size,
-        budget,
-        "the channel directory is over limits.max_out_frame_bytes: the largest icons are left out of hello.ack and channel.list; clear or shrink them"
-    );
-        channels
-    }
-
+impl Directory {
     /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
     async fn save_channel(
         &self,
+        port: &impl Port,
         conn: ConnId,
         id: Option<i64>,
         entries: Vec<Channel>,
     ) -> Result<(), Refusal> {
-        self.directory_room(&entries)?;
+        self.room(&entries)?;
         let mut changes = Vec::new();
         for e in &entries {
             changes.push(Change::PutChannel(e.clone()));
@@ -279,32 +209,33 @@ impl Hub {
             ));
         }
         let reply = Frame::channel_entry("channel.renamed", &entries[0]).reply_to(id);
-        self.commit_directory(conn, changes, reply).await
+        self.commit_directory(port, conn, changes, reply).await
     }
 
     /// Commits directory changes and answers the requester with the broadcast frame carrying its `id`.
     async fn commit_directory(
         &self,
+        port: &impl Port,
         conn: ConnId,
         changes: Vec<Change>,
         reply: Frame,
     ) -> Result<(), Refusal> {
-        self.commit(
+        port.commit(
             changes,
-            Some(Origin {
+            Some(Reply {
                 conn,
-                before: None,
-                reply: Some((0, reply)),
+                at: 0,
+                frame: reply,
             }),
         )
         .await
-        .map(|_| ())
         .map_err(Refusal::from)
     }
 
     /// `channel.create`: a channel, or a thread under its parent, within the directory's limits.
     async fn create_channel(
         &self,
+        port: &impl Port,
         conn: ConnId,
         id: Option<i64>,
         envelope_chat: Option<String>,
@@ -312,7 +243,7 @@ impl Hub {
     ) -> Result<(), Refusal> {
         let name = self.valid_channel_name(&req.name)?;
         let all = self.store.channels().map_err(Refusal::internal)?;
-        let max = self.limits().max_channels;
+        let max = self.limits.max_channels;
         if all.len() >= max {
             return Err(Refusal::rate_limited(format!("the directory is full ({max} channels and threads, limits.max_channels); delete some first")));
         }
@@ -340,13 +271,13 @@ impl Hub {
         } else {
             Channel::new(ids::time_ordered("chan"), name, ChannelKind::Channel, None)
         };
-        self.directory_room(std::slice::from_ref(&entry))?;
+        self.room(std::slice::from_ref(&entry))?;
         let changes = vec![
             Change::PutChannel(entry.clone()),
             Change::Outbox(Frame::channel_entry("channel.created", &entry).outboxed()),
         ];
         let reply = Frame::channel_entry("channel.created", &entry).reply_to(id);
-        self.commit_directory(conn, changes, reply).await
+        self.commit_directory(port, conn, changes, reply).await
     }
 }
 
@@ -372,11 +303,12 @@ pub fn new_thread(parent: &str, name: String, auto: bool) -> Channel {
     thread
 }
 
-impl Hub {
+impl Directory {
     /// Moves the default mark: the old default becomes a plain channel in the same commit, so
     /// there is exactly one default at every instant a device or a crash could observe.
     async fn set_default_channel(
         &self,
+        port: &impl Port,
         conn: ConnId,
         id: Option<i64>,
         mut entry: Channel,
@@ -410,12 +342,13 @@ impl Hub {
         } else {
             entries.push(entry);
         }
-        self.save_channel(conn, id, entries).await
+        self.save_channel(port, conn, id, entries).await
     }
 
     /// Deletes a channel with its threads (or one thread) and their history.
     async fn delete_channel(
-        self: &Rc<Self>,
+        &self,
+        port: &impl Port,
         conn: ConnId,
         id: Option<i64>,
         entry: Channel,
@@ -466,12 +399,12 @@ impl Hub {
         // emptied. (Listed first: with nothing awaited between this and the last commit, a
         // small channel's deletion answers before the abandoned turn's last frames, as it
         // always did.)
-        let lanes_gone = self.forget_lanes(|lane: &Lane| {
+        let lanes_gone = port.forget_lanes(&|lane: &Lane| {
             lane.chat_id == chat && (thread.is_none() || lane.thread() == thread)
         });
         let mut media = Vec::new();
         let mut batches = contents
-            .chunks(self.limits().max_delete_ids.max(1))
+            .chunks(self.limits.max_delete_ids.max(1))
             .peekable();
         let mut last = Vec::new();
         while let Some(batch) = batches.next() {
@@ -482,7 +415,7 @@ impl Hub {
                 // commit, as before.
                 last = purge_changes(&ids, tombstone);
             } else {
-                self.commit(purge_changes(&ids, tombstone), None).await?;
+                port.commit(purge_changes(&ids, tombstone), None).await?;
             }
         }
         // Whatever reached the lanes since they were listed goes with the directory change.
@@ -495,19 +428,16 @@ impl Hub {
         // reply's index among the frames stays).
         changes.extend(lanes_gone);
         let reply_at = doomed.len() - 1;
-        self.commit(
+        port.commit(
             changes,
-            Some(Origin {
+            Some(Reply {
                 conn,
-                before: None,
-                reply: Some((
-                    reply_at,
-                    Frame::channel_deleted(&entry.chat_id).reply_to(id),
-                )),
+                at: reply_at,
+                frame: Frame::channel_deleted(&entry.chat_id).reply_to(id),
             }),
         )
         .await?;
-        self.collect_media(&media).await;
+        port.collect_media(&media).await;
         Ok(())
     }
 }
