@@ -1,26 +1,23 @@
 //! Making a backup: one file (format in `store/backup.rs`) with every sled tree, then every
 //! media file, then a checksum.
 //!
-//! While the gateway runs it owns sled's lock, so `iris-gateway backup` asks it over the
-//! control socket and the gateway streams the backup back ([`serve`]): the store part in one
-//! go on its event loop (every store write happens there, so nothing changes half-way: a
-//! consistent snapshot; the gateway pauses for as long as that takes), the media part from a
-//! worker thread (files are immutable and named by their SHA-256; deleting any of them waits
-//! until the backup is done). When no gateway runs, the command writes one from the store
-//! itself ([`write_offline`]). The admin page downloads one as a stream ([`stream`]).
+//! The store part is written in one go on the event loop (every store write happens there, so
+//! nothing changes half-way: a consistent snapshot; the gateway pauses for as long as that
+//! takes), the media part from a worker thread (files are immutable and named by their
+//! SHA-256; deleting any of them waits until the backup is done). Three ways out: as a stream
+//! of chunks ([`stream`]: the admin page's download, the schedule, and `iris-gateway backup`
+//! through the control socket), straight into a writer when no spool can be written
+//! ([`store_part`], then [`StorePart::send_media`]), and from the store itself when no gateway
+//! runs ([`write_offline`]).
 
 use std::io::{BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::wire::ControlResponse;
 use crate::hub::Hub;
 use crate::store::backup::{BackupError, BackupWriter, Header};
 use crate::store::{Store, StoreError, StoreView};
 
-/// How long the gateway waits for a `backup` command that stopped reading (its event loop is
-/// paused meanwhile: well inside the systemd watchdog's 30 s).
-pub const STALLED_READER: Duration = Duration::from_secs(10);
 /// Reads and writes of a backup go in pieces this big.
 pub const CHUNK: usize = 1 << 16;
 
@@ -109,94 +106,47 @@ fn add_media<W: Write>(
     Ok((w.finish()?, included))
 }
 
-/// Streams a backup to a `backup` command on the control socket. The store part goes to a spool
-/// file first ([`stream`]), so that a snapshot that fails (a damaged history database) is
-/// answered with an `Error` line naming the cause, not with the start of a backup the command
-/// would then call damaged. When the spool cannot be written (a full or read-only disk: just
-/// when a backup matters most) the store part goes straight to the socket instead.
-pub async fn serve(hub: &std::rc::Rc<Hub>, stream: tokio::net::UnixStream) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let started = std::time::Instant::now();
-    let mut rx = match self::stream(hub) {
-        Ok(rx) => rx,
-        Err(
-            Error::Io { .. } | Error::Store(StoreError::Full { .. } | StoreError::ReadOnly { .. }),
-        ) => {
-            return serve_direct(hub, stream).await;
-        }
-        Err(e) => return refuse(stream, &e).await,
-    };
-    let mut stream = stream;
-    while let Some(chunk) = rx.recv().await {
-        // A failure half-way ends the stream: the command's read-back then refuses the file.
-        let chunk = chunk?;
-        tokio::time::timeout(STALLED_READER, stream.write_all(&chunk))
-            .await
-            .map_err(|_| std::io::Error::other("the backup command stopped reading"))??;
-    }
-    tracing::info!(ms = started.elapsed().as_millis() as u64, "backup sent");
-    stream.shutdown().await
+/// A backup whose store part is written (on the event loop: a consistent snapshot) and whose
+/// media files are still to come ([`StorePart::send_media`]).
+pub struct StorePart<W: Write> {
+    writer: BackupWriter<W>,
+    media: MediaList,
+    media_dir: PathBuf,
 }
 
-/// The `Error` line for a backup that cannot be made.
-async fn refuse(mut stream: tokio::net::UnixStream, e: &Error) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    tracing::warn!("backup refused: {e}");
-    let answer = ControlResponse::Error {
-        message: format!("cannot make a backup: {e}"),
-    };
-    let mut line = serde_json::to_vec(&answer).unwrap_or_default();
-    line.push(b'\n');
-    stream.write_all(&line).await?;
-    stream.shutdown().await
-}
-
-/// The store part straight to the socket, for when no spool can be written.
-async fn serve_direct(hub: &Hub, stream: tokio::net::UnixStream) -> std::io::Result<()> {
-    let std_stream = stream.into_std()?;
-    std_stream.set_nonblocking(false)?;
-    std_stream.set_write_timeout(Some(STALLED_READER))?;
+/// Writes the store part of a backup made now into `out`, without yielding to the event loop.
+/// A snapshot that finds the history database damaged makes the gateway `degraded`.
+pub fn store_part<W: Write>(hub: &Hub, out: W) -> Result<StorePart<W>, Error> {
     let media_dir = hub.store().dir().join("media");
-    let started = std::time::Instant::now();
-    // The store part, without yielding to the event loop: a consistent snapshot.
-    let out = BufWriter::with_capacity(CHUNK, std_stream.try_clone()?);
-    let (writer, media) = match snapshot(hub.store(), &media_dir, out) {
-        Ok(done) => done,
-        Err(e) => {
-            note_damage(hub, &e);
-            tracing::warn!("backup refused: {e}");
-            let answer = ControlResponse::Error {
-                message: format!("cannot make a backup: {e}"),
-            };
-            let mut line = serde_json::to_vec(&answer).unwrap_or_default();
-            line.push(b'\n');
-            let mut s = std_stream;
-            return s.write_all(&line);
-        }
-    };
-    tracing::info!(
-        ms = started.elapsed().as_millis() as u64,
-        bytes = writer.bytes,
-        "backup: store snapshot sent; sending media"
-    );
-    // Media from a worker thread; their files stay until it is done.
-    let _hold = hub.hold_media_files();
-    let sent = tokio::task::spawn_blocking(move || add_media(writer, &media_dir, &media))
-        .await
-        .map_err(std::io::Error::other)?;
-    match sent {
-        Ok((_, included)) => {
-            tracing::info!(
-                media = included,
-                ms = started.elapsed().as_millis() as u64,
-                "backup sent"
-            );
-            Ok(())
-        }
-        Err(e) => {
-            tracing::warn!("backup not completed: {e}");
-            Err(e)
-        }
+    let (writer, media) = snapshot(hub.store(), &media_dir, out).inspect_err(|e| {
+        note_damage(hub, e);
+    })?;
+    Ok(StorePart {
+        writer,
+        media,
+        media_dir,
+    })
+}
+
+impl<W: Write + Send + 'static> StorePart<W> {
+    /// Bytes written so far (the store part).
+    pub fn bytes(&self) -> u64 {
+        self.writer.bytes
+    }
+
+    /// Appends the media files and the checksum from a worker thread; the files stay on disk
+    /// until it is done. Returns how many media files went in.
+    pub async fn send_media(self, hub: &Hub) -> std::io::Result<u64> {
+        let _hold = hub.hold_media_files();
+        let StorePart {
+            writer,
+            media,
+            media_dir,
+        } = self;
+        tokio::task::spawn_blocking(move || add_media(writer, &media_dir, &media))
+            .await
+            .map_err(std::io::Error::other)?
+            .map(|(_, included)| included)
     }
 }
 

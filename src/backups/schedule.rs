@@ -1,30 +1,28 @@
 //! Scheduled backups: daily or weekly, to a folder or a mounted USB stick, the newest `keep`
 //! kept, each sealed with the owner's backup passphrase (`sealed.rs`).
 //!
-//! One backup is made the way the admin page's download makes one (`control::backup::stream`):
-//! the store's records are copied on the event loop to a spool file in the data dir, because
-//! every store write happens there and so nothing changes half-way (the same short pause a
-//! download makes); the media files, the encryption and every write to the folder then happen
-//! on a blocking thread, so a device's request never waits for the folder (a slow USB stick).
-//! One at a time: the schedule and "Back up now" share [`State::running`].
+//! One backup is made the way the admin page's download makes one ([`super::stream`]): the
+//! store's records are copied on the event loop to a spool file in the data dir, because every
+//! store write happens there and so nothing changes half-way (the same short pause a download
+//! makes); the media files, the encryption and every write to the folder then happen on a
+//! blocking thread, so a device's request never waits for the folder (a slow USB stick). One at
+//! a time: the schedule and "Back up now" share [`Backups`]' one slot.
 //!
 //! A file is written as `.NAME.partial` beside its final name, fsynced, renamed and the folder
 //! fsynced: a power cut leaves either the whole backup or a partial file that the next backup
 //! deletes. Only then are the oldest beyond `keep` deleted, so a failed backup never costs one
 //! that was good.
 
-pub mod age_v1;
-pub mod sealed;
-
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::config::Limits;
+use crate::config::{ConfigError, Limits};
 use crate::hub::Hub;
 use crate::settings::{BackupSettings, Settings};
-use sealed::{Extras, SealError, Sealer};
+
+use super::sealed::{self, Extras, SealError, Sealer};
 
 /// The backups' names: `iris-backup-20261202T192000.123Z.age`, so that names sort by age.
 const PREFIX: &str = "iris-backup-";
@@ -99,6 +97,29 @@ impl Plan {
         }
     }
 
+    /// The plan saved in `data_dir`'s settings.
+    pub fn load(data_dir: &Path, limits: &Limits) -> Result<Plan, ConfigError> {
+        Ok(Plan::from_settings(
+            &Settings::load(data_dir)?.backup,
+            limits,
+        ))
+    }
+
+    /// Saves this plan into `data_dir`'s settings, the rest of them as they were.
+    pub fn save(&self, data_dir: &Path) -> Result<(), SavePlanError> {
+        let mut saved = Settings::load(data_dir)?;
+        saved.backup.schedule = self.every.map(|e| {
+            match e {
+                Every::Day => "daily",
+                Every::Week => "weekly",
+            }
+            .to_owned()
+        });
+        saved.backup.folder = self.folder.as_ref().map(|f| f.display().to_string());
+        saved.backup.keep = Some(self.keep);
+        saved.save(data_dir).map_err(SavePlanError::Save)
+    }
+
     /// Time between two scheduled backups (`limits.backup_day_secs` a day).
     pub fn interval(&self, limits: &Limits) -> Option<Duration> {
         let day = limits.backup_day_secs;
@@ -109,6 +130,15 @@ impl Plan {
             })
         })
     }
+}
+
+/// Why a plan was not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SavePlanError {
+    #[error(transparent)]
+    Load(#[from] ConfigError),
+    #[error("The schedule could not be saved: {0}.")]
+    Save(std::io::Error),
 }
 
 /// One backup in the folder.
@@ -126,21 +156,71 @@ pub struct Outcome {
     pub result: Result<Listed, String>,
 }
 
-/// The backups' state while the gateway runs: one at a time, and how the last one went.
-#[derive(Default)]
-pub struct State {
+/// The backups wing while the gateway runs: one backup at a time (the schedule's and "Back up
+/// now" share the slot), how the last one went, and what a backup reads besides the store.
+pub struct Backups {
+    sources: Sources,
     running: Cell<bool>,
     last: RefCell<Option<Outcome>>,
     failed_at: Cell<Option<Instant>>,
 }
 
-impl State {
+impl Backups {
+    /// The wing for the data dir `data_dir`, whose owner file (carried in every scheduled
+    /// backup) is `owner_file`: the admin page owns its name.
+    pub fn new(data_dir: PathBuf, owner_file: PathBuf) -> Backups {
+        Backups {
+            sources: Sources {
+                data_dir,
+                owner_file,
+            },
+            running: Cell::new(false),
+            last: RefCell::new(None),
+            failed_at: Cell::new(None),
+        }
+    }
+
+    /// Whether a backup is being made now.
     pub fn running(&self) -> bool {
         self.running.get()
     }
 
+    /// How the last backup since the start went.
     pub fn last(&self) -> Option<Outcome> {
         self.last.borrow().clone()
+    }
+
+    /// Starts the schedule for this run of the gateway; it ends when `stop` fires.
+    pub fn start_schedule(self: &Rc<Self>, hub: Rc<Hub>, stop: crate::shutdown::Listener) {
+        tokio::task::spawn_local(schedule(self.clone(), hub, stop));
+    }
+
+    /// Makes one backup into `plan.folder` now and prunes beyond `plan.keep`; records the
+    /// outcome.
+    pub async fn back_up_now(&self, hub: &Rc<Hub>, plan: &Plan) -> Result<Listed, BackupsError> {
+        if self.running.replace(true) {
+            return Err(BackupsError::Busy);
+        }
+        let _slot = Slot(&self.running);
+        let result = make(hub, &self.sources, plan).await;
+        match &result {
+            Ok(l) => {
+                tracing::info!(file = %l.name, bytes = l.bytes, "scheduled backup written");
+                self.failed_at.set(None);
+            }
+            Err(e) => {
+                tracing::warn!("scheduled backup not made: {e}");
+                self.failed_at.set(Some(Instant::now()));
+            }
+        }
+        *self.last.borrow_mut() = Some(Outcome {
+            at: SystemTime::now(),
+            result: result
+                .as_ref()
+                .map(Listed::clone)
+                .map_err(|e| e.to_string()),
+        });
+        result
     }
 }
 
@@ -155,10 +235,9 @@ impl Drop for Slot<'_> {
 
 /// What a backup reads besides the store: the data dir, and the owner file's path (the admin
 /// page owns its name).
-#[derive(Clone)]
-pub struct Sources {
-    pub data_dir: PathBuf,
-    pub owner_file: PathBuf,
+struct Sources {
+    data_dir: PathBuf,
+    owner_file: PathBuf,
 }
 
 impl Sources {
@@ -178,38 +257,6 @@ impl Sources {
     }
 }
 
-/// Makes one backup into `plan.folder` now and prunes beyond `plan.keep`; records the outcome.
-pub async fn back_up_now(
-    state: &State,
-    hub: &Rc<Hub>,
-    sources: &Sources,
-    plan: &Plan,
-) -> Result<Listed, BackupsError> {
-    if state.running.replace(true) {
-        return Err(BackupsError::Busy);
-    }
-    let _slot = Slot(&state.running);
-    let result = make(hub, sources, plan).await;
-    match &result {
-        Ok(l) => {
-            tracing::info!(file = %l.name, bytes = l.bytes, "scheduled backup written");
-            state.failed_at.set(None);
-        }
-        Err(e) => {
-            tracing::warn!("scheduled backup not made: {e}");
-            state.failed_at.set(Some(Instant::now()));
-        }
-    }
-    *state.last.borrow_mut() = Some(Outcome {
-        at: SystemTime::now(),
-        result: result
-            .as_ref()
-            .map(Listed::clone)
-            .map_err(|e| e.to_string()),
-    });
-    result
-}
-
 async fn make(hub: &Rc<Hub>, sources: &Sources, plan: &Plan) -> Result<Listed, BackupsError> {
     let folder = plan.folder.clone().ok_or(BackupsError::NoFolder)?;
     let key = sealed::key(&sources.data_dir)?.ok_or(SealError::NoKey)?;
@@ -227,8 +274,7 @@ async fn make(hub: &Rc<Hub>, sources: &Sources, plan: &Plan) -> Result<Listed, B
         .await
         .map_err(|e| BackupsError::Source(e.to_string()))??;
     }
-    let mut rx =
-        crate::control::backup::stream(hub).map_err(|e| BackupsError::Source(e.to_string()))?;
+    let mut rx = super::stream(hub).map_err(|e| BackupsError::Source(e.to_string()))?;
     let keep = plan.keep;
     tokio::task::spawn_blocking(move || {
         let name = format!(
@@ -246,7 +292,7 @@ async fn make(hub: &Rc<Hub>, sources: &Sources, plan: &Plan) -> Result<Listed, B
                 .mode(0o600)
                 .open(&partial)
                 .map_err(|e| BackupsError::NotWritable(folder.clone(), e))?;
-            let out = std::io::BufWriter::with_capacity(crate::control::backup::CHUNK, file);
+            let out = std::io::BufWriter::with_capacity(super::CHUNK, file);
             let mut sealer = Sealer::new(out, &key, &extras)?;
             while let Some(chunk) = rx.blocking_recv() {
                 let chunk = chunk.map_err(|e| BackupsError::Source(e.to_string()))?;
@@ -385,7 +431,7 @@ fn remove_partials(folder: &Path) {
 
 /// Whether a scheduled backup is due: the newest in the folder is older than the interval,
 /// and the last failure (if any) is older than `limits.backup_retry_secs`.
-fn due(state: &State, plan: &Plan, limits: &Limits) -> bool {
+fn due(state: &Backups, plan: &Plan, limits: &Limits) -> bool {
     let (Some(interval), Some(folder)) = (plan.interval(limits), &plan.folder) else {
         return false;
     };
@@ -406,19 +452,15 @@ fn due(state: &State, plan: &Plan, limits: &Limits) -> bool {
 
 /// The schedule: every `limits.backup_check_secs`, reads the saved plan and makes a backup
 /// when one is due, until the gateway stops.
-pub async fn schedule(
-    state: Rc<State>,
-    hub: Rc<Hub>,
-    sources: Sources,
-    mut stop: crate::shutdown::Listener,
-) {
+async fn schedule(state: Rc<Backups>, hub: Rc<Hub>, mut stop: crate::shutdown::Listener) {
+    let sources = &state.sources;
     let limits = hub.limits().clone();
     let check = Duration::from_secs(limits.backup_check_secs);
     // What a backup cut by the last stop left in the folder goes at start, not at the next
     // backup; on a blocking thread, which a hung stick may hold, never the loop.
-    let folder = Settings::load(&sources.data_dir)
+    let folder = Plan::load(&sources.data_dir, &limits)
         .ok()
-        .and_then(|s| Plan::from_settings(&s.backup, &limits).folder);
+        .and_then(|p| p.folder);
     if let Some(folder) = folder {
         drop(tokio::task::spawn_blocking(move || {
             remove_partials(&folder)
@@ -429,8 +471,8 @@ pub async fn schedule(
             _ = tokio::time::sleep(check) => {}
             _ = stop.recv() => return,
         }
-        let plan = match Settings::load(&sources.data_dir) {
-            Ok(s) => Plan::from_settings(&s.backup, &limits),
+        let plan = match Plan::load(&sources.data_dir, &limits) {
+            Ok(p) => p,
             Err(e) => {
                 tracing::warn!("scheduled backups: {e}");
                 continue;
@@ -440,7 +482,7 @@ pub async fn schedule(
             continue;
         }
         tokio::select! {
-            _ = back_up_now(&state, &hub, &sources, &plan) => {}
+            _ = state.back_up_now(&hub, &plan) => {}
             _ = stop.recv() => return,
         }
     }
