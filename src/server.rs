@@ -154,8 +154,8 @@ fn open_core(
     shutdown: &Shutdown,
     last: &Shutdown,
 ) -> Result<Core, RunError> {
-    // A restore uploaded from the admin page, before the store is opened (`control/restore.rs`).
-    let restore_failure = crate::control::restore::apply_pending_restore(data_dir);
+    // A restore uploaded from the admin page, before the store is opened (`backups/restore.rs`).
+    let restore_failure = crate::backups::apply_pending_restore(data_dir, control::answering);
     crate::update::stage::Updates::remove_cut_part(data_dir);
     let store = Store::open(data_dir, config.store.cache_bytes, STORE_LOCK_WAIT)?;
     // The log kept at the last clean stop is in the ring now (`main.rs`); deleted only here,
@@ -354,6 +354,10 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         );
         Rc::new(PairingPage::new(codes, url.clone(), tls_advert.clone()))
     };
+    let backups = Rc::new(crate::backups::Backups::new(
+        data_dir.to_path_buf(),
+        crate::admin::owner::path(data_dir),
+    ));
     let admin = Rc::new(crate::admin::Admin::new(
         data_dir.to_path_buf(),
         core.config.clone(),
@@ -361,8 +365,9 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         core.agent.clone(),
         url.clone(),
         tls_advert.clone(),
+        backups.clone(),
     ));
-    crate::admin::start_schedule(&admin, core.hub.clone(), shutdown.listener());
+    backups.start_schedule(core.hub.clone(), shutdown.listener());
     crate::admin::start_checks(&admin, core.hub.clone(), shutdown.listener());
     crate::admin::start_sampling(&admin, shutdown.listener());
     let control = control::bind(data_dir).map_err(|source| RunError::Control {

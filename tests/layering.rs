@@ -44,11 +44,12 @@ const TIERS: &[&[&str]] = &[
     // Signed updates: the gateway's staging and the root helper, over the store's file names.
     &["update"],
     &["hub"],
+    // The backups wing: making, sealing, scheduling and restoring a backup, over the hub and the
+    // store; the doors (control socket, admin page, command line) call it.
+    &["backups"],
     // Doors other than the app's socket; pairing's codes and page are what the others open.
     &["pairing"],
     &["control", "discovery"],
-    // Scheduled backups: made the way the control socket's backup is, on a timer.
-    &["backups"],
     // One device's WebSocket: given the hub (and the outlet it drains), knowing no HTTP.
     &["session"],
     &["admin"],

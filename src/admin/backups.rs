@@ -21,35 +21,13 @@ use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
 use crate::pairing::page::{escape, tokens};
-use crate::settings::Settings;
 
 /// Longest folder path taken from the form.
 const MAX_FOLDER_BYTES: usize = 1024;
 
-/// The sources a backup reads, for this data dir.
-pub(super) fn sources(admin: &Admin) -> backups::Sources {
-    backups::Sources {
-        data_dir: admin.data_dir.clone(),
-        owner_file: owner::path(&admin.data_dir),
-    }
-}
-
-/// Starts the schedule for this run of the gateway.
-pub fn start_schedule(admin: &Admin, hub: Rc<Hub>, stop: crate::shutdown::Listener) {
-    tokio::task::spawn_local(backups::schedule(
-        admin.backups.clone(),
-        hub,
-        sources(admin),
-        stop,
-    ));
-}
-
 fn plan(admin: &Admin) -> Result<Plan, Refusal> {
-    let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    Ok(Plan::from_settings(
-        &saved.backup,
-        &admin.config.borrow().limits,
-    ))
+    Plan::load(&admin.data_dir, &admin.config.borrow().limits)
+        .map_err(|e| Refusal::Unavailable(e.to_string()))
 }
 
 /// `GET /admin/backup`: the download and upload (`pages::backup`), then the scheduled backups.
@@ -321,9 +299,10 @@ pub(super) async fn post(
 
 fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
     let keep_max = admin.config.borrow().limits.backup_keep_max;
-    let schedule = match form.get("schedule") {
+    let every = match form.get("schedule") {
         "off" => None,
-        s @ ("daily" | "weekly") => Some(s.to_owned()),
+        "daily" => Some(backups::Every::Day),
+        "weekly" => Some(backups::Every::Week),
         other => {
             return Err(format!(
                 "\"{other}\" is not a schedule: off, daily or weekly."
@@ -339,7 +318,7 @@ fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
     if !folder.is_empty() && !folder.starts_with('/') {
         return Err("The folder must be a full path, starting with /.".into());
     }
-    if schedule.is_some() && folder.is_empty() {
+    if every.is_some() && folder.is_empty() {
         return Err("A schedule needs a folder to write to.".into());
     }
     let keep: u32 = match form.get("keep").trim().parse() {
@@ -350,15 +329,14 @@ fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
             ))
         }
     };
-    let mut saved = Settings::load(&admin.data_dir).map_err(|e| e.to_string())?;
-    saved.backup.schedule = schedule;
-    saved.backup.folder = (!folder.is_empty()).then(|| folder.to_owned());
-    saved.backup.keep = Some(keep);
-    saved
-        .save(&admin.data_dir)
-        .map_err(|e| format!("The schedule could not be saved: {e}."))?;
+    let plan = Plan {
+        every,
+        folder: (!folder.is_empty()).then(|| folder.into()),
+        keep,
+    };
+    plan.save(&admin.data_dir).map_err(|e| e.to_string())?;
     info!(
-        schedule = saved.backup.schedule.as_deref().unwrap_or("off"),
+        schedule = form.get("schedule"),
         folder, keep, "admin page: backup schedule saved"
     );
     Ok(())
@@ -397,7 +375,7 @@ fn lowercase_first(sentence: &str) -> String {
 }
 
 /// "Back up now" as a job (`jobs.rs`): the page follows it, and the schedule's own backups
-/// share its one-at-a-time slot (`backups::State`).
+/// share its one-at-a-time slot (`backups::Backups`).
 fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
     let plan = plan(admin).map_err(|e| e.to_string())?;
     let Some(folder) = plan.folder.clone() else {
@@ -406,12 +384,13 @@ fn back_up_now(admin: &Admin, hub: &Rc<Hub>) -> Result<(), String> {
     if admin.backups.running() {
         return Err("A scheduled backup is being made now; wait for it.".into());
     }
-    let (state, hub, sources) = (admin.backups.clone(), hub.clone(), sources(admin));
+    let (state, hub) = (admin.backups.clone(), hub.clone());
     let what = format!("Making a backup into {}.", folder.display());
     admin
         .jobs
         .start(Kind::Backup, &what, async move {
-            backups::back_up_now(&state, &hub, &sources, &plan)
+            state
+                .back_up_now(&hub, &plan)
                 .await
                 .map(|l| {
                     format!(

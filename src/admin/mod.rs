@@ -63,7 +63,6 @@ use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
-pub use backups::start_schedule;
 use forms::post;
 pub use health::start_sampling;
 use outcome::{Outcome, Paired, Tone};
@@ -113,8 +112,8 @@ pub struct Admin {
     meter_checks: strength::Window,
     /// Signs the set-up page's tokens, so only ones it issued pass (`session.rs`).
     setup_tokens: session::SetupTokens,
-    /// The scheduled backups: one at a time, and how the last went (`backups.rs`).
-    backups: Rc<crate::backups::State>,
+    /// The backups wing: one backup at a time, and how the last went (`backups.rs`).
+    backups: Rc<crate::backups::Backups>,
     /// The Update page's last check (`updates.rs`).
     update_state: Rc<updates::State>,
     /// The Status page's last 24 hours of figures, in memory only (`health.rs`).
@@ -183,6 +182,7 @@ impl Admin {
         agent: Rc<Switchable>,
         url: String,
         tls: Option<crate::tls::Advert>,
+        backups: Rc<crate::backups::Backups>,
     ) -> Admin {
         let l = &config.limits;
         let mut sessions = Sessions::new(
@@ -211,7 +211,7 @@ impl Admin {
             jobs: Rc::default(),
             meter_checks: strength::Window::new(Instant::now()),
             setup_tokens: session::SetupTokens::new(),
-            backups: Rc::default(),
+            backups,
             update_state: Rc::default(),
             day: Rc::default(),
             url,

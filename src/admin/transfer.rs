@@ -1,6 +1,6 @@
 //! The backup transfers: a backup streamed to the browser as it is made, and a restore
-//! uploaded, bounded, checked in full and left for the restart (`control/backup.rs`,
-//! `control/restore.rs`).
+//! uploaded, bounded, checked in full and left for the restart (the backups wing,
+//! `crate::backups`).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -15,9 +15,9 @@ use tracing::{info, warn};
 use super::jobs::{Kind, Ticket};
 use super::receive::receive;
 use super::reply::{redirect, refused, sentence, whole, Body, Refusal, Reply};
-use super::restore_job::{format_of, restore_room, start_restore, Format, FOREIGN};
+use super::restore_job::{restore_room, start_restore};
 use super::{owner, session, Admin};
-use crate::control::restore::RECEIVED_PART;
+use crate::backups::{format_of, Format, FOREIGN, RECEIVED_PART};
 use crate::hub::Hub;
 
 /// The longest a backup download or a restore upload's body may take beyond the request
@@ -78,7 +78,7 @@ pub(super) async fn serve(
 
 /// `GET /admin/backup/download`: a backup made now, streamed.
 pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<Body> {
-    let rx = match crate::control::backup::stream(hub) {
+    let rx = match crate::backups::stream(hub) {
         Ok(rx) => rx,
         Err(e) => {
             warn!("admin page: backup refused: {e}");

@@ -252,7 +252,7 @@ pub fn open(path: &Path, passphrase: &str, store_out: &Path) -> Result<Extras, S
         .open(store_out)
         .map_err(io(format!("cannot create {}", store_out.display())))?;
     let copied = (|| {
-        let mut w = std::io::BufWriter::with_capacity(crate::control::backup::CHUNK, out);
+        let mut w = std::io::BufWriter::with_capacity(super::CHUNK, out);
         std::io::copy(&mut plain, &mut w)?;
         w.into_inner().map_err(|e| e.into_error())?.sync_all()
     })();

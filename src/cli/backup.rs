@@ -1,18 +1,17 @@
 //! `iris-gateway backup FILE` and `iris-gateway restore FILE`: the command's half.
 //!
-//! `backup` asks the running gateway for the backup over the control socket, or writes it from
-//! the store itself when none runs (how either is made: `control/backup.rs`). Either way it
-//! writes `FILE.partial`, checks it end to end, fsyncs it and only then renames it to `FILE`.
-//! `restore` is `control/restore.rs`, reported here.
+//! `backup` asks the running gateway for the backup over the control socket, or has the backups
+//! wing write it from the store itself when none runs; either way the wing writes `FILE.partial`,
+//! checks it end to end, fsyncs it and only then renames it to `FILE` (`backups/make.rs`).
+//! `restore` is the wing's (`backups/restore.rs`), reported here.
 
-use std::io::{BufRead, BufReader, BufWriter, Read};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 
 use super::args::{BackupArgs, RestoreArgs};
-use crate::control::backup::{io, write_offline, Error, CHUNK, STALLED_READER};
-use crate::control::restore::{restore, verify, Counts, Restored};
+use crate::backups::{self, io, Counts, Error, Header, Restored, CHUNK, MAGIC};
+use crate::control::backup::STALLED_READER;
 use crate::control::{client, socket_path, ControlRequest, ControlResponse};
-use crate::store::backup::{Header, MAGIC};
 use crate::store::human_bytes;
 
 /// Writes the backup to `FILE.partial`, checks it and renames it to `FILE`; nothing is left
@@ -20,55 +19,18 @@ use crate::store::human_bytes;
 pub fn run_backup(args: BackupArgs) -> Result<(), Error> {
     let dir = super::error::data_dir(args.data_dir);
     let file = args.file;
-    let partial = partial_path(&file);
-    let result = (|| {
-        let out = std::fs::File::create(&partial)
-            .map_err(io(format!("cannot create {}", partial.display())))?;
-        let from_gateway = match fetch_from_gateway(&dir)? {
+    let (from_gateway, header, counts) =
+        backups::write_checked(&file, |out| match fetch_from_gateway(&dir)? {
             Some(mut stream) => {
-                receive(&mut stream, out)?;
-                true
+                backups::copy_synced(&mut stream, out)?;
+                Ok(true)
             }
             None => {
-                write_offline(&dir, out)?;
-                false
+                backups::write_offline(&dir, out)?;
+                Ok(false)
             }
-        };
-        // Read back end to end: a backup that cannot be restored is not written as FILE.
-        let name = file.display().to_string();
-        let (header, counts) = verify(&name, &partial)?;
-        put_in_place(&partial, &file)?;
-        report_backup(&dir, &file, from_gateway, &header, &counts);
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    result
-}
-
-/// Copies the gateway's stream into `out`, synced.
-fn receive(stream: &mut impl Read, out: std::fs::File) -> Result<(), Error> {
-    let mut out = BufWriter::with_capacity(CHUNK, out);
-    std::io::copy(stream, &mut out).map_err(io("reading the backup from the gateway"))?;
-    out.into_inner()
-        .map_err(|e| Error::Io {
-            what: "writing the backup".into(),
-            source: e.into_error(),
-        })?
-        .sync_all()
-        .map_err(io("writing the backup"))
-}
-
-/// The checked `partial` becomes `file`, durably (the directory entry synced too).
-fn put_in_place(partial: &Path, file: &Path) -> Result<(), Error> {
-    let name = file.display();
-    std::fs::rename(partial, file).map_err(io(format!("cannot rename to {name}")))?;
-    if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(io(format!("cannot sync {}", parent.display())))?;
-    }
+        })?;
+    report_backup(&dir, &file, from_gateway, &header, &counts);
     Ok(())
 }
 
@@ -103,13 +65,6 @@ fn report_backup(dir: &Path, file: &Path, from_gateway: bool, header: &Header, c
         human_bytes(size),
         crate::hints::command(&format!("restore {name}"))
     );
-}
-
-/// `FILE.partial` beside `FILE`: on the same file system, so the rename is atomic.
-fn partial_path(file: &Path) -> PathBuf {
-    let mut name = file.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    file.with_file_name(name)
 }
 
 /// Asks a running gateway for a backup: the byte stream, or `None` when none runs.
@@ -156,10 +111,10 @@ fn fetch_from_gateway(dir: &Path) -> Result<Option<impl Read>, Error> {
 /// Restores the backup and says what became of the store that was there.
 pub fn run_restore(args: RestoreArgs) -> Result<(), Error> {
     let dir = super::error::data_dir(args.data_dir);
-    let done = if crate::backups::sealed::is_sealed(&args.file) {
+    let done = if backups::sealed::is_sealed(&args.file) {
         super::restore_sealed::restore_sealed(&dir, &args.file, args.passphrase_file.as_deref())?
     } else {
-        restore(&dir, &args.file)?
+        backups::restore(&dir, &args.file, crate::control::answering)?
     };
     report_restore(&args.file, &dir, &done);
     Ok(())

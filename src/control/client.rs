@@ -57,3 +57,15 @@ pub fn request(data_dir: &Path, req: &ControlRequest) -> std::io::Result<Reached
     })?;
     Ok(Reached::Answer(resp))
 }
+
+/// Whether a gateway answers on `data_dir`'s control socket, and how it was seen (for the
+/// refusal of a restore while it runs: `crate::backups::Probe`).
+pub fn answering(data_dir: &Path) -> Option<String> {
+    match request(data_dir, &ControlRequest::Devices) {
+        Ok(Reached::Answer(_)) => Some(format!(
+            "it answered on {}",
+            socket_path(data_dir).display()
+        )),
+        _ => None,
+    }
+}

@@ -7,16 +7,14 @@
 //! themselves.
 //!
 //! The request and answer types are in `wire`, the gateway's end in `listen`, the commands'
-//! end in `client`. A backup made while the gateway runs goes over this socket too, so making
-//! one (`backup`) and putting one back (`restore`) live here, below the admin page and the
-//! command line that both use them.
+//! end in `client`. A backup made while the gateway runs goes over this socket too (`backup`):
+//! the backups wing (`crate::backups`) makes it, this door only streams it.
 
 pub mod backup;
 pub mod client;
 pub mod listen;
-pub mod restore;
 pub mod wire;
 
-pub use client::{request, Reached};
+pub use client::{answering, request, Reached};
 pub use listen::{bind, serve, PageCode, PageCodeIssuer};
 pub use wire::{socket_path, ControlRequest, ControlResponse};

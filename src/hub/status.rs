@@ -101,7 +101,7 @@ impl Hub {
         }
     }
 
-    /// The restore waiting for this start failed (`control/restore.rs` says why).
+    /// The restore waiting for this start failed (`backups/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
         self.health.note_restore_failure(why);
     }

@@ -4,7 +4,8 @@
 //! whole, undamaged backup before touching anything, builds the store in a staging directory
 //! inside the data dir, checks it opens with the backup's cursor head, then moves the current
 //! store and media aside (`DATA_DIR/before-restore-TIME/`, never deleted) and the restored ones
-//! in. `iris-gateway restore` runs it.
+//! in. `iris-gateway restore` runs it, telling it how to see a running gateway ([`Probe`]: the
+//! control socket's client, a door above this wing).
 //!
 //! Cursors never go backwards across a restore: the restored store's head is raised above every
 //! cursor the replaced store issued (read from the witness beside it, [`cursor_floor`]), and the
@@ -24,9 +25,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::backup::{io, Error, CHUNK};
-use super::client::{request, Reached};
-use super::wire::{socket_path, ControlRequest};
+use super::make::{io, Error, CHUNK};
 use crate::store::backup::{read_backup, restore_into, Header, Item};
 use crate::store::{human_bytes, Store};
 
@@ -106,10 +105,14 @@ pub struct Restored {
     pub aside: PathBuf,
 }
 
-/// Restores the backup `file` into the data dir `dir` (see the module comment).
-pub fn restore(dir: &Path, file: &Path) -> Result<Restored, Error> {
+/// Whether a gateway runs on a data dir: how it was seen (`"it answered on …"`), or `None`.
+pub type Probe = fn(&Path) -> Option<String>;
+
+/// Restores the backup `file` into the data dir `dir` (see the module comment); `running` says
+/// whether a gateway runs there.
+pub fn restore(dir: &Path, file: &Path, running: Probe) -> Result<Restored, Error> {
     let name = file.display().to_string();
-    refuse_if_running(dir)?;
+    refuse_if_running(dir, running)?;
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     // Held until the end: no gateway can start on the store half-way.
     let _lock = lock_store(dir)?;
@@ -139,15 +142,12 @@ pub fn restore(dir: &Path, file: &Path) -> Result<Restored, Error> {
 }
 
 /// The running gateway owns the store; it must be stopped first.
-fn refuse_if_running(dir: &Path) -> Result<(), Error> {
-    if let Reached::Answer(_) =
-        request(dir, &ControlRequest::Devices).unwrap_or(Reached::NotRunning)
-    {
+fn refuse_if_running(dir: &Path, running: Probe) -> Result<(), Error> {
+    if let Some(seen) = running(dir) {
         return Err(Error::Refused(format!(
-            "a gateway is running on {} (it answered on {}): stop it first (systemctl stop \
-             iris-gateway), then restore",
+            "a gateway is running on {} ({seen}): stop it first (systemctl stop iris-gateway), \
+             then restore",
             dir.display(),
-            socket_path(dir).display()
         )));
     }
     Ok(())
@@ -358,7 +358,7 @@ pub fn confirm_pending(dir: &Path) -> std::io::Result<()> {
 /// aside, as `iris-gateway restore` does). Returns why a restore waiting there failed (the
 /// pending store is then deleted, the current one is as it was, and nothing is left behind
 /// that keeps the gateway degraded); `None` when nothing waited or it was restored.
-pub fn apply_pending_restore(dir: &Path) -> Option<String> {
+pub fn apply_pending_restore(dir: &Path, running: Probe) -> Option<String> {
     let legacy_failed = dir.join(LEGACY_FAILED);
     if legacy_failed.exists() {
         tracing::warn!(
@@ -398,7 +398,7 @@ pub fn apply_pending_restore(dir: &Path) -> Option<String> {
         result
     } else if legacy.exists() {
         tracing::info!("restoring the backup uploaded from the admin page");
-        let result = restore(dir, &legacy).map(|done| (done.header, done.aside));
+        let result = restore(dir, &legacy, running).map(|done| (done.header, done.aside));
         let _ = std::fs::remove_file(&legacy);
         result
     } else {
