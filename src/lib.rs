@@ -19,6 +19,7 @@ pub mod command;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod disk;
 pub mod front;
 pub mod guessing;
 pub mod hints;

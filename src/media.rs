@@ -125,7 +125,7 @@ impl MediaFiles {
                 quota: self.quota,
             });
         }
-        let available = fs2::available_space(&self.dir)?;
+        let available = crate::disk::free_bytes(&self.dir)?;
         if available < size.saturating_add(DISK_RESERVE_BYTES) {
             return Err(MediaError::DiskFull { available });
         }

@@ -59,6 +59,7 @@ pub fn read(data_dir: &Path) -> SystemHealth {
     let meminfo = read_capped("/proc/meminfo").map(|t| parse_meminfo(&t));
     let (mem_total_bytes, mem_available_bytes) = meminfo.unwrap_or_default();
     let disk = disk_of(data_dir);
+    let space = crate::disk::space(data_dir).ok();
     let now = chrono::Local::now();
     SystemHealth {
         cpu_celsius: cpu_celsius(Path::new("/sys/class/thermal")),
@@ -67,8 +68,8 @@ pub fn read(data_dir: &Path) -> SystemHealth {
         load: read_capped("/proc/loadavg").and_then(|t| parse_loadavg(&t)),
         system_uptime_secs: read_capped("/proc/uptime").and_then(|t| parse_uptime(&t)),
         rss_bytes: read_capped("/proc/self/status").and_then(|t| parse_vm_rss(&t)),
-        disk_free_bytes: fs2::available_space(data_dir).ok(),
-        disk_total_bytes: fs2::total_space(data_dir).ok(),
+        disk_free_bytes: space.map(|s| s.free),
+        disk_total_bytes: space.map(|s| s.total),
         disk_device: disk
             .as_ref()
             .and_then(|d| d.file_name())

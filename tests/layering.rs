@@ -22,6 +22,7 @@ const TIERS: &[&[&str]] = &[
     &[
         "ids",
         "atomic_file",
+        "disk",
         "logring",
         "shutdown",
         "command",

@@ -10,7 +10,6 @@
 
 mod demo;
 mod hermes;
-mod hermes_wire;
 mod http;
 pub mod media_in;
 pub mod media_out;

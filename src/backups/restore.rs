@@ -252,7 +252,6 @@ fn switch_in(dir: &Path, staging: &Path, aside: &Path) -> Result<Vec<&'static st
 /// Takes sled's lock on the current store, if there is one: a gateway (or `pair`) starting
 /// now would fail to open it instead of racing the restore.
 fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
-    use fs2::FileExt;
     let path = dir.join("db").join("db");
     let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
@@ -261,7 +260,7 @@ fn lock_store(dir: &Path) -> Result<Option<std::fs::File>, Error> {
     else {
         return Ok(None);
     };
-    f.try_lock_exclusive().map_err(|_| {
+    f.try_lock().map_err(|_| {
         Error::Refused(format!(
             "{} is in use by another process (a gateway starting, or a `pair` command): stop it, \
              then restore",

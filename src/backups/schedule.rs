@@ -361,7 +361,7 @@ pub fn check_folder(folder: &Path, need: u64) -> Result<(), BackupsError> {
             return Err(BackupsError::NotMounted(folder.to_owned()));
         }
     }
-    let free = fs2::available_space(folder)
+    let free = crate::disk::free_bytes(folder)
         .map_err(|e| BackupsError::NotWritable(folder.to_owned(), e))?;
     let need = need + FOLDER_RESERVE_BYTES;
     if free < need {

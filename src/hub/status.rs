@@ -87,7 +87,7 @@ impl Hub {
             cursor_head: self.published_head(),
             media_bytes: self.media.used(),
             media_quota_bytes: self.config.limits.media_quota_bytes,
-            disk_free_bytes: fs2::available_space(self.store.dir()).ok(),
+            disk_free_bytes: crate::disk::free_bytes(self.store.dir()).ok(),
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
             devices_connected: self.connected(),
             restore_failure,

@@ -133,7 +133,7 @@ fn tree_bytes(path: &Path) -> u64 {
 
 /// Free bytes for an unprivileged writer on the file system holding `path`.
 pub fn free_bytes(path: &Path) -> u64 {
-    fs2::available_space(path).unwrap_or(0)
+    crate::disk::free_bytes(path).unwrap_or(0)
 }
 
 fn human(bytes: u64) -> String {

@@ -242,7 +242,7 @@ pub fn cached_venv(
         .write(true)
         .open(&lock_path)
         .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
-    fs2::FileExt::lock_exclusive(&lock)
+    lock.lock()
         .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
     if !wanted.is_file() {
         let tmp = cache.join(format!("{name}-{version}.partial-{}", std::process::id()));

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::transcript::content_text;
+use super::wire::{
+    record, CronToolResult, JobList, JobRecord, JobsError, Role, SessionPage, Transcript,
+};
 use super::HermesAgent;
 use crate::agent::http::{off_loop, Endpoint};
 use crate::agent::{AgentError, JobAction, JobInfo, JobRun, LocalBoxFuture};
@@ -23,48 +25,37 @@ fn is_job_id(id: &str) -> bool {
 /// one with a top-level `job_id` (in 0.19.0 and 0.22).
 pub(super) fn made_job_id(tool_output: &str) -> Option<String> {
     let v: Value = serde_json::from_str(tool_output).ok()?;
-    if v.get("success").and_then(Value::as_bool) != Some(true) {
+    let made: CronToolResult = record(&v);
+    if !made.success {
         return None;
     }
-    let id = v.get("job_id").and_then(Value::as_str)?;
-    is_job_id(id).then(|| id.to_owned())
+    made.job_id.filter(|id| is_job_id(id))
 }
 
 /// A job of `GET /api/jobs`.
-fn job_info(v: &Value) -> Option<JobInfo> {
-    let text = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    let id = text("id").filter(|id| is_job_id(id))?;
-    let schedule = text("schedule_display")
-        .or_else(|| {
-            v.pointer("/schedule/display")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+fn job_info(j: JobRecord) -> Option<JobInfo> {
+    let id = j.id.filter(|id| is_job_id(id))?;
+    let schedule = j
+        .schedule_display
+        .or(j.schedule.display)
         .unwrap_or_default();
-    let paused = v.get("enabled").and_then(Value::as_bool) == Some(false)
-        || text("state").as_deref() == Some("paused");
+    let paused = j.enabled == Some(false) || j.state.as_deref() == Some("paused");
     Some(JobInfo {
-        name: text("name").unwrap_or_else(|| id.clone()),
+        name: j.name.unwrap_or_else(|| id.clone()),
         id,
         schedule,
-        next_run_at: text("next_run_at"),
-        last_run_at: text("last_run_at"),
-        last_status: text("last_status"),
+        next_run_at: j.next_run_at,
+        last_run_at: j.last_run_at,
+        last_status: j.last_status,
         paused,
     })
 }
 
 /// The jobs of a `GET /api/jobs` answer.
 pub(super) fn jobs_of(v: &Value) -> Vec<JobInfo> {
-    v.get("jobs")
-        .and_then(Value::as_array)
+    record::<JobList>(v)
+        .jobs
         .into_iter()
-        .flatten()
         .filter_map(job_info)
         .collect()
 }
@@ -170,24 +161,19 @@ fn session_runs(
             "/api/sessions?source=cron&limit={SESSION_PAGE}&offset={}",
             page * SESSION_PAGE
         ))?;
-        let sessions = v
-            .get("data")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for s in &sessions {
-            let Some(id) = s.get("id").and_then(Value::as_str) else {
+        let page: SessionPage = record(&v);
+        for s in page.data {
+            let Some(id) = s.id else {
                 continue;
             };
             let Some(stamp) = id.strip_prefix(&prefix).and_then(run_stamp) else {
                 continue;
             };
             if after.is_none_or(|a| stamp.as_str() > a) {
-                let ended = s.get("ended_at").and_then(Value::as_f64);
-                found.push((stamp, id.to_owned(), ended));
+                found.push((stamp, id, s.ended_at));
             }
         }
-        if v.get("has_more").and_then(Value::as_bool) != Some(true) {
+        if !page.has_more {
             break;
         }
     }
@@ -198,15 +184,12 @@ fn session_runs(
             break;
         };
         let v = ep.get_json(&format!("/api/sessions/{id}/messages"))?;
-        let answer = v
-            .get("messages")
-            .or_else(|| v.get("data"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+        let rows = record::<Transcript>(&v).rows().unwrap_or_default();
+        let answer = rows
+            .iter()
             .rev()
-            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-            .filter_map(content_text)
+            .filter(|m| m.role == Role::Assistant)
+            .filter_map(|m| m.content.words())
             .find(|t| !t.trim().is_empty())
             .unwrap_or_default();
         let answer = answer.trim();
@@ -304,8 +287,8 @@ impl HermesAgent {
                 )),
                 _ => Err(AgentError::Failed(format!(
                     "HTTP {status}{}",
-                    v.get("error")
-                        .and_then(Value::as_str)
+                    record::<JobsError>(&v)
+                        .error
                         .map(|m| format!(": {m}"))
                         .unwrap_or_default()
                 ))),

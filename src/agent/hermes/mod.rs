@@ -19,14 +19,14 @@ mod run;
 #[cfg(test)]
 mod tests;
 mod transcript;
+mod wire;
 
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::hermes_wire::{Capabilities, Health, ModelOptions};
 use super::http::{off_loop, Endpoint};
 use super::media_in::{self, MediaLimits};
 use super::media_out::{FilePolicy, OutFilter};
@@ -37,8 +37,12 @@ use super::{
 };
 use crate::config::{AgentConfig, Secret};
 use crate::protocol::Runtime;
-use run::{run_state_of, run_turn_blocking, runs_input};
+use run::{run_state_of, run_turn_blocking, runs_input, Start};
 use transcript::recovery_from;
+use wire::{
+    record, ApprovalAnswer, Capabilities, ErrorAnswer, Features, Health, ModelOptions,
+    RunsIdempotency, SteerAnswer, Transcript,
+};
 
 pub struct HermesAgent {
     endpoint: Endpoint,
@@ -99,7 +103,7 @@ impl HermesAgent {
     /// Whether a run start takes an `Idempotency-Key` (and how), from the capabilities: read
     /// now when no probe has read them yet (a start's recovery and its first turn can come
     /// before the first probe).
-    async fn read_capabilities(&self) -> Option<super::hermes_wire::RunsIdempotency> {
+    async fn read_capabilities(&self) -> Option<RunsIdempotency> {
         if self.known.borrow().is_none() {
             let ep = self.endpoint.clone();
             if let Ok(Some(k)) = off_loop("agent-capabilities", move |_| read_known(&ep)).await {
@@ -112,7 +116,7 @@ impl HermesAgent {
     }
 
     /// The advertised features, as the last probe read them (none before the first).
-    fn features(&self) -> super::hermes_wire::Features {
+    fn features(&self) -> Features {
         self.known
             .borrow()
             .as_ref()
@@ -287,7 +291,7 @@ impl Agent for HermesAgent {
             })
             .await;
             match answer {
-                Ok(Ok((200, v))) if v.get("accepted").and_then(Value::as_bool) != Some(false) => {
+                Ok(Ok((200, v))) if record::<SteerAnswer>(&v).accepted != Some(false) => {
                     Steered::Accepted
                 }
                 // `run_not_accepting_steer`: the run is no longer running (it is ending).
@@ -297,8 +301,7 @@ impl Agent for HermesAgent {
                 }
                 Ok(Ok((status, v))) => Steered::NotTaken(format!(
                     "the agent answered HTTP {status}{}",
-                    v.pointer("/error/message")
-                        .and_then(Value::as_str)
+                    ErrorAnswer::message_of(&v)
                         .map(|m| format!(": {m}"))
                         .unwrap_or_default()
                 )),
@@ -314,14 +317,7 @@ impl Agent for HermesAgent {
         Box::pin(async move {
             let found = off_loop("agent-recover", move |_| {
                 match ep.get_json_lean(&format!("/api/sessions/{session}/messages")) {
-                    Ok((_, v)) => {
-                        let messages = v
-                            .get("messages")
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default();
-                        recovery_from(&messages, &user_text)
-                    }
+                    Ok((_, v)) => recovery_from(&record::<Transcript>(&v).messages(), &user_text),
                     Err(_) => Recovery::Unknown,
                 }
             })
@@ -372,30 +368,35 @@ impl Agent for HermesAgent {
             out: std::cell::RefCell::new(OutFilter::new(self.files.clone())),
         };
         let resume = turn.resume_run.clone();
-        let body = resume.is_none().then_some(body);
         let message_id = turn.user_message_id.clone();
         let limits = self.media_limits;
         Box::pin(async move {
-            // The key goes on the first start too, whether or not a probe has read the
-            // capabilities yet: a restart's repeat only finds a run that was started with it.
-            let key = match body {
-                Some(_) => self
-                    .read_capabilities()
-                    .await
-                    .map(|_| idempotency_key(&message_id)),
-                None => None,
+            let start = match resume {
+                Some(run_id) => Start::Resume { run_id },
+                // The key goes on the first start too, whether or not a probe has read the
+                // capabilities yet: a restart's repeat only finds a run that was started with it.
+                None => Start::New {
+                    body,
+                    key: self
+                        .read_capabilities()
+                        .await
+                        .map(|_| idempotency_key(&message_id)),
+                },
             };
             let mut summary = off_loop("agent-turn", move |stop| {
-                let body = body.map(|mut b| {
-                    b["input"] = runs_input(&media_in::prepare(
-                        &turn.text,
-                        &turn.media,
-                        &turn.heard,
-                        &limits,
-                    ));
-                    b
-                });
-                run_turn_blocking(&worker, body, resume, key, &stop)
+                let start = match start {
+                    Start::New { mut body, key } => {
+                        body["input"] = runs_input(&media_in::prepare(
+                            &turn.text,
+                            &turn.media,
+                            &turn.heard,
+                            &limits,
+                        ));
+                        Start::New { body, key }
+                    }
+                    resume => resume,
+                };
+                run_turn_blocking(&worker, start, &stop)
             })
             .await??;
             summary.runtime = Runtime {
@@ -422,13 +423,11 @@ impl Agent for HermesAgent {
             })
             .await??;
             match status {
-                200..=299 => Ok(v.get("resolved").and_then(Value::as_i64).unwrap_or(1) > 0),
+                200..=299 => Ok(record::<ApprovalAnswer>(&v).resolved.unwrap_or(1) > 0),
                 404 | 409 => Ok(false),
                 _ => Err(AgentError::Failed(format!(
                     "HTTP {status}: {}",
-                    v.pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
+                    ErrorAnswer::message_of(&v).unwrap_or_default()
                 ))),
             }
         })

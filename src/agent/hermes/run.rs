@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::jobs::made_job_id;
 use super::transcript::todos_from_result;
+use super::wire::{record, ErrorAnswer, RunAccepted, RunEvent, RunStatus, ToolOutput};
 use super::TurnWorker;
-use crate::agent::hermes_wire::{RunEvent, RunStatus};
 use crate::agent::http::StopFlag;
 use crate::agent::media_in::AgentInput;
 use crate::agent::openai::user_content;
@@ -219,10 +219,7 @@ impl TurnWorker {
                 self.send(AgentEvent::JobMade(job_id));
             }
         }
-        let ok = !failed
-            && serde_json::from_str::<Value>(&output)
-                .ok()
-                .is_none_or(|v| v.get("error").is_none_or(Value::is_null));
+        let ok = !failed && !ToolOutput::reports_error(&output);
         let duration = ev
             .duration
             .unwrap_or_else(|| tool.started.elapsed().as_secs_f64());
@@ -351,25 +348,31 @@ pub(super) fn run_state_of(v: &Value) -> RunState {
     }
 }
 
+/// How a turn meets its run.
+pub(super) enum Start {
+    /// A new run, started with `body` (`POST /v1/runs`), under `key` when Hermes takes one.
+    New { body: Value, key: Option<String> },
+    /// The run a gateway restart interrupted: its events are lost, its status is followed.
+    Resume { run_id: String },
+}
+
 /// Runs (or, after a gateway restart, follows) one turn through Hermes' runs API.
 pub(super) fn run_turn_blocking(
     w: &TurnWorker,
-    input: Option<Value>,
-    resume: Option<String>,
-    key: Option<String>,
+    start: Start,
     stop: &StopFlag,
 ) -> Result<TurnSummary, AgentError> {
     let mut summary = TurnSummary::default();
     let mut p = RunProgress::default();
-    let run_id = match (resume, input) {
-        (Some(id), _) => {
+    let run_id = match start {
+        Start::Resume { run_id: id } => {
             // A restart lost the events stream: only the status can be followed, and an
             // approval the run may wait for is the one the hub kept.
             p.approval_open = true;
             w.poll_run(&id, &mut p, &mut summary, stop)?;
             id
         }
-        (None, Some(mut body)) => {
+        Start::New { mut body, key } => {
             // Hermes fingerprints the whole body with the key and refuses (409) a repeat that
             // differs: the history, read from Hermes' transcript, changes while the run goes on,
             // so with a key none is sent. The servers that take keys (0.22) load the session's
@@ -378,7 +381,7 @@ pub(super) fn run_turn_blocking(
             let headers: Vec<(&str, &str)> = match &key {
                 Some(k) => vec![("Idempotency-Key", k.as_str())],
                 None => {
-                    body["conversation_history"] = Value::Array(w.history()?);
+                    body["conversation_history"] = json!(w.history()?);
                     Vec::new()
                 }
             };
@@ -392,20 +395,17 @@ pub(super) fn run_turn_blocking(
                 ));
             }
             if status != 202 && status != 200 {
-                let detail = answer
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let detail = ErrorAnswer::message_of(&answer).unwrap_or_default();
                 return Err(AgentError::Failed(format!("HTTP {status}: {detail}")));
             }
-            let Some(id) = answer.get("run_id").and_then(Value::as_str) else {
+            let accepted: RunAccepted = record(&answer);
+            let Some(id) = accepted.run_id else {
                 return Err(AgentError::Failed(format!(
                     "Hermes started a run without a run_id: {answer}"
                 )));
             };
-            let id = id.to_owned();
             kill_if_asked("hermes-run-accepted");
-            if answer.get("replayed").and_then(Value::as_bool) == Some(true) {
+            if accepted.replayed {
                 tracing::info!(run = %id, "Hermes answered the repeated start with the run it already had");
             }
             if !w.send(AgentEvent::RunStarted(id.clone())) {
@@ -429,7 +429,6 @@ pub(super) fn run_turn_blocking(
             }
             id
         }
-        (None, None) => unreachable!("a turn has a body or a run to resume"),
     };
     if stop.is_set() {
         return Ok(summary);

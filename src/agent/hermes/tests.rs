@@ -1,11 +1,18 @@
 use super::run::tool_emoji;
 use super::transcript::{
-    call_ids_named, content_text, find_tool_call, todos_from_result, without_image_placeholders,
+    call_ids_named, find_tool_call, todos_from_result, without_image_placeholders,
 };
+use super::wire::Message;
 use super::*;
 use crate::agent::media_in::AgentInput;
 use crate::agent::RunState;
 use crate::protocol::TodoStatus;
+use serde_json::Value;
+
+/// Transcript rows as Hermes' API gives them, read as the backend reads them.
+fn rows(json: &[Value]) -> Vec<Message> {
+    json.iter().map(record).collect()
+}
 
 #[test]
 fn a_tool_call_is_found_with_its_arguments_and_result() {
@@ -15,6 +22,7 @@ fn a_tool_call_is_found_with_its_arguments_and_result() {
             "function": {"name": "todo", "arguments": "{\"todos\":[{\"id\":\"1\",\"content\":\"Boil\",\"status\":\"pending\"}]}"}}]}),
         json!({"role": "tool", "tool_call_id": "call_1", "content": "{\"todos\":[{\"id\":\"1\",\"content\":\"Boil\",\"status\":\"in_progress\"}]}"}),
     ];
+    let messages = rows(&messages);
     let (args, output) = find_tool_call(&messages, "call_1").unwrap();
     assert_eq!(args["todos"][0]["content"], "Boil");
     let todos = todos_from_result(&output).unwrap();
@@ -55,6 +63,7 @@ fn a_completed_tool_is_matched_to_the_first_unreported_call_of_its_name() {
         json!({"role": "tool", "tool_call_id": "a", "content": "one"}),
         json!({"role": "assistant", "tool_calls": [{"id": "b", "function": {"name": "terminal", "arguments": "{}"}}]}),
     ];
+    let turn = rows(&turn);
     assert_eq!(call_ids_named(&turn, "terminal"), ["a", "b"]);
     assert!(call_ids_named(&turn, "todo").is_empty());
     assert_eq!(tool_emoji("terminal"), Some("\u{1f4bb}"));
@@ -66,18 +75,18 @@ fn recovery_reads_the_transcript() {
     let a = json!({"role": "assistant", "content": "hello", "finish_reason": "stop"});
     let cut = json!({"role": "assistant", "content": "hel", "finish_reason": null});
     assert_eq!(
-        recovery_from(&[q.clone(), a], "hi"),
+        recovery_from(&rows(&[q.clone(), a]), "hi"),
         Recovery::Answered("hello".into())
     );
     assert_eq!(
-        recovery_from(&[q.clone(), cut], "hi"),
+        recovery_from(&rows(&[q.clone(), cut]), "hi"),
         Recovery::Partial("hel".into())
     );
     assert_eq!(
-        recovery_from(std::slice::from_ref(&q), "hi"),
+        recovery_from(&rows(std::slice::from_ref(&q)), "hi"),
         Recovery::Unknown
     );
-    assert_eq!(recovery_from(&[q], "other"), Recovery::Unknown);
+    assert_eq!(recovery_from(&rows(&[q]), "other"), Recovery::Unknown);
 }
 
 #[test]
@@ -87,18 +96,21 @@ fn a_message_sent_with_images_is_found_by_its_text() {
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,\u{2026}"}}]});
     let a = json!({"role": "assistant", "content": "a fern", "finish_reason": "stop"});
     assert_eq!(
-        recovery_from(&[q.clone(), a.clone()], "what plant?"),
+        recovery_from(&rows(&[q.clone(), a.clone()]), "what plant?"),
         Recovery::Answered("a fern".into())
     );
     assert_eq!(
-        recovery_from(&[q.clone(), a.clone()], "what"),
+        recovery_from(&rows(&[q.clone(), a.clone()]), "what"),
         Recovery::Unknown
     );
-    assert_eq!(content_text(&q).unwrap(), "what plant?\n[image: p.png]");
+    assert_eq!(
+        rows(&[q])[0].content.words().unwrap(),
+        "what plant?\n[image: p.png]"
+    );
     let files_only =
         json!({"role": "user", "content": "\n[attached: v.ogg (audio/ogg, 4 bytes): not read]"});
     assert_eq!(
-        recovery_from(&[files_only, a], ""),
+        recovery_from(&rows(&[files_only, a]), ""),
         Recovery::Answered("a fern".into())
     );
 }
@@ -113,7 +125,7 @@ fn hermes_image_placeholders_leave_the_history() {
     let stored = json!({"role": "user", "content": "what plant?\n[image: p.png]\n[screenshot]"});
     let a = json!({"role": "assistant", "content": "a fern", "finish_reason": "stop"});
     assert_eq!(
-        recovery_from(&[stored, a], "what plant?"),
+        recovery_from(&rows(&[stored, a]), "what plant?"),
         Recovery::Answered("a fern".into())
     );
 }

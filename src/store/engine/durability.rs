@@ -279,20 +279,15 @@ pub(in crate::store) struct DiskState {
 }
 
 pub(in crate::store) fn statvfs(dir: &Path) -> Result<DiskState> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
-        StoreError::Sled(sled::Error::Unsupported(
+    let space = crate::disk::space(dir).map_err(|e| match e.raw_os_error() {
+        // The only error without one: the path could not be handed to the OS.
+        None => StoreError::Sled(sled::Error::Unsupported(
             "a data dir path with a NUL byte".into(),
-        ))
+        )),
+        Some(_) => classify_io(&e).unwrap_or(StoreError::Sled(sled::Error::Io(e))),
     })?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a valid C string and `st` a properly sized, writable struct.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(classify_io(&e).unwrap_or(StoreError::Sled(sled::Error::Io(e))));
-    }
     Ok(DiskState {
-        available: (st.f_bavail as u64).saturating_mul(st.f_frsize as u64),
-        read_only: st.f_flag & libc::ST_RDONLY != 0,
+        available: space.free,
+        read_only: space.read_only,
     })
 }

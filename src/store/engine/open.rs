@@ -21,7 +21,6 @@ use crate::store::sql;
 /// offline `pair` runs, say): the safety copy and its putting back must never run while
 /// another process is half-way through opening the same store. Held until the open is done.
 pub(in crate::store) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs::File> {
-    use fs2::FileExt;
     let path = dir.join(".open-check.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -30,7 +29,7 @@ pub(in crate::store) fn open_lock(dir: &Path, wait: Duration) -> Result<std::fs:
         .open(&path)
         .map_err(|e| StoreError::open_io(dir, e))?;
     let deadline = Instant::now() + wait;
-    while f.try_lock_exclusive().is_err() {
+    while f.try_lock().is_err() {
         if Instant::now() >= deadline {
             return Err(StoreError::Locked {
                 dir: dir.to_owned(),

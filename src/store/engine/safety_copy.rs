@@ -199,10 +199,9 @@ impl SafetyCopy {
 
 /// Whether another process has sled's lock on this log file (it has the store open).
 fn in_use(log: &Path) -> bool {
-    use fs2::FileExt;
     match std::fs::OpenOptions::new().read(true).write(true).open(log) {
         // Dropping the file releases the probe's own lock at once.
-        Ok(f) => f.try_lock_exclusive().is_err(),
+        Ok(f) => f.try_lock().is_err(),
         Err(_) => false,
     }
 }
