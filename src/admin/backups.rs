@@ -48,7 +48,7 @@ fn plan(admin: &Admin) -> Result<Plan, Refusal> {
     let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     Ok(Plan::from_settings(
         &saved.backup,
-        &admin.config.borrow().limits,
+        &admin.config.read(|c| c.limits.clone()),
     ))
 }
 
@@ -133,7 +133,7 @@ fn age(then: SystemTime) -> String {
 
 /// The scheduled backups' section.
 fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String {
-    let limits = admin.config.borrow().limits.clone();
+    let limits = admin.config.read(|c| c.limits.clone());
     let (plan, plan_error) = match plan(admin) {
         Ok(p) => (p, None),
         Err(e) => (
@@ -320,7 +320,7 @@ pub(super) async fn post(
 }
 
 fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
-    let keep_max = admin.config.borrow().limits.backup_keep_max;
+    let keep_max = admin.config.read(|c| c.limits.backup_keep_max);
     let schedule = match form.get("schedule") {
         "off" => None,
         s @ ("daily" | "weekly") => Some(s.to_owned()),

@@ -247,7 +247,7 @@ impl Post<'_> {
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         admin.agent.replace(agent);
-        *admin.config.borrow_mut() = config;
+        admin.config.apply(|c| *c = config);
         self.hub.agent_switched();
         info!(peer = %self.who.peer(), agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
         // Saved is not the same as working: say which, now, rather than on the next message.
@@ -315,7 +315,8 @@ impl Post<'_> {
                     .to_owned()
             }
         };
-        self.admin.config.borrow_mut().transcription = config.transcription.clone();
+        let transcription = config.transcription.clone();
+        self.admin.config.apply(|c| c.transcription = transcription);
         self.hub.set_transcriber(transcriber);
         info!(peer = %self.who.peer(), "admin page: transcription settings saved; the next voice note uses them");
         section(Tone::Good, &said)
@@ -369,7 +370,8 @@ impl Post<'_> {
             ),
             None => "Saved: speech is off; answers are text only.".to_owned(),
         };
-        self.admin.config.borrow_mut().speech = config.speech.clone();
+        let speech = config.speech.clone();
+        self.admin.config.apply(|c| c.speech = speech);
         self.hub.set_speaker(speaker);
         info!(peer = %self.who.peer(), "admin page: speech settings saved; the next answer uses them");
         section(Tone::Good, &said)
@@ -401,7 +403,7 @@ impl Post<'_> {
             )));
         }
         // The server the saved (or configured) credentials were given for, before this form.
-        let mut before = admin.config.borrow().clone();
+        let mut before = admin.config.get();
         saved.apply(&mut before);
         let key = fcm_key(form.get("fcm_key"), backend, &before).await?;
         saved.push.backend = Some(backend.to_owned());
@@ -453,8 +455,8 @@ impl Post<'_> {
     async fn test_push(&self) -> Result<Reply, Refusal> {
         let admin = self.admin;
         let saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
-        let running = admin.config.borrow().push.clone();
-        let mut config = admin.config.borrow().clone();
+        let mut config = admin.config.get();
+        let running = config.push.clone();
         saved.apply(&mut config);
         let device = self.form.get("device_id");
         let topic = self.form.get("topic").trim();
@@ -593,7 +595,7 @@ pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Set
     } else if typed {
         saved.agent.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     // A flag outranks the page: put back what each flag set.
@@ -673,7 +675,7 @@ pub(super) fn transcription_from_form(
     } else if typed {
         t.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     if !typed && config.transcription.base_url() != old.transcription.base_url() {
@@ -739,7 +741,7 @@ pub(super) fn speech_from_form(admin: &Admin, form: &Form) -> Result<(Config, Se
     } else if typed {
         s.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     if !typed && config.speech.base_url() != old.speech.base_url() {

@@ -64,7 +64,7 @@ async fn system(admin: &Admin) -> Result<SystemHealth, Refusal> {
 async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), Refusal> {
     let report = hub.status_report();
     let system = system(admin).await?;
-    let low = admin.config.borrow().limits.admin_disk_low_percent;
+    let low = admin.config.read(|c| c.limits.admin_disk_low_percent);
     let mut values = values(&report, &system);
     // The box's clock in the zone the owner chose for every page (the Log page's setting).
     let now = super::log_page::Zone::of(admin).now();
@@ -476,7 +476,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
         format!("<dt>{label}</dt><dd id=\"{id}\">{}</dd>", escape(v))
     })
     .collect();
-    let every = admin.config.borrow().limits.admin_health_refresh_secs;
+    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
     let buttons = super::power::buttons(admin);
     let (power_title, power_note) = if super::power::as_appliance_service() {
         ("Restart or shut down", String::new())

@@ -26,6 +26,7 @@
 
 mod backups;
 mod context;
+mod effective;
 mod forms;
 mod health;
 mod jobs;
@@ -100,7 +101,7 @@ pub struct Admin {
     hashing: std::sync::Arc<tokio::sync::Semaphore>,
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
-    config: RefCell<Config>,
+    config: effective::Effective,
     /// What flags set: saved settings never override it.
     pinned: crate::config::Pinned,
     /// The plain URL and the TLS advert, as `pair` reports them: what a pairing QR carries.
@@ -207,7 +208,7 @@ impl Admin {
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             data_dir,
             agent,
-            config: RefCell::new(config),
+            config: effective::Effective::new(config),
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
@@ -243,7 +244,7 @@ impl Admin {
     }
 
     fn max_form(&self) -> usize {
-        self.config.borrow().limits.admin_max_form_bytes
+        self.config.read(|c| c.limits.admin_max_form_bytes)
     }
 }
 

@@ -39,13 +39,11 @@ impl Power {
 
     /// Its command from `[power]`; the gateway's restart needs none (it execs itself).
     fn command(self, admin: &Admin) -> Option<Vec<String>> {
-        let config = admin.config.borrow();
-        let cmd = match self {
-            Power::Restart => return None,
-            Power::Reboot => &config.power.reboot,
-            Power::Poweroff => &config.power.poweroff,
-        };
-        Some(cmd.clone())
+        admin.config.read(|config| match self {
+            Power::Restart => None,
+            Power::Reboot => Some(config.power.reboot.clone()),
+            Power::Poweroff => Some(config.power.poweroff.clone()),
+        })
     }
 
     /// Offered on the page: a restart always; the others when their command is set and the
@@ -211,7 +209,7 @@ fn restarting(admin: &Admin, who: &SignedIn, p: Power, from: &str) -> Reply {
 
 /// A page that only waits for another start of the gateway (`from` is this one's instance).
 fn waiting(admin: &Admin, who: &SignedIn, title: &str, what: &str, from: &str) -> Reply {
-    let every = admin.config.borrow().limits.admin_health_refresh_secs;
+    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
     let body = format!(
         "<p>{what}</p><p id=\"coming-back\" data-from=\"{}\" data-every=\"{every}\">\
          Waiting for the gateway…</p>",
@@ -243,7 +241,7 @@ pub(super) async fn post(
     }
     info!(%peer, what = p.name(), "admin page: asked to {}", p.label().to_lowercase());
     if let Some(cmd) = p.command(admin) {
-        let within = Duration::from_secs(admin.config.borrow().limits.admin_power_command_secs);
+        let within = Duration::from_secs(admin.config.read(|c| c.limits.admin_power_command_secs));
         if let Err(e) = run(cmd, within).await {
             warn!("admin page: {} failed: {e}", p.name());
             return Some(Err(Refusal::Unavailable(format!(

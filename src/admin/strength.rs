@@ -134,9 +134,7 @@ pub(super) async fn serve(admin: &Admin, hub: &Hub, req: Request<Incoming>, ctx:
     };
     let per_minute = admin
         .config
-        .borrow()
-        .limits
-        .admin_strength_checks_per_minute;
+        .read(|c| c.limits.admin_strength_checks_per_minute);
     let form = match read_form(admin, req).await {
         Ok(f) => f,
         Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Too long to check."),

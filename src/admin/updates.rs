@@ -66,7 +66,7 @@ pub(super) async fn get(
 ) -> Result<Reply, Refusal> {
     let csrf = who.csrf();
     let updates = hub.updates().clone();
-    let system = admin.config.borrow().update.clone();
+    let system = admin.config.read(|c| c.update.clone());
     let (state, os) = tokio::task::spawn_blocking(move || {
         (
             updates.state(),
@@ -75,8 +75,9 @@ pub(super) async fn get(
     })
     .await
     .map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let url = admin.config.borrow().update.url.clone();
-    let automatic = admin.config.borrow().update.automatic;
+    let (url, automatic) = admin
+        .config
+        .read(|c| (c.update.url.clone(), c.update.automatic));
     let mut body = notice(n);
     body += &format!(
         "<p id=\"version\">Running <strong>iris-gateway {}</strong> for {}.</p>",
@@ -266,7 +267,7 @@ pub(super) async fn post(
     let said = match route {
         Route::UpdateSource => save_source(admin, form),
         Route::UpdateCheck => {
-            let url = admin.config.borrow().update.url.clone();
+            let url = admin.config.read(|c| c.update.url.clone());
             let work = check_index(url, admin.update_state.clone());
             let what = "Asking the release index for a newer version.";
             return Some(match admin.jobs.start(Kind::UpdateCheck, what, work) {
@@ -316,9 +317,10 @@ fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
     saved
         .save(&admin.data_dir)
         .map_err(|e| format!("cannot save: {e}"))?;
-    let mut config = admin.config.borrow_mut();
-    config.update.url = url;
-    config.update.automatic = automatic;
+    admin.config.apply(|c| {
+        c.update.url = url;
+        c.update.automatic = automatic;
+    });
     *admin.update_state.checked.borrow_mut() = None;
     Ok(Some("Saved.".into()))
 }
@@ -502,10 +504,9 @@ pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::
                 _ = stop.recv() => return,
             }
             wait = CHECK_EVERY;
-            let (url, automatic) = {
-                let c = admin.config.borrow();
-                (c.update.url.clone(), c.update.automatic)
-            };
+            let (url, automatic) = admin
+                .config
+                .read(|c| (c.update.url.clone(), c.update.automatic));
             if url.is_empty() {
                 continue;
             }
