@@ -26,7 +26,7 @@ use crate::pairing::page::{escape, tokens};
 const MAX_FOLDER_BYTES: usize = 1024;
 
 fn plan(admin: &Admin) -> Result<Plan, Refusal> {
-    Plan::load(&admin.data_dir, &admin.config.borrow().limits)
+    Plan::load(&admin.data_dir, &admin.config.read(|c| c.limits.clone()))
         .map_err(|e| Refusal::Unavailable(e.to_string()))
 }
 
@@ -111,7 +111,7 @@ fn age(then: SystemTime) -> String {
 
 /// The scheduled backups' section.
 fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String {
-    let limits = admin.config.borrow().limits.clone();
+    let limits = admin.config.read(|c| c.limits.clone());
     let (plan, plan_error) = match plan(admin) {
         Ok(p) => (p, None),
         Err(e) => (
@@ -298,7 +298,7 @@ pub(super) async fn post(
 }
 
 fn save_schedule(admin: &Admin, form: &Form) -> Result<(), String> {
-    let keep_max = admin.config.borrow().limits.backup_keep_max;
+    let keep_max = admin.config.read(|c| c.limits.backup_keep_max);
     let every = match form.get("schedule") {
         "off" => None,
         "daily" => Some(backups::Every::Day),

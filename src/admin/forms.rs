@@ -3,46 +3,29 @@
 //! 303 to the page it belongs to, leaving what it did in the session for that page's next GET
 //! (`outcome.rs`): reloading what the browser shows repeats a GET, never the form.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 use tracing::info;
 
+use super::context::SignedIn;
 use super::outcome::{Outcome, Paired, Tone};
 use super::pages::{self, Notice};
-use super::reply::{page, redirect, sentence, set_cookies, Refusal, Reply};
+use super::reply::{redirect, redirect_to, sentence, set_cookies, signed_page, Refusal, Reply};
+use super::route::Route;
 use super::{
     hash_new, limited_notice, owner, retry_after, session, strength, verify, Admin, Form, Hashing,
-    PREFIX,
 };
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::hub::{Hub, TestTarget};
 use crate::settings::{Hidden, Settings};
 
-/// Where a new device's one-time pairing result is shown (`?id=` its one-time id).
-pub(super) const PAIRED: &str = "/admin/paired";
 /// The ntfy topic the push test offers: any name works for a test.
 pub(super) const TEST_TOPIC: &str = "iris-gateway-test";
 /// Longest ntfy topic the test accepts (ntfy's own limit).
 const MAX_TOPIC_CHARS: usize = 64;
-
-/// The page a form belongs to: where its answer leads, and where a refusal of it is said.
-pub(super) fn section_of(form: &str) -> Option<&'static str> {
-    Some(match form {
-        "/admin/passphrase" => "/admin/owner",
-        "/admin/devices/pair" | "/admin/devices/rename" | "/admin/devices/revoke" => {
-            "/admin/devices"
-        }
-        "/admin/agent" | "/admin/agent/test" => "/admin/agent",
-        "/admin/transcription" | "/admin/transcription/test" => "/admin/agent",
-        "/admin/speech" | "/admin/speech/test" => "/admin/agent",
-        "/admin/push" | "/admin/push/test" => "/admin/push",
-        _ => return None,
-    })
-}
 
 /// How long "Test connection" waits for the agent.
 pub(super) const TEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -56,40 +39,34 @@ pub(super) const MAX_KEY_BYTES: usize = 4096;
 
 /// The signed-in forms (POST), after their CSRF token was checked: each does one thing and
 /// answers with the section it belongs to.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn post(
     admin: &Admin,
     hub: &Rc<Hub>,
     owner: &owner::Owner,
-    path: &str,
+    who: &SignedIn,
+    route: &Route,
     form: &Form,
-    valid: &session::Valid,
-    peer: SocketAddr,
-    secure: bool,
 ) -> Result<Reply, Refusal> {
     let post = Post {
         admin,
         hub,
         form,
-        csrf: &valid.csrf,
-        key: valid.key,
-        peer,
-        secure,
+        who,
     };
-    match path {
-        "/admin/signout" => Ok(post.sign_out()),
-        "/admin/passphrase" => post.change_passphrase(owner).await,
-        "/admin/devices/pair" => post.pair_device().await,
-        "/admin/devices/rename" => post.rename_device().await,
-        "/admin/devices/revoke" => post.revoke_device().await,
-        "/admin/agent" => post.agent(false).await,
-        "/admin/agent/test" => post.agent(true).await,
-        "/admin/transcription" => post.transcription(false).await,
-        "/admin/transcription/test" => post.transcription(true).await,
-        "/admin/speech" => post.speech(false).await,
-        "/admin/speech/test" => post.speech(true).await,
-        "/admin/push" => post.save_push().await,
-        "/admin/push/test" => post.test_push().await,
+    match route {
+        Route::SignOut => Ok(post.sign_out()),
+        Route::Passphrase => post.change_passphrase(owner).await,
+        Route::DevicesPair => post.pair_device().await,
+        Route::DevicesRename => post.rename_device().await,
+        Route::DevicesRevoke => post.revoke_device().await,
+        Route::Agent => post.agent(false).await,
+        Route::AgentTest => post.agent(true).await,
+        Route::Transcription => post.transcription(false).await,
+        Route::TranscriptionTest => post.transcription(true).await,
+        Route::Speech => post.speech(false).await,
+        Route::SpeechTest => post.speech(true).await,
+        Route::Push => post.save_push().await,
+        Route::PushTest => post.test_push().await,
         _ => Err(Refusal::NotFound),
     }
 }
@@ -100,11 +77,7 @@ struct Post<'a> {
     admin: &'a Admin,
     hub: &'a Rc<Hub>,
     form: &'a Form,
-    csrf: &'a str,
-    /// The session's key, to leave the outcome in.
-    key: [u8; 32],
-    peer: SocketAddr,
-    secure: bool,
+    who: &'a SignedIn,
 }
 
 /// A store or file failure behind a form: the page says the gateway could not do it now.
@@ -115,22 +88,25 @@ fn unavailable(e: &dyn std::fmt::Display) -> Refusal {
 impl Post<'_> {
     /// Leaves `outcome` for its page and sends the browser there.
     fn done(&self, outcome: Outcome) -> Result<Reply, Refusal> {
-        let to = redirect(&outcome.page);
-        self.admin.sessions.borrow_mut().leave(&self.key, outcome);
+        let to = redirect_to(&outcome.page);
+        self.admin
+            .sessions
+            .borrow_mut()
+            .leave(self.who.key(), outcome);
         Ok(to)
     }
 
-    fn said(&self, page: &str, tone: Tone, text: impl Into<String>) -> Result<Reply, Refusal> {
+    fn said(&self, page: Route, tone: Tone, text: impl Into<String>) -> Result<Reply, Refusal> {
         self.done(Outcome::new(page, tone, text))
     }
 
     fn sign_out(&self) -> Reply {
         self.admin.sessions.borrow_mut().end_all();
-        info!(peer = %self.peer, "admin page: signed out (every session ended)");
-        let mut reply = redirect(PREFIX);
+        info!(peer = %self.who.peer(), "admin page: signed out (every session ended)");
+        let mut reply = redirect_to(&Route::Home);
         set_cookies(
             &mut reply,
-            &[session::set_cookie(session::COOKIE, "", self.secure)],
+            &[session::set_cookie(session::COOKIE, "", self.who.secure())],
         );
         reply
     }
@@ -138,7 +114,7 @@ impl Post<'_> {
     async fn change_passphrase(&self, owner: &owner::Owner) -> Result<Reply, Refusal> {
         let (admin, form) = (self.admin, self.form);
         let (new, confirm) = (form.get("passphrase"), form.get("confirm"));
-        let bad = |t: &str| self.said("/admin/owner", Tone::Bad, t);
+        let bad = |t: &str| self.said(Route::Owner, Tone::Bad, t);
         if new != confirm {
             return bad("The two new passphrases differ.");
         }
@@ -152,28 +128,27 @@ impl Post<'_> {
         let begun = admin
             .signin
             .borrow_mut()
-            .begin(self.peer.ip(), Instant::now());
+            .begin(self.who.peer().ip(), Instant::now());
         let attempt = match begun {
             Ok(a) => a,
             Err(limited) => {
                 // Said in place with its status and Retry-After: nothing changed, so a reload
                 // changes nothing either.
-                let (n, secs) = limited_notice(limited, self.peer, "passphrase change");
-                let mut reply = page(
+                let (n, secs) = limited_notice(limited, self.who.peer(), "passphrase change");
+                let mut reply = signed_page(
                     admin,
+                    self.who,
                     StatusCode::TOO_MANY_REQUESTS,
                     "Owner",
-                    "/admin/owner",
-                    Some(self.csrf),
-                    self.secure,
-                    &pages::owner(self.csrf, &Notice::Bad(&n)),
+                    &Route::Owner,
+                    &pages::owner(self.who.csrf(), &Notice::Bad(&n)),
                 );
                 retry_after(&mut reply, secs);
                 return Ok(reply);
             }
         };
         if !verify(admin, owner, form.get("current")).await {
-            info!(peer = %self.peer, "admin page: wrong current passphrase in a change");
+            info!(peer = %self.who.peer(), "admin page: wrong current passphrase in a change");
             return bad("The current passphrase is not right.");
         }
         admin.signin.borrow_mut().succeeded(attempt, Instant::now());
@@ -183,11 +158,11 @@ impl Post<'_> {
             .ok_or_else(|| unavailable(&"the passphrase could not be hashed"))?;
         owner::store(&admin.data_dir, &fresh).map_err(|e| unavailable(&e))?;
         admin.sessions.borrow_mut().end_all();
-        info!(peer = %self.peer, "admin page: passphrase changed (every session ended)");
-        let mut reply = redirect(&format!("{PREFIX}?changed=passphrase"));
+        info!(peer = %self.who.peer(), "admin page: passphrase changed (every session ended)");
+        let mut reply = redirect(&format!("{}?changed=passphrase", Route::Home));
         set_cookies(
             &mut reply,
-            &[session::set_cookie(session::COOKIE, "", self.secure)],
+            &[session::set_cookie(session::COOKIE, "", self.who.secure())],
         );
         Ok(reply)
     }
@@ -206,8 +181,8 @@ impl Post<'_> {
             .admin
             .sessions
             .borrow_mut()
-            .keep_paired(&self.key, paired);
-        Ok(redirect(&format!("{PAIRED}?id={once}")))
+            .keep_paired(self.who.key(), paired);
+        Ok(redirect(&format!("{}?id={once}", Route::Paired)))
     }
 
     async fn rename_device(&self) -> Result<Reply, Refusal> {
@@ -220,7 +195,7 @@ impl Post<'_> {
         if !found {
             return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
         }
-        self.said("/admin/devices", Tone::Good, "Renamed.")
+        self.said(Route::Devices, Tone::Good, "Renamed.")
     }
 
     async fn revoke_device(&self) -> Result<Reply, Refusal> {
@@ -230,7 +205,7 @@ impl Post<'_> {
             return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
         }
         self.said(
-            "/admin/devices",
+            Route::Devices,
             Tone::Good,
             "Revoked: its token no longer works and it was disconnected.",
         )
@@ -248,7 +223,7 @@ impl Post<'_> {
         typed.push(("key_typed".into(), if key_typed { "1" } else { "0" }.into()));
         Outcome {
             typed,
-            ..Outcome::new("/admin/agent", tone, text)
+            ..Outcome::new(Route::Agent, tone, text)
         }
     }
 
@@ -272,18 +247,18 @@ impl Post<'_> {
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         admin.agent.replace(agent);
-        *admin.config.borrow_mut() = config;
+        admin.config.apply(|c| *c = config);
         self.hub.agent_switched();
-        info!(peer = %self.peer, agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
+        info!(peer = %self.who.peer(), agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
         // Saved is not the same as working: say which, now, rather than on the next message.
         match test_agent(&*admin.agent).await {
             Ok(_) => self.said(
-                "/admin/agent",
+                Route::Agent,
                 Tone::Good,
                 "Saved: new messages go to this agent, and it answers.",
             ),
             Err(t) => self.said(
-                "/admin/agent",
+                Route::Agent,
                 Tone::Warn,
                 sentence(&format!("Saved, but the agent does not answer: {t}")),
             ),
@@ -304,7 +279,7 @@ impl Post<'_> {
                     sentence(text),
                 )
             } else {
-                let mut o = Outcome::new("/admin/agent", tone, sentence(text));
+                let mut o = Outcome::new(Route::Agent, tone, sentence(text));
                 o.typed.push(("form".into(), "transcription".into()));
                 o
             };
@@ -340,9 +315,10 @@ impl Post<'_> {
                     .to_owned()
             }
         };
-        self.admin.config.borrow_mut().transcription = config.transcription.clone();
+        let transcription = config.transcription.clone();
+        self.admin.config.apply(|c| c.transcription = transcription);
         self.hub.set_transcriber(transcriber);
-        info!(peer = %self.peer, "admin page: transcription settings saved; the next voice note uses them");
+        info!(peer = %self.who.peer(), "admin page: transcription settings saved; the next voice note uses them");
         section(Tone::Good, &said)
     }
 
@@ -363,7 +339,7 @@ impl Post<'_> {
                 ];
                 self.typed("speech", &fields, tone, sentence(text))
             } else {
-                let mut o = Outcome::new("/admin/agent", tone, sentence(text));
+                let mut o = Outcome::new(Route::Agent, tone, sentence(text));
                 o.typed.push(("form".into(), "speech".into()));
                 o
             };
@@ -394,9 +370,10 @@ impl Post<'_> {
             ),
             None => "Saved: speech is off; answers are text only.".to_owned(),
         };
-        self.admin.config.borrow_mut().speech = config.speech.clone();
+        let speech = config.speech.clone();
+        self.admin.config.apply(|c| c.speech = speech);
         self.hub.set_speaker(speaker);
-        info!(peer = %self.peer, "admin page: speech settings saved; the next answer uses them");
+        info!(peer = %self.who.peer(), "admin page: speech settings saved; the next answer uses them");
         section(Tone::Good, &said)
     }
 
@@ -426,7 +403,7 @@ impl Post<'_> {
             )));
         }
         // The server the saved (or configured) credentials were given for, before this form.
-        let mut before = admin.config.borrow().clone();
+        let mut before = admin.config.get();
         saved.apply(&mut before);
         let key = fcm_key(form.get("fcm_key"), backend, &before).await?;
         saved.push.backend = Some(backend.to_owned());
@@ -461,12 +438,12 @@ impl Post<'_> {
                 "Saved, with the FCM key of {} (project {})",
                 summary.client_email, summary.project_id
             );
-            info!(peer = %self.peer, project = %summary.project_id, "admin page: an FCM service-account key was uploaded");
+            info!(peer = %self.who.peer(), project = %summary.project_id, "admin page: an FCM service-account key was uploaded");
         }
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
-        info!(peer = %self.peer, "admin page: push settings saved (they apply at the next start)");
+        info!(peer = %self.who.peer(), "admin page: push settings saved (they apply at the next start)");
         self.said(
-            "/admin/push",
+            Route::Push,
             Tone::Good,
             format!("{said}. Push settings apply when the gateway restarts (Restart now, below)."),
         )
@@ -478,8 +455,8 @@ impl Post<'_> {
     async fn test_push(&self) -> Result<Reply, Refusal> {
         let admin = self.admin;
         let saved = Settings::load(&admin.data_dir).map_err(|e| unavailable(&e))?;
-        let running = admin.config.borrow().push.clone();
-        let mut config = admin.config.borrow().clone();
+        let mut config = admin.config.get();
+        let running = config.push.clone();
         saved.apply(&mut config);
         let device = self.form.get("device_id");
         let topic = self.form.get("topic").trim();
@@ -502,11 +479,11 @@ impl Post<'_> {
             && running.ntfy_token == config.push.ntfy_token;
         match self.hub.test_push(&config.push, is_running, to).await {
             Ok(place) => self.said(
-                "/admin/push",
+                Route::Push,
                 Tone::Good,
                 format!("The test push reached {place}: the push server accepted it."),
             ),
-            Err(e) => self.said("/admin/push", Tone::Bad, sentence(&e.to_string())),
+            Err(e) => self.said(Route::Push, Tone::Bad, sentence(&e.to_string())),
         }
     }
 }
@@ -618,7 +595,7 @@ pub(super) fn agent_from_form(admin: &Admin, form: &Form) -> Result<(Config, Set
     } else if typed {
         saved.agent.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     // A flag outranks the page: put back what each flag set.
@@ -698,7 +675,7 @@ pub(super) fn transcription_from_form(
     } else if typed {
         t.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     if !typed && config.transcription.base_url() != old.transcription.base_url() {
@@ -764,7 +741,7 @@ pub(super) fn speech_from_form(admin: &Admin, form: &Form) -> Result<(Config, Se
     } else if typed {
         s.key = Some(Hidden(key.trim().to_owned()));
     }
-    let old = admin.config.borrow().clone();
+    let old = admin.config.get();
     let mut config = old.clone();
     saved.apply(&mut config);
     if !typed && config.speech.base_url() != old.speech.base_url() {

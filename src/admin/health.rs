@@ -8,8 +8,10 @@ use http_body_util::Full;
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 
+use super::context::SignedIn;
 use super::pages::{self, Notice};
-use super::reply::{guard, page, Refusal, Reply};
+use super::reply::{guard, signed_page, Refusal, Reply};
+use super::route::{Route, PREFIX};
 use super::Admin;
 use crate::hub::{Hub, StatusReport};
 use crate::pairing::page::escape;
@@ -23,11 +25,14 @@ use tokio::time::Instant;
 /// What the page says of a value this machine does not expose (a VM, a container, a board
 /// without the sensor): nothing is made up.
 pub const NOT_REPORTED: &str = "not reported by this board";
-/// The JSON the home page and the restarting page read.
-const JSON_PATH: &str = "/admin/health.json";
 /// Before this year the clock was not set (a Pi has no battery clock: it starts in the past
 /// until the network sets it).
 const CLOCK_SET_YEAR: i32 = 2024;
+/// A link to a page with a fixed address, as a problem's fix keeps it.
+fn href(route: Route) -> &'static str {
+    route.static_path().unwrap_or(PREFIX)
+}
+
 /// One problem on the home page, with where to fix it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Problem {
@@ -59,7 +64,7 @@ async fn system(admin: &Admin) -> Result<SystemHealth, Refusal> {
 async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), Refusal> {
     let report = hub.status_report();
     let system = system(admin).await?;
-    let low = admin.config.borrow().limits.admin_disk_low_percent;
+    let low = admin.config.read(|c| c.limits.admin_disk_low_percent);
     let mut values = values(&report, &system);
     // The box's clock in the zone the owner chose for every page (the Log page's setting).
     let now = super::log_page::Zone::of(admin).now();
@@ -76,7 +81,7 @@ async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), 
             if let Some(Err(why)) = admin.backups.last().map(|o| o.result) {
                 list.push(Problem {
                     text: format!("The last scheduled backup failed: {why}"),
-                    href: "/admin/backup",
+                    href: href(Route::Backup),
                     fix: "Backup settings",
                 });
             }
@@ -357,7 +362,7 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
                     human_bytes(free),
                     human_bytes(total)
                 ),
-                "/admin/backup",
+                href(Route::Backup),
                 "Back up, then make room",
             );
         }
@@ -365,21 +370,21 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
     if let Some(e) = &r.media_full {
         add(
             format!("Files are refused: {e}"),
-            "/admin/backup",
+            href(Route::Backup),
             "Back up, then make room",
         );
     }
     if let Some(e) = &r.agent_error {
         add(
             format!("The agent is unreachable or refuses: {e}"),
-            "/admin/agent",
+            href(Route::Agent),
             "Agent settings",
         );
     }
     if let Some(e) = &r.push_error {
         add(
             format!("Push notifications are failing: {e}"),
-            "/admin/push",
+            href(Route::Push),
             "Push settings",
         );
     }
@@ -391,19 +396,19 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
         );
     }
     if let Some(failure) = &r.update_failure {
-        add(format!("The {failure}."), "/admin/update", "Updates");
+        add(format!("The {failure}."), href(Route::Update), "Updates");
     }
     if let Some(to) = r.update_under_way.as_ref().filter(|_| r.update_trial) {
         add(
             format!("Version {to} is being checked after an update: phones wait a moment."),
-            "/admin/update",
+            href(Route::Update),
             "Updates",
         );
     }
     if let Some(why) = &r.restore_failure {
         add(
             format!("The last restore failed: {why}"),
-            "/admin/backup",
+            href(Route::Backup),
             "Backup and restore",
         );
     }
@@ -471,7 +476,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
         format!("<dt>{label}</dt><dd id=\"{id}\">{}</dd>", escape(v))
     })
     .collect();
-    let every = admin.config.borrow().limits.admin_health_refresh_secs;
+    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
     let buttons = super::power::buttons(admin);
     let (power_title, power_note) = if super::power::as_appliance_service() {
         ("Restart or shut down", String::new())
@@ -491,17 +496,19 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
          <section id=\"help\"><h2>If something is wrong</h2>\
          <p id=\"help-store\"><strong>The store.</strong> The gateway keeps what it has and \
          refuses what it cannot keep. Make room on the data disk, check the card (its wear, \
-         above), look at the <a href=\"/admin/log\">log</a>; if the store is damaged, restore a \
-         backup on the <a href=\"/admin/backup\">Backup</a> page.</p>\
+         above), look at the <a href=\"{log}\">log</a>; if the store is damaged, restore a \
+         backup on the <a href=\"{backup}\">Backup</a> page.</p>\
          <p id=\"help-clock\"><strong>The clock.</strong> A Raspberry Pi has no battery clock: \
          it sets its time from the network. Connect the box to a network that reaches the \
          internet (or a local time server) and it corrects itself.</p>\
          <p id=\"help-wear\"><strong>The card.</strong> An SD card that reports wear may soon \
-         fail: download a backup from the <a href=\"/admin/backup\">Backup</a> page and move \
+         fail: download a backup from the <a href=\"{backup}\">Backup</a> page and move \
          to a new card.</p></section>",
         problems = problems_html(&snap.problems),
         status = pages::status(report, n),
         day = day_html(&admin.day),
+        log = Route::Log,
+        backup = Route::Backup,
     )
 }
 
@@ -509,25 +516,23 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
 pub(super) async fn home(
     admin: &Admin,
     hub: &Hub,
-    csrf: &str,
-    secure: bool,
+    who: &SignedIn,
     n: &Notice<'_>,
 ) -> Result<Reply, Refusal> {
     let (report, snap) = snapshot(admin, hub).await?;
-    Ok(page(
+    Ok(signed_page(
         admin,
+        who,
         StatusCode::OK,
         "Status",
-        super::PREFIX,
-        Some(csrf),
-        secure,
+        &Route::Home,
         &home_body(admin, &report, &snap, n),
     ))
 }
 
 /// The signed-in GETs this file serves, or `None` for another path.
-pub(super) async fn get(admin: &Admin, hub: &Hub, path: &str) -> Option<Result<Reply, Refusal>> {
-    if path == JSON_PATH {
+pub(super) async fn get(admin: &Admin, hub: &Hub, route: &Route) -> Option<Result<Reply, Refusal>> {
+    if *route == Route::HealthJson {
         return Some(json(admin, hub).await);
     }
     None

@@ -16,46 +16,13 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// The kinds of work, one at a time each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A backup put back: from the folder of scheduled backups, or from an upload.
-    Restore,
-    /// "Back up now".
-    Backup,
-    /// "Check now" (and the daily check).
-    UpdateCheck,
-    /// An offered update downloaded, checked and staged.
-    UpdateInstall,
-}
-
-const KINDS: [Kind; 4] = [
-    Kind::Restore,
-    Kind::Backup,
-    Kind::UpdateCheck,
-    Kind::UpdateInstall,
-];
-
-/// Where a job's page is: this prefix and the kind's name.
-pub(super) const PAGE_PREFIX: &str = "/admin/job/";
+// The kinds are part of the job pages' addresses, so they are declared with the routes.
+pub(super) use super::route::Kind;
+use super::route::{Route, KINDS};
 
 impl Kind {
     fn index(self) -> usize {
         KINDS.iter().position(|k| *k == self).unwrap_or(0)
-    }
-
-    /// Its name in the job page's address.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Kind::Restore => "restore",
-            Kind::Backup => "backup",
-            Kind::UpdateCheck => "update-check",
-            Kind::UpdateInstall => "update-install",
-        }
-    }
-
-    pub(super) fn from_name(name: &str) -> Option<Kind> {
-        KINDS.into_iter().find(|k| k.name() == name)
     }
 
     /// What it is, in the owner's words.
@@ -69,16 +36,16 @@ impl Kind {
     }
 
     /// The page the work belongs to, for the job page's way back.
-    pub(super) fn home(self) -> &'static str {
+    pub(super) fn home(self) -> Route {
         match self {
-            Kind::Restore | Kind::Backup => "/admin/backup",
-            Kind::UpdateCheck | Kind::UpdateInstall => "/admin/update",
+            Kind::Restore | Kind::Backup => Route::Backup,
+            Kind::UpdateCheck | Kind::UpdateInstall => Route::Update,
         }
     }
 
     /// The job page's address.
     pub(super) fn page(self) -> String {
-        format!("{PAGE_PREFIX}{}", self.name())
+        Route::Job(self).path().into_owned()
     }
 }
 

@@ -12,8 +12,10 @@
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
 
+use super::context::SignedIn;
 use super::pages::{csrf_field, notice, Notice};
-use super::reply::{guard, page, redirect, Refusal, Reply};
+use super::reply::{guard, redirect, signed_page, Refusal, Reply};
+use super::route::Route;
 use super::{parse_form, Admin, Form};
 use crate::pairing::page::escape;
 use crate::settings::Settings;
@@ -204,15 +206,14 @@ fn shown(filter: &Filter, zone: &Zone) -> Vec<String> {
 /// `GET /admin/log` and `GET /admin/log/download`.
 pub(super) fn get(
     admin: &Admin,
-    path: &str,
+    who: &SignedIn,
+    route: &Route,
     query: &str,
-    csrf: &str,
-    secure: bool,
 ) -> Result<Reply, Refusal> {
     let filter = Filter::from_query(query);
     let zone = Zone::of(admin);
     let lines = shown(&filter, &zone);
-    if path == "/admin/log/download" {
+    if *route == Route::LogDownload {
         return Ok(download(&lines));
     }
     let n = if query.split('&').any(|p| p == "saved=timezone") {
@@ -222,25 +223,22 @@ pub(super) fn get(
     };
     Ok(log_page(
         admin,
+        who,
         StatusCode::OK,
         &filter,
         &zone,
         &lines,
-        csrf,
-        secure,
         &n,
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn log_page(
     admin: &Admin,
+    who: &SignedIn,
     status: StatusCode,
     filter: &Filter,
     zone: &Zone,
     lines: &[String],
-    csrf: &str,
-    secure: bool,
     n: &Notice,
 ) -> Reply {
     let options: String = [Level::Error, Level::Warn, Level::Info, Level::Debug]
@@ -252,12 +250,13 @@ fn log_page(
         .collect();
     let text: String = lines.iter().rev().map(|l| escape(l) + "\n").collect();
     let download = format!(
-        "/admin/log/download?level={}&amp;q={}",
+        "{}?level={}&amp;q={}",
+        Route::LogDownload,
         filter.level.name(),
         escape(&crate::pairing::percent_encode(&filter.search))
     );
     let body = format!(
-        "{note}<form method=\"get\" action=\"/admin/log\" id=\"log-filter\">\
+        "{note}<form method=\"get\" action=\"{log}\" id=\"log-filter\">\
          <label for=\"level\">At least</label><select id=\"level\" name=\"level\">{options}\
          </select><label for=\"q\">Containing</label>\
          <input id=\"q\" name=\"q\" value=\"{q}\" maxlength=\"{MAX_SEARCH_BYTES}\">\
@@ -266,16 +265,18 @@ fn log_page(
          <p id=\"log-count\">{count} of the last {kept} lines the gateway logged, newest first \
          (the journal keeps the rest, on the box). Times in {zone}.</p>\
          <pre id=\"log\">{text}</pre>\
-         <h2>Time zone</h2><form method=\"post\" action=\"/admin/log/timezone\">{csrf}\
+         <h2>Time zone</h2><form method=\"post\" action=\"{timezone}\">{csrf}\
          <label for=\"timezone\">Zone, for the times on every page</label>\
          <select id=\"timezone\" name=\"timezone\">{zones}</select>\
          <p><button id=\"save-timezone\">Save</button></p></form>",
         note = notice(n),
+        log = Route::Log,
+        timezone = Route::LogTimezone,
         q = escape(&filter.search),
         count = lines.len(),
         kept = crate::logring::lines().len(),
         zone = escape(&zone.name),
-        csrf = csrf_field(csrf),
+        csrf = csrf_field(who.csrf()),
         zones = zone_options(
             &Settings::load(&admin.data_dir)
                 .ok()
@@ -283,15 +284,7 @@ fn log_page(
                 .unwrap_or_default()
         ),
     );
-    page(
-        admin,
-        status,
-        "Log",
-        "/admin/log",
-        Some(csrf),
-        secure,
-        &body,
-    )
+    signed_page(admin, who, status, "Log", &Route::Log, &body)
 }
 
 /// The lines as a text file, oldest first, as a journal reads.
@@ -363,12 +356,11 @@ fn plausible_zone(name: &str) -> bool {
 /// `POST /admin/log/timezone`; `None` for any other path.
 pub(super) fn post(
     admin: &Admin,
-    path: &str,
+    who: &SignedIn,
+    route: &Route,
     form: &Form,
-    csrf: &str,
-    secure: bool,
 ) -> Option<Result<Reply, Refusal>> {
-    if path != "/admin/log/timezone" {
+    if *route != Route::LogTimezone {
         return None;
     }
     let name = form.get("timezone").trim();
@@ -377,12 +369,11 @@ pub(super) fn post(
         let zone = Zone::of(admin);
         Ok(log_page(
             admin,
+            who,
             StatusCode::BAD_REQUEST,
             &filter,
             &zone,
             &shown(&filter, &zone),
-            csrf,
-            secure,
             &Notice::Bad(why),
         ))
     };
@@ -401,7 +392,7 @@ pub(super) fn post(
     Some(match result {
         Ok(()) => {
             tracing::info!(zone = name, "admin page: log time zone saved");
-            Ok(redirect("/admin/log?saved=timezone"))
+            Ok(redirect(&format!("{}?saved=timezone", Route::Log)))
         }
         Err(e) => refuse(&format!("The time zone could not be saved: {e}.")),
     })

@@ -25,6 +25,8 @@
 //! place in the order.
 
 mod backups;
+mod context;
+mod effective;
 mod forms;
 mod health;
 mod jobs;
@@ -38,6 +40,7 @@ mod power;
 mod receive;
 mod reply;
 mod restore_job;
+mod route;
 mod sections;
 pub mod session;
 mod speech;
@@ -63,22 +66,23 @@ use crate::config::Config;
 use crate::guessing::GuessLimiter;
 use crate::hub::Hub;
 use crate::pairing::Invitation;
+use context::{Ctx, Gate, SignedIn};
 use forms::post;
 pub use health::start_sampling;
 use outcome::{Outcome, Paired, Tone};
 use pages::{Notice, Shell};
 pub use reply::Body;
 use reply::{
-    asset, page, redirect, refused, refused_page, safe_next, sentence, set_cookies, setup_page,
-    signin_page, whole, Refusal, Reply, CSS, JS,
+    asset, page, redirect, redirect_to, refused, refused_page, safe_next, sentence, set_cookies,
+    setup_page, signed_page, signin_page, whole, Refusal, Reply, CSS, JS,
 };
+use route::Route;
+pub use route::PREFIX;
 use sections::{agent_body, devices_body, push_body};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
 pub use updates::start_checks;
 
-/// Every admin path starts with this.
-pub const PREFIX: &str = "/admin/";
 /// The name of the device paired right after the claim, until the owner renames it.
 const CLAIM_DEVICE_NAME: &str = "Phone paired at set-up";
 /// Source addresses whose wrong passphrases are counted one by one; past them, the rest share
@@ -96,7 +100,7 @@ pub struct Admin {
     hashing: std::sync::Arc<tokio::sync::Semaphore>,
     agent: Rc<Switchable>,
     /// The effective configuration (file, saved settings, flags), updated by what is saved.
-    config: RefCell<Config>,
+    config: effective::Effective,
     /// What flags set: saved settings never override it.
     pinned: crate::config::Pinned,
     /// The plain URL and the TLS advert, as `pair` reports them: what a pairing QR carries.
@@ -204,7 +208,7 @@ impl Admin {
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             data_dir,
             agent,
-            config: RefCell::new(config),
+            config: effective::Effective::new(config),
             pinned,
             https: tls.as_ref().map(|t| https_of(&t.url)),
             restart: Rc::new(tokio::sync::Notify::new()),
@@ -239,21 +243,8 @@ impl Admin {
         }
     }
 
-    /// The session the request's cookie names, if it is still the owner's: the pages and the
-    /// transfers ask the same question, so a change to what a session needs is made once.
-    fn signed_in(
-        &self,
-        headers: &hyper::HeaderMap,
-        owner: &owner::Owner,
-    ) -> Option<session::Valid> {
-        let id = session::cookie(headers, session::COOKIE)?;
-        self.sessions
-            .borrow_mut()
-            .check(id, owner.stamp(), Instant::now())
-    }
-
     fn max_form(&self) -> usize {
-        self.config.borrow().limits.admin_max_form_bytes
+        self.config.read(|c| c.limits.admin_max_form_bytes)
     }
 }
 
@@ -270,39 +261,32 @@ pub async fn serve(
     peer: SocketAddr,
     secure: bool,
 ) -> Response<Body> {
+    let ctx = Ctx::new(peer, secure);
     if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
         RequestRead::done(&req);
     }
     if !is_transfer(&req) {
-        return whole(serve_page(admin, hub, req, peer, secure).await);
+        return whole(serve_page(admin, hub, req, ctx).await);
     }
-    transfer::serve(admin, hub, req, peer, secure).await
+    transfer::serve(admin, hub, req, ctx).await
 }
 
 /// Everything but the two transfers: set-up, sign-in, then the signed-in pages and forms.
-async fn serve_page(
-    admin: &Admin,
-    hub: &Rc<Hub>,
-    req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
-) -> Reply {
+async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: Ctx) -> Reply {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    match (&method, path.as_str()) {
-        (&Method::GET, "/admin/static/admin.css") => return asset("text/css", CSS),
-        (&Method::GET, "/admin/static/admin.js") => return asset("text/javascript", JS),
+    let route = Route::parse(&path);
+    match (&method, &route) {
+        (&Method::GET, Some(Route::Css)) => return asset("text/css", CSS),
+        (&Method::GET, Some(Route::Js)) => return asset("text/javascript", JS),
+        (_, Some(Route::Entry)) => return redirect_to(&Route::Home),
+        (&Method::POST, Some(Route::Strength)) => {
+            return strength::serve(admin, hub, req, ctx).await
+        }
         _ => {}
     }
-    if path == "/" || path == "/admin" {
-        return redirect(PREFIX);
-    }
-    if method == Method::POST && path == strength::PATH {
-        return strength::serve(admin, hub, req).await;
-    }
-    let owner = match owner::load(&admin.data_dir) {
-        Ok(o) => o,
-        Err(e) => {
+    let (owner, who) = match Gate::of(admin, req.headers(), ctx) {
+        Gate::Unreadable(e) => {
             warn!("admin page: {e}");
             return page(
                 admin,
@@ -310,25 +294,25 @@ async fn serve_page(
                 "Owner unreadable",
                 "",
                 None,
-                secure,
+                ctx.secure(),
                 &pages::message(&e.to_string(), &Notice::None),
             );
         }
+        Gate::Unclaimed => return unclaimed(admin, hub, req, route, ctx).await,
+        Gate::SignedOut(owner) => (owner, None),
+        Gate::SignedIn(owner, who) => (owner, Some(who)),
     };
-    let Some(owner) = owner else {
-        return unclaimed(admin, hub, req, peer, secure).await;
-    };
-    if method == Method::POST && path == "/admin/signin" {
-        return sign_in(admin, &owner, req, peer, secure).await;
+    if method == Method::POST && route == Some(Route::SignIn) {
+        return sign_in(admin, &owner, req, ctx).await;
     }
-    if path == "/admin/setup" {
+    if route == Some(Route::Setup) {
         return page(
             admin,
             StatusCode::CONFLICT,
             "Already claimed",
             "",
             None,
-            secure,
+            ctx.secure(),
             &pages::message(
                 &format!(
                     "This gateway already has an owner. Sign in with the passphrase, or take it \
@@ -341,70 +325,66 @@ async fn serve_page(
     }
     let query = parse_form(req.uri().query().unwrap_or("").as_bytes()).unwrap_or(Form(vec![]));
     let raw_query = req.uri().query().unwrap_or("").to_owned();
-    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
+    let Some(who) = who else {
         if method == Method::GET || method == Method::HEAD {
-            if path == PREFIX {
+            if route == Some(Route::Home) {
                 let n = if query.get("changed") == "passphrase" {
                     Notice::Good("Passphrase changed. Sign in with the new one.")
                 } else {
                     Notice::None
                 };
-                return signin_page(admin, StatusCode::OK, query.get("next"), &n, secure);
+                return signin_page(admin, StatusCode::OK, query.get("next"), &n, ctx);
             }
             // Signed in, the owner lands on the page asked for.
             return match safe_next(&path) {
                 Some(next) => redirect(&format!("{PREFIX}?next={next}")),
-                None => redirect(PREFIX),
+                None => redirect_to(&Route::Home),
             };
         }
-        return refused(admin, Refusal::NoSession, secure);
+        return refused(admin, Refusal::NoSession, ctx.secure());
     };
-    let csrf = valid.csrf.clone();
+    let (csrf, secure) = (who.csrf(), ctx.secure());
     let this_device = session::cookie(req.headers(), pages::THIS_DEVICE_COOKIE).map(str::to_owned);
     let result = match method {
-        Method::GET | Method::HEAD => match path.as_str() {
-            "/admin/backup" => backups::get(admin, &raw_query, &csrf, secure).await,
-            "/admin/log" | "/admin/log/download" => {
-                log_page::get(admin, &path, &raw_query, &csrf, secure)
+        Method::GET | Method::HEAD => match route {
+            None => Err(Refusal::NotFound),
+            Some(Route::Backup) => backups::get(admin, &raw_query, csrf, secure).await,
+            Some(route @ (Route::Log | Route::LogDownload)) => {
+                log_page::get(admin, &who, &route, &raw_query)
             }
-            _ => {
-                get(
-                    admin,
-                    hub,
-                    &path,
-                    &query,
-                    &valid,
-                    this_device.as_deref(),
-                    secure,
-                )
-                .await
-            }
+            Some(route) => get(admin, hub, &who, &route, &query, this_device.as_deref()).await,
         },
         Method::POST => {
             let form = match read_form(admin, req).await {
                 Ok(f) => f,
-                Err(r) => return refused_page(admin, r, Some(&csrf), secure),
+                Err(r) => return refused_page(admin, r, Some(csrf), secure),
             };
-            if !session::same(form.get("csrf"), &csrf) {
+            if !session::same(form.get("csrf"), csrf) {
+                let peer = ctx.peer();
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
                 return refused(admin, Refusal::BadCsrf, secure);
             }
+            // An address nobody serves is said so once its form passed the checks every form
+            // passes first.
+            let Some(route) = route else {
+                return refused_page(admin, Refusal::NotFound, Some(csrf), secure);
+            };
             // The backup and log forms answer for themselves; the rest leave their outcome in
             // the session for the page they redirect to.
-            if let Some(done) = backups::post(admin, hub, &path, &form, &csrf, secure).await {
+            if let Some(done) = backups::post(admin, hub, &path, &form, csrf, secure).await {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
-            if let Some(done) = log_page::post(admin, &path, &form, &csrf, secure) {
+            if let Some(done) = log_page::post(admin, &who, &route, &form) {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
-            if let Some(done) = updates::post(admin, hub, &path, &form, &valid.key, peer).await {
+            if let Some(done) = updates::post(admin, hub, &who, &route, &form).await {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
-            let done = match power::post(admin, &path, peer).await {
+            let done = match power::post(admin, &who, &route).await {
                 Some(r) => r,
-                None => post(admin, hub, &owner, &path, &form, &valid, peer, secure).await,
+                None => post(admin, hub, &owner, &who, &route, &form).await,
             };
-            match (done, forms::section_of(&path)) {
+            match (done, route.section()) {
                 // A form that could not be done says so on its page, as one that was done.
                 (
                     Err(
@@ -412,9 +392,10 @@ async fn serve_page(
                     ),
                     Some(section),
                 ) => {
+                    let to = redirect_to(&section);
                     let o = Outcome::new(section, Tone::Bad, sentence(&r.to_string()));
-                    admin.sessions.borrow_mut().leave(&valid.key, o);
-                    Ok(redirect(section))
+                    admin.sessions.borrow_mut().leave(who.key(), o);
+                    Ok(to)
                 }
                 (done, _) => done,
             }
@@ -423,7 +404,7 @@ async fn serve_page(
     };
     match result {
         Ok(reply) => reply,
-        Err(r) => refused_page(admin, r, Some(&csrf), secure),
+        Err(r) => refused_page(admin, r, Some(csrf), secure),
     }
 }
 
@@ -456,16 +437,16 @@ async fn unclaimed(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    route: Option<Route>,
+    ctx: Ctx,
 ) -> Reply {
-    let path = req.uri().path().to_owned();
-    match (req.method().clone(), path.as_str()) {
-        (Method::POST, "/admin/setup") => {}
-        (Method::GET | Method::HEAD, PREFIX) => {
-            return setup_page(admin, StatusCode::OK, &Notice::None, secure)
+    let (peer, secure) = (ctx.peer(), ctx.secure());
+    match (req.method().clone(), route) {
+        (Method::POST, Some(Route::Setup)) => {}
+        (Method::GET | Method::HEAD, Some(Route::Home)) => {
+            return setup_page(admin, StatusCode::OK, &Notice::None, ctx)
         }
-        (Method::GET | Method::HEAD, _) => return redirect(PREFIX),
+        (Method::GET | Method::HEAD, _) => return redirect_to(&Route::Home),
         _ => return refused(admin, Refusal::NoSession, secure),
     }
     let pre = session::cookie(req.headers(), session::PRE_COOKIE).map(str::to_owned);
@@ -481,23 +462,23 @@ async fn unclaimed(
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
     if pass != confirm {
         let n = Notice::Bad("The two passphrases differ.");
-        return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
+        return setup_page(admin, StatusCode::BAD_REQUEST, &n, ctx);
     }
     let rated = strength::rate_for_setup(pass).await;
     if !rated.ok {
         let n = Notice::Bad(&rated.words);
-        return setup_page(admin, StatusCode::BAD_REQUEST, &n, secure);
+        return setup_page(admin, StatusCode::BAD_REQUEST, &n, ctx);
     }
     // Set-ups sent together wait for the one hash at a time; once one of them has claimed
     // the box, the others are not hashed at all.
     let owner = match hash_new(admin, pass, Hashing::WhileUnclaimed).await {
         Ok(Some(o)) => o,
-        Ok(None) => return redirect(PREFIX),
+        Ok(None) => return redirect_to(&Route::Home),
         Err(e) => return refused(admin, Refusal::Unavailable(e), secure),
     };
     match owner::claim(&admin.data_dir, &owner) {
         Ok(true) => {}
-        Ok(false) => return redirect(PREFIX),
+        Ok(false) => return redirect_to(&Route::Home),
         Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), secure),
     }
     info!(%peer, "admin page: the gateway was claimed (owner passphrase set)");
@@ -519,17 +500,17 @@ async fn unclaimed(
                 intro: "The gateway is yours. Now pair this phone:",
             };
             let once = admin.sessions.borrow_mut().keep_paired(&key, paired);
-            redirect(&format!("{}?id={once}", forms::PAIRED))
+            redirect(&format!("{}?id={once}", Route::Paired))
         }
         (Err(e), Some(key)) => {
             let text = format!(
                 "The gateway is yours, but a phone could not be paired ({e}): pair one below."
             );
-            let o = Outcome::new("/admin/devices", Tone::Warn, text);
+            let o = Outcome::new(Route::Devices, Tone::Warn, text);
             admin.sessions.borrow_mut().leave(&key, o);
-            redirect("/admin/devices")
+            redirect_to(&Route::Devices)
         }
-        (_, None) => redirect(PREFIX),
+        (_, None) => redirect_to(&Route::Home),
     };
     set_cookies(
         &mut reply,
@@ -597,16 +578,11 @@ async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
 }
 
 /// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.
-async fn sign_in(
-    admin: &Admin,
-    owner: &owner::Owner,
-    req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
-) -> Reply {
+async fn sign_in(admin: &Admin, owner: &owner::Owner, req: Request<Incoming>, ctx: Ctx) -> Reply {
+    let (peer, secure) = (ctx.peer(), ctx.secure());
     // Refused before the passphrase is read, when the limit is already spent.
     if let Err(limited) = admin.signin.borrow().check(peer.ip(), Instant::now()) {
-        return signin_limited(admin, limited, peer, secure);
+        return signin_limited(admin, limited, ctx);
     }
     let pre = session::cookie(req.headers(), session::PRE_COOKIE).map(str::to_owned);
     let form = match read_form(admin, req).await {
@@ -621,7 +597,7 @@ async fn sign_in(
     let begun = admin.signin.borrow_mut().begin(peer.ip(), Instant::now());
     let attempt = match begun {
         Ok(a) => a,
-        Err(limited) => return signin_limited(admin, limited, peer, secure),
+        Err(limited) => return signin_limited(admin, limited, ctx),
     };
     let next = safe_next(form.get("next")).unwrap_or(PREFIX);
     if !verify(admin, owner, form.get("passphrase")).await {
@@ -631,7 +607,7 @@ async fn sign_in(
             StatusCode::UNAUTHORIZED,
             next,
             &Notice::Bad("That passphrase is not right."),
-            secure,
+            ctx,
         );
     }
     admin.signin.borrow_mut().succeeded(attempt, Instant::now());
@@ -670,19 +646,14 @@ fn limited_notice(
     (n, secs)
 }
 
-fn signin_limited(
-    admin: &Admin,
-    limited: crate::guessing::Limited,
-    peer: SocketAddr,
-    secure: bool,
-) -> Reply {
-    let (n, secs) = limited_notice(limited, peer, "sign-in");
+fn signin_limited(admin: &Admin, limited: crate::guessing::Limited, ctx: Ctx) -> Reply {
+    let (n, secs) = limited_notice(limited, ctx.peer(), "sign-in");
     let mut reply = signin_page(
         admin,
         StatusCode::TOO_MANY_REQUESTS,
         PREFIX,
         &Notice::Bad(&n),
-        secure,
+        ctx,
     );
     retry_after(&mut reply, secs);
     reply
@@ -699,58 +670,56 @@ fn retry_after(reply: &mut Reply, secs: u64) {
 async fn get(
     admin: &Admin,
     hub: &Rc<Hub>,
-    path: &str,
+    who: &SignedIn,
+    route: &Route,
     query: &Form,
-    valid: &session::Valid,
     this_device: Option<&str>,
-    secure: bool,
 ) -> Result<Reply, Refusal> {
-    let csrf = valid.csrf.as_str();
-    let ok = |title: &str, current: &str, body: String| {
-        Ok(page(
+    let csrf = who.csrf();
+    let ok = |title: &str, current: &Route, body: String| {
+        Ok(signed_page(
             admin,
+            who,
             StatusCode::OK,
             title,
             current,
-            Some(csrf),
-            secure,
             &body,
         ))
     };
-    if let Some(r) = health::get(admin, hub, path).await {
+    if let Some(r) = health::get(admin, hub, route).await {
         return r;
     }
-    if let Some(r) = power::get(admin, path, csrf, secure) {
+    if let Some(r) = power::get(admin, who, route) {
         return r;
     }
-    if let Some(name) = path.strip_prefix(jobs::PAGE_PREFIX) {
-        return job_page(admin, name, csrf, secure);
+    if let Route::Job(kind) = route {
+        return job_page(admin, who, *kind);
     }
-    if path == forms::PAIRED {
+    if *route == Route::Paired {
         let paired = admin
             .sessions
             .borrow_mut()
-            .take_paired(&valid.key, query.get("id"));
+            .take_paired(who.key(), query.get("id"));
         let Some(p) = paired else {
-            return ok("Already shown", "/admin/devices", pages::already_shown());
+            return ok("Already shown", &Route::Devices, pages::already_shown());
         };
         let inv = Invitation::new(&admin.url, &p.token, admin.tls.as_ref());
         let body = pages::invitation(&inv, &p.device_id, p.intro);
         // The browser that opens the app from this page is, most likely, that phone: the
         // Devices page marks it "this device" (a device id is no secret: the page lists it).
-        let mut reply = ok("Pair a phone", "/admin/devices", body)?;
+        let mut reply = ok("Pair a phone", &Route::Devices, body)?;
         set_cookies(
             &mut reply,
-            &[pages::this_device_cookie(&p.device_id, secure)],
+            &[pages::this_device_cookie(&p.device_id, who.secure())],
         );
         return Ok(reply);
     }
-    let outcome = admin.sessions.borrow_mut().take_outcome(&valid.key, path);
+    let outcome = admin.sessions.borrow_mut().take_outcome(who.key(), route);
     let n = Notice::of(outcome.as_ref());
-    match path {
-        PREFIX => health::home(admin, hub, csrf, secure, &n).await,
-        "/admin/devices" => ok("Devices", path, devices_body(hub, csrf, this_device, &n)?),
-        "/admin/agent" => {
+    match route {
+        Route::Home => health::home(admin, hub, who, &n).await,
+        Route::Devices => ok("Devices", route, devices_body(hub, csrf, this_device, &n)?),
+        Route::Agent => {
             let form = outcome.as_ref().and_then(|o| o.typed("form"));
             let (agent, transcription, speech) = match (outcome.as_ref(), form) {
                 (Some(o), Some("transcription")) => (None, Some(o), None),
@@ -758,19 +727,18 @@ async fn get(
                 (o, _) => (o, None, None),
             };
             let body = agent_body(admin, hub, csrf, agent, transcription, speech);
-            ok("Agent", path, body)
+            ok("Agent", route, body)
         }
-        "/admin/push" => ok("Push", path, push_body(admin, hub, csrf, &n)?),
-        "/admin/owner" => ok("Owner", path, pages::owner(csrf, &n)),
-        updates::PAGE => updates::get(admin, hub, csrf, &n, secure).await,
+        Route::Push => ok("Push", route, push_body(admin, hub, csrf, &n)?),
+        Route::Owner => ok("Owner", route, pages::owner(csrf, &n)),
+        Route::Update => updates::get(admin, hub, who, &n).await,
         _ => Err(Refusal::NotFound),
     }
 }
 
 /// `GET /admin/job/<kind>`: the last job of that kind, running (the page reloads itself) or
 /// ended. A restore that succeeded goes on to the page that waits for the restart into it.
-fn job_page(admin: &Admin, name: &str, csrf: &str, secure: bool) -> Result<Reply, Refusal> {
-    let kind = jobs::Kind::from_name(name).ok_or(Refusal::NotFound)?;
+fn job_page(admin: &Admin, who: &SignedIn, kind: jobs::Kind) -> Result<Reply, Refusal> {
     let view = admin.jobs.view(kind);
     if kind == jobs::Kind::Restore
         && view
@@ -780,13 +748,12 @@ fn job_page(admin: &Admin, name: &str, csrf: &str, secure: bool) -> Result<Reply
         return Ok(power::to_restoring_page());
     }
     let body = jobs::body(kind, view.as_ref());
-    Ok(page(
+    Ok(signed_page(
         admin,
+        who,
         StatusCode::OK,
         kind.title(),
-        kind.home(),
-        Some(csrf),
-        secure,
+        &kind.home(),
         &body,
     ))
 }

@@ -4,6 +4,8 @@
 //! - a [`Paired`] result (a new device's token), kept under a one-time id that the GET of
 //!   `/admin/paired?id=…` takes: shown once, and a reload finds it gone and says so.
 
+use super::route::Route;
+
 /// How a sentence is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tone {
@@ -16,8 +18,8 @@ pub enum Tone {
 /// What a form did, for the next GET of `page`.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The admin path whose next GET shows it.
-    pub page: String,
+    /// The admin page whose next GET shows it.
+    pub page: Route,
     pub tone: Tone,
     pub text: String,
     /// The form's values to put back (a test that saved nothing keeps what was typed); never a
@@ -26,9 +28,9 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn new(page: &str, tone: Tone, text: impl Into<String>) -> Outcome {
+    pub fn new(page: Route, tone: Tone, text: impl Into<String>) -> Outcome {
         Outcome {
-            page: page.to_owned(),
+            page,
             tone,
             text: text.into(),
             typed: Vec::new(),

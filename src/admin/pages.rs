@@ -2,6 +2,7 @@
 //! both served from the box (`/admin/static/…`), so the page works with no internet and its
 //! CSP can forbid every inline script and style. Every value shown is escaped.
 
+use super::route::{Power, Route};
 use crate::hub::StatusReport;
 use crate::pairing::page::{escape, tokens};
 use crate::pairing::Invitation;
@@ -12,14 +13,14 @@ use crate::store::{human_bytes, Device};
 const QR_PX: u32 = 320;
 
 /// The sections a signed-in owner moves between.
-pub const SECTIONS: [(&str, &str); 7] = [
-    ("/admin/", "Status"),
-    ("/admin/devices", "Devices"),
-    ("/admin/agent", "Agent"),
-    ("/admin/push", "Push"),
-    ("/admin/backup", "Backup"),
-    ("/admin/update", "Update"),
-    ("/admin/log", "Log"),
+pub const SECTIONS: [(Route, &str); 7] = [
+    (Route::Home, "Status"),
+    (Route::Devices, "Devices"),
+    (Route::Agent, "Agent"),
+    (Route::Push, "Push"),
+    (Route::Backup, "Backup"),
+    (Route::Update, "Update"),
+    (Route::Log, "Log"),
 ];
 
 /// The shell every page's body is set in, as far as the request decides it: what the page
@@ -117,7 +118,7 @@ pub fn document(
             let links: String = SECTIONS
                 .iter()
                 .map(|(href, name)| {
-                    let cur = if *href == current {
+                    let cur = if href.path() == current {
                         " aria-current=\"page\""
                     } else {
                         ""
@@ -126,11 +127,10 @@ pub fn document(
                 })
                 .collect();
             format!(
-                "<header><strong>Iris gateway</strong><nav>{links}<a href=\"/admin/owner\">Owner</a></nav>\
-                 <form class=\"inline\" method=\"post\" action=\"/admin/signout\">{}\
+                "<header><strong>Iris gateway</strong><nav>{links}<a href=\"{r_owner}\">Owner</a></nav>\
+                 <form class=\"inline\" method=\"post\" action=\"{r_signout}\">{}\
                  <button id=\"signout\">Sign out</button></form></header>",
-                csrf_field(csrf)
-            )
+                csrf_field(csrf), r_owner = Route::Owner, r_signout = Route::SignOut)
         }
         None => "<header><strong>Iris gateway</strong></header>".to_owned(),
     };
@@ -139,11 +139,13 @@ pub fn document(
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <meta name=\"referrer\" content=\"no-referrer\">\
          <title>{title} · Iris gateway</title>\
-         <link rel=\"stylesheet\" href=\"/admin/static/admin.css\">\
-         <script src=\"/admin/static/admin.js\" defer></script></head>\
+         <link rel=\"stylesheet\" href=\"{r_css}\">\
+         <script src=\"{r_js}\" defer></script></head>\
          <body>{header}<main><h1>{title}</h1>{note}{body}</main></body></html>",
         title = escape(title),
         note = connection_note(shell),
+        r_css = Route::Css,
+        r_js = Route::Js,
     )
 }
 
@@ -180,7 +182,7 @@ pub fn setup(pre: &str, n: &Notice) -> String {
         "{}<p>This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
          every setting and pair phones. The first person to do this on your network owns the box \
          (you can take it back at the box with <code>{}</code>).</p>\
-         <form method=\"post\" action=\"/admin/setup\">\
+         <form method=\"post\" action=\"{r_setup}\">\
          <input type=\"hidden\" name=\"pre\" value=\"{}\">{}\
          <label for=\"confirm\">The same again</label>\
          <input type=\"password\" id=\"confirm\" name=\"confirm\" autocomplete=\"new-password\" \
@@ -190,13 +192,14 @@ pub fn setup(pre: &str, n: &Notice) -> String {
         escape(&crate::hints::command("owner reset")),
         escape(pre),
         strength_input("passphrase", "Owner passphrase", pre),
+        r_setup = Route::Setup,
     )
 }
 
 /// Sign-in; `next` is the page asked for, where a right passphrase leads.
 pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
     format!(
-        "{}<form method=\"post\" action=\"/admin/signin\">\
+        "{}<form method=\"post\" action=\"{r_signin}\">\
          <input type=\"hidden\" name=\"pre\" value=\"{}\">\
          <input type=\"hidden\" name=\"next\" value=\"{}\">\
          <label for=\"passphrase\">Owner passphrase</label>\
@@ -210,6 +213,7 @@ pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
         escape(next),
         escape(&crate::hints::command("owner set")),
         escape(&crate::hints::command("owner reset")),
+        r_signin = Route::SignIn,
     )
 }
 
@@ -231,13 +235,14 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
          <dt>Token (shown only now)</dt><dd><code id=\"pair-token\">{token}</code></dd>\
          <dt>Device</dt><dd><code>{id}</code></dd></dl>\
          <p>Nothing here is kept: once the phone is paired, leave this page. \
-         <a href=\"/admin/devices\">Devices</a> can rename or revoke it.</p>",
+         <a href=\"{r_devices}\">Devices</a> can rename or revoke it.</p>",
         escape(intro),
         uri = escape(&inv.uri()),
         svg = inv.svg_qr(QR_PX),
         url = tokens(&inv.url),
         token = tokens(&inv.token),
         id = tokens(device_id),
+        r_devices = Route::Devices,
     )
 }
 
@@ -286,8 +291,9 @@ pub fn status(r: &StatusReport, n: &Notice) -> String {
         None if r.push == "none" => "off".to_owned(),
         None if r.push_confirmed => format!("{}: working", escape(&r.push)),
         None => format!(
-            "{}: not tried yet (<a href=\"/admin/push\">send a test push</a>)",
-            escape(&r.push)
+            "{}: not tried yet (<a href=\"{r_push}\">send a test push</a>)",
+            escape(&r.push),
+            r_push = Route::Push
         ),
     };
     let up = r.uptime_secs;
@@ -475,7 +481,7 @@ pub fn devices(
                 .map_or_else(|| "none yet".to_owned(), tokens);
             format!(
                 "<tr data-device=\"{id}\"><td><form class=\"inline\" method=\"post\" \
-                 action=\"/admin/devices/rename\">{field}\
+                 action=\"{r_devicesrename}\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
                  aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
@@ -485,7 +491,7 @@ pub fn devices(
                  <td class=\"app\" data-label=\"App / platform\">{app}</td>\
                  <td class=\"push\" data-label=\"Push\">{push}</td>\
                  <td class=\"connected\" data-label=\"Connected\">{now}</td>\
-                 <td><form class=\"inline\" method=\"post\" action=\"/admin/devices/revoke\" \
+                 <td><form class=\"inline\" method=\"post\" action=\"{r_devicesrevoke}\" \
                  data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
                  <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
                  <button class=\"revoke\">Revoke</button></form></td></tr>",
@@ -493,6 +499,8 @@ pub fn devices(
                 shown_id = tokens(&d.device_id),
                 push = escape(&push_state(d)),
                 paired = ago(d.created_ms),
+                r_devicesrename = Route::DevicesRename,
+                r_devicesrevoke = Route::DevicesRevoke,
             )
         })
         .collect();
@@ -506,11 +514,12 @@ pub fn devices(
     };
     format!(
         "{}{table}<h2>Pair a new phone</h2>\
-         <form method=\"post\" action=\"/admin/devices/pair\">{field}\
+         <form method=\"post\" action=\"{r_devicespair}\">{field}\
          <label for=\"name\">Name (to recognise it here)</label>\
          <input type=\"text\" id=\"name\" name=\"name\" maxlength=\"100\">\
          <p><button id=\"pair\">Pair a phone</button></p></form>",
-        notice(n)
+        notice(n),
+        r_devicespair = Route::DevicesPair
     )
 }
 
@@ -560,7 +569,7 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
     format!(
         "{}{pinned}<p>Now: <span id=\"agent-now\">{}</span></p>\
          <p id=\"agent-files\">{}</p>\
-         <form method=\"post\" action=\"/admin/agent\" id=\"agent-form\">{}\
+         <form method=\"post\" action=\"{r_agent}\" id=\"agent-form\">{}\
          <label for=\"backend\">Backend</label><select id=\"backend\" name=\"backend\">{}</select>\
          <label for=\"url\">URL (empty: the backend's usual local address)</label>\
          <input type=\"url\" id=\"url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
@@ -570,8 +579,8 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
          <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
          <label for=\"model\">Model (empty: the agent's default)</label>\
          <input type=\"text\" id=\"model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
-         <p><button id=\"agent-save\" formaction=\"/admin/agent\">Save (applies to new messages)</button> \
-         <button id=\"agent-test\" formaction=\"/admin/agent/test\">Test connection</button></p>\
+         <p><button id=\"agent-save\" formaction=\"{r_agent}\">Save (applies to new messages)</button> \
+         <button id=\"agent-test\" formaction=\"{r_agenttest}\">Test connection</button></p>\
          </form>",
         notice(n),
         escape(&v.describe),
@@ -587,6 +596,8 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
         ),
         escape(v.url),
         escape(v.model),
+        r_agent = Route::Agent,
+        r_agenttest = Route::AgentTest,
     )
 }
 
@@ -629,7 +640,7 @@ pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
          speech-to-text service (OpenAI, Groq, or a faster-whisper or whisper.cpp server on your \
          network). Everyone in the conversation sees what was heard.</p>\
          <p>Now: <span id=\"transcription-now\">{now}</span></p>\
-         <form method=\"post\" action=\"/admin/transcription\" id=\"transcription-form\">{}\
+         <form method=\"post\" action=\"{r_transcription}\" id=\"transcription-form\">{}\
          <label for=\"t-url\">URL, with its version (e.g. http://192.168.1.20:8000/v1 or https://api.openai.com/v1; empty: off)</label>\
          <input type=\"url\" id=\"t-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
          <label for=\"t-key\">Key</label>\
@@ -642,8 +653,8 @@ pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
          <input type=\"text\" id=\"t-language\" name=\"language\" value=\"{}\" maxlength=\"16\">\
          <label for=\"t-timeout\">Longest wait, in seconds (past it the agent gets the voice note as an attachment and the chat moves on)</label>\
          <input type=\"number\" id=\"t-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{}\" step=\"1\">\
-         <p><button id=\"transcription-save\" formaction=\"/admin/transcription\">Save (applies to the next voice note)</button> \
-         <button id=\"transcription-test\" formaction=\"/admin/transcription/test\">Test (sends a one-second tone)</button></p>\
+         <p><button id=\"transcription-save\" formaction=\"{r_transcription}\">Save (applies to the next voice note)</button> \
+         <button id=\"transcription-test\" formaction=\"{r_transcriptiontest}\">Test (sends a one-second tone)</button></p>\
          </form>",
         notice(n),
         csrf_field(csrf),
@@ -652,6 +663,8 @@ pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
         escape(v.language),
         escape(v.timeout_secs),
         crate::config::transcription::MAX_TIMEOUT_SECS,
+        r_transcription = Route::Transcription,
+        r_transcriptiontest = Route::TranscriptionTest,
     )
 }
 
@@ -703,13 +716,14 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
     let test = format!(
         "<h2>Test</h2><p>Sends one push now with the settings saved below and says what the \
          push server answered.</p>\
-         <form method=\"post\" action=\"/admin/push/test\">{field}{to}\
+         <form method=\"post\" action=\"{r_pushtest}\">{field}{to}\
          <label for=\"test-topic\">ntfy topic (subscribe to it in the ntfy app to see the \
          test)</label>\
          <input type=\"text\" id=\"test-topic\" name=\"topic\" value=\"{topic}\" \
          maxlength=\"64\">\
          <p><button id=\"push-test\">Send a test push now</button></p></form>",
         topic = escape(v.test_topic),
+        r_pushtest = Route::PushTest,
     );
     let token_note = if v.token_set {
         "A token is saved (never shown). Type a new one to replace it. A token goes only to the server it was saved with: a new server with this field empty gets none."
@@ -734,7 +748,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
     format!(
         "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>\
          <h2>Settings</h2>\
-         <form method=\"post\" action=\"/admin/push\" enctype=\"multipart/form-data\">{field}\
+         <form method=\"post\" action=\"{r_push}\" enctype=\"multipart/form-data\">{field}\
          <label for=\"push-backend\">Backend</label>\
          <select id=\"push-backend\" name=\"backend\">{}</select>\
          <label for=\"ntfy-server\">ntfy server</label>\
@@ -748,7 +762,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
          <label for=\"content\">What a push shows</label>\
          <select id=\"content\" name=\"content\">{}</select>\
          <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\
-         {test}<form method=\"post\" action=\"/admin/power/restart\">{field}\
+         {test}<form method=\"post\" action=\"{r_restart}\">{field}\
          <p><button id=\"restart\">Restart now</button> (phones reconnect by themselves)</p></form>",
         notice(n),
         escape(v.running),
@@ -766,6 +780,8 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
                 ("none", "Nothing but \"New activity\""),
             ]
         ),
+        r_push = Route::Push,
+        r_restart = Route::Power(Power::Restart),
     )
 }
 
@@ -773,7 +789,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String 
 /// the CSRF token in a header): an HTML form could only send it as multipart.
 pub fn backup(csrf: &str, n: &Notice) -> String {
     format!(
-        "{}<p><a id=\"backup-download\" class=\"big\" href=\"/admin/backup/download\" download>\
+        "{}<p><a id=\"backup-download\" class=\"big\" href=\"{r_backupdownload}\" download>\
          Download a backup</a> (made now: messages, channels, devices and media, in the format \
          of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
          <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's \
@@ -791,7 +807,8 @@ pub fn backup(csrf: &str, n: &Notice) -> String {
          <p><button id=\"restore\">Restore this backup</button></p></form>\
          <p id=\"restore-result\" role=\"status\"></p>",
         notice(n),
-        escape(csrf)
+        escape(csrf),
+        r_backupdownload = Route::BackupDownload
     )
 }
 
@@ -799,7 +816,7 @@ pub fn backup(csrf: &str, n: &Notice) -> String {
 pub fn owner(csrf: &str, n: &Notice) -> String {
     format!(
         "{}<h2>Change the passphrase</h2><p>Every browser signed in is signed out.</p>\
-         <form method=\"post\" action=\"/admin/passphrase\">{}\
+         <form method=\"post\" action=\"{r_passphrase}\">{}\
          <label for=\"current\">Current passphrase</label>\
          <input type=\"password\" id=\"current\" name=\"current\" autocomplete=\"current-password\" \
          maxlength=\"1024\" required>{}\
@@ -810,6 +827,7 @@ pub fn owner(csrf: &str, n: &Notice) -> String {
         notice(n),
         csrf_field(csrf),
         strength_input("passphrase", "New passphrase", csrf),
+        r_passphrase = Route::Passphrase,
     )
 }
 
@@ -836,11 +854,13 @@ pub fn refusal(text: &str, back: (&str, &str)) -> String {
 
 /// A pairing result asked for again (a reload): it is shown once only.
 pub fn already_shown() -> String {
-    "<div id=\"result\"><p class=\"warn\" id=\"notice\">This pairing code was shown once and \
+    format!(
+        "<div id=\"result\"><p class=\"warn\" id=\"notice\">This pairing code was shown once and \
      is not shown again, so reloading pairs nothing.</p></div>\
      <p>If the phone did not get it, revoke that device and pair again on \
-     <a id=\"back\" href=\"/admin/devices\">Devices</a>.</p>"
-        .to_owned()
+     <a id=\"back\" href=\"{}\">Devices</a>.</p>",
+        Route::Devices
+    )
 }
 
 #[cfg(test)]

@@ -13,14 +13,13 @@ use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
 use tracing::{info, warn};
 
+use super::context::SignedIn;
 use super::pages::csrf_field;
 use super::reply::{page, redirect, Refusal, Reply};
+use super::route::{Power, Route, Waiting};
 use super::transfer::schedule_restart;
 use super::Admin;
 use crate::pairing::page::escape;
-
-const POWER: &str = "/admin/power/";
-const RESTARTING: &str = "/admin/restarting/";
 
 /// This process's id for the restarting page: it waits until the gateway answers with another
 /// one. A restart execs the binary again, so a process-wide value is exactly one per start.
@@ -29,32 +28,7 @@ pub(super) fn instance() -> &'static str {
     INSTANCE.get_or_init(super::session::random_token)
 }
 
-/// What the three buttons do.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Power {
-    Restart,
-    Reboot,
-    Poweroff,
-}
-
 impl Power {
-    fn from_name(name: &str) -> Option<Power> {
-        match name {
-            "restart" => Some(Power::Restart),
-            "reboot" => Some(Power::Reboot),
-            "poweroff" => Some(Power::Poweroff),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Power::Restart => "restart",
-            Power::Reboot => "reboot",
-            Power::Poweroff => "poweroff",
-        }
-    }
-
     fn label(self) -> &'static str {
         match self {
             Power::Restart => "Restart the gateway",
@@ -65,13 +39,11 @@ impl Power {
 
     /// Its command from `[power]`; the gateway's restart needs none (it execs itself).
     fn command(self, admin: &Admin) -> Option<Vec<String>> {
-        let config = admin.config.borrow();
-        let cmd = match self {
-            Power::Restart => return None,
-            Power::Reboot => &config.power.reboot,
-            Power::Poweroff => &config.power.poweroff,
-        };
-        Some(cmd.clone())
+        admin.config.read(|config| match self {
+            Power::Restart => None,
+            Power::Reboot => Some(config.power.reboot.clone()),
+            Power::Poweroff => Some(config.power.poweroff.clone()),
+        })
     }
 
     /// Offered on the page: a restart always; the others when their command is set and the
@@ -122,46 +94,35 @@ pub(super) fn buttons(admin: &Admin) -> String {
         .filter(|p| p.offered(admin))
         .map(|p| {
             format!(
-                "<a class=\"button\" id=\"power-{0}\" href=\"{POWER}{0}\">{1}…</a> ",
+                "<a class=\"button\" id=\"power-{0}\" href=\"{2}\">{1}…</a> ",
                 p.name(),
-                p.label()
+                p.label(),
+                Route::Power(p),
             )
         })
         .collect()
 }
 
-/// The signed-in GETs this file serves, or `None` for another path.
-pub(super) fn get(
-    admin: &Admin,
-    path: &str,
-    csrf: &str,
-    secure: bool,
-) -> Option<Result<Reply, Refusal>> {
-    if let Some(name) = path.strip_prefix(POWER) {
-        let p = Power::from_name(name).filter(|p| p.offered(admin));
-        return Some(
-            p.ok_or(Refusal::NotFound)
-                .map(|p| confirm(admin, p, csrf, secure)),
-        );
-    }
-    let rest = path.strip_prefix(RESTARTING)?;
-    let (name, from) = rest.split_once('/')?;
-    if name == RESTORE {
-        return Some(Ok(waiting(
-            admin,
-            "Restoring",
-            RESTORING,
+/// The signed-in GETs this file serves, or `None` for another route.
+pub(super) fn get(admin: &Admin, who: &SignedIn, route: &Route) -> Option<Result<Reply, Refusal>> {
+    match route {
+        Route::Power(p) => Some(if p.offered(admin) {
+            Ok(confirm(admin, who, *p))
+        } else {
+            Err(Refusal::NotFound)
+        }),
+        Route::Restarting {
+            what: Waiting::Restore,
             from,
-            csrf,
-            secure,
-        )));
+        } => Some(Ok(waiting(admin, who, "Restoring", RESTORING, from))),
+        Route::Restarting {
+            what: Waiting::Power(p),
+            from,
+        } => Some(Ok(restarting(admin, who, *p, from))),
+        _ => None,
     }
-    let p = Power::from_name(name)?;
-    Some(Ok(restarting(admin, p, from, csrf, secure)))
 }
 
-/// The waiting page's name for a restore the gateway restarts into.
-const RESTORE: &str = "restore";
 const RESTORING: &str = "The backup is whole and ready, and the gateway now restarts into it; \
      the current store is kept aside in the data dir. This page goes back to the home page when \
      it answers again (sign in with the backup's owner passphrase if it differs).";
@@ -169,7 +130,13 @@ const RESTORING: &str = "The backup is whole and ready, and the gateway now rest
 /// The answer to a restore the gateway will restart into: a `303` to the page that waits, so a
 /// reload waits again and never restores a second time.
 pub(super) fn to_restoring_page() -> Reply {
-    see_other(&format!("{RESTARTING}{RESTORE}/{}", instance()))
+    see_other(
+        &Route::Restarting {
+            what: Waiting::Restore,
+            from: instance().to_owned(),
+        }
+        .path(),
+    )
 }
 
 fn see_other(to: &str) -> Reply {
@@ -180,7 +147,7 @@ fn see_other(to: &str) -> Reply {
     reply
 }
 
-fn confirm(admin: &Admin, p: Power, csrf: &str, secure: bool) -> Reply {
+fn confirm(admin: &Admin, who: &SignedIn, p: Power) -> Reply {
     let what = match p {
         Power::Restart => {
             "The gateway stops and starts again (a few seconds). Phones reconnect by \
@@ -197,27 +164,29 @@ fn confirm(admin: &Admin, p: Power, csrf: &str, secure: bool) -> Reply {
         }
     };
     let body = format!(
-        "<p>{what}</p><form method=\"post\" action=\"{POWER}{name}\">{field}\
+        "<p>{what}</p><form method=\"post\" action=\"{action}\">{field}\
          <p><button id=\"confirm-{name}\" class=\"big\">{label}</button> \
-         <a href=\"/admin/\">Cancel</a></p></form>",
+         <a href=\"{home}\">Cancel</a></p></form>",
+        action = Route::Power(p),
+        home = Route::Home,
         name = p.name(),
         label = p.label(),
-        field = csrf_field(csrf),
+        field = csrf_field(who.csrf()),
     );
     page(
         admin,
         StatusCode::OK,
         &format!("{}?", p.label()),
         "",
-        Some(csrf),
-        secure,
+        Some(who.csrf()),
+        who.secure(),
         &body,
     )
 }
 
 /// The waiting page: its script asks for the health until another start answers, then goes
 /// home. It does nothing itself, so reloading it repeats nothing.
-fn restarting(admin: &Admin, p: Power, from: &str, csrf: &str, secure: bool) -> Reply {
+fn restarting(admin: &Admin, who: &SignedIn, p: Power, from: &str) -> Reply {
     let (title, what) = match p {
         Power::Restart => (
             "Restarting",
@@ -235,33 +204,44 @@ fn restarting(admin: &Admin, p: Power, from: &str, csrf: &str, secure: bool) -> 
              powered on again, this page goes back to the home page.",
         ),
     };
-    waiting(admin, title, what, from, csrf, secure)
+    waiting(admin, who, title, what, from)
 }
 
 /// A page that only waits for another start of the gateway (`from` is this one's instance).
-fn waiting(admin: &Admin, title: &str, what: &str, from: &str, csrf: &str, secure: bool) -> Reply {
-    let every = admin.config.borrow().limits.admin_health_refresh_secs;
+fn waiting(admin: &Admin, who: &SignedIn, title: &str, what: &str, from: &str) -> Reply {
+    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
     let body = format!(
         "<p>{what}</p><p id=\"coming-back\" data-from=\"{}\" data-every=\"{every}\">\
          Waiting for the gateway…</p>",
         escape(from)
     );
-    page(admin, StatusCode::OK, title, "", Some(csrf), secure, &body)
+    page(
+        admin,
+        StatusCode::OK,
+        title,
+        "",
+        Some(who.csrf()),
+        who.secure(),
+        &body,
+    )
 }
 
 /// The signed-in POSTs this file serves (CSRF already checked), or `None` for another path.
 pub(super) async fn post(
     admin: &Admin,
-    path: &str,
-    peer: std::net::SocketAddr,
+    who: &SignedIn,
+    route: &Route,
 ) -> Option<Result<Reply, Refusal>> {
-    let p = Power::from_name(path.strip_prefix(POWER)?).filter(|p| p.offered(admin));
-    let Some(p) = p else {
-        return Some(Err(Refusal::NotFound));
+    let peer = who.peer();
+    let Route::Power(p) = *route else {
+        return None;
     };
+    if !p.offered(admin) {
+        return Some(Err(Refusal::NotFound));
+    }
     info!(%peer, what = p.name(), "admin page: asked to {}", p.label().to_lowercase());
     if let Some(cmd) = p.command(admin) {
-        let within = Duration::from_secs(admin.config.borrow().limits.admin_power_command_secs);
+        let within = Duration::from_secs(admin.config.read(|c| c.limits.admin_power_command_secs));
         if let Err(e) = run(cmd, within).await {
             warn!("admin page: {} failed: {e}", p.name());
             return Some(Err(Refusal::Unavailable(format!(
@@ -272,11 +252,13 @@ pub(super) async fn post(
     } else {
         schedule_restart(admin);
     }
-    Some(Ok(see_other(&format!(
-        "{RESTARTING}{}/{}",
-        p.name(),
-        instance()
-    ))))
+    Some(Ok(see_other(
+        &Route::Restarting {
+            what: Waiting::Power(p),
+            from: instance().to_owned(),
+        }
+        .path(),
+    )))
 }
 
 /// Runs a `[power]` command (no shell) on a blocking thread, waiting at most `within`: it

@@ -6,8 +6,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
+use super::context::{Ctx, SignedIn};
 use super::pages::{self, Notice};
-use super::{session, Admin, PREFIX};
+use super::route::{Route, PREFIX, STATIC_PREFIX};
+use super::{session, Admin};
 
 /// The page's only stylesheet and script, embedded: nothing is loaded from outside the box.
 pub(super) const CSS: &str = include_str!("assets/admin.css");
@@ -59,7 +61,8 @@ impl Refusal {
 
 /// The set-up page, with a fresh token the gateway signed (`session::SetupTokens`) in its
 /// cookie and its form.
-pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, secure: bool) -> Reply {
+pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, ctx: Ctx) -> Reply {
+    let secure = ctx.secure();
     let pre = admin.setup_tokens.issue();
     let mut reply = page(
         admin,
@@ -84,8 +87,9 @@ pub(super) fn signin_page(
     status: StatusCode,
     next: &str,
     n: &Notice,
-    secure: bool,
+    ctx: Ctx,
 ) -> Reply {
+    let secure = ctx.secure();
     let pre = session::random_token();
     let mut reply = page(
         admin,
@@ -146,9 +150,9 @@ pub(super) fn safe_next(next: &str) -> Option<&str> {
         && next.len() <= 64
         && next.starts_with(PREFIX)
         && !next.contains("//")
-        && !next.starts_with("/admin/static/")
-        && next != "/admin/paired")
-        .then_some(next)
+        && !next.starts_with(STATIC_PREFIX)
+        && Route::parse(next) != Some(Route::Paired))
+    .then_some(next)
 }
 
 /// A JSON answer with the guarding headers.
@@ -174,6 +178,27 @@ pub(super) fn page(
     *reply.status_mut() = status;
     guard(&mut reply, "text/html; charset=utf-8");
     reply
+}
+
+/// A page of the signed-in owner's: with the navigation, its sign-out form and `current`
+/// marked in the menu.
+pub(super) fn signed_page(
+    admin: &Admin,
+    who: &SignedIn,
+    status: StatusCode,
+    title: &str,
+    current: &Route,
+    body: &str,
+) -> Reply {
+    page(
+        admin,
+        status,
+        title,
+        &current.path(),
+        Some(who.csrf()),
+        who.secure(),
+        body,
+    )
 }
 
 /// Headers every admin answer carries.
@@ -204,6 +229,11 @@ pub(super) fn redirect(to: &str) -> Reply {
     let to = HeaderValue::from_str(to).unwrap_or(HeaderValue::from_static(PREFIX));
     reply.headers_mut().insert(header::LOCATION, to);
     reply
+}
+
+/// `303 See Other` to a route's page.
+pub(super) fn redirect_to(route: &Route) -> Reply {
+    redirect(&route.path())
 }
 
 /// Adds `Set-Cookie` headers (one per cookie, as browsers need them).

@@ -42,7 +42,7 @@ pub(super) fn agent_body(
     transcription: Option<&Outcome>,
     speech: Option<&Outcome>,
 ) -> String {
-    let config = admin.config.borrow();
+    let config = admin.config.get();
     let a = &config.agent;
     let typed = |o: Option<&Outcome>, key: &str, now: &str| -> String {
         o.and_then(|o| o.typed(key)).unwrap_or(now).to_owned()
@@ -132,7 +132,7 @@ pub(super) fn push_body(
     n: &Notice,
 ) -> Result<String, Refusal> {
     let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let mut config = admin.config.borrow().clone();
+    let mut config = admin.config.get();
     saved.apply(&mut config);
     let p = &config.push;
     let report = hub.status_report();

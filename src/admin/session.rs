@@ -23,6 +23,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::outcome::{Outcome, Paired};
+use super::route::Route;
 use sha2::{Digest, Sha256};
 
 /// The session cookie's name.
@@ -221,9 +222,9 @@ impl Sessions {
     }
 
     /// What the last form did, if it was for `page`: shown once.
-    pub fn take_outcome(&mut self, key: &[u8; 32], page: &str) -> Option<Outcome> {
+    pub fn take_outcome(&mut self, key: &[u8; 32], page: &Route) -> Option<Outcome> {
         let s = self.by_key(key)?;
-        if s.outcome.as_ref().is_some_and(|o| o.page == page) {
+        if s.outcome.as_ref().is_some_and(|o| o.page == *page) {
             return s.outcome.take();
         }
         None
@@ -482,13 +483,13 @@ mod tests {
         let mut s = Sessions::new(2, Duration::from_secs(10), Duration::from_secs(30));
         let id = s.create([1; 32], t0);
         let key = s.check(&id, [1; 32], t0).unwrap().key;
-        s.leave(&key, Outcome::new("/admin/push", Tone::Good, "Saved."));
+        s.leave(&key, Outcome::new(Route::Push, Tone::Good, "Saved."));
         assert!(
-            s.take_outcome(&key, "/admin/agent").is_none(),
+            s.take_outcome(&key, &Route::Agent).is_none(),
             "another page"
         );
-        assert_eq!(s.take_outcome(&key, "/admin/push").unwrap().text, "Saved.");
-        assert!(s.take_outcome(&key, "/admin/push").is_none(), "shown once");
+        assert_eq!(s.take_outcome(&key, &Route::Push).unwrap().text, "Saved.");
+        assert!(s.take_outcome(&key, &Route::Push).is_none(), "shown once");
         let paired = Paired {
             device_id: "dev_1".into(),
             token: zeroize::Zeroizing::new("tok".into()),

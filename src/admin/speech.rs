@@ -4,6 +4,7 @@
 //! transcription, a key goes only to the address it was saved for and is never shown back.
 
 use super::pages::{csrf_field, key_note, notice, Notice};
+use super::route::Route;
 use crate::agent::Speaker;
 use crate::config::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
 use crate::pairing::page::escape;
@@ -48,7 +49,7 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
          text-to-speech service (OpenAI, or a Piper, Kokoro or openedai-speech server on your \
          network), and reaches every phone as a voice message after its text.</p>\
          <p>Now: <span id=\"speech-now\">{now}</span></p>\
-         <form method=\"post\" action=\"/admin/speech\" id=\"speech-form\">{}\
+         <form method=\"post\" action=\"{save}\" id=\"speech-form\">{}\
          <label for=\"s-url\">URL, with its version (e.g. http://192.168.1.20:8880/v1 or https://api.openai.com/v1; empty: off)</label>\
          <input type=\"url\" id=\"s-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
          <label for=\"s-key\">Key</label>\
@@ -65,8 +66,8 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
          <input type=\"number\" id=\"s-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{MAX_TIMEOUT_SECS}\" step=\"1\">\
          <label for=\"s-max-chars\">Most characters spoken (a longer answer is spoken up to there, and says so)</label>\
          <input type=\"number\" id=\"s-max-chars\" name=\"max_chars\" value=\"{}\" min=\"1\" max=\"{MAX_CHARS}\" step=\"1\">\
-         <p><button id=\"speech-save\" formaction=\"/admin/speech\">Save (applies to the next answer)</button> \
-         <button id=\"speech-test\" formaction=\"/admin/speech/test\">Test (speaks one sentence)</button></p>\
+         <p><button id=\"speech-save\" formaction=\"{save}\">Save (applies to the next answer)</button> \
+         <button id=\"speech-test\" formaction=\"{test}\">Test (speaks one sentence)</button></p>\
          </form>",
         notice(n),
         csrf_field(csrf),
@@ -75,6 +76,8 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
         escape(v.voice),
         escape(v.timeout_secs),
         escape(v.max_chars),
+        save = Route::Speech,
+        test = Route::SpeechTest,
     )
 }
 

@@ -24,13 +24,11 @@ use hyper::{Request, StatusCode};
 use serde_json::json;
 use zeroize::Zeroizing;
 
+use super::context::{Ctx, Gate};
 use super::passphrase_rule;
 use super::reply::{json, Reply};
 use super::{owner, read_form, session, Admin};
 use crate::hub::Hub;
-
-/// The path the meter posts to.
-pub(super) const PATH: &str = "/admin/strength";
 
 /// Checks counted in the current minute: a fixed window is enough for a bound on CPU.
 pub(super) struct Window {
@@ -101,7 +99,7 @@ enum Asker {
 /// Who asks, if the meter's request carries a token this gateway stands behind: the set-up
 /// page's (one it issued, and only while the box is unclaimed) or the signed-in owner's CSRF
 /// token.
-fn may_ask(admin: &Admin, req: &Request<Incoming>) -> Option<Asker> {
+fn may_ask(admin: &Admin, req: &Request<Incoming>, ctx: Ctx) -> Option<Asker> {
     let token = req
         .headers()
         .get("x-csrf-token")
@@ -118,20 +116,17 @@ fn may_ask(admin: &Admin, req: &Request<Incoming>) -> Option<Asker> {
     if !setup && session::cookie(req.headers(), session::COOKIE).is_none() {
         return None;
     }
-    match owner::load(&admin.data_dir) {
-        Ok(None) => setup.then_some(Asker::SetUp),
-        Ok(Some(o)) => admin
-            .signed_in(req.headers(), &o)
-            .is_some_and(|v| session::same(&v.csrf, token))
-            .then_some(Asker::Owner),
-        Err(_) => None,
+    match Gate::of(admin, req.headers(), ctx) {
+        Gate::Unclaimed => setup.then_some(Asker::SetUp),
+        Gate::SignedIn(_, who) => session::same(who.csrf(), token).then_some(Asker::Owner),
+        Gate::SignedOut(_) | Gate::Unreadable(_) => None,
     }
 }
 
 /// Answers `{"score", "ok", "words"}`, or 403 / 429 / 413 with `{"words"}`.
-pub(super) async fn serve(admin: &Admin, hub: &Hub, req: Request<Incoming>) -> Reply {
+pub(super) async fn serve(admin: &Admin, hub: &Hub, req: Request<Incoming>, ctx: Ctx) -> Reply {
     let refuse = |status, words: &str| json(status, &json!({ "words": words }));
-    let Some(asker) = may_ask(admin, &req) else {
+    let Some(asker) = may_ask(admin, &req, ctx) else {
         return refuse(
             StatusCode::FORBIDDEN,
             "Reload the page to check the passphrase.",
@@ -139,9 +134,7 @@ pub(super) async fn serve(admin: &Admin, hub: &Hub, req: Request<Incoming>) -> R
     };
     let per_minute = admin
         .config
-        .borrow()
-        .limits
-        .admin_strength_checks_per_minute;
+        .read(|c| c.limits.admin_strength_checks_per_minute);
     let form = match read_form(admin, req).await {
         Ok(f) => f,
         Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Too long to check."),

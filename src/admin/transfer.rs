@@ -12,11 +12,13 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response};
 use tracing::{info, warn};
 
+use super::context::{Ctx, Gate};
 use super::jobs::{Kind, Ticket};
 use super::receive::receive;
 use super::reply::{redirect, refused, sentence, whole, Body, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
-use super::{owner, session, Admin};
+use super::route::Route;
+use super::{session, Admin};
 use crate::backups::{format_of, Format, FOREIGN, RECEIVED_PART};
 use crate::hub::Hub;
 
@@ -26,16 +28,10 @@ use crate::hub::Hub;
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// A restore upload may be this much larger than `limits.media_quota_bytes` (the store part).
 pub const RESTORE_STORE_ALLOWANCE: u64 = 1 << 30;
-/// The backup transfers' paths: they may take longer than a page (`is_transfer`).
-pub(super) const DOWNLOAD: &str = "/admin/backup/download";
-pub(super) const RESTORE: &str = "/admin/backup/restore";
 
 /// Requests that may outlast the request deadline: the backup download and restore upload.
 pub fn is_transfer(req: &Request<Incoming>) -> bool {
-    matches!(
-        req.uri().path(),
-        DOWNLOAD | RESTORE | super::updates::UPLOAD
-    )
+    Route::parse(req.uri().path()).is_some_and(|r| r.is_transfer())
 }
 /// The backup download and restore upload: a signed-in session first, before any byte is made
 /// or read; the upload's CSRF token comes in a header (its body is the file).
@@ -43,33 +39,29 @@ pub(super) async fn serve(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    ctx: Ctx,
 ) -> Response<Body> {
+    let (peer, secure) = (ctx.peer(), ctx.secure());
     // The backup transfers: a signed-in session first, before any byte is made or read.
-    let owner = match owner::load(&admin.data_dir) {
-        Ok(Some(o)) => o,
-        _ => return whole(refused(admin, Refusal::NoSession, secure)),
-    };
-    let Some(valid) = admin.signed_in(req.headers(), &owner) else {
+    let Gate::SignedIn(_, who) = Gate::of(admin, req.headers(), ctx) else {
         return whole(refused(admin, Refusal::NoSession, secure));
     };
-    match (req.method().clone(), req.uri().path()) {
-        (Method::GET, DOWNLOAD) => download(admin, hub, secure),
-        (Method::POST, path @ (RESTORE | super::updates::UPLOAD)) => {
+    match (req.method().clone(), Route::parse(req.uri().path())) {
+        (Method::GET, Some(Route::BackupDownload)) => download(admin, hub, secure),
+        (Method::POST, Some(route @ (Route::BackupRestore | Route::UpdateUpload))) => {
             let token = req
                 .headers()
                 .get("x-csrf-token")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            if !session::same(token, &valid.csrf) {
+            if !session::same(token, who.csrf()) {
                 info!(%peer, "admin page: restore without its CSRF token; nothing done");
                 return whole(refused(admin, Refusal::BadCsrf, secure));
             }
-            if path == RESTORE {
+            if route == Route::BackupRestore {
                 whole(restore(admin, hub, req, peer, secure).await)
             } else {
-                whole(super::updates::upload(admin, hub, req, peer, secure).await)
+                whole(super::updates::upload(admin, hub, req, ctx).await)
             }
         }
         _ => whole(refused(admin, Refusal::NotFound, secure)),

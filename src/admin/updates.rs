@@ -4,7 +4,6 @@
 //! for the root helper (`crate::update`); the page follows the update from there.
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
@@ -13,11 +12,13 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use tracing::{info, warn};
 
+use super::context::{Ctx, SignedIn};
 use super::jobs::{Kind, Ticket};
 use super::outcome::{Outcome, Tone};
 use super::pages::{self, csrf_field, notice, Notice};
 use super::receive::receive;
-use super::reply::{page, redirect, refused, Refusal, Reply};
+use super::reply::{page, redirect, redirect_to, refused, signed_page, Refusal, Reply};
+use super::route::{Power, Route};
 use super::{Admin, Form};
 use crate::hub::Hub;
 use crate::pairing::page::escape;
@@ -28,12 +29,11 @@ use crate::update::source::{self, Available};
 use crate::update::version::Step;
 use crate::update::{Entry, Outcome as Ended};
 
-pub(super) const PAGE: &str = "/admin/update";
-pub(super) const UPLOAD: &str = "/admin/update/upload";
-const CHECK: &str = "/admin/update/check";
-const INSTALL: &str = "/admin/update/install";
-const SOURCE: &str = "/admin/update/source";
-const DISMISS: &str = "/admin/update/dismiss";
+const PAGE: Route = Route::Update;
+const CHECK: Route = Route::UpdateCheck;
+const INSTALL: Route = Route::UpdateInstall;
+const SOURCE: Route = Route::UpdateSource;
+const DISMISS: Route = Route::UpdateDismiss;
 /// The automatic check: once a day, the first a few minutes after start (not at once: a box
 /// that restarts in a loop must not hammer the release server).
 const CHECK_EVERY: Duration = Duration::from_secs(24 * 3600);
@@ -61,12 +61,12 @@ fn install_ticket(admin: &Admin, what: &str) -> Result<Ticket, Refusal> {
 pub(super) async fn get(
     admin: &Admin,
     hub: &Rc<Hub>,
-    csrf: &str,
+    who: &SignedIn,
     n: &Notice<'_>,
-    secure: bool,
 ) -> Result<Reply, Refusal> {
+    let csrf = who.csrf();
     let updates = hub.updates().clone();
-    let system = admin.config.borrow().update.clone();
+    let system = admin.config.read(|c| c.update.clone());
     let (state, os) = tokio::task::spawn_blocking(move || {
         (
             updates.state(),
@@ -75,8 +75,9 @@ pub(super) async fn get(
     })
     .await
     .map_err(|e| Refusal::Unavailable(e.to_string()))?;
-    let url = admin.config.borrow().update.url.clone();
-    let automatic = admin.config.borrow().update.automatic;
+    let (url, automatic) = admin
+        .config
+        .read(|c| (c.update.url.clone(), c.update.automatic));
     let mut body = notice(n);
     body += &format!(
         "<p id=\"version\">Running <strong>iris-gateway {}</strong> for {}.</p>",
@@ -115,13 +116,12 @@ pub(super) async fn get(
     body += &upload_section(csrf);
     body += &history_section(&state.history);
     body += &os.html();
-    Ok(page(
+    Ok(signed_page(
         admin,
+        who,
         StatusCode::OK,
         "Update",
-        PAGE,
-        Some(csrf),
-        secure,
+        &PAGE,
         &body,
     ))
 }
@@ -259,15 +259,15 @@ fn when(secs: u64) -> String {
 pub(super) async fn post(
     admin: &Admin,
     hub: &Rc<Hub>,
-    path: &str,
+    who: &SignedIn,
+    route: &Route,
     form: &Form,
-    session: &[u8; 32],
-    peer: SocketAddr,
 ) -> Option<Result<Reply, Refusal>> {
-    let said = match path {
-        SOURCE => save_source(admin, form),
-        CHECK => {
-            let url = admin.config.borrow().update.url.clone();
+    let peer = who.peer();
+    let said = match route {
+        Route::UpdateSource => save_source(admin, form),
+        Route::UpdateCheck => {
+            let url = admin.config.read(|c| c.update.url.clone());
             let work = check_index(url, admin.update_state.clone());
             let what = "Asking the release index for a newer version.";
             return Some(match admin.jobs.start(Kind::UpdateCheck, what, work) {
@@ -275,7 +275,7 @@ pub(super) async fn post(
                 Err(busy) => Err(Refusal::Conflict(busy.to_string())),
             });
         }
-        INSTALL => {
+        Route::UpdateInstall => {
             let consent = Consent {
                 major: form.get("major") == "1",
                 downgrade: false,
@@ -285,7 +285,7 @@ pub(super) async fn post(
                 start_install(admin, hub, consent).map(|_| redirect(&Kind::UpdateInstall.page())),
             );
         }
-        DISMISS => hub
+        Route::UpdateDismiss => hub
             .dismiss_update_failure(form.get("id"))
             .map(|_| Some("Dismissed.".to_owned()))
             .map_err(|e| e.to_string()),
@@ -297,9 +297,9 @@ pub(super) async fn post(
         Err(text) => Some(Outcome::new(PAGE, Tone::Bad, text)),
     };
     if let Some(o) = outcome {
-        admin.sessions.borrow_mut().leave(session, o);
+        admin.sessions.borrow_mut().leave(who.key(), o);
     }
-    Some(Ok(redirect(PAGE)))
+    Some(Ok(redirect_to(&PAGE)))
 }
 
 fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
@@ -317,9 +317,10 @@ fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
     saved
         .save(&admin.data_dir)
         .map_err(|e| format!("cannot save: {e}"))?;
-    let mut config = admin.config.borrow_mut();
-    config.update.url = url;
-    config.update.automatic = automatic;
+    admin.config.apply(|c| {
+        c.update.url = url;
+        c.update.automatic = automatic;
+    });
     *admin.update_state.checked.borrow_mut() = None;
     Ok(Some("Saved.".into()))
 }
@@ -404,9 +405,9 @@ pub(super) async fn upload(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    ctx: Ctx,
 ) -> Reply {
+    let (peer, secure) = (ctx.peer(), ctx.secure());
     let query = req.uri().query().unwrap_or("").to_owned();
     let flag = |name: &str| query.split('&').any(|p| p == format!("{name}=1"));
     let consent = Consent {
@@ -484,7 +485,7 @@ pub(super) async fn upload(
         admin,
         status,
         "Update",
-        PAGE,
+        &PAGE.path(),
         None,
         secure,
         &pages::message(&text, &n),
@@ -503,10 +504,9 @@ pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::
                 _ = stop.recv() => return,
             }
             wait = CHECK_EVERY;
-            let (url, automatic) = {
-                let c = admin.config.borrow();
-                (c.update.url.clone(), c.update.automatic)
-            };
+            let (url, automatic) = admin
+                .config
+                .read(|c| (c.update.url.clone(), c.update.automatic));
             if url.is_empty() {
                 continue;
             }
@@ -596,12 +596,13 @@ impl SystemUpdates {
         if let Some(pkgs) = &self.restart_needed {
             out += &format!(
                 "<p class=\"warn\" id=\"os-restart\">A restart of the box is needed to finish \
-                 them{}. <a href=\"/admin/power/reboot\">Restart the box</a></p>",
+                 them{}. <a href=\"{}\">Restart the box</a></p>",
                 if pkgs.is_empty() {
                     String::new()
                 } else {
                     format!(" (for {})", escape(pkgs))
-                }
+                },
+                Route::Power(Power::Reboot),
             );
         }
         out
