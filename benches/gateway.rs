@@ -29,8 +29,10 @@
 //!   store and 10 s after the owner's work on the admin page (claim, sign-ins, passphrase
 //!   change, strength checks, a backup, a restore tried, an update check), against the previous
 //!   build when `IRIS_BENCH_PREVIOUS` names one (`benches/regenerate --previous REF`);
-//! - release binary sizes (and the previous build's), and the 10-device fan-out of the aarch64
-//!   binary under qemu-user when `IRIS_BENCH_AARCH64` names one (benches/regenerate builds it);
+//! - stripped release binary sizes against issue 37's goals (and the previous build's:
+//!   `IRIS_BENCH_PREVIOUS`, `IRIS_BENCH_PREVIOUS_AARCH64`, `IRIS_BENCH_PREVIOUS_ARMV7`), and the
+//!   10-device fan-out of the aarch64 binary under qemu-user when `IRIS_BENCH_AARCH64` names one
+//!   (benches/regenerate builds it);
 //! - streamed answers paced at 100 tokens/s and at full speed: bytes a device receives in
 //!   updates ÷ the answer's bytes (whole text and append, 1 and 10 devices); gateway CPU per
 //!   1,000 tokens against a bare relay (this binary run with `--bare-relay`: the agent's SSE
@@ -1738,32 +1740,57 @@ async fn rss_with_devices(counts: &[usize]) -> (u64, Vec<(usize, u64)>) {
     (idle, out)
 }
 
-/// Stripped release binaries: this build's, and the ARM builds benches/regenerate names.
-fn binary_sizes() -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    let native = PathBuf::from(env!("CARGO_BIN_EXE_iris-gateway"));
+/// Each target's stripped release binary that is named, with the previous build's of it.
+fn binary_sizes() -> Vec<BinarySize> {
     let arm = |var: &str| std::env::var_os(var).map(PathBuf::from);
-    for (name, path) in [
+    let previous = previous_build();
+    let commit = previous
+        .as_ref()
+        .map(|(_, c)| c.clone())
+        .unwrap_or_default();
+    let len = |p: Option<PathBuf>| p.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len());
+    [
         (
-            format!("{} (this build)", std::env::consts::ARCH),
-            Some(native),
+            std::env::consts::ARCH,
+            native_release(),
+            previous.map(|(bin, _)| bin),
         ),
         (
-            format!(
-                "{} (previous build, {})",
-                std::env::consts::ARCH,
-                previous_build().map(|(_, c)| c).unwrap_or_default()
-            ),
-            previous_build().map(|(bin, _)| bin),
+            "aarch64",
+            arm("IRIS_BENCH_AARCH64"),
+            arm("IRIS_BENCH_PREVIOUS_AARCH64"),
         ),
-        ("aarch64".to_owned(), arm("IRIS_BENCH_AARCH64")),
-        ("armv7".to_owned(), arm("IRIS_BENCH_ARMV7")),
-    ] {
-        if let Some(m) = path.and_then(|p| std::fs::metadata(p).ok()) {
-            out.push((name, m.len()));
-        }
+        (
+            "armv7",
+            arm("IRIS_BENCH_ARMV7"),
+            arm("IRIS_BENCH_PREVIOUS_ARMV7"),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(target, this, before)| {
+        Some(BinarySize {
+            target,
+            bytes: len(this)?,
+            previous: len(before).map(|b| (b, commit.clone())),
+        })
+    })
+    .collect()
+}
+
+/// One target's stripped release binary, and the previous build's when one is named.
+struct BinarySize {
+    target: &'static str,
+    bytes: u64,
+    previous: Option<(u64, String)>,
+}
+
+/// Issue 37's goals for the stripped binaries (bytes); armv7 has none.
+fn size_goal(target: &str) -> Option<u64> {
+    match target {
+        "x86_64" => Some(10_000_000),
+        "aarch64" => Some(9_000_000),
+        _ => None,
     }
-    out
 }
 
 fn machine() -> String {
@@ -2138,15 +2165,39 @@ async fn owner_work_memory(bin: Option<&Path>, settle: Duration) -> OwnerWorkMem
     out
 }
 
-/// Stripped binary sizes, this build's beside the previous build's when benches/regenerate
-/// names one.
+/// Stripped binary sizes: this build's release binaries (the bench's own in a release bench
+/// build, else `IRIS_BENCH_NATIVE`; the ARM ones from `IRIS_BENCH_AARCH64` / `IRIS_BENCH_ARMV7`)
+/// beside the previous build's when named (`IRIS_BENCH_PREVIOUS`, and for ARM
+/// `IRIS_BENCH_PREVIOUS_AARCH64` / `IRIS_BENCH_PREVIOUS_ARMV7`), each against its goal.
 fn sizes_section() {
-    println!("\n### Release binaries (stripped)\n");
-    println!("| target | bytes |");
-    println!("|---|---|");
-    for (name, size) in binary_sizes() {
-        println!("| {name} | {size} |");
-    }
+    let rows: Vec<Row> = binary_sizes()
+        .into_iter()
+        .map(|b| {
+            let goal = match size_goal(b.target) {
+                Some(g) => format!(
+                    " (goal ≤ {g} B: {})",
+                    if b.bytes <= g { "met" } else { "missed" }
+                ),
+                None => String::new(),
+            };
+            let what = format!("stripped release binary, {}{goal}", b.target);
+            match b.previous {
+                Some((before, commit)) => row(
+                    what,
+                    format!("{} B", b.bytes),
+                    format!("{before} B (previous build, {commit})"),
+                    b.bytes as f64 / before.max(1) as f64,
+                ),
+                None => Row {
+                    what,
+                    value: format!("{} B", b.bytes),
+                    baseline: "— (no previous build named)".into(),
+                    ratio: "—".into(),
+                },
+            }
+        })
+        .collect();
+    print("Release binaries (stripped)", &rows);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -107,13 +107,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn init_logging(level: &str) {
     let level = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
     let filter: LevelFilter = level.parse().unwrap_or(LevelFilter::INFO);
-    // Colour only for a person at a terminal: the journal and log files get plain text.
-    use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // Plain text everywhere (tracing-subscriber is built without `ansi`: README, "Design notes"):
+    // the journal, log files and the admin page's ring could not show colour codes anyway.
     // Also into the in-memory ring the admin page's Log shows (src/logring.rs).
     tracing_subscriber::fmt()
         .with_writer(iris_gateway::logring::make_writer)
-        .with_ansi(ansi)
         .with_max_level(filter)
         .with_target(false)
         .init();
