@@ -71,8 +71,14 @@ impl Hub {
                 self.set_storage_error(Some(e.to_string()));
                 continue;
             }
+            // The answers that waited are stored before `online` is said (one commit, so the
+            // committer's success is what says it): a device that writes on seeing `online`
+            // finds them in history ahead of its own message.
+            if let Err(e) = self.settle_unsettled().await {
+                self.set_storage_error(Some(e));
+                continue;
+            }
             self.set_storage_error(None);
-            self.settle_unsettled().await;
         }
     }
 }
@@ -85,20 +91,26 @@ impl Hub {
 }
 
 impl Hub {
-    /// Stores (and so delivers) the answers that finished while the disk was failing.
-    async fn settle_unsettled(&self) {
+    /// Stores (and so delivers) the answers that finished while the disk was failing, in one
+    /// commit (at most `MAX_UNSETTLED` answers); on failure they are kept for the next try.
+    async fn settle_unsettled(&self) -> Result<(), String> {
         let kept = self.unsettled.take_all();
         if kept.is_empty() {
-            return;
+            return Ok(());
         }
         info!(
             "storing {} answer(s) that finished while the disk was failing",
             kept.len()
         );
-        for changes in kept {
-            if let Err(e) = self.commit(changes.clone(), None).await {
-                warn!("could not store a kept answer: {e}");
-                self.keep_unsettled(changes);
+        let changes: Vec<_> = kept.iter().flatten().cloned().collect();
+        match self.commit(changes, None).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                warn!("could not store the kept answers: {e}");
+                for changes in kept {
+                    self.keep_unsettled(changes);
+                }
+                Err(e.to_string())
             }
         }
     }
