@@ -15,11 +15,11 @@
 /// Log bytes after which sled is reopened whatever the last reopen wrote: about the 5,000
 /// records (~270 demo turns) the bound by records allowed.
 const REPLAY_FLOOR_BYTES: u64 = 2 << 20;
-/// Log bytes a start after a crash replays at most, however much a reopen writes: ~2,200 demo
-/// turns with a full outbox; an estimated ~20 ms more than the old bound's ~2 MB for a start
-/// here, and up to ~0.5 s more from an SD card after a power cut (docs/storage.md, "A start
-/// after a crash: what sled replays", has the trade-off).
-const REPLAY_CAP_BYTES: u64 = 16 << 20;
+/// Log bytes a start after a crash replays at most, however much a reopen writes: ~550 demo
+/// turns with a full outbox. 16 MiB made a release start after a 100,000-message burst take
+/// ~1.0 s, 4 MiB 0.4 s (docs/storage.md, "A start after a crash: what sled replays", has the
+/// trade-off: more reopens on a large store, ~3 KB more written a turn).
+const REPLAY_CAP_BYTES: u64 = 4 << 20;
 /// The log must have grown by this many times what the last reopen wrote before the next one:
 /// below the cap, reopens add at most an eighth to sled's log writes.
 const REOPEN_AMORTISED: u64 = 8;
