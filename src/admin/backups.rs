@@ -16,6 +16,7 @@ use super::jobs::Kind;
 use super::pages::{self, csrf_field, notice, Notice};
 use super::reply::{page, redirect, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
+use super::route::Route;
 use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
@@ -88,7 +89,7 @@ async fn body_page(
         admin,
         status,
         "Backup",
-        "/admin/backup",
+        &Route::Backup.to_string(),
         Some(csrf),
         secure,
         &body,
@@ -212,13 +213,14 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
          <h3>Restore a scheduled backup</h3><p>Replaces messages, channels, devices, media, \
          the saved settings and the owner passphrase with the backup's; the current store is \
          kept aside and the gateway restarts into it.</p>\
-         <form method=\"post\" action=\"/admin/backup/restore-scheduled\">{}\
+         <form method=\"post\" action=\"{}\">{}\
          <label for=\"restore-name\">Backup</label><select id=\"restore-name\" name=\"file\">\
          {options}</select>\
          <label for=\"restore-passphrase\">Its backup passphrase</label>\
          <input type=\"password\" id=\"restore-passphrase\" name=\"passphrase\" \
          autocomplete=\"off\" maxlength=\"1024\" required>\
          <p><button id=\"restore-scheduled\">Restore it</button></p></form>",
+        Route::BackupRestoreScheduled,
         csrf_field(csrf)
     )
 }
@@ -226,9 +228,9 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
 fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
     let sel = |v: Option<backups::Every>| if plan.every == v { " selected" } else { "" };
     format!(
-        "<form method=\"post\" action=\"/admin/backup/now\">{csrf}\
+        "<form method=\"post\" action=\"{now}\">{csrf}\
          <p><button id=\"back-up-now\">Back up now</button></p></form>\
-         <h3>Schedule</h3><form method=\"post\" action=\"/admin/backup/schedule\">{csrf}\
+         <h3>Schedule</h3><form method=\"post\" action=\"{schedule}\">{csrf}\
          <label for=\"schedule\">How often</label><select id=\"schedule\" name=\"schedule\">\
          <option value=\"off\"{off}>Off</option><option value=\"daily\"{day}>Daily</option>\
          <option value=\"weekly\"{week}>Weekly</option></select>\
@@ -240,7 +242,7 @@ fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
          <h3>Backup passphrase</h3><p>Scheduled backups are encrypted; only this passphrase \
          opens them (on this box or a new one). Keep it somewhere safe: it cannot be recovered. \
          Changing it applies to backups made from then on.</p>\
-         <form method=\"post\" action=\"/admin/backup/passphrase\">{csrf}\
+         <form method=\"post\" action=\"{passphrase}\">{csrf}\
          <label for=\"backup-passphrase\">Backup passphrase</label>\
          <input type=\"password\" id=\"backup-passphrase\" name=\"passphrase\" \
          autocomplete=\"new-password\" minlength=\"{min}\" maxlength=\"1024\" required>\
@@ -249,6 +251,9 @@ fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
          autocomplete=\"new-password\" maxlength=\"1024\" required>\
          <p><button id=\"set-backup-passphrase\">Set it</button></p></form>",
         csrf = csrf_field(csrf),
+        now = Route::BackupNow,
+        schedule = Route::BackupSchedule,
+        passphrase = Route::BackupPassphrase,
         off = sel(None),
         day = sel(Some(backups::Every::Day)),
         week = sel(Some(backups::Every::Week)),
@@ -268,7 +273,7 @@ fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
 pub(super) async fn post(
     admin: &Admin,
     hub: &Rc<Hub>,
-    path: &str,
+    route: &Route,
     form: &Form,
     csrf: &str,
     secure: bool,
@@ -276,20 +281,21 @@ pub(super) async fn post(
     let bad = |status, text: String| async move {
         Ok(body_page(admin, status, csrf, secure, &Notice::Bad(&text)).await)
     };
-    Some(match path {
-        "/admin/backup/schedule" => match save_schedule(admin, form) {
-            Ok(()) => Ok(redirect("/admin/backup?done=schedule#scheduled")),
+    let scheduled = |done: &str| redirect(&format!("{}?done={done}#scheduled", Route::Backup));
+    Some(match route {
+        Route::BackupSchedule => match save_schedule(admin, form) {
+            Ok(()) => Ok(scheduled("schedule")),
             Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
-        "/admin/backup/passphrase" => match set_passphrase(admin, hub, form).await {
-            Ok(()) => Ok(redirect("/admin/backup?done=passphrase#scheduled")),
+        Route::BackupPassphrase => match set_passphrase(admin, hub, form).await {
+            Ok(()) => Ok(scheduled("passphrase")),
             Err(why) => bad(StatusCode::BAD_REQUEST, why).await,
         },
-        "/admin/backup/now" => match back_up_now(admin, hub) {
+        Route::BackupNow => match back_up_now(admin, hub) {
             Ok(()) => Ok(redirect(&Kind::Backup.page())),
             Err(why) => bad(StatusCode::CONFLICT, why).await,
         },
-        "/admin/backup/restore-scheduled" => match restore(admin, hub, form).await {
+        Route::BackupRestoreScheduled => match restore(admin, hub, form).await {
             Ok(reply) => Ok(reply),
             Err((status, why)) => bad(status, why).await,
         },

@@ -371,7 +371,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
             };
             // The backup and log forms answer for themselves; the rest leave their outcome in
             // the session for the page they redirect to.
-            if let Some(done) = backups::post(admin, hub, &path, &form, csrf, secure).await {
+            if let Some(done) = backups::post(admin, hub, &route, &form, csrf, secure).await {
                 return done.unwrap_or_else(|r| refused(admin, r, secure));
             }
             if let Some(done) = log_page::post(admin, &who, &route, &form) {
