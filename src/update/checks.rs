@@ -128,3 +128,107 @@ pub fn start(checks: Checks, host: impl Host + 'static, mut stop: crate::shutdow
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::io::{Read, Write};
+
+    /// A release index on loopback offering a fix (the next patch: for a `0.y` version the next
+    /// minor one is a major step), with a bundle for this box.
+    fn index_offering_a_fix() -> String {
+        let running = semver::Version::parse(env!("CARGO_PKG_VERSION")).unwrap();
+        let body = serde_json::json!({
+            "version": format!("{}.{}.{}", running.major, running.minor, running.patch + 1),
+            "notes": "A fix.",
+            "bundles": { std::env::consts::ARCH: "b.iub" },
+        })
+        .to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        format!("http://{addr}/index.json")
+    }
+
+    /// The admin's side as the daily check sees it: counts what it is asked.
+    struct FakeHost {
+        url: String,
+        asked: Rc<Cell<u32>>,
+        installs: Rc<Cell<u32>>,
+        finished: tokio::sync::mpsc::UnboundedSender<Result<String, String>>,
+    }
+
+    impl Host for FakeHost {
+        fn source(&self) -> (String, bool) {
+            self.asked.set(self.asked.get() + 1);
+            (self.url.clone(), true)
+        }
+
+        fn begin_check(&self) -> Option<Box<dyn FnOnce(Result<String, String>)>> {
+            let finished = self.finished.clone();
+            Some(Box::new(move |said| {
+                let _ = finished.send(said);
+            }))
+        }
+
+        fn on_trial(&self) -> bool {
+            false
+        }
+
+        fn install_found(&self) -> Result<(), String> {
+            self.installs.set(self.installs.get() + 1);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn the_daily_check_asks_after_ten_minutes_then_daily_keeps_the_answer_and_installs_a_fix()
+    {
+        let shutdown = crate::shutdown::Shutdown::new();
+        let checks = Checks::default();
+        let (asked, installs) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+        let (finished, mut said) = tokio::sync::mpsc::unbounded_channel();
+        let host = FakeHost {
+            url: index_offering_a_fix(),
+            asked: asked.clone(),
+            installs: installs.clone(),
+            finished,
+        };
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                start(checks.clone(), host, shutdown.listener());
+                tokio::time::sleep(FIRST_CHECK_AFTER - Duration::from_secs(1)).await;
+                assert_eq!(asked.get(), 0, "asked before the first wait was over");
+
+                let first = said.recv().await.unwrap().unwrap();
+                assert!(first.contains("is available"), "{first}");
+                assert!(checks.last().is_some_and(|c| c.offers_fix()));
+                assert_eq!((asked.get(), installs.get()), (1, 1));
+
+                tokio::time::sleep(CHECK_EVERY - Duration::from_secs(60)).await;
+                assert_eq!(asked.get(), 1, "asked again within the day");
+                said.recv().await.unwrap().unwrap();
+                assert_eq!((asked.get(), installs.get()), (2, 2));
+
+                checks.forget();
+                assert!(checks.last().is_none());
+                shutdown.begin();
+                shutdown.complete(Duration::from_secs(1)).await.unwrap();
+            })
+            .await;
+    }
+}
