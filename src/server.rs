@@ -358,7 +358,6 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         data_dir.to_path_buf(),
         crate::admin::owner::path(data_dir),
     ));
-    let update_checks = crate::update::checks::Checks::default();
     let admin = Rc::new(crate::admin::Admin::new(
         data_dir.to_path_buf(),
         core.config.clone(),
@@ -367,11 +366,10 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         url.clone(),
         tls_advert.clone(),
         backups.clone(),
-        update_checks.clone(),
     ));
     backups.start_schedule(core.hub.clone(), shutdown.listener());
     crate::update::checks::start(
-        update_checks,
+        admin.update_checks(),
         crate::admin::CheckHost::new(&admin, core.hub.clone()),
         shutdown.listener(),
     );

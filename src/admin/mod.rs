@@ -188,7 +188,6 @@ impl Admin {
         url: String,
         tls: Option<crate::tls::Advert>,
         backups: Rc<crate::backups::Backups>,
-        update_checks: crate::update::checks::Checks,
     ) -> Admin {
         let l = &config.limits;
         let mut sessions = Sessions::new(
@@ -218,7 +217,7 @@ impl Admin {
             meter_checks: strength::Window::new(Instant::now()),
             setup_tokens: session::SetupTokens::new(),
             backups,
-            update_checks,
+            update_checks: Default::default(),
             day: Rc::default(),
             url,
             tls,
@@ -235,6 +234,12 @@ impl Admin {
         if let Err(e) = saved {
             warn!("admin page: cannot keep the sessions over the restart: {e}");
         }
+    }
+
+    /// The last check's answer, shared with the daily check the server starts
+    /// (`update::checks::start`).
+    pub fn update_checks(&self) -> crate::update::checks::Checks {
+        self.update_checks.clone()
     }
 
     fn shell(&self, ctx: Ctx) -> Shell<'_> {

@@ -22,7 +22,7 @@ use super::{Admin, Form};
 use crate::hub::Hub;
 use crate::settings::Settings;
 use crate::update::bundle::MAX_BUNDLE;
-use crate::update::checks::{Checked, Host};
+use crate::update::checks::{Checked, Finish, Host};
 use crate::update::policy::Consent;
 use crate::update::source;
 use crate::update::version::Step;
@@ -476,7 +476,7 @@ impl Host for CheckHost {
             .read(|c| (c.update.url.clone(), c.update.automatic))
     }
 
-    fn begin_check(&self) -> Option<Box<dyn FnOnce(Result<String, String>)>> {
+    fn begin_check(&self) -> Option<Finish> {
         let ticket = self
             .admin
             .jobs

@@ -80,6 +80,9 @@ impl Checks {
     }
 }
 
+/// A check's slot among the page's jobs, finished with what the check found.
+pub type Finish = Box<dyn FnOnce(Result<String, String>)>;
+
 /// What the daily check asks of the gateway above the update wing.
 pub trait Host {
     /// The release index address the owner saved (empty: none) and whether a fix may install
@@ -87,7 +90,7 @@ pub trait Host {
     fn source(&self) -> (String, bool);
     /// A slot for one check among the page's jobs, to be finished with what it found; `None`
     /// while a check or an install is under way.
-    fn begin_check(&self) -> Option<Box<dyn FnOnce(Result<String, String>)>>;
+    fn begin_check(&self) -> Option<Finish>;
     /// This version is on trial after an update: nothing else installs until it ends.
     fn on_trial(&self) -> bool;
     /// Starts downloading and installing what the last check found.
@@ -177,7 +180,7 @@ mod tests {
             (self.url.clone(), true)
         }
 
-        fn begin_check(&self) -> Option<Box<dyn FnOnce(Result<String, String>)>> {
+        fn begin_check(&self) -> Option<Finish> {
             let finished = self.finished.clone();
             Some(Box::new(move |said| {
                 let _ = finished.send(said);
