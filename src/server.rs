@@ -368,7 +368,11 @@ async fn open_doors(core: &Core, data_dir: &Path, shutdown: &Shutdown) -> Result
         backups.clone(),
     ));
     backups.start_schedule(core.hub.clone(), shutdown.listener());
-    crate::admin::start_checks(&admin, core.hub.clone(), shutdown.listener());
+    crate::update::checks::start(
+        admin.update_checks(),
+        crate::admin::CheckHost::new(&admin, core.hub.clone()),
+        shutdown.listener(),
+    );
     crate::admin::start_sampling(&admin, shutdown.listener());
     let control = control::bind(data_dir).map_err(|source| RunError::Control {
         dir: data_dir.to_path_buf(),

@@ -39,6 +39,27 @@ async fn upload(web: &mut Web, bundle: &Path, query: &str) -> common::web::Reply
     .await
 }
 
+/// Saves the Update page's release index address (the form answers with a redirect).
+async fn save_index(web: &mut Web, url: &str) {
+    let r = web.post_csrf("/admin/update/source", &[("url", url)]).await;
+    assert_eq!(r.status, 303, "{r:?}");
+}
+
+/// "Check now": a redirect to the check's job page, and that page once the check has ended
+/// well.
+async fn check_now(web: &mut Web) -> common::web::Reply {
+    let r = web.post_csrf("/admin/update/check", &[]).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/admin/job/update-check"));
+    let job = web.job_outcome("update-check").await;
+    assert!(
+        job.body.contains("data-phase=\"succeeded\""),
+        "{}",
+        job.body
+    );
+    job
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn an_uploaded_update_is_checked_refused_or_installed_and_listed() {
     let root = Root::new(20);
@@ -184,10 +205,7 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
     // No address yet: no check offered.
     let page = web.get("/admin/update").await;
     assert!(!page.body.contains("id=\"check\""), "{}", page.body);
-    let r = web
-        .post_csrf("/admin/update/source", &[("url", "ftp://nowhere/x")])
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_index(&mut web, "ftp://nowhere/x").await;
     let page = web.get("/admin/update").await;
     assert!(
         page.body.contains("must start with https://"),
@@ -195,22 +213,11 @@ async fn an_offered_update_that_fails_is_rolled_back_and_shown_until_dismissed()
         page.body
     );
     let url = format!("{server}/releases/index.json");
-    let r = web
-        .post_csrf("/admin/update/source", &[("url", url.as_str())])
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_index(&mut web, &url).await;
     let page = web.get("/admin/update").await;
     assert!(page.body.contains("id=\"check\""), "{}", page.body);
 
-    let r = web.post_csrf("/admin/update/check", &[]).await;
-    assert_eq!(r.status, 303, "{r:?}");
-    assert_eq!(r.header("location"), Some("/admin/job/update-check"));
-    let job = web.job_outcome("update-check").await;
-    assert!(
-        job.body.contains("data-phase=\"succeeded\""),
-        "{}",
-        job.body
-    );
+    check_now(&mut web).await;
     let page = web.get("/admin/update").await;
     assert!(
         page.body.contains(&format!("{} is available", v.minor))
@@ -425,10 +432,7 @@ async fn a_slow_check_and_a_cut_download_are_jobs_that_leave_no_part_file() {
     let mut web = Web::new(&gw, "127.0.0.1");
     web.claim(OWNER).await;
     let (index, release) = slow_release_server();
-    let r = web
-        .post_csrf("/admin/update/source", &[("url", index.as_str())])
-        .await;
-    assert_eq!(r.status, 303, "{r:?}");
+    save_index(&mut web, &index).await;
     let part = data.path().join("update").join("upload.part");
 
     // "Check now" against an index that answers after the request deadline.
@@ -583,4 +587,54 @@ async fn with_no_update_helper_a_bundle_is_checked_before_the_refusal_and_nothin
         r.body
     );
     assert!(root.nothing_staged());
+}
+
+/// What the owner typed and what the release index says reach the Update page and the check's
+/// job page as text, never as markup: the address, the version's notes, the check's answer.
+#[tokio::test(flavor = "current_thread")]
+async fn what_the_index_and_the_address_say_is_shown_as_text_not_markup() {
+    const MARKUP: &str = "<img src=x onerror=alert(1)>";
+    let data = common::temp_data_dir();
+    let mut gw = common::Gateway::start(data.path(), &[]);
+    let mut web = Web::new(&gw, "127.0.0.1");
+    web.claim(OWNER).await;
+    let index = serde_json::json!({
+        "version": next_minor(),
+        "notes": format!("Fixes \"quotes\" & {MARKUP}."),
+        "bundles": { std::env::consts::ARCH: "b.iub" },
+    })
+    .to_string();
+    let server = fake_http::start(move |taken| {
+        if taken.line.starts_with("GET /index.json ") {
+            fake_http::json_200(index.as_bytes())
+        } else {
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+        }
+    });
+
+    // An address that would close its attribute and open an element.
+    let hostile = format!("http://127.0.0.1:9/\">{MARKUP}");
+    save_index(&mut web, &hostile).await;
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body
+            .contains("value=\"http://127.0.0.1:9/&quot;&gt;&lt;img src=x onerror=alert(1)&gt;\"")
+            && !page.body.contains(MARKUP),
+        "{}",
+        page.body
+    );
+
+    // The notes of a real index.
+    let url = format!("{server}/index.json");
+    save_index(&mut web, &url).await;
+    check_now(&mut web).await;
+    let page = web.get("/admin/update").await;
+    assert!(
+        page.body.contains(
+            "<p class=\"notes\">Fixes &quot;quotes&quot; &amp; &lt;img src=x onerror=alert(1)&gt;.</p>"
+        ) && !page.body.contains(MARKUP),
+        "{}",
+        page.body
+    );
+    gw.stop_ok();
 }

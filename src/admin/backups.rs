@@ -10,18 +10,20 @@ use std::rc::Rc;
 use std::time::SystemTime;
 
 use hyper::StatusCode;
+use maud::{html, Markup, PreEscaped};
 use tracing::info;
 
+use super::context::SignedIn;
 use super::jobs::Kind;
 use super::pages::{self, csrf_field, notice, Notice};
-use super::reply::{page, redirect, Refusal, Reply};
+use super::reply::{redirect, signed_page, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
 use super::route::Route;
 use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
-use crate::pairing::page::{escape, tokens};
+use crate::pairing::page::tokens;
 
 /// Longest folder path taken from the form.
 const MAX_FOLDER_BYTES: usize = 1024;
@@ -32,12 +34,7 @@ fn plan(admin: &Admin) -> Result<Plan, Refusal> {
 }
 
 /// `GET /admin/backup`: the download and upload (`pages::backup`), then the scheduled backups.
-pub(super) async fn get(
-    admin: &Admin,
-    query: &str,
-    csrf: &str,
-    secure: bool,
-) -> Result<Reply, Refusal> {
+pub(super) async fn get(admin: &Admin, query: &str, who: &SignedIn) -> Result<Reply, Refusal> {
     let done = query
         .split('&')
         .find_map(|p| p.strip_prefix("done="))
@@ -47,7 +44,7 @@ pub(super) async fn get(
             _ => None,
         });
     let n = done.map_or(Notice::None, Notice::Good);
-    Ok(body_page(admin, StatusCode::OK, csrf, secure, &n).await)
+    Ok(body_page(admin, StatusCode::OK, who, &n).await)
 }
 
 /// What the folder holds and what is wrong with it, read on a blocking thread: a USB stick that
@@ -75,25 +72,12 @@ async fn look(folder: Option<std::path::PathBuf>) -> FolderLook {
     })
 }
 
-async fn body_page(
-    admin: &Admin,
-    status: StatusCode,
-    csrf: &str,
-    secure: bool,
-    n: &Notice<'_>,
-) -> Reply {
+async fn body_page(admin: &Admin, status: StatusCode, who: &SignedIn, n: &Notice<'_>) -> Reply {
+    let csrf = who.csrf();
     let folder = plan(admin).ok().and_then(|p| p.folder);
     let seen = look(folder).await;
-    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n, &seen);
-    page(
-        admin,
-        status,
-        "Backup",
-        &Route::Backup.to_string(),
-        Some(csrf),
-        secure,
-        &body,
-    )
+    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n, &seen).into_string();
+    signed_page(admin, who, status, "Backup", &Route::Backup, &body)
 }
 
 /// How long ago, in words.
@@ -111,7 +95,7 @@ fn age(then: SystemTime) -> String {
 }
 
 /// The scheduled backups' section.
-fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String {
+fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> Markup {
     let limits = admin.config.read(|c| c.limits.clone());
     let (plan, plan_error) = match plan(admin) {
         Ok(p) => (p, None),
@@ -122,151 +106,154 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> String
     };
     let state = &admin.backups;
     let key = sealed::key(&admin.data_dir);
-    let mut out = format!("<h2 id=\"scheduled\">Scheduled backups</h2>{}", notice(n));
-    if let Some(e) = plan_error {
-        out += &notice(&Notice::Bad(&e));
-    }
-    // What is wrong now, in the owner's words, before anything else.
-    if let Some(problem) = &seen.problem {
-        out += &format!(
-            "<p class=\"bad\" id=\"folder-problem\">{}</p>",
-            escape(problem)
-        );
-    }
-    match &key {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            out += "<p class=\"bad\" id=\"key-problem\">No backup passphrase is set: none can be \
-                    made until one is.</p>"
-        }
-        Err(e) => out += &notice(&Notice::Bad(&e.to_string())),
-    }
     let every = match plan.every {
-        None => "off".to_owned(),
-        Some(backups::Every::Day) => "daily".to_owned(),
-        Some(backups::Every::Week) => "weekly".to_owned(),
+        None => "off",
+        Some(backups::Every::Day) => "daily",
+        Some(backups::Every::Week) => "weekly",
     };
-    let folder = match plan.folder.as_deref() {
-        Some(f) => format!("in <code>{}</code>", tokens(&f.display().to_string())),
-        None => "with no folder chosen".to_owned(),
-    };
-    out += &format!(
-        "<p id=\"schedule-now\">Schedule: <strong>{every}</strong>, keeping the newest {}, \
-         {folder}.</p>",
-        plan.keep,
-    );
-    if state.running() {
-        out += "<p id=\"backup-running\">A backup is being made now.</p>";
+    let last = state.last().map(|o| {
+        let text = match &o.result {
+            Ok(l) => format!(
+                "Last result ({}): {} written, {}.",
+                age(o.at),
+                l.name,
+                crate::store::human_bytes(l.bytes)
+            ),
+            Err(e) => format!(
+                "Last result ({}): failed: {}.",
+                age(o.at),
+                super::words::owner_words(&e.to_string())
+            ),
+        };
+        (if o.result.is_ok() { "good" } else { "bad" }, text)
+    });
+    // Spliced raw: the notices and the folder's groups (`tokens`) are markup the page helpers
+    // made, from escaped values.
+    html! {
+        h2 id="scheduled" { "Scheduled backups" }
+        (PreEscaped(notice(n)))
+        @if let Some(e) = plan_error {
+            (PreEscaped(notice(&Notice::Bad(&e))))
+        }
+        // What is wrong now, in the owner's words, before anything else.
+        @if let Some(problem) = &seen.problem {
+            p.bad id="folder-problem" { (problem) }
+        }
+        @match &key {
+            Ok(Some(_)) => {}
+            Ok(None) => p.bad id="key-problem" {
+                "No backup passphrase is set: none can be made until one is."
+            },
+            Err(e) => (PreEscaped(notice(&Notice::Bad(&e.to_string())))),
+        }
+        p id="schedule-now" {
+            "Schedule: " strong { (every) } ", keeping the newest " (plan.keep) ", "
+            @match plan.folder.as_deref() {
+                Some(f) => { "in " code { (PreEscaped(tokens(&f.display().to_string()))) } }
+                None => "with no folder chosen",
+            }
+            "."
+        }
+        @if state.running() {
+            p id="backup-running" { "A backup is being made now." }
+        }
+        (admin.jobs.under_way(&[Kind::Backup, Kind::Restore]))
+        @match last {
+            None => p id="last-result" { "Last result: none since the gateway started." },
+            Some((class, text)) => p id="last-result" class=(class) { (text) },
+        }
+        (list_html(&seen.listed, csrf))
+        (forms_html(&plan, csrf, limits.backup_keep_max))
     }
-    out += &admin.jobs.under_way(&[Kind::Backup, Kind::Restore]);
-    match state.last() {
-        None => out += "<p id=\"last-result\">Last result: none since the gateway started.</p>",
-        Some(o) => {
-            let text = match &o.result {
-                Ok(l) => format!(
-                    "Last result ({}): {} written, {}.",
-                    age(o.at),
-                    l.name,
-                    crate::store::human_bytes(l.bytes)
-                ),
-                Err(e) => format!(
-                    "Last result ({}): failed: {}.",
-                    age(o.at),
-                    super::words::owner_words(&e.to_string())
-                ),
-            };
-            let class = if o.result.is_ok() { "good" } else { "bad" };
-            out += &format!(
-                "<p id=\"last-result\" class=\"{class}\">{}</p>",
-                escape(&text)
-            );
+}
+
+fn list_html(listed: &[backups::Listed], csrf: &str) -> Markup {
+    if listed.is_empty() {
+        return html! { p { "No scheduled backups in the folder yet." } };
+    }
+    // Spliced raw: the names' groups (`tokens`) and the CSRF field are markup the page helpers
+    // made, from escaped values.
+    html! {
+        table.stack id="backups" {
+            thead { tr { th { "Backup" } th { "Size" } th { "Made" } } }
+            tbody {
+                @for l in listed {
+                    tr {
+                        td.name data-label="Backup" { (PreEscaped(tokens(&l.name))) }
+                        td.size data-label="Size" { (crate::store::human_bytes(l.bytes)) }
+                        td data-label="Made" { (age(l.made)) }
+                    }
+                }
+            }
+        }
+        h3 { "Restore a scheduled backup" }
+        p {
+            "Replaces messages, channels, devices, media, the saved settings and the owner \
+             passphrase with the backup's; the current store is kept aside and the gateway \
+             restarts into it."
+        }
+        form method="post" action=(Route::BackupRestoreScheduled) {
+            (PreEscaped(csrf_field(csrf)))
+            label for="restore-name" { "Backup" }
+            select id="restore-name" name="file" {
+                @for l in listed { option { (l.name) } }
+            }
+            label for="restore-passphrase" { "Its backup passphrase" }
+            input type="password" id="restore-passphrase" name="passphrase" autocomplete="off"
+                maxlength="1024" required;
+            p { button id="restore-scheduled" { "Restore it" } }
         }
     }
-    out += &list_html(&seen.listed, csrf);
-    out += &forms_html(&plan, csrf, limits.backup_keep_max);
-    out
 }
 
-fn list_html(listed: &[backups::Listed], csrf: &str) -> String {
-    if listed.is_empty() {
-        return "<p>No scheduled backups in the folder yet.</p>".into();
+fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> Markup {
+    // Spliced raw: the CSRF field is markup the page helpers made.
+    let csrf = PreEscaped(csrf_field(csrf));
+    let folder = plan
+        .folder
+        .as_deref()
+        .map(|f| f.display().to_string())
+        .unwrap_or_default();
+    html! {
+        form method="post" action=(Route::BackupNow) {
+            (csrf)
+            p { button id="back-up-now" { "Back up now" } }
+        }
+        h3 { "Schedule" }
+        form method="post" action=(Route::BackupSchedule) {
+            (csrf)
+            label for="schedule" { "How often" }
+            select id="schedule" name="schedule" {
+                option value="off" selected[plan.every.is_none()] { "Off" }
+                option value="daily" selected[plan.every == Some(backups::Every::Day)] { "Daily" }
+                option value="weekly" selected[plan.every == Some(backups::Every::Week)] {
+                    "Weekly"
+                }
+            }
+            label for="folder" { "Folder (a USB stick: its mount point, e.g. /media/usb)" }
+            input id="folder" name="folder" value=(folder) maxlength=(MAX_FOLDER_BYTES);
+            label for="keep" { "How many to keep" }
+            input id="keep" name="keep" type="number" min="1" max=(keep_max) value=(plan.keep);
+            p { button id="save-schedule" { "Save the schedule" } }
+        }
+        h3 { "Backup passphrase" }
+        p {
+            "Scheduled backups are encrypted; only this passphrase opens them (on this box or a \
+             new one). Keep it somewhere safe: it cannot be recovered. Changing it applies to \
+             backups made from then on."
+        }
+        form method="post" action=(Route::BackupPassphrase) {
+            (csrf)
+            label for="backup-passphrase" { "Backup passphrase" }
+            input type="password" id="backup-passphrase" name="passphrase"
+                autocomplete="new-password" minlength=(owner::MIN_PASSPHRASE_CHARS)
+                maxlength="1024" required;
+            label for="backup-confirm" { "The same again" }
+            input type="password" id="backup-confirm" name="confirm" autocomplete="new-password"
+                maxlength="1024" required;
+            p { button id="set-backup-passphrase" { "Set it" } }
+        }
     }
-    let rows: String = listed
-        .iter()
-        .map(|l| {
-            format!(
-                "<tr><td class=\"name\" data-label=\"Backup\">{}</td>\
-                 <td class=\"size\" data-label=\"Size\">{}</td><td data-label=\"Made\">{}</td></tr>",
-                tokens(&l.name),
-                crate::store::human_bytes(l.bytes),
-                age(l.made)
-            )
-        })
-        .collect();
-    let options: String = listed
-        .iter()
-        .map(|l| format!("<option>{}</option>", escape(&l.name)))
-        .collect();
-    format!(
-        "<table id=\"backups\" class=\"stack\"><thead><tr><th>Backup</th><th>Size</th><th>Made</th></tr></thead>\
-         <tbody>{rows}</tbody></table>\
-         <h3>Restore a scheduled backup</h3><p>Replaces messages, channels, devices, media, \
-         the saved settings and the owner passphrase with the backup's; the current store is \
-         kept aside and the gateway restarts into it.</p>\
-         <form method=\"post\" action=\"{}\">{}\
-         <label for=\"restore-name\">Backup</label><select id=\"restore-name\" name=\"file\">\
-         {options}</select>\
-         <label for=\"restore-passphrase\">Its backup passphrase</label>\
-         <input type=\"password\" id=\"restore-passphrase\" name=\"passphrase\" \
-         autocomplete=\"off\" maxlength=\"1024\" required>\
-         <p><button id=\"restore-scheduled\">Restore it</button></p></form>",
-        Route::BackupRestoreScheduled,
-        csrf_field(csrf)
-    )
-}
-
-fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> String {
-    let sel = |v: Option<backups::Every>| if plan.every == v { " selected" } else { "" };
-    format!(
-        "<form method=\"post\" action=\"{now}\">{csrf}\
-         <p><button id=\"back-up-now\">Back up now</button></p></form>\
-         <h3>Schedule</h3><form method=\"post\" action=\"{schedule}\">{csrf}\
-         <label for=\"schedule\">How often</label><select id=\"schedule\" name=\"schedule\">\
-         <option value=\"off\"{off}>Off</option><option value=\"daily\"{day}>Daily</option>\
-         <option value=\"weekly\"{week}>Weekly</option></select>\
-         <label for=\"folder\">Folder (a USB stick: its mount point, e.g. /media/usb)</label>\
-         <input id=\"folder\" name=\"folder\" value=\"{folder}\" maxlength=\"{MAX_FOLDER_BYTES}\">\
-         <label for=\"keep\">How many to keep</label>\
-         <input id=\"keep\" name=\"keep\" type=\"number\" min=\"1\" max=\"{keep_max}\" \
-         value=\"{keep}\"><p><button id=\"save-schedule\">Save the schedule</button></p></form>\
-         <h3>Backup passphrase</h3><p>Scheduled backups are encrypted; only this passphrase \
-         opens them (on this box or a new one). Keep it somewhere safe: it cannot be recovered. \
-         Changing it applies to backups made from then on.</p>\
-         <form method=\"post\" action=\"{passphrase}\">{csrf}\
-         <label for=\"backup-passphrase\">Backup passphrase</label>\
-         <input type=\"password\" id=\"backup-passphrase\" name=\"passphrase\" \
-         autocomplete=\"new-password\" minlength=\"{min}\" maxlength=\"1024\" required>\
-         <label for=\"backup-confirm\">The same again</label>\
-         <input type=\"password\" id=\"backup-confirm\" name=\"confirm\" \
-         autocomplete=\"new-password\" maxlength=\"1024\" required>\
-         <p><button id=\"set-backup-passphrase\">Set it</button></p></form>",
-        csrf = csrf_field(csrf),
-        now = Route::BackupNow,
-        schedule = Route::BackupSchedule,
-        passphrase = Route::BackupPassphrase,
-        off = sel(None),
-        day = sel(Some(backups::Every::Day)),
-        week = sel(Some(backups::Every::Week)),
-        folder = escape(
-            &plan
-                .folder
-                .as_deref()
-                .map(|f| f.display().to_string())
-                .unwrap_or_default()
-        ),
-        keep = plan.keep,
-        min = owner::MIN_PASSPHRASE_CHARS,
-    )
 }
 
 /// The Backup page's forms for scheduled backups; `None` for any other path.
@@ -275,11 +262,10 @@ pub(super) async fn post(
     hub: &Rc<Hub>,
     route: &Route,
     form: &Form,
-    csrf: &str,
-    secure: bool,
+    who: &SignedIn,
 ) -> Option<Result<Reply, Refusal>> {
     let bad = |status, text: String| async move {
-        Ok(body_page(admin, status, csrf, secure, &Notice::Bad(&text)).await)
+        Ok(body_page(admin, status, who, &Notice::Bad(&text)).await)
     };
     let scheduled = |done: &str| redirect(&format!("{}?done={done}#scheduled", Route::Backup));
     Some(match route {

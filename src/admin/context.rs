@@ -1,7 +1,8 @@
 //! What the gate learns of a request once, handed to every handler: where it came from, over
 //! what, and (signed in) whose session with which CSRF token. Handlers take these instead of a
 //! `secure` flag, a CSRF string and a session check of their own, so what a session needs is
-//! decided in one place ([`Gate::of`]).
+//! decided in one place ([`Gate::of`]), and whether a cookie must be `Secure` in one
+//! ([`Ctx::cookie`]).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -24,9 +25,14 @@ impl Ctx {
         self.peer
     }
 
-    /// Came over TLS.
+    /// Came over TLS: the page's shell leaves off the warning a plain page carries.
     pub(super) fn secure(&self) -> bool {
         self.secure
+    }
+
+    /// A `Set-Cookie` value for this request: `Secure` when it came over TLS.
+    pub(super) fn cookie(&self, name: &str, value: &str) -> String {
+        session::set_cookie(name, value, self.secure)
     }
 }
 
@@ -41,8 +47,9 @@ impl SignedIn {
         self.ctx.peer
     }
 
-    pub(super) fn secure(&self) -> bool {
-        self.ctx.secure
+    /// The request's own context: its peer and https-ness.
+    pub(super) fn ctx(&self) -> Ctx {
+        self.ctx
     }
 
     /// The session's CSRF token: every form of its pages carries it.

@@ -104,10 +104,7 @@ impl Post<'_> {
         self.admin.sessions.borrow_mut().end_all();
         info!(peer = %self.who.peer(), "admin page: signed out (every session ended)");
         let mut reply = redirect_to(&Route::Home);
-        set_cookies(
-            &mut reply,
-            &[session::set_cookie(session::COOKIE, "", self.who.secure())],
-        );
+        set_cookies(&mut reply, &[self.who.ctx().cookie(session::COOKIE, "")]);
         reply
     }
 
@@ -160,10 +157,7 @@ impl Post<'_> {
         admin.sessions.borrow_mut().end_all();
         info!(peer = %self.who.peer(), "admin page: passphrase changed (every session ended)");
         let mut reply = redirect(&format!("{}?changed=passphrase", Route::Home));
-        set_cookies(
-            &mut reply,
-            &[session::set_cookie(session::COOKIE, "", self.who.secure())],
-        );
+        set_cookies(&mut reply, &[self.who.ctx().cookie(session::COOKIE, "")]);
         Ok(reply)
     }
 

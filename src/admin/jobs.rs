@@ -16,6 +16,8 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
+use maud::{html, Markup};
+
 // The kinds are part of the job pages' addresses, so they are declared with the routes.
 pub(super) use super::route::Kind;
 use super::route::{Route, KINDS};
@@ -145,19 +147,14 @@ impl Jobs {
     }
 
     /// For a page: a line linking to each job of `kinds` that runs now.
-    pub(super) fn under_way(&self, kinds: &[Kind]) -> String {
-        kinds
-            .iter()
-            .filter(|k| self.running(**k))
-            .map(|k| {
-                format!(
-                    "<p class=\"warn\" id=\"job-{0}\">{1}: <a href=\"{2}\">follow it</a>.</p>",
-                    k.name(),
-                    k.title(),
-                    k.page()
-                )
-            })
-            .collect()
+    pub(super) fn under_way(&self, kinds: &[Kind]) -> Markup {
+        html! {
+            @for k in kinds.iter().filter(|k| self.running(**k)) {
+                p.warn id={ "job-" (k.name()) } {
+                    (k.title()) ": " a href=(k.page()) { "follow it" } "."
+                }
+            }
+        }
     }
 
     fn end(&self, kind: Kind, outcome: Result<String, String>) {
@@ -212,41 +209,41 @@ impl Drop for Ticket {
 const RELOAD_SECS: u32 = 2;
 
 /// The job page's body: what runs and since when, or how it ended, and the way back.
-pub(super) fn body(kind: Kind, view: Option<&View>) -> String {
-    use crate::pairing::page::escape;
-    let back = format!(
-        "<p><a id=\"back\" href=\"{}\">Back to the page</a></p>",
-        kind.home()
-    );
+pub(super) fn body(kind: Kind, view: Option<&View>) -> Markup {
+    let back = html! { p { a id="back" href=(kind.home()) { "Back to the page" } } };
     let Some(v) = view else {
-        return format!(
-            "<div id=\"result\"><p id=\"job-state\">Nothing of this kind has been started since \
-             the gateway started.</p></div>{back}"
-        );
+        return html! {
+            div id="result" {
+                p id="job-state" {
+                    "Nothing of this kind has been started since the gateway started."
+                }
+            }
+            (back)
+        };
     };
     let started = chrono::DateTime::<chrono::Local>::from(v.started)
         .format("%H:%M:%S")
         .to_string();
     let secs = v.took.as_secs();
-    let (class, state, extra) = match v.phase {
+    let (class, phase, state) = match v.phase {
         Phase::Running => (
             "warn",
+            "running",
             format!("Running for {secs} s (started at {started})"),
-            format!(" data-reload=\"{RELOAD_SECS}\""),
         ),
-        Phase::Succeeded => ("good", format!("Done in {secs} s"), String::new()),
-        Phase::Failed => ("bad", format!("Failed after {secs} s"), String::new()),
+        Phase::Succeeded => ("good", "succeeded", format!("Done in {secs} s")),
+        Phase::Failed => ("bad", "failed", format!("Failed after {secs} s")),
     };
-    format!(
-        "<div id=\"result\"><p class=\"{class}\" id=\"job-state\" data-phase=\"{}\"{extra}>\
-         {state}.</p><p id=\"job-message\">{}</p></div>{back}",
-        match v.phase {
-            Phase::Running => "running",
-            Phase::Succeeded => "succeeded",
-            Phase::Failed => "failed",
-        },
-        escape(&super::words::owner_words(&v.message))
-    )
+    let reload = (v.phase == Phase::Running).then_some(RELOAD_SECS);
+    html! {
+        div id="result" {
+            p class=(class) id="job-state" data-phase=(phase) data-reload=[reload] {
+                (state) "."
+            }
+            p id="job-message" { (super::words::owner_words(&v.message)) }
+        }
+        (back)
+    }
 }
 
 #[cfg(test)]

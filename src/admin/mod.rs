@@ -81,7 +81,7 @@ pub use route::PREFIX;
 use sections::{agent_body, devices_body, push_body};
 use session::Sessions;
 pub use transfer::{is_transfer, RESTORE_STORE_ALLOWANCE, TRANSFER_TIMEOUT};
-pub use updates::start_checks;
+pub use updates::CheckHost;
 
 /// The name of the device paired right after the claim, until the owner renames it.
 const CLAIM_DEVICE_NAME: &str = "Phone paired at set-up";
@@ -118,8 +118,9 @@ pub struct Admin {
     setup_tokens: session::SetupTokens,
     /// The backups wing: one backup at a time, and how the last went (`backups.rs`).
     backups: Rc<crate::backups::Backups>,
-    /// The Update page's last check (`updates.rs`).
-    update_state: Rc<updates::State>,
+    /// The last check for a newer version, made by the update wing's daily check or asked for
+    /// on the Update page (`updates.rs`).
+    update_checks: crate::update::checks::Checks,
     /// The Status page's last 24 hours of figures, in memory only (`health.rs`).
     day: Rc<health::Day>,
 }
@@ -216,7 +217,7 @@ impl Admin {
             meter_checks: strength::Window::new(Instant::now()),
             setup_tokens: session::SetupTokens::new(),
             backups,
-            update_state: Rc::default(),
+            update_checks: Default::default(),
             day: Rc::default(),
             url,
             tls,
@@ -235,7 +236,14 @@ impl Admin {
         }
     }
 
-    fn shell(&self, secure: bool) -> Shell<'_> {
+    /// The last check's answer, shared with the daily check the server starts
+    /// (`update::checks::start`).
+    pub fn update_checks(&self) -> crate::update::checks::Checks {
+        self.update_checks.clone()
+    }
+
+    fn shell(&self, ctx: Ctx) -> Shell<'_> {
+        let secure = ctx.secure();
         Shell {
             secure,
             https: self.https.as_deref().filter(|_| !secure),
@@ -294,7 +302,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
                 "Owner unreadable",
                 "",
                 None,
-                ctx.secure(),
+                ctx,
                 &pages::message(&e.to_string(), &Notice::None),
             );
         }
@@ -312,7 +320,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
             "Already claimed",
             "",
             None,
-            ctx.secure(),
+            ctx,
             &pages::message(
                 &format!(
                     "This gateway already has an owner. Sign in with the passphrase, or take it \
@@ -341,14 +349,14 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
                 None => redirect_to(&Route::Home),
             };
         }
-        return refused(admin, Refusal::NoSession, ctx.secure());
+        return refused(admin, Refusal::NoSession, ctx);
     };
-    let (csrf, secure) = (who.csrf(), ctx.secure());
+    let csrf = who.csrf();
     let this_device = session::cookie(req.headers(), pages::THIS_DEVICE_COOKIE).map(str::to_owned);
     let result = match method {
         Method::GET | Method::HEAD => match route {
             None => Err(Refusal::NotFound),
-            Some(Route::Backup) => backups::get(admin, &raw_query, csrf, secure).await,
+            Some(Route::Backup) => backups::get(admin, &raw_query, &who).await,
             Some(route @ (Route::Log | Route::LogDownload)) => {
                 log_page::get(admin, &who, &route, &raw_query)
             }
@@ -357,28 +365,28 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
         Method::POST => {
             let form = match read_form(admin, req).await {
                 Ok(f) => f,
-                Err(r) => return refused_page(admin, r, Some(csrf), secure),
+                Err(r) => return refused_page(admin, r, Some(csrf), ctx),
             };
             if !session::same(form.get("csrf"), csrf) {
                 let peer = ctx.peer();
                 info!(%peer, path, "admin page: CSRF token missing or wrong; nothing done");
-                return refused(admin, Refusal::BadCsrf, secure);
+                return refused(admin, Refusal::BadCsrf, ctx);
             }
             // An address nobody serves is said so once its form passed the checks every form
             // passes first.
             let Some(route) = route else {
-                return refused_page(admin, Refusal::NotFound, Some(csrf), secure);
+                return refused_page(admin, Refusal::NotFound, Some(csrf), ctx);
             };
             // The backup and log forms answer for themselves; the rest leave their outcome in
             // the session for the page they redirect to.
-            if let Some(done) = backups::post(admin, hub, &route, &form, csrf, secure).await {
-                return done.unwrap_or_else(|r| refused(admin, r, secure));
+            if let Some(done) = backups::post(admin, hub, &route, &form, &who).await {
+                return done.unwrap_or_else(|r| refused(admin, r, ctx));
             }
             if let Some(done) = log_page::post(admin, &who, &route, &form) {
-                return done.unwrap_or_else(|r| refused(admin, r, secure));
+                return done.unwrap_or_else(|r| refused(admin, r, ctx));
             }
             if let Some(done) = updates::post(admin, hub, &who, &route, &form).await {
-                return done.unwrap_or_else(|r| refused(admin, r, secure));
+                return done.unwrap_or_else(|r| refused(admin, r, ctx));
             }
             let done = match power::post(admin, &who, &route).await {
                 Some(r) => r,
@@ -404,7 +412,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
     };
     match result {
         Ok(reply) => reply,
-        Err(r) => refused_page(admin, r, Some(csrf), secure),
+        Err(r) => refused_page(admin, r, Some(csrf), ctx),
     }
 }
 
@@ -440,24 +448,24 @@ async fn unclaimed(
     route: Option<Route>,
     ctx: Ctx,
 ) -> Reply {
-    let (peer, secure) = (ctx.peer(), ctx.secure());
+    let peer = ctx.peer();
     match (req.method().clone(), route) {
         (Method::POST, Some(Route::Setup)) => {}
         (Method::GET | Method::HEAD, Some(Route::Home)) => {
             return setup_page(admin, StatusCode::OK, &Notice::None, ctx)
         }
         (Method::GET | Method::HEAD, _) => return redirect_to(&Route::Home),
-        _ => return refused(admin, Refusal::NoSession, secure),
+        _ => return refused(admin, Refusal::NoSession, ctx),
     }
     let pre = session::cookie(req.headers(), session::PRE_COOKIE).map(str::to_owned);
     let form = match read_form(admin, req).await {
         Ok(f) => f,
-        Err(r) => return refused(admin, r, secure),
+        Err(r) => return refused(admin, r, ctx),
     };
     // A token the set-up page issued, not only two matching copies: what follows costs an
     // estimate and a hash.
     if !pre.is_some_and(|p| session::same(&p, form.get("pre")) && admin.setup_tokens.issued(&p)) {
-        return refused(admin, Refusal::BadCsrf, secure);
+        return refused(admin, Refusal::BadCsrf, ctx);
     }
     let (pass, confirm) = (form.get("passphrase"), form.get("confirm"));
     if pass != confirm {
@@ -474,12 +482,12 @@ async fn unclaimed(
     let owner = match hash_new(admin, pass, Hashing::WhileUnclaimed).await {
         Ok(Some(o)) => o,
         Ok(None) => return redirect_to(&Route::Home),
-        Err(e) => return refused(admin, Refusal::Unavailable(e), secure),
+        Err(e) => return refused(admin, Refusal::Unavailable(e), ctx),
     };
     match owner::claim(&admin.data_dir, &owner) {
         Ok(true) => {}
         Ok(false) => return redirect_to(&Route::Home),
-        Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), secure),
+        Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), ctx),
     }
     info!(%peer, "admin page: the gateway was claimed (owner passphrase set)");
     let id = admin
@@ -515,8 +523,8 @@ async fn unclaimed(
     set_cookies(
         &mut reply,
         &[
-            session::set_cookie(session::COOKIE, &id, secure),
-            session::set_cookie(session::PRE_COOKIE, "", secure),
+            ctx.cookie(session::COOKIE, &id),
+            ctx.cookie(session::PRE_COOKIE, ""),
         ],
     );
     reply
@@ -579,7 +587,7 @@ async fn verify(admin: &Admin, owner: &owner::Owner, passphrase: &str) -> bool {
 
 /// `POST /admin/signin`: limited before the passphrase is read, then checked off the event loop.
 async fn sign_in(admin: &Admin, owner: &owner::Owner, req: Request<Incoming>, ctx: Ctx) -> Reply {
-    let (peer, secure) = (ctx.peer(), ctx.secure());
+    let peer = ctx.peer();
     // Refused before the passphrase is read, when the limit is already spent.
     if let Err(limited) = admin.signin.borrow().check(peer.ip(), Instant::now()) {
         return signin_limited(admin, limited, ctx);
@@ -587,10 +595,10 @@ async fn sign_in(admin: &Admin, owner: &owner::Owner, req: Request<Incoming>, ct
     let pre = session::cookie(req.headers(), session::PRE_COOKIE).map(str::to_owned);
     let form = match read_form(admin, req).await {
         Ok(f) => f,
-        Err(r) => return refused(admin, r, secure),
+        Err(r) => return refused(admin, r, ctx),
     };
     if !pre.is_some_and(|p| session::same(&p, form.get("pre"))) {
-        return refused(admin, Refusal::BadCsrf, secure);
+        return refused(admin, Refusal::BadCsrf, ctx);
     }
     // Counted now, before the hash: attempts in flight together are counted as they begin,
     // so no more than the limit ever reach `verify` (`guessing.rs`).
@@ -620,8 +628,8 @@ async fn sign_in(admin: &Admin, owner: &owner::Owner, req: Request<Incoming>, ct
     set_cookies(
         &mut reply,
         &[
-            session::set_cookie(session::COOKIE, &id, secure),
-            session::set_cookie(session::PRE_COOKIE, "", secure),
+            ctx.cookie(session::COOKIE, &id),
+            ctx.cookie(session::PRE_COOKIE, ""),
         ],
     );
     reply
@@ -710,7 +718,7 @@ async fn get(
         let mut reply = ok("Pair a phone", &Route::Devices, body)?;
         set_cookies(
             &mut reply,
-            &[pages::this_device_cookie(&p.device_id, who.secure())],
+            &[pages::this_device_cookie(&p.device_id, who.ctx().secure())],
         );
         return Ok(reply);
     }
@@ -754,7 +762,7 @@ fn job_page(admin: &Admin, who: &SignedIn, kind: jobs::Kind) -> Result<Reply, Re
         StatusCode::OK,
         kind.title(),
         &kind.home(),
-        &body,
+        &body.into_string(),
     ))
 }
 

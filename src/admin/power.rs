@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
+use maud::{html, PreEscaped};
 use tracing::{info, warn};
 
 use super::context::SignedIn;
@@ -19,7 +20,6 @@ use super::reply::{page, redirect, Refusal, Reply};
 use super::route::{Power, Route, Waiting};
 use super::transfer::schedule_restart;
 use super::Admin;
-use crate::pairing::page::escape;
 
 /// This process's id for the restarting page: it waits until the gateway answers with another
 /// one. A restart execs the binary again, so a process-wide value is exactly one per start.
@@ -89,18 +89,16 @@ pub(super) const NOT_THE_APPLIANCE: &str = "Rebooting and shutting down are offe
 
 /// The home page's three buttons (those whose command is set).
 pub(super) fn buttons(admin: &Admin) -> String {
-    [Power::Restart, Power::Reboot, Power::Poweroff]
+    let offered = [Power::Restart, Power::Reboot, Power::Poweroff]
         .into_iter()
-        .filter(|p| p.offered(admin))
-        .map(|p| {
-            format!(
-                "<a class=\"button\" id=\"power-{0}\" href=\"{2}\">{1}…</a> ",
-                p.name(),
-                p.label(),
-                Route::Power(p),
-            )
-        })
-        .collect()
+        .filter(|p| p.offered(admin));
+    html! {
+        @for p in offered {
+            a.button id={ "power-" (p.name()) } href=(Route::Power(p)) { (p.label()) "…" }
+            " "
+        }
+    }
+    .into_string()
 }
 
 /// The signed-in GETs this file serves, or `None` for another route.
@@ -163,24 +161,26 @@ fn confirm(admin: &Admin, who: &SignedIn, p: Power) -> Reply {
              before unplugging it."
         }
     };
-    let body = format!(
-        "<p>{what}</p><form method=\"post\" action=\"{action}\">{field}\
-         <p><button id=\"confirm-{name}\" class=\"big\">{label}</button> \
-         <a href=\"{home}\">Cancel</a></p></form>",
-        action = Route::Power(p),
-        home = Route::Home,
-        name = p.name(),
-        label = p.label(),
-        field = csrf_field(who.csrf()),
-    );
+    // Spliced raw: the CSRF field is markup the page helpers made.
+    let body = html! {
+        p { (what) }
+        form method="post" action=(Route::Power(p)) {
+            (PreEscaped(csrf_field(who.csrf())))
+            p {
+                button id={ "confirm-" (p.name()) } class="big" { (p.label()) }
+                " "
+                a href=(Route::Home) { "Cancel" }
+            }
+        }
+    };
     page(
         admin,
         StatusCode::OK,
         &format!("{}?", p.label()),
         "",
         Some(who.csrf()),
-        who.secure(),
-        &body,
+        who.ctx(),
+        &body.into_string(),
     )
 }
 
@@ -210,19 +210,18 @@ fn restarting(admin: &Admin, who: &SignedIn, p: Power, from: &str) -> Reply {
 /// A page that only waits for another start of the gateway (`from` is this one's instance).
 fn waiting(admin: &Admin, who: &SignedIn, title: &str, what: &str, from: &str) -> Reply {
     let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
-    let body = format!(
-        "<p>{what}</p><p id=\"coming-back\" data-from=\"{}\" data-every=\"{every}\">\
-         Waiting for the gateway…</p>",
-        escape(from)
-    );
+    let body = html! {
+        p { (what) }
+        p id="coming-back" data-from=(from) data-every=(every) { "Waiting for the gateway…" }
+    };
     page(
         admin,
         StatusCode::OK,
         title,
         "",
         Some(who.csrf()),
-        who.secure(),
-        &body,
+        who.ctx(),
+        &body.into_string(),
     )
 }
 

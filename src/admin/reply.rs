@@ -62,7 +62,6 @@ impl Refusal {
 /// The set-up page, with a fresh token the gateway signed (`session::SetupTokens`) in its
 /// cookie and its form.
 pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, ctx: Ctx) -> Reply {
-    let secure = ctx.secure();
     let pre = admin.setup_tokens.issue();
     let mut reply = page(
         admin,
@@ -70,13 +69,10 @@ pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, ctx: Ctx
         "Set up this gateway",
         "",
         None,
-        secure,
+        ctx,
         &pages::setup(&pre, n),
     );
-    set_cookies(
-        &mut reply,
-        &[session::set_cookie(session::PRE_COOKIE, &pre, secure)],
-    );
+    set_cookies(&mut reply, &[ctx.cookie(session::PRE_COOKIE, &pre)]);
     reply
 }
 
@@ -89,7 +85,6 @@ pub(super) fn signin_page(
     n: &Notice,
     ctx: Ctx,
 ) -> Reply {
-    let secure = ctx.secure();
     let pre = session::random_token();
     let mut reply = page(
         admin,
@@ -97,24 +92,21 @@ pub(super) fn signin_page(
         "Sign in",
         "",
         None,
-        secure,
+        ctx,
         &pages::signin(&pre, safe_next(next).unwrap_or(PREFIX), n),
     );
-    set_cookies(
-        &mut reply,
-        &[session::set_cookie(session::PRE_COOKIE, &pre, secure)],
-    );
+    set_cookies(&mut reply, &[ctx.cookie(session::PRE_COOKIE, &pre)]);
     reply
 }
 
 /// The page for a refusal, with its status.
-pub(super) fn refused(admin: &Admin, r: Refusal, secure: bool) -> Reply {
-    refused_page(admin, r, None, secure)
+pub(super) fn refused(admin: &Admin, r: Refusal, ctx: Ctx) -> Reply {
+    refused_page(admin, r, None, ctx)
 }
 
 /// The page for a refusal: its one sentence and a way back; with `csrf` (signed in) in the
 /// page with its navigation.
-pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, secure: bool) -> Reply {
+pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, ctx: Ctx) -> Reply {
     let (title, back) = match (&r, csrf) {
         (Refusal::NoSession, _) => ("Signed out", "Sign in"),
         (Refusal::NotFound, _) => ("Page not found", "Back to the start page"),
@@ -122,7 +114,7 @@ pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, secure
         (_, None) => ("Not done", "Back to the start"),
     };
     let body = pages::refusal(&sentence(&r.to_string()), (PREFIX, back));
-    page(admin, r.status(), title, "", csrf, secure, &body)
+    page(admin, r.status(), title, "", csrf, ctx, &body)
 }
 
 /// A message as one sentence: capital first, a full stop last, and the system's own wording
@@ -170,10 +162,10 @@ pub(super) fn page(
     title: &str,
     current: &str,
     csrf: Option<&str>,
-    secure: bool,
+    ctx: Ctx,
     body: &str,
 ) -> Reply {
-    let html = pages::document(title, current, csrf, &admin.shell(secure), body);
+    let html = pages::document(title, current, csrf, &admin.shell(ctx), body);
     let mut reply = Response::new(Full::new(Bytes::from(html)));
     *reply.status_mut() = status;
     guard(&mut reply, "text/html; charset=utf-8");
@@ -196,7 +188,7 @@ pub(super) fn signed_page(
         title,
         &current.path(),
         Some(who.csrf()),
-        who.secure(),
+        who.ctx(),
         body,
     )
 }

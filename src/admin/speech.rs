@@ -3,11 +3,12 @@
 //! it); Test asks the service to speak one short sentence. As with the agent and
 //! transcription, a key goes only to the address it was saved for and is never shown back.
 
+use maud::{html, PreEscaped};
+
 use super::pages::{csrf_field, key_note, notice, Notice};
 use super::route::Route;
 use crate::agent::Speaker;
 use crate::config::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
-use crate::pairing::page::escape;
 
 /// What Test asks the service to say.
 const TEST_SENTENCE: &str = "This is the Iris gateway testing its voice.";
@@ -30,55 +31,74 @@ pub(super) struct SpeechView<'a> {
 /// The section's HTML, in the page's form pattern (labels over inputs, Save and Test).
 /// (The form's handler and its checks are in `forms.rs`, with the other forms'.)
 pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
-    let key_note = key_note(v.key_typed, v.key_set, "speech key");
-    let now = match &v.now {
-        Some(d) => format!("answers are spoken by {}", escape(d)),
-        None => "off: answers are text only".to_owned(),
-    };
-    let formats: String = crate::config::speech::FORMATS
-        .iter()
-        .map(|(name, _, _)| {
-            let selected = if *name == v.format { " selected" } else { "" };
-            format!("<option value=\"{name}\"{selected}>{name}</option>")
-        })
-        .collect();
-    format!(
-        "<h2 id=\"speech\">Speech</h2>{}\
-         <p>In a chat where someone said <code>/voice on</code> (or <code>/voice auto</code>, for \
-         answers to voice notes), the agent's answer is also spoken, by any OpenAI-compatible \
-         text-to-speech service (OpenAI, or a Piper, Kokoro or openedai-speech server on your \
-         network), and reaches every phone as a voice message after its text.</p>\
-         <p>Now: <span id=\"speech-now\">{now}</span></p>\
-         <form method=\"post\" action=\"{save}\" id=\"speech-form\">{}\
-         <label for=\"s-url\">URL, with its version (e.g. http://192.168.1.20:8880/v1 or https://api.openai.com/v1; empty: off)</label>\
-         <input type=\"url\" id=\"s-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
-         <label for=\"s-key\">Key</label>\
-         <input type=\"password\" id=\"s-key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
-         <small>{key_note}</small>\
-         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
-         <label for=\"s-model\">Model</label>\
-         <input type=\"text\" id=\"s-model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
-         <label for=\"s-voice\">Voice (the service's name for it)</label>\
-         <input type=\"text\" id=\"s-voice\" name=\"voice\" value=\"{}\" maxlength=\"256\">\
-         <label for=\"s-format\">Audio format (opus: Ogg Opus, small, played as a voice message)</label>\
-         <select id=\"s-format\" name=\"format\">{formats}</select>\
-         <label for=\"s-timeout\">Longest wait, in seconds (past it the answer stays text only, with a note)</label>\
-         <input type=\"number\" id=\"s-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{MAX_TIMEOUT_SECS}\" step=\"1\">\
-         <label for=\"s-max-chars\">Most characters spoken (a longer answer is spoken up to there, and says so)</label>\
-         <input type=\"number\" id=\"s-max-chars\" name=\"max_chars\" value=\"{}\" min=\"1\" max=\"{MAX_CHARS}\" step=\"1\">\
-         <p><button id=\"speech-save\" formaction=\"{save}\">Save (applies to the next answer)</button> \
-         <button id=\"speech-test\" formaction=\"{test}\">Test (speaks one sentence)</button></p>\
-         </form>",
-        notice(n),
-        csrf_field(csrf),
-        escape(v.url),
-        escape(v.model),
-        escape(v.voice),
-        escape(v.timeout_secs),
-        escape(v.max_chars),
-        save = Route::Speech,
-        test = Route::SpeechTest,
-    )
+    let (save, test) = (Route::Speech, Route::SpeechTest);
+    // Spliced raw: the notice and the CSRF field are markup the page helpers
+    // made, from escaped values.
+    html! {
+        h2 id="speech" { "Speech" }
+        (PreEscaped(notice(n)))
+        p {
+            "In a chat where someone said " code { "/voice on" } " (or " code { "/voice auto" }
+            ", for answers to voice notes), the agent's answer is also spoken, by any \
+             OpenAI-compatible text-to-speech service (OpenAI, or a Piper, Kokoro or \
+             openedai-speech server on your network), and reaches every phone as a voice message \
+             after its text."
+        }
+        p {
+            "Now: "
+            span id="speech-now" {
+                @match &v.now {
+                    Some(d) => { "answers are spoken by " (d) }
+                    None => "off: answers are text only",
+                }
+            }
+        }
+        form method="post" action=(save) id="speech-form" {
+            (PreEscaped(csrf_field(csrf)))
+            label for="s-url" {
+                "URL, with its version (e.g. http://192.168.1.20:8880/v1 or \
+                 https://api.openai.com/v1; empty: off)"
+            }
+            input type="url" id="s-url" name="url" value=(v.url) maxlength="2048";
+            label for="s-key" { "Key" }
+            input type="password" id="s-key" name="key" autocomplete="off" maxlength="4096";
+            small { (key_note(v.key_typed, v.key_set, "speech key")) }
+            label {
+                input type="checkbox" name="clear_key" value="1";
+                " Remove the saved key"
+            }
+            label for="s-model" { "Model" }
+            input type="text" id="s-model" name="model" value=(v.model) maxlength="256";
+            label for="s-voice" { "Voice (the service's name for it)" }
+            input type="text" id="s-voice" name="voice" value=(v.voice) maxlength="256";
+            label for="s-format" {
+                "Audio format (opus: Ogg Opus, small, played as a voice message)"
+            }
+            select id="s-format" name="format" {
+                @for (name, _, _) in crate::config::speech::FORMATS {
+                    option value=(name) selected[*name == v.format] { (name) }
+                }
+            }
+            label for="s-timeout" {
+                "Longest wait, in seconds (past it the answer stays text only, with a note)"
+            }
+            input type="number" id="s-timeout" name="timeout_secs" value=(v.timeout_secs) min="1"
+                max=(MAX_TIMEOUT_SECS) step="1";
+            label for="s-max-chars" {
+                "Most characters spoken (a longer answer is spoken up to there, and says so)"
+            }
+            input type="number" id="s-max-chars" name="max_chars" value=(v.max_chars) min="1"
+                max=(MAX_CHARS) step="1";
+            p {
+                button id="speech-save" formaction=(save) {
+                    "Save (applies to the next answer)"
+                }
+                " "
+                button id="speech-test" formaction=(test) { "Test (speaks one sentence)" }
+            }
+        }
+    }
+    .into_string()
 }
 
 /// What the service makes of one sentence: how much audio, or what went wrong, in words.

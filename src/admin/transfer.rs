@@ -2,7 +2,6 @@
 //! uploaded, bounded, checked in full and left for the restart (the backups wing,
 //! `crate::backups`).
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -41,13 +40,13 @@ pub(super) async fn serve(
     req: Request<Incoming>,
     ctx: Ctx,
 ) -> Response<Body> {
-    let (peer, secure) = (ctx.peer(), ctx.secure());
+    let peer = ctx.peer();
     // The backup transfers: a signed-in session first, before any byte is made or read.
     let Gate::SignedIn(_, who) = Gate::of(admin, req.headers(), ctx) else {
-        return whole(refused(admin, Refusal::NoSession, secure));
+        return whole(refused(admin, Refusal::NoSession, ctx));
     };
     match (req.method().clone(), Route::parse(req.uri().path())) {
-        (Method::GET, Some(Route::BackupDownload)) => download(admin, hub, secure),
+        (Method::GET, Some(Route::BackupDownload)) => download(admin, hub, ctx),
         (Method::POST, Some(route @ (Route::BackupRestore | Route::UpdateUpload))) => {
             let token = req
                 .headers()
@@ -56,20 +55,20 @@ pub(super) async fn serve(
                 .unwrap_or("");
             if !session::same(token, who.csrf()) {
                 info!(%peer, "admin page: restore without its CSRF token; nothing done");
-                return whole(refused(admin, Refusal::BadCsrf, secure));
+                return whole(refused(admin, Refusal::BadCsrf, ctx));
             }
             if route == Route::BackupRestore {
-                whole(restore(admin, hub, req, peer, secure).await)
+                whole(restore(admin, hub, req, ctx).await)
             } else {
                 whole(super::updates::upload(admin, hub, req, ctx).await)
             }
         }
-        _ => whole(refused(admin, Refusal::NotFound, secure)),
+        _ => whole(refused(admin, Refusal::NotFound, ctx)),
     }
 }
 
 /// `GET /admin/backup/download`: a backup made now, streamed.
-pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<Body> {
+pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, ctx: Ctx) -> Response<Body> {
     let rx = match crate::backups::stream(hub) {
         Ok(rx) => rx,
         Err(e) => {
@@ -77,7 +76,7 @@ pub(super) fn download(admin: &Admin, hub: &Rc<Hub>, secure: bool) -> Response<B
             return whole(refused(
                 admin,
                 Refusal::Unavailable(format!("cannot make a backup: {e}")),
-                secure,
+                ctx,
             ));
         }
     };
@@ -121,13 +120,13 @@ pub(super) async fn restore(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    ctx: Ctx,
 ) -> Reply {
+    let peer = ctx.peer();
     let limit = hub.limits().media_quota_bytes + RESTORE_STORE_ALLOWANCE;
     let announced = hyper::body::Body::size_hint(req.body()).lower();
     if announced > limit {
-        return refused(admin, Refusal::TooLarge, secure);
+        return refused(admin, Refusal::TooLarge, ctx);
     }
     let passphrase = req
         .headers()
@@ -142,13 +141,13 @@ pub(super) async fn restore(
         Ok(t) => t,
         Err(busy) => {
             info!(%peer, "admin page: a restore upload while a restore is under way; refused");
-            return refused(admin, Refusal::Conflict(busy.to_string()), secure);
+            return refused(admin, Refusal::Conflict(busy.to_string()), ctx);
         }
     };
     let fail = |ticket: Ticket, r: Refusal| {
         let _ = std::fs::remove_file(admin.data_dir.join(RECEIVED_PART));
         ticket.finish(Err(sentence(&r.to_string())));
-        refused(admin, r, secure)
+        refused(admin, r, ctx)
     };
     // The upload and the store built from it, about as big, both stay until the restart.
     if let Err(why) = restore_room(admin, hub, announced) {

@@ -3,13 +3,12 @@
 //! updates. A bundle, uploaded or downloaded, is checked in full off the event loop and staged
 //! for the root helper (`crate::update`); the page follows the update from there.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
+use maud::{html, Markup, PreEscaped};
 use tracing::{info, warn};
 
 use super::context::{Ctx, SignedIn};
@@ -17,15 +16,15 @@ use super::jobs::{Kind, Ticket};
 use super::outcome::{Outcome, Tone};
 use super::pages::{self, csrf_field, notice, Notice};
 use super::receive::receive;
-use super::reply::{page, redirect, redirect_to, refused, signed_page, Refusal, Reply};
+use super::reply::{page, redirect, redirect_to, refused, sentence, signed_page, Refusal, Reply};
 use super::route::{Power, Route};
 use super::{Admin, Form};
 use crate::hub::Hub;
-use crate::pairing::page::escape;
 use crate::settings::Settings;
 use crate::update::bundle::MAX_BUNDLE;
+use crate::update::checks::{Checked, Finish, Host};
 use crate::update::policy::Consent;
-use crate::update::source::{self, Available};
+use crate::update::source;
 use crate::update::version::Step;
 use crate::update::{Entry, Outcome as Ended};
 
@@ -34,19 +33,8 @@ const CHECK: Route = Route::UpdateCheck;
 const INSTALL: Route = Route::UpdateInstall;
 const SOURCE: Route = Route::UpdateSource;
 const DISMISS: Route = Route::UpdateDismiss;
-/// The automatic check: once a day, the first a few minutes after start (not at once: a box
-/// that restarts in a loop must not hammer the release server).
-const CHECK_EVERY: Duration = Duration::from_secs(24 * 3600);
-const FIRST_CHECK_AFTER: Duration = Duration::from_secs(10 * 60);
 /// What is read of the system update log: its end, where the last runs are.
 const SYSTEM_LOG_TAIL: u64 = 64 * 1024;
-
-/// The page's live state: the last check's answer. Checks, downloads and uploads take their
-/// slots in the admin jobs (`jobs.rs`).
-#[derive(Default)]
-pub(super) struct State {
-    checked: RefCell<Option<(SystemTime, Result<Available, String>)>>,
-}
 
 /// Refuses a bundle while another is being received, downloaded or checked: the two share
 /// `upload.part`.
@@ -78,170 +66,169 @@ pub(super) async fn get(
     let (url, automatic) = admin
         .config
         .read(|c| (c.update.url.clone(), c.update.automatic));
-    let mut body = notice(n);
-    body += &format!(
-        "<p id=\"version\">Running <strong>iris-gateway {}</strong> for {}.</p>",
-        escape(&state.version),
-        crate::update::policy::this_arch()
-    );
-    if let Some(f) = &state.failure {
-        body += &format!(
-            "<div class=\"bad\" id=\"update-failure\"><p>{}.</p>\
-             <form method=\"post\" action=\"{DISMISS}\">{}<input type=\"hidden\" name=\"id\" \
-             value=\"{}\"><button>Dismiss</button></form></div>",
-            escape(&f.summary()),
-            csrf_field(csrf),
-            escape(&f.id)
-        );
-    }
-    if let Some(to) = state.under_way.as_ref().or(state.staged.as_ref()) {
-        // The page reloads itself while the update runs (the gateway restarts under it).
-        body += &format!(
-            "<p class=\"warn\" id=\"under-way\" data-reload=\"5\">Installing {}: the gateway \
-             restarts into it and is checked; if it does not come up healthy, the version \
-             running now comes back by itself. This page reloads.</p>",
-            escape(to)
-        );
-    }
-    if !state.helper_installed {
-        body += "<p class=\"warn\" id=\"no-helper\">This system has no update service (it is \
-                 installed with the gateway's .deb package and on the Pi image): a bundle \
-                 uploaded here is checked in full and the result shown, but it cannot be \
-                 installed.</p>";
-    }
-    body += &admin
-        .jobs
-        .under_way(&[Kind::UpdateCheck, Kind::UpdateInstall]);
-    body += &available_section(admin, csrf, &url, automatic);
-    body += &upload_section(csrf);
-    body += &history_section(&state.history);
-    body += &os.html();
+    let failure = state.failure.as_ref();
+    let installing = state.under_way.as_ref().or(state.staged.as_ref());
+    // Spliced raw: the notice and the CSRF field are markup the page helpers made, from escaped
+    // values.
+    let body = html! {
+        (PreEscaped(notice(n)))
+        p id="version" {
+            "Running " strong { "iris-gateway " (state.version) } " for "
+            (crate::update::policy::this_arch()) "."
+        }
+        @if let Some(f) = failure {
+            div.bad id="update-failure" {
+                p { (f.summary()) "." }
+                form method="post" action=(DISMISS) {
+                    (PreEscaped(csrf_field(csrf)))
+                    input type="hidden" name="id" value=(f.id);
+                    button { "Dismiss" }
+                }
+            }
+        }
+        @if let Some(to) = installing {
+            // The page reloads itself while the update runs (the gateway restarts under it).
+            p.warn id="under-way" data-reload="5" {
+                "Installing " (to) ": the gateway restarts into it and is checked; if it does \
+                 not come up healthy, the version running now comes back by itself. This page \
+                 reloads."
+            }
+        }
+        @if !state.helper_installed {
+            p.warn id="no-helper" {
+                "This system has no update service (it is installed with the gateway's .deb \
+                 package and on the Pi image): a bundle uploaded here is checked in full and \
+                 the result shown, but it cannot be installed."
+            }
+        }
+        (admin.jobs.under_way(&[Kind::UpdateCheck, Kind::UpdateInstall]))
+        (available_section(admin, csrf, &url, automatic))
+        (upload_section(csrf))
+        (history_section(&state.history))
+        (os.html())
+    };
     Ok(signed_page(
         admin,
         who,
         StatusCode::OK,
         "Update",
         &PAGE,
-        &body,
+        &body.into_string(),
     ))
 }
 
-fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> String {
-    let mut out = "<h2>Newer versions</h2>".to_owned();
-    out += &format!(
-        "<form method=\"post\" action=\"{SOURCE}\">{}<label for=\"update-url\">Release index \
-         address</label><input type=\"url\" id=\"update-url\" name=\"url\" value=\"{}\" \
-         maxlength=\"2048\" placeholder=\"empty: updates come only from an upload\">\
-         <label class=\"check\"><input type=\"checkbox\" id=\"automatic\" name=\"automatic\" \
-         value=\"1\"{}> <span>Install fixes by itself (checked daily; a new major version \
-         always waits for you){}</span></label><p><button>Save</button></p></form>",
-        csrf_field(csrf),
-        escape(url),
-        // With no index nothing is checked, so nothing installs by itself: not shown ticked.
-        if automatic && !url.is_empty() {
-            " checked"
-        } else {
-            ""
-        },
-        if url.is_empty() {
-            ". It needs the release index address above."
-        } else {
-            ""
+fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> Markup {
+    let checked = admin.update_checks.last();
+    html! {
+        h2 { "Newer versions" }
+        form method="post" action=(SOURCE) {
+            (PreEscaped(csrf_field(csrf)))
+            label for="update-url" { "Release index address" }
+            input type="url" id="update-url" name="url" value=(url) maxlength="2048"
+                placeholder="empty: updates come only from an upload";
+            label.check {
+                // With no index nothing is checked, so nothing installs by itself: not shown
+                // ticked.
+                input type="checkbox" id="automatic" name="automatic" value="1"
+                    checked[automatic && !url.is_empty()];
+                " "
+                span {
+                    "Install fixes by itself (checked daily; a new major version always waits \
+                     for you)"
+                    @if url.is_empty() { ". It needs the release index address above." }
+                }
+            }
+            p { button { "Save" } }
         }
-    );
-    if url.is_empty() {
-        return out;
-    }
-    out += &format!(
-        "<form method=\"post\" action=\"{CHECK}\">{}<p><button id=\"check\">Check now</button>\
-         </p></form>",
-        csrf_field(csrf)
-    );
-    let checked = admin.update_state.checked.borrow();
-    match checked.as_ref() {
-        None => {}
-        Some((_, Err(e))) => out += &format!("<p class=\"bad\" id=\"checked\">{}</p>", escape(e)),
-        Some((_, Ok(a))) if matches!(a.step, Step::Same | Step::Older) => {
-            out += &format!(
-                "<p class=\"good\" id=\"checked\">Up to date: the newest release is {}.</p>",
-                escape(&a.version)
-            )
-        }
-        Some((_, Ok(a))) if a.bundle_url.is_none() => {
-            out += &format!(
-                "<p class=\"warn\" id=\"checked\">{} is out, but not for this box ({}).</p>",
-                escape(&a.version),
-                crate::update::policy::this_arch()
-            )
-        }
-        Some((_, Ok(a))) => {
-            let major = a.step == Step::Major;
-            out += &format!(
-                "<div id=\"checked\"><p class=\"good\"><strong>{} is available.</strong></p>\
-                 <p class=\"notes\">{}</p><form method=\"post\" action=\"{INSTALL}\">{}{}\
-                 <p><button id=\"install\">Install {}</button></p></form></div>",
-                escape(&a.version),
-                escape(&a.notes),
-                csrf_field(csrf),
-                if major {
-                    "<label class=\"check\"><input type=\"checkbox\" name=\"major\" value=\"1\" \
-                     required> This is a new major version: I have read what changes</label>"
-                } else {
-                    ""
-                },
-                escape(&a.version)
-            )
+        @if !url.is_empty() {
+            form method="post" action=(CHECK) {
+                (PreEscaped(csrf_field(csrf)))
+                p { button id="check" { "Check now" } }
+            }
+            @match checked.as_ref() {
+                None => {}
+                Some(Checked { found: Err(e), .. }) => p.bad id="checked" { (e) },
+                Some(Checked { found: Ok(a), .. }) if matches!(a.step, Step::Same | Step::Older) => {
+                    p.good id="checked" { "Up to date: the newest release is " (a.version) "." }
+                }
+                Some(Checked { found: Ok(a), .. }) if a.bundle_url.is_none() => {
+                    p.warn id="checked" {
+                        (a.version) " is out, but not for this box ("
+                        (crate::update::policy::this_arch()) ")."
+                    }
+                }
+                Some(Checked { found: Ok(a), .. }) => {
+                    div id="checked" {
+                        p.good { strong { (a.version) " is available." } }
+                        p.notes { (a.notes) }
+                        form method="post" action=(INSTALL) {
+                            (PreEscaped(csrf_field(csrf)))
+                            @if a.step == Step::Major {
+                                label.check {
+                                    input type="checkbox" name="major" value="1" required;
+                                    " This is a new major version: I have read what changes"
+                                }
+                            }
+                            p { button id="install" { "Install " (a.version) } }
+                        }
+                    }
+                }
+            }
         }
     }
-    out
 }
 
 /// The upload is sent by the page's script (the file as the body, the CSRF token in a header,
 /// the owner's choices in the query), as the restore upload is.
-fn upload_section(csrf: &str) -> String {
-    format!(
-        "<h2>Upload an update</h2><p>A signed update bundle (<code>.iub</code>). It is checked \
-         in full before anything changes: its signature, that it is for this box, and that it \
-         is newer.</p><form id=\"update-form\" data-csrf=\"{}\">\
-         <label for=\"update-file\">Bundle</label><input type=\"file\" id=\"update-file\" \
-         accept=\".iub\" required>\
-         <label class=\"check\"><input type=\"checkbox\" id=\"update-major\"> Allow a new major \
-         version</label>\
-         <label class=\"check\"><input type=\"checkbox\" id=\"update-downgrade\"> Go back to an \
-         older version</label>\
-         <p><button id=\"upload\">Install this update</button></p></form>\
-         <p id=\"update-result\" role=\"status\"></p>",
-        escape(csrf)
-    )
+fn upload_section(csrf: &str) -> Markup {
+    html! {
+        h2 { "Upload an update" }
+        p {
+            "A signed update bundle (" code { ".iub" } "). It is checked in full before anything \
+             changes: its signature, that it is for this box, and that it is newer."
+        }
+        form id="update-form" data-csrf=(csrf) {
+            label for="update-file" { "Bundle" }
+            input type="file" id="update-file" accept=".iub" required;
+            label.check {
+                input type="checkbox" id="update-major";
+                " Allow a new major version"
+            }
+            label.check {
+                input type="checkbox" id="update-downgrade";
+                " Go back to an older version"
+            }
+            p { button id="upload" { "Install this update" } }
+        }
+        p id="update-result" role="status" {}
+    }
 }
 
-fn history_section(history: &[Entry]) -> String {
-    if history.is_empty() {
-        return "<h2>History</h2><p id=\"history\">No updates yet.</p>".into();
+fn history_section(history: &[Entry]) -> Markup {
+    html! {
+        h2 { "History" }
+        @if history.is_empty() {
+            p id="history" { "No updates yet." }
+        } @else {
+            table.stack id="history" {
+                tr { th { "When" } th { "Version" } th { "Result" } th { "Why" } }
+                @for e in history {
+                    @let (tone, what) = match e.outcome {
+                        Ended::Installed => ("good", "installed"),
+                        Ended::RolledBack => ("bad", "rolled back"),
+                        Ended::Refused => ("bad", "refused"),
+                        Ended::Interrupted => ("warn", "interrupted"),
+                    };
+                    tr {
+                        td data-label="When" { (when(e.at)) }
+                        td data-label="Version" { (e.from) " → " (e.to) }
+                        td class=(tone) data-label="Result" { (what) }
+                        td data-label="Why" { (e.reason.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
     }
-    let rows: String = history
-        .iter()
-        .map(|e| {
-            let (tone, what) = match e.outcome {
-                Ended::Installed => ("good", "installed"),
-                Ended::RolledBack => ("bad", "rolled back"),
-                Ended::Refused => ("bad", "refused"),
-                Ended::Interrupted => ("warn", "interrupted"),
-            };
-            format!(
-                "<tr><td data-label=\"When\">{}</td><td data-label=\"Version\">{} → {}</td>\
-                 <td class=\"{tone}\" data-label=\"Result\">{what}</td><td data-label=\"Why\">{}</td></tr>",
-                escape(&when(e.at)),
-                escape(&e.from),
-                escape(&e.to),
-                escape(e.reason.as_deref().unwrap_or(""))
-            )
-        })
-        .collect();
-    format!(
-        "<h2>History</h2><table id=\"history\" class=\"stack\"><tr><th>When</th><th>Version</th>\
-         <th>Result</th><th>Why</th></tr>{rows}</table>"
-    )
 }
 
 fn when(secs: u64) -> String {
@@ -268,7 +255,8 @@ pub(super) async fn post(
         Route::UpdateSource => save_source(admin, form),
         Route::UpdateCheck => {
             let url = admin.config.read(|c| c.update.url.clone());
-            let work = check_index(url, admin.update_state.clone());
+            let checks = admin.update_checks.clone();
+            let work = async move { checks.check(url).await.map_err(|e| sentence(&e)) };
             let what = "Asking the release index for a newer version.";
             return Some(match admin.jobs.start(Kind::UpdateCheck, what, work) {
                 Ok(()) => Ok(redirect(&Kind::UpdateCheck.page())),
@@ -321,39 +309,13 @@ fn save_source(admin: &Admin, form: &Form) -> Result<Option<String>, String> {
         c.update.url = url;
         c.update.automatic = automatic;
     });
-    *admin.update_state.checked.borrow_mut() = None;
+    admin.update_checks.forget();
     Ok(Some("Saved.".into()))
-}
-
-/// Asks the release index (on a blocking thread, within the index's own time limit) and keeps
-/// its answer for the page; returns it in words, for the job's page.
-async fn check_index(url: String, state: Rc<State>) -> Result<String, String> {
-    let answer = tokio::task::spawn_blocking(move || source::check(&url))
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-    let said = match &answer {
-        Err(e) => Err(super::reply::sentence(e)),
-        Ok(a) if matches!(a.step, Step::Same | Step::Older) => {
-            Ok(format!("Up to date: the newest release is {}.", a.version))
-        }
-        Ok(a) if a.bundle_url.is_none() => Ok(format!(
-            "{} is out, but not for this box ({}).",
-            a.version,
-            crate::update::policy::this_arch()
-        )),
-        Ok(a) => Ok(format!(
-            "{} is available: install it from the Update page.",
-            a.version
-        )),
-    };
-    *state.checked.borrow_mut() = Some((SystemTime::now(), answer));
-    said
 }
 
 /// Starts the download of the bundle the last check found as a job.
 fn start_install(admin: &Admin, hub: &Rc<Hub>, consent: Consent) -> Result<(), Refusal> {
-    let Some((_, Ok(a))) = admin.update_state.checked.borrow().clone() else {
+    let Some(Checked { found: Ok(a), .. }) = admin.update_checks.last() else {
         return Err(Refusal::BadInput("check for updates first".into()));
     };
     let Some(url) = a.bundle_url.clone() else {
@@ -396,7 +358,7 @@ async fn install(
     })
     .await
     .map_err(|e| e.to_string())?
-    .map_err(|e| super::reply::sentence(&e))
+    .map_err(|e| sentence(&e))
 }
 
 /// `POST /admin/update/upload`: the body is a bundle. Received bounded (one at a time, the disk
@@ -407,7 +369,7 @@ pub(super) async fn upload(
     req: Request<Incoming>,
     ctx: Ctx,
 ) -> Reply {
-    let (peer, secure) = (ctx.peer(), ctx.secure());
+    let peer = ctx.peer();
     let query = req.uri().query().unwrap_or("").to_owned();
     let flag = |name: &str| query.split('&').any(|p| p == format!("{name}=1"));
     let consent = Consent {
@@ -415,20 +377,20 @@ pub(super) async fn upload(
         downgrade: flag("downgrade"),
     };
     if hyper::body::Body::size_hint(req.body()).lower() > MAX_BUNDLE {
-        return refused(admin, Refusal::TooLarge, secure);
+        return refused(admin, Refusal::TooLarge, ctx);
     }
     let ticket = match install_ticket(admin, "Receiving the uploaded bundle.") {
         Ok(t) => t,
-        Err(r) => return refused(admin, r, secure),
+        Err(r) => return refused(admin, r, ctx),
     };
     let part = match hub.updates().upload_path() {
         Ok(p) => p,
-        Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), secure),
+        Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), ctx),
     };
     if let Err(r) = receive(hub, req.into_body(), &part, MAX_BUNDLE).await {
         let _ = std::fs::remove_file(&part);
-        ticket.finish(Err(super::reply::sentence(&r.to_string())));
-        return refused(admin, r, secure);
+        ticket.finish(Err(sentence(&r.to_string())));
+        return refused(admin, r, ctx);
     }
     let updates = hub.updates().clone();
     // The job owns the check: a browser gone mid-way does not free the slot before it ends.
@@ -441,9 +403,7 @@ pub(super) async fn upload(
                 "{} uploaded and checked; installing it now.",
                 v.manifest.version
             )),
-            Err(e) => Err(super::reply::sentence(&format!(
-                "Refused, nothing was changed: {e}"
-            ))),
+            Err(e) => Err(sentence(&format!("Refused, nothing was changed: {e}"))),
         });
         staged
     });
@@ -471,7 +431,7 @@ pub(super) async fn upload(
             (
                 status,
                 // The notice already says "refused": saying it twice reads as a stutter.
-                super::reply::sentence(&format!("nothing was changed: {e}")),
+                sentence(&format!("nothing was changed: {e}")),
                 Notice::Bad("Update refused."),
             )
         }
@@ -487,52 +447,53 @@ pub(super) async fn upload(
         "Update",
         &PAGE.path(),
         None,
-        secure,
+        ctx,
         &pages::message(&text, &n),
     )
 }
 
-/// Once a day, when an address is set and the owner allowed it: a newer version with the same
-/// major part is downloaded, checked and staged by itself. A major one waits for the owner.
-pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::Listener) {
-    let admin = admin.clone();
-    tokio::task::spawn_local(async move {
-        let mut wait = FIRST_CHECK_AFTER;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop.recv() => return,
-            }
-            wait = CHECK_EVERY;
-            let (url, automatic) = admin
-                .config
-                .read(|c| (c.update.url.clone(), c.update.automatic));
-            if url.is_empty() {
-                continue;
-            }
-            let check = admin
-                .jobs
-                .begin(Kind::UpdateCheck, "The daily check for a newer version.");
-            let Ok(ticket) = check else {
-                continue;
-            };
-            let said = check_index(url, admin.update_state.clone()).await;
-            if let Err(e) = &said {
-                warn!("automatic update check: {e}");
-            }
-            ticket.finish(said);
-            let minor = matches!(
-                admin.update_state.checked.borrow().as_ref(),
-                Some((_, Ok(a))) if a.step == Step::Minor && a.bundle_url.is_some()
-            );
-            if automatic && minor && !hub.on_update_trial() {
-                match start_install(&admin, &hub, Consent::default()) {
-                    Ok(()) => info!("automatic update: downloading the newer version"),
-                    Err(e) => warn!("automatic update: {e}"),
-                }
-            }
+/// What the daily check (`crate::update::checks`) asks of the admin: the address and consent
+/// saved on this page, a slot among its jobs (a check from the page waits for it), and the
+/// install, which shares the upload's slot.
+pub struct CheckHost {
+    admin: Rc<Admin>,
+    hub: Rc<Hub>,
+}
+
+impl CheckHost {
+    pub fn new(admin: &Rc<Admin>, hub: Rc<Hub>) -> CheckHost {
+        CheckHost {
+            admin: admin.clone(),
+            hub,
         }
-    });
+    }
+}
+
+impl Host for CheckHost {
+    fn source(&self) -> (String, bool) {
+        self.admin
+            .config
+            .read(|c| (c.update.url.clone(), c.update.automatic))
+    }
+
+    fn begin_check(&self) -> Option<Finish> {
+        let ticket = self
+            .admin
+            .jobs
+            .begin(Kind::UpdateCheck, "The daily check for a newer version.")
+            .ok()?;
+        Some(Box::new(move |said: Result<String, String>| {
+            ticket.finish(said.map_err(|e| sentence(&e)))
+        }))
+    }
+
+    fn on_trial(&self) -> bool {
+        self.hub.on_update_trial()
+    }
+
+    fn install_found(&self) -> Result<(), String> {
+        start_install(&self.admin, &self.hub, Consent::default()).map_err(|e| e.to_string())
+    }
 }
 
 /// The operating system's automatic security updates, as far as their files say.
@@ -576,36 +537,35 @@ impl SystemUpdates {
         }
     }
 
-    fn html(&self) -> String {
-        let mut out = "<h2>System security updates</h2>".to_owned();
-        if !self.configured {
-            out += "<p id=\"os-updates\">No record of automatic system updates on this box \
-                    (the Pi image installs Debian's security updates weekly; elsewhere, the \
-                    system's own package manager does).</p>";
-        } else {
-            out += &format!(
-                "<p id=\"os-updates\">Debian's security updates install by themselves once a \
-                 week. Last run: {}. Last installed: {}.</p>",
-                escape(self.last_run.as_deref().unwrap_or("not yet")),
-                match &self.last_installed {
-                    Some((at, pkgs)) => format!("{} ({})", escape(pkgs), escape(at)),
-                    None => "nothing yet".into(),
+    fn html(&self) -> Markup {
+        html! {
+            h2 { "System security updates" }
+            @if !self.configured {
+                p id="os-updates" {
+                    "No record of automatic system updates on this box (the Pi image installs \
+                     Debian's security updates weekly; elsewhere, the system's own package \
+                     manager does)."
                 }
-            );
+            } @else {
+                p id="os-updates" {
+                    "Debian's security updates install by themselves once a week. Last run: "
+                    (self.last_run.as_deref().unwrap_or("not yet")) ". Last installed: "
+                    @match &self.last_installed {
+                        Some((at, pkgs)) => { (pkgs) " (" (at) ")" }
+                        None => "nothing yet",
+                    }
+                    "."
+                }
+            }
+            @if let Some(pkgs) = &self.restart_needed {
+                p.warn id="os-restart" {
+                    "A restart of the box is needed to finish them"
+                    @if !pkgs.is_empty() { " (for " (pkgs) ")" }
+                    ". "
+                    a href=(Route::Power(Power::Reboot)) { "Restart the box" }
+                }
+            }
         }
-        if let Some(pkgs) = &self.restart_needed {
-            out += &format!(
-                "<p class=\"warn\" id=\"os-restart\">A restart of the box is needed to finish \
-                 them{}. <a href=\"{}\">Restart the box</a></p>",
-                if pkgs.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (for {})", escape(pkgs))
-                },
-                Route::Power(Power::Reboot),
-            );
-        }
-        out
     }
 }
 

@@ -10,6 +10,7 @@
 //! for `status`, the LED and the admin page.
 
 pub mod bundle;
+pub mod checks;
 pub mod helper;
 pub mod journal;
 pub mod keys;
