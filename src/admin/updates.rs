@@ -65,7 +65,7 @@ pub(super) async fn get(
     n: &Notice<'_>,
 ) -> Result<Reply, Refusal> {
     let csrf = who.csrf();
-    let updates = hub.updates().clone();
+    let updates = hub.updates().stage().clone();
     let system = admin.config.read(|c| c.update.clone());
     let (state, os) = tokio::task::spawn_blocking(move || {
         (
@@ -286,7 +286,8 @@ pub(super) async fn post(
             );
         }
         Route::UpdateDismiss => hub
-            .dismiss_update_failure(form.get("id"))
+            .updates()
+            .dismiss_failure(form.get("id"))
             .map(|_| Some("Dismissed.".to_owned()))
             .map_err(|e| e.to_string()),
         _ => return None,
@@ -363,7 +364,7 @@ fn start_install(admin: &Admin, hub: &Rc<Hub>, consent: Consent) -> Result<(), R
         )));
     };
     let ticket = install_ticket(admin, &format!("Downloading {}.", a.version))?;
-    let (updates, store) = (hub.updates().clone(), hub.store().clone());
+    let (updates, store) = (hub.updates().stage().clone(), hub.store().clone());
     tokio::task::spawn_local(async move {
         ticket.finish(install(updates, store, url, consent).await);
     });
@@ -421,7 +422,7 @@ pub(super) async fn upload(
         Ok(t) => t,
         Err(r) => return refused(admin, r, secure),
     };
-    let part = match hub.updates().upload_path() {
+    let part = match hub.updates().stage().upload_path() {
         Ok(p) => p,
         Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), secure),
     };
@@ -430,7 +431,7 @@ pub(super) async fn upload(
         ticket.finish(Err(super::reply::sentence(&r.to_string())));
         return refused(admin, r, secure);
     }
-    let updates = hub.updates().clone();
+    let updates = hub.updates().stage().clone();
     // The job owns the check: a browser gone mid-way does not free the slot before it ends.
     let job = tokio::task::spawn_local(async move {
         let staged = tokio::task::spawn_blocking(move || updates.stage(&part, consent))
@@ -525,7 +526,7 @@ pub fn start_checks(admin: &Rc<Admin>, hub: Rc<Hub>, mut stop: crate::shutdown::
                 admin.update_state.checked.borrow().as_ref(),
                 Some((_, Ok(a))) if a.step == Step::Minor && a.bundle_url.is_some()
             );
-            if automatic && minor && !hub.on_update_trial() {
+            if automatic && minor && !hub.updates().on_trial() {
                 match start_install(&admin, &hub, Consent::default()) {
                     Ok(()) => info!("automatic update: downloading the newer version"),
                     Err(e) => warn!("automatic update: {e}"),
