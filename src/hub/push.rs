@@ -160,7 +160,7 @@ impl<P: Port> Push<P> {
     }
 
     /// `fcm.register` (or later target changes): stored with the device, survives restarts.
-    pub(super) async fn register_push_target(
+    pub(super) async fn register_target(
         &self,
         device_id: &str,
         fcm_token: Option<String>,

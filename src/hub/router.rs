@@ -82,7 +82,7 @@ impl Hub {
                 ntfy_topic,
             } => {
                 self.push
-                    .register_push_target(&outlet.device_id, fcm_token, ntfy_topic)
+                    .register_target(&outlet.device_id, fcm_token, ntfy_topic)
                     .await
             }
             Request::CommandsCatalog => {
