@@ -243,7 +243,7 @@ fn open_core(
             loop {
                 tokio::select! {
                     outcome = outcomes.recv() => match outcome {
-                        Some(outcome) => hub.push_outcome(outcome).await,
+                        Some(outcome) => hub.push().outcome(outcome).await,
                         None => break,
                     },
                     _ = stop.recv() => break,
@@ -304,12 +304,12 @@ fn set_aside_settings(data_dir: &Path) {
 /// by the stop; then starts automation, so its channels exist before any device can look.
 async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
     let hub = &core.hub;
-    hub.catch_up_pushes();
+    hub.push().catch_up();
     // Uploads acked but never sent in a message would hold their quota forever.
     let stale = core
         .store
         .media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
-    hub.collect_media(&stale).await;
+    hub.media().collect(&stale).await;
     let closed = hub
         .close_interrupted_turns()
         .await

@@ -996,7 +996,7 @@ const HUB_STATE_OWNERS: &[(&str, &str)] = &[
     ("query_budgets", "search.rs"),
     ("transcriber", "voice.rs"),
     ("speaker", "voice_reply.rs"),
-    ("media_holds", "media.rs"),
+    ("deferred", "media.rs"),
 ];
 
 /// The parts and their files: a part's struct declares no field other files could reach (the
@@ -1013,6 +1013,11 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("directory.rs", "Directory"),
     ("automation.rs", "Automation"),
     ("jobs.rs", "AgentJobs"),
+    ("media.rs", "Media<P>"),
+    ("search.rs", "Queries"),
+    ("push.rs", "Push<P>"),
+    ("update.rs", "UpdateWatch<P>"),
+    ("storage.rs", "StorageWatch"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

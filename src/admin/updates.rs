@@ -53,7 +53,7 @@ pub(super) async fn get(
     n: &Notice<'_>,
 ) -> Result<Reply, Refusal> {
     let csrf = who.csrf();
-    let updates = hub.updates().clone();
+    let updates = hub.updates().stage().clone();
     let system = admin.config.read(|c| c.update.clone());
     let (state, os) = tokio::task::spawn_blocking(move || {
         (
@@ -274,7 +274,8 @@ pub(super) async fn post(
             );
         }
         Route::UpdateDismiss => hub
-            .dismiss_update_failure(form.get("id"))
+            .updates()
+            .dismiss_failure(form.get("id"))
             .map(|_| Some("Dismissed.".to_owned()))
             .map_err(|e| e.to_string()),
         _ => return None,
@@ -325,7 +326,7 @@ fn start_install(admin: &Admin, hub: &Rc<Hub>, consent: Consent) -> Result<(), R
         )));
     };
     let ticket = install_ticket(admin, &format!("Downloading {}.", a.version))?;
-    let (updates, store) = (hub.updates().clone(), hub.store().clone());
+    let (updates, store) = (hub.updates().stage().clone(), hub.store().clone());
     tokio::task::spawn_local(async move {
         ticket.finish(install(updates, store, url, consent).await);
     });
@@ -383,7 +384,7 @@ pub(super) async fn upload(
         Ok(t) => t,
         Err(r) => return refused(admin, r, ctx),
     };
-    let part = match hub.updates().upload_path() {
+    let part = match hub.updates().stage().upload_path() {
         Ok(p) => p,
         Err(e) => return refused(admin, Refusal::Unavailable(e.to_string()), ctx),
     };
@@ -392,7 +393,7 @@ pub(super) async fn upload(
         ticket.finish(Err(sentence(&r.to_string())));
         return refused(admin, r, ctx);
     }
-    let updates = hub.updates().clone();
+    let updates = hub.updates().stage().clone();
     // The job owns the check: a browser gone mid-way does not free the slot before it ends.
     let job = tokio::task::spawn_local(async move {
         let staged = tokio::task::spawn_blocking(move || updates.stage(&part, consent))
@@ -488,7 +489,7 @@ impl Host for CheckHost {
     }
 
     fn on_trial(&self) -> bool {
-        self.hub.on_update_trial()
+        self.hub.updates().on_trial()
     }
 
     fn install_found(&self) -> Result<(), String> {

@@ -137,7 +137,7 @@ impl<W: Write + Send + 'static> StorePart<W> {
     /// Appends the media files and the checksum from a worker thread; the files stay on disk
     /// until it is done. Returns how many media files went in.
     pub async fn send_media(self, hub: &Hub) -> std::io::Result<u64> {
-        let _hold = hub.hold_media_files();
+        let _hold = hub.media().hold_files();
         let StorePart {
             writer,
             media,
@@ -262,7 +262,7 @@ pub fn stream(
     {
         let hub = hub.clone();
         tokio::task::spawn_local(async move {
-            let _hold = hub.hold_media_files();
+            let _hold = hub.media().hold_files();
             let _ = done_rx.await;
         });
     }

@@ -173,7 +173,7 @@ async fn route(
     let headers = req.headers();
     let is_upgrade =
         headers.contains_key(header::UPGRADE) || headers.contains_key(header::SEC_WEBSOCKET_KEY);
-    if hub.on_update_trial() && (is_upgrade || req.uri().path().starts_with("/hooks/")) {
+    if hub.updates().on_trial() && (is_upgrade || req.uri().path().starts_with("/hooks/")) {
         // Nothing may be acknowledged by a version that may yet be rolled back: devices and
         // webhooks come back when the update is committed (or the old version is back).
         let mut reply = text(

@@ -116,16 +116,14 @@ impl Hub {
             Ok(()) => {
                 info!("a test push reached the push server ({place})");
                 if running {
-                    self.health.confirm_push();
-                    self.update_health(|st| st.push_error = None);
+                    self.push.note_test(Ok(()));
                 }
                 Ok(place)
             }
             Err(why) => {
                 info!("a test push failed ({place}): {why}");
                 if running {
-                    let reason = why.clone();
-                    self.update_health(|st| st.push_error = Some(reason));
+                    self.push.note_test(Err(why.clone()));
                 }
                 Err(TestPushError::Failed { place, why })
             }

@@ -180,7 +180,7 @@ impl Hub {
             });
             self.publish(*cursor, &text, reply);
             if let Some(note) = &frame.push {
-                self.push_if_away(*cursor, note);
+                self.push.push_if_away(*cursor, note);
             }
         }
     }

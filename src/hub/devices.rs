@@ -139,14 +139,14 @@ impl Hub {
             outlet.push_frame(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()));
         }
         self.fanout.add(outlet.clone());
-        self.pusher.cancel(&outlet.device_id);
+        self.push.cancel(&outlet.device_id);
     }
 
     /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
         let gone = self.fanout.remove(conn_id);
         if let Some(outlet) = gone {
-            self.device_left(&outlet.device_id);
+            self.push.device_left(&outlet.device_id);
         }
     }
 
@@ -170,7 +170,7 @@ impl Hub {
             None,
         )
         .await?;
-        self.pusher.cancel(device_id);
+        self.push.cancel(device_id);
         for o in self.fanout.of_device(device_id) {
             o.push_frame(&Frame::error(
                 None,

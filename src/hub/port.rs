@@ -4,12 +4,14 @@
 //! services take it as a parameter instead of being `impl Hub` blocks, so each one's state stays
 //! private and what it may ask of the rest is this list. `hub_port.rs` implements it for `Hub`.
 
+use std::collections::HashSet;
 use std::rc::Rc;
 
-use super::errors::CommitError;
+use super::errors::{CommitError, Refusal};
+use super::health::Causes;
 use crate::agent::AgentEvent;
 use crate::outlet::ConnId;
-use crate::protocol::{Frame, HistoryMessage, Lane};
+use crate::protocol::{Channel, Frame, HistoryMessage, Lane};
 use crate::store::Change;
 
 /// How a commit answers the device that asked for it: `frame` (the broadcast frame carrying the
@@ -50,4 +52,39 @@ pub(super) trait Port {
 
     /// Queues a scheduled prompt as an agent turn in `lane`; its answer is posted as `title`.
     fn enqueue_automation(self: &Rc<Self>, lane: Lane, prompt: String, title: String);
+
+    /// Changes a cause of `degraded` (media full, push failing, an update rolled back, the
+    /// disk): the hub owns the health and tells the devices when the state moves.
+    fn update_health(&self, change: impl FnOnce(&mut Causes));
+
+    /// Reads the causes of `degraded` (whether storage is the one failing).
+    fn health_causes<T>(&self, read: impl FnOnce(&Causes) -> T) -> T;
+
+    /// A push reached its server: push is known to work (`/status`).
+    fn confirm_push(&self);
+
+    /// Queues `changes` for the committer without waiting (`what`: for the log).
+    fn commit_soon(&self, changes: Vec<Change>, what: &'static str);
+
+    /// The devices with a connection open now (pushes go only to the others).
+    fn connected_devices(&self) -> HashSet<String>;
+
+    /// Where live fan-out is.
+    fn published_head(&self) -> u64;
+
+    /// A frame's `chat_id`/`thread_id` as a lane (the directory's rule).
+    fn resolve_lane(
+        &self,
+        chat_id: Option<&str>,
+        thread_id: Option<&str>,
+    ) -> Result<(Lane, Channel), Refusal>;
+
+    /// Drops the queued turns of deleted messages.
+    fn drop_turns_of(&self, message_ids: &[String]);
+
+    /// A query found the history database damaged: `degraded` with that cause.
+    fn note_history_damaged(&self, why: String);
+
+    /// Tells every device the gateway is restarting and closes them (the store cannot resume).
+    fn begin_shutdown(&self);
 }

@@ -1,4 +1,6 @@
-//! Deciding what to push, to whom, and recording what was delivered.
+//! `Push`: deciding what to push, to whom, and recording what was delivered. It owns the
+//! `Pusher` (the push worker's queue and backend) and reaches the hub only through its port
+//! (`port.rs`): the committer, who is connected, the published head and push's health.
 //!
 //! Which frames are pushed, and what a push says, is the frame types' own rule
 //! (`Frame::push_note` in protocol). Pushed: final assistant messages (`message.stop`), standalone assistant and cron `message`s
@@ -9,13 +11,15 @@
 //! last frame pushed to it) bound what is still owed, so a restart catches up on pushes it
 //! never sent and never repeats one it did.
 
+use std::rc::{Rc, Weak};
+
 use tracing::{info, warn};
 
 use super::errors::Refusal;
-use super::state::Hub;
+use super::port::Port;
 use crate::protocol::{decode_pushable, Outboxed, PushNote};
-use crate::push::{Outcome, PushJob};
-use crate::store::{Change, Record};
+use crate::push::{Backend, Outcome, PushJob, Pusher};
+use crate::store::{Change, Record, Store};
 
 /// How far back a restart looks for pushes still owed to each away device.
 const CATCH_UP_FRAMES: u64 = 200;
@@ -31,7 +35,61 @@ pub(super) fn say_voice_reply(outboxed: &mut Outboxed) {
     }
 }
 
-impl Hub {
+/// The push worker and what it is owed.
+pub struct Push<P> {
+    port: Weak<P>,
+    pusher: Pusher,
+    store: Store,
+}
+
+// The doors above the hub only ever see the service over the `Hub` (its accessor), so the
+// port it is generic over stays the hub's own.
+#[allow(private_bounds)]
+impl<P: Port> Push<P> {
+    /// `port`: the hub being built around this service (it owns it, so it is held weakly).
+    pub(super) fn new(port: Weak<P>, pusher: Pusher, store: Store) -> Push<P> {
+        Push {
+            port,
+            pusher,
+            store,
+        }
+    }
+
+    /// The hub, for one call: it owns this service, so it is alive whenever it calls in.
+    fn hub(&self) -> Rc<P> {
+        self.port
+            .upgrade()
+            .expect("the hub outlives its push's calls")
+    }
+
+    /// The configured backend, for `hello.ack` and `/status`.
+    pub(super) fn backend(&self) -> Backend {
+        self.pusher.backend()
+    }
+
+    /// The ntfy server devices subscribe to, for `hello.ack`.
+    pub(super) fn ntfy_server(&self) -> &str {
+        self.pusher.ntfy_server()
+    }
+
+    /// A device connected: what was queued for it is dropped (it reads it live).
+    pub(super) fn cancel(&self, device_id: &str) {
+        self.pusher.cancel(device_id);
+    }
+
+    /// A test push from the admin page reached the push server (`Ok`) or did not: with the
+    /// settings running now, that is push's health.
+    pub(in crate::hub) fn note_test(&self, sent: Result<(), String>) {
+        let hub = self.hub();
+        match sent {
+            Ok(()) => {
+                hub.confirm_push();
+                hub.update_health(|st| st.push_error = None);
+            }
+            Err(reason) => hub.update_health(|st| st.push_error = Some(reason)),
+        }
+    }
+
     /// Called for every published outbox frame that can be pushed (its note was made from the
     /// frame's type when it was built): queues `note` (the frame at `cursor`) for every device
     /// that is away and still owed it.
@@ -43,7 +101,7 @@ impl Hub {
             Ok(d) => d,
             Err(e) => return warn!("cannot read devices for push: {e}"),
         };
-        let connected = self.fanout.device_ids();
+        let connected = self.hub().connected_devices();
         for d in devices {
             if connected.contains(&d.device_id) || cursor <= d.last_pushed_cursor.max(d.seen_cursor)
             {
@@ -87,13 +145,14 @@ impl Hub {
 
     /// A device went away: remember how far it saw, so pushes start after that.
     pub(super) fn device_left(&self, device_id: &str) {
-        if !self.fanout.of_device(device_id).is_empty() {
+        let hub = self.hub();
+        if hub.connected_devices().contains(device_id) {
             return; // Another connection of the same device is still open.
         }
-        let head = self.published_head();
+        let head = hub.published_head();
         if let Ok(Some(mut d)) = self.store.device(device_id) {
             d.seen_cursor = d.seen_cursor.max(head);
-            self.commit_soon(
+            hub.commit_soon(
                 vec![Change::Record(Record::PutDevice(d))],
                 "where the device left off",
             );
@@ -101,7 +160,7 @@ impl Hub {
     }
 
     /// `fcm.register` (or later target changes): stored with the device, survives restarts.
-    pub(super) async fn register_push_target(
+    pub(super) async fn register_target(
         &self,
         device_id: &str,
         fcm_token: Option<String>,
@@ -124,45 +183,47 @@ impl Hub {
             }
             d.ntfy_topic = Some(t);
         }
-        self.commit(vec![Change::Record(Record::PutDevice(d))], None)
+        self.hub()
+            .commit(vec![Change::Record(Record::PutDevice(d))], None)
             .await?;
         Ok(())
     }
 
     /// The push worker's report: advance `last_pushed_cursor` durably, track push health.
-    pub async fn push_outcome(&self, outcome: Outcome) {
+    pub async fn outcome(&self, outcome: Outcome) {
+        let hub = self.hub();
         match outcome {
             Outcome::Delivered { device_id, cursor } => {
                 if let Ok(Some(mut d)) = self.store.device(&device_id) {
                     if cursor > d.last_pushed_cursor {
                         d.last_pushed_cursor = cursor;
                         let record = vec![Change::Record(Record::PutDevice(d))];
-                        if let Err(e) = self.commit(record, None).await {
+                        if let Err(e) = hub.commit(record, None).await {
                             warn!("cannot record a delivered push: {e}");
                         }
                     }
                 }
-                self.health.confirm_push();
-                self.update_health(|st| st.push_error = None);
+                hub.confirm_push();
+                hub.update_health(|st| st.push_error = None);
             }
             Outcome::Failing { reason } => {
-                self.update_health(|st| st.push_error = Some(reason));
+                hub.update_health(|st| st.push_error = Some(reason));
             }
             Outcome::GaveUp { device_id, reason } => {
                 // Degraded means "pushes are being retried"; nothing is now.
                 warn!(device = %device_id, "gave up a push: {reason}");
-                self.update_health(|st| st.push_error = None);
+                hub.update_health(|st| st.push_error = None);
             }
         }
     }
 
     /// At start: queue the pushes still owed to away devices (the queue died with the process).
     /// Each owed frame is offered once; `push_if_away` picks the devices it is owed to.
-    pub fn catch_up_pushes(&self) {
+    pub fn catch_up(&self) {
         if !self.pusher.is_enabled() {
             return;
         }
-        let head = self.published_head();
+        let head = self.hub().published_head();
         let Ok(devices) = self.store.devices() else {
             return;
         };

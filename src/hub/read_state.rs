@@ -27,7 +27,7 @@ impl Hub {
             .store
             .query_message(message_id.clone())
             .await
-            .map_err(|e| self.query_failed(e))?
+            .map_err(|e| self.queries.failed(self, e))?
         else {
             return Err(Refusal::not_found(format!("no message `{shown}`")));
         };

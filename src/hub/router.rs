@@ -51,15 +51,18 @@ impl Hub {
                     })
             }
             Request::Search(req) => {
-                self.search(outlet, id, (frame.chat_id, frame.thread_id), req)
+                self.queries
+                    .search(&**self, outlet, id, (frame.chat_id, frame.thread_id), req)
                     .await
             }
             Request::MessageDelete { message_ids } => {
-                self.delete_messages(outlet, id, message_ids).await
+                self.queries
+                    .delete_messages(&**self, outlet, id, message_ids)
+                    .await
             }
             Request::MediaPull { media_id } => match self.store.media(&media_id) {
                 Ok(Some(record)) => {
-                    outlet.push_pull(self.media.blob_path(&record.sha256), id);
+                    outlet.push_pull(self.media.files().blob_path(&record.sha256), id);
                     Ok(())
                 }
                 Ok(None) => Err(Refusal::not_found(format!(
@@ -78,7 +81,8 @@ impl Hub {
                 fcm_token,
                 ntfy_topic,
             } => {
-                self.register_push_target(&outlet.device_id, fcm_token, ntfy_topic)
+                self.push
+                    .register_target(&outlet.device_id, fcm_token, ntfy_topic)
                     .await
             }
             Request::CommandsCatalog => {
@@ -216,13 +220,13 @@ impl Hub {
                 )))
             }
         };
-        self.query_budget_check(&outlet.device_id)?;
+        self.queries.check(&outlet.device_id)?;
         let (page, took) = self
             .store
             .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
             .await
-            .map_err(|e| self.query_failed(e))?;
-        self.query_budget_charge(&outlet.device_id, took);
+            .map_err(|e| self.queries.failed(self, e))?;
+        self.queries.charge(&outlet.device_id, took);
         let page = page.map_err(|other| {
             let before = req.before_message_id.as_deref().unwrap_or("");
             Refusal::not_found(match other {

@@ -1,22 +1,52 @@
-//! `search` and `message.delete`: reading the index, and removing messages everywhere.
+//! `Queries`: the history query path as the hub serves it (`search`, a history page's budget,
+//! `message.delete`). It owns each device's share of the history query thread (`budget.rs`) and
+//! reaches the hub only through its port (`port.rs`): lane resolution, the committer, the turns
+//! of deleted messages, media clean-up and the health.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::budget::QueryBudgets;
 use super::errors::Refusal;
 use super::health::history_damage_fix;
-use super::state::{Hub, Origin};
+use super::port::{Port, Reply};
+use crate::agent::Agent;
+use crate::config::Limits;
 use crate::outlet::Outlet;
 use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
-use crate::store::{Change, StoreError};
+use crate::store::{Change, Store, StoreError};
 
-impl Hub {
+/// The history query path and each device's share of its thread.
+pub(super) struct Queries {
+    store: Store,
+    limits: Limits,
+    /// Told which messages were deleted, so it forgets them too.
+    agent: Rc<dyn Agent>,
+    /// Each device's share of the history query thread (`budget.rs`).
+    query_budgets: RefCell<QueryBudgets>,
+}
+
+impl Queries {
+    pub(super) fn new(store: Store, limits: Limits, agent: Rc<dyn Agent>) -> Queries {
+        Queries {
+            store,
+            limits,
+            agent,
+            query_budgets: RefCell::default(),
+        }
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Refuses a query (search, history page) while the device has spent its share of the
     /// history query thread (`budget.rs`).
-    pub(super) fn query_budget_check(&self, device: &str) -> Result<(), Refusal> {
+    pub(super) fn check(&self, device: &str) -> Result<(), Refusal> {
         let l = self.limits();
         self.query_budgets
             .borrow_mut()
@@ -31,7 +61,7 @@ impl Hub {
     }
 
     /// Charges what a query took on the query thread to the device's budget.
-    pub(super) fn query_budget_charge(&self, device: &str, took: Duration) {
+    pub(super) fn charge(&self, device: &str, took: Duration) {
         let l = self.limits();
         self.query_budgets.borrow_mut().charge(
             device,
@@ -45,19 +75,20 @@ impl Hub {
     /// What a query that failed gets back. Damage it found in the history database (which
     /// does not heal: every later search, page and backup that reads there fails the same way)
     /// also makes the gateway `degraded` with that cause and what the owner can do.
-    pub(super) fn query_failed(&self, e: StoreError) -> Refusal {
+    pub(super) fn failed(&self, port: &impl Port, e: StoreError) -> Refusal {
         if !e.is_history_damage() {
             return Refusal::internal(e);
         }
         let cause = format!("{e}; {}", history_damage_fix());
-        self.note_history_damaged(cause.clone());
+        port.note_history_damaged(cause.clone());
         Refusal::new(ErrorCode::Internal, cause)
     }
 
     /// `search`: the messages matching a query, in one lane or in all of them. The query runs
     /// on the history query thread; the event loop only awaits it.
-    pub async fn search(
+    pub(super) async fn search(
         &self,
+        port: &impl Port,
         outlet: &Outlet,
         id: Option<i64>,
         envelope: (Option<String>, Option<String>),
@@ -103,20 +134,20 @@ impl Hub {
                         return Err(Refusal::not_found("no such chat"));
                     }
                 }
-                let (lane, _) = self.resolve_lane(Some(&chat), thread.as_deref())?;
+                let (lane, _) = port.resolve_lane(Some(&chat), thread.as_deref())?;
                 Scope::Chat {
                     chat_id: lane.chat_id,
                     thread_id: lane.thread_id,
                 }
             }
         };
-        self.query_budget_check(&outlet.device_id)?;
+        self.check(&outlet.device_id)?;
         let (hits, took) = self
             .store
             .query_search(words, scope, limit)
             .await
-            .map_err(|e| self.query_failed(e))?;
-        self.query_budget_charge(&outlet.device_id, took);
+            .map_err(|e| self.failed(port, e))?;
+        self.charge(&outlet.device_id, took);
         let hits: Vec<Value> = hits
             .into_iter()
             .map(|mut h| {
@@ -147,8 +178,9 @@ impl Hub {
 
     /// Deletes messages from history, the index and the outbox, then tells every device (and,
     /// through the outbox, every device that is away). Unknown ids are fine: deletion is idempotent.
-    pub async fn delete_messages(
-        self: &Rc<Self>,
+    pub(super) async fn delete_messages(
+        &self,
+        port: &impl Port,
         outlet: &Outlet,
         id: Option<i64>,
         message_ids: Vec<String>,
@@ -190,17 +222,17 @@ impl Hub {
             .query_media_of(ids.clone())
             .await
             .unwrap_or_default();
-        self.turns.drop_turns_of(&ids);
-        self.commit(
+        port.drop_turns_of(&ids);
+        port.commit(
             changes,
-            Some(Origin {
+            Some(Reply {
                 conn: outlet.conn_id,
-                before: None,
-                reply: Some((0, Frame::message_deleted(id, &ids))),
+                at: 0,
+                frame: Frame::message_deleted(id, &ids),
             }),
         )
         .await?;
-        self.collect_media(&media).await;
+        port.collect_media(&media).await;
         self.agent.forget(&ids);
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! this file imports none of them, only the plain-data leaves `errors.rs` and the turns' face
 //! (`turns/mod.rs`, which reaches the hub only through its port).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
@@ -23,7 +23,6 @@ use crate::protocol::{Frame, HealthState, ServerCaps};
 use crate::shutdown::{Listener, Shutdown};
 use crate::store::{Change, Store, StoreError, StoreView};
 
-use super::budget::QueryBudgets;
 use super::errors::CommitError;
 use super::health::Causes;
 
@@ -34,14 +33,6 @@ const BAD_HELLO_TABLE: usize = 32;
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
 
-/// Backups streaming media right now (`hold_media_files`), and the files whose removal waits
-/// for them.
-#[derive(Default)]
-pub(super) struct MediaHolds {
-    pub(super) count: Cell<usize>,
-    pub(super) deferred: RefCell<Vec<String>>,
-}
-
 pub struct Hub {
     /// Why the gateway is degraded, whether it is stopping (`health.rs`).
     pub(super) health: super::health::Health,
@@ -49,8 +40,10 @@ pub struct Hub {
     /// The same store, read-only, for the doors above the hub (made once: it shares the
     /// store's handles, so a reopen after a storage failure shows through it).
     view: StoreView,
-    pub(super) media: MediaFiles,
-    pub(super) pusher: crate::push::Pusher,
+    /// The media files, uploads and the backups' holds on them (`media.rs`).
+    pub(super) media: super::media::Media<Hub>,
+    /// The push worker and what is owed to away devices (`push.rs`).
+    pub(super) push: super::push::Push<Hub>,
     pub(super) config: Config,
     pub(super) agent: Rc<dyn Agent>,
     /// Every lane's turns and what runs them: queues, slots, the agent watch, the speech
@@ -68,8 +61,8 @@ pub struct Hub {
     pub(super) agent_calls: super::agent_calls::AgentCalls,
     /// Per lane, where the household has read it up to (`read_state.rs`).
     pub(super) read_marks: super::read_marks::ReadMarks,
-    /// Turns' final changes kept while the disk failed (`storage.rs`).
-    pub(super) unsettled: super::unsettled::Unsettled,
+    /// The data disk's watch and the answers kept while it failed (`storage.rs`).
+    pub(super) storage: super::storage::StorageWatch,
     /// Failed hellos per source address (`guessing.rs`; only `devices.rs` touches it).
     pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
     pub(super) committer: mpsc::Sender<CommitJob>,
@@ -78,14 +71,10 @@ pub struct Hub {
     pub(super) jobs: super::jobs::AgentJobs,
     /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
     pub(super) automation: super::automation::Automation,
-    pub(super) media_holds: MediaHolds,
-    /// Each device's share of the history query thread (`budget.rs`).
-    pub(super) query_budgets: RefCell<QueryBudgets>,
-    /// Updates: the helper's records and the staging area (`update.rs`).
-    pub(super) updates: crate::update::stage::Updates,
-    /// This version is on trial after an update: devices wait until it is committed
-    /// (only `update.rs` touches it).
-    pub(super) update_trial: std::cell::Cell<bool>,
+    /// Searches, history pages' query budget, deletions (`search.rs`).
+    pub(super) queries: super::search::Queries,
+    /// Updates: the helper's records, the staging area, the trial (`update.rs`).
+    pub(super) updates: super::update::UpdateWatch<Hub>,
 }
 
 /// How the requesting connection is answered, next to the broadcast.
@@ -129,6 +118,9 @@ impl Hub {
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
+        let queries =
+            super::search::Queries::new(store.clone(), config.limits.clone(), agent.clone());
+        let storage = super::storage::StorageWatch::new(store.clone());
         let max_running_turns = config.limits.max_running_turns;
         let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
         let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
@@ -143,9 +135,9 @@ impl Hub {
             )),
             view: store.view(),
             directory,
+            media: super::media::Media::new(hub.clone(), media, store.clone()),
+            push: super::push::Push::new(hub.clone(), pusher, store.clone()),
             store,
-            media,
-            pusher,
             config,
             agent,
             committer: tx,
@@ -154,22 +146,21 @@ impl Hub {
             open_approvals,
             agent_calls: Default::default(),
             read_marks,
-            unsettled: Default::default(),
+            storage,
             bad_hellos: RefCell::new(bad_hellos),
             started: Instant::now(),
             automation,
             jobs,
-            media_holds: MediaHolds::default(),
-            query_budgets: RefCell::default(),
-            updates,
-            update_trial: Default::default(),
+            queries,
+            updates: super::update::UpdateWatch::new(hub.clone(), updates),
         });
         tokio::task::spawn_local(hub.clone().run_committer(rx, committer_stop));
-        tokio::task::spawn_local(hub.clone().storage_monitor(shutdown.listener()));
+        let (watched, stop) = (hub.clone(), shutdown.listener());
+        tokio::task::spawn_local(async move { watched.storage.watch(&*watched, stop).await });
         // Also for the demo (whose probe always succeeds): the admin page can switch the agent
         // to a network backend while the gateway runs, and that one needs watching.
         hub.turns.watch_agent(shutdown.listener());
-        hub.follow_update(shutdown.listener());
+        hub.updates.follow(shutdown.listener());
         Ok(hub)
     }
 
@@ -216,8 +207,8 @@ impl Hub {
             tools: true,
             media: true,
             search: true,
-            push: self.pusher.backend().as_str(),
-            push_ntfy_server: self.pusher.ntfy_server().to_owned(),
+            push: self.push.backend().as_str(),
+            push_ntfy_server: self.push.ntfy_server().to_owned(),
             pickers: true,
             extensions: if self.agent.can_steer() {
                 crate::protocol::EXTENSIONS_WITH_STEER
@@ -256,11 +247,6 @@ impl Hub {
         self.health.reasons()
     }
 
-    /// Media storage is full (`Some(why)`) or has room again (`None`).
-    pub fn set_media_full(&self, why: Option<String>) {
-        self.update_health(|st| st.media_full = why);
-    }
-
     /// Changes a cause of `degraded`; a change of the health state itself is logged, sent to
     /// every device as `status`, and passed to whoever watches it.
     pub(super) fn update_health(&self, change: impl FnOnce(&mut Causes)) {
@@ -294,9 +280,21 @@ impl Hub {
         self.health.is_shutting_down()
     }
 
-    /// The media files, for the connection's uploads.
-    pub fn media_files(&self) -> &MediaFiles {
+    /// The media files and what is done with them: uploads (`session/upload.rs`), the backups'
+    /// holds, the clean-up at start (`media.rs`).
+    pub fn media(&self) -> &super::media::Media<Hub> {
         &self.media
+    }
+
+    /// Push as the server drives it: the worker's outcomes, the catch-up at start (`push.rs`).
+    pub fn push(&self) -> &super::push::Push<Hub> {
+        &self.push
+    }
+
+    /// Updates as the doors see them: the staging area (admin page), the trial (front door)
+    /// (`update.rs`).
+    pub fn updates(&self) -> &super::update::UpdateWatch<Hub> {
+        &self.updates
     }
 }
 

@@ -80,12 +80,12 @@ impl Hub {
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
-            push: self.pusher.backend().as_str().to_owned(),
+            push: self.push.backend().as_str().to_owned(),
             push_error,
             push_confirmed: self.health.push_confirmed(),
             store_bytes: self.store.size_on_disk().ok(),
             cursor_head: self.published_head(),
-            media_bytes: self.media.used(),
+            media_bytes: self.media.files().used(),
             media_quota_bytes: self.config.limits.media_quota_bytes,
             disk_free_bytes: crate::disk::free_bytes(self.store.dir()).ok(),
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
@@ -95,8 +95,8 @@ impl Hub {
             media_full,
             // The failure is held as a cause (read from the history at start and on dismiss).
             update_failure: self.health.causes(|c| c.update_failed.clone()),
-            update_under_way: self.updates.under_way(),
-            update_trial: self.on_update_trial(),
+            update_under_way: self.updates.stage().under_way(),
+            update_trial: self.updates.on_trial(),
             switched_off: self.health.causes(|c| c.switched_off()),
         }
     }

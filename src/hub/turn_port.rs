@@ -29,7 +29,7 @@ impl TurnPort for Hub {
     }
 
     fn media(&self) -> &MediaFiles {
-        &self.media
+        self.media.files()
     }
 
     fn config(&self) -> &Config {
@@ -49,7 +49,7 @@ impl TurnPort for Hub {
     }
 
     fn keep_unsettled(&self, changes: Vec<Change>) {
-        Hub::keep_unsettled(self, changes);
+        self.storage.keep_unsettled(changes);
     }
 
     fn broadcast(&self, frame: &Frame, coalesce_key: Option<u64>) {
@@ -79,7 +79,7 @@ impl TurnPort for Hub {
     }
 
     fn set_media_full(&self, why: Option<String>) {
-        Hub::set_media_full(self, why);
+        self.media.set_full(why);
     }
 
     fn lane_exists(&self, lane: &Lane) -> bool {

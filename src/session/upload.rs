@@ -62,7 +62,7 @@ pub async fn start(
     if start.size < 0 {
         return refuse(ErrorCode::Unsupported, "size cannot be negative".into());
     }
-    match hub.media_files().begin(start.size as u64).await {
+    match hub.media().files().begin(start.size as u64).await {
         Ok(upload) => {
             let idle = Duration::from_secs(hub.limits().media_idle_timeout_secs);
             *slot = Some(Uploading {
@@ -76,7 +76,7 @@ pub async fn start(
         }
         Err(e) => {
             if e.is_space() {
-                hub.set_media_full(Some(e.to_string()));
+                hub.media().set_full(Some(e.to_string()));
             }
             let code = match e {
                 MediaError::Io(_) => ErrorCode::Internal,
@@ -129,10 +129,11 @@ pub async fn end(
         outlet.push_frame(&Frame::media_upload_ack(id, false, &media_ref));
         return;
     };
-    let files = hub.media_files();
+    let files = hub.media().files();
     let ok = match upload.finish(files, &sha256).await {
         Ok((sha, size)) => {
             match hub
+                .media()
                 .finish_upload(&outlet.device_id, &media_ref, &active.start, sha, size)
                 .await
             {
