@@ -223,7 +223,7 @@ fn open_core(
         });
         None
     });
-    hub.set_transcriber(transcriber);
+    hub.turns().set_transcriber(transcriber);
     let speaker = crate::agent::Speaker::from_config(&started_with.speech).unwrap_or_else(|e| {
         switched_off.push(SwitchedOff {
             part: Part::Speech,
@@ -231,7 +231,7 @@ fn open_core(
         });
         None
     });
-    hub.set_speaker(speaker);
+    hub.turns().set_speaker(speaker);
     for off in switched_off {
         hub.note_switched_off(off);
     }
@@ -311,7 +311,8 @@ async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
         .media_older_than(crate::ids::now_ms() - UNUSED_UPLOAD_TTL_MS)?;
     hub.media().collect(&stale).await;
     let closed = hub
-        .close_interrupted_turns()
+        .turns()
+        .close_interrupted()
         .await
         .map_err(RunError::Recover)?;
     if closed > 0 {

@@ -988,7 +988,7 @@ const HUB_STATE_OWNERS: &[(&str, &str)] = &[
     ("fanout", "fanout.rs"),
     ("health", "health.rs"),
     ("choices", "choices.rs"),
-    ("open_approvals", "open_approvals.rs"),
+    ("open", "approvals.rs"),
     ("read_marks", "read_marks.rs"),
     ("unsettled", "unsettled.rs"),
     ("voice_noticed", "voice.rs"),
@@ -1006,7 +1006,7 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("fanout.rs", "Fanout"),
     ("health.rs", "Health"),
     ("choices.rs", "Choices"),
-    ("open_approvals.rs", "OpenApprovals"),
+    ("approvals.rs", "OpenApprovals"),
     ("agent_calls.rs", "AgentCalls"),
     ("read_marks.rs", "ReadMarks"),
     ("unsettled.rs", "Unsettled"),
@@ -1018,6 +1018,8 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("push.rs", "Push<P>"),
     ("update.rs", "UpdateWatch<P>"),
     ("storage.rs", "StorageWatch"),
+    ("commands.rs", "Commands"),
+    ("message_send.rs", "Messages"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

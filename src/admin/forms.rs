@@ -311,7 +311,7 @@ impl Post<'_> {
         };
         let transcription = config.transcription.clone();
         self.admin.config.apply(|c| c.transcription = transcription);
-        self.hub.set_transcriber(transcriber);
+        self.hub.turns().set_transcriber(transcriber);
         info!(peer = %self.who.peer(), "admin page: transcription settings saved; the next voice note uses them");
         section(Tone::Good, &said)
     }
@@ -366,7 +366,7 @@ impl Post<'_> {
         };
         let speech = config.speech.clone();
         self.admin.config.apply(|c| c.speech = speech);
-        self.hub.set_speaker(speaker);
+        self.hub.turns().set_speaker(speaker);
         info!(peer = %self.who.peer(), "admin page: speech settings saved; the next answer uses them");
         section(Tone::Good, &said)
     }

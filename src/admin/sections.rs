@@ -85,7 +85,7 @@ pub(super) fn agent_body(
         language: &t_language,
         timeout_secs: &t_timeout,
         key_set: !t.key.is_empty() || t.key_file.is_some(),
-        now: hub.transcription_service(),
+        now: hub.turns().transcription_service(),
         key_typed: key_typed(transcription),
     };
     let s = &config.speech;
@@ -105,7 +105,7 @@ pub(super) fn agent_body(
         timeout_secs: &s_timeout,
         max_chars: &s_max_chars,
         key_set: !s.key.is_empty() || s.key_file.is_some(),
-        now: hub.speech_service(),
+        now: hub.turns().speech_service(),
         key_typed: key_typed(speech),
     };
     pages::agent(&view, csrf, &Notice::of(agent))

@@ -7,7 +7,12 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
+use std::future::Future;
 use std::rc::Rc;
+
+use super::errors::Refusal;
+use crate::outlet::Outlet;
+use crate::protocol::Frame;
 
 /// What a device's call to the agent is for; each kind has its own slot per device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +64,38 @@ impl AgentCalls {
             pending: self.pending.clone(),
             key,
         })
+    }
+
+    /// The device's slot for a call of `kind` to the agent, or the `rate_limited` refusal
+    /// while its previous one is still under way.
+    pub(super) fn slot(&self, device_id: &str, kind: CallKind) -> Result<CallSlot, Refusal> {
+        self.claim(device_id, kind).ok_or_else(|| {
+            Refusal::rate_limited(format!(
+                "{} from this device is still on its way to the agent; send this again once it is answered",
+                kind.described()
+            ))
+        })
+    }
+}
+
+impl CallSlot {
+    /// Runs `work` (which waits on the agent) beside the device's reader, holding this slot
+    /// until it ends, so the device's other frames are answered meanwhile. Its answer reaches
+    /// the device the way every answer does (through the committer or the outlet); a refusal
+    /// comes back as an `error` carrying the request's `id`.
+    pub(super) fn beside(
+        self,
+        outlet: &Rc<Outlet>,
+        id: Option<i64>,
+        work: impl Future<Output = Result<(), Refusal>> + 'static,
+    ) {
+        let outlet = outlet.clone();
+        tokio::task::spawn_local(async move {
+            let _slot = self;
+            if let Err(refusal) = work.await {
+                outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
+            }
+        });
     }
 }
 

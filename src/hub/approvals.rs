@@ -13,18 +13,20 @@
 //! for config.yaml, not one tap on a locked phone. Answers never set Hermes' `all` (which would
 //! approve every request of the run at once).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use super::commands::post_system;
 use super::errors::Refusal;
-use super::state::Hub;
-use crate::agent::ApprovalRequest;
+use super::port::Port;
+use crate::agent::{Agent, ApprovalRequest};
 use crate::ids;
-use crate::outlet::Outlet;
 use crate::protocol::{fit, ErrorCode, Frame, Lane};
-use crate::store::{ApprovalRecord, Change, Record};
+use crate::store::{ApprovalRecord, Change, Record, Store};
 
 /// Approval pickers' ids start with this (other pickers' with `pk_`).
 pub(super) const PICKER_PREFIX: &str = "ap_";
@@ -76,9 +78,58 @@ fn title(req: &ApprovalRequest) -> String {
     }
 }
 
-impl Hub {
+/// Approvals offered and not answered yet, by picker id (also in the store: they survive
+/// restarts, unlike the settings pickers), and what offers, answers and closes them. Their one
+/// owner; each is taken out to be answered, and put back when the answer could not be
+/// delivered. It reaches the rest of the hub through the port (commit, the lanes' turns).
+pub(super) struct OpenApprovals {
+    open: RefCell<HashMap<String, ApprovalRecord>>,
+    /// For the answering device's name.
+    store: Store,
+    agent: Rc<dyn Agent>,
+}
+
+impl OpenApprovals {
+    pub(super) fn new(
+        records: Vec<ApprovalRecord>,
+        store: Store,
+        agent: Rc<dyn Agent>,
+    ) -> OpenApprovals {
+        OpenApprovals {
+            open: RefCell::new(
+                records
+                    .into_iter()
+                    .map(|a| (a.picker_id.clone(), a))
+                    .collect(),
+            ),
+            store,
+            agent,
+        }
+    }
+
+    fn insert(&self, record: ApprovalRecord) {
+        self.open
+            .borrow_mut()
+            .insert(record.picker_id.clone(), record);
+    }
+
+    fn take(&self, picker_id: &str) -> Option<ApprovalRecord> {
+        self.open.borrow_mut().remove(picker_id)
+    }
+
+    /// Approvals waiting for an answer, for `/status`.
+    pub(super) fn count(&self) -> usize {
+        self.open.borrow().len()
+    }
+
     /// Offers an approval the running turn of `lane` waits for.
-    pub(super) async fn offer_approval(&self, lane: &Lane, run_id: &str, request: ApprovalRequest) {
+    pub(super) async fn offer(
+        &self,
+        hub: &impl Port,
+        lane: &Lane,
+        run_id: &str,
+        request: ApprovalRequest,
+    ) {
         let record = ApprovalRecord {
             picker_id: ids::time_ordered("ap"),
             lane: lane.clone(),
@@ -88,7 +139,7 @@ impl Hub {
         };
         // Stored before the picker goes out, so an answer after a restart still finds it.
         let put = Change::Record(Record::PutApproval(record.clone()));
-        if let Err(e) = self.commit(vec![put], None).await {
+        if let Err(e) = hub.commit(vec![put], None).await {
             warn!(%lane, "could not store an approval (it will not survive a restart): {e}");
         }
         info!(%lane, run = %run_id, picker = %record.picker_id, "approval requested");
@@ -101,25 +152,35 @@ impl Hub {
             .in_lane(&lane.chat_id, lane.thread());
         let notice = Frame::notification("approval", "Approval needed", &title, ids::now_ms())
             .in_lane(&lane.chat_id, lane.thread());
-        self.open_approvals.insert(record);
+        self.insert(record);
         let changes = vec![
             Change::Outbox(picker.outboxed()),
             Change::Outbox(notice.outboxed()),
         ];
-        if let Err(e) = self.commit(changes, None).await {
+        if let Err(e) = hub.commit(changes, None).await {
             warn!(%lane, "could not send an approval picker: {e}");
         }
     }
 
     /// Takes every pending approval of a run out of the pending set (and the store).
-    async fn take_approvals_of(&self, run_id: &str) -> Vec<ApprovalRecord> {
-        let taken = self.open_approvals.take_of_run(run_id);
+    async fn take_of_run(&self, hub: &impl Port, run_id: &str) -> Vec<ApprovalRecord> {
+        let taken = {
+            let mut open = self.open.borrow_mut();
+            let ids: Vec<String> = open
+                .values()
+                .filter(|a| a.run_id == run_id)
+                .map(|a| a.picker_id.clone())
+                .collect();
+            ids.iter()
+                .filter_map(|id| open.remove(id))
+                .collect::<Vec<_>>()
+        };
         let gone: Vec<Change> = taken
             .iter()
             .map(|a| Change::Record(Record::RemoveApproval(a.picker_id.clone())))
             .collect();
         if !gone.is_empty() {
-            if let Err(e) = self.commit(gone, None).await {
+            if let Err(e) = hub.commit(gone, None).await {
                 warn!("could not forget an approval: {e}");
             }
         }
@@ -127,43 +188,46 @@ impl Hub {
     }
 
     /// Closes a run's open approvals with a message in their lane; `why` gets the command.
-    pub(super) async fn close_approvals_of(&self, run_id: &str, why: impl Fn(&str) -> String) {
-        for a in self.take_approvals_of(run_id).await {
+    pub(super) async fn close_of_run(
+        &self,
+        hub: &impl Port,
+        run_id: &str,
+        why: impl Fn(&str) -> String,
+    ) {
+        for a in self.take_of_run(hub, run_id).await {
             info!(lane = %a.lane, picker = %a.picker_id, "approval closed unanswered");
-            if self.lane_exists(&a.lane) {
+            if hub.lane_exists(&a.lane) {
                 let text = why(&shown_command(&a.request));
-                self.post_system(&a.lane, text).await;
+                post_system(hub, &a.lane, text).await;
             }
         }
     }
 
     /// Hermes stopped waiting (its timeout): the command did not run.
-    pub(super) async fn approval_expired(&self, run_id: &str) {
-        self.close_approvals_of(run_id, not_in_time).await;
+    pub(super) async fn expired(&self, hub: &impl Port, run_id: &str) {
+        self.close_of_run(hub, run_id, not_in_time).await;
     }
 
     /// The run ids approvals wait for (for a restart: which are still worth following).
-    pub(super) fn approval_runs(&self) -> Vec<String> {
-        self.open_approvals.runs()
+    pub(super) fn runs(&self) -> Vec<String> {
+        self.open
+            .borrow()
+            .values()
+            .map(|a| a.run_id.clone())
+            .collect()
     }
-}
 
-/// The message when Hermes gave up waiting.
-pub(super) fn not_in_time(command: &str) -> String {
-    format!("\u{23f1}\u{fe0f} `{command}` was not approved in time; Hermes did not run it.")
-}
-
-impl Hub {
-    /// Answers an approval picker. The first answer wins; any later one (or one to a closed
-    /// request) is refused with a clear `error`, changing nothing.
-    pub(super) async fn select_approval(
-        self: &Rc<Self>,
-        outlet: &Rc<Outlet>,
+    /// Answers an approval picker for the device `device_id`. The first answer wins; any later
+    /// one (or one to a closed request) is refused with a clear `error`, changing nothing.
+    pub(super) async fn answer(
+        &self,
+        hub: &impl Port,
+        device_id: &str,
         picker_id: &str,
         value: &str,
     ) -> Result<(), Refusal> {
         let value = value.trim().to_ascii_lowercase();
-        let record = self.open_approvals.take(picker_id);
+        let record = self.take(picker_id);
         let Some(record) = record else {
             return Err(Refusal::not_found(NOT_OPEN));
         };
@@ -178,12 +242,12 @@ impl Hub {
                     offered.join(", ")
                 )
             };
-            self.open_approvals.insert(record);
+            self.insert(record);
             return Err(Refusal::unsupported(why));
         }
         let who = self
             .store
-            .device(&outlet.device_id)
+            .device(device_id)
             .ok()
             .flatten()
             .map(|d| d.name)
@@ -192,21 +256,19 @@ impl Hub {
         let command = shown_command(&record.request);
         let lane = record.lane.clone();
         if value == "stop" {
-            self.forget_approval(&record).await;
+            forget(hub, &record).await;
             info!(%lane, run = %record.run_id, "approval answered: stop the task");
-            let abort = self.turns.abort_of_run(&lane, &record.run_id);
-            match abort {
-                // The turn's end stops the run at Hermes and says "Stopped." in the answer.
-                Some(a) => a.stop(),
-                None => self.agent.stop_run(&record.run_id).await,
+            // The turn's end stops the run at Hermes and says "Stopped." in the answer.
+            if !hub.stop_turn_of_run(&lane, &record.run_id) {
+                self.agent.stop_run(&record.run_id).await;
             }
             let text = format!("{who} stopped the task: Hermes did not run `{command}`.");
-            self.post_system(&lane, text).await;
+            post_system(hub, &lane, text).await;
             return Ok(());
         }
         match self.agent.answer_approval(&record.run_id, &value).await {
             Ok(true) => {
-                self.forget_approval(&record).await;
+                forget(hub, &record).await;
                 info!(%lane, run = %record.run_id, choice = %value, "approval answered");
                 let text = match value.as_str() {
                     "deny" => format!("{who} denied `{command}`: Hermes will not run it."),
@@ -215,18 +277,18 @@ impl Hub {
                 ),
                     _ => format!("{who} allowed `{command}` once."),
                 };
-                self.post_system(&lane, text).await;
+                post_system(hub, &lane, text).await;
                 Ok(())
             }
             Ok(false) => {
                 // Hermes had already stopped waiting (timeout, or the run is over).
-                self.forget_approval(&record).await;
-                self.post_system(&lane, not_in_time(&command)).await;
+                forget(hub, &record).await;
+                post_system(hub, &lane, not_in_time(&command)).await;
                 Err(Refusal::not_found(NOT_OPEN))
             }
             Err(e) => {
                 // Not delivered: the request stays open for another try.
-                self.open_approvals.insert(record);
+                self.insert(record);
                 Err(Refusal::new(
                     ErrorCode::Internal,
                     format!(
@@ -236,13 +298,18 @@ impl Hub {
             }
         }
     }
+}
 
-    /// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
-    async fn forget_approval(&self, record: &ApprovalRecord) {
-        let gone = Change::Record(Record::RemoveApproval(record.picker_id.clone()));
-        if let Err(e) = self.commit(vec![gone], None).await {
-            warn!("could not forget an answered approval: {e}");
-        }
+/// The message when Hermes gave up waiting.
+pub(super) fn not_in_time(command: &str) -> String {
+    format!("\u{23f1}\u{fe0f} `{command}` was not approved in time; Hermes did not run it.")
+}
+
+/// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
+async fn forget(hub: &impl Port, record: &ApprovalRecord) {
+    let gone = Change::Record(Record::RemoveApproval(record.picker_id.clone()));
+    if let Err(e) = hub.commit(vec![gone], None).await {
+        warn!("could not forget an answered approval: {e}");
     }
 }
 

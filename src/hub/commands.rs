@@ -10,167 +10,45 @@
 //! outboxed `picker.choice`, answered by `picker.select`. Pending pickers live in memory only
 //! (the schema says a restart expires them); unknown or expired ids are a no-op.
 
+pub(super) mod catalog;
+
 use std::rc::Rc;
 
 use serde_json::{json, Value};
 use tracing::warn;
 
-use super::choices::{Picker, Setting};
+use super::agent_calls::CallKind;
+use super::choices::{Choices, Picker, Setting};
 use super::errors::Refusal;
 use super::jobs::JobsOffer;
-use super::state::{gateway_message, Hub};
-use crate::agent::AgentSettings;
+use super::port::Port;
+use crate::agent::{Agent, AgentSettings};
 use crate::ids;
-use crate::outlet::Outlet;
-use crate::protocol::{Frame, Lane, Role};
-use crate::store::{Change, LaneModel, Record};
+use crate::protocol::{Frame, HistoryMessage, Lane, Role};
+use crate::store::{Change, LaneModel, VoiceMode};
+
+use self::catalog::SPECS;
+pub use self::catalog::{parse, Command};
 
 /// The reasoning efforts offered (`default` leaves the agent's own setting).
 const REASONING_LEVELS: [&str; 5] = ["default", "none", "low", "medium", "high"];
 
-/// A command the gateway answers itself.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    New,
-    Stop,
-    Help,
-    Status,
-    Reasoning(Option<String>),
-    Fast(Option<String>),
-    Model(Option<String>),
-    /// `/jobs`: the agent's scheduled jobs, as a picker (`jobs.rs`).
-    Jobs,
-    /// `/steer TEXT`: guidance for the running answer (`steer.rs`), never answered here.
-    Steer(Option<String>),
-    /// `/voice on|off|auto`: whether this lane's answers are also spoken (`voice_reply.rs`).
-    Voice(Option<String>),
+/// The gateway's own commands and the settings pickers they open: the behaviour on the user's
+/// choices, which it owns (`choices.rs`). The router hands it commands and picker answers; the
+/// rest of the hub it reaches through the port (a fresh conversation, the jobs' offers, the
+/// status report).
+pub(super) struct Commands {
+    choices: Choices,
+    agent: Rc<dyn Agent>,
 }
 
-/// One catalog entry: the single source for `commands.catalog`, `/help` and parsing.
-struct Spec {
-    name: &'static str,
-    aliases: &'static [&'static str],
-    args_hint: &'static str,
-    category: &'static str,
-    description: &'static str,
-    /// Only listed when the agent offers a model choice.
-    needs_models: bool,
-}
+impl Commands {
+    pub(super) fn new(choices: Choices, agent: Rc<dyn Agent>) -> Commands {
+        Commands { choices, agent }
+    }
 
-const SPECS: &[Spec] = &[
-    Spec {
-        name: "/new",
-        aliases: &["/reset"],
-        args_hint: "",
-        category: "Session",
-        description:
-            "Start a fresh conversation in this chat (the agent forgets the earlier messages)",
-        needs_models: false,
-    },
-    Spec {
-        name: "/stop",
-        aliases: &[],
-        args_hint: "",
-        category: "Session",
-        description: "Stop the agent's answer that is running in this chat (apps can also send the frame agent.stop)",
-        needs_models: false,
-    },
-    Spec {
-        name: "/steer",
-        aliases: &[],
-        args_hint: "TEXT",
-        category: "Session",
-        description: "Guide the answer that is running in this chat without stopping it (apps can also send the frame agent.steer); with nothing to take it, TEXT is sent as the next message",
-        needs_models: false,
-    },
-    Spec {
-        name: "/reasoning",
-        aliases: &[],
-        args_hint: "[default|none|low|medium|high]",
-        category: "Configuration",
-        description: "How hard the model thinks before answering",
-        needs_models: false,
-    },
-    Spec {
-        name: "/fast",
-        aliases: &[],
-        args_hint: "[on|off]",
-        category: "Configuration",
-        description: "Ask the provider for its fast (priority) tier",
-        needs_models: false,
-    },
-    Spec {
-        name: "/model",
-        aliases: &[],
-        args_hint: "[name]",
-        category: "Configuration",
-        description: "Choose the model the agent uses",
-        needs_models: true,
-    },
-    Spec {
-        name: "/voice",
-        aliases: &[],
-        args_hint: "[on|off|auto]",
-        category: "Configuration",
-        description: "Whether the agent's answers in this chat are also spoken (auto: answers to voice notes); needs a speech service on the gateway",
-        needs_models: false,
-    },
-    Spec {
-        name: "/jobs",
-        aliases: &[],
-        args_hint: "",
-        category: "Tools & Skills",
-        description: "The agent's scheduled jobs (schedule, next run, last result): pause, resume, run now or remove one; their results arrive in the chat they were asked for",
-        needs_models: false,
-    },
-    Spec {
-        name: "/status",
-        aliases: &[],
-        args_hint: "",
-        category: "Info",
-        description: "Gateway, agent, storage and push health",
-        needs_models: false,
-    },
-    Spec {
-        name: "/help",
-        aliases: &[],
-        args_hint: "",
-        category: "Info",
-        description: "What the commands do; other /commands go to the agent as typed",
-        needs_models: false,
-    },
-];
-
-/// The command in `text`, if it starts with one the gateway knows.
-pub fn parse(text: &str) -> Option<Command> {
-    let text = text.trim();
-    let rest = text.strip_prefix('/')?;
-    let (word, arg) = match rest.split_once(char::is_whitespace) {
-        Some((w, a)) => (w, a.trim()),
-        None => (rest, ""),
-    };
-    let name = format!("/{}", word.to_ascii_lowercase());
-    let spec = SPECS
-        .iter()
-        .find(|s| s.name == name || s.aliases.contains(&name.as_str()))?;
-    let arg = (!arg.is_empty()).then(|| arg.to_owned());
-    Some(match spec.name {
-        "/new" => Command::New,
-        "/stop" => Command::Stop,
-        "/help" => Command::Help,
-        "/status" => Command::Status,
-        "/reasoning" => Command::Reasoning(arg.map(|a| a.to_ascii_lowercase())),
-        "/fast" => Command::Fast(arg.map(|a| a.to_ascii_lowercase())),
-        "/steer" => Command::Steer(arg),
-        "/jobs" => Command::Jobs,
-        "/voice" => Command::Voice(arg),
-        _ => Command::Model(arg),
-    })
-}
-
-impl Hub {
     /// The catalog for the app's `/` drawer.
-    pub fn commands_catalog(&self) -> Value {
+    pub(super) fn catalog(&self) -> Value {
         let can_pick_model = self.agent.can_pick_model();
         Value::Array(
             SPECS
@@ -190,70 +68,61 @@ impl Hub {
     }
 
     /// Runs a command sent in `lane` and posts the gateway's answer there.
-    pub async fn execute_command(self: &Rc<Self>, lane: &Lane, command: Command) {
+    pub(super) async fn execute(&self, hub: &impl Port, lane: &Lane, command: Command) {
         let answer = match command {
             Command::New => {
-                self.turns.new_lane_session(lane, ids::now_ms()).await;
-                self.turns.clear_todos(lane);
-                // No turn ends to store it: a fresh conversation's empty plan is stored now.
-                if let Some(todos) = self.turns.unsaved_todos(lane) {
-                    let put = Change::Record(Record::PutTodos(lane.clone(), todos));
-                    if let Err(e) = self.commit(vec![put], None).await {
-                        warn!(%lane, "could not store the cleared todo list: {e}");
-                    }
-                }
+                hub.new_conversation(lane).await;
                 "Started a new conversation: the agent will not see the earlier messages of this chat."
                 .to_owned()
             }
             Command::Stop => {
-                if self.turns.stop(lane) {
+                if hub.stop_turn(lane) {
                     "Stopped the agent's answer.".to_owned()
                 } else {
                     "Nothing is running in this chat.".to_owned()
                 }
             }
             Command::Help => self.help_text(),
-            Command::Status => self.status_text(lane),
-            Command::Reasoning(None) => return self.open_picker(lane, Setting::Reasoning).await,
-            Command::Fast(None) => return self.open_picker(lane, Setting::Fast).await,
-            Command::Model(None) => return self.open_picker(lane, Setting::Model).await,
-            Command::Jobs => return self.offer(lane, self.jobs.picker(lane).await).await,
-            Command::Reasoning(Some(v)) => self.apply_setting(lane, Setting::Reasoning, &v).await,
-            Command::Fast(Some(v)) => self.apply_setting(lane, Setting::Fast, &v).await,
-            Command::Model(Some(v)) => self.apply_setting(lane, Setting::Model, &v).await,
-            // `/steer TEXT` never gets here (`send_message` hands it to `steer`).
-            Command::Voice(Some(v)) => self.turns.set_voice_mode(lane, &v).await,
+            Command::Status => self.status_text(hub, lane),
+            Command::Reasoning(None) => return self.open_picker(hub, lane, Setting::Reasoning).await,
+            Command::Fast(None) => return self.open_picker(hub, lane, Setting::Fast).await,
+            Command::Model(None) => return self.open_picker(hub, lane, Setting::Model).await,
+            Command::Jobs => return hub.offer_jobs(lane).await,
+            Command::Reasoning(Some(v)) => self.apply_setting(hub, lane, Setting::Reasoning, &v).await,
+            Command::Fast(Some(v)) => self.apply_setting(hub, lane, Setting::Fast, &v).await,
+            Command::Model(Some(v)) => self.apply_setting(hub, lane, Setting::Model, &v).await,
+            // `/steer TEXT` never gets here (`Messages::send` hands it to `Messages::steer`).
+            Command::Voice(Some(v)) => hub.set_voice_mode(lane, &v).await,
             Command::Voice(None) => format!(
                 "Voice in this chat: {}. Say `/voice on`, `/voice off` or `/voice auto` (answers to voice notes).",
-                self.turns.voice_mode(lane).as_str()
+                self.choices.lane_voice(lane).as_str()
             ),
             Command::Steer(_) => {
                 "Say `/steer` and the guidance, e.g. `/steer keep it short`: the running answer takes it without stopping.".to_owned()
             }
         };
-        self.post_system(lane, answer).await;
+        post_system(hub, lane, answer).await;
     }
 
     /// Answers a picker. Unknown or expired ids are a no-op, as the schema says.
-    pub async fn picker_select(
-        self: &Rc<Self>,
-        _outlet: &Rc<Outlet>,
+    pub(super) async fn select(
+        &self,
+        hub: &impl Port,
         picker_id: &str,
         value: &str,
     ) -> Result<(), Refusal> {
         let picker = self.choices.take_picker(picker_id);
         if let Some(p) = picker {
-            if self.lane_exists(&p.lane) {
+            if hub.lane_exists(&p.lane) {
                 let answer = match p.setting {
                     Setting::Job => {
-                        let offer = self.jobs.actions_picker(value).await;
-                        self.offer(&p.lane, offer).await;
+                        hub.offer_job_actions(&p.lane, value).await;
                         return Ok(());
                     }
-                    Setting::JobAction(job_id) => self.jobs.apply_action(&job_id, value).await,
-                    setting => self.apply_setting(&p.lane, setting, value).await,
+                    Setting::JobAction(job_id) => hub.apply_job_action(&job_id, value).await,
+                    setting => self.apply_setting(hub, &p.lane, setting, value).await,
                 };
-                self.post_system(&p.lane, answer).await;
+                post_system(hub, &p.lane, answer).await;
             }
         }
         Ok(())
@@ -261,10 +130,16 @@ impl Hub {
 
     /// Changes one setting from a command argument or a picker value; returns what to tell the
     /// user. Reasoning and speed apply to every lane; a model to `lane` only.
-    async fn apply_setting(&self, lane: &Lane, setting: Setting, value: &str) -> String {
+    async fn apply_setting(
+        &self,
+        hub: &impl Port,
+        lane: &Lane,
+        setting: Setting,
+        value: &str,
+    ) -> String {
         let value = value.trim();
         if setting == Setting::Model {
-            return self.choose_lane_model(lane, value).await;
+            return self.choose_lane_model(hub, lane, value).await;
         }
         let mut settings = self.choices.settings();
         let answer = match setting {
@@ -293,7 +168,7 @@ impl Hub {
                 unreachable!("a model is chosen per lane; jobs are changed at the agent")
             }
         };
-        if let Err(e) = self.choices.store_settings(self, settings).await {
+        if let Err(e) = self.choices.store_settings(hub, settings).await {
             warn!("could not store the agent settings: {e}");
             return format!("Could not save the setting: {e}.");
         }
@@ -302,7 +177,7 @@ impl Hub {
 
     /// `/model NAME` (or a picker's value) in `lane`: the lane's next turns ask for that model;
     /// `default` goes back to the agent's own.
-    async fn choose_lane_model(&self, lane: &Lane, value: &str) -> String {
+    async fn choose_lane_model(&self, hub: &impl Port, lane: &Lane, value: &str) -> String {
         let models = match self.agent.models().await {
             Ok(m) if !m.is_empty() => m,
             Ok(_) => return "This agent does not offer a choice of model.".into(),
@@ -326,7 +201,7 @@ impl Hub {
         };
         if let Err(e) = self
             .choices
-            .store_lane_model(self, lane, choice.clone())
+            .store_lane_model(hub, lane, choice.clone())
             .await
         {
             warn!(%lane, "could not store the lane's model: {e}");
@@ -341,7 +216,7 @@ impl Hub {
                 provider: None,
                 ..old
             };
-            if let Err(e) = self.choices.store_settings(self, settings).await {
+            if let Err(e) = self.choices.store_settings(hub, settings).await {
                 warn!("could not store the agent settings: {e}");
                 return format!("Could not save the setting: {e}.");
             }
@@ -350,7 +225,7 @@ impl Hub {
     }
 
     /// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
-    async fn open_picker(self: &Rc<Self>, lane: &Lane, setting: Setting) {
+    async fn open_picker(&self, hub: &impl Port, lane: &Lane, setting: Setting) {
         let current = self.choices.settings();
         let (title, choices) = match setting {
             Setting::Reasoning => (
@@ -375,11 +250,11 @@ impl Hub {
                     Ok(m) if !m.is_empty() => m,
                     Ok(_) => {
                         let text = "This agent does not offer a choice of model.".to_owned();
-                        return self.post_system(lane, text).await;
+                        return post_system(hub, lane, text).await;
                     }
                     Err(e) => {
                         let text = format!("Could not ask the agent for its models: {e}.");
-                        return self.post_system(lane, text).await;
+                        return post_system(hub, lane, text).await;
                     }
                 };
                 let chosen = self.choices.lane_model(lane);
@@ -402,9 +277,7 @@ impl Hub {
                 }));
                 ("Model", choices)
             }
-            Setting::Job | Setting::JobAction(_) => {
-                return self.offer(lane, self.jobs.picker(lane).await).await
-            }
+            Setting::Job | Setting::JobAction(_) => return hub.offer_jobs(lane).await,
         };
         let choices: Vec<Value> = choices
         .into_iter()
@@ -412,12 +285,13 @@ impl Hub {
             json!({ "value": value, "label": label, "is_current": is_current })
         })
         .collect();
-        self.offer_picker(lane, title, choices, setting).await;
+        self.offer_picker(hub, lane, title, choices, setting).await;
     }
 
     /// Sends a picker in `lane` and remembers what answering it means.
     pub(super) async fn offer_picker(
         &self,
+        hub: &impl Port,
         lane: &Lane,
         title: &str,
         choices: Vec<Value>,
@@ -428,7 +302,7 @@ impl Hub {
             .in_lane(&lane.chat_id, lane.thread());
         self.choices
             .open_picker(picker_id, Picker::new(lane, setting));
-        if let Err(e) = self
+        if let Err(e) = hub
             .commit(vec![Change::Outbox(frame.outboxed())], None)
             .await
         {
@@ -437,30 +311,14 @@ impl Hub {
     }
 
     /// Says or offers what the agent's jobs answer in `lane`.
-    async fn offer(&self, lane: &Lane, offer: JobsOffer) {
+    pub(super) async fn offer(&self, hub: &impl Port, lane: &Lane, offer: JobsOffer) {
         match offer {
-            JobsOffer::Say(text) => self.post_system(lane, text).await,
+            JobsOffer::Say(text) => post_system(hub, lane, text).await,
             JobsOffer::Pick {
                 title,
                 choices,
                 setting,
-            } => self.offer_picker(lane, &title, choices, setting).await,
-        }
-    }
-
-    /// Posts the gateway's answer as a `system` message in `lane`.
-    pub(super) async fn post_system(&self, lane: &Lane, text: String) {
-        let message = gateway_message(Role::System, text);
-        let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
-        let changes = vec![
-            Change::PutMessage(lane.clone(), message.clone()),
-            Change::OutboxOf {
-                message_id: message.message_id.clone(),
-                frame: frame.outboxed(),
-            },
-        ];
-        if let Err(e) = self.commit(changes, None).await {
-            warn!(%lane, "could not post the gateway's answer: {e}");
+            } => self.offer_picker(hub, lane, &title, choices, setting).await,
         }
     }
 
@@ -483,8 +341,8 @@ impl Hub {
 
     /// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
     /// with the agent settings (this lane's model) and waiting approvals that only a chat needs.
-    fn status_text(&self, lane: &Lane) -> String {
-        let report = self.status_report();
+    fn status_text(&self, hub: &impl Port, lane: &Lane) -> String {
+        let report = hub.status_report();
         let gateway = if report.causes.is_empty() {
             "online".to_owned()
         } else {
@@ -495,7 +353,7 @@ impl Hub {
             Some(e) => format!("not usable: {e}"),
             None => "reachable".to_owned(),
         };
-        let settings: AgentSettings = self.turn_settings(lane);
+        let settings: AgentSettings = self.choices.turn_settings(lane);
         let storage = match report.store_bytes {
             Some(bytes) => format!(
                 "{:.1} MB on disk, {} outbox frames",
@@ -508,15 +366,15 @@ impl Hub {
             Some(e) => format!("{}, failing: {e}", report.push),
             None => report.push.clone(),
         };
-        let open = self.open_approvals.count();
-        let voice = match self.speech_service() {
+        let open = hub.approvals_waiting();
+        let voice = match hub.speech_service() {
             Some(service) => format!(
                 "{} (spoken by {service})",
-                self.turns.voice_mode(lane).as_str()
+                self.choices.lane_voice(lane).as_str()
             ),
             None => format!(
                 "{} (no speech service set)",
-                self.turns.voice_mode(lane).as_str()
+                self.choices.lane_voice(lane).as_str()
             ),
         };
         let approvals = match self.agent.approvals_note() {
@@ -543,6 +401,57 @@ impl Hub {
             None => answer,
         }
     }
+    /// Which call to the agent answering the picker `picker_id` makes, if it is a settings
+    /// picker that asks the agent (its models, its jobs): answered beside the reader.
+    pub(super) fn agent_call_of(&self, picker_id: &str) -> Option<CallKind> {
+        self.choices
+            .picker_setting(picker_id)
+            .and_then(agent_call_of)
+    }
+
+    /// The settings a turn in `lane` runs with (`Choices::turn_settings`).
+    pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
+        self.choices.turn_settings(lane)
+    }
+
+    pub(super) fn lane_voice(&self, lane: &Lane) -> VoiceMode {
+        self.choices.lane_voice(lane)
+    }
+
+    pub(super) fn set_lane_voice(&self, lane: &Lane, mode: VoiceMode) {
+        self.choices.set_lane_voice(lane, mode);
+    }
+
+    /// Forgets the choices of deleted lanes.
+    pub(super) fn forget_lanes(&self, gone: &impl Fn(&Lane) -> bool) {
+        self.choices.forget_lanes(gone);
+    }
+}
+
+/// Posts the gateway's answer as a `system` message in `lane`.
+pub(super) async fn post_system(port: &impl Port, lane: &Lane, text: String) {
+    let message = HistoryMessage::text_only(ids::message_id(), Role::System, text, ids::now_ms());
+    let frame = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
+    let changes = vec![
+        Change::PutMessage(lane.clone(), message.clone()),
+        Change::OutboxOf {
+            message_id: message.message_id.clone(),
+            frame: frame.outboxed(),
+        },
+    ];
+    if let Err(e) = port.commit(changes, None).await {
+        warn!(%lane, "could not post the gateway's answer: {e}");
+    }
+}
+
+/// Which call to the agent answering a picker of `setting` makes (its models, its jobs), if
+/// any: the one place that says which pickers run beside the reader.
+fn agent_call_of(setting: Setting) -> Option<CallKind> {
+    match setting {
+        Setting::Model => Some(CallKind::Models),
+        Setting::Job | Setting::JobAction(_) => Some(CallKind::Jobs),
+        _ => None,
+    }
 }
 
 /// A setting's value as a sentence starts.
@@ -557,35 +466,4 @@ fn capitalised(s: &str) -> String {
 /// A model name short enough for a picker label.
 fn shorten(s: &str) -> String {
     s.chars().take(40).collect()
-}
-
-impl Hub {
-    /// The settings a turn in `lane` runs with (`Choices::turn_settings`).
-    pub(super) fn turn_settings(&self, lane: &Lane) -> AgentSettings {
-        self.choices.turn_settings(lane)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn known_commands_parse_and_others_pass_through() {
-        assert_eq!(parse("/new"), Some(Command::New));
-        assert_eq!(parse("  /RESET  "), Some(Command::New));
-        assert_eq!(
-            parse("/reasoning high"),
-            Some(Command::Reasoning(Some("high".into())))
-        );
-        assert_eq!(parse("/fast"), Some(Command::Fast(None)));
-        assert_eq!(
-            parse("/model mock-large"),
-            Some(Command::Model(Some("mock-large".into())))
-        );
-        assert_eq!(parse("/skills list"), None);
-        assert_eq!(parse("hello /new"), None);
-        assert_eq!(parse("/"), None);
-        assert_eq!(parse("/newer"), None);
-    }
 }

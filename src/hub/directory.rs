@@ -26,6 +26,12 @@ impl Directory {
         Directory { store, limits }
     }
 
+    /// A lane is live while its channel (and thread) exist in the directory.
+    pub(super) fn lane_exists(&self, lane: &Lane) -> bool {
+        let exists = |id: &str| matches!(self.store.channel(id), Ok(Some(_)));
+        exists(&lane.chat_id) && lane.thread().is_none_or(exists)
+    }
+
     /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
     ///
     /// The addressing rule: a thread's frames carry `chat_id` = its parent channel and

@@ -5,8 +5,12 @@ use std::rc::Rc;
 
 use super::errors::{CommitError, Refusal};
 use super::health::Causes;
+use super::agent_calls::{CallKind, CallSlot};
+use super::commands::Command;
 use super::port::{Port, Reply};
 use super::state::{Hub, Origin};
+use super::status::StatusReport;
+use super::turns::QueuedTurn;
 use crate::agent::AgentEvent;
 use crate::protocol::{Channel, HistoryMessage, Lane};
 use crate::store::Change;
@@ -21,8 +25,11 @@ impl Port for Hub {
         Hub::commit(self, changes, origin).await.map(|_| ())
     }
 
+    /// Drops everything live about deleted lanes (their choices, turns and todo lists) and
+    /// returns what the caller commits with the deletion (`Turns::forget_lanes`).
     fn forget_lanes(&self, gone: &dyn Fn(&Lane) -> bool) -> Vec<Change> {
-        Hub::forget_lanes(self, gone)
+        self.commands.forget_lanes(&gone);
+        self.turns.forget_lanes(gone)
     }
 
     async fn collect_media(&self, media_ids: &[String]) {
@@ -30,7 +37,7 @@ impl Port for Hub {
     }
 
     fn lane_exists(&self, lane: &Lane) -> bool {
-        Hub::lane_exists(self, lane)
+        self.directory.lane_exists(lane)
     }
 
     async fn attach_agent_files(
@@ -74,6 +81,49 @@ impl Port for Hub {
         Hub::published_head(self)
     }
 
+    async fn new_conversation(&self, lane: &Lane) {
+        self.turns.new_conversation(lane).await
+    }
+
+    fn stop_turn(&self, lane: &Lane) -> bool {
+        self.turns.stop(lane)
+    }
+
+    fn stop_turn_of_run(&self, lane: &Lane, run_id: &str) -> bool {
+        let abort = self.turns.abort_of_run(lane, run_id);
+        abort.map(|a| a.stop()).is_some()
+    }
+
+    async fn set_voice_mode(&self, lane: &Lane, value: &str) -> String {
+        self.turns.set_voice_mode(lane, value).await
+    }
+
+    fn speech_service(&self) -> Option<String> {
+        self.turns.speech_service()
+    }
+
+    async fn offer_jobs(&self, lane: &Lane) {
+        let offer = self.jobs.picker(lane).await;
+        self.commands.offer(self, lane, offer).await
+    }
+
+    async fn offer_job_actions(&self, lane: &Lane, job_id: &str) {
+        let offer = self.jobs.actions_picker(job_id).await;
+        self.commands.offer(self, lane, offer).await
+    }
+
+    async fn apply_job_action(&self, job_id: &str, value: &str) -> String {
+        self.jobs.apply_action(job_id, value).await
+    }
+
+    fn status_report(&self) -> StatusReport {
+        Hub::status_report(self)
+    }
+
+    fn approvals_waiting(&self) -> usize {
+        self.open_approvals.count()
+    }
+
     fn resolve_lane(
         &self,
         chat_id: Option<&str>,
@@ -92,5 +142,37 @@ impl Port for Hub {
 
     fn begin_shutdown(&self) {
         Hub::begin_shutdown(self);
+    }
+
+    fn thread_fits(&self, thread: &Channel) -> bool {
+        self.directory.room(std::slice::from_ref(thread)).is_ok()
+    }
+
+    fn lane_waiting(&self, lane: &Lane) -> usize {
+        self.turns.waiting(lane)
+    }
+
+    fn agent_call(&self, device_id: &str, kind: CallKind) -> Result<CallSlot, Refusal> {
+        self.agent_calls.slot(device_id, kind)
+    }
+
+    async fn commit_answering(
+        &self,
+        changes: Vec<Change>,
+        origin: Origin,
+    ) -> Result<(), CommitError> {
+        Hub::commit(self, changes, Some(origin)).await.map(|_| ())
+    }
+
+    async fn run_command(&self, lane: &Lane, command: Command) {
+        self.commands.execute(self, lane, command).await
+    }
+
+    fn enqueue_turn(&self, lane: Lane, turn: QueuedTurn) {
+        self.turns.enqueue(lane, turn)
+    }
+
+    async fn hand_steer(&self, lane: Lane, message_id: String, text: String) {
+        self.turns.hand_steer(lane, message_id, text).await
     }
 }

@@ -4,27 +4,49 @@
 
 use std::rc::Rc;
 
+use crate::agent::Agent;
+use crate::config::Limits;
 use crate::ids;
 use crate::outlet::Outlet;
-use crate::protocol::fit;
+use crate::protocol::fit::{self, OutBudget};
 use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
-use crate::store::{Change, PendingTurn};
+use crate::store::{Change, PendingTurn, Store};
 
 use super::agent_calls::CallKind;
 use super::directory;
 use super::errors::Refusal;
-use super::state::{Hub, Origin};
+use super::port::Port;
 use super::turns::QueuedTurn;
+use super::Origin;
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
 
-impl Hub {
+/// The user's messages on their way in: `message.send` and `agent.steer` checked, stored,
+/// echoed, and handed to their lane's turns (or, for a gateway command, to the commands). It
+/// owns what a message is checked against (the limits, the device's uploads in the store) and
+/// reaches the rest of the hub through the port.
+pub(super) struct Messages {
+    store: Store,
+    agent: Rc<dyn Agent>,
+    limits: Limits,
+}
+
+impl Messages {
+    pub(super) fn new(store: Store, agent: Rc<dyn Agent>, limits: Limits) -> Messages {
+        Messages {
+            store,
+            agent,
+            limits,
+        }
+    }
+
     /// `message.send`: checks the message, stores it (in a new auto-thread if asked), echoes it
     /// to every device with a `read.receipt` to the sender first, then queues its turn or, for
     /// a gateway command, answers it.
-    pub async fn send_message(
-        self: &Rc<Self>,
+    pub(super) async fn send<P: Port + 'static>(
+        &self,
+        hub: &Rc<P>,
         outlet: &Rc<Outlet>,
         chat_id: Option<String>,
         thread_id: Option<String>,
@@ -36,7 +58,7 @@ impl Hub {
         if req.text.trim().is_empty() && media.is_empty() {
             return Err(Refusal::unsupported("an empty message has nothing to send"));
         }
-        let (mut lane, root) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        let (mut lane, root) = hub.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
         if root.automation {
             return Err(Refusal::unsupported(format!(
                 "`{}` is an automation channel: it only receives gateway output",
@@ -49,9 +71,9 @@ impl Hub {
                 let (chat, thread) = (lane.chat_id.clone(), lane.thread_id.clone());
                 return self
                     .steer(
+                        hub,
                         outlet,
-                        Some(&chat),
-                        thread.as_deref(),
+                        (Some(&chat), thread.as_deref()),
                         id,
                         text.clone(),
                         true,
@@ -60,7 +82,7 @@ impl Hub {
             }
         }
         let mut changes = Vec::new();
-        if let Some(thread) = self.auto_thread(&lane, &root, &req) {
+        if let Some(thread) = auto_thread(&**hub, &lane, &root, &req) {
             lane = Lane::new(&lane.chat_id, Some(&thread.chat_id));
             changes.push(Change::PutChannel(thread.clone()));
             changes.push(Change::Outbox(
@@ -68,7 +90,7 @@ impl Hub {
             ));
         }
         if command.is_none() {
-            self.check_lane_room(&lane)?;
+            self.check_lane_room(&**hub, &lane)?;
         }
         // `/model` and `/jobs` ask the agent: answered beside the reader, one per device and
         // kind at a time, refused before the command is stored.
@@ -78,7 +100,7 @@ impl Hub {
             _ => None,
         };
         let slot = match asks_agent {
-            Some(kind) => Some(self.claim_agent_call(&outlet.device_id, kind)?),
+            Some(kind) => Some(hub.agent_call(&outlet.device_id, kind)?),
             None => None,
         };
         let message = HistoryMessage {
@@ -106,30 +128,30 @@ impl Hub {
         }
         let receipt =
             Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread());
-        self.commit(
+        hub.commit_answering(
             changes,
-            Some(Origin {
+            Origin {
                 conn: outlet.conn_id,
                 before: Some(receipt),
                 reply: None,
-            }),
+            },
         )
         .await?;
         if let Some(command) = command {
             // Answered by the gateway itself, never sent to the agent.
             match slot {
                 Some(slot) => {
-                    let hub = self.clone();
-                    self.beside(outlet, id, slot, async move {
-                        hub.execute_command(&lane, command).await;
+                    let hub = hub.clone();
+                    slot.beside(outlet, id, async move {
+                        hub.run_command(&lane, command).await;
                         Ok(())
                     });
                 }
-                None => self.execute_command(&lane, command).await,
+                None => hub.run_command(&lane, command).await,
             }
             return Ok(());
         }
-        self.turns.enqueue(
+        hub.enqueue_turn(
             lane,
             QueuedTurn {
                 user_message_id: message.message_id,
@@ -142,11 +164,91 @@ impl Hub {
         Ok(())
     }
 
+    /// Stores `text` as a steering message in the lane `(chat_id, thread_id)` names, shows it to
+    /// every device, and hands it to the running answer (or makes it the next message).
+    /// `receipt`: the sender
+    /// sent it as a `message.send` (`/steer TEXT`) and is owed a `read.receipt` for it.
+    pub(super) async fn steer<P: Port + 'static>(
+        &self,
+        hub: &Rc<P>,
+        outlet: &Rc<Outlet>,
+        (chat_id, thread_id): (Option<&str>, Option<&str>),
+        id: Option<i64>,
+        text: String,
+        receipt: bool,
+    ) -> Result<(), Refusal> {
+        self.check_text_size(&text)?;
+        let text = text.trim().to_owned();
+        if text.is_empty() {
+            return Err(Refusal::unsupported(
+                "agent.steer needs text: what the running answer should do differently",
+            ));
+        }
+        let (lane, root) = hub.resolve_lane(chat_id, thread_id)?;
+        if root.automation {
+            return Err(Refusal::unsupported(format!(
+                "`{}` is an automation channel: it only receives gateway output",
+                root.name
+            )));
+        }
+        // It may become the next message: refused now, before anything is stored, where the
+        // lane could not queue it.
+        self.check_lane_room(&**hub, &lane)?;
+        // An agent that takes steers is asked beside the reader (one steer per device at a
+        // time): the phone's other frames are answered while the agent takes its time. Refused
+        // before anything is stored.
+        let slot = if self.agent.can_steer() {
+            Some(hub.agent_call(&outlet.device_id, CallKind::Steer)?)
+        } else {
+            None
+        };
+        let message = HistoryMessage {
+            steer: true,
+            ..HistoryMessage::text_only(ids::message_id(), Role::User, text, ids::now_ms())
+        };
+        let echo = Frame::message(&message).in_lane(&lane.chat_id, lane.thread());
+        let changes = vec![
+            Change::PutMessage(lane.clone(), message.clone()),
+            Change::OutboxOf {
+                message_id: message.message_id.clone(),
+                frame: echo.outboxed(),
+            },
+            Change::BeginTurn(PendingTurn {
+                user_message_id: message.message_id.clone(),
+                lane: lane.clone(),
+                text: message.text.clone(),
+            }),
+        ];
+        let before = receipt.then(|| {
+            Frame::read_receipt(id, &message.message_id).in_lane(&lane.chat_id, lane.thread())
+        });
+        hub.commit_answering(
+            changes,
+            Origin {
+                conn: outlet.conn_id,
+                before,
+                reply: None,
+            },
+        )
+        .await?;
+        match slot {
+            Some(slot) => {
+                let hub = hub.clone();
+                slot.beside(outlet, id, async move {
+                    hub.hand_steer(lane, message.message_id, message.text).await;
+                    Ok(())
+                });
+            }
+            None => hub.hand_steer(lane, message.message_id, message.text).await,
+        }
+        Ok(())
+    }
+
     /// A message's text must fit both the request limit and, once JSON-escaped, its share of
     /// an outgoing frame: raw bytes understate the wire, since the echo, history and sync all
     /// carry the text escaped.
-    pub(super) fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
-        let limits = self.limits();
+    fn check_text_size(&self, text: &str) -> Result<(), Refusal> {
+        let limits = &self.limits;
         if text.len() > limits.max_text_bytes {
             return Err(Refusal::unsupported(format!(
                 "message text is {} bytes; the limit is {} (limits.max_text_bytes)",
@@ -155,7 +257,7 @@ impl Hub {
             )));
         }
         let escaped = fit::escaped_len(text);
-        let text_budget = self.out_budget().text;
+        let text_budget = OutBudget::new(limits.max_out_frame_bytes).text;
         if escaped > text_budget {
             return Err(Refusal::unsupported(format!(
                 "message text is {escaped} bytes once JSON-escaped (a control character takes six); \
@@ -165,23 +267,10 @@ impl Hub {
         Ok(())
     }
 
-    /// The thread a message to the default channel asked to start (`auto_thread`), titled from
-    /// its first line. A directory with no room left for another entry (its icons fill the
-    /// hello.ack budget) keeps the message in the default lane rather than refusing it.
-    fn auto_thread(&self, lane: &Lane, root: &Channel, req: &MessageSend) -> Option<Channel> {
-        let wants_thread = req.auto_thread
-            && root.is_default
-            && lane.thread_id.is_none()
-            && !req.text.trim_start().starts_with('/');
-        wants_thread
-            .then(|| directory::new_thread(&lane.chat_id, auto_title(&req.text), true))
-            .filter(|t| self.directory.room(std::slice::from_ref(t)).is_ok())
-    }
-
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
-    pub(super) fn check_lane_room(&self, lane: &Lane) -> Result<(), Refusal> {
-        let waiting = self.turns.waiting(lane);
-        if waiting > 0 && waiting >= self.limits().lane_queue_depth {
+    fn check_lane_room(&self, hub: &impl Port, lane: &Lane) -> Result<(), Refusal> {
+        let waiting = hub.lane_waiting(lane);
+        if waiting > 0 && waiting >= self.limits.lane_queue_depth {
             return Err(Refusal::rate_limited(format!(
                 "{waiting} messages are already waiting for the agent in this conversation (limits.lane_queue_depth); wait for a reply"
             )));
@@ -190,12 +279,8 @@ impl Hub {
     }
 
     /// Resolves a device's upload refs to the stored files they name.
-    pub(super) fn attachments(
-        &self,
-        device_id: &str,
-        refs: &[String],
-    ) -> Result<Vec<MediaRef>, Refusal> {
-        let max = self.limits().max_media_per_message;
+    fn attachments(&self, device_id: &str, refs: &[String]) -> Result<Vec<MediaRef>, Refusal> {
+        let max = self.limits.max_media_per_message;
         if refs.len() > max {
             return Err(Refusal::unsupported(format!(
                 "at most {max} attachments per message (limits.max_media_per_message)"
@@ -217,6 +302,19 @@ impl Hub {
         }
         Ok(out)
     }
+}
+
+/// The thread a message to the default channel asked to start (`auto_thread`), titled from
+/// its first line. A directory with no room left for another entry (its icons fill the
+/// hello.ack budget) keeps the message in the default lane rather than refusing it.
+fn auto_thread(hub: &impl Port, lane: &Lane, root: &Channel, req: &MessageSend) -> Option<Channel> {
+    let wants_thread = req.auto_thread
+        && root.is_default
+        && lane.thread_id.is_none()
+        && !req.text.trim_start().starts_with('/');
+    wants_thread
+        .then(|| directory::new_thread(&lane.chat_id, auto_title(&req.text), true))
+        .filter(|t| hub.thread_fits(t))
 }
 
 /// A thread title from the first line of a message, cut at a word boundary.

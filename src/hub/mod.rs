@@ -27,7 +27,6 @@ mod hub_port;
 mod jobs;
 mod media;
 mod message_send;
-mod open_approvals;
 mod port;
 mod push;
 mod read_marks;

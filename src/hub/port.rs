@@ -9,6 +9,11 @@ use std::rc::Rc;
 
 use super::errors::{CommitError, Refusal};
 use super::health::Causes;
+use super::agent_calls::{CallKind, CallSlot};
+use super::commands::catalog::Command;
+use super::turns::QueuedTurn;
+// The hub's public face (`mod.rs`): its types, not its files.
+use super::{Origin, StatusReport};
 use crate::agent::AgentEvent;
 use crate::outlet::ConnId;
 use crate::protocol::{Channel, Frame, HistoryMessage, Lane};
@@ -72,7 +77,38 @@ pub(super) trait Port {
     /// Where live fan-out is.
     fn published_head(&self) -> u64;
 
-    /// A frame's `chat_id`/`thread_id` as a lane (the directory's rule).
+    /// Starts a fresh conversation in `lane` (`/new`: the turns' new agent session and plan).
+    async fn new_conversation(&self, lane: &Lane);
+
+    /// Stops the running turn of `lane`; `false` when nothing runs there.
+    fn stop_turn(&self, lane: &Lane) -> bool;
+
+    /// Stops the running turn of `lane` if it runs `run_id`; `false` when that one is not
+    /// running.
+    fn stop_turn_of_run(&self, lane: &Lane, run_id: &str) -> bool;
+
+    /// `/voice on|off|auto` in `lane`, answered in words.
+    async fn set_voice_mode(&self, lane: &Lane, value: &str) -> String;
+
+    /// Where answers are spoken now, or `None` when no speech service is set.
+    fn speech_service(&self) -> Option<String>;
+
+    /// Offers the agent's jobs in `lane` (`/jobs`: a picker, or a sentence saying why not).
+    async fn offer_jobs(&self, lane: &Lane);
+
+    /// Offers in `lane` what can be done to the job `job_id` a picker's answer chose.
+    async fn offer_job_actions(&self, lane: &Lane, job_id: &str);
+
+    /// Does `value` (pause, resume, run, remove) to the agent's job `job_id`; says how it went.
+    async fn apply_job_action(&self, job_id: &str, value: &str) -> String;
+
+    /// The gateway's health and figures, as `iris-gateway status` reports them.
+    fn status_report(&self) -> StatusReport;
+
+    /// Approvals waiting for an answer.
+    fn approvals_waiting(&self) -> usize;
+
+    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
     fn resolve_lane(
         &self,
         chat_id: Option<&str>,
@@ -87,4 +123,29 @@ pub(super) trait Port {
 
     /// Tells every device the gateway is restarting and closes them (the store cannot resume).
     fn begin_shutdown(&self);
+    /// The directory has room for the new thread `thread`.
+    fn thread_fits(&self, thread: &Channel) -> bool;
+
+    /// Turns waiting in `lane` behind the running one.
+    fn lane_waiting(&self, lane: &Lane) -> usize;
+
+    /// The device's slot for a call of `kind` to the agent, or the refusal while its previous
+    /// one is under way.
+    fn agent_call(&self, device_id: &str, kind: CallKind) -> Result<CallSlot, Refusal>;
+
+    /// Makes `changes` durable and publishes them, answering the requester as `origin` says.
+    async fn commit_answering(
+        &self,
+        changes: Vec<Change>,
+        origin: Origin,
+    ) -> Result<(), CommitError>;
+
+    /// Runs a gateway command sent in `lane` and posts its answer there.
+    async fn run_command(&self, lane: &Lane, command: Command);
+
+    /// Queues a user's message as a turn in `lane`.
+    fn enqueue_turn(&self, lane: Lane, turn: QueuedTurn);
+
+    /// Hands a stored steering message to the running answer of `lane` (or queues it).
+    async fn hand_steer(&self, lane: Lane, message_id: String, text: String);
 }

@@ -65,7 +65,7 @@ impl Hub {
         let marks = self.read_marks.all();
         let mut out = Vec::with_capacity(marks.len());
         for (lane, mark) in marks {
-            if self.lane_exists(&lane) {
+            if self.directory.lane_exists(&lane) {
                 out.push(LaneRead {
                     chat_id: lane.chat_id,
                     thread_id: lane.thread_id,

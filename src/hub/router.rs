@@ -2,7 +2,6 @@
 //! that answers it, and a refusal comes back as an `error` frame. Also how a frame's
 //! `chat_id`/`thread_id` name a lane.
 
-use std::future::Future;
 use std::net::IpAddr;
 use std::rc::Rc;
 
@@ -12,10 +11,9 @@ use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
 use crate::shutdown::Shutdown;
 
-use super::agent_calls::{CallKind, CallSlot};
+use super::agent_calls::CallKind;
 use super::approvals;
 use super::automation::{AutomationError, HookError};
-use super::choices::Setting;
 use super::errors::Refusal;
 use super::state::Hub;
 
@@ -38,7 +36,8 @@ impl Hub {
                     .await
             }
             Request::MessageSend(m) => {
-                self.send_message(outlet, frame.chat_id, frame.thread_id, id, m)
+                self.messages
+                    .send(self, outlet, frame.chat_id, frame.thread_id, id, m)
                     .await
             }
             Request::ChannelList => {
@@ -86,7 +85,7 @@ impl Hub {
                     .await
             }
             Request::CommandsCatalog => {
-                outlet.push_frame(&Frame::commands_catalog(id, self.commands_catalog()));
+                outlet.push_frame(&Frame::commands_catalog(id, self.commands.catalog()));
                 Ok(())
             }
             // An approval's answer goes to the agent, and a model picker's answer asks the
@@ -94,35 +93,32 @@ impl Hub {
             Request::PickerSelect { picker_id, value }
                 if picker_id.starts_with(approvals::PICKER_PREFIX) =>
             {
-                self.claim_agent_call(&outlet.device_id, CallKind::Approval)
+                self.agent_calls
+                    .slot(&outlet.device_id, CallKind::Approval)
                     .map(|slot| {
-                        let (hub, to) = (self.clone(), outlet.clone());
-                        self.beside(outlet, id, slot, async move {
-                            hub.select_approval(&to, &picker_id, &value).await
+                        let (hub, device) = (self.clone(), outlet.device_id.clone());
+                        slot.beside(outlet, id, async move {
+                            let approvals = &hub.open_approvals;
+                            approvals.answer(&*hub, &device, &picker_id, &value).await
                         })
                     })
             }
             Request::PickerSelect { picker_id, value }
-                if self
-                    .choices
-                    .picker_setting(&picker_id)
-                    .and_then(agent_call_of)
-                    .is_some() =>
+                if self.commands.agent_call_of(&picker_id).is_some() =>
             {
                 let kind = self
-                    .choices
-                    .picker_setting(&picker_id)
-                    .and_then(agent_call_of)
+                    .commands
+                    .agent_call_of(&picker_id)
                     .unwrap_or(CallKind::Jobs);
-                self.claim_agent_call(&outlet.device_id, kind).map(|slot| {
-                    let (hub, to) = (self.clone(), outlet.clone());
-                    self.beside(outlet, id, slot, async move {
-                        hub.picker_select(&to, &picker_id, &value).await
+                self.agent_calls.slot(&outlet.device_id, kind).map(|slot| {
+                    let hub = self.clone();
+                    slot.beside(outlet, id, async move {
+                        hub.commands.select(&*hub, &picker_id, &value).await
                     })
                 })
             }
             Request::PickerSelect { picker_id, value } => {
-                self.picker_select(outlet, &picker_id, &value).await
+                self.commands.select(&**self, &picker_id, &value).await
             }
             Request::AgentStop => self
                 .resolve_lane(frame.chat_id.as_deref(), frame.thread_id.as_deref())
@@ -135,15 +131,16 @@ impl Hub {
                     }
                 }),
             Request::AgentSteer { text } => {
-                self.steer(
-                    outlet,
-                    frame.chat_id.as_deref(),
-                    frame.thread_id.as_deref(),
-                    id,
-                    text,
-                    false,
-                )
-                .await
+                self.messages
+                    .steer(
+                        self,
+                        outlet,
+                        (frame.chat_id.as_deref(), frame.thread_id.as_deref()),
+                        id,
+                        text,
+                        false,
+                    )
+                    .await
             }
             Request::ReadReceipt { message_id } => {
                 self.read_receipt(
@@ -163,41 +160,6 @@ impl Hub {
         if let Err(refusal) = result {
             outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
         }
-    }
-
-    /// The device's slot for a call of `kind` to the agent, or the `rate_limited` refusal
-    /// while its previous one is still under way.
-    pub(super) fn claim_agent_call(
-        &self,
-        device_id: &str,
-        kind: CallKind,
-    ) -> Result<CallSlot, Refusal> {
-        self.agent_calls.claim(device_id, kind).ok_or_else(|| {
-            Refusal::rate_limited(format!(
-                "{} from this device is still on its way to the agent; send this again once it is answered",
-                kind.described()
-            ))
-        })
-    }
-
-    /// Runs `work` (which waits on the agent) beside the device's reader, holding `slot` until
-    /// it ends, so the device's other frames are answered meanwhile. Its answer reaches the
-    /// device the way every answer does (through the committer or the outlet); a refusal comes
-    /// back as an `error` carrying the request's `id`.
-    pub(super) fn beside(
-        &self,
-        outlet: &Rc<Outlet>,
-        id: Option<i64>,
-        slot: CallSlot,
-        work: impl Future<Output = Result<(), Refusal>> + 'static,
-    ) {
-        let outlet = outlet.clone();
-        tokio::task::spawn_local(async move {
-            let _slot = slot;
-            if let Err(refusal) = work.await {
-                outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
-            }
-        });
     }
 
     /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
@@ -326,15 +288,5 @@ impl Hub {
         self.automation
             .post_webhook(self, hook, channel, content_type, body)
             .await
-    }
-}
-
-/// Which call to the agent answering a picker of `setting` makes (its models, its jobs), if
-/// any: the one place that says which pickers run beside the reader.
-fn agent_call_of(setting: Setting) -> Option<CallKind> {
-    match setting {
-        Setting::Model => Some(CallKind::Models),
-        Setting::Job | Setting::JobAction(_) => Some(CallKind::Jobs),
-        _ => None,
     }
 }

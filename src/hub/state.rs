@@ -53,10 +53,13 @@ pub struct Hub {
     pub(super) directory: super::directory::Directory,
     /// The connected devices' outlets and how far frames were published to them.
     pub(super) fanout: super::fanout::Fanout,
-    /// The user's choices and the settings pickers waiting for an answer (`choices.rs`).
-    pub(super) choices: super::choices::Choices,
-    /// Approvals offered and not answered yet (`approvals.rs`).
-    pub(super) open_approvals: super::open_approvals::OpenApprovals,
+    /// The gateway's own commands, and the user's choices and settings pickers they own
+    /// (`commands.rs`, `choices.rs`).
+    pub(super) commands: super::commands::Commands,
+    /// The user's messages on their way in: `message.send`, `agent.steer` (`message_send.rs`).
+    pub(super) messages: super::message_send::Messages,
+    /// Approvals offered and not answered yet, and their answers (`approvals.rs`).
+    pub(super) open_approvals: super::approvals::OpenApprovals,
     /// Each device's requests waiting on the agent, one per kind (`agent_calls.rs`).
     pub(super) agent_calls: super::agent_calls::AgentCalls,
     /// Per lane, where the household has read it up to (`read_state.rs`).
@@ -115,7 +118,11 @@ impl Hub {
             store.lane_voices()?,
         );
         let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
-        let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
+        let open_approvals =
+            super::approvals::OpenApprovals::new(store.approvals()?, store.clone(), agent.clone());
+        let commands = super::commands::Commands::new(choices, agent.clone());
+        let messages =
+            super::message_send::Messages::new(store.clone(), agent.clone(), config.limits.clone());
         let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let queries =
@@ -142,7 +149,8 @@ impl Hub {
             agent,
             committer: tx,
             fanout: super::fanout::Fanout::new(head),
-            choices,
+            commands,
+            messages,
             open_approvals,
             agent_calls: Default::default(),
             read_marks,

@@ -37,7 +37,7 @@ pub(in crate::hub) use self::port::TurnPort;
 
 /// The turns of every lane and what runs them. Built inside the hub (it holds the hub weakly:
 /// the hub owns it), so every method may reach the hub through [`Turns::hub`].
-pub(in crate::hub) struct Turns<P> {
+pub(crate) struct Turns<P> {
     port: Weak<P>,
     /// Every lane's turns, queue and todo list.
     lanes: Lanes,

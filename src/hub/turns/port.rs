@@ -16,7 +16,7 @@ use super::super::errors::CommitError;
 
 /// What turns need from the hub: the services it drives, its committer and fan-out, its health,
 /// and the answers of the hub's other owners (lanes' existence, settings, approvals, jobs).
-pub(in crate::hub) trait TurnPort: 'static {
+pub(crate) trait TurnPort: 'static {
     fn store(&self) -> &Store;
     fn agent(&self) -> &Rc<dyn Agent>;
     fn media(&self) -> &MediaFiles;
@@ -64,4 +64,6 @@ pub(in crate::hub) trait TurnPort: 'static {
     async fn close_approvals_of(&self, run_id: &str, why: impl Fn(&str) -> String);
     /// The runs approvals wait for.
     fn approval_runs(&self) -> Vec<String>;
+    /// A part the settings switched off works again (a cause of `degraded` goes).
+    fn switched_on(&self, part: crate::settings::Part);
 }

@@ -28,7 +28,7 @@ impl<P: TurnPort> Turns<P> {
     /// run that is still going is followed to its end (its approval, if it waits for one,
     /// stays answerable); a finished run's answer is delivered; otherwise, where the agent's
     /// own store has the answer (or its start), that is delivered; else the user is told.
-    pub(in crate::hub) async fn close_interrupted(self: &Rc<Self>) -> Result<usize, StoreError> {
+    pub(crate) async fn close_interrupted(self: &Rc<Self>) -> Result<usize, StoreError> {
         let pending = self.hub().store().pending_turns()?;
         let count = pending.len();
         let deadline = tokio::time::Instant::now() + RECOVERY_BUDGET;

@@ -424,6 +424,19 @@ impl<P: TurnPort> Turns<P> {
         self.new_lane_session(lane, 0).await
     }
 
+    /// `/new`: a fresh agent session for `lane` and an empty plan, stored now (no turn ends to
+    /// store it).
+    pub(in crate::hub) async fn new_conversation(&self, lane: &Lane) {
+        self.new_lane_session(lane, ids::now_ms()).await;
+        self.clear_todos(lane);
+        if let Some(todos) = self.unsaved_todos(lane) {
+            let put = Change::Record(Record::PutTodos(lane.clone(), todos));
+            if let Err(e) = self.hub().commit(vec![put]).await {
+                warn!(%lane, "could not store the cleared todo list: {e}");
+            }
+        }
+    }
+
     /// Starts a fresh conversation for the lane: on first use, or from now on (`/new`).
     pub(in crate::hub) async fn new_lane_session(
         &self,

@@ -80,16 +80,17 @@ pub(super) fn is_heard_of(id: &str, user_message_id: &str) -> bool {
 impl<P: TurnPort> Turns<P> {
     /// The transcription service new voice notes go to (`None`: off); the next voice note uses
     /// it.
-    pub(in crate::hub) fn set_transcriber(&self, transcriber: Option<Transcriber>) {
+    pub(crate) fn set_transcriber(&self, transcriber: Option<Transcriber>) {
         match &transcriber {
             Some(t) => info!(service = %t.describe(), "voice notes are transcribed"),
             None => info!("no transcription service: voice notes reach the agent as attachments"),
         }
         *self.transcriber.borrow_mut() = transcriber;
+        self.hub().switched_on(crate::settings::Part::Transcription);
     }
 
     /// Where voice notes are transcribed now (never with its key), or `None` when off.
-    pub(in crate::hub) fn transcription_service(&self) -> Option<String> {
+    pub(crate) fn transcription_service(&self) -> Option<String> {
         self.transcriber
             .borrow()
             .as_ref()

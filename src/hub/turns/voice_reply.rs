@@ -29,22 +29,18 @@ server on your network).";
 
 impl<P: TurnPort> Turns<P> {
     /// The speech service answers are spoken by (`None`: off); the next answer uses it.
-    pub(in crate::hub) fn set_speaker(&self, speaker: Option<Speaker>) {
+    pub(crate) fn set_speaker(&self, speaker: Option<Speaker>) {
         match &speaker {
             Some(s) => info!(service = %s.describe(), "answers can be spoken"),
             None => info!("no speech service: answers are text only"),
         }
         *self.speaker.borrow_mut() = speaker;
+        self.hub().switched_on(crate::settings::Part::Speech);
     }
 
     /// Where answers are spoken now (never with its key), or `None` when off.
-    pub(in crate::hub) fn speech_service(&self) -> Option<String> {
+    pub(crate) fn speech_service(&self) -> Option<String> {
         self.speaker.borrow().as_ref().map(Speaker::describe)
-    }
-
-    /// The lane's voice mode, for `/status`.
-    pub(in crate::hub) fn voice_mode(&self, lane: &Lane) -> VoiceMode {
-        self.hub().lane_voice(lane)
     }
 
     /// `/voice on|off|auto`: stored with the lane, then answered in words.
