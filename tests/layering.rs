@@ -1011,8 +1011,10 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("read_marks.rs", "ReadMarks"),
     ("unsettled.rs", "Unsettled"),
     ("directory.rs", "Directory"),
-    ("automation.rs", "Automation"),
+    ("automation.rs", "Automation<P>"),
     ("jobs.rs", "AgentJobs"),
+    ("devices.rs", "Devices<P>"),
+    ("status.rs", "Status<P>"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

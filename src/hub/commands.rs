@@ -484,7 +484,7 @@ impl Hub {
     /// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
     /// with the agent settings (this lane's model) and waiting approvals that only a chat needs.
     fn status_text(&self, lane: &Lane) -> String {
-        let report = self.status_report();
+        let report = self.status.report();
         let gateway = if report.causes.is_empty() {
             "online".to_owned()
         } else {

@@ -50,7 +50,7 @@ impl Hub {
             return Refusal::internal(e);
         }
         let cause = format!("{e}; {}", history_damage_fix());
-        self.note_history_damaged(cause.clone());
+        self.status.note_history_damaged(cause.clone());
         Refusal::new(ErrorCode::Internal, cause)
     }
 

@@ -7,14 +7,12 @@
 use std::cell::{Cell, RefCell};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
-use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
 use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
@@ -26,10 +24,6 @@ use crate::store::{Change, Store, StoreError, StoreView};
 use super::budget::QueryBudgets;
 use super::errors::CommitError;
 use super::health::Causes;
-
-/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
-/// count (`guessing.rs`). A household's phones fit many times over.
-const BAD_HELLO_TABLE: usize = 32;
 
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
@@ -66,18 +60,19 @@ pub struct Hub {
     pub(super) open_approvals: super::open_approvals::OpenApprovals,
     /// Each device's requests waiting on the agent, one per kind (`agent_calls.rs`).
     pub(super) agent_calls: super::agent_calls::AgentCalls,
-    /// Per lane, where the household has read it up to (`read_state.rs`).
+    /// Per lane, where the household has read it up to (`read_marks.rs`).
     pub(super) read_marks: super::read_marks::ReadMarks,
     /// Turns' final changes kept while the disk failed (`storage.rs`).
     pub(super) unsettled: super::unsettled::Unsettled,
-    /// Failed hellos per source address (`guessing.rs`; only `devices.rs` touches it).
-    pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
+    /// The paired devices: hellos (and the failed-hello limiter), pairing, revoking (`devices.rs`).
+    devices: super::devices::Devices<Hub>,
+    /// The gateway's notes about itself and the `/status` report (`status.rs`).
+    pub(super) status: super::status::Status<Hub>,
     pub(super) committer: mpsc::Sender<CommitJob>,
-    pub(super) started: Instant,
     /// The agent's scheduled jobs: their delivery and `/jobs` (`jobs.rs`).
     pub(super) jobs: super::jobs::AgentJobs,
     /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
-    pub(super) automation: super::automation::Automation,
+    pub(super) automation: Rc<super::automation::Automation<Hub>>,
     pub(super) media_holds: MediaHolds,
     /// Each device's share of the history query thread (`budget.rs`).
     pub(super) query_budgets: RefCell<QueryBudgets>,
@@ -125,13 +120,11 @@ impl Hub {
             store.lane_models()?,
             store.lane_voices()?,
         );
-        let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
+        let read_marks = super::read_marks::ReadMarks::new(store.clone(), store.read_marks()?);
         let open_approvals = super::open_approvals::OpenApprovals::new(store.approvals()?);
-        let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let max_running_turns = config.limits.max_running_turns;
         let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
-        let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
         let jobs =
             super::jobs::AgentJobs::new(store.clone(), agent.clone(), config.limits.max_text_bytes);
         let hub = Rc::new_cyclic(|hub| Hub {
@@ -140,6 +133,18 @@ impl Hub {
                 hub.clone(),
                 max_running_turns,
                 todos,
+            )),
+            devices: super::devices::Devices::new(hub.clone(), store.clone(), &config.limits),
+            status: super::status::Status::new(
+                hub.clone(),
+                store.clone(),
+                agent.clone(),
+                config.limits.media_quota_bytes,
+            ),
+            automation: Rc::new(super::automation::Automation::new(
+                hub.clone(),
+                store.clone(),
+                config.limits.clone(),
             )),
             view: store.view(),
             directory,
@@ -155,9 +160,6 @@ impl Hub {
             agent_calls: Default::default(),
             read_marks,
             unsettled: Default::default(),
-            bad_hellos: RefCell::new(bad_hellos),
-            started: Instant::now(),
-            automation,
             jobs,
             media_holds: MediaHolds::default(),
             query_budgets: RefCell::default(),
@@ -251,11 +253,6 @@ impl Hub {
         self.update_health(|st| st.storage_error = error);
     }
 
-    /// What is wrong while the gateway is degraded, for `/status`.
-    pub(super) fn health_causes(&self) -> Vec<String> {
-        self.health.reasons()
-    }
-
     /// Media storage is full (`Some(why)`) or has room again (`None`).
     pub fn set_media_full(&self, why: Option<String>) {
         self.update_health(|st| st.media_full = why);
@@ -292,6 +289,22 @@ impl Hub {
     /// Set once by `begin_shutdown`: no new turns, no new hellos.
     pub fn is_shutting_down(&self) -> bool {
         self.health.is_shutting_down()
+    }
+
+    /// The paired devices: a connection's hello, pairing and revoking (`Devices`).
+    pub fn devices(&self) -> &super::devices::Devices<Hub> {
+        &self.devices
+    }
+
+    /// The gateway's notes about itself and the `/status` report (`Status`).
+    pub fn status(&self) -> &super::status::Status<Hub> {
+        &self.status
+    }
+
+    /// Webhooks and cron jobs: the server starts them, the HTTP front hands them webhook
+    /// requests (`Automation`).
+    pub fn automation(&self) -> &Rc<super::automation::Automation<Hub>> {
+        &self.automation
     }
 
     /// The media files, for the connection's uploads.

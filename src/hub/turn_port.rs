@@ -103,11 +103,11 @@ impl TurnPort for Hub {
     }
 
     async fn with_job_results(&self, lane: &Lane, current: &str, text: String) -> String {
-        Hub::with_job_results(self, lane, current, text).await
+        self.jobs.with_results(lane, current, text).await
     }
 
     async fn job_made(&self, lane: &Lane, job_id: String) {
-        Hub::job_made(self, lane, job_id).await;
+        self.jobs.made(self, lane, job_id).await;
     }
 
     async fn offer_approval(&self, lane: &Lane, run_id: &str, request: ApprovalRequest) {
@@ -230,7 +230,8 @@ impl Hub {
     /// when its Transcription form is saved; the next voice note uses it.
     pub fn set_transcriber(&self, transcriber: Option<Transcriber>) {
         self.turns.set_transcriber(transcriber);
-        self.switched_on(crate::settings::Part::Transcription);
+        self.status
+            .switched_on(crate::settings::Part::Transcription);
     }
 
     /// Where voice notes are transcribed now (never with its key), or `None` when off.
@@ -242,7 +243,7 @@ impl Hub {
     /// Speech form is saved; the next answer uses it.
     pub fn set_speaker(&self, speaker: Option<Speaker>) {
         self.turns.set_speaker(speaker);
-        self.switched_on(crate::settings::Part::Speech);
+        self.status.switched_on(crate::settings::Part::Speech);
     }
 
     /// Where answers are spoken now (never with its key), or `None` when off.
