@@ -1,6 +1,6 @@
 //! Automation channels: scheduled prompts (cron) and webhooks post gateway output into them.
 //!
-//! At start ([`Automation::start`], before the gateway listens) every channel a `[[cron]]` or `[[webhook]]` names is
+//! At start ([`Automation::start`]) every channel a `[[cron]]` or `[[webhook]]` names is
 //! looked up by its exact name among the root channels: created as an automation channel if
 //! missing, marked as one if it is not (announced like `channel.set_automation`), and refused if
 //! it is the default channel. The same lookup runs again before each post, so a channel a user
