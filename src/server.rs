@@ -210,7 +210,7 @@ fn open_core(
         last.listener(),
     )?;
     if let Some(why) = restore_failure {
-        hub.note_restore_failure(why);
+        hub.status().note_restore_failure(why);
     }
     let transcriber = crate::agent::Transcriber::from_config(
         &started_with.transcription,
@@ -233,7 +233,7 @@ fn open_core(
     });
     hub.turns().set_speaker(speaker);
     for off in switched_off {
-        hub.note_switched_off(off);
+        hub.status().note_switched_off(off);
     }
     // The LED shows `starting` until the gateway listens, then follows the health state.
     let led = crate::board::spawn(&led_config, BoardState::Starting, hub.watch_health());
@@ -318,8 +318,7 @@ async fn recover(core: &Core, shutdown: &Shutdown) -> Result<(), RunError> {
     if closed > 0 {
         warn!("{closed} message(s) were waiting for an answer when the gateway stopped; their lanes now say so");
     }
-    hub.start_automation(shutdown).await?;
-    hub.start_jobs(shutdown);
+    hub.automation().start(shutdown).await?;
     Ok(())
 }
 

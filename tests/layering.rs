@@ -1011,7 +1011,7 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("read_marks.rs", "ReadMarks"),
     ("unsettled.rs", "Unsettled"),
     ("directory.rs", "Directory"),
-    ("automation.rs", "Automation"),
+    ("automation.rs", "Automation<P>"),
     ("jobs.rs", "AgentJobs"),
     ("media.rs", "Media<P>"),
     ("search.rs", "Queries"),
@@ -1020,6 +1020,8 @@ const HUB_PARTS: &[(&str, &str)] = &[
     ("storage.rs", "StorageWatch"),
     ("commands.rs", "Commands"),
     ("message_send.rs", "Messages"),
+    ("devices.rs", "Devices<P>"),
+    ("status.rs", "Status<P>"),
 ];
 
 /// Where hub code (comments, strings and tests left out) reaches into a piece of state it does

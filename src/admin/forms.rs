@@ -165,7 +165,12 @@ impl Post<'_> {
     /// page that shows it pairs nothing and shows nothing again.
     async fn pair_device(&self) -> Result<Reply, Refusal> {
         let name = self.form.get("name").trim();
-        let (device, token) = self.hub.pair(name).await.map_err(|e| unavailable(&e))?;
+        let (device, token) = self
+            .hub
+            .devices()
+            .pair(name)
+            .await
+            .map_err(|e| unavailable(&e))?;
         let paired = Paired {
             device_id: device.device_id,
             token: zeroize::Zeroizing::new(token),
@@ -183,7 +188,8 @@ impl Post<'_> {
         let id = self.form.get("device_id");
         let found = self
             .hub
-            .rename_device(id, self.form.get("name").trim())
+            .devices()
+            .rename(id, self.form.get("name").trim())
             .await
             .map_err(|e| unavailable(&e))?;
         if !found {
@@ -194,7 +200,12 @@ impl Post<'_> {
 
     async fn revoke_device(&self) -> Result<Reply, Refusal> {
         let id = self.form.get("device_id");
-        let existed = self.hub.revoke(id).await.map_err(|e| unavailable(&e))?;
+        let existed = self
+            .hub
+            .devices()
+            .revoke(id)
+            .await
+            .map_err(|e| unavailable(&e))?;
         if !existed {
             return Err(Refusal::BadInput(format!("no device `{}`", cut(id))));
         }
@@ -242,7 +253,7 @@ impl Post<'_> {
         saved.save(&admin.data_dir).map_err(|e| unavailable(&e))?;
         admin.agent.replace(agent);
         admin.config.apply(|c| *c = config);
-        self.hub.agent_switched();
+        self.hub.status().agent_switched();
         info!(peer = %self.who.peer(), agent = %admin.agent.describe(), "admin page: agent settings saved; new turns use them");
         // Saved is not the same as working: say which, now, rather than on the next message.
         match test_agent(&*admin.agent).await {
@@ -471,7 +482,12 @@ impl Post<'_> {
         let is_running = running.backend == config.push.backend
             && running.ntfy_server == config.push.ntfy_server
             && running.ntfy_token == config.push.ntfy_token;
-        match self.hub.test_push(&config.push, is_running, to).await {
+        match self
+            .hub
+            .devices()
+            .test_push(&config.push, is_running, to)
+            .await
+        {
             Ok(place) => self.said(
                 Route::Push,
                 Tone::Good,

@@ -62,7 +62,7 @@ async fn system(admin: &Admin) -> Result<SystemHealth, Refusal> {
 }
 
 async fn snapshot(admin: &Admin, hub: &Hub) -> Result<(StatusReport, Snapshot), Refusal> {
-    let report = hub.status_report();
+    let report = hub.status().report();
     let system = system(admin).await?;
     let low = admin.config.read(|c| c.limits.admin_disk_low_percent);
     let mut values = values(&report, &system);

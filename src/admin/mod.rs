@@ -500,7 +500,7 @@ async fn unclaimed(
         .check(&id, owner.stamp(), Instant::now())
         .map(|v| v.key);
     // Right after claiming: pair the phone showing the page (or another one), shown once.
-    let mut reply = match (hub.pair(CLAIM_DEVICE_NAME).await, key) {
+    let mut reply = match (hub.devices().pair(CLAIM_DEVICE_NAME).await, key) {
         (Ok((device, token)), Some(key)) => {
             let paired = Paired {
                 device_id: device.device_id,

@@ -24,7 +24,7 @@ pub(super) fn devices_body(
     list.sort_by_key(|d| d.created_ms);
     Ok(pages::devices(
         &list,
-        &hub.connected_devices(),
+        &hub.devices().connected(),
         this_device,
         csrf,
         n,
@@ -135,7 +135,7 @@ pub(super) fn push_body(
     let mut config = admin.config.get();
     saved.apply(&mut config);
     let p = &config.push;
-    let report = hub.status_report();
+    let report = hub.status().report();
     // Switched off at start: what to fix, on the page that fixes it. Working only once a push
     // got through since this start (a delivery or a test).
     let off = report

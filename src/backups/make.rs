@@ -154,7 +154,7 @@ impl<W: Write + Send + 'static> StorePart<W> {
 /// cause: every later backup would fail the same way, and nothing else may show it.
 fn note_damage(hub: &Hub, e: &Error) {
     if let Error::Backup(BackupError::HistoryDamaged { .. }) = e {
-        hub.note_history_damaged(e.to_string());
+        hub.status().note_history_damaged(e.to_string());
     }
 }
 

@@ -111,7 +111,7 @@ async fn serve_one(
         return super::backup::serve(hub, stream).await;
     }
     let response = match request {
-        Ok(ControlRequest::Pair { name }) => match hub.pair(&name).await {
+        Ok(ControlRequest::Pair { name }) => match hub.devices().pair(&name).await {
             Ok((device, token)) => ControlResponse::Paired {
                 device_id: device.device_id,
                 token,
@@ -128,7 +128,7 @@ async fn serve_one(
                 message: e.to_string(),
             },
         },
-        Ok(ControlRequest::Revoke { device_id }) => match hub.revoke(&device_id).await {
+        Ok(ControlRequest::Revoke { device_id }) => match hub.devices().revoke(&device_id).await {
             Ok(existed) => ControlResponse::Revoked { existed },
             Err(e) => ControlResponse::Error {
                 message: e.to_string(),
@@ -143,7 +143,7 @@ async fn serve_one(
             }
         }
         Ok(ControlRequest::Status) => ControlResponse::Status {
-            report: Box::new(hub.status_report()),
+            report: Box::new(hub.status().report()),
         },
         Ok(ControlRequest::Backup) => unreachable!("answered above"),
         Err(e) => {

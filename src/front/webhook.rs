@@ -74,14 +74,17 @@ async fn post_hook(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let channel = hub.webhook_admit(name, authorization, announced, peer.ip())?;
+    let channel = hub
+        .automation()
+        .webhook_admit(name, authorization, announced, peer.ip())?;
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let body = read_limited(req.into_body(), limit).await?;
-    hub.post_webhook(name, &channel, content_type.as_deref(), &body)
+    hub.automation()
+        .post_webhook(name, &channel, content_type.as_deref(), &body)
         .await
 }
 

@@ -16,7 +16,7 @@ use crate::protocol::Frame;
 
 /// What a device's call to the agent is for; each kind has its own slot per device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum CallKind {
+pub enum CallKind {
     /// A steer on its way to the running answer (`agent.steer`, `/steer TEXT`).
     Steer,
     /// An approval's answer on its way to the agent (`picker.select` on an approval).
@@ -48,7 +48,7 @@ pub(super) struct AgentCalls {
 }
 
 /// A device's slot for one kind of call, held while the call runs; dropping it frees the slot.
-pub(super) struct CallSlot {
+pub struct CallSlot {
     pending: Pending,
     key: (String, CallKind),
 }

@@ -21,7 +21,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Local, TimeDelta};
@@ -33,7 +33,7 @@ use crate::config::{Config, Limits};
 use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, HistoryMessage, Lane, Role};
-use crate::shutdown::Listener;
+use crate::shutdown::{Listener, Shutdown};
 use crate::store::{Change, Store, StoreError};
 
 /// Why a webhook request was not posted; each kind maps to one HTTP status (the HTTP front
@@ -132,8 +132,11 @@ pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
 pub const WEBHOOK_FAILURE_TABLE: usize = 32;
 
 /// The hub's automation: the webhooks and their rate windows, and the automation channels it
-/// posts into. The cron task and the webhook posts reach the hub through the port.
-pub(super) struct Automation {
+/// posts into. The cron task and the webhook posts reach the hub through the port. Built inside
+/// the hub (it holds the hub weakly: the hub owns it); the server and the HTTP front reach it
+/// through `Hub::automation`.
+pub struct Automation<P> {
+    port: Weak<P>,
     store: Store,
     limits: Limits,
     webhooks: RefCell<Webhooks>,
@@ -167,9 +170,11 @@ pub(super) struct CronJob {
     prompt: String,
 }
 
-impl Automation {
-    pub(super) fn new(store: Store, limits: Limits) -> Automation {
+impl<P: Port> Automation<P> {
+    /// `port`: the hub being built around this service.
+    pub(super) fn new(port: Weak<P>, store: Store, limits: Limits) -> Automation<P> {
         Automation {
+            port,
             store,
             limits,
             webhooks: RefCell::new(Webhooks {
@@ -181,11 +186,35 @@ impl Automation {
         }
     }
 
-    /// Prepares automation before the gateway listens: reads the webhook tokens and makes sure
-    /// every channel a `[[cron]]` or `[[webhook]]` names exists as an automation channel. Returns
-    /// the cron jobs for [`Automation::cron_loop`]. An error names the config entry; the gateway
-    /// must not start with it.
-    pub(super) async fn start(
+    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
+    fn hub(&self) -> Rc<P> {
+        self.port
+            .upgrade()
+            .expect("the hub outlives the calls to its automation")
+    }
+
+    /// Prepares automation before the gateway listens ([`Automation::prepare`]) and starts the
+    /// cron task and the task that delivers the agent's job results (`AgentJobs::follow`: they
+    /// are posted into automation's channels), which stop with `shutdown`. An error names the
+    /// config entry; the gateway must not start with it.
+    pub async fn start(self: &Rc<Self>, shutdown: &Shutdown) -> Result<(), AutomationError>
+    where
+        P: 'static,
+    {
+        let hub = self.hub();
+        let jobs = self.prepare(&*hub, hub.config()).await?;
+        if !jobs.is_empty() {
+            let (automation, port, stop) = (self.clone(), hub.clone(), shutdown.listener());
+            tokio::task::spawn_local(async move { automation.cron_loop(&port, jobs, stop).await });
+        }
+        hub.follow_jobs(shutdown.listener());
+        Ok(())
+    }
+
+    /// Reads the webhook tokens and makes sure every channel a `[[cron]]` or `[[webhook]]`
+    /// names exists as an automation channel. Returns the cron jobs for
+    /// [`Automation::cron_loop`].
+    async fn prepare(
         &self,
         port: &impl Port,
         config: &Config,
@@ -333,7 +362,7 @@ impl Automation {
     /// begins, `guessing.rs`), the announced length fits `limits.max_webhook_bytes` (413), and
     /// the rate is under `limits.webhooks_per_minute` over all hooks (429; only authorised
     /// requests count). Returns the channel name the hook posts into.
-    pub(super) fn webhook_admit(
+    pub fn webhook_admit(
         &self,
         name: &str,
         authorization: Option<&str>,
@@ -396,9 +425,8 @@ impl Automation {
     /// Posts an admitted webhook's body into its channel: JSON `{"text", "title"?}` when the
     /// content type is `application/json`, else the body as UTF-8 text. Returns the message id
     /// once the message and its notification are durable (and published).
-    pub(super) async fn post_webhook(
+    pub async fn post_webhook(
         &self,
-        port: &impl Port,
         hook: &str,
         channel: &str,
         content_type: Option<&str>,
@@ -417,6 +445,7 @@ impl Automation {
                 text.len()
             )));
         }
+        let port = &*self.hub();
         let entry = self
             .channel(port, channel, &format!("[[webhook]] `{hook}`"))
             .await
@@ -540,7 +569,7 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
     (wall - monotonic).abs() > step
 }
 
-impl Automation {
+impl<P: Port> Automation<P> {
     /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
     /// running, and stops when the gateway shuts down.
     pub(super) async fn cron_loop(

@@ -1,23 +1,90 @@
-//! Devices: checking a hello's token, attaching and detaching a connection's outlet, pairing
-//! and revoking.
+//! Devices as a service: [`Devices`] checks a hello's token (owning the failed-hello limiter),
+//! attaches and detaches a connection's outlet, pairs, renames and revokes devices, and sends the
+//! admin page's test push. It reaches the rest of the hub only through its port ([`Port`]):
+//! commits, fan-out, health and the greeting's pieces other owners give.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::net::IpAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::Instant;
 
 use tracing::info;
 
+use crate::config::{Limits, PushConfig};
+use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::outlet::{CloseReason, ConnId, Outlet};
 use crate::protocol::{ErrorCode, Frame, Hello};
-use crate::store::{Change, Device, DeviceOrigin, Record};
+use crate::push::{PushJob, Target};
+use crate::store::{Change, Device, DeviceOrigin, Record, Store};
 
 use super::errors::CommitError;
 
 use super::errors::Refusal;
-use super::state::Hub;
+use super::port::Port;
 
-impl Hub {
+/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
+/// count (`guessing.rs`). A household's phones fit many times over.
+const BAD_HELLO_TABLE: usize = 32;
+
+/// Why a test push was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum TestPushError {
+    #[error("push is off: choose ntfy or Firebase below and save first")]
+    Off,
+    #[error("no device `{0}`")]
+    NoSuchDevice(String),
+    #[error("this device has not told the gateway where to push it yet (it registers when the app connects with push on)")]
+    NoTarget,
+    #[error("Firebase needs a phone's registration to push to: pair a phone and open the app with push on first")]
+    NoDevice,
+    #[error("the test push to {place} failed: {why}")]
+    Failed { place: String, why: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Where the admin page's test push goes.
+#[derive(Debug, Clone, Copy)]
+pub enum TestTarget<'a> {
+    /// A paired device, at what it registered.
+    Device(&'a str),
+    /// An ntfy topic typed on the page: a test before any phone has registered.
+    Topic(&'a str),
+}
+
+/// The paired devices and their connections' comings and goings. Built inside the hub (it holds
+/// the hub weakly: the hub owns it); the doors above the hub reach it through `Hub::devices`.
+pub struct Devices<P> {
+    port: Weak<P>,
+    store: Store,
+    limits: Limits,
+    /// Failed hellos per source address (`guessing.rs`).
+    bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
+}
+
+impl<P: Port> Devices<P> {
+    /// `port`: the hub being built around this service.
+    pub(super) fn new(port: Weak<P>, store: Store, limits: &Limits) -> Devices<P> {
+        Devices {
+            port,
+            store,
+            bad_hellos: RefCell::new(GuessLimiter::new(
+                limits.bad_hellos_per_minute,
+                Instant::now(),
+            )),
+            limits: limits.clone(),
+        }
+    }
+
+    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
+    fn hub(&self) -> Rc<P> {
+        self.port
+            .upgrade()
+            .expect("the hub outlives the calls to its devices")
+    }
+
     /// Checks a hello's token. Repeated failures from one address (IPv6: one /64), or from a
     /// rotation through more addresses than are counted one by one, are refused before the
     /// token is even looked at, so guessing tokens is slow (`guessing.rs`).
@@ -33,8 +100,9 @@ impl Hub {
         ip: IpAddr,
         user_agent: Option<&str>,
     ) -> Result<Device, Refusal> {
-        let limit = self.config.limits.bad_hellos_per_minute;
-        if self.is_shutting_down() {
+        let limit = self.limits.bad_hellos_per_minute;
+        let hub = self.hub();
+        if hub.is_shutting_down() {
             return Err(Refusal::new(
                 ErrorCode::Internal,
                 "the gateway is restarting",
@@ -85,10 +153,7 @@ impl Hub {
         }
         if device.name.is_empty() {
             if let Some(name) = hello.device_name.as_deref() {
-                device.name = name
-                    .chars()
-                    .take(self.config.limits.max_name_chars)
-                    .collect();
+                device.name = name.chars().take(self.limits.max_name_chars).collect();
             }
         }
         if let Some(t) = hello.fcm_token.as_deref().filter(|s| s.len() <= 4096) {
@@ -97,7 +162,7 @@ impl Hub {
         if let Some(t) = hello.ntfy_topic.as_deref().filter(|s| s.len() <= 256) {
             device.ntfy_topic = Some(t.to_owned());
         }
-        self.commit_soon(
+        hub.commit_soon(
             vec![Change::Record(Record::PutDevice(device.clone()))],
             "the device's hello",
         );
@@ -112,18 +177,17 @@ impl Hub {
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let channels = self
-            .directory
-            .for_wire(self.store.channels().unwrap_or_default());
+        let hub = self.hub();
+        let channels = hub.channels_for_wire(self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
-        let health = self.health();
-        let busy = outlet.wants_busy_frames().then(|| self.turns.busy_lanes());
-        let read = outlet.wants_read_markers().then(|| self.read_lanes());
+        let health = hub.gateway_health().state();
+        let busy = outlet.wants_busy_frames().then(|| hub.busy_lanes());
+        let read = outlet.wants_read_markers().then(|| hub.read_lanes());
         let mut ack = Frame::hello_ack(
             hello_id,
-            &self.caps(),
-            self.fanout.published_head(),
+            &hub.caps(),
+            hub.fanout().published_head(),
             last_pushed,
             &channels,
         );
@@ -135,29 +199,31 @@ impl Hub {
         }
         outlet.push_frame(&ack);
         outlet.push_frame(&Frame::status(health));
-        for (lane, todos) in self.turns.todo_lists() {
+        for (lane, todos) in hub.todo_lists() {
             outlet.push_frame(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()));
         }
-        self.fanout.add(outlet.clone());
-        self.push.cancel(&outlet.device_id);
+        hub.fanout().add(outlet.clone());
+        hub.cancel_pushes(&outlet.device_id);
     }
 
     /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
-        let gone = self.fanout.remove(conn_id);
+        let hub = self.hub();
+        let gone = hub.fanout().remove(conn_id);
         if let Some(outlet) = gone {
-            self.push.device_left(&outlet.device_id);
+            hub.device_left(&outlet.device_id);
         }
     }
 
     /// Mints a device and its token (the `pair` command, through the control socket).
     pub async fn pair(&self, name: &str) -> Result<(Device, String), CommitError> {
         let (device, token) = new_device(name, DeviceOrigin::Pair);
-        self.commit(
-            vec![Change::Record(Record::PutDevice(device.clone()))],
-            None,
-        )
-        .await?;
+        self.hub()
+            .commit(
+                vec![Change::Record(Record::PutDevice(device.clone()))],
+                None,
+            )
+            .await?;
         info!(device = %device.device_id, name = %device.name, "paired a new device");
         Ok((device, token))
     }
@@ -165,13 +231,14 @@ impl Hub {
     /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
     pub async fn revoke(&self, device_id: &str) -> Result<bool, CommitError> {
         let existed = self.store.device(device_id)?.is_some();
-        self.commit(
+        let hub = self.hub();
+        hub.commit(
             vec![Change::Record(Record::RemoveDevice(device_id.to_owned()))],
             None,
         )
         .await?;
-        self.push.cancel(device_id);
-        for o in self.fanout.of_device(device_id) {
+        hub.cancel_pushes(device_id);
+        for o in hub.fanout().of_device(device_id) {
             o.push_frame(&Frame::error(
                 None,
                 ErrorCode::Auth,
@@ -183,6 +250,101 @@ impl Hub {
             info!(device = %device_id, "revoked a device");
         }
         Ok(existed)
+    }
+
+    /// Device ids with a socket open past the hello gate.
+    pub fn connected(&self) -> HashSet<String> {
+        self.hub().fanout().device_ids()
+    }
+
+    /// Renames a device (cut to `limits.max_name_chars`); `Ok(false)` if there is none.
+    pub async fn rename(&self, device_id: &str, name: &str) -> Result<bool, CommitError> {
+        let Some(mut device) = self.store.device(device_id)? else {
+            return Ok(false);
+        };
+        device.name = name
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(self.limits.max_name_chars)
+            .collect();
+        self.hub()
+            .commit(vec![Change::Record(Record::PutDevice(device))], None)
+            .await?;
+        info!(device = %device_id, "renamed a device");
+        Ok(true)
+    }
+
+    /// Sends one test push now with `config` (the push settings the page shows) and waits for
+    /// the push server's answer, off the event loop; returns where it went. With the settings
+    /// running now (`running`), the answer is also push's health: a success is the first proof
+    /// push works, a failure is why it does not.
+    pub async fn test_push(
+        &self,
+        config: &PushConfig,
+        running: bool,
+        to: TestTarget<'_>,
+    ) -> Result<String, TestPushError> {
+        let target = match (config.backend.as_str(), to) {
+            ("none", _) => return Err(TestPushError::Off),
+            (backend, TestTarget::Device(device_id)) => {
+                let device = self
+                    .store
+                    .device(device_id)?
+                    .ok_or_else(|| TestPushError::NoSuchDevice(device_id.to_owned()))?;
+                let registered = |t: Option<String>| t.filter(|t| !t.is_empty());
+                match backend {
+                    "ntfy" => registered(device.ntfy_topic).map(|topic| Target::Ntfy { topic }),
+                    _ => registered(device.fcm_token).map(|token| Target::Fcm { token }),
+                }
+                .ok_or(TestPushError::NoTarget)?
+            }
+            ("ntfy", TestTarget::Topic(topic)) => Target::Ntfy {
+                topic: topic.to_owned(),
+            },
+            (_, TestTarget::Topic(_)) => return Err(TestPushError::NoDevice),
+        };
+        let place = match &target {
+            Target::Ntfy { topic } => format!(
+                "topic {topic} on ntfy at {}",
+                config.ntfy_server.trim_end_matches('/')
+            ),
+            Target::Fcm { .. } => "Firebase Cloud Messaging".to_owned(),
+        };
+        // Cursor 0: delivering it records nothing about what the device was pushed.
+        let job = PushJob {
+            device_id: "admin-test".into(),
+            target,
+            cursor: 0,
+            chat_id: "admin-test".into(),
+            thread_id: None,
+            message_id: "admin-test".into(),
+            title: "Iris".into(),
+            body: "A test push from the gateway's admin page".into(),
+            count: 1,
+        };
+        let config = config.clone();
+        let sent = tokio::task::spawn_blocking(move || crate::push::send_now(&config, &job))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        match sent {
+            Ok(()) => {
+                info!("a test push reached the push server ({place})");
+                if running {
+                    let hub = self.hub();
+                    hub.confirm_push();
+                    hub.update_health(|st| st.push_error = None);
+                }
+                Ok(place)
+            }
+            Err(why) => {
+                info!("a test push failed ({place}): {why}");
+                if running {
+                    let reason = why.clone();
+                    self.hub().update_health(|st| st.push_error = Some(reason));
+                }
+                Err(TestPushError::Failed { place, why })
+            }
+        }
     }
 }
 

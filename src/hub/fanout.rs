@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use crate::outlet::{ConnId, Outlet};
 
-pub(super) struct Fanout {
+pub struct Fanout {
     inner: RefCell<Inner>,
 }
 

@@ -27,7 +27,7 @@ pub(super) fn history_damage_fix() -> String {
 /// What makes the gateway `degraded`: one cause per part that can fail, each the reason shown
 /// while it lasts. Any cause set means degraded; all clear means online.
 #[derive(Default)]
-pub(super) struct Causes {
+pub struct Causes {
     pub(super) storage_error: Option<String>,
     /// The history database turned out damaged while running (a backup, a history page or a
     /// search could not read it): it does not heal, so this lasts until a restart (whose
@@ -84,7 +84,7 @@ impl Causes {
     }
 }
 
-pub(super) struct Health {
+pub struct Health {
     inner: RefCell<Inner>,
     /// The health state, for whoever shows it outside the protocol (the status LED).
     watch: tokio::sync::watch::Sender<HealthState>,

@@ -3,17 +3,23 @@
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use super::errors::{CommitError, Refusal};
-use super::health::Causes;
 use super::agent_calls::{CallKind, CallSlot};
 use super::commands::Command;
+use super::errors::{CommitError, Refusal};
+use super::health::Causes;
 use super::port::{Port, Reply};
 use super::state::{Hub, Origin};
 use super::status::StatusReport;
 use super::turns::QueuedTurn;
 use crate::agent::AgentEvent;
-use crate::protocol::{Channel, HistoryMessage, Lane};
+use crate::protocol::{Channel, HistoryMessage, Lane, LaneRead, LaneRef, ServerCaps, TodoItem};
+
+use super::fanout::Fanout;
+use super::health::Health;
+use crate::config::Config;
+use crate::shutdown::Listener;
 use crate::store::Change;
+use crate::store::StoreError;
 
 impl Port for Hub {
     async fn commit(&self, changes: Vec<Change>, reply: Option<Reply>) -> Result<(), CommitError> {
@@ -69,6 +75,10 @@ impl Port for Hub {
         self.health.confirm_push();
     }
 
+    fn is_shutting_down(&self) -> bool {
+        Hub::is_shutting_down(self)
+    }
+
     fn commit_soon(&self, changes: Vec<Change>, what: &'static str) {
         Hub::commit_soon(self, changes, what);
     }
@@ -117,11 +127,31 @@ impl Port for Hub {
     }
 
     fn status_report(&self) -> StatusReport {
-        Hub::status_report(self)
+        self.status.report()
     }
 
     fn approvals_waiting(&self) -> usize {
         self.open_approvals.count()
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+
+    fn gateway_health(&self) -> &Health {
+        &self.health
+    }
+
+    fn caps(&self) -> ServerCaps {
+        Hub::caps(self)
+    }
+
+    fn channels_for_wire(&self, channels: Vec<Channel>) -> Vec<Channel> {
+        self.directory.for_wire(channels)
     }
 
     fn resolve_lane(
@@ -137,7 +167,7 @@ impl Port for Hub {
     }
 
     fn note_history_damaged(&self, why: String) {
-        Hub::note_history_damaged(self, why);
+        self.status.note_history_damaged(why);
     }
 
     fn begin_shutdown(&self) {
@@ -174,5 +204,56 @@ impl Port for Hub {
 
     async fn hand_steer(&self, lane: Lane, message_id: String, text: String) {
         self.turns.hand_steer(lane, message_id, text).await
+    }
+
+    fn query_failed(&self, e: StoreError) -> Refusal {
+        self.queries.failed(self, e)
+    }
+
+    fn busy_lanes(&self) -> Vec<LaneRef> {
+        self.turns.busy_lanes()
+    }
+
+    fn todo_lists(&self) -> Vec<(Lane, Vec<TodoItem>)> {
+        self.turns.todo_lists()
+    }
+
+    fn read_lanes(&self) -> Vec<LaneRead> {
+        self.read_marks.lanes(self)
+    }
+
+    fn agent_replaced(&self) {
+        self.turns.agent_switched();
+    }
+
+    fn cancel_pushes(&self, device_id: &str) {
+        self.push.cancel(device_id);
+    }
+
+    fn device_left(&self, device_id: &str) {
+        self.push.device_left(device_id);
+    }
+
+    fn push_backend(&self) -> &'static str {
+        self.push.backend().as_str()
+    }
+
+    fn media_used(&self) -> u64 {
+        self.media.files().used()
+    }
+
+    fn update_under_way(&self) -> Option<String> {
+        self.updates.stage().under_way()
+    }
+
+    fn on_update_trial(&self) -> bool {
+        self.updates.on_trial()
+    }
+
+    fn follow_jobs(self: &Rc<Self>, stop: Listener) {
+        let hub = self.clone();
+        tokio::task::spawn_local(
+            async move { hub.jobs.follow(&*hub, &hub.automation, stop).await },
+        );
     }
 }

@@ -79,10 +79,10 @@ impl AgentJobs {
     }
 
     /// The task that delivers the agent's job results, until `stop`.
-    pub(super) async fn follow(
+    pub(super) async fn follow<P: Port>(
         &self,
-        port: &impl Port,
-        automation: &Automation,
+        port: &P,
+        automation: &Automation<P>,
         mut stop: Listener,
     ) {
         let mut watch = Watch {
@@ -113,10 +113,10 @@ impl AgentJobs {
     }
 
     /// Delivers the runs of `jobs` not delivered yet; forgets jobs the agent no longer has.
-    async fn deliver_job_runs(
+    async fn deliver_job_runs<P: Port>(
         &self,
-        port: &impl Port,
-        automation: &Automation,
+        port: &P,
+        automation: &Automation<P>,
         jobs: &[JobInfo],
         watch: &mut Watch,
     ) {
@@ -433,7 +433,7 @@ impl AgentJobs {
 /// Where the delivering task posts: the hub, through the port, and automation's channels.
 struct Delivery<'a, P> {
     port: &'a P,
-    automation: &'a Automation,
+    automation: &'a Automation<P>,
 }
 
 impl<P: Port> Delivery<'_, P> {

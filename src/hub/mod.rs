@@ -10,7 +10,6 @@
 //! health); `router.rs` dispatches requests; each remaining file adds the `impl Hub` methods of
 //! one concern. This file only declares them and names the hub's public face.
 
-mod admin;
 mod agent_calls;
 mod approvals;
 mod automation;
@@ -30,7 +29,6 @@ mod message_send;
 mod port;
 mod push;
 mod read_marks;
-mod read_state;
 mod router;
 mod search;
 mod state;
@@ -41,12 +39,11 @@ mod turns;
 mod unsettled;
 mod update;
 
-pub use admin::{TestPushError, TestTarget};
 /// For the fuzz targets: the webhook body parser is pure.
 pub use automation::parse_webhook_body;
-pub use automation::{AutomationError, HookError};
-pub use devices::new_device;
+pub use automation::{Automation, AutomationError, HookError};
+pub use devices::{new_device, Devices, TestPushError, TestTarget};
 pub use errors::{CommitError, Refusal};
 pub use media::MediaHold;
 pub use state::{Hub, Origin};
-pub use status::StatusReport;
+pub use status::{Status, StatusReport};

@@ -7,28 +7,40 @@
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use super::errors::{CommitError, Refusal};
-use super::health::Causes;
 use super::agent_calls::{CallKind, CallSlot};
 use super::commands::catalog::Command;
+use super::errors::{CommitError, Refusal};
+use super::health::Causes;
 use super::turns::QueuedTurn;
 // The hub's public face (`mod.rs`): its types, not its files.
 use super::{Origin, StatusReport};
 use crate::agent::AgentEvent;
 use crate::outlet::ConnId;
-use crate::protocol::{Channel, Frame, HistoryMessage, Lane};
+use crate::protocol::{
+    Channel, Frame, HistoryMessage, Lane, LaneRead, LaneRef, ServerCaps, TodoItem,
+};
+
+use super::fanout::Fanout;
+use super::health::Health;
+use crate::config::Config;
+use crate::shutdown::Listener;
 use crate::store::Change;
+use crate::store::StoreError;
 
 /// How a commit answers the device that asked for it: `frame` (the broadcast frame carrying the
 /// request's `id`) instead of the broadcast frame at index `at`.
-pub(super) struct Reply {
+pub struct Reply {
     pub(super) conn: ConnId,
     pub(super) at: usize,
     pub(super) frame: Frame,
 }
 
-/// What the hub does for its services.
-pub(super) trait Port {
+/// What the hub does for its services. Public only so that the services the doors above the hub
+/// call (`Devices`, `Status`, `Automation`) may be bounded by it; it is named nowhere outside the
+/// hub, and only the hub implements it, on the one event-loop thread (so its futures need no
+/// `Send` bound, which is what `async_fn_in_trait` warns about).
+#[allow(async_fn_in_trait)]
+pub trait Port {
     /// Makes `changes` durable and publishes their outbox frames (the committer), answering the
     /// requester with `reply` if there is one.
     async fn commit(&self, changes: Vec<Change>, reply: Option<Reply>) -> Result<(), CommitError>;
@@ -108,7 +120,26 @@ pub(super) trait Port {
     /// Approvals waiting for an answer.
     fn approvals_waiting(&self) -> usize;
 
-    /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel.
+    /// Set once the gateway is stopping: no new hellos.
+    fn is_shutting_down(&self) -> bool;
+
+    /// The gateway's settings as this start read them.
+    fn config(&self) -> &Config;
+
+    /// The connected devices' outlets and how far frames were published to them.
+    fn fanout(&self) -> &Fanout;
+
+    /// Why the gateway is degraded and what it has noted (read only; changes go through
+    /// [`Port::update_health`], which tells the devices).
+    fn gateway_health(&self) -> &Health;
+
+    /// What this gateway offers, as `hello.ack` says it.
+    fn caps(&self) -> ServerCaps;
+
+    /// The directory's channels as a device is given them (`Directory::for_wire`).
+    fn channels_for_wire(&self, channels: Vec<Channel>) -> Vec<Channel>;
+
+    /// A frame's `chat_id`/`thread_id` as a lane and its root channel (the directory's rule).
     fn resolve_lane(
         &self,
         chat_id: Option<&str>,
@@ -123,6 +154,7 @@ pub(super) trait Port {
 
     /// Tells every device the gateway is restarting and closes them (the store cannot resume).
     fn begin_shutdown(&self);
+
     /// The directory has room for the new thread `thread`.
     fn thread_fits(&self, thread: &Channel) -> bool;
 
@@ -148,4 +180,39 @@ pub(super) trait Port {
 
     /// Hands a stored steering message to the running answer of `lane` (or queues it).
     async fn hand_steer(&self, lane: Lane, message_id: String, text: String);
+
+    /// A history query's failure as the refusal a device gets (damage is noted as a cause).
+    fn query_failed(&self, e: StoreError) -> Refusal;
+
+    /// The lanes with a turn running, for `hello.ack.agent_busy`.
+    fn busy_lanes(&self) -> Vec<LaneRef>;
+
+    /// Every lane's todo list, for a device's hello.
+    fn todo_lists(&self) -> Vec<(Lane, Vec<TodoItem>)>;
+
+    /// Every existing lane's read marker, for `hello.ack.read`.
+    fn read_lanes(&self) -> Vec<LaneRead>;
+
+    /// The agent behind the hub was replaced: its turns' watch checks the new one.
+    fn agent_replaced(&self);
+
+    /// No pushes for this device while it is connected.
+    fn cancel_pushes(&self, device_id: &str);
+
+    /// A device's connection closed: pushes may start for it.
+    fn device_left(&self, device_id: &str);
+
+    /// The push backend (`none`, `ntfy`, `fcm`).
+    fn push_backend(&self) -> &'static str;
+
+    /// The bytes stored media take.
+    fn media_used(&self) -> u64;
+
+    /// The update under way or staged, and whether this version is on trial.
+    fn update_under_way(&self) -> Option<String>;
+    fn on_update_trial(&self) -> bool;
+
+    /// Starts the task that delivers the agent's job results into their lanes and automation's
+    /// channels (`AgentJobs::follow`), until `stop`.
+    fn follow_jobs(self: &Rc<Self>, stop: Listener);
 }

@@ -77,19 +77,6 @@ impl<P: Port> Push<P> {
         self.pusher.cancel(device_id);
     }
 
-    /// A test push from the admin page reached the push server (`Ok`) or did not: with the
-    /// settings running now, that is push's health.
-    pub(in crate::hub) fn note_test(&self, sent: Result<(), String>) {
-        let hub = self.hub();
-        match sent {
-            Ok(()) => {
-                hub.confirm_push();
-                hub.update_health(|st| st.push_error = None);
-            }
-            Err(reason) => hub.update_health(|st| st.push_error = Some(reason)),
-        }
-    }
-
     /// Called for every published outbox frame that can be pushed (its note was made from the
     /// frame's type when it was built): queues `note` (the frame at `cursor`) for every device
     /// that is away and still owed it.

@@ -2,18 +2,15 @@
 //! that answers it, and a refusal comes back as an `error` frame. Also how a frame's
 //! `chat_id`/`thread_id` name a lane.
 
-use std::net::IpAddr;
 use std::rc::Rc;
 
 use crate::ids;
 use crate::outlet::Outlet;
 use crate::protocol::fit;
 use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
-use crate::shutdown::Shutdown;
 
 use super::agent_calls::CallKind;
 use super::approvals;
-use super::automation::{AutomationError, HookError};
 use super::errors::Refusal;
 use super::state::Hub;
 
@@ -143,12 +140,14 @@ impl Hub {
                     .await
             }
             Request::ReadReceipt { message_id } => {
-                self.read_receipt(
-                    frame.chat_id.as_deref(),
-                    frame.thread_id.as_deref(),
-                    message_id,
-                )
-                .await
+                self.read_marks
+                    .receipt(
+                        &**self,
+                        frame.chat_id.as_deref(),
+                        frame.thread_id.as_deref(),
+                        message_id,
+                    )
+                    .await
             }
             other => {
                 let target = frame.thread_id.or(frame.chat_id);
@@ -217,76 +216,5 @@ impl Hub {
         thread_id: Option<&str>,
     ) -> Result<(Lane, Channel), Refusal> {
         self.directory.resolve_lane(chat_id, thread_id)
-    }
-}
-
-/// The doors of automation: the server starts it and the agent's jobs, the HTTP front hands it
-/// webhook requests, a turn reports a job it made.
-impl Hub {
-    /// Prepares automation before the gateway listens (`Automation::start`) and starts the cron
-    /// task, which stops with `shutdown`. An error names the config entry; the gateway must not
-    /// start with it.
-    pub async fn start_automation(
-        self: &Rc<Self>,
-        shutdown: &Shutdown,
-    ) -> Result<(), AutomationError> {
-        let jobs = self.automation.start(&**self, &self.config).await?;
-        if !jobs.is_empty() {
-            let (hub, stop) = (self.clone(), shutdown.listener());
-            tokio::task::spawn_local(
-                async move { hub.automation.cron_loop(&hub, jobs, stop).await },
-            );
-        }
-        Ok(())
-    }
-
-    /// Starts the task that delivers the agent's job results (`AgentJobs::follow`).
-    pub fn start_jobs(self: &Rc<Self>, shutdown: &Shutdown) {
-        let (hub, stop) = (self.clone(), shutdown.listener());
-        tokio::task::spawn_local(
-            async move { hub.jobs.follow(&*hub, &hub.automation, stop).await },
-        );
-    }
-
-    /// A turn in `lane` made the agent job `job_id` (`AgentJobs::made`).
-    pub(super) async fn job_made(&self, lane: &Lane, job_id: String) {
-        self.jobs.made(self, lane, job_id).await
-    }
-
-    /// `text` with the job results the agent has not seen in `lane` (`AgentJobs::with_results`).
-    pub(super) async fn with_job_results(
-        &self,
-        lane: &Lane,
-        current: &str,
-        text: String,
-    ) -> String {
-        self.jobs.with_results(lane, current, text).await
-    }
-
-    /// Admits a webhook request before its body is read (`Automation::webhook_admit`); returns
-    /// the channel name the hook posts into.
-    pub fn webhook_admit(
-        &self,
-        name: &str,
-        authorization: Option<&str>,
-        announced_bytes: u64,
-        ip: IpAddr,
-    ) -> Result<String, HookError> {
-        self.automation
-            .webhook_admit(name, authorization, announced_bytes, ip)
-    }
-
-    /// Posts an admitted webhook's body into its channel (`Automation::post_webhook`); returns
-    /// the message id once it is durable.
-    pub async fn post_webhook(
-        &self,
-        hook: &str,
-        channel: &str,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) -> Result<String, HookError> {
-        self.automation
-            .post_webhook(self, hook, channel, content_type, body)
-            .await
     }
 }

@@ -4,17 +4,14 @@
 //! this file imports none of them, only the plain-data leaves `errors.rs` and the turns' face
 //! (`turns/mod.rs`, which reaches the hub only through its port).
 
-use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::agent::Agent;
 use crate::config::{Config, Limits};
-use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::media::MediaFiles;
 use crate::outlet::{encode_text, CloseReason, ConnId, Outlet};
@@ -25,10 +22,6 @@ use crate::store::{Change, Store, StoreError, StoreView};
 
 use super::errors::CommitError;
 use super::health::Causes;
-
-/// Source addresses whose failed hellos are counted one by one; past them, addresses share one
-/// count (`guessing.rs`). A household's phones fit many times over.
-const BAD_HELLO_TABLE: usize = 32;
 
 /// Jobs that may wait for the committer; a full queue makes requests wait (backpressure).
 pub const QUEUE_DEPTH: usize = 256;
@@ -62,18 +55,19 @@ pub struct Hub {
     pub(super) open_approvals: super::approvals::OpenApprovals,
     /// Each device's requests waiting on the agent, one per kind (`agent_calls.rs`).
     pub(super) agent_calls: super::agent_calls::AgentCalls,
-    /// Per lane, where the household has read it up to (`read_state.rs`).
+    /// Per lane, where the household has read it up to (`read_marks.rs`).
     pub(super) read_marks: super::read_marks::ReadMarks,
     /// The data disk's watch and the answers kept while it failed (`storage.rs`).
     pub(super) storage: super::storage::StorageWatch,
-    /// Failed hellos per source address (`guessing.rs`; only `devices.rs` touches it).
-    pub(super) bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
+    /// The paired devices: hellos (and the failed-hello limiter), pairing, revoking (`devices.rs`).
+    devices: super::devices::Devices<Hub>,
+    /// The gateway's notes about itself and the `/status` report (`status.rs`).
+    pub(super) status: super::status::Status<Hub>,
     pub(super) committer: mpsc::Sender<CommitJob>,
-    pub(super) started: Instant,
     /// The agent's scheduled jobs: their delivery and `/jobs` (`jobs.rs`).
     pub(super) jobs: super::jobs::AgentJobs,
     /// Webhooks, cron jobs and the automation channels they post into (`automation.rs`).
-    pub(super) automation: super::automation::Automation,
+    pub(super) automation: Rc<super::automation::Automation<Hub>>,
     /// Searches, history pages' query budget, deletions (`search.rs`).
     pub(super) queries: super::search::Queries,
     /// Updates: the helper's records, the staging area, the trial (`update.rs`).
@@ -117,20 +111,18 @@ impl Hub {
             store.lane_models()?,
             store.lane_voices()?,
         );
-        let read_marks = super::read_marks::ReadMarks::new(store.read_marks()?);
+        let read_marks = super::read_marks::ReadMarks::new(store.clone(), store.read_marks()?);
         let open_approvals =
             super::approvals::OpenApprovals::new(store.approvals()?, store.clone(), agent.clone());
         let commands = super::commands::Commands::new(choices, agent.clone());
         let messages =
             super::message_send::Messages::new(store.clone(), agent.clone(), config.limits.clone());
-        let bad_hellos = GuessLimiter::new(config.limits.bad_hellos_per_minute, Instant::now());
         let updates = crate::update::stage::Updates::new(&config.update, store.dir());
         let queries =
             super::search::Queries::new(store.clone(), config.limits.clone(), agent.clone());
         let storage = super::storage::StorageWatch::new(store.clone());
         let max_running_turns = config.limits.max_running_turns;
         let directory = super::directory::Directory::new(store.clone(), config.limits.clone());
-        let automation = super::automation::Automation::new(store.clone(), config.limits.clone());
         let jobs =
             super::jobs::AgentJobs::new(store.clone(), agent.clone(), config.limits.max_text_bytes);
         let hub = Rc::new_cyclic(|hub| Hub {
@@ -139,6 +131,18 @@ impl Hub {
                 hub.clone(),
                 max_running_turns,
                 todos,
+            )),
+            devices: super::devices::Devices::new(hub.clone(), store.clone(), &config.limits),
+            status: super::status::Status::new(
+                hub.clone(),
+                store.clone(),
+                agent.clone(),
+                config.limits.media_quota_bytes,
+            ),
+            automation: Rc::new(super::automation::Automation::new(
+                hub.clone(),
+                store.clone(),
+                config.limits.clone(),
             )),
             view: store.view(),
             directory,
@@ -155,9 +159,6 @@ impl Hub {
             agent_calls: Default::default(),
             read_marks,
             storage,
-            bad_hellos: RefCell::new(bad_hellos),
-            started: Instant::now(),
-            automation,
             jobs,
             queries,
             updates: super::update::UpdateWatch::new(hub.clone(), updates),
@@ -250,11 +251,6 @@ impl Hub {
         self.update_health(|st| st.storage_error = error);
     }
 
-    /// What is wrong while the gateway is degraded, for `/status`.
-    pub(super) fn health_causes(&self) -> Vec<String> {
-        self.health.reasons()
-    }
-
     /// Changes a cause of `degraded`; a change of the health state itself is logged, sent to
     /// every device as `status`, and passed to whoever watches it.
     pub(super) fn update_health(&self, change: impl FnOnce(&mut Causes)) {
@@ -292,6 +288,22 @@ impl Hub {
     /// holds, the clean-up at start (`media.rs`).
     pub fn media(&self) -> &super::media::Media<Hub> {
         &self.media
+    }
+
+    /// The paired devices: a connection's hello, pairing and revoking (`Devices`).
+    pub fn devices(&self) -> &super::devices::Devices<Hub> {
+        &self.devices
+    }
+
+    /// The gateway's notes about itself and the `/status` report (`Status`).
+    pub fn status(&self) -> &super::status::Status<Hub> {
+        &self.status
+    }
+
+    /// Webhooks and cron jobs: the server starts them, the HTTP front hands them webhook
+    /// requests (`Automation`).
+    pub fn automation(&self) -> &Rc<super::automation::Automation<Hub>> {
+        &self.automation
     }
 
     /// Push as the server drives it: the worker's outcomes, the catch-up at start (`push.rs`).

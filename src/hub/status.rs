@@ -2,11 +2,16 @@
 //! socket) and what an admin page shows. The same state drives `status` frames and the LED; this
 //! adds the causes in words and the figures behind them.
 
+use std::rc::{Rc, Weak};
+use std::time::Instant;
+
 use serde::{Deserialize, Serialize};
 
-use super::state::Hub;
+use super::port::Port;
+use crate::agent::Agent;
 use crate::protocol::HealthState;
 use crate::settings::{Part, SwitchedOff};
+use crate::store::Store;
 
 /// A snapshot of the gateway's health and use, in plain data (serialisable for the control
 /// socket). Secrets never appear: agent and push are described by backend and address only.
@@ -59,10 +64,48 @@ pub struct StatusReport {
     pub switched_off: Vec<SwitchedOff>,
 }
 
-impl Hub {
+/// The gateway's notes about itself and the report built from them: what went wrong at this
+/// start (a failed restore, parts switched off), what happened since (history damage, a new
+/// agent), and the figures `/status` shows. Built inside the hub (it holds the hub weakly: the
+/// hub owns it); the doors above the hub reach it through `Hub::status`.
+pub struct Status<P> {
+    port: Weak<P>,
+    store: Store,
+    agent: Rc<dyn Agent>,
+    /// `limits.media_quota_bytes`, as the report shows it.
+    media_quota_bytes: u64,
+    started: Instant,
+}
+
+impl<P: Port> Status<P> {
+    /// `port`: the hub being built around this service.
+    pub(super) fn new(
+        port: Weak<P>,
+        store: Store,
+        agent: Rc<dyn Agent>,
+        media_quota_bytes: u64,
+    ) -> Status<P> {
+        Status {
+            port,
+            store,
+            agent,
+            media_quota_bytes,
+            started: Instant::now(),
+        }
+    }
+
+    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
+    fn hub(&self) -> Rc<P> {
+        self.port
+            .upgrade()
+            .expect("the hub outlives the calls to its status")
+    }
+
     /// Everything `/status` and the admin page show, gathered at once.
-    pub fn status_report(&self) -> StatusReport {
-        let (agent_error, push_error, storage_error, media_full) = self.health.causes(|c| {
+    pub fn report(&self) -> StatusReport {
+        let hub = self.hub();
+        let health = hub.gateway_health();
+        let (agent_error, push_error, storage_error, media_full) = health.causes(|c| {
             (
                 c.agent_error.clone(),
                 c.push_error.clone(),
@@ -72,56 +115,66 @@ impl Hub {
                 c.media_full.clone(),
             )
         });
-        let restore_failure = self.health.restore_failure();
+        let restore_failure = health.restore_failure();
         StatusReport {
-            state: self.health(),
-            causes: self.health_causes(),
+            state: health.state(),
+            causes: health.reasons(),
             version: crate::update::version::running().to_string(),
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
-            push: self.push.backend().as_str().to_owned(),
+            push: hub.push_backend().to_owned(),
             push_error,
-            push_confirmed: self.health.push_confirmed(),
+            push_confirmed: health.push_confirmed(),
             store_bytes: self.store.size_on_disk().ok(),
-            cursor_head: self.published_head(),
-            media_bytes: self.media.files().used(),
-            media_quota_bytes: self.config.limits.media_quota_bytes,
+            cursor_head: hub.fanout().published_head(),
+            media_bytes: hub.media_used(),
+            media_quota_bytes: self.media_quota_bytes,
             disk_free_bytes: crate::disk::free_bytes(self.store.dir()).ok(),
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
-            devices_connected: self.connected(),
+            devices_connected: hub.fanout().count(),
             restore_failure,
             storage_error,
             media_full,
             // The failure is held as a cause (read from the history at start and on dismiss).
-            update_failure: self.health.causes(|c| c.update_failed.clone()),
-            update_under_way: self.updates.stage().under_way(),
-            update_trial: self.updates.on_trial(),
-            switched_off: self.health.causes(|c| c.switched_off()),
+            update_failure: health.causes(|c| c.update_failed.clone()),
+            update_under_way: hub.update_under_way(),
+            update_trial: hub.on_update_trial(),
+            switched_off: health.causes(|c| c.switched_off()),
         }
     }
 
     /// The restore waiting for this start failed (`backups/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
-        self.health.note_restore_failure(why);
+        self.hub().gateway_health().note_restore_failure(why);
     }
 
     /// A part starts switched off because its saved settings cannot work: `degraded`, with
     /// that cause, until it is given settings that do (`switched_on`) or the next start.
     pub fn note_switched_off(&self, off: SwitchedOff) {
         tracing::warn!("{}", off.cause());
-        self.update_health(|c| c.set_switched_off(off.part, Some(off.why)));
+        self.hub()
+            .update_health(|c| c.set_switched_off(off.part, Some(off.why)));
     }
 
     /// `part` runs on settings that work again (the admin page gave it new ones).
     pub(super) fn switched_on(&self, part: Part) {
-        self.update_health(|c| c.set_switched_off(part, None));
+        self.hub().update_health(|c| c.set_switched_off(part, None));
     }
 
     /// A backup found the history database damaged: `degraded`, with that cause, until a
     /// restart (damage does not heal; the start-up check looks at the files again).
     pub fn note_history_damaged(&self, why: String) {
-        self.update_health(|c| c.history_damaged = Some(why));
+        self.hub().update_health(|c| c.history_damaged = Some(why));
+    }
+
+    /// The agent behind the hub was replaced (the admin page saved new settings): forget what
+    /// was wrong with the old one and check the new one now.
+    pub fn agent_switched(&self) {
+        let hub = self.hub();
+        hub.update_health(|st| st.agent_error = None);
+        self.switched_on(Part::Agent);
+        hub.agent_replaced();
     }
 }
 

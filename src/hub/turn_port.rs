@@ -101,11 +101,11 @@ impl TurnPort for Hub {
     }
 
     async fn with_job_results(&self, lane: &Lane, current: &str, text: String) -> String {
-        Hub::with_job_results(self, lane, current, text).await
+        self.jobs.with_results(lane, current, text).await
     }
 
     async fn job_made(&self, lane: &Lane, job_id: String) {
-        Hub::job_made(self, lane, job_id).await;
+        self.jobs.made(self, lane, job_id).await;
     }
 
     async fn offer_approval(&self, lane: &Lane, run_id: &str, request: ApprovalRequest) {

@@ -147,7 +147,7 @@ async fn redeem(
             return refused(refusal, hub.limits().max_name_chars, secure);
         }
     }
-    let token = match hub.pair(name).await {
+    let token = match hub.devices().pair(name).await {
         Ok((device, token)) => {
             info!(%peer, device = %device.device_id, "pairing page: paired a device");
             token

@@ -78,13 +78,13 @@ pub async fn gate(
         close_with(ws, e, CloseCode::Policy, "hello required").await;
         return None;
     };
-    match hub.authenticate(hello, peer.ip(), user_agent) {
+    match hub.devices().authenticate(hello, peer.ip(), user_agent) {
         Ok(device) => {
             let outlet = Rc::new(Outlet::new(hub.next_conn_id(), device.device_id.clone()));
             outlet.set_append_updates(hello.wants(crate::protocol::EXT_UPDATE_APPEND));
             outlet.set_busy_frames(hello.wants(crate::protocol::EXT_AGENT_BUSY));
             outlet.set_read_markers(hello.wants(crate::protocol::EXT_READ_RECEIPT));
-            hub.attach(&outlet, frame.id);
+            hub.devices().attach(&outlet, frame.id);
             Some(outlet)
         }
         Err(refused) => {

@@ -114,7 +114,7 @@ pub async fn run(
     let (sink, stream) = ws.split();
     let writer = tokio::task::spawn_local(writer::write_loop(hub.clone(), outlet.clone(), sink));
     reader::read_loop(&hub, &outlet, stream).await;
-    hub.detach(outlet.conn_id);
+    hub.devices().detach(outlet.conn_id);
     outlet.close(CloseReason::Bye);
     let mut writer = writer;
     if tokio::time::timeout(DRAIN_TIMEOUT * 2, &mut writer)
