@@ -44,3 +44,4 @@ pub mod system_health;
 pub mod tls;
 pub mod units;
 pub mod update;
+pub mod web;

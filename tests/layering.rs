@@ -28,6 +28,7 @@ const TIERS: &[&[&str]] = &[
         "command",
         "memory",
         "units",
+        "web",
     ],
     &["config", "lan", "system_health"],
     // The wire format and the small policies over plain data.

@@ -23,7 +23,7 @@ use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
-use crate::pairing::page::tokens;
+use crate::web::tokens;
 
 /// Longest folder path taken from the form.
 const MAX_FOLDER_BYTES: usize = 1024;
@@ -127,8 +127,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> Markup
         };
         (if o.result.is_ok() { "good" } else { "bad" }, text)
     });
-    // Spliced raw: the notices and the folder's groups (`tokens`) are markup the page helpers
-    // made, from escaped values.
+    // Spliced raw: the notices are markup the page helpers made, from escaped values.
     html! {
         h2 id="scheduled" { "Scheduled backups" }
         (PreEscaped(notice(n)))
@@ -149,7 +148,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> Markup
         p id="schedule-now" {
             "Schedule: " strong { (every) } ", keeping the newest " (plan.keep) ", "
             @match plan.folder.as_deref() {
-                Some(f) => { "in " code { (PreEscaped(tokens(&f.display().to_string()))) } }
+                Some(f) => { "in " code { (tokens(&f.display().to_string())) } }
                 None => "with no folder chosen",
             }
             "."
@@ -171,15 +170,14 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> Markup {
     if listed.is_empty() {
         return html! { p { "No scheduled backups in the folder yet." } };
     }
-    // Spliced raw: the names' groups (`tokens`) and the CSRF field are markup the page helpers
-    // made, from escaped values.
+    // Spliced raw: the CSRF field is markup the page helpers made, from an escaped value.
     html! {
         table.stack id="backups" {
             thead { tr { th { "Backup" } th { "Size" } th { "Made" } } }
             tbody {
                 @for l in listed {
                     tr {
-                        td.name data-label="Backup" { (PreEscaped(tokens(&l.name))) }
+                        td.name data-label="Backup" { (tokens(&l.name)) }
                         td.size data-label="Size" { (crate::store::human_bytes(l.bytes)) }
                         td data-label="Made" { (age(l.made)) }
                     }

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
+use maud::{html, Markup, PreEscaped};
 use serde::Serialize;
 
 use super::context::SignedIn;
@@ -14,7 +15,6 @@ use super::reply::{guard, signed_page, Refusal, Reply};
 use super::route::{Route, PREFIX};
 use super::Admin;
 use crate::hub::{Hub, StatusReport};
-use crate::pairing::page::escape;
 use crate::store::human_bytes;
 use crate::system_health::{self, History, Sample, Series, SystemHealth, HISTORY_SAMPLES};
 use std::cell::{Cell, RefCell};
@@ -252,16 +252,16 @@ fn sparkline(
     label: &str,
     values: &[Option<f32>],
     words: impl Fn(f32) -> String,
-) -> String {
+) -> Markup {
     let present: Vec<f32> = values.iter().flatten().copied().collect();
     let (Some(now), Some(min), Some(max)) = (
         present.last(),
         present.iter().copied().reduce(f32::min),
         present.iter().copied().reduce(f32::max),
     ) else {
-        return format!(
-            "<figure id=\"{id}\" class=\"day-figure\"><figcaption>{label}: {NOT_REPORTED}</figcaption></figure>"
-        );
+        return html! {
+            figure id=(id) class="day-figure" { figcaption { (label) ": " (NOT_REPORTED) } }
+        };
     };
     const HEIGHT: f32 = 40.0;
     const MARGIN: f32 = 2.0;
@@ -284,62 +284,63 @@ fn sparkline(
         words(min),
         words(max)
     );
-    format!(
-        "<figure id=\"{id}\" class=\"day-figure\"><figcaption>{caption}</figcaption>\
-         <svg class=\"spark\" viewBox=\"0 0 {w} {HEIGHT}\" preserveAspectRatio=\"none\" \
-         role=\"img\" aria-label=\"{caption}\"><polyline fill=\"none\" stroke=\"currentColor\" \
-         stroke-width=\"1.5\" vector-effect=\"non-scaling-stroke\" points=\"{points}\"/></svg>\
-         </figure>",
-        caption = escape(&caption),
-        w = HISTORY_SAMPLES - 1,
-        points = points.join(" "),
-    )
+    html! {
+        figure id=(id) class="day-figure" {
+            figcaption { (caption) }
+            svg.spark viewBox=(format!("0 0 {} {HEIGHT}", HISTORY_SAMPLES - 1))
+                preserveAspectRatio="none" role="img" aria-label=(caption) {
+                polyline fill="none" stroke="currentColor" stroke-width="1.5"
+                    vector-effect="non-scaling-stroke" points=(points.join(" ")) {}
+            }
+        }
+    }
 }
 
 /// The Status page's section of the day: a chart per series, or how long until the first
 /// sample.
-fn day_html(day: &Day) -> String {
+fn day_html(day: &Day) -> Markup {
     let every = system_health::sample_every();
     let history = day.history.borrow();
     let samples = history.samples();
+    let step = span(every);
     let body = if samples == 0 {
         let left = day.next_due.get().saturating_duration_since(Instant::now());
         let minutes = left.as_secs().div_ceil(60).max(1);
         let unit = if minutes == 1 { "minute" } else { "minutes" };
-        format!("<p id=\"day-collecting\">Collecting: the first sample in {minutes} {unit}.</p>")
+        html! { p #day-collecting { "Collecting: the first sample in " (minutes) " " (unit) "." } }
     } else {
-        let step = span(every);
-        Series::ALL
-            .iter()
-            .map(|&series| {
-                let values: Vec<Option<f32>> = history.series(series).values().collect();
-                match series {
-                    Series::Temperature => sparkline("day-temp", "CPU temperature", &values, |c| {
+        html! {
+            @for &series in Series::ALL.iter() {
+                @let values: Vec<Option<f32>> = history.series(series).values().collect();
+                @match series {
+                    Series::Temperature => (sparkline("day-temp", "CPU temperature", &values, |c| {
                         format!("{c:.1} °C")
-                    }),
-                    Series::Memory => sparkline("day-memory", "Memory in use", &values, |b| {
+                    })),
+                    Series::Memory => (sparkline("day-memory", "Memory in use", &values, |b| {
                         human_bytes(b as u64)
-                    }),
+                    })),
                     Series::Load => {
-                        sparkline("day-load", "Load (1 min)", &values, |l| format!("{l:.2}"))
+                        (sparkline("day-load", "Load (1 min)", &values, |l| format!("{l:.2}")))
                     }
-                    Series::Written => sparkline(
+                    Series::Written => (sparkline(
                         "day-written",
                         &format!("Written to the card per {step}"),
                         &values,
                         |b| human_bytes(b as u64),
-                    ),
+                    )),
                 }
-            })
-            .collect()
+            }
+        }
     };
     let plural = if samples == 1 { "" } else { "s" };
-    format!(
-        "<section id=\"day\" data-samples=\"{samples}\"><h2>The last 24 hours</h2>\
-         <p>{samples} sample{plural}, one every {step}, kept in memory only: a restart starts \
-         the day again. Reload the page for the latest.</p>{body}</section>",
-        step = span(every),
-    )
+    html! {
+        section #day data-samples=(samples) {
+            h2 { "The last 24 hours" }
+            p { (samples) " sample" (plural) ", one every " (step) ", kept in memory only: a \
+                restart starts the day again. Reload the page for the latest." }
+            (body)
+        }
+    }
 }
 
 /// What is wrong, from what the hub knows and what the system says, each with its fix.
@@ -431,30 +432,22 @@ pub fn problems(r: &StatusReport, s: &SystemHealth, low_percent: u8) -> Vec<Prob
     out
 }
 
-fn problems_html(list: &[Problem]) -> String {
-    let items: String = list
-        .iter()
-        .map(|p| {
-            format!(
-                "<li>{} <a href=\"{}\">{}</a></li>",
-                escape(&p.text),
-                p.href,
-                p.fix
-            )
-        })
-        .collect();
-    let none = if list.is_empty() { "" } else { " hidden" };
-    format!(
-        "<section id=\"problems-section\"><h2>Problems</h2>\
-         <p id=\"no-problems\" class=\"good\"{none}>Nothing needs your attention.</p>\
-         <ul id=\"problems\" class=\"bad\">{items}</ul></section>"
-    )
+fn problems_html(list: &[Problem]) -> Markup {
+    html! {
+        section #problems-section {
+            h2 { "Problems" }
+            p id="no-problems" class="good" hidden[!list.is_empty()] { "Nothing needs your attention." }
+            ul id="problems" class="bad" {
+                @for p in list { li { (p.text) " " a href=(p.href) { (p.fix) } } }
+            }
+        }
+    }
 }
 
 /// The home page's body: the problems, the gateway's status as before, the box, the buttons,
 /// and what to do about the problems that have no page of their own.
 fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) -> String {
-    let rows: String = [
+    let rows = [
         ("h-temp", "CPU temperature"),
         ("h-memory", "Memory"),
         ("h-load", "Load"),
@@ -465,51 +458,49 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
         ("h-wear", "Card wear"),
         ("h-addresses", "Addresses"),
         ("h-time", "Time"),
-    ]
-    .iter()
-    .map(|(id, label)| {
-        let v = snap
-            .values
+    ];
+    let value = |id: &str| {
+        snap.values
             .iter()
-            .find(|(k, _)| k == id)
-            .map_or("", |(_, v)| v.as_str());
-        format!("<dt>{label}</dt><dd id=\"{id}\">{}</dd>", escape(v))
-    })
-    .collect();
-    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
-    let buttons = super::power::buttons(admin);
-    let (power_title, power_note) = if super::power::as_appliance_service() {
-        ("Restart or shut down", String::new())
-    } else {
-        (
-            "Restart",
-            format!(
-                "<p id=\"power-note\">{}</p>",
-                super::power::NOT_THE_APPLIANCE
-            ),
-        )
+            .find(|(k, _)| *k == id)
+            .map_or("", |(_, v)| v.as_str())
     };
-    format!(
-        "{problems}{status}<section id=\"box\"><h2>The box</h2>\
-         <dl id=\"box-health\" data-every=\"{every}\">{rows}</dl></section>{day}\
-         <section id=\"power\"><h2>{power_title}</h2><p>{buttons}</p>{power_note}</section>\
-         <section id=\"help\"><h2>If something is wrong</h2>\
-         <p id=\"help-store\"><strong>The store.</strong> The gateway keeps what it has and \
-         refuses what it cannot keep. Make room on the data disk, check the card (its wear, \
-         above), look at the <a href=\"{log}\">log</a>; if the store is damaged, restore a \
-         backup on the <a href=\"{backup}\">Backup</a> page.</p>\
-         <p id=\"help-clock\"><strong>The clock.</strong> A Raspberry Pi has no battery clock: \
-         it sets its time from the network. Connect the box to a network that reaches the \
-         internet (or a local time server) and it corrects itself.</p>\
-         <p id=\"help-wear\"><strong>The card.</strong> An SD card that reports wear may soon \
-         fail: download a backup from the <a href=\"{backup}\">Backup</a> page and move \
-         to a new card.</p></section>",
-        problems = problems_html(&snap.problems),
-        status = pages::status(report, n),
-        day = day_html(&admin.day),
-        log = Route::Log,
-        backup = Route::Backup,
-    )
+    let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
+    // The buttons are made by `power.rs`, escaped there, until it is a template too.
+    let buttons = PreEscaped(super::power::buttons(admin));
+    let appliance = super::power::as_appliance_service();
+    html! {
+        (problems_html(&snap.problems))
+        (pages::status(report, n))
+        section #box {
+            h2 { "The box" }
+            dl #box-health data-every=(every) {
+                @for (id, label) in rows { dt { (label) } dd id=(id) { (value(id)) } }
+            }
+        }
+        (day_html(&admin.day))
+        section #power {
+            h2 { (if appliance { "Restart or shut down" } else { "Restart" }) }
+            p { (buttons) }
+            @if !appliance {
+                p #power-note { (super::power::NOT_THE_APPLIANCE) }
+            }
+        }
+        section #help {
+            h2 { "If something is wrong" }
+            p #help-store { strong { "The store." } " The gateway keeps what it has and refuses \
+                what it cannot keep. Make room on the data disk, check the card (its wear, \
+                above), look at the " a href=(Route::Log) { "log" } "; if the store is damaged, \
+                restore a backup on the " a href=(Route::Backup) { "Backup" } " page." }
+            p #help-clock { strong { "The clock." } " A Raspberry Pi has no battery clock: it \
+                sets its time from the network. Connect the box to a network that reaches the \
+                internet (or a local time server) and it corrects itself." }
+            p #help-wear { strong { "The card." } " An SD card that reports wear may soon fail: \
+                download a backup from the " a href=(Route::Backup) { "Backup" } " page and \
+                move to a new card." }
+        }
+    }
+    .into_string()
 }
 
 /// The home page (`GET /admin/`).

@@ -11,13 +11,13 @@
 
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
+use maud::{html, Markup};
 
 use super::context::SignedIn;
-use super::pages::{csrf_field, notice, Notice};
+use super::pages::{notice_markup, Notice};
 use super::reply::{guard, redirect, signed_page, Refusal, Reply};
 use super::route::Route;
 use super::{parse_form, Admin, Form};
-use crate::pairing::page::escape;
 use crate::settings::Settings;
 
 /// Longest zone name taken from the form (the longest in the database is 32 bytes).
@@ -241,49 +241,47 @@ fn log_page(
     lines: &[String],
     n: &Notice,
 ) -> Reply {
-    let options: String = [Level::Error, Level::Warn, Level::Info, Level::Debug]
-        .iter()
-        .map(|l| {
-            let sel = if *l == filter.level { " selected" } else { "" };
-            format!("<option value=\"{0}\"{sel}>{0}</option>", l.name())
-        })
-        .collect();
-    let text: String = lines.iter().rev().map(|l| escape(l) + "\n").collect();
+    let levels = [Level::Error, Level::Warn, Level::Info, Level::Debug];
     let download = format!(
-        "{}?level={}&amp;q={}",
+        "{}?level={}&q={}",
         Route::LogDownload,
         filter.level.name(),
-        escape(&crate::pairing::percent_encode(&filter.search))
+        crate::pairing::percent_encode(&filter.search)
     );
-    let body = format!(
-        "{note}<form method=\"get\" action=\"{log}\" id=\"log-filter\">\
-         <label for=\"level\">At least</label><select id=\"level\" name=\"level\">{options}\
-         </select><label for=\"q\">Containing</label>\
-         <input id=\"q\" name=\"q\" value=\"{q}\" maxlength=\"{MAX_SEARCH_BYTES}\">\
-         <p><button id=\"log-show\">Show</button> \
-         <a id=\"log-download\" href=\"{download}\" download>Download these lines</a></p></form>\
-         <p id=\"log-count\">{count} of the last {kept} lines the gateway logged, newest first \
-         (the journal keeps the rest, on the box). Times in {zone}.</p>\
-         <pre id=\"log\">{text}</pre>\
-         <h2>Time zone</h2><form method=\"post\" action=\"{timezone}\">{csrf}\
-         <label for=\"timezone\">Zone, for the times on every page</label>\
-         <select id=\"timezone\" name=\"timezone\">{zones}</select>\
-         <p><button id=\"save-timezone\">Save</button></p></form>",
-        note = notice(n),
-        log = Route::Log,
-        timezone = Route::LogTimezone,
-        q = escape(&filter.search),
-        count = lines.len(),
-        kept = crate::logring::lines().len(),
-        zone = escape(&zone.name),
-        csrf = csrf_field(who.csrf()),
-        zones = zone_options(
-            &Settings::load(&admin.data_dir)
-                .ok()
-                .and_then(|s| s.log.timezone)
-                .unwrap_or_default()
-        ),
-    );
+    let saved_zone = Settings::load(&admin.data_dir)
+        .ok()
+        .and_then(|s| s.log.timezone)
+        .unwrap_or_default();
+    let body = html! {
+        (notice_markup(n))
+        form method="get" action=(Route::Log) id="log-filter" {
+            label for="level" { "At least" }
+            select #level name="level" {
+                @for l in levels {
+                    option value=(l.name()) selected[l == filter.level] { (l.name()) }
+                }
+            }
+            label for="q" { "Containing" }
+            input #q name="q" value=(filter.search) maxlength=(MAX_SEARCH_BYTES);
+            p {
+                button #log-show { "Show" }
+                " "
+                a #log-download href=(download) download { "Download these lines" }
+            }
+        }
+        p #log-count { (lines.len()) " of the last " (crate::logring::lines().len())
+            " lines the gateway logged, newest first (the journal keeps the rest, on the \
+            box). Times in " (zone.name) "." }
+        pre #log { @for l in lines.iter().rev() { (l) "\n" } }
+        h2 { "Time zone" }
+        form method="post" action=(Route::LogTimezone) {
+            (crate::web::csrf_field(who.csrf()))
+            label for="timezone" { "Zone, for the times on every page" }
+            select #timezone name="timezone" { (zone_options(&saved_zone)) }
+            p { button #save-timezone { "Save" } }
+        }
+    }
+    .into_string();
     signed_page(admin, who, status, "Log", &Route::Log, &body)
 }
 
@@ -327,17 +325,15 @@ const ZONE_TABLE: &str = "/usr/share/zoneinfo/zone1970.tab";
 
 /// The zone picker's options: the box's own, then the system's zones, `current` selected (kept
 /// even when the list lacks it, so saving the form again changes nothing).
-fn zone_options(current: &str) -> String {
-    let mark = |z: &str| if z == current { " selected" } else { "" };
-    let mut out = format!("<option value=\"\"{}>The box's own</option>", mark(""));
+fn zone_options(current: &str) -> Markup {
     let zones = system_zones();
-    if !current.is_empty() && !zones.iter().any(|z| z == current) {
-        out += &format!("<option selected>{}</option>", escape(current));
+    html! {
+        option value="" selected[current.is_empty()] { "The box's own" }
+        @if !current.is_empty() && !zones.iter().any(|z| z == current) {
+            option selected { (current) }
+        }
+        @for z in zones { option selected[z == current] { (z) } }
     }
-    for z in zones {
-        out += &format!("<option{}>{}</option>", mark(z), escape(z));
-    }
-    out
 }
 
 /// Whether `name` can be a zone database name (no path tricks: it becomes a file name).

@@ -1,13 +1,16 @@
 //! The admin pages' HTML: small server-rendered documents, one stylesheet and one script,
 //! both served from the box (`/admin/static/…`), so the page works with no internet and its
-//! CSP can forbid every inline script and style. Every value shown is escaped.
+//! CSP can forbid every inline script and style. Every page is a `maud` template over the web
+//! kit (`crate::web`): every value shown is escaped unless it is markup the kit made.
+
+use maud::{html, Markup, PreEscaped};
 
 use super::route::{Power, Route};
 use crate::hub::StatusReport;
-use crate::pairing::page::{escape, tokens};
 use crate::pairing::Invitation;
 use crate::protocol::HealthState;
 use crate::store::{human_bytes, Device};
+use crate::web::{self, csrf_field as csrf, options, tokens, Assets, Tone};
 
 /// Side of a QR code on the page, in CSS pixels.
 const QR_PX: u32 = 320;
@@ -59,53 +62,46 @@ impl<'a> Notice<'a> {
 }
 
 /// A notice as HTML (escaped), system errors in it in the owner's words.
+pub(super) fn notice_markup(n: &Notice) -> Markup {
+    let (tone, text) = match n {
+        Notice::None => return html! {},
+        Notice::Good(t) => (Tone::Good, t),
+        Notice::Warn(t) => (Tone::Warn, t),
+        Notice::Bad(t) => (Tone::Bad, t),
+    };
+    web::notice(tone, &super::words::owner_words(text))
+}
+
+/// [`notice_markup`] as a string, for the pages still built as strings.
 pub(super) fn notice(n: &Notice) -> String {
-    let escape = |t: &str| escape(&super::words::owner_words(t));
-    match n {
-        Notice::None => String::new(),
-        Notice::Good(t) => format!(
-            "<p class=\"good\" role=\"status\" id=\"notice\">{}</p>",
-            escape(t)
-        ),
-        Notice::Warn(t) => format!(
-            "<p class=\"warn\" role=\"status\" id=\"notice\">{}</p>",
-            escape(t)
-        ),
-        Notice::Bad(t) => format!(
-            "<p class=\"bad\" role=\"alert\" id=\"notice\">{}</p>",
-            escape(t)
-        ),
-    }
+    notice_markup(n).into_string()
 }
 
 /// Over TLS, the certificate to compare; over plain HTTP, the warning.
-fn connection_note(shell: &Shell) -> String {
+fn connection_note(shell: &Shell) -> Markup {
     if shell.secure {
-        match shell.fingerprint {
-            Some(fp) => format!(
-                "<p><small>Encrypted. Compare the certificate your browser shows with this \
-                 SHA-256: <code id=\"fingerprint\">{}</code></small></p>",
-                tokens(fp)
-            ),
-            None => String::new(),
-        }
-    } else {
-        let better = match shell.https {
-            Some(u) => format!(
-                " Prefer <a href=\"{}\"><code>{}</code></a>.",
-                escape(u),
-                tokens(u)
-            ),
-            None => String::new(),
+        return html! {
+            @if let Some(fp) = shell.fingerprint {
+                p { small { "Encrypted. Compare the certificate your browser shows with this \
+                    SHA-256: " code #fingerprint { (tokens(fp)) } } }
+            }
         };
-        format!(
-            "<p class=\"warn\" id=\"plain-warning\">This page came over plain HTTP: anyone on \
-             your network could read what it shows, and your passphrase.{better}</p>"
-        )
     }
+    let better = html! {
+        @if let Some(u) = shell.https {
+            " Prefer " a href=(u) { code { (tokens(u)) } } "."
+        }
+    };
+    web::plain_warning(
+        Some("plain-warning"),
+        "what it shows, and your passphrase",
+        better,
+    )
 }
 
 /// A whole page. `csrf` is set for a signed-in owner (navigation and sign-out are shown).
+/// `body` is a page the admin's own functions made (escaped as it was made), kept as a string
+/// until every page is a template.
 pub fn document(
     title: &str,
     current: &str,
@@ -113,137 +109,140 @@ pub fn document(
     shell: &Shell,
     body: &str,
 ) -> String {
-    let header = match csrf {
-        Some(csrf) => {
-            let links: String = SECTIONS
-                .iter()
-                .map(|(href, name)| {
-                    let cur = if href.path() == current {
-                        " aria-current=\"page\""
-                    } else {
-                        ""
-                    };
-                    format!("<a href=\"{href}\"{cur}>{name}</a>")
-                })
-                .collect();
-            format!(
-                "<header><strong>Iris gateway</strong><nav>{links}<a href=\"{r_owner}\">Owner</a></nav>\
-                 <form class=\"inline\" method=\"post\" action=\"{r_signout}\">{}\
-                 <button id=\"signout\">Sign out</button></form></header>",
-                csrf_field(csrf), r_owner = Route::Owner, r_signout = Route::SignOut)
+    layout(title, current, csrf, shell, PreEscaped(body)).into_string()
+}
+
+/// [`document`] over a template's body.
+fn layout(
+    title: &str,
+    current: &str,
+    csrf_token: Option<&str>,
+    shell: &Shell,
+    body: impl maud::Render,
+) -> Markup {
+    let header = html! {
+        header {
+            strong { "Iris gateway" }
+            @if let Some(token) = csrf_token {
+                nav {
+                    @for (href, name) in &SECTIONS {
+                        a href=(href) aria-current=[(href.path() == current).then_some("page")] {
+                            (name)
+                        }
+                    }
+                    a href=(Route::Owner) { "Owner" }
+                }
+                form.inline method="post" action=(Route::SignOut) {
+                    (csrf(token))
+                    button #signout { "Sign out" }
+                }
+            }
         }
-        None => "<header><strong>Iris gateway</strong></header>".to_owned(),
     };
-    format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
-         <title>{title} · Iris gateway</title>\
-         <link rel=\"stylesheet\" href=\"{r_css}\">\
-         <script src=\"{r_js}\" defer></script></head>\
-         <body>{header}<main><h1>{title}</h1>{note}{body}</main></body></html>",
-        title = escape(title),
-        note = connection_note(shell),
-        r_css = Route::Css,
-        r_js = Route::Js,
+    web::document(
+        &format!("{title} · Iris gateway"),
+        Assets::Linked {
+            stylesheet: &Route::Css.to_string(),
+            script: &Route::Js.to_string(),
+        },
+        html! {
+            (header)
+            main {
+                h1 { (title) }
+                (connection_note(shell))
+                (body)
+            }
+        },
     )
 }
 
 /// The hidden field every state-changing form carries.
-pub fn csrf_field(csrf: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        escape(csrf)
-    )
+pub fn csrf_field(csrf_token: &str) -> String {
+    csrf(csrf_token).into_string()
 }
 
 /// A new-passphrase field with the strength meter the script fills in from the gateway's own
 /// verdict (`POST /admin/strength`, the test set-up and the change apply), so they cannot
 /// disagree. The meter is red below the score the gateway accepts, green from it.
-fn strength_input(id: &str, label: &str, token: &str) -> String {
+fn strength_input(id: &str, label: &str, token: &str) -> Markup {
     use super::owner::{MIN_PASSPHRASE_CHARS, MIN_STRENGTH_SCORE};
-    format!(
-        "<label for=\"{id}\">{label}</label>\
-         <input type=\"password\" id=\"{id}\" name=\"{id}\" autocomplete=\"new-password\" \
-         minlength=\"{MIN_PASSPHRASE_CHARS}\" maxlength=\"1024\" required \
-         data-strength=\"{id}-meter\" data-token=\"{}\">\
-         <meter id=\"{id}-meter\" min=\"0\" max=\"4\" low=\"{low}\" high=\"{MIN_STRENGTH_SCORE}\" \
-         optimum=\"4\" value=\"0\"></meter> \
-         <span id=\"{id}-meter-text\">At least {MIN_PASSPHRASE_CHARS} characters, and not easy to \
-         guess: a few unrelated words work well.</span>",
-        escape(token),
-        low = f32::from(MIN_STRENGTH_SCORE) - 0.5,
-    )
+    let meter = format!("{id}-meter");
+    html! {
+        label for=(id) { (label) }
+        input type="password" id=(id) name=(id) autocomplete="new-password"
+            minlength=(MIN_PASSPHRASE_CHARS) maxlength="1024" required
+            data-strength=(meter) data-token=(token);
+        meter id=(meter) min="0" max="4" low=(f32::from(MIN_STRENGTH_SCORE) - 0.5)
+            high=(MIN_STRENGTH_SCORE) optimum="4" value="0" {}
+        " "
+        span id=(format!("{meter}-text")) {
+            "At least " (MIN_PASSPHRASE_CHARS) " characters, and not easy to guess: a few \
+            unrelated words work well."
+        }
+    }
 }
 
 /// Set-up: the box has no owner yet.
 pub fn setup(pre: &str, n: &Notice) -> String {
-    format!(
-        "{}<p>This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
-         every setting and pair phones. The first person to do this on your network owns the box \
-         (you can take it back at the box with <code>{}</code>).</p>\
-         <form method=\"post\" action=\"{r_setup}\">\
-         <input type=\"hidden\" name=\"pre\" value=\"{}\">{}\
-         <label for=\"confirm\">The same again</label>\
-         <input type=\"password\" id=\"confirm\" name=\"confirm\" autocomplete=\"new-password\" \
-         maxlength=\"1024\" required>\
-         <p><button id=\"claim\" class=\"big\">Claim this gateway</button></p></form>",
-        notice(n),
-        escape(&crate::hints::command("owner reset")),
-        escape(pre),
-        strength_input("passphrase", "Owner passphrase", pre),
-        r_setup = Route::Setup,
-    )
+    html! {
+        (notice_markup(n))
+        p { "This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
+            every setting and pair phones. The first person to do this on your network owns the \
+            box (you can take it back at the box with "
+            code { (crate::hints::command("owner reset")) } ")." }
+        form method="post" action=(Route::Setup) {
+            input type="hidden" name="pre" value=(pre);
+            (strength_input("passphrase", "Owner passphrase", pre))
+            label for="confirm" { "The same again" }
+            input type="password" id="confirm" name="confirm" autocomplete="new-password"
+                maxlength="1024" required;
+            p { button id="claim" class="big" { "Claim this gateway" } }
+        }
+    }
+    .into_string()
 }
 
 /// Sign-in; `next` is the page asked for, where a right passphrase leads.
 pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
-    format!(
-        "{}<form method=\"post\" action=\"{r_signin}\">\
-         <input type=\"hidden\" name=\"pre\" value=\"{}\">\
-         <input type=\"hidden\" name=\"next\" value=\"{}\">\
-         <label for=\"passphrase\">Owner passphrase</label>\
-         <input type=\"password\" id=\"passphrase\" name=\"passphrase\" \
-         autocomplete=\"current-password\" maxlength=\"1024\" required autofocus>\
-         <p><button id=\"signin\" class=\"big\">Sign in</button></p></form>\
-         <p><small>Forgot it? At the box: <code>{}</code> (or \
-         <code>{}</code> to set it up again here).</small></p>",
-        notice(n),
-        escape(pre),
-        escape(next),
-        escape(&crate::hints::command("owner set")),
-        escape(&crate::hints::command("owner reset")),
-        r_signin = Route::SignIn,
-    )
+    html! {
+        (notice_markup(n))
+        form method="post" action=(Route::SignIn) {
+            input type="hidden" name="pre" value=(pre);
+            input type="hidden" name="next" value=(next);
+            label for="passphrase" { "Owner passphrase" }
+            input type="password" id="passphrase" name="passphrase"
+                autocomplete="current-password" maxlength="1024" required autofocus;
+            p { button id="signin" class="big" { "Sign in" } }
+        }
+        p { small { "Forgot it? At the box: " code { (crate::hints::command("owner set")) }
+            " (or " code { (crate::hints::command("owner reset")) }
+            " to set it up again here)." } }
+    }
+    .into_string()
 }
 
 /// A pairing invitation: QR code for another phone, a link for this one, the values as text.
 pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
-    let fp = match &inv.fingerprint {
-        Some(fp) => format!(
-            "<dt>Certificate SHA-256 (the app pins it)</dt><dd><code>{}</code></dd>",
-            tokens(fp)
-        ),
-        None => String::new(),
-    };
-    format!(
-        "<p>{}</p><p><a id=\"open-in-app\" class=\"big\" href=\"{uri}\">Open in the Iris app</a> \
-         (on the phone showing this page)</p>\
-         <p>Or scan this with the Iris app on another phone:</p>\
-         <div class=\"qr\" id=\"qr\">{svg}</div>\
-         <dl><dt>URL</dt><dd><code id=\"pair-url\">{url}</code></dd>{fp}\
-         <dt>Token (shown only now)</dt><dd><code id=\"pair-token\">{token}</code></dd>\
-         <dt>Device</dt><dd><code>{id}</code></dd></dl>\
-         <p>Nothing here is kept: once the phone is paired, leave this page. \
-         <a href=\"{r_devices}\">Devices</a> can rename or revoke it.</p>",
-        escape(intro),
-        uri = escape(&inv.uri()),
-        svg = inv.svg_qr(QR_PX),
-        url = tokens(&inv.url),
-        token = tokens(&inv.token),
-        id = tokens(device_id),
-        r_devices = Route::Devices,
-    )
+    html! {
+        p { (intro) }
+        p { a id="open-in-app" class="big" href=(inv.uri()) { "Open in the Iris app" }
+            " (on the phone showing this page)" }
+        p { "Or scan this with the Iris app on another phone:" }
+        // The QR code's own renderer made this SVG from the pairing URI: markup of ours, no
+        // text of anyone's in it.
+        div.qr #qr { (PreEscaped(inv.svg_qr(QR_PX))) }
+        dl {
+            dt { "URL" } dd { code #pair-url { (tokens(&inv.url)) } }
+            @if let Some(fp) = &inv.fingerprint {
+                dt { "Certificate SHA-256 (the app pins it)" } dd { code { (tokens(fp)) } }
+            }
+            dt { "Token (shown only now)" } dd { code #pair-token { (tokens(&inv.token)) } }
+            dt { "Device" } dd { code { (tokens(device_id)) } }
+        }
+        p { "Nothing here is kept: once the phone is paired, leave this page. "
+            a href=(Route::Devices) { "Devices" } " can rename or revoke it." }
+    }
+    .into_string()
 }
 
 /// A time in the past, for people ("5 min ago").
@@ -258,73 +257,52 @@ fn ago(ms: i64) -> String {
 }
 
 /// The status section.
-pub fn status(r: &StatusReport, n: &Notice) -> String {
+pub fn status(r: &StatusReport, n: &Notice) -> Markup {
     let (state, class) = match r.state {
-        HealthState::Online => ("online".to_owned(), "good"),
-        HealthState::Restarting => ("restarting".to_owned(), "warn"),
-        HealthState::Degraded => ("degraded".to_owned(), "bad"),
-    };
-    let causes: String = r
-        .causes
-        .iter()
-        .map(|c| format!("<li>{}</li>", escape(c)))
-        .collect();
-    let causes = if causes.is_empty() {
-        String::new()
-    } else {
-        format!("<ul id=\"causes\">{causes}</ul>")
-    };
-    let agent = match &r.agent_error {
-        Some(e) => format!(
-            "{}: <strong>not usable</strong>: {}",
-            escape(&r.agent),
-            escape(e)
-        ),
-        None => format!("{}: reachable", escape(&r.agent)),
-    };
-    let push = match &r.push_error {
-        Some(e) => format!(
-            "{}: <strong>failing</strong>: {}",
-            escape(&r.push),
-            escape(e)
-        ),
-        None if r.push == "none" => "off".to_owned(),
-        None if r.push_confirmed => format!("{}: working", escape(&r.push)),
-        None => format!(
-            "{}: not tried yet (<a href=\"{r_push}\">send a test push</a>)",
-            escape(&r.push),
-            r_push = Route::Push
-        ),
+        HealthState::Online => ("online", "good"),
+        HealthState::Restarting => ("restarting", "warn"),
+        HealthState::Degraded => ("degraded", "bad"),
     };
     let up = r.uptime_secs;
-    let restore = r.restore_failure.as_ref().map_or_else(String::new, |why| {
-        format!(
-            "<p class=\"bad\" id=\"restore-failure\">Restore failed: {}</p>",
-            escape(why)
-        )
-    });
-    format!(
-        "{}<p class=\"{class}\" id=\"health\">Gateway: <strong>{state}</strong></p>{causes}{restore}\
-         <dl><dt>Version</dt><dd>{}</dd>\
-         <dt>Up</dt><dd>{}d {}h {:02}m</dd>\
-         <dt>Agent</dt><dd id=\"agent\">{agent}</dd>\
-         <dt>Push</dt><dd id=\"push\">{push}</dd>\
-         <dt>Storage</dt><dd>store {}, media {} of {} quota, {} free on the data disk</dd>\
-         <dt>Devices</dt><dd id=\"devices\">{} paired, {} connected now</dd></dl>",
-        notice(n),
-        escape(&r.version),
-        up / 86_400,
-        (up % 86_400) / 3600,
-        (up % 3600) / 60,
-        r.store_bytes
-            .map_or_else(|| "unreadable".to_owned(), human_bytes),
-        human_bytes(r.media_bytes),
-        human_bytes(r.media_quota_bytes),
-        r.disk_free_bytes
-            .map_or_else(|| "unknown".to_owned(), human_bytes),
-        r.devices_paired,
-        r.devices_connected,
-    )
+    html! {
+        (notice_markup(n))
+        p class=(class) id="health" { "Gateway: " strong { (state) } }
+        @if !r.causes.is_empty() {
+            ul #causes { @for c in &r.causes { li { (c) } } }
+        }
+        @if let Some(why) = &r.restore_failure {
+            p.bad #restore-failure { "Restore failed: " (why) }
+        }
+        dl {
+            dt { "Version" } dd { (r.version) }
+            dt { "Up" } dd { (up / 86_400) "d " ((up % 86_400) / 3600) "h "
+                (format!("{:02}", (up % 3600) / 60)) "m" }
+            dt { "Agent" } dd #agent {
+                (r.agent) ": "
+                @match &r.agent_error {
+                    Some(e) => { strong { "not usable" } ": " (e) }
+                    None => "reachable",
+                }
+            }
+            dt { "Push" } dd #push {
+                @match &r.push_error {
+                    Some(e) => { (r.push) ": " strong { "failing" } ": " (e) }
+                    None if r.push == "none" => "off",
+                    None if r.push_confirmed => { (r.push) ": working" }
+                    None => { (r.push) ": not tried yet ("
+                        a href=(Route::Push) { "send a test push" } ")" }
+                }
+            }
+            dt { "Storage" } dd { "store "
+                (r.store_bytes.map_or_else(|| "unreadable".to_owned(), human_bytes))
+                ", media " (human_bytes(r.media_bytes)) " of "
+                (human_bytes(r.media_quota_bytes)) " quota, "
+                (r.disk_free_bytes.map_or_else(|| "unknown".to_owned(), human_bytes))
+                " free on the data disk" }
+            dt { "Devices" } dd #devices { (r.devices_paired) " paired, "
+                (r.devices_connected) " connected now" }
+        }
+    }
 }
 
 /// The cookie naming the device this browser paired (the one its Devices page calls "this
@@ -451,76 +429,79 @@ pub fn devices(
     list: &[Device],
     connected: &std::collections::HashSet<String>,
     this_device: Option<&str>,
-    csrf: &str,
+    csrf_token: &str,
     n: &Notice,
-) -> String {
-    let field = csrf_field(csrf);
-    let rows: String = list
-        .iter()
-        .map(|d| {
-            let id = escape(&d.device_id);
-            let seen = d.last_seen_ms.map_or_else(|| "never".to_owned(), ago);
-            let now = if connected.contains(&d.device_id) {
-                "yes"
-            } else {
-                "no"
-            };
-            let mine = if this_device == Some(d.device_id.as_str()) {
-                " <strong class=\"this-device\">This device</strong>"
-            } else {
-                ""
-            };
-            // The schema's hello names no app or platform: the upgrade's User-Agent does.
-            let app = d
-                .user_agent
-                .as_deref()
-                .map_or_else(|| "not told".to_owned(), |ua| escape(&app_and_platform(ua)));
-            let address = d
-                .last_address
-                .as_deref()
-                .map_or_else(|| "none yet".to_owned(), tokens);
-            format!(
-                "<tr data-device=\"{id}\"><td><form class=\"inline\" method=\"post\" \
-                 action=\"{r_devicesrename}\">{field}\
-                 <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
-                 <input type=\"text\" name=\"name\" value=\"{name}\" maxlength=\"100\" \
-                 aria-label=\"name\"> <button class=\"rename\">Rename</button></form>\
-                 <br><small><code>{shown_id}</code></small>{mine}</td>\
-                 <td data-label=\"Paired\">{paired}</td><td data-label=\"Last seen\">{seen}</td>\
-                 <td class=\"address\" data-label=\"Last address\">{address}</td>\
-                 <td class=\"app\" data-label=\"App / platform\">{app}</td>\
-                 <td class=\"push\" data-label=\"Push\">{push}</td>\
-                 <td class=\"connected\" data-label=\"Connected\">{now}</td>\
-                 <td><form class=\"inline\" method=\"post\" action=\"{r_devicesrevoke}\" \
-                 data-confirm=\"Revoke this device? Its app is disconnected at once.\">{field}\
-                 <input type=\"hidden\" name=\"device_id\" value=\"{id}\">\
-                 <button class=\"revoke\">Revoke</button></form></td></tr>",
-                name = escape(&d.name),
-                shown_id = tokens(&d.device_id),
-                push = escape(&push_state(d)),
-                paired = ago(d.created_ms),
-                r_devicesrename = Route::DevicesRename,
-                r_devicesrevoke = Route::DevicesRevoke,
-            )
-        })
-        .collect();
-    let table = if list.is_empty() {
-        "<p id=\"no-devices\">No device is paired yet.</p>".to_owned()
-    } else {
-        format!(
-            "<table id=\"device-table\" class=\"stack\"><tr><th>Name</th><th>Paired</th><th>Last seen</th>\
-             <th>Last address</th><th>App / platform</th><th>Push</th><th>Connected</th><th></th></tr>{rows}</table>"
-        )
+) -> Markup {
+    let row = |d: &Device| {
+        let id = &d.device_id;
+        html! {
+            tr data-device=(id) {
+                td {
+                    form.inline method="post" action=(Route::DevicesRename) {
+                        (csrf(csrf_token))
+                        input type="hidden" name="device_id" value=(id);
+                        input type="text" name="name" value=(d.name) maxlength="100"
+                            aria-label="name";
+                        " "
+                        button.rename { "Rename" }
+                    }
+                    br;
+                    small { code { (tokens(id)) } }
+                    @if this_device == Some(id.as_str()) {
+                        " " strong.this-device { "This device" }
+                    }
+                }
+                td data-label="Paired" { (ago(d.created_ms)) }
+                td data-label="Last seen" {
+                    (d.last_seen_ms.map_or_else(|| "never".to_owned(), ago))
+                }
+                td.address data-label="Last address" {
+                    @match &d.last_address {
+                        Some(a) => (tokens(a)),
+                        None => "none yet",
+                    }
+                }
+                // The schema's hello names no app or platform: the upgrade's User-Agent does.
+                td.app data-label="App / platform" {
+                    @match &d.user_agent {
+                        Some(ua) => (app_and_platform(ua)),
+                        None => "not told",
+                    }
+                }
+                td.push data-label="Push" { (push_state(d)) }
+                td.connected data-label="Connected" {
+                    (if connected.contains(id) { "yes" } else { "no" })
+                }
+                td {
+                    form.inline method="post" action=(Route::DevicesRevoke)
+                        data-confirm="Revoke this device? Its app is disconnected at once." {
+                        (csrf(csrf_token))
+                        input type="hidden" name="device_id" value=(id);
+                        button.revoke { "Revoke" }
+                    }
+                }
+            }
+        }
     };
-    format!(
-        "{}{table}<h2>Pair a new phone</h2>\
-         <form method=\"post\" action=\"{r_devicespair}\">{field}\
-         <label for=\"name\">Name (to recognise it here)</label>\
-         <input type=\"text\" id=\"name\" name=\"name\" maxlength=\"100\">\
-         <p><button id=\"pair\">Pair a phone</button></p></form>",
-        notice(n),
-        r_devicespair = Route::DevicesPair
-    )
+    html! {
+        (notice_markup(n))
+        @if list.is_empty() {
+            p #no-devices { "No device is paired yet." }
+        } @else {
+            table id="device-table" class="stack" {
+                tr { th { "Name" } th { "Paired" } th { "Last seen" } th { "Last address" }
+                    th { "App / platform" } th { "Push" } th { "Connected" } th {} }
+                @for d in list { (row(d)) }
+            }
+        }
+        h2 { "Pair a new phone" }
+        form method="post" action=(Route::DevicesPair) {
+            (csrf(csrf_token))
+            label for="name" { "Name (to recognise it here)" }
+            input type="text" id="name" name="name" maxlength="100";
+            p { button #pair { "Pair a phone" } }
+        }
+    }
 }
 
 /// What the agent form shows: never the key itself.
@@ -538,27 +519,17 @@ pub struct AgentView<'a> {
     pub key_typed: bool,
 }
 
-/// `<option>`s with the current value selected.
-fn options(current: &str, choices: &[(&str, &str)]) -> String {
-    choices
-        .iter()
-        .map(|(v, label)| {
-            let sel = if *v == current { " selected" } else { "" };
-            format!("<option value=\"{v}\"{sel}>{label}</option>")
-        })
-        .collect()
+/// What a form says when a command-line flag pins some of its keys.
+fn pinned_note(pinned: &[&str]) -> Markup {
+    html! {
+        @if !pinned.is_empty() {
+            p.warn { "Set by a command-line flag, which wins over this page: " (pinned.join(", ")) }
+        }
+    }
 }
 
 /// The agent section.
-pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
-    let pinned = if v.pinned.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "<p class=\"warn\">Set by a command-line flag, which wins over this page: {}</p>",
-            escape(&v.pinned.join(", "))
-        )
-    };
+pub fn agent(v: &AgentView, csrf_token: &str, n: &Notice) -> Markup {
     let key_note = if v.key_typed {
         "The key you typed was used for the test but is never shown back: type it again to save it."
     } else if v.key_set {
@@ -566,39 +537,37 @@ pub fn agent(v: &AgentView, csrf: &str, n: &Notice) -> String {
     } else {
         "No key is saved."
     };
-    format!(
-        "{}{pinned}<p>Now: <span id=\"agent-now\">{}</span></p>\
-         <p id=\"agent-files\">{}</p>\
-         <form method=\"post\" action=\"{r_agent}\" id=\"agent-form\">{}\
-         <label for=\"backend\">Backend</label><select id=\"backend\" name=\"backend\">{}</select>\
-         <label for=\"url\">URL (empty: the backend's usual local address)</label>\
-         <input type=\"url\" id=\"url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
-         <label for=\"key\">Key</label>\
-         <input type=\"password\" id=\"key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
-         <small id=\"agent-key-note\">{key_note}</small>\
-         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
-         <label for=\"model\">Model (empty: the agent's default)</label>\
-         <input type=\"text\" id=\"model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
-         <p><button id=\"agent-save\" formaction=\"{r_agent}\">Save (applies to new messages)</button> \
-         <button id=\"agent-test\" formaction=\"{r_agenttest}\">Test connection</button></p>\
-         </form>",
-        notice(n),
-        escape(&v.describe),
-        escape(&v.files),
-        csrf_field(csrf),
-        options(
-            v.backend,
-            &[
-                ("demo", "Demo (built in, no AI)"),
-                ("hermes", "Hermes Agent"),
-                ("openai", "OpenAI-compatible server"),
-            ]
-        ),
-        escape(v.url),
-        escape(v.model),
-        r_agent = Route::Agent,
-        r_agenttest = Route::AgentTest,
-    )
+    let backends = [
+        ("demo", "Demo (built in, no AI)"),
+        ("hermes", "Hermes Agent"),
+        ("openai", "OpenAI-compatible server"),
+    ];
+    html! {
+        (notice_markup(n))
+        (pinned_note(&v.pinned))
+        p { "Now: " span #agent-now { (v.describe) } }
+        p #agent-files { (v.files) }
+        form method="post" action=(Route::Agent) id="agent-form" {
+            (csrf(csrf_token))
+            label for="backend" { "Backend" }
+            select #backend name="backend" { (options(v.backend, &backends)) }
+            label for="url" { "URL (empty: the backend's usual local address)" }
+            input type="url" id="url" name="url" value=(v.url) maxlength="2048";
+            label for="key" { "Key" }
+            input type="password" id="key" name="key" autocomplete="off" maxlength="4096";
+            small #agent-key-note { (key_note) }
+            label { input type="checkbox" name="clear_key" value="1"; " Remove the saved key" }
+            label for="model" { "Model (empty: the agent's default)" }
+            input type="text" id="model" name="model" value=(v.model) maxlength="256";
+            p {
+                button #agent-save formaction=(Route::Agent) {
+                    "Save (applies to new messages)"
+                }
+                " "
+                button #agent-test formaction=(Route::AgentTest) { "Test connection" }
+            }
+        }
+    }
 }
 
 /// What the transcription form shows: never the key itself.
@@ -628,44 +597,46 @@ pub(super) fn key_note(key_typed: bool, key_set: bool, what: &str) -> String {
 }
 
 /// The Agent page's Transcription section: where voice notes are turned into text.
-pub fn transcription(v: &TranscriptionView, csrf: &str, n: &Notice) -> String {
-    let key_note = key_note(v.key_typed, v.key_set, "key");
-    let now = match &v.now {
-        Some(d) => format!("voice notes are transcribed by {}", escape(d)),
-        None => "off: voice notes reach the agent as an attachment line".to_owned(),
-    };
-    format!(
-        "<h2 id=\"transcription\">Transcription</h2>{}\
-         <p>Voice notes are turned into text before the agent is asked, by any OpenAI-compatible \
-         speech-to-text service (OpenAI, Groq, or a faster-whisper or whisper.cpp server on your \
-         network). Everyone in the conversation sees what was heard.</p>\
-         <p>Now: <span id=\"transcription-now\">{now}</span></p>\
-         <form method=\"post\" action=\"{r_transcription}\" id=\"transcription-form\">{}\
-         <label for=\"t-url\">URL, with its version (e.g. http://192.168.1.20:8000/v1 or https://api.openai.com/v1; empty: off)</label>\
-         <input type=\"url\" id=\"t-url\" name=\"url\" value=\"{}\" maxlength=\"2048\">\
-         <label for=\"t-key\">Key</label>\
-         <input type=\"password\" id=\"t-key\" name=\"key\" autocomplete=\"off\" maxlength=\"4096\">\
-         <small>{key_note}</small>\
-         <label><input type=\"checkbox\" name=\"clear_key\" value=\"1\"> Remove the saved key</label>\
-         <label for=\"t-model\">Model</label>\
-         <input type=\"text\" id=\"t-model\" name=\"model\" value=\"{}\" maxlength=\"256\">\
-         <label for=\"t-language\">Language (e.g. en; empty: the service detects it)</label>\
-         <input type=\"text\" id=\"t-language\" name=\"language\" value=\"{}\" maxlength=\"16\">\
-         <label for=\"t-timeout\">Longest wait, in seconds (past it the agent gets the voice note as an attachment and the chat moves on)</label>\
-         <input type=\"number\" id=\"t-timeout\" name=\"timeout_secs\" value=\"{}\" min=\"1\" max=\"{}\" step=\"1\">\
-         <p><button id=\"transcription-save\" formaction=\"{r_transcription}\">Save (applies to the next voice note)</button> \
-         <button id=\"transcription-test\" formaction=\"{r_transcriptiontest}\">Test (sends a one-second tone)</button></p>\
-         </form>",
-        notice(n),
-        csrf_field(csrf),
-        escape(v.url),
-        escape(v.model),
-        escape(v.language),
-        escape(v.timeout_secs),
-        crate::config::transcription::MAX_TIMEOUT_SECS,
-        r_transcription = Route::Transcription,
-        r_transcriptiontest = Route::TranscriptionTest,
-    )
+pub fn transcription(v: &TranscriptionView, csrf_token: &str, n: &Notice) -> Markup {
+    html! {
+        h2 #transcription { "Transcription" }
+        (notice_markup(n))
+        p { "Voice notes are turned into text before the agent is asked, by any \
+            OpenAI-compatible speech-to-text service (OpenAI, Groq, or a faster-whisper or \
+            whisper.cpp server on your network). Everyone in the conversation sees what was \
+            heard." }
+        p { "Now: " span #transcription-now {
+            @match &v.now {
+                Some(d) => { "voice notes are transcribed by " (d) }
+                None => "off: voice notes reach the agent as an attachment line",
+            }
+        } }
+        form method="post" action=(Route::Transcription) id="transcription-form" {
+            (csrf(csrf_token))
+            label for="t-url" { "URL, with its version (e.g. http://192.168.1.20:8000/v1 or https://api.openai.com/v1; empty: off)" }
+            input type="url" id="t-url" name="url" value=(v.url) maxlength="2048";
+            label for="t-key" { "Key" }
+            input type="password" id="t-key" name="key" autocomplete="off" maxlength="4096";
+            small { (key_note(v.key_typed, v.key_set, "key")) }
+            label { input type="checkbox" name="clear_key" value="1"; " Remove the saved key" }
+            label for="t-model" { "Model" }
+            input type="text" id="t-model" name="model" value=(v.model) maxlength="256";
+            label for="t-language" { "Language (e.g. en; empty: the service detects it)" }
+            input type="text" id="t-language" name="language" value=(v.language) maxlength="16";
+            label for="t-timeout" { "Longest wait, in seconds (past it the agent gets the voice note as an attachment and the chat moves on)" }
+            input type="number" id="t-timeout" name="timeout_secs" value=(v.timeout_secs) min="1"
+                max=(crate::config::transcription::MAX_TIMEOUT_SECS) step="1";
+            p {
+                button #transcription-save formaction=(Route::Transcription) {
+                    "Save (applies to the next voice note)"
+                }
+                " "
+                button #transcription-test formaction=(Route::TranscriptionTest) {
+                    "Test (sends a one-second tone)"
+                }
+            }
+        }
+    }
 }
 
 /// What the push form shows.
@@ -685,182 +656,155 @@ pub struct PushView<'a> {
 }
 
 /// The push section.
-pub fn push(v: &PushView, targets: &[Device], csrf: &str, n: &Notice) -> String {
-    let field = csrf_field(csrf);
-    let devices: String = targets
-        .iter()
-        .map(|d| {
-            format!(
-                "<option value=\"{}\">{} ({})</option>",
-                escape(&d.device_id),
-                escape(if d.name.is_empty() {
-                    "unnamed"
-                } else {
-                    &d.name
-                }),
-                escape(&d.device_id)
-            )
-        })
-        .collect();
-    let to = if targets.is_empty() {
-        "<p>No phone has registered for pushes yet (the app does when it connects with push \
-         on): the test goes to the topic below.</p>"
-            .to_owned()
-    } else {
-        format!(
-            "<label for=\"device\">Send it to</label>\
-             <select id=\"device\" name=\"device_id\">{devices}\
-             <option value=\"\">the ntfy topic below</option></select>"
-        )
-    };
-    let test = format!(
-        "<h2>Test</h2><p>Sends one push now with the settings saved below and says what the \
-         push server answered.</p>\
-         <form method=\"post\" action=\"{r_pushtest}\">{field}{to}\
-         <label for=\"test-topic\">ntfy topic (subscribe to it in the ntfy app to see the \
-         test)</label>\
-         <input type=\"text\" id=\"test-topic\" name=\"topic\" value=\"{topic}\" \
-         maxlength=\"64\">\
-         <p><button id=\"push-test\">Send a test push now</button></p></form>",
-        topic = escape(v.test_topic),
-        r_pushtest = Route::PushTest,
-    );
+pub fn push(v: &PushView, targets: &[Device], csrf_token: &str, n: &Notice) -> Markup {
     let token_note = if v.token_set {
         "A token is saved (never shown). Type a new one to replace it. A token goes only to the server it was saved with: a new server with this field empty gets none."
     } else {
         "No token is saved."
     };
-    let pinned = if v.pinned.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "<p class=\"warn\">Set by a command-line flag, which wins over this page: {}</p>",
-            escape(&v.pinned.join(", "))
-        )
+    let backends = [("none", "Off"), ("ntfy", "ntfy"), ("fcm", "Firebase (FCM)")];
+    let contents = [
+        ("full", "The message (up to 140 characters)"),
+        ("preview", "A 60-character preview"),
+        ("title", "The channel name only"),
+        ("none", "Nothing but \"New activity\""),
+    ];
+    let test = html! {
+        h2 { "Test" }
+        p { "Sends one push now with the settings saved below and says what the push server \
+            answered." }
+        form method="post" action=(Route::PushTest) {
+            (csrf(csrf_token))
+            @if targets.is_empty() {
+                p { "No phone has registered for pushes yet (the app does when it connects \
+                    with push on): the test goes to the topic below." }
+            } @else {
+                label for="device" { "Send it to" }
+                select #device name="device_id" {
+                    @for d in targets {
+                        option value=(d.device_id) {
+                            (if d.name.is_empty() { "unnamed" } else { d.name.as_str() })
+                            " (" (d.device_id) ")"
+                        }
+                    }
+                    option value="" { "the ntfy topic below" }
+                }
+            }
+            label for="test-topic" { "ntfy topic (subscribe to it in the ntfy app to see the \
+                test)" }
+            input type="text" id="test-topic" name="topic" value=(v.test_topic) maxlength="64";
+            p { button #push-test { "Send a test push now" } }
+        }
     };
-    let key_note = match &v.fcm_key {
-        Some(k) => format!(
-            "In use: {} (never shown). Choose a file to replace it.",
-            escape(k)
-        ),
-        None => "None yet: Firebase needs one.".to_owned(),
-    };
-    format!(
-        "{}{pinned}<p>Running now: <span id=\"push-now\">{}</span></p>\
-         <h2>Settings</h2>\
-         <form method=\"post\" action=\"{r_push}\" enctype=\"multipart/form-data\">{field}\
-         <label for=\"push-backend\">Backend</label>\
-         <select id=\"push-backend\" name=\"backend\">{}</select>\
-         <label for=\"ntfy-server\">ntfy server</label>\
-         <input type=\"url\" id=\"ntfy-server\" name=\"ntfy_server\" value=\"{}\" maxlength=\"2048\">\
-         <label for=\"ntfy-token\">ntfy token</label>\
-         <input type=\"password\" id=\"ntfy-token\" name=\"ntfy_token\" autocomplete=\"off\" \
-         maxlength=\"4096\"> <small>{token_note}</small>\
-         <label for=\"fcm-key\">Firebase service-account key (JSON)</label>\
-         <input type=\"file\" id=\"fcm-key\" name=\"fcm_key\" accept=\"application/json,.json\"> \
-         <small id=\"fcm-key-note\">{key_note}</small>\
-         <label for=\"content\">What a push shows</label>\
-         <select id=\"content\" name=\"content\">{}</select>\
-         <p><button id=\"push-save\">Save (applies when the gateway restarts)</button></p></form>\
-         {test}<form method=\"post\" action=\"{r_restart}\">{field}\
-         <p><button id=\"restart\">Restart now</button> (phones reconnect by themselves)</p></form>",
-        notice(n),
-        escape(v.running),
-        options(
-            v.backend,
-            &[("none", "Off"), ("ntfy", "ntfy"), ("fcm", "Firebase (FCM)")]
-        ),
-        escape(v.ntfy_server),
-        options(
-            v.content,
-            &[
-                ("full", "The message (up to 140 characters)"),
-                ("preview", "A 60-character preview"),
-                ("title", "The channel name only"),
-                ("none", "Nothing but \"New activity\""),
-            ]
-        ),
-        r_push = Route::Push,
-        r_restart = Route::Power(Power::Restart),
-    )
+    html! {
+        (notice_markup(n))
+        (pinned_note(&v.pinned))
+        p { "Running now: " span #push-now { (v.running) } }
+        h2 { "Settings" }
+        form method="post" action=(Route::Push) enctype="multipart/form-data" {
+            (csrf(csrf_token))
+            label for="push-backend" { "Backend" }
+            select #push-backend name="backend" { (options(v.backend, &backends)) }
+            label for="ntfy-server" { "ntfy server" }
+            input type="url" id="ntfy-server" name="ntfy_server" value=(v.ntfy_server)
+                maxlength="2048";
+            label for="ntfy-token" { "ntfy token" }
+            input type="password" id="ntfy-token" name="ntfy_token" autocomplete="off"
+                maxlength="4096";
+            " " small { (token_note) }
+            label for="fcm-key" { "Firebase service-account key (JSON)" }
+            input type="file" id="fcm-key" name="fcm_key" accept="application/json,.json";
+            " "
+            small #fcm-key-note {
+                @match &v.fcm_key {
+                    Some(k) => { "In use: " (k) " (never shown). Choose a file to replace it." }
+                    None => "None yet: Firebase needs one.",
+                }
+            }
+            label for="content" { "What a push shows" }
+            select #content name="content" { (options(v.content, &contents)) }
+            p { button #push-save { "Save (applies when the gateway restarts)" } }
+        }
+        (test)
+        form method="post" action=(Route::Power(Power::Restart)) {
+            (csrf(csrf_token))
+            p { button #restart { "Restart now" } " (phones reconnect by themselves)" }
+        }
+    }
 }
 
 /// The backup section. The restore form is sent by the page's script (the file as the body,
 /// the CSRF token in a header): an HTML form could only send it as multipart.
-pub fn backup(csrf: &str, n: &Notice) -> String {
-    format!(
-        "{}<p><a id=\"backup-download\" class=\"big\" href=\"{r_backupdownload}\" download>\
-         Download a backup</a> (made now: messages, channels, devices and media, in the format \
-         of <code>iris-gateway backup</code>; settings and the owner are not in it).</p>\
-         <h2>Restore</h2><p>Replaces messages, channels, devices and media with the backup's \
-         (a scheduled backup's <code>.age</code> file also brings back its settings and owner \
-         passphrase). The file is checked in full first; the current store is kept aside in the \
-         data dir, and the gateway restarts into the backup.</p>\
-         <form id=\"restore-form\" data-csrf=\"{}\">\
-         <label for=\"restore-file\">Backup file (a download from here, or a scheduled \
-         backup)</label>\
-         <input type=\"file\" id=\"restore-file\" required>\
-         <label for=\"restore-upload-passphrase\">Its backup passphrase (a scheduled backup \
-         only)</label>\
-         <input type=\"password\" id=\"restore-upload-passphrase\" autocomplete=\"off\" \
-         maxlength=\"1024\">\
-         <p><button id=\"restore\">Restore this backup</button></p></form>\
-         <p id=\"restore-result\" role=\"status\"></p>",
-        notice(n),
-        escape(csrf),
-        r_backupdownload = Route::BackupDownload
-    )
+pub fn backup(csrf_token: &str, n: &Notice) -> String {
+    html! {
+        (notice_markup(n))
+        p { a id="backup-download" class="big" href=(Route::BackupDownload) download { "Download a backup" }
+            " (made now: messages, channels, devices and media, in the format of "
+            code { "iris-gateway backup" } "; settings and the owner are not in it)." }
+        h2 { "Restore" }
+        p { "Replaces messages, channels, devices and media with the backup's (a scheduled \
+            backup's " code { ".age" } " file also brings back its settings and owner \
+            passphrase). The file is checked in full first; the current store is kept aside in \
+            the data dir, and the gateway restarts into the backup." }
+        form #restore-form data-csrf=(csrf_token) {
+            label for="restore-file" { "Backup file (a download from here, or a scheduled \
+                backup)" }
+            input type="file" id="restore-file" required;
+            label for="restore-upload-passphrase" { "Its backup passphrase (a scheduled backup \
+                only)" }
+            input type="password" id="restore-upload-passphrase" autocomplete="off" maxlength="1024";
+            p { button #restore { "Restore this backup" } }
+        }
+        p #restore-result role="status" {}
+    }
+    .into_string()
 }
 
 /// The owner section: change the passphrase.
-pub fn owner(csrf: &str, n: &Notice) -> String {
-    format!(
-        "{}<h2>Change the passphrase</h2><p>Every browser signed in is signed out.</p>\
-         <form method=\"post\" action=\"{r_passphrase}\">{}\
-         <label for=\"current\">Current passphrase</label>\
-         <input type=\"password\" id=\"current\" name=\"current\" autocomplete=\"current-password\" \
-         maxlength=\"1024\" required>{}\
-         <label for=\"confirm\">The new one again</label>\
-         <input type=\"password\" id=\"confirm\" name=\"confirm\" autocomplete=\"new-password\" \
-         maxlength=\"1024\" required>\
-         <p><button id=\"change\">Change it</button></p></form>",
-        notice(n),
-        csrf_field(csrf),
-        strength_input("passphrase", "New passphrase", csrf),
-        r_passphrase = Route::Passphrase,
-    )
+pub fn owner(csrf_token: &str, n: &Notice) -> String {
+    html! {
+        (notice_markup(n))
+        h2 { "Change the passphrase" }
+        p { "Every browser signed in is signed out." }
+        form method="post" action=(Route::Passphrase) {
+            (csrf(csrf_token))
+            label for="current" { "Current passphrase" }
+            input type="password" id="current" name="current" autocomplete="current-password"
+                maxlength="1024" required;
+            (strength_input("passphrase", "New passphrase", csrf_token))
+            label for="confirm" { "The new one again" }
+            input type="password" id="confirm" name="confirm" autocomplete="new-password"
+                maxlength="1024" required;
+            p { button #change { "Change it" } }
+        }
+    }
+    .into_string()
 }
 
 /// A page with a message only: in one `#result` block, which is what the restore form's
 /// script shows of an answer (the rest of the page would repeat around it).
 pub fn message(text: &str, n: &Notice) -> String {
-    format!(
-        "<div id=\"result\">{}<p>{}</p></div>",
-        notice(n),
-        escape(text)
-    )
+    html! { div #result { (notice_markup(n)) p { (text) } } }.into_string()
 }
 
 /// A refusal: its one sentence, and a way back.
 pub fn refusal(text: &str, back: (&str, &str)) -> String {
-    format!(
-        "<div id=\"result\"><p class=\"bad\" role=\"alert\" id=\"notice\">{}</p></div>\
-         <p><a id=\"back\" href=\"{}\">{}</a></p>",
-        escape(text),
-        back.0,
-        escape(back.1)
-    )
+    html! {
+        div #result { (web::notice(Tone::Bad, text)) }
+        p { a #back href=(back.0) { (back.1) } }
+    }
+    .into_string()
 }
 
 /// A pairing result asked for again (a reload): it is shown once only.
 pub fn already_shown() -> String {
-    format!(
-        "<div id=\"result\"><p class=\"warn\" id=\"notice\">This pairing code was shown once and \
-     is not shown again, so reloading pairs nothing.</p></div>\
-     <p>If the phone did not get it, revoke that device and pair again on \
-     <a id=\"back\" href=\"{}\">Devices</a>.</p>",
-        Route::Devices
-    )
+    html! {
+        div #result { p.warn #notice { "This pairing code was shown once and is not shown \
+            again, so reloading pairs nothing." } }
+        p { "If the phone did not get it, revoke that device and pair again on "
+            a #back href=(Route::Devices) { "Devices" } "." }
+    }
+    .into_string()
 }
 
 #[cfg(test)]

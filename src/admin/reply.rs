@@ -195,7 +195,7 @@ pub(super) fn signed_page(
 
 /// Headers every admin answer carries.
 pub(super) fn guard(reply: &mut Reply, content_type: &'static str) {
-    crate::pairing::page::guard_headers(
+    crate::web::guard_headers(
         reply.headers_mut(),
         content_type,
         HeaderValue::from_static(

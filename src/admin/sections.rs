@@ -2,6 +2,8 @@
 //! store, who is connected), the agent and transcription (the configuration in effect, or what
 //! was typed for a test) and push (what runs now and what is saved).
 
+use maud::{html, PreEscaped};
+
 use super::outcome::Outcome;
 use super::pages::{self, Notice};
 use super::reply::Refusal;
@@ -22,13 +24,7 @@ pub(super) fn devices_body(
         .devices()
         .map_err(|e| Refusal::Unavailable(e.to_string()))?;
     list.sort_by_key(|d| d.created_ms);
-    Ok(pages::devices(
-        &list,
-        &hub.devices().connected(),
-        this_device,
-        csrf,
-        n,
-    ))
+    Ok(pages::devices(&list, &hub.devices().connected(), this_device, csrf, n).into_string())
 }
 
 /// The agent section: what is in effect now (never the key), and what flags pin; then the
@@ -108,9 +104,18 @@ pub(super) fn agent_body(
         now: hub.turns().speech_service(),
         key_typed: key_typed(speech),
     };
-    pages::agent(&view, csrf, &Notice::of(agent))
-        + &pages::transcription(&transcription_view, csrf, &Notice::of(transcription))
-        + &super::speech::section(&speech_view, csrf, &Notice::of(speech))
+    // The speech section is made by `speech.rs`, escaped there, until it is a template too.
+    let speech = PreEscaped(super::speech::section(
+        &speech_view,
+        csrf,
+        &Notice::of(speech),
+    ));
+    html! {
+        (pages::agent(&view, csrf, &Notice::of(agent)))
+        (pages::transcription(&transcription_view, csrf, &Notice::of(transcription)))
+        (speech)
+    }
+    .into_string()
 }
 
 /// Who the FCM key at `path` is for: read from its JSON alone (at most
@@ -170,5 +175,5 @@ pub(super) fn push_body(
             .collect(),
         test_topic: super::forms::TEST_TOPIC,
     };
-    Ok(pages::push(&view, &targets, csrf, n))
+    Ok(pages::push(&view, &targets, csrf, n).into_string())
 }

@@ -71,8 +71,12 @@ where
                     return Ok(admin::serve(&admin, &hub, req, peer, secure).await);
                 }
                 if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
-                    let secure = transport == Transport::Tls;
-                    return Ok(boxed(page::serve(&pairing, &hub, req, peer, secure).await));
+                    let channel = match transport {
+                        Transport::Tls => crate::web::Channel::Encrypted,
+                        _ => crate::web::Channel::Plain,
+                    };
+                    let visit = page::Visit::new(peer, channel);
+                    return Ok(boxed(page::serve(&pairing, &hub, req, visit).await));
                 }
                 Ok::<_, Infallible>(boxed(route(&hub, req, &upgrade, peer).await))
             }

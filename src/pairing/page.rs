@@ -20,9 +20,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
+use maud::{html, Markup, PreEscaped};
+
 use super::codes::{PageCodes, Refusal};
 use super::Invitation;
 use crate::hub::Hub;
+use crate::web::{self, Assets, Channel};
 
 /// The path the page is served at.
 pub const PATH: &str = "/pair";
@@ -63,24 +66,36 @@ impl PairingPage {
     }
 }
 
-/// Serves one request for [`PATH`]. `secure` says whether it came over TLS.
+/// What the front door learns of a request for the page once: who sent it, and over what.
+#[derive(Clone, Copy, Debug)]
+pub struct Visit {
+    peer: SocketAddr,
+    channel: Channel,
+}
+
+impl Visit {
+    pub fn new(peer: SocketAddr, channel: Channel) -> Visit {
+        Visit { peer, channel }
+    }
+}
+
+/// Serves one request for [`PATH`].
 pub async fn serve(
     page: &PairingPage,
     hub: &Hub,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    visit: Visit,
 ) -> Response<Full<Bytes>> {
     match *req.method() {
         Method::GET | Method::HEAD => html(
             StatusCode::OK,
-            &form_page(None, hub.limits().max_name_chars, secure),
+            form_page(None, hub.limits().max_name_chars, visit.channel),
         ),
-        Method::POST => redeem(page, hub, req, peer, secure).await,
+        Method::POST => redeem(page, hub, req, visit).await,
         _ => {
             let mut reply = html(
                 StatusCode::METHOD_NOT_ALLOWED,
-                &message_page("Not here", "The pairing page takes GET and POST."),
+                message_page("Not here", "The pairing page takes GET and POST."),
             );
             reply
                 .headers_mut()
@@ -94,9 +109,9 @@ async fn redeem(
     page: &PairingPage,
     hub: &Hub,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    secure: bool,
+    visit: Visit,
 ) -> Response<Full<Bytes>> {
+    let Visit { peer, channel } = visit;
     let body = match Limited::new(req.into_body(), MAX_FORM_BYTES)
         .collect()
         .await
@@ -105,17 +120,17 @@ async fn redeem(
         Err(_) => {
             return html(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                &message_page("Too large", "That form is not one of this page's."),
+                message_page("Too large", "That form is not one of this page's."),
             )
         }
     };
     let Some(code) = form_value(&body, "code") else {
         return html(
             StatusCode::BAD_REQUEST,
-            &form_page(
+            form_page(
                 Some("Enter the code the gateway printed."),
                 hub.limits().max_name_chars,
-                secure,
+                channel,
             ),
         );
     };
@@ -131,12 +146,12 @@ async fn redeem(
     if name.chars().count() > max {
         return html(
             StatusCode::BAD_REQUEST,
-            &form_page(
+            form_page(
                 Some(&format!(
                     "That name is longer than {max} characters: give the phone a shorter one."
                 )),
                 max,
-                secure,
+                channel,
             ),
         );
     }
@@ -144,7 +159,7 @@ async fn redeem(
         Ok(()) => {}
         Err(refusal) => {
             info!(%peer, ?refusal, "pairing page: code refused");
-            return refused(refusal, hub.limits().max_name_chars, secure);
+            return refused(refusal, hub.limits().max_name_chars, channel);
         }
     }
     let token = match hub.devices().pair(name).await {
@@ -156,7 +171,7 @@ async fn redeem(
             warn!("pairing page: could not pair: {e}");
             return html(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &message_page(
+                message_page(
                     "Could not pair",
                     &format!(
                         "The gateway could not store the new device ({e}). The code is used \
@@ -168,22 +183,22 @@ async fn redeem(
         }
     };
     let invitation = Invitation::new(&page.url, &token, page.tls.as_ref());
-    html(StatusCode::OK, &qr_page(&invitation, page, secure))
+    html(StatusCode::OK, qr_page(&invitation, page, channel))
 }
 
-fn refused(refusal: Refusal, max_name: usize, secure: bool) -> Response<Full<Bytes>> {
+fn refused(refusal: Refusal, max_name: usize, channel: Channel) -> Response<Full<Bytes>> {
     match refusal {
         Refusal::Wrong => html(
             StatusCode::FORBIDDEN,
-            &form_page(
+            form_page(
                 Some("That code is not right. Check it against what the gateway printed."),
                 max_name,
-                secure,
+                channel,
             ),
         ),
         Refusal::Spent => html(
             StatusCode::GONE,
-            &message_page(
+            message_page(
                 "Code used up",
                 &format!(
                     "That code was already used, has expired, or was replaced by a newer one. \
@@ -203,7 +218,7 @@ fn refused(refusal: Refusal, max_name: usize, secure: bool) -> Response<Full<Byt
             };
             let mut reply = html(
                 StatusCode::TOO_MANY_REQUESTS,
-                &message_page(
+                message_page(
                     "Too many tries",
                     &format!(
                         "Too many wrong codes {whose} \
@@ -255,145 +270,71 @@ fn hex(digit: u8) -> Option<u8> {
     (digit as char).to_digit(16).map(|d| d as u8)
 }
 
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The longest run of characters a long value (a fingerprint, a URL, a token, an id) keeps on
-/// one line: short enough for a 360 px phone in the monospace font.
-const TOKEN_GROUP_CHARS: usize = 24;
-
-/// A long value as HTML (escaped) that wraps only between its groups, never inside one: it is
-/// cut after its separators (`:` between a fingerprint's bytes, `/` in a URL, `-`, spaces) into
-/// groups of at most [`TOKEN_GROUP_CHARS`], each a `nowrap` `<span class="token">`, with a
-/// `<wbr>` between them (which copies as nothing: the value is copied whole).
-pub(crate) fn tokens(text: &str) -> String {
-    let mut pieces: Vec<String> = Vec::new();
-    let mut piece = String::new();
-    for c in text.chars() {
-        piece.push(c);
-        if matches!(c, ':' | '/' | '-' | ' ') {
-            pieces.push(std::mem::take(&mut piece));
-        }
-    }
-    if !piece.is_empty() {
-        pieces.push(piece);
-    }
-    let mut groups: Vec<String> = Vec::new();
-    let mut group = String::new();
-    for piece in pieces {
-        if group.chars().count() + piece.chars().count() > TOKEN_GROUP_CHARS && !group.is_empty() {
-            groups.push(std::mem::take(&mut group));
-        }
-        group.push_str(&piece);
-        // A piece with no separator for longer than a group (a token, a hash) is cut evenly.
-        while group.chars().count() > TOKEN_GROUP_CHARS {
-            let cut = group
-                .char_indices()
-                .nth(TOKEN_GROUP_CHARS)
-                .map_or(group.len(), |(i, _)| i);
-            let rest = group.split_off(cut);
-            groups.push(std::mem::replace(&mut group, rest));
-        }
-    }
-    if !group.is_empty() {
-        groups.push(group);
-    }
-    groups
-        .iter()
-        .map(|g| format!("<span class=\"token\">{}</span>", escape(g)))
-        .collect::<Vec<_>>()
-        .join("<wbr>")
-}
-
-fn document(title: &str, body: &str) -> String {
-    format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
-         <title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>",
-        title = escape(title),
-    )
+fn document(title: &str, body: Markup) -> Markup {
+    web::document(title, Assets::Inline(STYLE), body)
 }
 
 /// Said on every page that came over plain HTTP: the token would cross the LAN in clear.
-fn plain_warning(secure: bool) -> &'static str {
-    if secure {
-        ""
-    } else {
-        "<p class=\"warn\">This page came over plain HTTP: anyone on your network could read \
-         the token it shows. Prefer the <code>https://</code> address the gateway printed.</p>"
+fn plain_warning(channel: Channel) -> Markup {
+    if channel.is_encrypted() {
+        return html! {};
     }
+    web::plain_warning(
+        None,
+        "the token it shows",
+        html! { " Prefer the " code { "https://" } " address the gateway printed." },
+    )
 }
 
 /// The form: the code, and a name of at most `max_name` characters (`limits.max_name_chars`).
-fn form_page(problem: Option<&str>, max_name: usize, secure: bool) -> String {
-    let problem = problem
-        .map(|p| format!("<p class=\"warn\" role=\"alert\">{}</p>", escape(p)))
-        .unwrap_or_default();
+fn form_page(problem: Option<&str>, max_name: usize, channel: Channel) -> Markup {
     document(
         "Pair a phone with Iris",
-        &format!(
-            "<h1>Pair a phone with Iris</h1>{problem}{warning}\
-             <form method=\"post\" action=\"{PATH}\">\
-             <p><label for=\"code\">The code the gateway printed (or \
-             <code>{pair_page}</code> shows):</label></p>\
-             <p><input id=\"code\" name=\"code\" autocomplete=\"off\" autocapitalize=\"characters\" \
-             spellcheck=\"false\" maxlength=\"16\" required autofocus></p>\
-             <p><label for=\"name\">A name for this phone (to tell it apart on the admin \
-             page's Devices):</label></p>\
-             <p><input id=\"name\" name=\"name\" class=\"name\" autocomplete=\"off\" \
-             maxlength=\"{max}\" placeholder=\"e.g. Anna's phone\" required></p>\
-             <p><button type=\"submit\">Show the QR code</button></p></form>",
-            warning = plain_warning(secure),
-            pair_page = escape(&crate::hints::command("pair --page")),
-            max = max_name,
-        ),
+        html! {
+            h1 { "Pair a phone with Iris" }
+            @if let Some(problem) = problem {
+                p.warn role="alert" { (problem) }
+            }
+            (plain_warning(channel))
+            form method="post" action=(PATH) {
+                p { label for="code" { "The code the gateway printed (or "
+                    code { (crate::hints::command("pair --page")) } " shows):" } }
+                p { input id="code" name="code" autocomplete="off" autocapitalize="characters"
+                    spellcheck="false" maxlength="16" required autofocus; }
+                p { label for="name" { "A name for this phone (to tell it apart on the admin \
+                    page's Devices):" } }
+                p { input id="name" name="name" class="name" autocomplete="off"
+                    maxlength=(max_name) placeholder="e.g. Anna's phone" required; }
+                p { button type="submit" { "Show the QR code" } }
+            }
+        },
     )
 }
 
-fn qr_page(invitation: &Invitation, page: &PairingPage, secure: bool) -> String {
-    let tls = match &page.tls {
-        Some(t) => format!(
-            "<dt>Certificate SHA-256 (pin it)</dt><dd><code>{}</code></dd>",
-            tokens(&t.fingerprint)
-        ),
-        None => String::new(),
-    };
+fn qr_page(invitation: &Invitation, page: &PairingPage, channel: Channel) -> Markup {
     document(
         "Iris pairing code",
-        &format!(
-            "<h1>Scan this with the Iris app</h1>{warning}\
-             <div class=\"qr\">{svg}</div>\
-             <dl><dt>URL</dt><dd><code>{url}</code></dd>{tls}\
-             <dt>Token (shown only now)</dt><dd><code>{token}</code></dd></dl>\
-             <p>This page is not kept: close it once the phone is paired. The device can be \
-             revoked with <code>{revoke}</code>.</p>",
-            warning = plain_warning(secure),
-            svg = invitation.svg_qr(QR_PX),
-            revoke = escape(&crate::hints::command("devices revoke DEVICE")),
-            url = tokens(&invitation.url),
-            token = tokens(&invitation.token),
-        ),
+        html! {
+            h1 { "Scan this with the Iris app" }
+            (plain_warning(channel))
+            // The QR code's own renderer made this SVG from the pairing URI: markup of ours,
+            // no text of anyone's in it.
+            div.qr { (PreEscaped(invitation.svg_qr(QR_PX))) }
+            dl {
+                dt { "URL" } dd { code { (web::tokens(&invitation.url)) } }
+                @if let Some(t) = &page.tls {
+                    dt { "Certificate SHA-256 (pin it)" } dd { code { (web::tokens(&t.fingerprint)) } }
+                }
+                dt { "Token (shown only now)" } dd { code { (web::tokens(&invitation.token)) } }
+            }
+            p { "This page is not kept: close it once the phone is paired. The device can be \
+                revoked with " code { (crate::hints::command("devices revoke DEVICE")) } "." }
+        },
     )
 }
 
-fn message_page(title: &str, text: &str) -> String {
-    document(
-        title,
-        &format!("<h1>{}</h1><p>{}</p>", escape(title), escape(text)),
-    )
+fn message_page(title: &str, text: &str) -> Markup {
+    document(title, html! { h1 { (title) } p { (text) } })
 }
 
 /// `'sha256-…'` of the page's only inline style, the one thing its CSP allows.
@@ -408,31 +349,8 @@ fn style_hash() -> &'static str {
     })
 }
 
-/// The headers every page the gateway serves to a browser carries (this one and the admin
-/// page): its type and policy, never cached (pages hold codes and tokens), not sniffed, not
-/// framed, no referrer, one request per connection.
-pub(crate) fn guard_headers(
-    h: &mut hyper::HeaderMap,
-    content_type: &'static str,
-    csp: HeaderValue,
-) {
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::CONTENT_SECURITY_POLICY, csp);
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-}
-
-fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut reply = Response::new(Full::new(Bytes::from(body.to_owned())));
+fn html(status: StatusCode, body: Markup) -> Response<Full<Bytes>> {
+    let mut reply = Response::new(Full::new(Bytes::from(body.into_string())));
     *reply.status_mut() = status;
     let csp = format!(
         "default-src 'none'; style-src {}; img-src 'none'; form-action 'self'; \
@@ -440,7 +358,7 @@ fn html(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
         style_hash()
     );
     let csp = HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'none'"));
-    guard_headers(reply.headers_mut(), "text/html; charset=utf-8", csp);
+    web::guard_headers(reply.headers_mut(), "text/html; charset=utf-8", csp);
     reply
 }
 
@@ -461,36 +379,5 @@ mod tests {
         );
         assert_eq!(form_value(b"code=%zz%4", "code").as_deref(), Some("%zz%4"));
         assert_eq!(form_value(b"other=1", "code"), None);
-    }
-
-    #[test]
-    fn text_is_escaped() {
-        assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
-    }
-
-    #[test]
-    fn long_values_wrap_between_groups_only() {
-        let fp = (0..32)
-            .map(|b| format!("{b:02X}"))
-            .collect::<Vec<_>>()
-            .join(":");
-        let html = tokens(&fp);
-        let groups: Vec<&str> = html
-            .split("<wbr>")
-            .map(|g| {
-                g.trim_start_matches("<span class=\"token\">")
-                    .trim_end_matches("</span>")
-            })
-            .collect();
-        // Whole bytes only: each group ends after a colon, but the last.
-        assert_eq!(groups.concat(), fp);
-        assert!(
-            groups.iter().all(|g| g.len() <= TOKEN_GROUP_CHARS),
-            "{groups:?}"
-        );
-        assert!(groups[..groups.len() - 1].iter().all(|g| g.ends_with(':')));
-        assert_eq!(tokens("a<b"), "<span class=\"token\">a&lt;b</span>");
-        let long = "x".repeat(50);
-        assert_eq!(tokens(&long).matches("<wbr>").count(), 2);
     }
 }

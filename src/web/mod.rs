@@ -1,0 +1,52 @@
+//! The web kit: what the gateway's two browser doors, the admin page (`admin`) and the pairing
+//! page (`pairing::page`), build their HTML from. Every page is a `maud` template, so a value
+//! spliced into one is escaped unless the kit marks markup it made itself; the kit holds the
+//! pieces both doors share (the document shell, the notices, the plain-HTTP warning, the CSRF
+//! field, long values that wrap between groups) and the headers both send.
+//!
+//! A leaf: it imports nothing of the crate, so any door may use it.
+
+mod form;
+mod layout;
+mod text;
+
+pub use form::{csrf_field, options};
+pub use layout::{document, notice, plain_warning, Assets, Tone};
+pub use text::{escape, tokens};
+
+use hyper::header::{self, HeaderValue};
+
+/// How a request reached the box: what a page may show, and whether its cookies must be
+/// `Secure`. Decided once by the front door, from the transport the request came over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// Over TLS.
+    Encrypted,
+    /// Over plain HTTP: anyone on the network can read it.
+    Plain,
+}
+
+impl Channel {
+    pub fn is_encrypted(self) -> bool {
+        self == Channel::Encrypted
+    }
+}
+
+/// The headers every page the gateway serves to a browser carries (the pairing page and the
+/// admin page): its type and policy, never cached (pages hold codes and tokens), not sniffed,
+/// not framed, no referrer, one request per connection.
+pub fn guard_headers(h: &mut hyper::HeaderMap, content_type: &'static str, csp: HeaderValue) {
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
