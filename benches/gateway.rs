@@ -2244,10 +2244,9 @@ impl HotPath {
                 "fan-out to 10 devices ({} scripted turns of {CHUNKS_PER_TURN} chunks): frames/s",
                 sizes.fan_out_turns
             ),
-            HotPath::SyncReplay => format!(
-                "`sync` replay of {} stored frames: ms",
-                sizes.sync_frames
-            ),
+            HotPath::SyncReplay => {
+                format!("`sync` replay of {} stored frames: ms", sizes.sync_frames)
+            }
             HotPath::StatusPage => format!(
                 "admin Status page, GET `/admin/` signed in ({} requests): ms a request (median)",
                 sizes.page_gets
@@ -2391,9 +2390,13 @@ async fn previous_section(opts: &Opts, epoch: Instant) {
             let this_first = round.is_multiple_of(2);
             for on_this in [this_first, !this_first] {
                 if on_this {
-                    this_rounds[i].0.push(path.measure(&this, &sizes, epoch).await);
+                    this_rounds[i]
+                        .0
+                        .push(path.measure(&this, &sizes, epoch).await);
                 } else {
-                    previous_rounds[i].0.push(path.measure(&previous, &sizes, epoch).await);
+                    previous_rounds[i]
+                        .0
+                        .push(path.measure(&previous, &sizes, epoch).await);
                 }
             }
         }
