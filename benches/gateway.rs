@@ -86,7 +86,7 @@ struct Opts {
     /// figure without waiting for the others.
     only: Option<String>,
     /// `--rounds N`: rounds of each hot path through each build in the section against the
-    /// previous build (3 with `--quick`, else 5).
+    /// previous build (3 with `--quick`, else 5; at least 2).
     rounds: Option<usize>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).
     scale: usize,
@@ -2224,7 +2224,8 @@ impl HotPathSizes {
     fn for_run(opts: &Opts) -> HotPathSizes {
         let quick = opts.quick;
         HotPathSizes {
-            rounds: opts.rounds.unwrap_or(if quick { 3 } else { 5 }),
+            // One round has no spread to judge a ratio by.
+            rounds: opts.rounds.unwrap_or(if quick { 3 } else { 5 }).max(2),
             demo_turns: if quick { 20 } else { 50 },
             fan_out_turns: if quick { 2 } else { 5 },
             sync_frames: if quick { 1_000 } else { 5_000 },
