@@ -29,6 +29,14 @@
 //!   store and 10 s after the owner's work on the admin page (claim, sign-ins, passphrase
 //!   change, strength checks, a backup, a restore tried, an update check), against the previous
 //!   build when `IRIS_BENCH_PREVIOUS` names one (`benches/regenerate --previous REF`);
+//! - against the previous build (`IRIS_BENCH_PREVIOUS`, `benches/regenerate --previous REF`):
+//!   the hot paths through this build's release binary and the previous one, interleaved in the
+//!   same run (every path through both builds each round, the order swapped every round; 5
+//!   rounds, 3 with `--quick`, `--rounds N` for more): a demo turn end to end, fan-out to 10
+//!   devices, a `sync` replay of a stored history, the admin's Status page signed in; each the
+//!   median and spread of its rounds, the ratio this ÷ previous and whether it is within the
+//!   previous build's round-to-round spread (the memory rows above hold idle and after-work
+//!   VmRSS against the same build);
 //! - stripped release binary sizes against issue 37's goals (and the previous build's:
 //!   `IRIS_BENCH_PREVIOUS`, `IRIS_BENCH_PREVIOUS_AARCH64`, `IRIS_BENCH_PREVIOUS_ARMV7`), and the
 //!   10-device fan-out of the aarch64 binary under qemu-user when `IRIS_BENCH_AARCH64` names one
@@ -42,7 +50,8 @@
 //!   release bench build, else `IRIS_BENCH_NATIVE`): CPU per 1,000 tokens and bytes.
 //!
 //! `cargo bench --bench gateway` (Markdown on stdout; `benches/regenerate` writes
-//! docs/benchmarks.md). `-- --quick` for a smoke run, `-- --only catchup` for one section.
+//! docs/benchmarks.md). `-- --quick` for a smoke run, `-- --only catchup` for one section
+//! (`-- --only previous` for the hot paths against the previous build).
 
 use std::cell::Cell;
 use std::io::{BufRead, BufReader};
@@ -73,9 +82,12 @@ const CHUNKS_PER_TURN: usize = 200;
 
 struct Opts {
     quick: bool,
-    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, burst, turns, memory, sizes, stream), for measuring one
+    /// `--only NAME`: run one section (fanout, stalled, catchup, scale, queries, burst, turns, memory, previous, sizes, stream), for measuring one
     /// figure without waiting for the others.
     only: Option<String>,
+    /// `--rounds N`: rounds of each hot path through each build in the section against the
+    /// previous build (3 with `--quick`, else 5; at least 2).
+    rounds: Option<usize>,
     /// `--scale N`: history messages for the store-at-scale section (CI-sized by default).
     scale: usize,
 }
@@ -630,12 +642,13 @@ async fn stalled_run(stalled: bool, turns: usize, epoch: Instant) -> (u64, u64) 
     (peak, coalesced)
 }
 
-/// Time to replay `n` stored frames with `sync{cursor:0}`, through the gateway.
-async fn gateway_sync(n: usize) -> Duration {
+/// Time to replay `n` stored frames with `sync{cursor:0}`, through the gateway (this build's,
+/// or `bin`).
+async fn gateway_sync(n: usize, bin: Option<&Path>) -> Duration {
     let tmp = tempfile::tempdir().unwrap();
     prefill(tmp.path(), n);
     let ids = pair_devices(tmp.path(), 1);
-    let (gw, _) = Gateway::start(tmp.path(), &config(None), None);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), bin.map(|b| (b, &[][..])));
     let mut ws = hello(&gw.url, &ids[0], None).await;
     let t = Instant::now();
     ws.send(Message::text(
@@ -1843,6 +1856,11 @@ fn main() {
             } else {
                 50_000
             }),
+        rounds: args
+            .iter()
+            .position(|a| a == "--rounds")
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .filter(|&n| n > 0),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1880,6 +1898,9 @@ async fn run(opts: Opts) {
     }
     if opts.wants("memory") {
         memory_section(&opts).await;
+    }
+    if opts.wants("previous") {
+        previous_section(&opts, epoch).await;
     }
     if opts.wants("sizes") {
         sizes_section();
@@ -1963,7 +1984,7 @@ async fn stalled_section(turns: usize, epoch: Instant) {
 async fn catch_up_section(opts: &Opts) {
     let mut rows = Vec::new();
     let n = if opts.quick { 1000 } else { 10_000 };
-    let g = gateway_sync(n).await;
+    let g = gateway_sync(n, None).await;
     let b = bare_sync(n).await;
     rows.push(row(
         format!("sync replay of {n} frames"),
@@ -2163,6 +2184,253 @@ async fn owner_work_memory(bin: Option<&Path>, settle: Duration) -> OwnerWorkMem
     };
     gw.stop();
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the previous build: the hot paths through both binaries, interleaved in one run
+// ---------------------------------------------------------------------------------------------
+
+/// The hot paths a refactor must not slow, each measured through the real binary and the
+/// real protocol.
+#[derive(Clone, Copy)]
+enum HotPath {
+    /// `message.send` to the demo answer's `message.stop`, turns back to back: ms a turn.
+    DemoTurn,
+    /// The scripted agent's turns watched by 10 devices: frames/s delivered.
+    FanOut,
+    /// `sync{cursor:0}` over a stored history: ms for the whole replay.
+    SyncReplay,
+    /// GET of the admin's Status page (`/admin/`) signed in: ms a request.
+    StatusPage,
+}
+
+const HOT_PATHS: [HotPath; 4] = [
+    HotPath::DemoTurn,
+    HotPath::FanOut,
+    HotPath::SyncReplay,
+    HotPath::StatusPage,
+];
+
+/// How much of each hot path one round measures, and how many rounds each build runs.
+struct HotPathSizes {
+    rounds: usize,
+    demo_turns: usize,
+    fan_out_turns: usize,
+    sync_frames: usize,
+    page_gets: usize,
+}
+
+impl HotPathSizes {
+    fn for_run(opts: &Opts) -> HotPathSizes {
+        let quick = opts.quick;
+        HotPathSizes {
+            // One round has no spread to judge a ratio by.
+            rounds: opts.rounds.unwrap_or(if quick { 3 } else { 5 }).max(2),
+            demo_turns: if quick { 20 } else { 50 },
+            fan_out_turns: if quick { 2 } else { 5 },
+            sync_frames: if quick { 1_000 } else { 5_000 },
+            page_gets: if quick { 20 } else { 50 },
+        }
+    }
+}
+
+impl HotPath {
+    fn what(self, sizes: &HotPathSizes) -> String {
+        match self {
+            HotPath::DemoTurn => format!(
+                "demo turn, `message.send` → `message.stop` ({} turns back to back): ms a turn",
+                sizes.demo_turns
+            ),
+            HotPath::FanOut => format!(
+                "fan-out to 10 devices ({} scripted turns of {CHUNKS_PER_TURN} chunks): frames/s",
+                sizes.fan_out_turns
+            ),
+            HotPath::SyncReplay => {
+                format!("`sync` replay of {} stored frames: ms", sizes.sync_frames)
+            }
+            HotPath::StatusPage => format!(
+                "admin Status page, GET `/admin/` signed in ({} requests): ms a request (median)",
+                sizes.page_gets
+            ),
+        }
+    }
+
+    /// One measurement through the binary `bin`, on a new store, in the path's unit.
+    async fn measure(self, bin: &Path, sizes: &HotPathSizes, epoch: Instant) -> f64 {
+        match self {
+            HotPath::DemoTurn => demo_turn_ms(bin, sizes.demo_turns).await,
+            HotPath::FanOut => {
+                gateway_fan_out(10, sizes.fan_out_turns, Some((bin, &[][..])), epoch)
+                    .await
+                    .frames_per_sec
+            }
+            HotPath::SyncReplay => {
+                gateway_sync(sizes.sync_frames, Some(bin))
+                    .await
+                    .as_secs_f64()
+                    * 1e3
+            }
+            HotPath::StatusPage => status_page_ms(bin, sizes.page_gets).await,
+        }
+    }
+}
+
+/// Demo turns (`pace_ms = 0`) one after another on one device, after two that warm it up.
+async fn demo_turn_ms(bin: &Path, turns: usize) -> f64 {
+    const WARM_UP: usize = 2;
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = pair_devices(tmp.path(), 1);
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), Some((bin, &[][..])));
+    let mut ws = hello(&gw.url, &ids[0], None).await;
+    demo_turns(&mut ws, WARM_UP, 0).await;
+    let t = Instant::now();
+    demo_turns(&mut ws, turns, WARM_UP).await;
+    let ms = t.elapsed().as_secs_f64() * 1e3 / turns as f64;
+    gw.stop();
+    ms
+}
+
+/// The median of `gets` GETs of the Status page in a session the claim opened (one request a
+/// connection, as the tests' browser sends them), after one that warms it up.
+async fn status_page_ms(bin: &Path, gets: usize) -> f64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let (gw, _) = Gateway::start(tmp.path(), &config(None), Some((bin, &[][..])));
+    let addr = gw.url.trim_start_matches("ws://").parse().unwrap();
+    let mut web = common::web::Web::at(addr, "127.0.0.1");
+    assert_eq!(
+        web.claim("violet tractor harbour 42").await.status,
+        200,
+        "the claim"
+    );
+    let mut took = Vec::with_capacity(gets);
+    for i in 0..=gets {
+        let t = Instant::now();
+        let page = web.get("/admin/").await;
+        let us = t.elapsed().as_micros() as u64;
+        assert_eq!(page.status, 200, "the Status page: {page:?}");
+        if i > 0 {
+            took.push(us);
+        }
+    }
+    gw.stop();
+    percentile(&mut took, 0.5) as f64 / 1e3
+}
+
+/// One figure's rounds through one build.
+struct Rounds(Vec<f64>);
+
+impl Rounds {
+    fn median(&self) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        if v.len().is_multiple_of(2) {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        }
+    }
+
+    /// Round-to-round spread: (max − min) ÷ median.
+    fn spread(&self) -> f64 {
+        let min = self.0.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.0.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (max - min) / self.median()
+    }
+
+    fn describe(&self) -> String {
+        let min = self.0.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.0.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "{} ({} – {})",
+            figure(self.median()),
+            figure(min),
+            figure(max)
+        )
+    }
+}
+
+/// A figure with as many decimals as its size deserves.
+fn figure(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The hot paths through this build's release binary and the previous build's, interleaved
+/// (each round runs every path through both, first one build then the other, the order
+/// swapped every round, so the machine's drift falls on both), each figure reported as its
+/// median over the rounds with its spread, the ratio this ÷ previous, and whether that ratio
+/// is within the run's own noise: the previous build's round-to-round spread.
+async fn previous_section(opts: &Opts, epoch: Instant) {
+    const TITLE: &str = "Hot paths against the previous build (interleaved, same run)";
+    let Some((previous, commit)) = previous_build() else {
+        println!(
+            "\n### {TITLE}\n\nNot run: no previous build named (`benches/regenerate --previous \
+             REF`, or `IRIS_BENCH_PREVIOUS`)."
+        );
+        return;
+    };
+    // A debug binary beside a release one would measure the profile, not the change.
+    let Some(this) = native_release() else {
+        println!(
+            "\n### {TITLE}\n\nNot run: this is a debug bench build; name this build's release \
+             binary in `IRIS_BENCH_NATIVE`."
+        );
+        return;
+    };
+    let sizes = HotPathSizes::for_run(opts);
+    let mut this_rounds: Vec<Rounds> = HOT_PATHS.iter().map(|_| Rounds(Vec::new())).collect();
+    let mut previous_rounds: Vec<Rounds> = HOT_PATHS.iter().map(|_| Rounds(Vec::new())).collect();
+    for round in 0..sizes.rounds {
+        for (i, path) in HOT_PATHS.iter().enumerate() {
+            let this_first = round.is_multiple_of(2);
+            for on_this in [this_first, !this_first] {
+                if on_this {
+                    this_rounds[i]
+                        .0
+                        .push(path.measure(&this, &sizes, epoch).await);
+                } else {
+                    previous_rounds[i]
+                        .0
+                        .push(path.measure(&previous, &sizes, epoch).await);
+                }
+            }
+        }
+    }
+    println!("\n### {TITLE}\n");
+    println!(
+        "{} rounds; each cell is the median (min – max) of its rounds; within noise: \
+         |ratio − 1| ≤ the previous build's (max − min) ÷ median.\n",
+        sizes.rounds
+    );
+    println!(
+        "| figure | this build | previous build ({commit}) | ratio this ÷ previous | noise (previous's spread) | within noise |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (i, path) in HOT_PATHS.iter().enumerate() {
+        let (now, before) = (&this_rounds[i], &previous_rounds[i]);
+        let ratio = now.median() / before.median();
+        let noise = before.spread();
+        let verdict = if (ratio - 1.0).abs() <= noise {
+            "yes"
+        } else if ratio > 1.0 {
+            "no: higher"
+        } else {
+            "no: lower"
+        };
+        println!(
+            "| {} | {} | {} | {ratio:.3} | ±{:.1}% | {verdict} |",
+            path.what(&sizes),
+            now.describe(),
+            before.describe(),
+            noise * 100.0
+        );
+    }
 }
 
 /// Stripped binary sizes: this build's release binaries (the bench's own in a release bench
