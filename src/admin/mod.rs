@@ -59,6 +59,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use maud::Markup;
 use tracing::{info, warn};
 
 use crate::agent::Switchable;
@@ -303,7 +304,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
                 "",
                 None,
                 ctx,
-                &pages::message(&e.to_string(), &Notice::None),
+                pages::message(&e.to_string(), &Notice::None),
             );
         }
         Gate::Unclaimed => return unclaimed(admin, hub, req, route, ctx).await,
@@ -321,7 +322,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
             "",
             None,
             ctx,
-            &pages::message(
+            pages::message(
                 &format!(
                     "This gateway already has an owner. Sign in with the passphrase, or take it \
                      back at the box with {}.",
@@ -684,14 +685,14 @@ async fn get(
     this_device: Option<&str>,
 ) -> Result<Reply, Refusal> {
     let csrf = who.csrf();
-    let ok = |title: &str, current: &Route, body: String| {
+    let ok = |title: &str, current: &Route, body: Markup| {
         Ok(signed_page(
             admin,
             who,
             StatusCode::OK,
             title,
             current,
-            &body,
+            body,
         ))
     };
     if let Some(r) = health::get(admin, hub, route).await {
@@ -762,7 +763,7 @@ fn job_page(admin: &Admin, who: &SignedIn, kind: jobs::Kind) -> Result<Reply, Re
         StatusCode::OK,
         kind.title(),
         &kind.home(),
-        &body.into_string(),
+        body,
     ))
 }
 

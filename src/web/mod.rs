@@ -50,3 +50,42 @@ pub fn guard_headers(h: &mut hyper::HeaderMap, content_type: &'static str, csp: 
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// A page's raw markup is the kit's own, or the QR code's SVG (its renderer draws it from
+    /// the pairing URI): any other `PreEscaped` outside the kit is a splice that escapes nothing.
+    #[test]
+    fn raw_markup_is_only_the_kit_s_and_the_qr_code_s() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut raw = Vec::new();
+        for file in files.iter().filter(|f| !f.starts_with(src.join("web"))) {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                if line.contains("PreEscaped(") && !line.contains(".svg_qr(") {
+                    raw.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            raw.is_empty(),
+            "raw markup outside the kit:\n{}",
+            raw.join("\n")
+        );
+    }
+}
