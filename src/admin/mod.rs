@@ -244,10 +244,10 @@ impl Admin {
     }
 
     fn shell(&self, ctx: Ctx) -> Shell<'_> {
-        let secure = ctx.secure();
+        let channel = ctx.channel();
         Shell {
-            secure,
-            https: self.https.as_deref().filter(|_| !secure),
+            channel,
+            https: self.https.as_deref().filter(|_| !channel.is_encrypted()),
             fingerprint: self.tls.as_ref().map(|t| t.fingerprint.as_str()),
         }
     }
@@ -262,15 +262,15 @@ fn https_of(url: &str) -> String {
     format!("{}{PREFIX}", url.replacen("wss://", "https://", 1))
 }
 
-/// Serves one request under [`PREFIX`] (or a browser's `GET /`). `secure`: it came over TLS.
+/// Serves one request under [`PREFIX`] (or a browser's `GET /`), which came over `channel`.
 pub async fn serve(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
     peer: SocketAddr,
-    secure: bool,
+    channel: crate::web::Channel,
 ) -> Response<Body> {
-    let ctx = Ctx::new(peer, secure);
+    let ctx = Ctx::new(peer, channel.is_encrypted());
     if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
         RequestRead::done(&req);
     }
@@ -719,7 +719,7 @@ async fn get(
         let mut reply = ok("Pair a phone", &Route::Devices, body)?;
         set_cookies(
             &mut reply,
-            &[pages::this_device_cookie(&p.device_id, who.ctx().secure())],
+            &[pages::this_device_cookie(&p.device_id, who.ctx())],
         );
         return Ok(reply);
     }

@@ -5,12 +5,13 @@
 
 use maud::{html, Markup, PreEscaped};
 
+use super::context::Ctx;
 use super::route::{Power, Route};
 use crate::hub::StatusReport;
 use crate::pairing::Invitation;
 use crate::protocol::HealthState;
 use crate::store::{human_bytes, Device};
-use crate::web::{self, csrf_field as csrf, options, tokens, Assets, Tone};
+use crate::web::{self, csrf_field as csrf, options, tokens, Assets, Channel, Tone};
 
 /// Side of a QR code on the page, in CSS pixels.
 const QR_PX: u32 = 320;
@@ -29,8 +30,8 @@ pub const SECTIONS: [(Route, &str); 7] = [
 /// The shell every page's body is set in, as far as the request decides it: what the page
 /// says about the connection it came over.
 pub struct Shell<'a> {
-    /// Came over TLS.
-    pub secure: bool,
+    /// How the request came (over TLS or plain HTTP).
+    pub channel: Channel,
     /// The https address to use instead, when this came over plain HTTP and TLS is on.
     pub https: Option<&'a str>,
     /// The certificate's SHA-256, for the owner to compare with the browser's.
@@ -74,7 +75,7 @@ pub(super) fn notice(n: &Notice) -> Markup {
 
 /// Over TLS, the certificate to compare; over plain HTTP, the warning.
 fn connection_note(shell: &Shell) -> Markup {
-    if shell.secure {
+    if shell.channel.is_encrypted() {
         return html! {
             @if let Some(fp) = shell.fingerprint {
                 p { small { "Encrypted. Compare the certificate your browser shows with this \
@@ -284,14 +285,14 @@ pub fn status(r: &StatusReport, n: &Notice) -> Markup {
 pub const THIS_DEVICE_COOKIE: &str = "iris_this_device";
 
 /// [`THIS_DEVICE_COOKIE`] for `device_id`, kept a year (a phone's browser outlives a session).
-pub fn this_device_cookie(device_id: &str, secure: bool) -> String {
+pub(super) fn this_device_cookie(device_id: &str, ctx: Ctx) -> String {
     let plain = device_id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_');
     let value = if plain { device_id } else { "" };
     format!(
         "{}; Max-Age=31536000",
-        super::session::set_cookie(THIS_DEVICE_COOKIE, value, secure)
+        ctx.cookie(THIS_DEVICE_COOKIE, value)
     )
 }
 
