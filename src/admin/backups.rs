@@ -10,12 +10,12 @@ use std::rc::Rc;
 use std::time::SystemTime;
 
 use hyper::StatusCode;
-use maud::{html, Markup, PreEscaped};
+use maud::{html, Markup};
 use tracing::info;
 
 use super::context::SignedIn;
 use super::jobs::Kind;
-use super::pages::{self, csrf_field, notice, Notice};
+use super::pages::{self, notice, Notice};
 use super::reply::{redirect, signed_page, Refusal, Reply};
 use super::restore_job::{restore_room, start_restore};
 use super::route::Route;
@@ -23,7 +23,7 @@ use super::strength;
 use super::{owner, Admin, Form};
 use crate::backups::{self, sealed, Plan};
 use crate::hub::Hub;
-use crate::web::tokens;
+use crate::web::{csrf_field, tokens};
 
 /// Longest folder path taken from the form.
 const MAX_FOLDER_BYTES: usize = 1024;
@@ -76,8 +76,11 @@ async fn body_page(admin: &Admin, status: StatusCode, who: &SignedIn, n: &Notice
     let csrf = who.csrf();
     let folder = plan(admin).ok().and_then(|p| p.folder);
     let seen = look(folder).await;
-    let body = pages::backup(csrf, &Notice::None) + &scheduled(admin, csrf, n, &seen).into_string();
-    signed_page(admin, who, status, "Backup", &Route::Backup, &body)
+    let body = html! {
+        (pages::backup(csrf, &Notice::None))
+        (scheduled(admin, csrf, n, &seen))
+    };
+    signed_page(admin, who, status, "Backup", &Route::Backup, body)
 }
 
 /// How long ago, in words.
@@ -127,12 +130,11 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> Markup
         };
         (if o.result.is_ok() { "good" } else { "bad" }, text)
     });
-    // Spliced raw: the notices are markup the page helpers made, from escaped values.
     html! {
         h2 id="scheduled" { "Scheduled backups" }
-        (PreEscaped(notice(n)))
+        (notice(n))
         @if let Some(e) = plan_error {
-            (PreEscaped(notice(&Notice::Bad(&e))))
+            (notice(&Notice::Bad(&e)))
         }
         // What is wrong now, in the owner's words, before anything else.
         @if let Some(problem) = &seen.problem {
@@ -143,7 +145,7 @@ fn scheduled(admin: &Admin, csrf: &str, n: &Notice, seen: &FolderLook) -> Markup
             Ok(None) => p.bad id="key-problem" {
                 "No backup passphrase is set: none can be made until one is."
             },
-            Err(e) => (PreEscaped(notice(&Notice::Bad(&e.to_string())))),
+            Err(e) => (notice(&Notice::Bad(&e.to_string()))),
         }
         p id="schedule-now" {
             "Schedule: " strong { (every) } ", keeping the newest " (plan.keep) ", "
@@ -170,7 +172,6 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> Markup {
     if listed.is_empty() {
         return html! { p { "No scheduled backups in the folder yet." } };
     }
-    // Spliced raw: the CSRF field is markup the page helpers made, from an escaped value.
     html! {
         table.stack id="backups" {
             thead { tr { th { "Backup" } th { "Size" } th { "Made" } } }
@@ -191,7 +192,7 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> Markup {
              restarts into it."
         }
         form method="post" action=(Route::BackupRestoreScheduled) {
-            (PreEscaped(csrf_field(csrf)))
+            (csrf_field(csrf))
             label for="restore-name" { "Backup" }
             select id="restore-name" name="file" {
                 @for l in listed { option { (l.name) } }
@@ -205,8 +206,7 @@ fn list_html(listed: &[backups::Listed], csrf: &str) -> Markup {
 }
 
 fn forms_html(plan: &Plan, csrf: &str, keep_max: u32) -> Markup {
-    // Spliced raw: the CSRF field is markup the page helpers made.
-    let csrf = PreEscaped(csrf_field(csrf));
+    let csrf = csrf_field(csrf);
     let folder = plan
         .folder
         .as_deref()

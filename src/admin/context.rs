@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::{owner, session, Admin};
+use crate::web::Channel;
 
 /// Every request: its peer and whether it came over TLS (its cookies must be `Secure`).
 #[derive(Clone, Copy, Debug)]
@@ -25,14 +26,21 @@ impl Ctx {
         self.peer
     }
 
-    /// Came over TLS: the page's shell leaves off the warning a plain page carries.
-    pub(super) fn secure(&self) -> bool {
-        self.secure
+    /// How it came: over TLS the page's shell leaves off the warning a plain page carries.
+    pub(super) fn channel(&self) -> Channel {
+        if self.secure {
+            Channel::Encrypted
+        } else {
+            Channel::Plain
+        }
     }
 
-    /// A `Set-Cookie` value for this request: `Secure` when it came over TLS.
+    /// A `Set-Cookie` value for cookie `name` in this request's answer: `Secure` when it came
+    /// over TLS (an empty value with `Max-Age=0` removes the cookie).
     pub(super) fn cookie(&self, name: &str, value: &str) -> String {
-        session::set_cookie(name, value, self.secure)
+        let secure = if self.secure { "; Secure" } else { "" };
+        let age = if value.is_empty() { "; Max-Age=0" } else { "" };
+        format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict{secure}{age}")
     }
 }
 

@@ -138,7 +138,7 @@ impl Post<'_> {
                     StatusCode::TOO_MANY_REQUESTS,
                     "Owner",
                     &Route::Owner,
-                    &pages::owner(self.who.csrf(), &Notice::Bad(&n)),
+                    pages::owner(self.who.csrf(), &Notice::Bad(&n)),
                 );
                 retry_after(&mut reply, secs);
                 return Ok(reply);

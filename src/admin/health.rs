@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
-use maud::{html, Markup, PreEscaped};
+use maud::{html, Markup};
 use serde::Serialize;
 
 use super::context::SignedIn;
@@ -446,7 +446,7 @@ fn problems_html(list: &[Problem]) -> Markup {
 
 /// The home page's body: the problems, the gateway's status as before, the box, the buttons,
 /// and what to do about the problems that have no page of their own.
-fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) -> String {
+fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) -> Markup {
     let rows = [
         ("h-temp", "CPU temperature"),
         ("h-memory", "Memory"),
@@ -466,8 +466,6 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
             .map_or("", |(_, v)| v.as_str())
     };
     let every = admin.config.read(|c| c.limits.admin_health_refresh_secs);
-    // The buttons are made by `power.rs`, escaped there, until it is a template too.
-    let buttons = PreEscaped(super::power::buttons(admin));
     let appliance = super::power::as_appliance_service();
     html! {
         (problems_html(&snap.problems))
@@ -481,7 +479,7 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
         (day_html(&admin.day))
         section #power {
             h2 { (if appliance { "Restart or shut down" } else { "Restart" }) }
-            p { (buttons) }
+            p { (super::power::buttons(admin)) }
             @if !appliance {
                 p #power-note { (super::power::NOT_THE_APPLIANCE) }
             }
@@ -500,7 +498,6 @@ fn home_body(admin: &Admin, report: &StatusReport, snap: &Snapshot, n: &Notice) 
                 move to a new card." }
         }
     }
-    .into_string()
 }
 
 /// The home page (`GET /admin/`).
@@ -517,7 +514,7 @@ pub(super) async fn home(
         StatusCode::OK,
         "Status",
         &Route::Home,
-        &home_body(admin, &report, &snap, n),
+        home_body(admin, &report, &snap, n),
     ))
 }
 

@@ -14,7 +14,7 @@ use hyper::StatusCode;
 use maud::{html, Markup};
 
 use super::context::SignedIn;
-use super::pages::{notice_markup, Notice};
+use super::pages::{notice, Notice};
 use super::reply::{guard, redirect, signed_page, Refusal, Reply};
 use super::route::Route;
 use super::{parse_form, Admin, Form};
@@ -253,7 +253,7 @@ fn log_page(
         .and_then(|s| s.log.timezone)
         .unwrap_or_default();
     let body = html! {
-        (notice_markup(n))
+        (notice(n))
         form method="get" action=(Route::Log) id="log-filter" {
             label for="level" { "At least" }
             select #level name="level" {
@@ -280,9 +280,8 @@ fn log_page(
             select #timezone name="timezone" { (zone_options(&saved_zone)) }
             p { button #save-timezone { "Save" } }
         }
-    }
-    .into_string();
-    signed_page(admin, who, status, "Log", &Route::Log, &body)
+    };
+    signed_page(admin, who, status, "Log", &Route::Log, body)
 }
 
 /// The lines as a text file, oldest first, as a journal reads.

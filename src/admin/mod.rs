@@ -59,6 +59,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use maud::Markup;
 use tracing::{info, warn};
 
 use crate::agent::Switchable;
@@ -243,10 +244,10 @@ impl Admin {
     }
 
     fn shell(&self, ctx: Ctx) -> Shell<'_> {
-        let secure = ctx.secure();
+        let channel = ctx.channel();
         Shell {
-            secure,
-            https: self.https.as_deref().filter(|_| !secure),
+            channel,
+            https: self.https.as_deref().filter(|_| !channel.is_encrypted()),
             fingerprint: self.tls.as_ref().map(|t| t.fingerprint.as_str()),
         }
     }
@@ -261,15 +262,15 @@ fn https_of(url: &str) -> String {
     format!("{}{PREFIX}", url.replacen("wss://", "https://", 1))
 }
 
-/// Serves one request under [`PREFIX`] (or a browser's `GET /`). `secure`: it came over TLS.
+/// Serves one request under [`PREFIX`] (or a browser's `GET /`), which came over `channel`.
 pub async fn serve(
     admin: &Admin,
     hub: &Rc<Hub>,
     req: Request<Incoming>,
     peer: SocketAddr,
-    secure: bool,
+    channel: crate::web::Channel,
 ) -> Response<Body> {
-    let ctx = Ctx::new(peer, secure);
+    let ctx = Ctx::new(peer, channel.is_encrypted());
     if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
         RequestRead::done(&req);
     }
@@ -303,7 +304,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
                 "",
                 None,
                 ctx,
-                &pages::message(&e.to_string(), &Notice::None),
+                pages::message(&e.to_string(), &Notice::None),
             );
         }
         Gate::Unclaimed => return unclaimed(admin, hub, req, route, ctx).await,
@@ -321,7 +322,7 @@ async fn serve_page(admin: &Admin, hub: &Rc<Hub>, req: Request<Incoming>, ctx: C
             "",
             None,
             ctx,
-            &pages::message(
+            pages::message(
                 &format!(
                     "This gateway already has an owner. Sign in with the passphrase, or take it \
                      back at the box with {}.",
@@ -684,14 +685,14 @@ async fn get(
     this_device: Option<&str>,
 ) -> Result<Reply, Refusal> {
     let csrf = who.csrf();
-    let ok = |title: &str, current: &Route, body: String| {
+    let ok = |title: &str, current: &Route, body: Markup| {
         Ok(signed_page(
             admin,
             who,
             StatusCode::OK,
             title,
             current,
-            &body,
+            body,
         ))
     };
     if let Some(r) = health::get(admin, hub, route).await {
@@ -718,7 +719,7 @@ async fn get(
         let mut reply = ok("Pair a phone", &Route::Devices, body)?;
         set_cookies(
             &mut reply,
-            &[pages::this_device_cookie(&p.device_id, who.ctx().secure())],
+            &[pages::this_device_cookie(&p.device_id, who.ctx())],
         );
         return Ok(reply);
     }
@@ -762,7 +763,7 @@ fn job_page(admin: &Admin, who: &SignedIn, kind: jobs::Kind) -> Result<Reply, Re
         StatusCode::OK,
         kind.title(),
         &kind.home(),
-        &body.into_string(),
+        body,
     ))
 }
 

@@ -5,12 +5,13 @@
 
 use maud::{html, Markup, PreEscaped};
 
+use super::context::Ctx;
 use super::route::{Power, Route};
 use crate::hub::StatusReport;
 use crate::pairing::Invitation;
 use crate::protocol::HealthState;
 use crate::store::{human_bytes, Device};
-use crate::web::{self, csrf_field as csrf, options, tokens, Assets, Tone};
+use crate::web::{self, csrf_field as csrf, options, tokens, Assets, Channel, Tone};
 
 /// Side of a QR code on the page, in CSS pixels.
 const QR_PX: u32 = 320;
@@ -29,8 +30,8 @@ pub const SECTIONS: [(Route, &str); 7] = [
 /// The shell every page's body is set in, as far as the request decides it: what the page
 /// says about the connection it came over.
 pub struct Shell<'a> {
-    /// Came over TLS.
-    pub secure: bool,
+    /// How the request came (over TLS or plain HTTP).
+    pub channel: Channel,
     /// The https address to use instead, when this came over plain HTTP and TLS is on.
     pub https: Option<&'a str>,
     /// The certificate's SHA-256, for the owner to compare with the browser's.
@@ -62,7 +63,7 @@ impl<'a> Notice<'a> {
 }
 
 /// A notice as HTML (escaped), system errors in it in the owner's words.
-pub(super) fn notice_markup(n: &Notice) -> Markup {
+pub(super) fn notice(n: &Notice) -> Markup {
     let (tone, text) = match n {
         Notice::None => return html! {},
         Notice::Good(t) => (Tone::Good, t),
@@ -72,14 +73,9 @@ pub(super) fn notice_markup(n: &Notice) -> Markup {
     web::notice(tone, &super::words::owner_words(text))
 }
 
-/// [`notice_markup`] as a string, for the pages still built as strings.
-pub(super) fn notice(n: &Notice) -> String {
-    notice_markup(n).into_string()
-}
-
 /// Over TLS, the certificate to compare; over plain HTTP, the warning.
 fn connection_note(shell: &Shell) -> Markup {
-    if shell.secure {
+    if shell.channel.is_encrypted() {
         return html! {
             @if let Some(fp) = shell.fingerprint {
                 p { small { "Encrypted. Compare the certificate your browser shows with this \
@@ -100,25 +96,12 @@ fn connection_note(shell: &Shell) -> Markup {
 }
 
 /// A whole page. `csrf` is set for a signed-in owner (navigation and sign-out are shown).
-/// `body` is a page the admin's own functions made (escaped as it was made), kept as a string
-/// until every page is a template.
 pub fn document(
-    title: &str,
-    current: &str,
-    csrf: Option<&str>,
-    shell: &Shell,
-    body: &str,
-) -> String {
-    layout(title, current, csrf, shell, PreEscaped(body)).into_string()
-}
-
-/// [`document`] over a template's body.
-fn layout(
     title: &str,
     current: &str,
     csrf_token: Option<&str>,
     shell: &Shell,
-    body: impl maud::Render,
+    body: Markup,
 ) -> Markup {
     let header = html! {
         header {
@@ -156,11 +139,6 @@ fn layout(
     )
 }
 
-/// The hidden field every state-changing form carries.
-pub fn csrf_field(csrf_token: &str) -> String {
-    csrf(csrf_token).into_string()
-}
-
 /// A new-passphrase field with the strength meter the script fills in from the gateway's own
 /// verdict (`POST /admin/strength`, the test set-up and the change apply), so they cannot
 /// disagree. The meter is red below the score the gateway accepts, green from it.
@@ -183,9 +161,9 @@ fn strength_input(id: &str, label: &str, token: &str) -> Markup {
 }
 
 /// Set-up: the box has no owner yet.
-pub fn setup(pre: &str, n: &Notice) -> String {
+pub fn setup(pre: &str, n: &Notice) -> Markup {
     html! {
-        (notice_markup(n))
+        (notice(n))
         p { "This gateway has no owner yet. Choose a passphrase: whoever knows it can change \
             every setting and pair phones. The first person to do this on your network owns the \
             box (you can take it back at the box with "
@@ -199,13 +177,12 @@ pub fn setup(pre: &str, n: &Notice) -> String {
             p { button id="claim" class="big" { "Claim this gateway" } }
         }
     }
-    .into_string()
 }
 
 /// Sign-in; `next` is the page asked for, where a right passphrase leads.
-pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
+pub fn signin(pre: &str, next: &str, n: &Notice) -> Markup {
     html! {
-        (notice_markup(n))
+        (notice(n))
         form method="post" action=(Route::SignIn) {
             input type="hidden" name="pre" value=(pre);
             input type="hidden" name="next" value=(next);
@@ -218,11 +195,10 @@ pub fn signin(pre: &str, next: &str, n: &Notice) -> String {
             " (or " code { (crate::hints::command("owner reset")) }
             " to set it up again here)." } }
     }
-    .into_string()
 }
 
 /// A pairing invitation: QR code for another phone, a link for this one, the values as text.
-pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
+pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> Markup {
     html! {
         p { (intro) }
         p { a id="open-in-app" class="big" href=(inv.uri()) { "Open in the Iris app" }
@@ -242,7 +218,6 @@ pub fn invitation(inv: &Invitation, device_id: &str, intro: &str) -> String {
         p { "Nothing here is kept: once the phone is paired, leave this page. "
             a href=(Route::Devices) { "Devices" } " can rename or revoke it." }
     }
-    .into_string()
 }
 
 /// A time in the past, for people ("5 min ago").
@@ -265,7 +240,7 @@ pub fn status(r: &StatusReport, n: &Notice) -> Markup {
     };
     let up = r.uptime_secs;
     html! {
-        (notice_markup(n))
+        (notice(n))
         p class=(class) id="health" { "Gateway: " strong { (state) } }
         @if !r.causes.is_empty() {
             ul #causes { @for c in &r.causes { li { (c) } } }
@@ -310,14 +285,14 @@ pub fn status(r: &StatusReport, n: &Notice) -> Markup {
 pub const THIS_DEVICE_COOKIE: &str = "iris_this_device";
 
 /// [`THIS_DEVICE_COOKIE`] for `device_id`, kept a year (a phone's browser outlives a session).
-pub fn this_device_cookie(device_id: &str, secure: bool) -> String {
+pub(super) fn this_device_cookie(device_id: &str, ctx: Ctx) -> String {
     let plain = device_id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_');
     let value = if plain { device_id } else { "" };
     format!(
         "{}; Max-Age=31536000",
-        super::session::set_cookie(THIS_DEVICE_COOKIE, value, secure)
+        ctx.cookie(THIS_DEVICE_COOKIE, value)
     )
 }
 
@@ -484,7 +459,7 @@ pub fn devices(
         }
     };
     html! {
-        (notice_markup(n))
+        (notice(n))
         @if list.is_empty() {
             p #no-devices { "No device is paired yet." }
         } @else {
@@ -543,7 +518,7 @@ pub fn agent(v: &AgentView, csrf_token: &str, n: &Notice) -> Markup {
         ("openai", "OpenAI-compatible server"),
     ];
     html! {
-        (notice_markup(n))
+        (notice(n))
         (pinned_note(&v.pinned))
         p { "Now: " span #agent-now { (v.describe) } }
         p #agent-files { (v.files) }
@@ -586,13 +561,15 @@ pub struct TranscriptionView<'a> {
 /// What a service form says under its key field (`what`: `key`, `speech key`, so two forms on
 /// one page do not say the same sentence): a key typed for a test is not shown back, a saved
 /// one is never shown and goes only to its URL, or there is none.
-pub(super) fn key_note(key_typed: bool, key_set: bool, what: &str) -> String {
-    if key_typed {
-        format!("The {what} you typed was used for the test but is never shown back: type it again to save it.")
-    } else if key_set {
-        format!("A {what} is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with.")
-    } else {
-        format!("No {what} is saved (a service on your network usually needs none).")
+pub(super) fn key_note(key_typed: bool, key_set: bool, what: &str) -> Markup {
+    html! {
+        @if key_typed {
+            "The " (what) " you typed was used for the test but is never shown back: type it again to save it."
+        } @else if key_set {
+            "A " (what) " is saved (it is never shown). Type a new one to replace it. It goes only to the URL it was saved with."
+        } @else {
+            "No " (what) " is saved (a service on your network usually needs none)."
+        }
     }
 }
 
@@ -600,7 +577,7 @@ pub(super) fn key_note(key_typed: bool, key_set: bool, what: &str) -> String {
 pub fn transcription(v: &TranscriptionView, csrf_token: &str, n: &Notice) -> Markup {
     html! {
         h2 #transcription { "Transcription" }
-        (notice_markup(n))
+        (notice(n))
         p { "Voice notes are turned into text before the agent is asked, by any \
             OpenAI-compatible speech-to-text service (OpenAI, Groq, or a faster-whisper or \
             whisper.cpp server on your network). Everyone in the conversation sees what was \
@@ -697,7 +674,7 @@ pub fn push(v: &PushView, targets: &[Device], csrf_token: &str, n: &Notice) -> M
         }
     };
     html! {
-        (notice_markup(n))
+        (notice(n))
         (pinned_note(&v.pinned))
         p { "Running now: " span #push-now { (v.running) } }
         h2 { "Settings" }
@@ -735,9 +712,9 @@ pub fn push(v: &PushView, targets: &[Device], csrf_token: &str, n: &Notice) -> M
 
 /// The backup section. The restore form is sent by the page's script (the file as the body,
 /// the CSRF token in a header): an HTML form could only send it as multipart.
-pub fn backup(csrf_token: &str, n: &Notice) -> String {
+pub fn backup(csrf_token: &str, n: &Notice) -> Markup {
     html! {
-        (notice_markup(n))
+        (notice(n))
         p { a id="backup-download" class="big" href=(Route::BackupDownload) download { "Download a backup" }
             " (made now: messages, channels, devices and media, in the format of "
             code { "iris-gateway backup" } "; settings and the owner are not in it)." }
@@ -757,13 +734,12 @@ pub fn backup(csrf_token: &str, n: &Notice) -> String {
         }
         p #restore-result role="status" {}
     }
-    .into_string()
 }
 
 /// The owner section: change the passphrase.
-pub fn owner(csrf_token: &str, n: &Notice) -> String {
+pub fn owner(csrf_token: &str, n: &Notice) -> Markup {
     html! {
-        (notice_markup(n))
+        (notice(n))
         h2 { "Change the passphrase" }
         p { "Every browser signed in is signed out." }
         form method="post" action=(Route::Passphrase) {
@@ -778,33 +754,30 @@ pub fn owner(csrf_token: &str, n: &Notice) -> String {
             p { button #change { "Change it" } }
         }
     }
-    .into_string()
 }
 
 /// A page with a message only: in one `#result` block, which is what the restore form's
 /// script shows of an answer (the rest of the page would repeat around it).
-pub fn message(text: &str, n: &Notice) -> String {
-    html! { div #result { (notice_markup(n)) p { (text) } } }.into_string()
+pub fn message(text: &str, n: &Notice) -> Markup {
+    html! { div #result { (notice(n)) p { (text) } } }
 }
 
 /// A refusal: its one sentence, and a way back.
-pub fn refusal(text: &str, back: (&str, &str)) -> String {
+pub fn refusal(text: &str, back: (&str, &str)) -> Markup {
     html! {
         div #result { (web::notice(Tone::Bad, text)) }
         p { a #back href=(back.0) { (back.1) } }
     }
-    .into_string()
 }
 
 /// A pairing result asked for again (a reload): it is shown once only.
-pub fn already_shown() -> String {
+pub fn already_shown() -> Markup {
     html! {
         div #result { p.warn #notice { "This pairing code was shown once and is not shown \
             again, so reloading pairs nothing." } }
         p { "If the phone did not get it, revoke that device and pair again on "
             a #back href=(Route::Devices) { "Devices" } "." }
     }
-    .into_string()
 }
 
 #[cfg(test)]

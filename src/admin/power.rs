@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
-use maud::{html, PreEscaped};
+use maud::{html, Markup};
 use tracing::{info, warn};
 
 use super::context::SignedIn;
-use super::pages::csrf_field;
 use super::reply::{page, redirect, Refusal, Reply};
 use super::route::{Power, Route, Waiting};
 use super::transfer::schedule_restart;
 use super::Admin;
+use crate::web::csrf_field;
 
 /// This process's id for the restarting page: it waits until the gateway answers with another
 /// one. A restart execs the binary again, so a process-wide value is exactly one per start.
@@ -88,7 +88,7 @@ pub(super) const NOT_THE_APPLIANCE: &str = "Rebooting and shutting down are offe
      use the machine's own controls.";
 
 /// The home page's three buttons (those whose command is set).
-pub(super) fn buttons(admin: &Admin) -> String {
+pub(super) fn buttons(admin: &Admin) -> Markup {
     let offered = [Power::Restart, Power::Reboot, Power::Poweroff]
         .into_iter()
         .filter(|p| p.offered(admin));
@@ -98,7 +98,6 @@ pub(super) fn buttons(admin: &Admin) -> String {
             " "
         }
     }
-    .into_string()
 }
 
 /// The signed-in GETs this file serves, or `None` for another route.
@@ -161,11 +160,10 @@ fn confirm(admin: &Admin, who: &SignedIn, p: Power) -> Reply {
              before unplugging it."
         }
     };
-    // Spliced raw: the CSRF field is markup the page helpers made.
     let body = html! {
         p { (what) }
         form method="post" action=(Route::Power(p)) {
-            (PreEscaped(csrf_field(who.csrf())))
+            (csrf_field(who.csrf()))
             p {
                 button id={ "confirm-" (p.name()) } class="big" { (p.label()) }
                 " "
@@ -180,7 +178,7 @@ fn confirm(admin: &Admin, who: &SignedIn, p: Power) -> Reply {
         "",
         Some(who.csrf()),
         who.ctx(),
-        &body.into_string(),
+        body,
     )
 }
 
@@ -221,7 +219,7 @@ fn waiting(admin: &Admin, who: &SignedIn, title: &str, what: &str, from: &str) -
         "",
         Some(who.csrf()),
         who.ctx(),
-        &body.into_string(),
+        body,
     )
 }
 

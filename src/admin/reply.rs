@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
+use maud::Markup;
 
 use super::context::{Ctx, SignedIn};
 use super::pages::{self, Notice};
@@ -70,7 +71,7 @@ pub(super) fn setup_page(admin: &Admin, status: StatusCode, n: &Notice, ctx: Ctx
         "",
         None,
         ctx,
-        &pages::setup(&pre, n),
+        pages::setup(&pre, n),
     );
     set_cookies(&mut reply, &[ctx.cookie(session::PRE_COOKIE, &pre)]);
     reply
@@ -93,7 +94,7 @@ pub(super) fn signin_page(
         "",
         None,
         ctx,
-        &pages::signin(&pre, safe_next(next).unwrap_or(PREFIX), n),
+        pages::signin(&pre, safe_next(next).unwrap_or(PREFIX), n),
     );
     set_cookies(&mut reply, &[ctx.cookie(session::PRE_COOKIE, &pre)]);
     reply
@@ -114,7 +115,7 @@ pub(super) fn refused_page(admin: &Admin, r: Refusal, csrf: Option<&str>, ctx: C
         (_, None) => ("Not done", "Back to the start"),
     };
     let body = pages::refusal(&sentence(&r.to_string()), (PREFIX, back));
-    page(admin, r.status(), title, "", csrf, ctx, &body)
+    page(admin, r.status(), title, "", csrf, ctx, body)
 }
 
 /// A message as one sentence: capital first, a full stop last, and the system's own wording
@@ -163,10 +164,10 @@ pub(super) fn page(
     current: &str,
     csrf: Option<&str>,
     ctx: Ctx,
-    body: &str,
+    body: Markup,
 ) -> Reply {
     let html = pages::document(title, current, csrf, &admin.shell(ctx), body);
-    let mut reply = Response::new(Full::new(Bytes::from(html)));
+    let mut reply = Response::new(Full::new(Bytes::from(html.into_string())));
     *reply.status_mut() = status;
     guard(&mut reply, "text/html; charset=utf-8");
     reply
@@ -180,7 +181,7 @@ pub(super) fn signed_page(
     status: StatusCode,
     title: &str,
     current: &Route,
-    body: &str,
+    body: Markup,
 ) -> Reply {
     page(
         admin,

@@ -2,7 +2,7 @@
 //! store, who is connected), the agent and transcription (the configuration in effect, or what
 //! was typed for a test) and push (what runs now and what is saved).
 
-use maud::{html, PreEscaped};
+use maud::{html, Markup};
 
 use super::outcome::Outcome;
 use super::pages::{self, Notice};
@@ -18,13 +18,19 @@ pub(super) fn devices_body(
     csrf: &str,
     this_device: Option<&str>,
     n: &Notice,
-) -> Result<String, Refusal> {
+) -> Result<Markup, Refusal> {
     let mut list = hub
         .store()
         .devices()
         .map_err(|e| Refusal::Unavailable(e.to_string()))?;
     list.sort_by_key(|d| d.created_ms);
-    Ok(pages::devices(&list, &hub.devices().connected(), this_device, csrf, n).into_string())
+    Ok(pages::devices(
+        &list,
+        &hub.devices().connected(),
+        this_device,
+        csrf,
+        n,
+    ))
 }
 
 /// The agent section: what is in effect now (never the key), and what flags pin; then the
@@ -37,7 +43,7 @@ pub(super) fn agent_body(
     agent: Option<&Outcome>,
     transcription: Option<&Outcome>,
     speech: Option<&Outcome>,
-) -> String {
+) -> Markup {
     let config = admin.config.get();
     let a = &config.agent;
     let typed = |o: Option<&Outcome>, key: &str, now: &str| -> String {
@@ -104,18 +110,11 @@ pub(super) fn agent_body(
         now: hub.turns().speech_service(),
         key_typed: key_typed(speech),
     };
-    // The speech section is made by `speech.rs`, escaped there, until it is a template too.
-    let speech = PreEscaped(super::speech::section(
-        &speech_view,
-        csrf,
-        &Notice::of(speech),
-    ));
     html! {
         (pages::agent(&view, csrf, &Notice::of(agent)))
         (pages::transcription(&transcription_view, csrf, &Notice::of(transcription)))
-        (speech)
+        (super::speech::section(&speech_view, csrf, &Notice::of(speech)))
     }
-    .into_string()
 }
 
 /// Who the FCM key at `path` is for: read from its JSON alone (at most
@@ -135,7 +134,7 @@ pub(super) fn push_body(
     hub: &Hub,
     csrf: &str,
     n: &Notice,
-) -> Result<String, Refusal> {
+) -> Result<Markup, Refusal> {
     let saved = Settings::load(&admin.data_dir).map_err(|e| Refusal::Unavailable(e.to_string()))?;
     let mut config = admin.config.get();
     saved.apply(&mut config);
@@ -175,5 +174,5 @@ pub(super) fn push_body(
             .collect(),
         test_topic: super::forms::TEST_TOPIC,
     };
-    Ok(pages::push(&view, &targets, csrf, n).into_string())
+    Ok(pages::push(&view, &targets, csrf, n))
 }

@@ -356,13 +356,6 @@ pub fn cookie<'a>(headers: &'a hyper::HeaderMap, name: &str) -> Option<&'a str> 
         })
 }
 
-/// A `Set-Cookie` value for `name` (an empty value with `Max-Age=0` removes it).
-pub fn set_cookie(name: &str, value: &str, secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
-    let age = if value.is_empty() { "; Max-Age=0" } else { "" };
-    format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict{secure}{age}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,12 +3,13 @@
 //! it); Test asks the service to speak one short sentence. As with the agent and
 //! transcription, a key goes only to the address it was saved for and is never shown back.
 
-use maud::{html, PreEscaped};
+use maud::{html, Markup};
 
-use super::pages::{csrf_field, key_note, notice, Notice};
+use super::pages::{key_note, notice, Notice};
 use super::route::Route;
 use crate::agent::Speaker;
 use crate::config::speech::{MAX_CHARS, MAX_TIMEOUT_SECS};
+use crate::web::csrf_field;
 
 /// What Test asks the service to say.
 const TEST_SENTENCE: &str = "This is the Iris gateway testing its voice.";
@@ -30,13 +31,11 @@ pub(super) struct SpeechView<'a> {
 
 /// The section's HTML, in the page's form pattern (labels over inputs, Save and Test).
 /// (The form's handler and its checks are in `forms.rs`, with the other forms'.)
-pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
+pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> Markup {
     let (save, test) = (Route::Speech, Route::SpeechTest);
-    // Spliced raw: the notice and the CSRF field are markup the page helpers
-    // made, from escaped values.
     html! {
         h2 id="speech" { "Speech" }
-        (PreEscaped(notice(n)))
+        (notice(n))
         p {
             "In a chat where someone said " code { "/voice on" } " (or " code { "/voice auto" }
             ", for answers to voice notes), the agent's answer is also spoken, by any \
@@ -54,7 +53,7 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
             }
         }
         form method="post" action=(save) id="speech-form" {
-            (PreEscaped(csrf_field(csrf)))
+            (csrf_field(csrf))
             label for="s-url" {
                 "URL, with its version (e.g. http://192.168.1.20:8880/v1 or \
                  https://api.openai.com/v1; empty: off)"
@@ -98,7 +97,6 @@ pub(super) fn section(v: &SpeechView, csrf: &str, n: &Notice) -> String {
             }
         }
     }
-    .into_string()
 }
 
 /// What the service makes of one sentence: how much audio, or what went wrong, in words.

@@ -8,13 +8,13 @@ use std::rc::Rc;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use maud::{html, Markup, PreEscaped};
+use maud::{html, Markup};
 use tracing::{info, warn};
 
 use super::context::{Ctx, SignedIn};
 use super::jobs::{Kind, Ticket};
 use super::outcome::{Outcome, Tone};
-use super::pages::{self, csrf_field, notice, Notice};
+use super::pages::{self, notice, Notice};
 use super::receive::receive;
 use super::reply::{page, redirect, redirect_to, refused, sentence, signed_page, Refusal, Reply};
 use super::route::{Power, Route};
@@ -27,6 +27,7 @@ use crate::update::policy::Consent;
 use crate::update::source;
 use crate::update::version::Step;
 use crate::update::{Entry, Outcome as Ended};
+use crate::web::csrf_field;
 
 const PAGE: Route = Route::Update;
 const CHECK: Route = Route::UpdateCheck;
@@ -68,10 +69,8 @@ pub(super) async fn get(
         .read(|c| (c.update.url.clone(), c.update.automatic));
     let failure = state.failure.as_ref();
     let installing = state.under_way.as_ref().or(state.staged.as_ref());
-    // Spliced raw: the notice and the CSRF field are markup the page helpers made, from escaped
-    // values.
     let body = html! {
-        (PreEscaped(notice(n)))
+        (notice(n))
         p id="version" {
             "Running " strong { "iris-gateway " (state.version) } " for "
             (crate::update::policy::this_arch()) "."
@@ -80,7 +79,7 @@ pub(super) async fn get(
             div.bad id="update-failure" {
                 p { (f.summary()) "." }
                 form method="post" action=(DISMISS) {
-                    (PreEscaped(csrf_field(csrf)))
+                    (csrf_field(csrf))
                     input type="hidden" name="id" value=(f.id);
                     button { "Dismiss" }
                 }
@@ -113,7 +112,7 @@ pub(super) async fn get(
         StatusCode::OK,
         "Update",
         &PAGE,
-        &body.into_string(),
+        body,
     ))
 }
 
@@ -122,7 +121,7 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> M
     html! {
         h2 { "Newer versions" }
         form method="post" action=(SOURCE) {
-            (PreEscaped(csrf_field(csrf)))
+            (csrf_field(csrf))
             label for="update-url" { "Release index address" }
             input type="url" id="update-url" name="url" value=(url) maxlength="2048"
                 placeholder="empty: updates come only from an upload";
@@ -142,7 +141,7 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> M
         }
         @if !url.is_empty() {
             form method="post" action=(CHECK) {
-                (PreEscaped(csrf_field(csrf)))
+                (csrf_field(csrf))
                 p { button id="check" { "Check now" } }
             }
             @match checked.as_ref() {
@@ -162,7 +161,7 @@ fn available_section(admin: &Admin, csrf: &str, url: &str, automatic: bool) -> M
                         p.good { strong { (a.version) " is available." } }
                         p.notes { (a.notes) }
                         form method="post" action=(INSTALL) {
-                            (PreEscaped(csrf_field(csrf)))
+                            (csrf_field(csrf))
                             @if a.step == Step::Major {
                                 label.check {
                                     input type="checkbox" name="major" value="1" required;
@@ -449,7 +448,7 @@ pub(super) async fn upload(
         &PAGE.path(),
         None,
         ctx,
-        &pages::message(&text, &n),
+        pages::message(&text, &n),
     )
 }
 

@@ -64,17 +64,16 @@ where
                 if transport == Transport::PlainRefused {
                     return Ok::<_, Infallible>(boxed(tls_required(peer)));
                 }
+                let channel = match transport {
+                    Transport::Tls => crate::web::Channel::Encrypted,
+                    _ => crate::web::Channel::Plain,
+                };
                 if is_admin(&req) {
-                    let secure = transport == Transport::Tls;
                     long.begin();
                     req.extensions_mut().insert(long);
-                    return Ok(admin::serve(&admin, &hub, req, peer, secure).await);
+                    return Ok(admin::serve(&admin, &hub, req, peer, channel).await);
                 }
                 if req.uri().path() == page::PATH && !req.headers().contains_key(header::UPGRADE) {
-                    let channel = match transport {
-                        Transport::Tls => crate::web::Channel::Encrypted,
-                        _ => crate::web::Channel::Plain,
-                    };
                     let visit = page::Visit::new(peer, channel);
                     return Ok(boxed(page::serve(&pairing, &hub, req, visit).await));
                 }
