@@ -78,10 +78,6 @@ fn title(req: &ApprovalRequest) -> String {
     }
 }
 
-/// Approvals offered and not answered yet, by picker id (also in the store: they survive
-/// restarts, unlike the settings pickers), and what offers, answers and closes them. Their one
-/// owner; each is taken out to be answered, and put back when the answer could not be
-/// delivered. It reaches the rest of the hub through the port (commit, the lanes' turns).
 /// What open approvals ask of the hub beyond the core: stopping the run an answer refused.
 pub(super) trait ApprovalsPort: Port {
     /// Stops the running turn of `lane` if it runs `run_id`; `false` when that one is not
@@ -89,6 +85,10 @@ pub(super) trait ApprovalsPort: Port {
     fn stop_turn_of_run(&self, lane: &Lane, run_id: &str) -> bool;
 }
 
+/// Approvals offered and not answered yet, by picker id (also in the store: they survive
+/// restarts, unlike the settings pickers), and what offers, answers and closes them. Their one
+/// owner; each is taken out to be answered, and put back when the answer could not be
+/// delivered. It reaches the rest of the hub through the port (commit, the lanes' turns).
 pub(super) struct OpenApprovals {
     open: RefCell<HashMap<String, ApprovalRecord>>,
     /// For the answering device's name.

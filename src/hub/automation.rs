@@ -131,10 +131,6 @@ pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
 /// addresses.
 pub const WEBHOOK_FAILURE_TABLE: usize = 32;
 
-/// The hub's automation: the webhooks and their rate windows, and the automation channels it
-/// posts into. The cron task and the webhook posts reach the hub through the port. Built inside
-/// the hub (it holds the hub weakly: the hub owns it); the server and the HTTP front reach it
-/// through `Hub::automation`.
 /// What automation asks of the hub beyond the core: its settings, the lanes' turns for cron
 /// prompts, and the task that delivers the agent's job results into its channels.
 pub trait AutomationPort: Port {
@@ -155,6 +151,10 @@ pub trait AutomationPort: Port {
     fn follow_jobs(self: &Rc<Self>, stop: Listener);
 }
 
+/// The hub's automation: the webhooks and their rate windows, and the automation channels it
+/// posts into. The cron task and the webhook posts reach the hub through the port. Built inside
+/// the hub (it holds the hub weakly: the hub owns it); the server and the HTTP front reach it
+/// through `Hub::automation`.
 pub struct Automation<P> {
     port: Weak<P>,
     store: Store,

@@ -34,13 +34,9 @@ pub use self::catalog::{parse, Command};
 /// The reasoning efforts offered (`default` leaves the agent's own setting).
 const REASONING_LEVELS: [&str; 5] = ["default", "none", "low", "medium", "high"];
 
-/// The gateway's own commands and the settings pickers they open: the behaviour on the user's
-/// choices, which it owns (`choices.rs`). The router hands it commands and picker answers; the
-/// rest of the hub it reaches through the port (a fresh conversation, the jobs' offers, the
-/// status report).
-#[allow(async_fn_in_trait)]
 /// What the gateway's commands ask of the hub beyond the core: the lanes' turns (`/new`,
 /// `/stop`, `/voice`), the agent's jobs (`/jobs`) and the figures `/status` shows.
+#[allow(async_fn_in_trait)]
 pub(super) trait CommandsPort: Port {
     /// Starts a fresh conversation in `lane` (`/new`: the turns' new agent session and plan).
     async fn new_conversation(&self, lane: &Lane);
@@ -70,6 +66,10 @@ pub(super) trait CommandsPort: Port {
     fn approvals_waiting(&self) -> usize;
 }
 
+/// The gateway's own commands and the settings pickers they open: the behaviour on the user's
+/// choices, which it owns (`choices.rs`). The router hands it commands and picker answers; the
+/// rest of the hub it reaches through the port (a fresh conversation, the jobs' offers, the
+/// status report).
 pub(super) struct Commands {
     choices: Choices,
     agent: Rc<dyn Agent>,

@@ -430,8 +430,8 @@ impl AgentJobs {
     }
 }
 
-#[allow(async_fn_in_trait)]
 /// What the agent's jobs ask of the hub beyond the core: storing the files a job's answer names.
+#[allow(async_fn_in_trait)]
 pub(super) trait AgentJobsPort: Port {
     /// Stores the files an agent's answer names (`MEDIA:` lines, through the media policy) and
     /// attaches them to `message`.

@@ -24,10 +24,10 @@ use super::Origin;
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
 
-#[allow(async_fn_in_trait)]
 /// What the user's messages ask of the hub beyond the core: room in the directory and the
 /// lane, the device's agent-call slot, the commit that answers the sender, and where a message
 /// goes next (the commands, the lane's turns, the running answer).
+#[allow(async_fn_in_trait)]
 pub(super) trait MessagesPort: Port {
     /// The directory has room for the new thread `thread`.
     fn thread_fits(&self, thread: &Channel) -> bool;

@@ -36,7 +36,6 @@ pub(super) fn say_voice_reply(outboxed: &mut Outboxed) {
     }
 }
 
-/// The push worker and what it is owed.
 /// What push asks of the hub beyond the core: who is connected (pushes go only to the others)
 /// and that a push got through. `Devices` asks the same (its test push).
 pub trait PushPort: Port {
@@ -47,6 +46,7 @@ pub trait PushPort: Port {
     fn confirm_push(&self);
 }
 
+/// The push worker and what it is owed.
 pub struct Push<P> {
     port: Weak<P>,
     pusher: Pusher,
