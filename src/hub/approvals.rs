@@ -78,6 +78,13 @@ fn title(req: &ApprovalRequest) -> String {
     }
 }
 
+/// What open approvals ask of the hub beyond the core: stopping the run an answer refused.
+pub(super) trait ApprovalsPort: Port {
+    /// Stops the running turn of `lane` if it runs `run_id`; `false` when that one is not
+    /// running.
+    fn stop_turn_of_run(&self, lane: &Lane, run_id: &str) -> bool;
+}
+
 /// Approvals offered and not answered yet, by picker id (also in the store: they survive
 /// restarts, unlike the settings pickers), and what offers, answers and closes them. Their one
 /// owner; each is taken out to be answered, and put back when the answer could not be
@@ -125,7 +132,7 @@ impl OpenApprovals {
     /// Offers an approval the running turn of `lane` waits for.
     pub(super) async fn offer(
         &self,
-        hub: &impl Port,
+        hub: &impl ApprovalsPort,
         lane: &Lane,
         run_id: &str,
         request: ApprovalRequest,
@@ -163,7 +170,7 @@ impl OpenApprovals {
     }
 
     /// Takes every pending approval of a run out of the pending set (and the store).
-    async fn take_of_run(&self, hub: &impl Port, run_id: &str) -> Vec<ApprovalRecord> {
+    async fn take_of_run(&self, hub: &impl ApprovalsPort, run_id: &str) -> Vec<ApprovalRecord> {
         let taken = {
             let mut open = self.open.borrow_mut();
             let ids: Vec<String> = open
@@ -190,7 +197,7 @@ impl OpenApprovals {
     /// Closes a run's open approvals with a message in their lane; `why` gets the command.
     pub(super) async fn close_of_run(
         &self,
-        hub: &impl Port,
+        hub: &impl ApprovalsPort,
         run_id: &str,
         why: impl Fn(&str) -> String,
     ) {
@@ -204,7 +211,7 @@ impl OpenApprovals {
     }
 
     /// Hermes stopped waiting (its timeout): the command did not run.
-    pub(super) async fn expired(&self, hub: &impl Port, run_id: &str) {
+    pub(super) async fn expired(&self, hub: &impl ApprovalsPort, run_id: &str) {
         self.close_of_run(hub, run_id, not_in_time).await;
     }
 
@@ -221,7 +228,7 @@ impl OpenApprovals {
     /// one (or one to a closed request) is refused with a clear `error`, changing nothing.
     pub(super) async fn answer(
         &self,
-        hub: &impl Port,
+        hub: &impl ApprovalsPort,
         device_id: &str,
         picker_id: &str,
         value: &str,
@@ -306,7 +313,7 @@ pub(super) fn not_in_time(command: &str) -> String {
 }
 
 /// An answered (or no longer answerable) approval leaves the store, so a restart does not offer it again.
-async fn forget(hub: &impl Port, record: &ApprovalRecord) {
+async fn forget(hub: &impl ApprovalsPort, record: &ApprovalRecord) {
     let gone = Change::Record(Record::RemoveApproval(record.picker_id.clone()));
     if let Err(e) = hub.commit(vec![gone], None).await {
         warn!("could not forget an answered approval: {e}");

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use super::errors::CommitError;
 use super::port::Port;
-use crate::config::{Config, Limits};
+use crate::config::{CronJob as CronConfig, Limits, WebhookConfig};
 use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::protocol::{Channel, ChannelKind, Frame, HistoryMessage, Lane, Role};
@@ -131,6 +131,26 @@ pub const WEBHOOK_FAILURES_PER_MINUTE: u32 = 5;
 /// addresses.
 pub const WEBHOOK_FAILURE_TABLE: usize = 32;
 
+/// What automation asks of the hub beyond the core: its settings, the lanes' turns for cron
+/// prompts, and the task that delivers the agent's job results into its channels.
+pub trait AutomationPort: Port {
+    /// The `[[cron]]` entries as this start read them.
+    fn cron_settings(&self) -> &[CronConfig];
+
+    /// The `[[webhook]]` entries as this start read them.
+    fn webhook_settings(&self) -> &[WebhookConfig];
+
+    /// Nothing is running or queued in `lane`.
+    fn lane_idle(&self, lane: &Lane) -> bool;
+
+    /// Queues a scheduled prompt as an agent turn in `lane`; its answer is posted as `title`.
+    fn enqueue_automation(self: &Rc<Self>, lane: Lane, prompt: String, title: String);
+
+    /// Starts the task that delivers the agent's job results into their lanes and automation's
+    /// channels (`AgentJobs::follow`), until `stop`.
+    fn follow_jobs(self: &Rc<Self>, stop: Listener);
+}
+
 /// The hub's automation: the webhooks and their rate windows, and the automation channels it
 /// posts into. The cron task and the webhook posts reach the hub through the port. Built inside
 /// the hub (it holds the hub weakly: the hub owns it); the server and the HTTP front reach it
@@ -170,7 +190,7 @@ pub(super) struct CronJob {
     prompt: String,
 }
 
-impl<P: Port> Automation<P> {
+impl<P: AutomationPort> Automation<P> {
     /// `port`: the hub being built around this service.
     pub(super) fn new(port: Weak<P>, store: Store, limits: Limits) -> Automation<P> {
         Automation {
@@ -202,7 +222,9 @@ impl<P: Port> Automation<P> {
         P: 'static,
     {
         let hub = self.hub();
-        let jobs = self.prepare(&*hub, hub.config()).await?;
+        let jobs = self
+            .prepare(&*hub, hub.webhook_settings(), hub.cron_settings())
+            .await?;
         if !jobs.is_empty() {
             let (automation, port, stop) = (self.clone(), hub.clone(), shutdown.listener());
             tokio::task::spawn_local(async move { automation.cron_loop(&port, jobs, stop).await });
@@ -217,10 +239,11 @@ impl<P: Port> Automation<P> {
     async fn prepare(
         &self,
         port: &impl Port,
-        config: &Config,
+        webhooks: &[WebhookConfig],
+        crons: &[CronConfig],
     ) -> Result<Vec<CronJob>, AutomationError> {
         let mut hooks = Vec::new();
-        for hook in &config.webhook {
+        for hook in webhooks {
             let label = format!("[[webhook]] `{}`", hook.name);
             let token = match &hook.token_file {
                 Some(path) => std::fs::read_to_string(path)
@@ -245,7 +268,7 @@ impl<P: Port> Automation<P> {
             });
         }
         let mut jobs = Vec::new();
-        for (i, job) in config.cron.iter().enumerate() {
+        for (i, job) in crons.iter().enumerate() {
             let label = format!("[[cron]] #{} ({})", i + 1, job.schedule);
             let schedule = job
                 .schedule
@@ -281,7 +304,10 @@ impl<P: Port> Automation<P> {
         }
         Ok(jobs)
     }
+}
 
+// Asks only the core: the agent's jobs post into automation's channels through their own port.
+impl<P> Automation<P> {
     /// The root channel named `name`, made an automation channel: created if missing (announced
     /// with `channel.created`), marked if not yet (announced with `channel.renamed`, as
     /// `channel.set_automation` does). The default channel is refused. `origin` names the config
@@ -355,7 +381,9 @@ impl<P: Port> Automation<P> {
             })?;
         Ok(entry)
     }
+}
 
+impl<P: AutomationPort> Automation<P> {
     /// Admits a webhook request before its body is read: the hook exists (404), `ip` is under
     /// [`WEBHOOK_FAILURES_PER_MINUTE`] wrong tokens (429, before the token is looked at), the
     /// bearer token matches (401, compared as SHA-256 digests in constant time; counted as it
@@ -569,12 +597,12 @@ fn clock_stepped(wall: TimeDelta, monotonic: Duration) -> bool {
     (wall - monotonic).abs() > step
 }
 
-impl<P: Port> Automation<P> {
+impl<P: AutomationPort> Automation<P> {
     /// The one cron task: fires due jobs, skips a job whose previous run is still queued or
     /// running, and stops when the gateway shuts down.
     pub(super) async fn cron_loop(
         &self,
-        port: &Rc<impl Port>,
+        port: &Rc<impl AutomationPort>,
         jobs: Vec<CronJob>,
         mut stop: Listener,
     ) {

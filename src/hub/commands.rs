@@ -22,6 +22,7 @@ use super::choices::{Choices, Picker, Setting};
 use super::errors::Refusal;
 use super::jobs::JobsOffer;
 use super::port::Port;
+use super::StatusReport;
 use crate::agent::{Agent, AgentSettings};
 use crate::ids;
 use crate::protocol::{Frame, HistoryMessage, Lane, Role};
@@ -32,6 +33,38 @@ pub use self::catalog::{parse, Command};
 
 /// The reasoning efforts offered (`default` leaves the agent's own setting).
 const REASONING_LEVELS: [&str; 5] = ["default", "none", "low", "medium", "high"];
+
+/// What the gateway's commands ask of the hub beyond the core: the lanes' turns (`/new`,
+/// `/stop`, `/voice`), the agent's jobs (`/jobs`) and the figures `/status` shows.
+#[allow(async_fn_in_trait)]
+pub(super) trait CommandsPort: Port {
+    /// Starts a fresh conversation in `lane` (`/new`: the turns' new agent session and plan).
+    async fn new_conversation(&self, lane: &Lane);
+
+    /// Stops the running turn of `lane`; `false` when nothing runs there.
+    fn stop_turn(&self, lane: &Lane) -> bool;
+
+    /// `/voice on|off|auto` in `lane`, answered in words.
+    async fn set_voice_mode(&self, lane: &Lane, value: &str) -> String;
+
+    /// Where answers are spoken now, or `None` when no speech service is set.
+    fn speech_service(&self) -> Option<String>;
+
+    /// Offers the agent's jobs in `lane` (`/jobs`: a picker, or a sentence saying why not).
+    async fn offer_jobs(&self, lane: &Lane);
+
+    /// Offers in `lane` what can be done to the job `job_id` a picker's answer chose.
+    async fn offer_job_actions(&self, lane: &Lane, job_id: &str);
+
+    /// Does `value` (pause, resume, run, remove) to the agent's job `job_id`; says how it went.
+    async fn apply_job_action(&self, job_id: &str, value: &str) -> String;
+
+    /// The gateway's health and figures, as `iris-gateway status` reports them.
+    fn status_report(&self) -> StatusReport;
+
+    /// Approvals waiting for an answer.
+    fn approvals_waiting(&self) -> usize;
+}
 
 /// The gateway's own commands and the settings pickers they open: the behaviour on the user's
 /// choices, which it owns (`choices.rs`). The router hands it commands and picker answers; the
@@ -68,7 +101,7 @@ impl Commands {
     }
 
     /// Runs a command sent in `lane` and posts the gateway's answer there.
-    pub(super) async fn execute(&self, hub: &impl Port, lane: &Lane, command: Command) {
+    pub(super) async fn execute(&self, hub: &impl CommandsPort, lane: &Lane, command: Command) {
         let answer = match command {
             Command::New => {
                 hub.new_conversation(lane).await;
@@ -107,7 +140,7 @@ impl Commands {
     /// Answers a picker. Unknown or expired ids are a no-op, as the schema says.
     pub(super) async fn select(
         &self,
-        hub: &impl Port,
+        hub: &impl CommandsPort,
         picker_id: &str,
         value: &str,
     ) -> Result<(), Refusal> {
@@ -132,7 +165,7 @@ impl Commands {
     /// user. Reasoning and speed apply to every lane; a model to `lane` only.
     async fn apply_setting(
         &self,
-        hub: &impl Port,
+        hub: &impl CommandsPort,
         lane: &Lane,
         setting: Setting,
         value: &str,
@@ -177,7 +210,7 @@ impl Commands {
 
     /// `/model NAME` (or a picker's value) in `lane`: the lane's next turns ask for that model;
     /// `default` goes back to the agent's own.
-    async fn choose_lane_model(&self, hub: &impl Port, lane: &Lane, value: &str) -> String {
+    async fn choose_lane_model(&self, hub: &impl CommandsPort, lane: &Lane, value: &str) -> String {
         let models = match self.agent.models().await {
             Ok(m) if !m.is_empty() => m,
             Ok(_) => return "This agent does not offer a choice of model.".into(),
@@ -225,7 +258,7 @@ impl Commands {
     }
 
     /// Offers a setting's choices as an outboxed `picker.choice` in `lane`.
-    async fn open_picker(&self, hub: &impl Port, lane: &Lane, setting: Setting) {
+    async fn open_picker(&self, hub: &impl CommandsPort, lane: &Lane, setting: Setting) {
         let current = self.choices.settings();
         let (title, choices) = match setting {
             Setting::Reasoning => (
@@ -291,7 +324,7 @@ impl Commands {
     /// Sends a picker in `lane` and remembers what answering it means.
     pub(super) async fn offer_picker(
         &self,
-        hub: &impl Port,
+        hub: &impl CommandsPort,
         lane: &Lane,
         title: &str,
         choices: Vec<Value>,
@@ -311,7 +344,7 @@ impl Commands {
     }
 
     /// Says or offers what the agent's jobs answer in `lane`.
-    pub(super) async fn offer(&self, hub: &impl Port, lane: &Lane, offer: JobsOffer) {
+    pub(super) async fn offer(&self, hub: &impl CommandsPort, lane: &Lane, offer: JobsOffer) {
         match offer {
             JobsOffer::Say(text) => post_system(hub, lane, text).await,
             JobsOffer::Pick {
@@ -341,7 +374,7 @@ impl Commands {
 
     /// `/status`: the same report `iris-gateway status` prints (`StatusReport`), in a chat's words,
     /// with the agent settings (this lane's model) and waiting approvals that only a chat needs.
-    fn status_text(&self, hub: &impl Port, lane: &Lane) -> String {
+    fn status_text(&self, hub: &impl CommandsPort, lane: &Lane) -> String {
         let report = hub.status_report();
         let gateway = if report.causes.is_empty() {
             "online".to_owned()

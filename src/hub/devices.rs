@@ -15,14 +15,16 @@ use crate::config::{Limits, PushConfig};
 use crate::guessing::GuessLimiter;
 use crate::ids;
 use crate::outlet::{CloseReason, ConnId, Outlet};
-use crate::protocol::{ErrorCode, Frame, Hello};
+use crate::protocol::{
+    Channel, ErrorCode, Frame, Hello, Lane, LaneRead, LaneRef, ServerCaps, TodoItem,
+};
 use crate::push::{PushJob, Target};
 use crate::store::{Change, Device, DeviceOrigin, Record, Store};
 
 use super::errors::CommitError;
 
 use super::errors::Refusal;
-use super::port::Port;
+use super::push::PushPort;
 
 /// Source addresses whose failed hellos are counted one by one; past them, addresses share one
 /// count (`guessing.rs`). A household's phones fit many times over.
@@ -54,6 +56,43 @@ pub enum TestTarget<'a> {
     Topic(&'a str),
 }
 
+/// What devices ask of the hub beyond push's port: the outlets in fan-out, the greeting's
+/// pieces other owners give, and push's bookkeeping of who is connected.
+pub trait DevicesPort: PushPort {
+    /// Set once the gateway is stopping: no new hellos.
+    fn is_shutting_down(&self) -> bool;
+
+    /// What this gateway offers, as `hello.ack` says it.
+    fn caps(&self) -> ServerCaps;
+
+    /// The directory's channels as a device is given them (`Directory::for_wire`).
+    fn channels_for_wire(&self, channels: Vec<Channel>) -> Vec<Channel>;
+
+    /// The lanes with a turn running, for `hello.ack.agent_busy`.
+    fn busy_lanes(&self) -> Vec<LaneRef>;
+
+    /// Every lane's todo list, for a device's hello.
+    fn todo_lists(&self) -> Vec<(Lane, Vec<TodoItem>)>;
+
+    /// Every existing lane's read marker, for `hello.ack.read`.
+    fn read_lanes(&self) -> Vec<LaneRead>;
+
+    /// Puts a greeted connection's outlet into fan-out.
+    fn add_outlet(&self, outlet: Rc<Outlet>);
+
+    /// Takes a closed connection's outlet out of fan-out, if it was there.
+    fn remove_outlet(&self, conn_id: ConnId) -> Option<Rc<Outlet>>;
+
+    /// The outlets of `device_id`'s open connections.
+    fn outlets_of_device(&self, device_id: &str) -> Vec<Rc<Outlet>>;
+
+    /// No pushes for this device while it is connected.
+    fn cancel_pushes(&self, device_id: &str);
+
+    /// A device's connection closed: pushes may start for it.
+    fn device_left(&self, device_id: &str);
+}
+
 /// The paired devices and their connections' comings and goings. Built inside the hub (it holds
 /// the hub weakly: the hub owns it); the doors above the hub reach it through `Hub::devices`.
 pub struct Devices<P> {
@@ -64,7 +103,7 @@ pub struct Devices<P> {
     bad_hellos: RefCell<GuessLimiter<BAD_HELLO_TABLE>>,
 }
 
-impl<P: Port> Devices<P> {
+impl<P: DevicesPort> Devices<P> {
     /// `port`: the hub being built around this service.
     pub(super) fn new(port: Weak<P>, store: Store, limits: &Limits) -> Devices<P> {
         Devices {
@@ -181,13 +220,13 @@ impl<P: Port> Devices<P> {
         let channels = hub.channels_for_wire(self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
-        let health = hub.gateway_health().state();
+        let health = hub.health_state();
         let busy = outlet.wants_busy_frames().then(|| hub.busy_lanes());
         let read = outlet.wants_read_markers().then(|| hub.read_lanes());
         let mut ack = Frame::hello_ack(
             hello_id,
             &hub.caps(),
-            hub.fanout().published_head(),
+            hub.published_head(),
             last_pushed,
             &channels,
         );
@@ -202,14 +241,14 @@ impl<P: Port> Devices<P> {
         for (lane, todos) in hub.todo_lists() {
             outlet.push_frame(&Frame::todo_update(&todos).in_lane(&lane.chat_id, lane.thread()));
         }
-        hub.fanout().add(outlet.clone());
+        hub.add_outlet(outlet.clone());
         hub.cancel_pushes(&outlet.device_id);
     }
 
     /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
         let hub = self.hub();
-        let gone = hub.fanout().remove(conn_id);
+        let gone = hub.remove_outlet(conn_id);
         if let Some(outlet) = gone {
             hub.device_left(&outlet.device_id);
         }
@@ -238,7 +277,7 @@ impl<P: Port> Devices<P> {
         )
         .await?;
         hub.cancel_pushes(device_id);
-        for o in hub.fanout().of_device(device_id) {
+        for o in hub.outlets_of_device(device_id) {
             o.push_frame(&Frame::error(
                 None,
                 ErrorCode::Auth,
@@ -254,7 +293,7 @@ impl<P: Port> Devices<P> {
 
     /// Device ids with a socket open past the hello gate.
     pub fn connected(&self) -> HashSet<String> {
-        self.hub().fanout().device_ids()
+        self.hub().connected_devices()
     }
 
     /// Renames a device (cut to `limits.max_name_chars`); `Ok(false)` if there is none.

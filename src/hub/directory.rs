@@ -14,6 +14,7 @@ use super::errors::Refusal;
 mod channels;
 
 pub(super) use channels::new_thread;
+pub(super) use channels::DirectoryPort;
 
 /// The channel directory and its limits.
 pub(super) struct Directory {

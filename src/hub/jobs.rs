@@ -26,7 +26,7 @@ use super::automation::{cron_message_changes, Automation, AutomationError};
 use super::choices::Setting;
 use super::errors::CommitError;
 use super::port::Port;
-use crate::agent::{Agent, JobAction, JobInfo, JobRun};
+use crate::agent::{Agent, AgentEvent, JobAction, JobInfo, JobRun};
 use crate::ids;
 use crate::protocol::{fit, HistoryMessage, Lane, Role};
 use crate::shutdown::Listener;
@@ -79,7 +79,7 @@ impl AgentJobs {
     }
 
     /// The task that delivers the agent's job results, until `stop`.
-    pub(super) async fn follow<P: Port>(
+    pub(super) async fn follow<P: AgentJobsPort>(
         &self,
         port: &P,
         automation: &Automation<P>,
@@ -113,7 +113,7 @@ impl AgentJobs {
     }
 
     /// Delivers the runs of `jobs` not delivered yet; forgets jobs the agent no longer has.
-    async fn deliver_job_runs<P: Port>(
+    async fn deliver_job_runs<P: AgentJobsPort>(
         &self,
         port: &P,
         automation: &Automation<P>,
@@ -181,7 +181,7 @@ impl AgentJobs {
     /// starting after its newest run so far.
     async fn adopt_job(
         &self,
-        port: &impl Port,
+        port: &impl AgentJobsPort,
         job: &JobInfo,
         newest: Option<&JobRun>,
     ) -> Result<(), JobError> {
@@ -201,7 +201,7 @@ impl AgentJobs {
     /// got one), so a burst caught up at start reaches the phones paced, none dropped.
     async fn deliver_runs(
         &self,
-        deliver: &Delivery<'_, impl Port>,
+        deliver: &Delivery<'_, impl AgentJobsPort>,
         job: &JobInfo,
         runs: Vec<JobRun>,
         posted: &mut HashMap<Lane, Instant>,
@@ -247,7 +247,7 @@ impl AgentJobs {
 
     /// A turn in `lane` made the agent job `job_id`: its results belong to this lane (a record
     /// the poller already made for it keeps its delivered mark).
-    pub(super) async fn made(&self, port: &impl Port, lane: &Lane, job_id: String) {
+    pub(super) async fn made(&self, port: &impl AgentJobsPort, lane: &Lane, job_id: String) {
         let delivered = match self.store.agent_jobs() {
             Ok(records) => records
                 .into_iter()
@@ -430,13 +430,26 @@ impl AgentJobs {
     }
 }
 
+/// What the agent's jobs ask of the hub beyond the core: storing the files a job's answer names.
+#[allow(async_fn_in_trait)]
+pub(super) trait AgentJobsPort: Port {
+    /// Stores the files an agent's answer names (`MEDIA:` lines, through the media policy) and
+    /// attaches them to `message`.
+    async fn attach_agent_files(
+        &self,
+        lane: &Lane,
+        message: &mut HistoryMessage,
+        files: Vec<AgentEvent>,
+    );
+}
+
 /// Where the delivering task posts: the hub, through the port, and automation's channels.
 struct Delivery<'a, P> {
     port: &'a P,
     automation: &'a Automation<P>,
 }
 
-impl<P: Port> Delivery<'_, P> {
+impl<P: AgentJobsPort> Delivery<'_, P> {
     /// Where a job's result goes: its lane while it exists, else the agent-jobs channel.
     async fn lane(&self, lane: Option<&Lane>) -> Result<Lane, JobError> {
         if let Some(lane) = lane.filter(|l| self.port.lane_exists(l)) {

@@ -12,8 +12,10 @@ use crate::protocol::fit::{self, OutBudget};
 use crate::protocol::{Channel, Frame, HistoryMessage, Lane, MediaRef, MessageSend, Role};
 use crate::store::{Change, PendingTurn, Store};
 
-use super::agent_calls::CallKind;
+use super::agent_calls::{CallKind, CallSlot};
+use super::commands::Command;
 use super::directory;
+use super::errors::CommitError;
 use super::errors::Refusal;
 use super::port::Port;
 use super::turns::QueuedTurn;
@@ -21,6 +23,38 @@ use super::Origin;
 
 /// Longest auto-thread title derived from the first message.
 const AUTO_TITLE_CHARS: usize = 48;
+
+/// What the user's messages ask of the hub beyond the core: room in the directory and the
+/// lane, the device's agent-call slot, the commit that answers the sender, and where a message
+/// goes next (the commands, the lane's turns, the running answer).
+#[allow(async_fn_in_trait)]
+pub(super) trait MessagesPort: Port {
+    /// The directory has room for the new thread `thread`.
+    fn thread_fits(&self, thread: &Channel) -> bool;
+
+    /// Turns waiting in `lane` behind the running one.
+    fn lane_waiting(&self, lane: &Lane) -> usize;
+
+    /// The device's slot for a call of `kind` to the agent, or the refusal while its previous
+    /// one is under way.
+    fn agent_call(&self, device_id: &str, kind: CallKind) -> Result<CallSlot, Refusal>;
+
+    /// Makes `changes` durable and publishes them, answering the requester as `origin` says.
+    async fn commit_answering(
+        &self,
+        changes: Vec<Change>,
+        origin: Origin,
+    ) -> Result<(), CommitError>;
+
+    /// Runs a gateway command sent in `lane` and posts its answer there.
+    async fn run_command(&self, lane: &Lane, command: Command);
+
+    /// Queues a user's message as a turn in `lane`.
+    fn enqueue_turn(&self, lane: Lane, turn: QueuedTurn);
+
+    /// Hands a stored steering message to the running answer of `lane` (or queues it).
+    async fn hand_steer(&self, lane: Lane, message_id: String, text: String);
+}
 
 /// The user's messages on their way in: `message.send` and `agent.steer` checked, stored,
 /// echoed, and handed to their lane's turns (or, for a gateway command, to the commands). It
@@ -44,7 +78,7 @@ impl Messages {
     /// `message.send`: checks the message, stores it (in a new auto-thread if asked), echoes it
     /// to every device with a `read.receipt` to the sender first, then queues its turn or, for
     /// a gateway command, answers it.
-    pub(super) async fn send<P: Port + 'static>(
+    pub(super) async fn send<P: MessagesPort + 'static>(
         &self,
         hub: &Rc<P>,
         outlet: &Rc<Outlet>,
@@ -168,7 +202,7 @@ impl Messages {
     /// every device, and hands it to the running answer (or makes it the next message).
     /// `receipt`: the sender
     /// sent it as a `message.send` (`/steer TEXT`) and is owed a `read.receipt` for it.
-    pub(super) async fn steer<P: Port + 'static>(
+    pub(super) async fn steer<P: MessagesPort + 'static>(
         &self,
         hub: &Rc<P>,
         outlet: &Rc<Outlet>,
@@ -268,7 +302,7 @@ impl Messages {
     }
 
     /// A lane whose agent is busy takes `limits.lane_queue_depth` more messages, then refuses.
-    fn check_lane_room(&self, hub: &impl Port, lane: &Lane) -> Result<(), Refusal> {
+    fn check_lane_room(&self, hub: &impl MessagesPort, lane: &Lane) -> Result<(), Refusal> {
         let waiting = hub.lane_waiting(lane);
         if waiting > 0 && waiting >= self.limits.lane_queue_depth {
             return Err(Refusal::rate_limited(format!(
@@ -307,7 +341,12 @@ impl Messages {
 /// The thread a message to the default channel asked to start (`auto_thread`), titled from
 /// its first line. A directory with no room left for another entry (its icons fill the
 /// hello.ack budget) keeps the message in the default lane rather than refusing it.
-fn auto_thread(hub: &impl Port, lane: &Lane, root: &Channel, req: &MessageSend) -> Option<Channel> {
+fn auto_thread(
+    hub: &impl MessagesPort,
+    lane: &Lane,
+    root: &Channel,
+    req: &MessageSend,
+) -> Option<Channel> {
     let wants_thread = req.auto_thread
         && root.is_default
         && lane.thread_id.is_none()

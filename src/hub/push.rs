@@ -11,6 +11,7 @@
 //! last frame pushed to it) bound what is still owed, so a restart catches up on pushes it
 //! never sent and never repeats one it did.
 
+use std::collections::HashSet;
 use std::rc::{Rc, Weak};
 
 use tracing::{info, warn};
@@ -35,6 +36,16 @@ pub(super) fn say_voice_reply(outboxed: &mut Outboxed) {
     }
 }
 
+/// What push asks of the hub beyond the core: who is connected (pushes go only to the others)
+/// and that a push got through. `Devices` asks the same (its test push).
+pub trait PushPort: Port {
+    /// The devices with a connection open now.
+    fn connected_devices(&self) -> HashSet<String>;
+
+    /// A push reached its server: push is known to work (`/status`).
+    fn confirm_push(&self);
+}
+
 /// The push worker and what it is owed.
 pub struct Push<P> {
     port: Weak<P>,
@@ -45,7 +56,7 @@ pub struct Push<P> {
 // The doors above the hub only ever see the service over the `Hub` (its accessor), so the
 // port it is generic over stays the hub's own.
 #[allow(private_bounds)]
-impl<P: Port> Push<P> {
+impl<P: PushPort> Push<P> {
     /// `port`: the hub being built around this service (it owns it, so it is held weakly).
     pub(super) fn new(port: Weak<P>, pusher: Pusher, store: Store) -> Push<P> {
         Push {

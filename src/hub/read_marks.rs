@@ -8,10 +8,16 @@
 //! so a receipt that moves nothing costs no write; it reaches the hub through the port.
 
 use crate::protocol::{Frame, Lane, LaneRead};
-use crate::store::{Change, ReadMark, Store};
+use crate::store::{Change, ReadMark, Store, StoreError};
 
 use super::errors::Refusal;
 use super::port::Port;
+
+/// What read marks ask of the hub beyond the core: a failed history query as a device's refusal.
+pub(super) trait ReadMarksPort: Port {
+    /// A history query's failure as the refusal a device gets (damage is noted as a cause).
+    fn query_failed(&self, e: StoreError) -> Refusal;
+}
 
 /// Per lane, where the household has read it up to (also in the store). Its one owner: a marker
 /// only moves forward.
@@ -59,7 +65,7 @@ impl ReadMarks {
     /// not exist.
     pub(super) async fn receipt(
         &self,
-        port: &impl Port,
+        port: &impl ReadMarksPort,
         chat_id: Option<&str>,
         thread_id: Option<&str>,
         message_id: String,
@@ -104,7 +110,7 @@ impl ReadMarks {
     /// Every existing lane's read marker, sorted, for `hello.ack.read`: one per lane, so at
     /// most as many as the directory has lanes. Markers of lanes deleted meanwhile are
     /// dropped here (the store drops its copies with the channel).
-    pub(super) fn lanes(&self, port: &impl Port) -> Vec<LaneRead> {
+    pub(super) fn lanes(&self, port: &impl ReadMarksPort) -> Vec<LaneRead> {
         let marks = self.all();
         let mut out = Vec::with_capacity(marks.len());
         for (lane, mark) in marks {

@@ -20,6 +20,16 @@ use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope}
 use crate::store::search::{query_terms, Scope};
 use crate::store::{Change, Store, StoreError};
 
+/// What history queries ask of the hub beyond the core: what a message deletion drops (queued
+/// turns) and noting a damaged history.
+pub(super) trait QueriesPort: Port {
+    /// Drops the queued turns of deleted messages.
+    fn drop_turns_of(&self, message_ids: &[String]);
+
+    /// A query found the history database damaged: `degraded` with that cause.
+    fn note_history_damaged(&self, why: String);
+}
+
 /// The history query path and each device's share of its thread.
 pub(super) struct Queries {
     store: Store,
@@ -75,7 +85,7 @@ impl Queries {
     /// What a query that failed gets back. Damage it found in the history database (which
     /// does not heal: every later search, page and backup that reads there fails the same way)
     /// also makes the gateway `degraded` with that cause and what the owner can do.
-    pub(super) fn failed(&self, port: &impl Port, e: StoreError) -> Refusal {
+    pub(super) fn failed(&self, port: &impl QueriesPort, e: StoreError) -> Refusal {
         if !e.is_history_damage() {
             return Refusal::internal(e);
         }
@@ -88,7 +98,7 @@ impl Queries {
     /// on the history query thread; the event loop only awaits it.
     pub(super) async fn search(
         &self,
-        port: &impl Port,
+        port: &impl QueriesPort,
         outlet: &Outlet,
         id: Option<i64>,
         envelope: (Option<String>, Option<String>),
@@ -180,7 +190,7 @@ impl Queries {
     /// through the outbox, every device that is away). Unknown ids are fine: deletion is idempotent.
     pub(super) async fn delete_messages(
         &self,
-        port: &impl Port,
+        port: &impl QueriesPort,
         outlet: &Outlet,
         id: Option<i64>,
         message_ids: Vec<String>,

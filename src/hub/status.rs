@@ -64,6 +64,40 @@ pub struct StatusReport {
     pub switched_off: Vec<SwitchedOff>,
 }
 
+/// What the status asks of the hub beyond the core: the figures and notes other owners keep
+/// (health, fan-out, push, media, updates) and the agent's replacement.
+pub trait StatusPort: Port {
+    /// Why the gateway is degraded, in words, one per cause.
+    fn health_reasons(&self) -> Vec<String>;
+
+    /// Whether a push has reached its server since this start.
+    fn push_confirmed(&self) -> bool;
+
+    /// The restore waiting for this start failed, and why.
+    fn restore_failure(&self) -> Option<String>;
+
+    /// Notes that the restore waiting for this start failed.
+    fn note_restore_failure(&self, why: String);
+
+    /// Connections past the hello gate.
+    fn connections(&self) -> usize;
+
+    /// The agent behind the hub was replaced: its turns' watch checks the new one.
+    fn agent_replaced(&self);
+
+    /// The push backend (`none`, `ntfy`, `fcm`).
+    fn push_backend(&self) -> &'static str;
+
+    /// The bytes stored media take.
+    fn media_used(&self) -> u64;
+
+    /// The update under way or staged.
+    fn update_under_way(&self) -> Option<String>;
+
+    /// This version is on trial after an update.
+    fn on_update_trial(&self) -> bool;
+}
+
 /// The gateway's notes about itself and the report built from them: what went wrong at this
 /// start (a failed restore, parts switched off), what happened since (history damage, a new
 /// agent), and the figures `/status` shows. Built inside the hub (it holds the hub weakly: the
@@ -77,7 +111,7 @@ pub struct Status<P> {
     started: Instant,
 }
 
-impl<P: Port> Status<P> {
+impl<P: StatusPort> Status<P> {
     /// `port`: the hub being built around this service.
     pub(super) fn new(
         port: Weak<P>,
@@ -104,8 +138,7 @@ impl<P: Port> Status<P> {
     /// Everything `/status` and the admin page show, gathered at once.
     pub fn report(&self) -> StatusReport {
         let hub = self.hub();
-        let health = hub.gateway_health();
-        let (agent_error, push_error, storage_error, media_full) = health.causes(|c| {
+        let (agent_error, push_error, storage_error, media_full) = hub.health_causes(|c| {
             (
                 c.agent_error.clone(),
                 c.push_error.clone(),
@@ -115,38 +148,38 @@ impl<P: Port> Status<P> {
                 c.media_full.clone(),
             )
         });
-        let restore_failure = health.restore_failure();
+        let restore_failure = hub.restore_failure();
         StatusReport {
-            state: health.state(),
-            causes: health.reasons(),
+            state: hub.health_state(),
+            causes: hub.health_reasons(),
             version: crate::update::version::running().to_string(),
             uptime_secs: self.started.elapsed().as_secs(),
             agent: self.agent.describe(),
             agent_error,
             push: hub.push_backend().to_owned(),
             push_error,
-            push_confirmed: health.push_confirmed(),
+            push_confirmed: hub.push_confirmed(),
             store_bytes: self.store.size_on_disk().ok(),
-            cursor_head: hub.fanout().published_head(),
+            cursor_head: hub.published_head(),
             media_bytes: hub.media_used(),
             media_quota_bytes: self.media_quota_bytes,
             disk_free_bytes: crate::disk::free_bytes(self.store.dir()).ok(),
             devices_paired: self.store.devices().map(|d| d.len()).unwrap_or(0),
-            devices_connected: hub.fanout().count(),
+            devices_connected: hub.connections(),
             restore_failure,
             storage_error,
             media_full,
             // The failure is held as a cause (read from the history at start and on dismiss).
-            update_failure: health.causes(|c| c.update_failed.clone()),
+            update_failure: hub.health_causes(|c| c.update_failed.clone()),
             update_under_way: hub.update_under_way(),
             update_trial: hub.on_update_trial(),
-            switched_off: health.causes(|c| c.switched_off()),
+            switched_off: hub.health_causes(|c| c.switched_off()),
         }
     }
 
     /// The restore waiting for this start failed (`backups/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
-        self.hub().gateway_health().note_restore_failure(why);
+        self.hub().note_restore_failure(why);
     }
 
     /// A part starts switched off because its saved settings cannot work: `degraded`, with

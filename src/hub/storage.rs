@@ -28,6 +28,13 @@ use crate::store::{Change, Store, StoreError};
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 const PROBE_FILE: &str = ".write-probe";
 
+/// What the storage watch asks of the hub beyond the core: a restart when the store cannot
+/// resume.
+pub(super) trait StorageWatchPort: Port {
+    /// Tells every device the gateway is restarting and closes them (the store cannot resume).
+    fn begin_shutdown(&self);
+}
+
 /// The data disk's watch, and the answers that wait for it.
 pub(super) struct StorageWatch {
     store: Store,
@@ -36,7 +43,7 @@ pub(super) struct StorageWatch {
 }
 
 /// Storage is failing (`Some(why)`) or works again (`None`): a cause of `degraded`.
-fn set_error(port: &impl Port, error: Option<String>) {
+fn set_error(port: &impl StorageWatchPort, error: Option<String>) {
     port.update_health(|st| st.storage_error = error);
 }
 
@@ -49,7 +56,7 @@ impl StorageWatch {
     }
 
     /// Watches a failed disk until it takes writes again, then stores what waited and clears `degraded`.
-    pub(super) async fn watch(&self, port: &impl Port, mut stop: Listener) {
+    pub(super) async fn watch(&self, port: &impl StorageWatchPort, mut stop: Listener) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
@@ -116,7 +123,7 @@ impl StorageWatch {
 
     /// Stores (and so delivers) the answers that finished while the disk was failing, in one
     /// commit (at most `MAX_UNSETTLED` answers); on failure they are kept for the next try.
-    async fn settle_unsettled(&self, port: &impl Port) -> Result<(), String> {
+    async fn settle_unsettled(&self, port: &impl StorageWatchPort) -> Result<(), String> {
         let kept = self.unsettled.take_all();
         if kept.is_empty() {
             return Ok(());
@@ -142,7 +149,7 @@ impl StorageWatch {
 /// The disk works again but sled cannot resume in this process (`StoreError::Stuck`): tell
 /// the devices the gateway is restarting and exit with status 1, so that systemd
 /// (`Restart=on-failure`) starts it again; the new process opens the store from disk.
-async fn restart_store(port: &impl Port) {
+async fn restart_store(port: &impl StorageWatchPort) {
     error!(
         "the data disk works again, but the storage engine cannot resume after the failure \
      without a restart: exiting with status 1 so the service manager restarts the gateway"

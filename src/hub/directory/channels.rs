@@ -16,11 +16,19 @@ use crate::protocol::{
 };
 use crate::store::{purge_changes, Change};
 
+/// What the directory asks of the hub beyond the core: dropping what lives on about the
+/// lanes a channel deletion removes.
+pub(in crate::hub) trait DirectoryPort: Port {
+    /// Drops everything live about deleted lanes (their turns, queues and settings); returns
+    /// the changes to commit with the deletion.
+    fn forget_lanes(&self, gone: &dyn Fn(&Lane) -> bool) -> Vec<Change>;
+}
+
 impl Directory {
     /// The directory requests (`channel.*`): create, rename, icon, automation mark, default, delete.
     pub(in crate::hub) async fn handle_request(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         id: Option<i64>,
         target: Option<String>,
@@ -195,7 +203,7 @@ impl Directory {
     /// Stores entries and broadcasts a `channel.renamed` for each; the first answers the request.
     async fn save_channel(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         id: Option<i64>,
         entries: Vec<Channel>,
@@ -215,7 +223,7 @@ impl Directory {
     /// Commits directory changes and answers the requester with the broadcast frame carrying its `id`.
     async fn commit_directory(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         changes: Vec<Change>,
         reply: Frame,
@@ -235,7 +243,7 @@ impl Directory {
     /// `channel.create`: a channel, or a thread under its parent, within the directory's limits.
     async fn create_channel(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         id: Option<i64>,
         envelope_chat: Option<String>,
@@ -308,7 +316,7 @@ impl Directory {
     /// there is exactly one default at every instant a device or a crash could observe.
     async fn set_default_channel(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         id: Option<i64>,
         mut entry: Channel,
@@ -348,7 +356,7 @@ impl Directory {
     /// Deletes a channel with its threads (or one thread) and their history.
     async fn delete_channel(
         &self,
-        port: &impl Port,
+        port: &impl DirectoryPort,
         conn: ConnId,
         id: Option<i64>,
         entry: Channel,
