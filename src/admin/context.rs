@@ -14,12 +14,12 @@ use crate::web::Channel;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ctx {
     peer: SocketAddr,
-    secure: bool,
+    channel: Channel,
 }
 
 impl Ctx {
-    pub(super) fn new(peer: SocketAddr, secure: bool) -> Ctx {
-        Ctx { peer, secure }
+    pub(super) fn new(peer: SocketAddr, channel: Channel) -> Ctx {
+        Ctx { peer, channel }
     }
 
     pub(super) fn peer(&self) -> SocketAddr {
@@ -28,17 +28,17 @@ impl Ctx {
 
     /// How it came: over TLS the page's shell leaves off the warning a plain page carries.
     pub(super) fn channel(&self) -> Channel {
-        if self.secure {
-            Channel::Encrypted
-        } else {
-            Channel::Plain
-        }
+        self.channel
     }
 
     /// A `Set-Cookie` value for cookie `name` in this request's answer: `Secure` when it came
     /// over TLS (an empty value with `Max-Age=0` removes the cookie).
     pub(super) fn cookie(&self, name: &str, value: &str) -> String {
-        let secure = if self.secure { "; Secure" } else { "" };
+        let secure = if self.channel.is_encrypted() {
+            "; Secure"
+        } else {
+            ""
+        };
         let age = if value.is_empty() { "; Max-Age=0" } else { "" };
         format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict{secure}{age}")
     }

@@ -270,7 +270,7 @@ pub async fn serve(
     peer: SocketAddr,
     channel: crate::web::Channel,
 ) -> Response<Body> {
-    let ctx = Ctx::new(peer, channel.is_encrypted());
+    let ctx = Ctx::new(peer, channel);
     if is_transfer(&req) || matches!(*req.method(), Method::GET | Method::HEAD) {
         RequestRead::done(&req);
     }
