@@ -6,9 +6,12 @@
 //! fanned out directly. The hub runs on the one event-loop thread, so its state sits in a
 //! `RefCell` that is never borrowed across an `.await`.
 //!
-//! `state.rs` is the base every other file builds on (the `Hub`, its fields' types, fan-out and
-//! health); `router.rs` dispatches requests; each remaining file adds the `impl Hub` methods of
-//! one concern. This file only declares them and names the hub's public face.
+//! `state.rs` is the base (the `Hub`, the services it owns, fan-out and health, and one accessor
+//! for each service the doors above call); `router.rs` dispatches requests; `commit.rs` is the
+//! committer. Every other file holds one service with its own state (`Devices`, `Commands`,
+//! `Queries`, `Media`, ..., and `turns/`), which reaches back through the core `Port`
+//! (`port.rs`) and its own narrow port beside it, implemented for the `Hub` in `hub_port.rs`
+//! (`turn_port.rs` for the turns). This file only declares them and names the hub's public face.
 
 mod agent_calls;
 mod approvals;

@@ -1,8 +1,8 @@
-//! The hub's base: the `Hub` itself (the services it drives and the live state it owns), the
-//! types its fields hold, and the small helpers every part of the hub uses (fan-out, health).
-//! Every other file of the hub adds `impl Hub` methods for one concern and imports from here;
-//! this file imports none of them, only the plain-data leaves `errors.rs` and the turns' face
-//! (`turns/mod.rs`, which reaches the hub only through its port).
+//! The hub's base: the `Hub` itself (the services it owns and drives), the small helpers every
+//! part of the hub uses (fan-out, health), and one accessor for each service the doors above
+//! the hub call (`devices()`, `status()`, `automation()`, `media()`, `push()`, `updates()`).
+//! The services reach back only through their ports (`port.rs`, `hub_port.rs`) and never name
+//! the `Hub`; the turns borrow two free helpers from here (`gateway_message`, `coalesce_key`).
 
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;

@@ -70,7 +70,7 @@ pub(super) struct Pacer {
     held: Vec<(u64, Held)>,
 }
 
-/// Which held states `Hub::flush_held` sends.
+/// Which held states `Turns::flush_held` sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Flush {
     /// Those whose interval is over.
