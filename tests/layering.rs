@@ -1096,3 +1096,102 @@ fn each_piece_of_hub_state_has_one_owner() {
         ]
     );
 }
+
+/// The owners a service port must not hand out: asking the hub a question is narrow, holding
+/// another owner's handle is not (docs/architecture.md, the services' ports).
+fn hub_owners() -> Vec<String> {
+    let mut owners: Vec<String> = HUB_PARTS
+        .iter()
+        .map(|(_, part)| part.trim_end_matches("<P>").to_owned())
+        .collect();
+    owners.extend(["Hub", "Fanout", "Health", "Config", "Turns"].map(String::from));
+    owners
+}
+
+/// Where a service's port (`trait Port`, or a `trait …Port` built on it) returns a reference to
+/// one of the hub's owners: `file: fn name -> type`. The turns' own port (`TurnPort`) stands
+/// apart: it is not built on `Port`.
+fn ports_handing_out_owners(hub: &Path) -> Vec<String> {
+    let owners = hub_owners();
+    let mut out = Vec::new();
+    let mut files = Vec::new();
+    rust_files(hub, &mut files);
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let code = without_test_items(&code_only(&std::fs::read_to_string(f).unwrap()));
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("trait ") {
+            let after = &rest[at + "trait ".len()..];
+            let header = &after[..after.find('{').unwrap_or(after.len())];
+            let trait_name: String = header.chars().take_while(|c| is_ident(*c)).collect();
+            let on_port = trait_name == "Port"
+                || header.contains(": Port")
+                || header
+                    .split(':')
+                    .nth(1)
+                    .is_some_and(|s| s.trim().ends_with("Port"));
+            let body_start = after.find('{').map_or(after.len(), |i| i + 1);
+            let body = &after[body_start..];
+            let body = &body[..body.find("\n}").unwrap_or(body.len())];
+            if trait_name.ends_with("Port") && on_port {
+                for sig in body.split(';') {
+                    let Some(arrow) = sig.find("-> &") else {
+                        continue;
+                    };
+                    let ty = sig[arrow + "-> &".len()..]
+                        .trim_start_matches("mut ")
+                        .trim();
+                    let ty: String = ty
+                        .trim_start_matches("Rc<")
+                        .chars()
+                        .take_while(|c| is_ident(*c))
+                        .collect();
+                    if owners.contains(&ty) {
+                        let fn_name = sig
+                            .split("fn ")
+                            .nth(1)
+                            .map(|s| s.chars().take_while(|c| is_ident(*c)).collect::<String>())
+                            .unwrap_or_default();
+                        out.push(format!("{name}: {trait_name}::{fn_name} -> &{ty}"));
+                    }
+                }
+            }
+            rest = &after[body_start..];
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The services' ports ask questions; none hands a service another owner of the hub.
+#[test]
+fn no_service_port_hands_out_another_owner() {
+    let hub = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hub");
+    let found = ports_handing_out_owners(&hub);
+    assert!(found.is_empty(), "{found:#?}");
+    // The check sees what it is for, and leaves the turns' own port and plain answers alone.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("port.rs"),
+        "pub trait Port {\n    fn fanout(&self) -> &Fanout;\n    fn published_head(&self) -> u64;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("devices.rs"),
+        "pub trait DevicesPort: PushPort {\n    fn config(&self) -> &Config;\n    \
+         fn backend(&self) -> &'static str;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("turn_port.rs"),
+        "pub trait TurnPort: 'static {\n    fn config(&self) -> &Config;\n}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ports_handing_out_owners(dir.path()),
+        [
+            "devices.rs: DevicesPort::config -> &Config",
+            "port.rs: Port::fanout -> &Fanout",
+        ]
+    );
+}
