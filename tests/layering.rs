@@ -1069,31 +1069,39 @@ fn hub_state_trespasses(hub: &Path) -> Vec<String> {
     out
 }
 
+/// A check over `src/hub` finds nothing there, and finds exactly `expected` in a scratch hub
+/// made of `files` (name, text): it sees what it is for.
+fn holds_for_the_hub(check: fn(&Path) -> Vec<String>, files: &[(&str, &str)], expected: &[&str]) {
+    let hub = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hub");
+    let found = check(&hub);
+    assert!(found.is_empty(), "{found:#?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    assert_eq!(check(dir.path()), expected);
+}
+
 /// One owner per piece of the hub's state: no file touches another's (docs/architecture.md).
 #[test]
 fn each_piece_of_hub_state_has_one_owner() {
-    let hub = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hub");
-    let found = hub_state_trespasses(&hub);
-    assert!(found.is_empty(), "{found:#?}");
-    // The check sees what it is for.
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("turn_run.rs"),
-        "fn f(h: &Hub) { h.voice_noticed.borrow_mut().clear(); }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("lanes.rs"),
-        "pub(super) struct Lanes {\n    pub(super) lanes: Vec<u8>,\n}\n\
-         pub(super) struct QueuedTurn {\n    pub text: String,\n}\n",
-    )
-    .unwrap();
-    assert_eq!(
-        hub_state_trespasses(dir.path()),
-        [
+    holds_for_the_hub(
+        hub_state_trespasses,
+        &[
+            (
+                "turn_run.rs",
+                "fn f(h: &Hub) { h.voice_noticed.borrow_mut().clear(); }\n",
+            ),
+            (
+                "lanes.rs",
+                "pub(super) struct Lanes {\n    pub(super) lanes: Vec<u8>,\n}\n\
+                 pub(super) struct QueuedTurn {\n    pub text: String,\n}\n",
+            ),
+        ],
+        &[
             "lanes.rs: a field others can reach: pub(super) lanes: Vec<u8>",
             "turn_run.rs: .voice_noticed",
-        ]
+        ],
     );
 }
 
@@ -1163,35 +1171,31 @@ fn ports_handing_out_owners(hub: &Path) -> Vec<String> {
     out
 }
 
-/// The services' ports ask questions; none hands a service another owner of the hub.
+/// The services' ports ask questions; none hands a service another owner of the hub. The
+/// scratch hub also shows the check leaves the turns' own port and plain answers alone.
 #[test]
 fn no_service_port_hands_out_another_owner() {
-    let hub = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hub");
-    let found = ports_handing_out_owners(&hub);
-    assert!(found.is_empty(), "{found:#?}");
-    // The check sees what it is for, and leaves the turns' own port and plain answers alone.
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("port.rs"),
-        "pub trait Port {\n    fn fanout(&self) -> &Fanout;\n    fn published_head(&self) -> u64;\n}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("devices.rs"),
-        "pub trait DevicesPort: PushPort {\n    fn config(&self) -> &Config;\n    \
-         fn backend(&self) -> &'static str;\n}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("turn_port.rs"),
-        "pub trait TurnPort: 'static {\n    fn config(&self) -> &Config;\n}\n",
-    )
-    .unwrap();
-    assert_eq!(
-        ports_handing_out_owners(dir.path()),
-        [
+    holds_for_the_hub(
+        ports_handing_out_owners,
+        &[
+            (
+                "port.rs",
+                "pub trait Port {\n    fn fanout(&self) -> &Fanout;\n    \
+                 fn published_head(&self) -> u64;\n}\n",
+            ),
+            (
+                "devices.rs",
+                "pub trait DevicesPort: PushPort {\n    fn config(&self) -> &Config;\n    \
+                 fn backend(&self) -> &'static str;\n}\n",
+            ),
+            (
+                "turn_port.rs",
+                "pub trait TurnPort: 'static {\n    fn config(&self) -> &Config;\n}\n",
+            ),
+        ],
+        &[
             "devices.rs: DevicesPort::config -> &Config",
             "port.rs: Port::fanout -> &Fanout",
-        ]
+        ],
     );
 }
