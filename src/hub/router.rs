@@ -6,8 +6,7 @@ use std::rc::Rc;
 
 use crate::ids;
 use crate::outlet::Outlet;
-use crate::protocol::fit;
-use crate::protocol::{Channel, Frame, HistoryRequest, Lane, Request, RequestFrame};
+use crate::protocol::{Channel, Frame, Lane, Request, RequestFrame};
 
 use super::agent_calls::CallKind;
 use super::approvals;
@@ -29,7 +28,8 @@ impl Hub {
                 Ok(())
             }
             Request::History(h) => {
-                self.history(outlet, &frame.chat_id, &frame.thread_id, id, h)
+                self.queries
+                    .history(&**self, outlet, &frame.chat_id, &frame.thread_id, id, h)
                     .await
             }
             Request::MessageSend(m) => {
@@ -159,53 +159,6 @@ impl Hub {
         if let Err(refusal) = result {
             outlet.push_frame(&Frame::error(id, refusal.code, refusal.message));
         }
-    }
-
-    /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
-    pub(super) async fn history(
-        &self,
-        outlet: &Outlet,
-        chat_id: &Option<String>,
-        thread_id: &Option<String>,
-        id: Option<i64>,
-        req: HistoryRequest,
-    ) -> Result<(), Refusal> {
-        let (lane, _) = self.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
-        let limits = &self.config.limits;
-        let limit = match req.limit {
-            None => limits.history_default,
-            Some(n) if n >= 1 => (n as usize).min(limits.history_max),
-            Some(n) => {
-                return Err(Refusal::unsupported(format!(
-                    "history limit must be at least 1 (got {n})"
-                )))
-            }
-        };
-        self.queries.check(&outlet.device_id)?;
-        let (page, took) = self
-            .store
-            .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
-            .await
-            .map_err(|e| self.queries.failed(self, e))?;
-        self.queries.charge(&outlet.device_id, took);
-        let page = page.map_err(|other| {
-            let before = req.before_message_id.as_deref().unwrap_or("");
-            Refusal::not_found(match other {
-                Some(other) => {
-                    format!("before_message_id `{before}` belongs to {other}, not {lane}")
-                }
-                None => format!("before_message_id `{before}`: no such message"),
-            })
-        })?;
-        // Bounded by bytes as well as by count: a page that would not fit one frame ends
-        // early, saying `has_more`, and the app pages on from its oldest message.
-        let (messages, cut_short) = fit::history_within(page.messages, &self.out_budget());
-        let oldest = messages.first().map(|m| m.message_id.as_str());
-        outlet.push_frame(
-            &Frame::history(id, &messages, page.has_more || cut_short, oldest)
-                .in_lane(&lane.chat_id, lane.thread()),
-        );
-        Ok(())
     }
 
     /// Resolves a frame's `chat_id`/`thread_id` to a lane and its root channel (the addressing

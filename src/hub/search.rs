@@ -1,4 +1,4 @@
-//! `Queries`: the history query path as the hub serves it (`search`, a history page's budget,
+//! `Queries`: the history query path as the hub serves it (`history` pages, `search`,
 //! `message.delete`). It owns each device's share of the history query thread (`budget.rs`) and
 //! reaches the hub only through its port (`port.rs`): lane resolution, the committer, the turns
 //! of deleted messages, media clean-up and the health.
@@ -16,7 +16,8 @@ use super::port::{Port, Reply};
 use crate::agent::Agent;
 use crate::config::Limits;
 use crate::outlet::Outlet;
-use crate::protocol::{is_valid_id, ErrorCode, Frame, SearchRequest, SearchScope};
+use crate::protocol::fit::{self, OutBudget};
+use crate::protocol::{is_valid_id, ErrorCode, Frame, HistoryRequest, SearchRequest, SearchScope};
 use crate::store::search::{query_terms, Scope};
 use crate::store::{Change, Store, StoreError};
 
@@ -92,6 +93,55 @@ impl Queries {
         let cause = format!("{e}; {}", history_damage_fix());
         port.note_history_damaged(cause.clone());
         Refusal::new(ErrorCode::Internal, cause)
+    }
+
+    /// `history`: one page of a lane's messages, older than `before_message_id`, within one frame.
+    pub(super) async fn history(
+        &self,
+        port: &impl QueriesPort,
+        outlet: &Outlet,
+        chat_id: &Option<String>,
+        thread_id: &Option<String>,
+        id: Option<i64>,
+        req: HistoryRequest,
+    ) -> Result<(), Refusal> {
+        let (lane, _) = port.resolve_lane(chat_id.as_deref(), thread_id.as_deref())?;
+        let limits = self.limits();
+        let limit = match req.limit {
+            None => limits.history_default,
+            Some(n) if n >= 1 => (n as usize).min(limits.history_max),
+            Some(n) => {
+                return Err(Refusal::unsupported(format!(
+                    "history limit must be at least 1 (got {n})"
+                )))
+            }
+        };
+        self.check(&outlet.device_id)?;
+        let (page, took) = self
+            .store
+            .query_history_page(lane.clone(), req.before_message_id.clone(), limit)
+            .await
+            .map_err(|e| self.failed(port, e))?;
+        self.charge(&outlet.device_id, took);
+        let page = page.map_err(|other| {
+            let before = req.before_message_id.as_deref().unwrap_or("");
+            Refusal::not_found(match other {
+                Some(other) => {
+                    format!("before_message_id `{before}` belongs to {other}, not {lane}")
+                }
+                None => format!("before_message_id `{before}`: no such message"),
+            })
+        })?;
+        // Bounded by bytes as well as by count: a page that would not fit one frame ends
+        // early, saying `has_more`, and the app pages on from its oldest message.
+        let (messages, cut_short) =
+            fit::history_within(page.messages, &OutBudget::new(limits.max_out_frame_bytes));
+        let oldest = messages.first().map(|m| m.message_id.as_str());
+        outlet.push_frame(
+            &Frame::history(id, &messages, page.has_more || cut_short, oldest)
+                .in_lane(&lane.chat_id, lane.thread()),
+        );
+        Ok(())
     }
 
     /// `search`: the messages matching a query, in one lane or in all of them. The query runs
