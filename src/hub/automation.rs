@@ -28,6 +28,7 @@ use chrono::{DateTime, Local, TimeDelta};
 use tracing::{info, warn};
 
 use super::errors::CommitError;
+use super::port::Back;
 use super::port::Port;
 use crate::config::{CronJob as CronConfig, Limits, WebhookConfig};
 use crate::guessing::GuessLimiter;
@@ -156,7 +157,7 @@ pub trait AutomationPort: Port {
 /// the hub (it holds the hub weakly: the hub owns it); the server and the HTTP front reach it
 /// through `Hub::automation`.
 pub struct Automation<P> {
-    port: Weak<P>,
+    port: Back<P>,
     store: Store,
     limits: Limits,
     webhooks: RefCell<Webhooks>,
@@ -194,7 +195,7 @@ impl<P: AutomationPort> Automation<P> {
     /// `port`: the hub being built around this service.
     pub(super) fn new(port: Weak<P>, store: Store, limits: Limits) -> Automation<P> {
         Automation {
-            port,
+            port: Back::new(port),
             store,
             limits,
             webhooks: RefCell::new(Webhooks {
@@ -206,13 +207,6 @@ impl<P: AutomationPort> Automation<P> {
         }
     }
 
-    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
-    fn hub(&self) -> Rc<P> {
-        self.port
-            .upgrade()
-            .expect("the hub outlives the calls to its automation")
-    }
-
     /// Prepares automation before the gateway listens ([`Automation::prepare`]) and starts the
     /// cron task and the task that delivers the agent's job results (`AgentJobs::follow`: they
     /// are posted into automation's channels), which stop with `shutdown`. An error names the
@@ -221,7 +215,7 @@ impl<P: AutomationPort> Automation<P> {
     where
         P: 'static,
     {
-        let hub = self.hub();
+        let hub = self.port.hub();
         let jobs = self
             .prepare(&*hub, hub.webhook_settings(), hub.cron_settings())
             .await?;
@@ -473,7 +467,7 @@ impl<P: AutomationPort> Automation<P> {
                 text.len()
             )));
         }
-        let port = &*self.hub();
+        let port = &*self.port.hub();
         let entry = self
             .channel(port, channel, &format!("[[webhook]] `{hook}`"))
             .await

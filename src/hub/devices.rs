@@ -22,6 +22,7 @@ use crate::push::{PushJob, Target};
 use crate::store::{Change, Device, DeviceOrigin, Record, Store};
 
 use super::errors::CommitError;
+use super::port::Back;
 
 use super::errors::Refusal;
 use super::push::PushPort;
@@ -96,7 +97,7 @@ pub trait DevicesPort: PushPort {
 /// The paired devices and their connections' comings and goings. Built inside the hub (it holds
 /// the hub weakly: the hub owns it); the doors above the hub reach it through `Hub::devices`.
 pub struct Devices<P> {
-    port: Weak<P>,
+    port: Back<P>,
     store: Store,
     limits: Limits,
     /// Failed hellos per source address (`guessing.rs`).
@@ -107,7 +108,7 @@ impl<P: DevicesPort> Devices<P> {
     /// `port`: the hub being built around this service.
     pub(super) fn new(port: Weak<P>, store: Store, limits: &Limits) -> Devices<P> {
         Devices {
-            port,
+            port: Back::new(port),
             store,
             bad_hellos: RefCell::new(GuessLimiter::new(
                 limits.bad_hellos_per_minute,
@@ -115,13 +116,6 @@ impl<P: DevicesPort> Devices<P> {
             )),
             limits: limits.clone(),
         }
-    }
-
-    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
-    fn hub(&self) -> Rc<P> {
-        self.port
-            .upgrade()
-            .expect("the hub outlives the calls to its devices")
     }
 
     /// Checks a hello's token. Repeated failures from one address (IPv6: one /64), or from a
@@ -140,7 +134,7 @@ impl<P: DevicesPort> Devices<P> {
         user_agent: Option<&str>,
     ) -> Result<Device, Refusal> {
         let limit = self.limits.bad_hellos_per_minute;
-        let hub = self.hub();
+        let hub = self.port.hub();
         if hub.is_shutting_down() {
             return Err(Refusal::new(
                 ErrorCode::Internal,
@@ -216,7 +210,7 @@ impl<P: DevicesPort> Devices<P> {
     /// then the todo snapshot of every lane that has one. Done without an await, so the
     /// `sync_cursor` it reports is exactly where live delivery to this device starts.
     pub fn attach(&self, outlet: &Rc<Outlet>, hello_id: Option<i64>) {
-        let hub = self.hub();
+        let hub = self.port.hub();
         let channels = hub.channels_for_wire(self.store.channels().unwrap_or_default());
         let device = self.store.device(&outlet.device_id).ok().flatten();
         let last_pushed = device.map(|d| d.last_pushed_cursor).unwrap_or(0);
@@ -247,7 +241,7 @@ impl<P: DevicesPort> Devices<P> {
 
     /// A connection ended: its outlet leaves fan-out, and pushes may start for its device.
     pub fn detach(&self, conn_id: ConnId) {
-        let hub = self.hub();
+        let hub = self.port.hub();
         let gone = hub.remove_outlet(conn_id);
         if let Some(outlet) = gone {
             hub.device_left(&outlet.device_id);
@@ -257,7 +251,8 @@ impl<P: DevicesPort> Devices<P> {
     /// Mints a device and its token (the `pair` command, through the control socket).
     pub async fn pair(&self, name: &str) -> Result<(Device, String), CommitError> {
         let (device, token) = new_device(name, DeviceOrigin::Pair);
-        self.hub()
+        self.port
+            .hub()
             .commit(
                 vec![Change::Record(Record::PutDevice(device.clone()))],
                 None,
@@ -270,7 +265,7 @@ impl<P: DevicesPort> Devices<P> {
     /// Removes a device and closes its open sockets; its next hello gets `error{auth}`.
     pub async fn revoke(&self, device_id: &str) -> Result<bool, CommitError> {
         let existed = self.store.device(device_id)?.is_some();
-        let hub = self.hub();
+        let hub = self.port.hub();
         hub.commit(
             vec![Change::Record(Record::RemoveDevice(device_id.to_owned()))],
             None,
@@ -293,7 +288,7 @@ impl<P: DevicesPort> Devices<P> {
 
     /// Device ids with a socket open past the hello gate.
     pub fn connected(&self) -> HashSet<String> {
-        self.hub().connected_devices()
+        self.port.hub().connected_devices()
     }
 
     /// Renames a device (cut to `limits.max_name_chars`); `Ok(false)` if there is none.
@@ -306,7 +301,8 @@ impl<P: DevicesPort> Devices<P> {
             .filter(|c| !c.is_control())
             .take(self.limits.max_name_chars)
             .collect();
-        self.hub()
+        self.port
+            .hub()
             .commit(vec![Change::Record(Record::PutDevice(device))], None)
             .await?;
         info!(device = %device_id, "renamed a device");
@@ -369,7 +365,7 @@ impl<P: DevicesPort> Devices<P> {
             Ok(()) => {
                 info!("a test push reached the push server ({place})");
                 if running {
-                    let hub = self.hub();
+                    let hub = self.port.hub();
                     hub.confirm_push();
                     hub.update_health(|st| st.push_error = None);
                 }
@@ -379,7 +375,9 @@ impl<P: DevicesPort> Devices<P> {
                 info!("a test push failed ({place}): {why}");
                 if running {
                     let reason = why.clone();
-                    self.hub().update_health(|st| st.push_error = Some(reason));
+                    self.port
+                        .hub()
+                        .update_health(|st| st.push_error = Some(reason));
                 }
                 Err(TestPushError::Failed { place, why })
             }

@@ -4,7 +4,7 @@
 //! through its port (`port.rs`): the committer and the health (a full media disk degrades it).
 
 use std::cell::{Cell, RefCell};
-use std::rc::{Rc, Weak};
+use std::rc::Weak;
 
 use tracing::warn;
 
@@ -13,11 +13,12 @@ use crate::media::MediaFiles;
 use crate::store::{Change, MediaRecord, Store};
 
 use super::errors::CommitError;
+use super::port::Back;
 use super::port::Port;
 
 /// The media files, and the backups reading them right now.
 pub struct Media<P> {
-    port: Weak<P>,
+    port: Back<P>,
     files: MediaFiles,
     store: Store,
     holds: Holds,
@@ -56,18 +57,11 @@ impl<P: Port> Media<P> {
     /// `port`: the hub being built around these files (it owns them, so it is held weakly).
     pub(super) fn new(port: Weak<P>, files: MediaFiles, store: Store) -> Media<P> {
         Media {
-            port,
+            port: Back::new(port),
             files,
             store,
             holds: Holds::default(),
         }
-    }
-
-    /// The hub, for one call: it owns this service, so it is alive whenever it calls in.
-    fn hub(&self) -> Rc<P> {
-        self.port
-            .upgrade()
-            .expect("the hub outlives its media's calls")
     }
 
     /// The files on disk: where uploads are written and pulls read from.
@@ -77,7 +71,7 @@ impl<P: Port> Media<P> {
 
     /// Media storage is full (`Some(why)`) or has room again (`None`): a cause of `degraded`.
     pub fn set_full(&self, why: Option<String>) {
-        self.hub().update_health(|st| st.media_full = why);
+        self.port.hub().update_health(|st| st.media_full = why);
     }
 
     /// Records a verified upload under the device's ref, durably, and returns its record.
@@ -103,7 +97,7 @@ impl<P: Port> Media<P> {
             device_id: device_id.to_owned(),
             media_ref: media_ref.to_owned(),
         };
-        self.hub().commit(vec![add], None).await?;
+        self.port.hub().commit(vec![add], None).await?;
         self.set_full(None);
         Ok(record)
     }
@@ -126,7 +120,7 @@ impl<P: Port> Media<P> {
             .iter()
             .map(|m| Change::RemoveMedia(m.media_id.clone()))
             .collect();
-        if let Err(e) = self.hub().commit(gone, None).await {
+        if let Err(e) = self.port.hub().commit(gone, None).await {
             return warn!("media clean-up not durable, files kept: {e}");
         }
         // A file goes once no record shares its bytes, as the commit left the counts.

@@ -4,6 +4,8 @@
 //! is this core plus its own port beside it (`trait CommandsPort: Port`, ...), which names only
 //! what that service asks. `hub_port.rs` implements them all for `Hub`.
 
+use std::rc::{Rc, Weak};
+
 use super::errors::{CommitError, Refusal};
 use super::health::Causes;
 use crate::outlet::ConnId;
@@ -59,4 +61,27 @@ pub trait Port {
 
     /// Removes the media files that no message refers to any more (after a deletion).
     async fn collect_media(&self, media_ids: &[String]);
+}
+
+/// How a service the hub owns and the doors above call (`Devices`, `Media`, ...) holds the hub:
+/// weakly, since the hub owns the service (a strong handle would keep both alive for ever), and
+/// upgraded for one call at a time.
+pub struct Back<P>(Weak<P>);
+
+impl<P> Back<P> {
+    pub fn new(hub: Weak<P>) -> Back<P> {
+        Back(hub)
+    }
+
+    /// The hub, for one call: it owns the service, so it is alive whenever the service is called.
+    pub fn hub(&self) -> Rc<P> {
+        self.0
+            .upgrade()
+            .expect("the hub outlives every call into the services it owns")
+    }
+
+    /// The weak handle, for a task that must not keep the hub alive.
+    pub fn weak(&self) -> Weak<P> {
+        self.0.clone()
+    }
 }

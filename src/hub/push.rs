@@ -12,11 +12,12 @@
 //! never sent and never repeats one it did.
 
 use std::collections::HashSet;
-use std::rc::{Rc, Weak};
+use std::rc::Weak;
 
 use tracing::{info, warn};
 
 use super::errors::Refusal;
+use super::port::Back;
 use super::port::Port;
 use crate::protocol::{decode_pushable, Outboxed, PushNote};
 use crate::push::{Backend, Outcome, PushJob, Pusher};
@@ -48,7 +49,7 @@ pub trait PushPort: Port {
 
 /// The push worker and what it is owed.
 pub struct Push<P> {
-    port: Weak<P>,
+    port: Back<P>,
     pusher: Pusher,
     store: Store,
 }
@@ -60,17 +61,10 @@ impl<P: PushPort> Push<P> {
     /// `port`: the hub being built around this service (it owns it, so it is held weakly).
     pub(super) fn new(port: Weak<P>, pusher: Pusher, store: Store) -> Push<P> {
         Push {
-            port,
+            port: Back::new(port),
             pusher,
             store,
         }
-    }
-
-    /// The hub, for one call: it owns this service, so it is alive whenever it calls in.
-    fn hub(&self) -> Rc<P> {
-        self.port
-            .upgrade()
-            .expect("the hub outlives its push's calls")
     }
 
     /// The configured backend, for `hello.ack` and `/status`.
@@ -99,7 +93,7 @@ impl<P: PushPort> Push<P> {
             Ok(d) => d,
             Err(e) => return warn!("cannot read devices for push: {e}"),
         };
-        let connected = self.hub().connected_devices();
+        let connected = self.port.hub().connected_devices();
         for d in devices {
             if connected.contains(&d.device_id) || cursor <= d.last_pushed_cursor.max(d.seen_cursor)
             {
@@ -143,7 +137,7 @@ impl<P: PushPort> Push<P> {
 
     /// A device went away: remember how far it saw, so pushes start after that.
     pub(super) fn device_left(&self, device_id: &str) {
-        let hub = self.hub();
+        let hub = self.port.hub();
         if hub.connected_devices().contains(device_id) {
             return; // Another connection of the same device is still open.
         }
@@ -181,7 +175,8 @@ impl<P: PushPort> Push<P> {
             }
             d.ntfy_topic = Some(t);
         }
-        self.hub()
+        self.port
+            .hub()
             .commit(vec![Change::Record(Record::PutDevice(d))], None)
             .await?;
         Ok(())
@@ -189,7 +184,7 @@ impl<P: PushPort> Push<P> {
 
     /// The push worker's report: advance `last_pushed_cursor` durably, track push health.
     pub async fn outcome(&self, outcome: Outcome) {
-        let hub = self.hub();
+        let hub = self.port.hub();
         match outcome {
             Outcome::Delivered { device_id, cursor } => {
                 if let Ok(Some(mut d)) = self.store.device(&device_id) {
@@ -221,7 +216,7 @@ impl<P: PushPort> Push<P> {
         if !self.pusher.is_enabled() {
             return;
         }
-        let head = self.hub().published_head();
+        let head = self.port.hub().published_head();
         let Ok(devices) = self.store.devices() else {
             return;
         };

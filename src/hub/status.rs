@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::port::Back;
 use super::port::Port;
 use crate::agent::Agent;
 use crate::protocol::HealthState;
@@ -103,7 +104,7 @@ pub trait StatusPort: Port {
 /// agent), and the figures `/status` shows. Built inside the hub (it holds the hub weakly: the
 /// hub owns it); the doors above the hub reach it through `Hub::status`.
 pub struct Status<P> {
-    port: Weak<P>,
+    port: Back<P>,
     store: Store,
     agent: Rc<dyn Agent>,
     /// `limits.media_quota_bytes`, as the report shows it.
@@ -120,7 +121,7 @@ impl<P: StatusPort> Status<P> {
         media_quota_bytes: u64,
     ) -> Status<P> {
         Status {
-            port,
+            port: Back::new(port),
             store,
             agent,
             media_quota_bytes,
@@ -128,16 +129,9 @@ impl<P: StatusPort> Status<P> {
         }
     }
 
-    /// The hub, for one call: the hub owns this service, so it is alive whenever it is called.
-    fn hub(&self) -> Rc<P> {
-        self.port
-            .upgrade()
-            .expect("the hub outlives the calls to its status")
-    }
-
     /// Everything `/status` and the admin page show, gathered at once.
     pub fn report(&self) -> StatusReport {
-        let hub = self.hub();
+        let hub = self.port.hub();
         let (agent_error, push_error, storage_error, media_full) = hub.health_causes(|c| {
             (
                 c.agent_error.clone(),
@@ -179,32 +173,37 @@ impl<P: StatusPort> Status<P> {
 
     /// The restore waiting for this start failed (`backups/restore.rs` says why).
     pub fn note_restore_failure(&self, why: String) {
-        self.hub().note_restore_failure(why);
+        self.port.hub().note_restore_failure(why);
     }
 
     /// A part starts switched off because its saved settings cannot work: `degraded`, with
     /// that cause, until it is given settings that do (`switched_on`) or the next start.
     pub fn note_switched_off(&self, off: SwitchedOff) {
         tracing::warn!("{}", off.cause());
-        self.hub()
+        self.port
+            .hub()
             .update_health(|c| c.set_switched_off(off.part, Some(off.why)));
     }
 
     /// `part` runs on settings that work again (the admin page gave it new ones).
     pub(super) fn switched_on(&self, part: Part) {
-        self.hub().update_health(|c| c.set_switched_off(part, None));
+        self.port
+            .hub()
+            .update_health(|c| c.set_switched_off(part, None));
     }
 
     /// A backup found the history database damaged: `degraded`, with that cause, until a
     /// restart (damage does not heal; the start-up check looks at the files again).
     pub fn note_history_damaged(&self, why: String) {
-        self.hub().update_health(|c| c.history_damaged = Some(why));
+        self.port
+            .hub()
+            .update_health(|c| c.history_damaged = Some(why));
     }
 
     /// The agent behind the hub was replaced (the admin page saved new settings): forget what
     /// was wrong with the old one and check the new one now.
     pub fn agent_switched(&self) {
-        let hub = self.hub();
+        let hub = self.port.hub();
         hub.update_health(|st| st.agent_error = None);
         self.switched_on(Part::Agent);
         hub.agent_replaced();

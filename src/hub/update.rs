@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tracing::info;
 
+use super::port::Back;
 use super::port::Port;
 use crate::shutdown::Listener;
 use crate::update::stage::Updates;
@@ -19,7 +20,7 @@ const TRIAL_POLL: Duration = Duration::from_millis(500);
 
 /// The helper's records and staging area, and whether this version is on trial.
 pub struct UpdateWatch<P> {
-    port: Weak<P>,
+    port: Back<P>,
     stage: Updates,
     /// Shared with the task that follows the trial (`follow`), which clears it.
     trial: Rc<Cell<bool>>,
@@ -32,7 +33,7 @@ impl<P: Port + 'static> UpdateWatch<P> {
     /// `port`: the hub being built around this service (it owns it, so it is held weakly).
     pub(super) fn new(port: Weak<P>, stage: Updates) -> UpdateWatch<P> {
         UpdateWatch {
-            port,
+            port: Back::new(port),
             stage,
             trial: Rc::default(),
         }
@@ -57,7 +58,7 @@ impl<P: Port + 'static> UpdateWatch<P> {
         }
         info!("this version is on trial after an update: devices wait until it is committed");
         self.trial.set(true);
-        let (port, stage, trial) = (self.port.clone(), self.stage.clone(), self.trial.clone());
+        let (port, stage, trial) = (self.port.weak(), self.stage.clone(), self.trial.clone());
         tokio::task::spawn_local(async move {
             loop {
                 tokio::select! {
@@ -84,10 +85,7 @@ impl<P: Port + 'static> UpdateWatch<P> {
     }
 
     fn refresh_failure(&self) {
-        let hub = self
-            .port
-            .upgrade()
-            .expect("the hub outlives its updates' calls");
+        let hub = self.port.hub();
         show_failure(&self.stage, &*hub);
     }
 }
